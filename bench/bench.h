@@ -1,0 +1,53 @@
+/* Shared pieces of the benchmarks (bench/bench-<name>.c).
+ *
+ * Every benchmark collects its figures in a bench_report and prints them
+ * either as a table or, with --json, as the one JSON object DESIGN.md gives:
+ *   {"bench": ..., "backend": ..., "devices": N, "results": [
+ *     {"case": ..., "metric": ..., "value": ..., "unit": ...,
+ *      "baseline": {"name": ..., "value": ...}, "ratio": ...}]}
+ * Every figure is a median of repeated runs after a warm-up, and sits next
+ * to a baseline measured in the same run wherever one fits. */
+#ifndef MGPU_BENCH_H
+#define MGPU_BENCH_H
+
+#include <stddef.h>
+
+#include "mgpu.h"
+
+typedef struct bench_opts {
+  int json;    /* --json */
+  int quick;   /* --quick: fewer sizes and repetitions (used by tests) */
+  int reps;    /* --reps N: timed repetitions, default 7 (3 with --quick) */
+} bench_opts;
+
+/* Parses --json, --quick and --reps N; other arguments are left for the
+ * benchmark in rest[0..*nrest). Returns 0 or 2 (bad argument, usage printed). */
+int bench_parse(int argc, char **argv, const char *usage, bench_opts *opts,
+                char **rest, int *nrest);
+
+typedef struct bench_report bench_report;
+
+/* Starts a report for benchmark name over the open devices. The caller owns
+ * it until bench_report_finish. */
+bench_report *bench_report_new(const char *name);
+
+/* Adds one figure. baseline_name NULL: no baseline (ratio omitted). */
+void bench_report_add(bench_report *r, const char *case_name,
+                      const char *metric, double value, const char *unit,
+                      const char *baseline_name, double baseline_value);
+
+/* Prints the report (a table, or JSON with json != 0) and frees it. */
+void bench_report_finish(bench_report *r, int json);
+
+/* Monotonic time in seconds. */
+double bench_now(void);
+
+/* Median of n values (reorders v). */
+double bench_median(double *v, int n);
+
+/* Baseline: single-thread memcpy of size bytes between two pre-touched host
+ * buffers, median of reps runs, in GB/s of bytes copied (one byte read and
+ * one written count as one byte moved, like cudaMemcpy bandwidth). */
+double bench_memcpy_gbps(size_t size, int reps);
+
+#endif /* MGPU_BENCH_H */

@@ -1,0 +1,349 @@
+/* mgpu core: initialization, devices, memory, streams, events, kernels and
+ * copies.
+ *
+ * Conventions (see docs/API.md):
+ * - Every fallible call returns 0 or a negative MGPU_E... code; the calling
+ *   thread's mgpu_error_detail() then names the device, buffer, offset or size.
+ * - Handles are opaque. A handle used after it was freed or destroyed is
+ *   reported as MGPU_EFREED, never dereferenced.
+ * - An asynchronous failure is reported by the next synchronize or query on the
+ *   stream or event it belongs to.
+ * - Nothing here needs a vendor header: CUDA streams and pointers cross the API
+ *   as void *.
+ */
+#ifndef MGPU_CORE_H
+#define MGPU_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mgpu/visibility.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most devices one process can open. */
+#define MGPU_MAX_DEVICES 64
+
+/* ------------------------------------------------------------------------ */
+/* Configuration and life cycle                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mgpu_log_level {
+  MGPU_LOG_NONE = 0, /* the default: the library prints nothing */
+  MGPU_LOG_WARN = 1,
+  MGPU_LOG_INFO = 2,
+  MGPU_LOG_DEBUG = 3
+} mgpu_log_level;
+
+/* Every environment variable is also a field here. A field left at its
+ * initializer value (NULL, 0 or -1) is taken from the environment variable
+ * named beside it, and from the default when that is unset too. Environment
+ * variables are read once, by mgpu_init. */
+typedef struct mgpu_config {
+  size_t size;              /* sizeof(mgpu_config): lets the struct grow */
+  const char *devices;      /* MGPU_DEVICES: "host:4", "cuda", "cuda:1",
+                               "cuda:0/4", comma-separated. Default: every
+                               GPU if there is one, else "host:4" */
+  size_t host_mem;          /* MGPU_HOST_MEM: memory budget of each host
+                               device in bytes. Default 1 GiB */
+  int log_level;            /* MGPU_LOG: none|warn|info|debug. -1: env */
+  int host_workers;         /* MGPU_HOST_WORKERS: stream worker threads per
+                               host device. Default 2. 0: env */
+  int host_peer;            /* MGPU_HOST_PEER: 1 lets host devices copy
+                               directly between each other, 0 ("none") makes
+                               them refuse, so copies go host-staged. -1: env,
+                               default 1 */
+  size_t staging_chunk;     /* MGPU_STAGING_CHUNK: bytes per chunk of a
+                               host-staged copy. 0: env, default 4 MiB */
+  int staging_depth;        /* MGPU_STAGING_DEPTH: bounce buffers per staged
+                               copy (at least 2). 0: env, default 3 */
+} mgpu_config;
+
+#define MGPU_CONFIG_INITIALIZER \
+  { sizeof(mgpu_config), NULL, 0, -1, 0, -1, 0, 0 }
+
+/* Opens the devices the configuration names. NULL: everything from the
+ * environment. Returns MGPU_EALREADY if already initialized; after
+ * mgpu_shutdown() it may be called again. A bad device spec returns
+ * MGPU_EINVAL with a detail naming the bad token. */
+MGPU_EXTERN int mgpu_init(const mgpu_config *config);
+
+/* Waits for all work, frees every buffer, stream and event still open, stops
+ * the device threads. Safe to call when not initialized (returns 0). */
+MGPU_EXTERN int mgpu_shutdown(void);
+
+/* 1 between a successful mgpu_init and mgpu_shutdown, else 0. */
+MGPU_EXTERN int mgpu_is_initialized(void);
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mgpu_backend_kind {
+  MGPU_BACKEND_HOST = 0,
+  MGPU_BACKEND_CUDA = 1
+} mgpu_backend_kind;
+
+typedef struct mgpu_device_props {
+  size_t size;             /* sizeof(mgpu_device_props), set by the caller */
+  char name[96];           /* "host device 2", "NVIDIA H100 80GB HBM3 [1/4]" */
+  char backend[16];        /* "host", "cuda" */
+  mgpu_backend_kind backend_kind;
+  int ordinal;             /* backend's physical device index */
+  int split_index;         /* index among the logical devices of one GPU */
+  int split_count;         /* logical devices cut from this GPU (1: whole) */
+  size_t total_mem;        /* bytes: the budget of a host or split device */
+  size_t free_mem;         /* bytes not in use */
+  int cc_major, cc_minor;  /* compute capability; 0.0 on host devices */
+  int multiprocessors;     /* SMs (or the SM partition); worker threads on
+                              host devices */
+  int numa_node;           /* -1 when unknown */
+  int peer_capable;        /* 1 if direct peer copies to some other open
+                              device are possible */
+  char pci_bus_id[32];     /* "0000:19:00.0", "" on host devices */
+  char uuid[40];           /* stable id across processes, "" if none */
+} mgpu_device_props;
+
+/* Number of open devices, or a negative code. */
+MGPU_EXTERN int mgpu_device_count(void);
+
+/* Fills *props (props->size must be set, e.g. to sizeof *props). */
+MGPU_EXTERN int mgpu_device_get_props(int dev, mgpu_device_props *props);
+
+/* The calling thread's current device. A thread that never called
+ * mgpu_set_device is on device 0, as in CUDA. Inside mgpu_run_on_device the
+ * current device is the target device, and the caller's is restored after. */
+MGPU_EXTERN int mgpu_set_device(int dev);
+MGPU_EXTERN int mgpu_get_device(int *dev);
+
+/* Waits until all work on every stream of the device has finished. Returns
+ * the first asynchronous error of those streams, if any. */
+MGPU_EXTERN int mgpu_device_synchronize(int dev);
+
+/* A function run on a device's own host thread, with that device current.
+ * Its return value is handed back to the caller. */
+typedef int (*mgpu_device_fn)(int dev, void *arg);
+
+/* Runs fn(dev, arg) on the device's host thread and returns its result once
+ * it has run. Called from that same host thread (fn calling back for its own
+ * device), fn runs inline instead of deadlocking. */
+MGPU_EXTERN int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg);
+
+typedef struct mgpu_work mgpu_work;
+
+/* Queues fn on the device's host thread and returns at once; *work is the
+ * handle to wait on. Every handle must be waited on exactly once. */
+MGPU_EXTERN int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
+                                         mgpu_work **work);
+
+/* Waits for the work, frees the handle and returns fn's result. */
+MGPU_EXTERN int mgpu_work_wait(mgpu_work *work);
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mgpu_mem_kind {
+  MGPU_MEM_DEVICE = 0,  /* device memory */
+  MGPU_MEM_PINNED = 1,  /* page-locked host memory, associated with a device */
+  MGPU_MEM_UNIFIED = 2  /* visible from the host and every device */
+} mgpu_mem_kind;
+
+typedef struct mgpu_buffer mgpu_buffer;
+
+/* Allocate size bytes on device dev. The buffer is owned by the caller until
+ * mgpu_free. A host device over its budget (MGPU_HOST_MEM) returns
+ * MGPU_ENOMEM and leaves earlier allocations intact. size 0 is MGPU_EINVAL. */
+MGPU_EXTERN int mgpu_malloc(mgpu_buffer **buf, int dev, size_t size);
+MGPU_EXTERN int mgpu_malloc_host(mgpu_buffer **buf, int dev, size_t size);
+MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
+
+/* Frees a buffer after the work already queued on its device has finished
+ * (as cudaFree does). A second free returns MGPU_EFREED. */
+MGPU_EXTERN int mgpu_free(mgpu_buffer *buf);
+
+/* Accessors. On an invalid or freed handle they return NULL, 0 or -1 and set
+ * the thread's error detail. */
+MGPU_EXTERN void *mgpu_buffer_ptr(const mgpu_buffer *buf);
+MGPU_EXTERN size_t mgpu_buffer_size(const mgpu_buffer *buf);
+MGPU_EXTERN int mgpu_buffer_device(const mgpu_buffer *buf);
+MGPU_EXTERN int mgpu_buffer_kind(const mgpu_buffer *buf);
+
+/* ------------------------------------------------------------------------ */
+/* Streams and events                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct mgpu_stream mgpu_stream;
+typedef struct mgpu_event mgpu_event;
+
+/* In-order queue of work on one device. Several streams of one device run
+ * concurrently. */
+MGPU_EXTERN int mgpu_stream_create(mgpu_stream **stream, int dev);
+/* Waits for the stream's work, then destroys it. */
+MGPU_EXTERN int mgpu_stream_destroy(mgpu_stream *stream);
+/* Waits for all work queued so far; returns the stream's first asynchronous
+ * error (and clears it). */
+MGPU_EXTERN int mgpu_stream_synchronize(mgpu_stream *stream);
+/* 0 when all work queued so far is done, MGPU_EAGAIN while some is pending,
+ * or the stream's asynchronous error. */
+MGPU_EXTERN int mgpu_stream_query(mgpu_stream *stream);
+MGPU_EXTERN int mgpu_stream_device(const mgpu_stream *stream);
+/* The backend's own stream (a cudaStream_t on CUDA devices, NULL on host). */
+MGPU_EXTERN void *mgpu_stream_native(const mgpu_stream *stream);
+
+/* Events mark a point in a stream. A stream may wait on an event of any
+ * device of the same backend. */
+MGPU_EXTERN int mgpu_event_create(mgpu_event **event, int dev);
+MGPU_EXTERN int mgpu_event_destroy(mgpu_event *event);
+MGPU_EXTERN int mgpu_event_record(mgpu_event *event, mgpu_stream *stream);
+/* Work queued on stream after this call waits until event completes. */
+MGPU_EXTERN int mgpu_stream_wait_event(mgpu_stream *stream, mgpu_event *event);
+MGPU_EXTERN int mgpu_event_synchronize(mgpu_event *event);
+/* 0 when complete (or never recorded), MGPU_EAGAIN when pending. */
+MGPU_EXTERN int mgpu_event_query(mgpu_event *event);
+/* Milliseconds between two completed events. */
+MGPU_EXTERN int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end,
+                                      float *ms);
+
+/* Runs fn(arg) on a host thread once the work queued before it on the
+ * stream is done; later work waits for it. fn must not call mgpu. */
+MGPU_EXTERN int mgpu_stream_add_callback(mgpu_stream *stream,
+                                         void (*fn)(void *arg), void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Kernels                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct mgpu_dim3 {
+  unsigned x, y, z;
+} mgpu_dim3;
+
+#define MGPU_DIM3(X, Y, Z) ((mgpu_dim3){(X), (Y), (Z)})
+
+/* What a host kernel variant learns about the block it runs. */
+typedef struct mgpu_kernel_ctx {
+  mgpu_dim3 block_idx;
+  mgpu_dim3 grid_dim;
+  mgpu_dim3 block_dim;
+  int device;
+} mgpu_kernel_ctx;
+
+/* One kernel, two variants. Both take the same argument struct: the host
+ * variant as a pointer, the CUDA variant by value as its single parameter,
+ *     __global__ void vecadd(struct vecadd_args a);
+ * cuda_fn is that __global__ function's address (its host stub), as void *.
+ * A device runs the variant that fits it; a missing one is MGPU_ENOTSUP. */
+typedef struct mgpu_kernel {
+  const char *name;
+  void (*host_fn)(const mgpu_kernel_ctx *ctx, const void *args);
+  const void *cuda_fn;
+} mgpu_kernel;
+
+/* Queues a launch of grid blocks of block threads. args (args_size bytes) is
+ * copied, so the caller may reuse it at once. On a host device the blocks run
+ * on the device's worker threads in stream order; block_dim is only passed
+ * through to the kernel. */
+MGPU_EXTERN int mgpu_launch(mgpu_stream *stream, const mgpu_kernel *kernel,
+                            mgpu_dim3 grid, mgpu_dim3 block, const void *args,
+                            size_t args_size);
+
+/* ------------------------------------------------------------------------ */
+/* Built-in kernels, implemented for every backend                          */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mgpu_dtype {
+  MGPU_FLOAT32 = 0,
+  MGPU_FLOAT64 = 1,
+  MGPU_INT32 = 2,
+  MGPU_INT64 = 3,
+  MGPU_FLOAT16 = 4, /* CUDA devices only */
+  MGPU_BFLOAT16 = 5 /* CUDA devices only */
+} mgpu_dtype;
+
+typedef enum mgpu_op {
+  MGPU_SUM = 0,
+  MGPU_PROD = 1,
+  MGPU_MIN = 2,
+  MGPU_MAX = 3
+} mgpu_op;
+
+/* Size in bytes of one element, or 0 for an unknown type. */
+MGPU_EXTERN size_t mgpu_dtype_size(mgpu_dtype dtype);
+MGPU_EXTERN const char *mgpu_dtype_name(mgpu_dtype dtype);
+MGPU_EXTERN const char *mgpu_op_name(mgpu_op op);
+
+/* buf[offset .. offset + count*size) = value. value points to one element of
+ * dtype (a double for MGPU_FLOAT16/BFLOAT16). */
+MGPU_EXTERN int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
+                          size_t count, mgpu_dtype dtype, const void *value);
+/* x *= alpha (alpha as a double). */
+MGPU_EXTERN int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
+                           size_t count, mgpu_dtype dtype, double alpha);
+/* y += alpha * x. */
+MGPU_EXTERN int mgpu_axpy(mgpu_stream *stream, mgpu_buffer *y, size_t y_offset,
+                          const mgpu_buffer *x, size_t x_offset, size_t count,
+                          mgpu_dtype dtype, double alpha);
+/* dst[i] = a[i] op b[i]. All three on the stream's device (dst may be a or
+ * b). Offsets are in bytes. */
+MGPU_EXTERN int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst,
+                                 size_t dst_offset, const mgpu_buffer *a,
+                                 size_t a_offset, const mgpu_buffer *b,
+                                 size_t b_offset, size_t count,
+                                 mgpu_dtype dtype, mgpu_op op);
+
+/* ------------------------------------------------------------------------ */
+/* Copies                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Host memory to a buffer and back. host may be any host pointer (pageable
+ * or the pointer of a pinned buffer). The async forms run on the stream,
+ * which must belong to the buffer's device; the host memory must stay valid
+ * until the copy completes. */
+MGPU_EXTERN int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset,
+                                 const void *host, size_t size);
+MGPU_EXTERN int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src,
+                                 size_t src_offset, size_t size);
+MGPU_EXTERN int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
+                                       const void *host, size_t size,
+                                       mgpu_stream *stream);
+MGPU_EXTERN int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
+                                       size_t src_offset, size_t size,
+                                       mgpu_stream *stream);
+
+/* Buffer to buffer, any kinds, any devices. The one copy entry point: within
+ * a device it is a device copy; between devices a direct peer copy where
+ * peer access is enabled, else a pipelined host-staged copy. The stream may
+ * belong to either buffer's device; the copy runs in that stream's order.
+ * Overlapping ranges of one buffer are MGPU_EOVERLAP. */
+MGPU_EXTERN int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset,
+                            const mgpu_buffer *src, size_t src_offset,
+                            size_t size);
+MGPU_EXTERN int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
+                                  const mgpu_buffer *src, size_t src_offset,
+                                  size_t size, mgpu_stream *stream);
+
+/* Fills size bytes with the byte value. */
+MGPU_EXTERN int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value,
+                                  size_t size, mgpu_stream *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Stream-ordered pool                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Allocates from the device's pool in the stream's order: the memory may be
+ * used by work queued on stream after this call. Freed blocks return to the
+ * pool (not to the system) once the work queued before mgpu_free_async is
+ * done, and are reused by later allocations. */
+MGPU_EXTERN int mgpu_malloc_async(mgpu_buffer **buf, size_t size,
+                                  mgpu_stream *stream);
+MGPU_EXTERN int mgpu_free_async(mgpu_buffer *buf, mgpu_stream *stream);
+
+/* Returns the pool's cached blocks of the device to the system. */
+MGPU_EXTERN int mgpu_pool_trim(int dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MGPU_CORE_H */

@@ -1,0 +1,174 @@
+/* The backend interface: the only place where mgpu meets a vendor API.
+ *
+ * A backend is a const table of functions. The core never asks which backend
+ * it talks to; it calls through the table. The host backend is linked into
+ * libmgpu; the CUDA backend is a plugin (libmgpu-cuda.so) that exports one
+ * entry symbol, MGPU__PLUGIN_ENTRY, of type mgpu__plugin_entry_fn. The core
+ * opens it with dlopen, hands it the environment below (logger, error
+ * setter, metrics recorder, configuration) and refuses it with one log line if
+ * its ABI number does not match.
+ *
+ * Threading: every function may be called from any thread unless it says
+ * otherwise. make_current is called once on each device's host thread and on
+ * user threads by mgpu_set_device.
+ */
+#ifndef MGPU_BACKEND_H
+#define MGPU_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mgpu/core.h"
+
+#define MGPU__BACKEND_ABI 1
+#define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
+
+/* Each backend defines these structs for itself; the core only holds
+ * pointers. */
+typedef struct mgpu__bdevice mgpu__bdevice;
+typedef struct mgpu__bstream mgpu__bstream;
+typedef struct mgpu__bevent mgpu__bevent;
+
+/* Metrics a backend records itself (the core records the rest). */
+typedef enum mgpu__bmetric {
+  MGPU__BMETRIC_BUSY_NS = 0
+} mgpu__bmetric;
+
+/* What the core hands to a backend. */
+typedef struct mgpu__backend_env {
+  int abi; /* MGPU__BACKEND_ABI */
+  /* Logs at level (mgpu_log_level) if MGPU_LOG asks for it. */
+  void (*log)(int level, const char *fmt, ...);
+  /* Sets the calling thread's error detail and returns code. */
+  int (*set_error)(int code, const char *fmt, ...);
+  /* Adds value to a metric of device dev (the mgpu device id). */
+  void (*metric_add)(int dev, mgpu__bmetric metric, uint64_t value);
+  const mgpu_config *config; /* resolved: no field left at its default */
+} mgpu__backend_env;
+
+/* What a device is opened as. */
+typedef struct mgpu__device_spec {
+  int id;          /* mgpu device id */
+  int ordinal;     /* backend's physical device index */
+  int split_index; /* 0 .. split_count-1 */
+  int split_count; /* 1 for a whole device */
+} mgpu__device_spec;
+
+typedef enum mgpu__copy_kind {
+  MGPU__COPY_H2D = 0,
+  MGPU__COPY_D2H = 1,
+  MGPU__COPY_D2D = 2, /* within one physical device */
+  MGPU__COPY_H2H = 3
+} mgpu__copy_kind;
+
+typedef enum mgpu__builtin_kind {
+  MGPU__BUILTIN_FILL = 0,       /* dst[i] = value */
+  MGPU__BUILTIN_SCALE = 1,      /* dst[i] *= alpha */
+  MGPU__BUILTIN_AXPY = 2,       /* dst[i] += alpha * a[i] */
+  MGPU__BUILTIN_ELEMENTWISE = 3 /* dst[i] = a[i] op b[i] */
+} mgpu__builtin_kind;
+
+/* A built-in kernel request, checked by the core before it reaches a backend:
+ * pointers are device pointers of the stream's device, ranges in bounds. */
+typedef struct mgpu__builtin {
+  mgpu__builtin_kind kind;
+  mgpu_dtype dtype;
+  mgpu_op op;
+  size_t count;
+  void *dst;
+  const void *a;
+  const void *b;
+  double alpha;
+  union {
+    float f32;
+    double f64;
+    int32_t i32;
+    int64_t i64;
+    uint16_t bits16; /* FLOAT16 / BFLOAT16, already converted */
+  } value;
+} mgpu__builtin;
+
+typedef struct mgpu__backend_ops {
+  const char *name; /* "host", "cuda" */
+  mgpu_backend_kind kind;
+
+  /* Number of physical devices present. 0 devices is not an error; a missing
+   * driver is MGPU_EBACKEND or MGPU_ENODEV with a detail naming the cause. */
+  int (*probe)(int *count);
+  int (*open)(const mgpu__device_spec *spec, mgpu__bdevice **out);
+  /* Called after every stream and event of the device was destroyed. */
+  void (*close)(mgpu__bdevice *d);
+  /* Fills what the backend knows; the core fills id-level fields. */
+  int (*props)(mgpu__bdevice *d, mgpu_device_props *p);
+  /* Makes the device current on the calling thread (cudaSetDevice). */
+  int (*make_current)(mgpu__bdevice *d);
+
+  int (*mem_alloc)(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
+                   void **ptr);
+  void (*mem_free)(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
+  /* Physical free and total memory (the core applies split budgets). */
+  int (*mem_info)(mgpu__bdevice *d, size_t *free_bytes, size_t *total_bytes);
+
+  int (*stream_create)(mgpu__bdevice *d, mgpu__bstream **s);
+  void (*stream_destroy)(mgpu__bdevice *d, mgpu__bstream *s);
+  /* Waits; returns (and clears) the stream's first asynchronous error. */
+  int (*stream_synchronize)(mgpu__bdevice *d, mgpu__bstream *s);
+  /* 0 done, MGPU_EAGAIN pending, or the asynchronous error. */
+  int (*stream_query)(mgpu__bdevice *d, mgpu__bstream *s);
+  void *(*stream_native)(mgpu__bstream *s);
+
+  int (*event_create)(mgpu__bdevice *d, mgpu__bevent **e);
+  void (*event_destroy)(mgpu__bdevice *d, mgpu__bevent *e);
+  int (*event_record)(mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s);
+  int (*event_synchronize)(mgpu__bdevice *d, mgpu__bevent *e);
+  int (*event_query)(mgpu__bdevice *d, mgpu__bevent *e);
+  int (*event_elapsed_ms)(mgpu__bdevice *d, mgpu__bevent *start,
+                          mgpu__bevent *end, float *ms);
+  /* s (of d) waits for e (of ed, same backend, maybe another device). */
+  int (*stream_wait_event)(mgpu__bdevice *d, mgpu__bstream *s,
+                           mgpu__bdevice *ed, mgpu__bevent *e);
+
+  /* Asynchronous copy on s. For H2D/D2H the host side may be pageable. */
+  int (*memcpy_async)(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                      const void *src, size_t size, mgpu__copy_kind kind);
+  int (*memset_async)(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                      int value, size_t size);
+  /* args (args_size bytes) must be copied before returning. */
+  int (*launch)(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
+                mgpu_dim3 grid, mgpu_dim3 block, const void *args,
+                size_t args_size);
+  int (*builtin)(mgpu__bdevice *d, mgpu__bstream *s, const mgpu__builtin *b);
+  /* fn(arg) runs once earlier work on s is done; later work waits for it.
+   * fn must not call the backend. */
+  int (*host_callback)(mgpu__bdevice *d, mgpu__bstream *s,
+                       void (*fn)(void *arg), void *arg);
+
+  /* Peer access between two devices of this backend. */
+  int (*peer_can_access)(mgpu__bdevice *d, mgpu__bdevice *peer, int *yes);
+  int (*peer_enable)(mgpu__bdevice *d, mgpu__bdevice *peer);
+  int (*peer_disable)(mgpu__bdevice *d, mgpu__bdevice *peer);
+  /* Direct copy from src (on sd) to dst (on dd), ordered on s, which belongs
+   * to dd or sd (the one named by s_dev). */
+  int (*memcpy_peer_async)(mgpu__bdevice *dd, void *dst, mgpu__bdevice *sd,
+                           const void *src, size_t size, mgpu__bdevice *s_dev,
+                           mgpu__bstream *s);
+
+  /* Optional stream-ordered allocator (cudaMallocAsync). NULL: the core's
+   * own pool over mem_alloc and host_callback. */
+  int (*pool_alloc_async)(mgpu__bdevice *d, mgpu__bstream *s, size_t size,
+                          void **ptr);
+  int (*pool_free_async)(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
+  int (*pool_trim)(mgpu__bdevice *d);
+} mgpu__backend_ops;
+
+typedef const mgpu__backend_ops *(*mgpu__plugin_entry_fn)(
+    const mgpu__backend_env *env);
+
+/* The host backend, always built in. */
+const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *env);
+
+/* Loads the CUDA plugin; NULL with the error detail set when it cannot. */
+const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env);
+void mgpu__cuda_backend_unload(void);
+
+#endif /* MGPU_BACKEND_H */

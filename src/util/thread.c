@@ -1,0 +1,73 @@
+/* pthread wrappers: see thread.h. Conditions use CLOCK_MONOTONIC so that
+ * timeouts do not jump with the wall clock. */
+#define _GNU_SOURCE
+#include "util/thread.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void check(int rc, const char *what) {
+  if (rc != 0) {
+    fprintf(stderr, "mgpu: fatal: %s failed: %s\n", what, strerror(rc));
+    abort();
+  }
+}
+
+void mgpu__mutex_init(mgpu__mutex *m) {
+  check(pthread_mutex_init(m, NULL), "pthread_mutex_init");
+}
+void mgpu__mutex_destroy(mgpu__mutex *m) {
+  check(pthread_mutex_destroy(m), "pthread_mutex_destroy");
+}
+void mgpu__mutex_lock(mgpu__mutex *m) {
+  check(pthread_mutex_lock(m), "pthread_mutex_lock");
+}
+void mgpu__mutex_unlock(mgpu__mutex *m) {
+  check(pthread_mutex_unlock(m), "pthread_mutex_unlock");
+}
+
+void mgpu__cond_init(mgpu__cond *c) {
+  pthread_condattr_t attr;
+  check(pthread_condattr_init(&attr), "pthread_condattr_init");
+  check(pthread_condattr_setclock(&attr, CLOCK_MONOTONIC),
+        "pthread_condattr_setclock");
+  check(pthread_cond_init(c, &attr), "pthread_cond_init");
+  pthread_condattr_destroy(&attr);
+}
+void mgpu__cond_destroy(mgpu__cond *c) {
+  check(pthread_cond_destroy(c), "pthread_cond_destroy");
+}
+void mgpu__cond_wait(mgpu__cond *c, mgpu__mutex *m) {
+  check(pthread_cond_wait(c, m), "pthread_cond_wait");
+}
+int mgpu__cond_timedwait(mgpu__cond *c, mgpu__mutex *m, uint64_t deadline_ns) {
+  struct timespec ts;
+  ts.tv_sec = (time_t)(deadline_ns / 1000000000u);
+  ts.tv_nsec = (long)(deadline_ns % 1000000000u);
+  int rc = pthread_cond_timedwait(c, m, &ts);
+  if (rc == ETIMEDOUT) return rc;
+  check(rc, "pthread_cond_timedwait");
+  return 0;
+}
+void mgpu__cond_signal(mgpu__cond *c) {
+  check(pthread_cond_signal(c), "pthread_cond_signal");
+}
+void mgpu__cond_broadcast(mgpu__cond *c) {
+  check(pthread_cond_broadcast(c), "pthread_cond_broadcast");
+}
+
+int mgpu__thread_create(mgpu__thread *t, void *(*fn)(void *), void *arg) {
+  return pthread_create(t, NULL, fn, arg);
+}
+void mgpu__thread_join(mgpu__thread t) {
+  check(pthread_join(t, NULL), "pthread_join");
+}
+
+uint64_t mgpu__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

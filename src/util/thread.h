@@ -1,0 +1,33 @@
+/* Thin wrappers over pthreads. A failed lock, unlock, wait or signal is a bug
+ * in mgpu, not a condition to handle: it aborts with a message. */
+#ifndef MGPU_UTIL_THREAD_H
+#define MGPU_UTIL_THREAD_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+typedef pthread_mutex_t mgpu__mutex;
+typedef pthread_cond_t mgpu__cond;
+typedef pthread_t mgpu__thread;
+
+void mgpu__mutex_init(mgpu__mutex *m);
+void mgpu__mutex_destroy(mgpu__mutex *m);
+void mgpu__mutex_lock(mgpu__mutex *m);
+void mgpu__mutex_unlock(mgpu__mutex *m);
+
+void mgpu__cond_init(mgpu__cond *c);
+void mgpu__cond_destroy(mgpu__cond *c);
+void mgpu__cond_wait(mgpu__cond *c, mgpu__mutex *m);
+/* Returns 0, or ETIMEDOUT once deadline_ns (mgpu__now_ns clock) passed. */
+int mgpu__cond_timedwait(mgpu__cond *c, mgpu__mutex *m, uint64_t deadline_ns);
+void mgpu__cond_signal(mgpu__cond *c);
+void mgpu__cond_broadcast(mgpu__cond *c);
+
+/* Returns 0 or an errno value. */
+int mgpu__thread_create(mgpu__thread *t, void *(*fn)(void *), void *arg);
+void mgpu__thread_join(mgpu__thread t);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t mgpu__now_ns(void);
+
+#endif /* MGPU_UTIL_THREAD_H */

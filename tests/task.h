@@ -1,0 +1,109 @@
+/* The test harness: each tests/test-<area>.c defines tests with TEST_IMPL and
+ * lists them between TEST_LIST_BEGIN and TEST_LIST_END; CMake registers each
+ * entry as its own ctest test, run in its own process by runner.c.
+ *
+ * An assertion failure prints the expression, the mgpu error and its detail,
+ * and aborts. A test returns TEST_SKIP (77) when the machine cannot run it
+ * (fewer devices than it needs, say). */
+#ifndef MGPU_TEST_TASK_H
+#define MGPU_TEST_TASK_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgpu.h"
+
+#define TEST_SKIP 77
+
+#define TEST_IMPL(name) int test_##name(void)
+
+typedef struct test_entry {
+  const char *name;
+  int (*fn)(void);
+} test_entry;
+
+#define TEST_LIST_BEGIN const test_entry mgpu_test_list[] = {
+#define TEST_ENTRY(name) {#name, test_##name},
+#define TEST_LIST_END {NULL, NULL}};
+
+#define ASSERT(expr)                                                        \
+  do {                                                                      \
+    if (!(expr)) {                                                          \
+      fprintf(stderr, "%s:%d: assertion failed: %s\n  last detail: %s\n",    \
+              __FILE__, __LINE__, #expr, mgpu_error_detail());              \
+      abort();                                                              \
+    }                                                                       \
+  } while (0)
+
+/* The call must succeed. */
+#define ASSERT_OK(expr)                                                     \
+  do {                                                                      \
+    int test_rc_ = (expr);                                                  \
+    if (test_rc_ != 0) {                                                    \
+      fprintf(stderr, "%s:%d: %s returned %s (%d): %s\n  detail: %s\n",     \
+              __FILE__, __LINE__, #expr, mgpu_err_name(test_rc_), test_rc_, \
+              mgpu_strerror(test_rc_), mgpu_error_detail());                \
+      abort();                                                              \
+    }                                                                       \
+  } while (0)
+
+/* The call must fail with exactly this code and leave a detail. */
+#define ASSERT_ERR(code, expr)                                              \
+  do {                                                                      \
+    int test_rc_ = (expr);                                                  \
+    if (test_rc_ != (code)) {                                               \
+      fprintf(stderr, "%s:%d: %s returned %s (%d), expected %s\n"           \
+              "  detail: %s\n", __FILE__, __LINE__, #expr,                   \
+              mgpu_err_name(test_rc_), test_rc_, mgpu_err_name(code),       \
+              mgpu_error_detail());                                         \
+      abort();                                                              \
+    }                                                                       \
+    if (mgpu_error_detail()[0] == '\0') {                                   \
+      fprintf(stderr, "%s:%d: %s failed without a detail\n", __FILE__,      \
+              __LINE__, #expr);                                             \
+      abort();                                                              \
+    }                                                                       \
+  } while (0)
+
+#define ASSERT_EQ(a, b)                                                     \
+  do {                                                                      \
+    long long test_a_ = (long long)(a), test_b_ = (long long)(b);           \
+    if (test_a_ != test_b_) {                                               \
+      fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__,   \
+              __LINE__, #a, #b, test_a_, test_b_);                          \
+      abort();                                                              \
+    }                                                                       \
+  } while (0)
+
+/* The detail of the last failure must contain the text. */
+#define ASSERT_DETAIL_HAS(text)                                             \
+  do {                                                                      \
+    if (strstr(mgpu_error_detail(), (text)) == NULL) {                      \
+      fprintf(stderr, "%s:%d: detail \"%s\" does not mention \"%s\"\n",     \
+              __FILE__, __LINE__, mgpu_error_detail(), (text));             \
+      abort();                                                              \
+    }                                                                       \
+  } while (0)
+
+/* mgpu_init from the environment, or host:4 if MGPU_DEVICES is unset and no
+ * GPU is found. Returns the device count. */
+static inline int test_init(void) {
+  ASSERT_OK(mgpu_init(NULL));
+  int n = mgpu_device_count();
+  ASSERT(n > 0);
+  return n;
+}
+
+/* A deterministic generator for test data (xorshift64*). */
+static inline uint64_t test_rand(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * 2685821657736338717ull;
+}
+
+#endif /* MGPU_TEST_TASK_H */

@@ -1,0 +1,24 @@
+/* The subcommands of the mgpu command, one file each (tools/cmd-<name>.c).
+ * Each returns the process exit status: 0 success, 1 runtime failure (the
+ * error and its detail printed), 2 bad arguments (usage printed). */
+#ifndef MGPU_TOOLS_CMD_H
+#define MGPU_TOOLS_CMD_H
+
+#include <stdio.h>
+
+#include "mgpu.h"
+
+int mgpu_cmd_version(int argc, char **argv);
+int mgpu_cmd_devices(int argc, char **argv);
+int mgpu_cmd_demo(int argc, char **argv);
+int mgpu_cmd_bench(int argc, char **argv);
+/* Provided by tools/cmd-topo.c when the topology layer is built. */
+int mgpu_cmd_topo(int argc, char **argv) __attribute__((weak));
+
+/* Prints "mgpu: what: MGPU_EXXX (message): detail" to stderr; returns 1. */
+int mgpu_cmd_fail(const char *what, int rc);
+
+/* mgpu_init(NULL), reporting a failure; returns 0 or 1. */
+int mgpu_cmd_init(void);
+
+#endif /* MGPU_TOOLS_CMD_H */
