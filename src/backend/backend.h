@@ -88,6 +88,26 @@ typedef struct mgpu__builtin {
   } value;
 } mgpu__builtin;
 
+typedef enum mgpu__coll_kind {
+  MGPU__COLL_ALLREDUCE = 0,
+  MGPU__COLL_REDUCE = 1,
+  MGPU__COLL_BROADCAST = 2,
+  MGPU__COLL_ALLGATHER = 3,
+  MGPU__COLL_REDUCE_SCATTER = 4
+} mgpu__coll_kind;
+
+/* One rank's part of a collective, checked by the core. count is the
+ * per-rank element count as NCCL defines it for each kind. */
+typedef struct mgpu__coll_args {
+  mgpu__coll_kind kind;
+  const void *send;
+  void *recv;
+  size_t count;
+  mgpu_dtype dtype;
+  mgpu_op op;
+  int root;
+} mgpu__coll_args;
+
 typedef struct mgpu__backend_ops {
   const char *name; /* "host", "cuda" */
   mgpu_backend_kind kind;
@@ -159,6 +179,17 @@ typedef struct mgpu__backend_ops {
                           void **ptr);
   int (*pool_free_async)(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
   int (*pool_trim)(mgpu__bdevice *d);
+
+  /* Optional collective provider (NCCL on CUDA). NULL: the core runs its
+   * own ring. comm_create gets one device per rank (whole GPUs, distinct);
+   * run is called once per rank, between group_start and group_end when
+   * one thread issues for several ranks. */
+  int (*coll_comm_create)(mgpu__bdevice **devs, int n, void **comm);
+  void (*coll_comm_destroy)(void *comm);
+  int (*coll_group_start)(void);
+  int (*coll_group_end)(void);
+  int (*coll_run)(void *comm, int rank, const mgpu__coll_args *args,
+                  mgpu__bstream *s);
 } mgpu__backend_ops;
 
 typedef const mgpu__backend_ops *(*mgpu__plugin_entry_fn)(

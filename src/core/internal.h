@@ -185,4 +185,9 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
 /* Called by mgpu_shutdown before the devices close. */
 void mgpu__copy_shutdown(void);
 
+/* ---- topology (topo/) ---- */
+
+/* Pins the calling thread (a device host thread) near device dev. */
+void mgpu__topo_bind_current_thread(int dev);
+
 #endif /* MGPU_CORE_INTERNAL_H */
