@@ -1,7 +1,157 @@
-/* mgpu coll: (being written). */
+/* mgpu coll: collectives over devices, host barriers and stream barriers.
+ *
+ * A communicator (mgpu_comm) spans a list of devices; rank r is the r-th
+ * device of the list. Collectives are stream-ordered, as NCCL's are: every
+ * rank calls the collective once, with its own buffers and a stream of its
+ * own device, and the data moves when every rank's stream reaches that point.
+ * A call returns once every rank has called (or a timeout passed): that is
+ * when mismatched arguments are caught, before any data moves. One thread
+ * issuing for several ranks wraps its calls in mgpu_group_begin() /
+ * mgpu_group_end(), which holds them back until the group ends.
+ *
+ * Counts are in elements. In place: pass the same buffer as send and recv.
+ * For all-gather, in place means rank r's input already sits at element
+ * r * count of its recv buffer; for reduce-scatter, rank r's result is
+ * written at element r * count of its buffer (NCCL's convention).
+ *
+ * docs/coll.md is the guide.
+ */
 #ifndef MGPU_COLL_H
 #define MGPU_COLL_H
 
 #include "mgpu/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgpu_comm mgpu_comm;
+
+/* Who moves the data of a communicator's collectives. */
+typedef enum mgpu_coll_provider {
+  MGPU_COLL_PROVIDER_AUTO = -1, /* config only: NCCL where it can, else mgpu */
+  MGPU_COLL_PROVIDER_MGPU = 0,  /* mgpu's own ring and direct algorithms */
+  MGPU_COLL_PROVIDER_NCCL = 1   /* NCCL (whole CUDA GPUs, NCCL present) */
+} mgpu_coll_provider;
+
+/* mgpu's own algorithms (provider MGPU). */
+typedef enum mgpu_coll_algo {
+  MGPU_COLL_ALGO_AUTO = 0,  /* direct where every device reads every other's
+                               memory and runs host kernels, else ring */
+  MGPU_COLL_ALGO_RING = 1,  /* chunked, pipelined ring of copies and
+                               reductions; works on every backend */
+  MGPU_COLL_ALGO_DIRECT = 2 /* each rank reduces its slice straight from every
+                               peer's buffer and writes it to every output:
+                               the least memory traffic; host devices only */
+} mgpu_coll_algo;
+
+typedef struct mgpu_comm_config {
+  size_t size;        /* sizeof(mgpu_comm_config) */
+  int provider;       /* mgpu_coll_provider; AUTO by default */
+  int algo;           /* mgpu_coll_algo; AUTO by default */
+  size_t chunk_bytes; /* ring pipeline chunk; 0: 1 MiB */
+  int timeout_ms;     /* how long a call waits for the other ranks before it
+                         returns MGPU_ETIMEDOUT naming the missing devices;
+                         0: 30000; -1: forever */
+} mgpu_comm_config;
+
+#define MGPU_COMM_CONFIG_INITIALIZER \
+  { sizeof(mgpu_comm_config), MGPU_COLL_PROVIDER_AUTO, MGPU_COLL_ALGO_AUTO, 0, 0 }
+
+/* Creates a communicator over n distinct devices (rank r = devs[r]). The
+ * caller owns it until mgpu_comm_destroy. */
+MGPU_EXTERN int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm);
+/* The same with a configuration (NULL: the defaults). */
+MGPU_EXTERN int mgpu_comm_create_config(const int *devs, int n,
+                                        const mgpu_comm_config *config,
+                                        mgpu_comm **comm);
+/* Waits for the communicator's work in flight, then frees it. Later use of
+ * the handle is MGPU_EFREED. */
+MGPU_EXTERN int mgpu_comm_destroy(mgpu_comm *comm);
+/* Number of ranks, or a negative code. */
+MGPU_EXTERN int mgpu_comm_size(const mgpu_comm *comm);
+/* Device of a rank, or a negative code. */
+MGPU_EXTERN int mgpu_comm_device(const mgpu_comm *comm, int rank);
+/* MGPU_COLL_PROVIDER_MGPU or _NCCL, or a negative code. */
+MGPU_EXTERN int mgpu_comm_provider(const mgpu_comm *comm);
+/* "mgpu", "nccl", "auto" or "unknown". */
+MGPU_EXTERN const char *mgpu_coll_provider_name(int provider);
+
+/* recv = op over every rank's send (count elements on every rank). */
+MGPU_EXTERN int mgpu_allreduce(mgpu_comm *comm, int rank,
+                               const mgpu_buffer *send, mgpu_buffer *recv,
+                               size_t count, mgpu_dtype dtype, mgpu_op op,
+                               mgpu_stream *stream);
+/* root's recv = op over every rank's send; recv is ignored (may be NULL) on
+ * the other ranks. */
+MGPU_EXTERN int mgpu_reduce(mgpu_comm *comm, int rank, const mgpu_buffer *send,
+                            mgpu_buffer *recv, size_t count, mgpu_dtype dtype,
+                            mgpu_op op, int root, mgpu_stream *stream);
+/* Every rank's recv = root's send; send is ignored (may be NULL) on the
+ * other ranks. */
+MGPU_EXTERN int mgpu_broadcast(mgpu_comm *comm, int rank,
+                               const mgpu_buffer *send, mgpu_buffer *recv,
+                               size_t count, mgpu_dtype dtype, int root,
+                               mgpu_stream *stream);
+/* recv (n * count elements) = the ranks' sends (count each), in rank order. */
+MGPU_EXTERN int mgpu_allgather(mgpu_comm *comm, int rank,
+                               const mgpu_buffer *send, mgpu_buffer *recv,
+                               size_t count, mgpu_dtype dtype,
+                               mgpu_stream *stream);
+/* Rank r's recv (count elements) = op over every rank's send elements
+ * [r * count, (r + 1) * count). */
+MGPU_EXTERN int mgpu_reduce_scatter(mgpu_comm *comm, int rank,
+                                    const mgpu_buffer *send, mgpu_buffer *recv,
+                                    size_t count, mgpu_dtype dtype, mgpu_op op,
+                                    mgpu_stream *stream);
+
+/* Between these, the calling thread's collective calls only check their own
+ * arguments and return; mgpu_group_end() hands them over together and waits
+ * until every rank of each has called. Groups nest; the outermost end
+ * submits. mgpu_group_end returns the first error of the group's calls. */
+MGPU_EXTERN int mgpu_group_begin(void);
+MGPU_EXTERN int mgpu_group_end(void);
+
+/* *result (one element of dtype) = op over every element of every rank's
+ * buffer: rank r contributes counts[r] elements of bufs[r]. Each device
+ * reduces its own part, the host combines the partial results. Synchronous;
+ * called by one thread for the whole communicator. */
+MGPU_EXTERN int mgpu_reduce_to_host(mgpu_comm *comm,
+                                    mgpu_buffer *const *bufs,
+                                    const size_t *counts, mgpu_dtype dtype,
+                                    mgpu_op op, void *result);
+
+/* ------------------------------------------------------------------------ */
+/* Barriers                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A host barrier for one thread per device: rank r is the thread working for
+ * devs[r]. Reusable: each round is a new generation. */
+typedef struct mgpu_barrier mgpu_barrier;
+
+MGPU_EXTERN int mgpu_barrier_create(const int *devs, int n,
+                                    mgpu_barrier **barrier);
+/* MGPU_EAGAIN while a thread is still waiting in it. */
+MGPU_EXTERN int mgpu_barrier_destroy(mgpu_barrier *barrier);
+/* Blocks until every rank has arrived in this generation. After timeout_ms
+ * (-1: forever) it returns MGPU_ETIMEDOUT with a detail naming the devices
+ * that did not arrive, and withdraws the caller, so the barrier stays usable.
+ * Two threads waiting as one rank at once is MGPU_EINVAL. */
+MGPU_EXTERN int mgpu_barrier_wait(mgpu_barrier *barrier, int rank,
+                                  int timeout_ms);
+
+/* A stream barrier: queued on a set of streams (of any devices), it makes
+ * every stream wait until all of them have reached it. The host does not
+ * block. */
+typedef struct mgpu_stream_barrier mgpu_stream_barrier;
+
+MGPU_EXTERN int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
+                                           mgpu_stream_barrier **barrier);
+MGPU_EXTERN int mgpu_stream_barrier_destroy(mgpu_stream_barrier *barrier);
+/* Queues one barrier round on every stream of the set. */
+MGPU_EXTERN int mgpu_stream_barrier_wait(mgpu_stream_barrier *barrier);
+
+#ifdef __cplusplus
+}
+#endif
 #endif /* MGPU_COLL_H */

@@ -1,0 +1,224 @@
+/* Host barriers and stream barriers.
+ *
+ * The host barrier counts arrivals per generation: the last thread to arrive
+ * starts a new generation and wakes the others, who leave when they see the
+ * generation move on. A thread whose wait runs out withdraws its arrival, so
+ * the barrier stays consistent and reusable, and names the devices whose
+ * threads never came.
+ *
+ * The stream barrier records one event per stream and makes every stream
+ * wait for every other's event; the host only queues. Its events are reused
+ * round after round: a stream wait takes the event's state when it is
+ * queued, so re-recording later does not disturb earlier rounds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll_internal.h"
+#include "coll/handles.h"
+
+typedef struct mgpu__barrier {
+  int n;
+  int devs[MGPU_MAX_DEVICES];
+  /* lock guards every field below. */
+  mgpu__mutex lock;
+  mgpu__cond cond;
+  uint64_t generation;
+  int count;                              /* arrived in this generation */
+  unsigned char arrived[MGPU_MAX_DEVICES]; /* by rank, this generation */
+  unsigned char waiting[MGPU_MAX_DEVICES]; /* a thread waits as this rank */
+  int waiters;
+} mgpu__barrier;
+
+int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
+  if (barrier == NULL) return mgpu__error(MGPU_EINVAL, "barrier: NULL output");
+  *barrier = NULL;
+  if (devs == NULL || n < 1 || n > MGPU_MAX_DEVICES)
+    return mgpu__error(MGPU_EINVAL, "barrier: %d devices (need 1 to %d)", n,
+                       MGPU_MAX_DEVICES);
+  for (int r = 0; r < n; r++) {
+    mgpu__device *d;
+    int rc = mgpu__device_check(devs[r], &d);
+    if (rc != 0) return rc;
+  }
+  mgpu__barrier *b = calloc(1, sizeof *b);
+  if (b == NULL) return mgpu__error(MGPU_ENOMEM, "barrier: out of memory");
+  b->n = n;
+  memcpy(b->devs, devs, (size_t)n * sizeof *devs);
+  mgpu__mutex_init(&b->lock);
+  mgpu__cond_init(&b->cond);
+  uintptr_t h = mgpu__obj_new(MGPU__OBJ_BARRIER, b);
+  if (h == 0) {
+    mgpu__cond_destroy(&b->cond);
+    mgpu__mutex_destroy(&b->lock);
+    free(b);
+    return mgpu__error(MGPU_ENOMEM, "barrier: too many open handles");
+  }
+  *barrier = (mgpu_barrier *)h;
+  return 0;
+}
+
+int mgpu_barrier_destroy(mgpu_barrier *barrier) {
+  int err = 0;
+  mgpu__barrier *b =
+      mgpu__obj_get((uintptr_t)barrier, MGPU__OBJ_BARRIER, "barrier", &err);
+  if (b == NULL) return err;
+  mgpu__mutex_lock(&b->lock);
+  int waiters = b->waiters;
+  mgpu__mutex_unlock(&b->lock);
+  if (waiters > 0)
+    return mgpu__error(MGPU_EAGAIN, "barrier: %d thread(s) still wait in it",
+                       waiters);
+  if (mgpu__obj_release((uintptr_t)barrier, MGPU__OBJ_BARRIER, "barrier",
+                        &err) == NULL)
+    return err;
+  mgpu__cond_destroy(&b->cond);
+  mgpu__mutex_destroy(&b->lock);
+  free(b);
+  return 0;
+}
+
+/* Names the devices that have not arrived (the caller excepted). Called
+ * with b->lock held. */
+static void missing_list(const mgpu__barrier *b, int self, char *out,
+                         size_t size) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (int r = 0; r < b->n && len + 16 < size; r++)
+    if (!b->arrived[r] && r != self)
+      len += (size_t)snprintf(out + len, size - len, "%s%d (rank %d)",
+                              len ? ", " : "", b->devs[r], r);
+}
+
+int mgpu_barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
+  int err = 0;
+  mgpu__barrier *b =
+      mgpu__obj_get((uintptr_t)barrier, MGPU__OBJ_BARRIER, "barrier", &err);
+  if (b == NULL) return err;
+  if (rank < 0 || rank >= b->n)
+    return mgpu__error(MGPU_EINVAL, "barrier: rank %d of %d", rank, b->n);
+  if (timeout_ms < -1)
+    return mgpu__error(MGPU_EINVAL, "barrier: timeout %d ms", timeout_ms);
+  int rc = 0;
+  mgpu__mutex_lock(&b->lock);
+  if (b->waiting[rank] || b->arrived[rank]) {
+    mgpu__mutex_unlock(&b->lock);
+    return mgpu__error(MGPU_EINVAL,
+                       "barrier: rank %d (device %d) is already waiting",
+                       rank, b->devs[rank]);
+  }
+  b->arrived[rank] = 1;
+  if (++b->count == b->n) {
+    b->generation++;
+    b->count = 0;
+    memset(b->arrived, 0, sizeof b->arrived);
+    mgpu__cond_broadcast(&b->cond);
+    mgpu__mutex_unlock(&b->lock);
+    return 0;
+  }
+  uint64_t gen = b->generation;
+  uint64_t deadline =
+      timeout_ms < 0 ? 0 : mgpu__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  b->waiting[rank] = 1;
+  b->waiters++;
+  while (b->generation == gen) {
+    if (deadline == 0) {
+      mgpu__cond_wait(&b->cond, &b->lock);
+    } else if (mgpu__cond_timedwait(&b->cond, &b->lock, deadline) != 0 &&
+               b->generation == gen) {
+      char missing[512];
+      missing_list(b, rank, missing, sizeof missing);
+      b->arrived[rank] = 0;
+      b->count--;
+      rc = mgpu__error(MGPU_ETIMEDOUT,
+                       "barrier: rank %d (device %d) waited %d ms; device(s) "
+                       "%s did not arrive",
+                       rank, b->devs[rank], timeout_ms, missing);
+      break;
+    }
+  }
+  b->waiting[rank] = 0;
+  b->waiters--;
+  mgpu__mutex_unlock(&b->lock);
+  return rc;
+}
+
+/* ---- stream barriers ---- */
+
+typedef struct mgpu__stream_barrier {
+  int n;
+  mgpu_stream *streams[MGPU_MAX_DEVICES];
+  mgpu_event *events[MGPU_MAX_DEVICES];
+} mgpu__stream_barrier;
+
+static void sb_free(mgpu__stream_barrier *sb) {
+  for (int i = 0; i < sb->n; i++)
+    if (sb->events[i] != NULL) mgpu_event_destroy(sb->events[i]);
+  free(sb);
+}
+
+int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
+                               mgpu_stream_barrier **barrier) {
+  if (barrier == NULL)
+    return mgpu__error(MGPU_EINVAL, "stream barrier: NULL output");
+  *barrier = NULL;
+  if (streams == NULL || n < 1 || n > MGPU_MAX_DEVICES)
+    return mgpu__error(MGPU_EINVAL, "stream barrier: %d streams (need 1 to %d)",
+                       n, MGPU_MAX_DEVICES);
+  mgpu__stream_barrier *sb = calloc(1, sizeof *sb);
+  if (sb == NULL)
+    return mgpu__error(MGPU_ENOMEM, "stream barrier: out of memory");
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    mgpu__stream *s;
+    rc = mgpu__stream_get(streams[i], &s);
+    for (int j = 0; j < i && rc == 0; j++)
+      if (streams[j] == streams[i])
+        rc = mgpu__error(MGPU_EINVAL,
+                         "stream barrier: stream %d is listed twice (%d, %d)",
+                         i, j, i);
+    if (rc == 0) rc = mgpu_event_create(&sb->events[i], s->dev);
+    sb->streams[i] = streams[i];
+    sb->n = i + 1;
+  }
+  uintptr_t h = 0;
+  if (rc == 0) {
+    h = mgpu__obj_new(MGPU__OBJ_STREAM_BARRIER, sb);
+    if (h == 0)
+      rc = mgpu__error(MGPU_ENOMEM, "stream barrier: too many open handles");
+  }
+  if (rc != 0) {
+    sb_free(sb);
+    return rc;
+  }
+  *barrier = (mgpu_stream_barrier *)h;
+  return 0;
+}
+
+int mgpu_stream_barrier_destroy(mgpu_stream_barrier *barrier) {
+  int err = 0;
+  mgpu__stream_barrier *sb =
+      mgpu__obj_release((uintptr_t)barrier, MGPU__OBJ_STREAM_BARRIER,
+                        "stream barrier", &err);
+  if (sb == NULL) return err;
+  sb_free(sb);
+  return 0;
+}
+
+int mgpu_stream_barrier_wait(mgpu_stream_barrier *barrier) {
+  int err = 0;
+  mgpu__stream_barrier *sb = mgpu__obj_get(
+      (uintptr_t)barrier, MGPU__OBJ_STREAM_BARRIER, "stream barrier", &err);
+  if (sb == NULL) return err;
+  for (int i = 0; i < sb->n; i++) {
+    int rc = mgpu_event_record(sb->events[i], sb->streams[i]);
+    if (rc != 0) return rc;
+  }
+  for (int i = 0; i < sb->n; i++)
+    for (int j = 0; j < sb->n; j++) {
+      if (i == j) continue;
+      int rc = mgpu_stream_wait_event(sb->streams[i], sb->events[j]);
+      if (rc != 0) return rc;
+    }
+  return 0;
+}

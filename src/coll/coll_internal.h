@@ -1,0 +1,120 @@
+/* Internal interface of the collectives (src/coll/).
+ *
+ * comm.c      communicators: create, destroy, queries, pooled resources.
+ * group.c     the rendezvous: every rank's call is checked on its own, then
+ *             parked in a pending operation until all ranks have called; the
+ *             thread that brings the last rank checks the ranks against each
+ *             other and issues the work on every rank's stream. Groups.
+ * direct.c    the direct algorithm (host devices): each rank reduces its slice
+ *             straight from every peer's buffer, writes it to every output.
+ * ring.c      the ring (every backend): chunked, pipelined copies and
+ *             reductions ordered by events.
+ * reduce_host.c  mgpu_reduce_to_host.
+ * barrier.c   host barriers and stream barriers.
+ *
+ * Locking: comm->lock guards the pending operations, the per-rank sequence
+ * numbers, the abort state and every pooled resource (events, scratch
+ * buffers). Work is issued with comm->lock held, so the operations of one
+ * communicator reach the streams in sequence order.
+ */
+#ifndef MGPU_COLL_INTERNAL_H
+#define MGPU_COLL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+#include "mgpu/coll.h"
+
+/* One rank's call, checked against its own device. */
+typedef struct mgpu__coll_part {
+  int present;
+  mgpu__coll_kind kind;
+  size_t count;
+  mgpu_dtype dtype;
+  mgpu_op op;
+  int root;
+  mgpu_buffer *send_h; /* NULL where the kind ignores it on this rank */
+  mgpu_buffer *recv_h;
+  size_t send_off;     /* bytes into send_h where the data starts */
+  size_t recv_off;
+  const void *send;    /* device pointers of those starts */
+  void *recv;
+  int in_place;        /* send_h == recv_h */
+  mgpu_stream *stream_h;
+  mgpu__stream *stream;
+} mgpu__coll_part;
+
+/* One collective: the k-th call of every rank. */
+typedef struct mgpu__coll_op {
+  uint64_t seq;
+  int arrived;      /* ranks whose part is present */
+  int done;         /* 1 once issued or failed */
+  int rc;           /* result for every rank */
+  char detail[256]; /* the detail of a failure, handed to every rank */
+  int pickups;      /* calls that still have to collect the result */
+  struct mgpu__coll_op *next;
+  mgpu__coll_part part[]; /* n */
+} mgpu__coll_op;
+
+typedef struct mgpu__comm {
+  int n;
+  int devs[MGPU_MAX_DEVICES];
+  mgpu_comm_config cfg; /* resolved: no field left at its default */
+  int provider;         /* MGPU_COLL_PROVIDER_MGPU or _NCCL */
+  int algo;             /* MGPU_COLL_ALGO_RING or _DIRECT (provider MGPU) */
+  /* peer_read[r]: rank r's device may read the previous rank's memory
+   * directly in a kernel (ring). */
+  int peer_read[MGPU_MAX_DEVICES];
+  void *nccl;                      /* the provider's communicator */
+  const mgpu__backend_ops *nccl_ops;
+
+  mgpu__mutex lock;
+  mgpu__cond cond;
+  uint64_t next_seq[MGPU_MAX_DEVICES]; /* per rank: its next call's seq */
+  mgpu__coll_op *ops;                  /* pending and done, seq order */
+  int aborted;                         /* 1 after a timeout */
+  char abort_detail[256];
+  int callers; /* threads inside a call; destroy waits for 0 */
+  int destroying;
+
+  /* Pooled resources, created on first use, freed by destroy. */
+  mgpu_event **events[MGPU_MAX_DEVICES];
+  int nevents[MGPU_MAX_DEVICES];
+  int events_used[MGPU_MAX_DEVICES]; /* in the operation being issued */
+  mgpu_buffer *scratch[MGPU_MAX_DEVICES];
+  mgpu_stream *streams[MGPU_MAX_DEVICES]; /* internal, for reduce_to_host */
+} mgpu__comm;
+
+/* comm.c */
+int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out);
+/* The next free event of rank r in the operation being issued; events are
+ * recycled across operations (a wait takes the event's state when it is
+ * queued, as cudaStreamWaitEvent does). */
+int mgpu__comm_event(mgpu__comm *c, int r, mgpu_event **out);
+/* A scratch buffer of at least size bytes on rank r's device, kept for later
+ * operations (never allocated per call once large enough). The old one is
+ * freed after the work queued on stream is done, so stream must be the only
+ * stream of rank r that used it. */
+int mgpu__comm_scratch(mgpu__comm *c, int r, size_t size, mgpu_buffer **out);
+int mgpu__comm_stream(mgpu__comm *c, int r, mgpu_stream **out);
+
+/* Issue an operation whose parts are all present and consistent; called
+ * with c->lock held. */
+int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op);
+int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op);
+/* 1 when the direct algorithm can serve every device of the list. */
+int mgpu__coll_direct_possible(const int *devs, int n);
+
+/* Element-wise helpers over raw host memory (direct.c): dst = a op b. */
+void mgpu__coll_reduce_host(void *dst, const void *a, const void *b,
+                            size_t count, mgpu_dtype dtype, mgpu_op op);
+
+/* Splits count elements into n near-equal slices; slice i is
+ * [lo(i), lo(i+1)). */
+static inline size_t mgpu__coll_slice(size_t count, int n, int i) {
+  size_t un = (size_t)n, ui = (size_t)i;
+  return (count / un) * ui + ((count % un) * ui) / un;
+}
+
+#endif /* MGPU_COLL_INTERNAL_H */

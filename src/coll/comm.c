@@ -1,0 +1,298 @@
+/* Communicators: creation (which provider and algorithm serve them), queries,
+ * destruction, and the resources they pool for their operations (events,
+ * scratch buffers, internal streams), so that no collective allocates once
+ * the pools are warm. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll_internal.h"
+#include "coll/handles.h"
+
+#define DEFAULT_CHUNK (1u << 20)
+#define DEFAULT_TIMEOUT_MS 30000
+
+int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out) {
+  int err = 0;
+  *out = mgpu__obj_get((uintptr_t)h, MGPU__OBJ_COMM, "comm", &err);
+  return *out ? 0 : err;
+}
+
+/* NCCL serves a communicator when every device is a whole GPU of one backend
+ * that offers it, each GPU at most once (NCCL refuses two ranks on one GPU). */
+static int nccl_possible(const int *devs, int n,
+                         const mgpu__backend_ops **ops_out) {
+  const mgpu__backend_ops *ops = NULL;
+  for (int r = 0; r < n; r++) {
+    mgpu__device *d = mgpu__device_get(devs[r]);
+    if (d == NULL || d->ops->coll_run == NULL ||
+        d->ops->coll_comm_create == NULL || d->spec.split_count != 1)
+      return 0;
+    if (ops != NULL && d->ops != ops) return 0;
+    ops = d->ops;
+    for (int q = 0; q < r; q++)
+      if (mgpu__device_get(devs[q])->spec.ordinal == d->spec.ordinal) return 0;
+  }
+  *ops_out = ops;
+  return n > 0;
+}
+
+/* Whether rank r's device can read device peer's memory in its kernels. */
+static int can_read(int dev, int peer) {
+  if (dev == peer) return 1;
+  mgpu__device *d = mgpu__device_get(dev), *p = mgpu__device_get(peer);
+  if (d->ops != p->ops || d->ops->peer_can_access == NULL) return 0;
+  int yes = 0;
+  if (d->ops->peer_can_access(d->b, p->b, &yes) != 0 || !yes) return 0;
+  if (d->ops->peer_enable != NULL && d->ops->peer_enable(d->b, p->b) != 0) {
+    mgpu_error_clear();
+    return 0;
+  }
+  return 1;
+}
+
+int mgpu__coll_direct_possible(const int *devs, int n) {
+  for (int r = 0; r < n; r++) {
+    mgpu__device *d = mgpu__device_get(devs[r]);
+    if (d == NULL || d->ops->kind != MGPU_BACKEND_HOST) return 0;
+    for (int q = 0; q < n; q++)
+      if (!can_read(devs[r], devs[q])) return 0;
+  }
+  return 1;
+}
+
+static int resolve_config(const mgpu_comm_config *in, mgpu_comm_config *out) {
+  mgpu_comm_config def = MGPU_COMM_CONFIG_INITIALIZER;
+  if (in == NULL) in = &def;
+  if (in->size < sizeof(mgpu_comm_config))
+    return mgpu__error(MGPU_EINVAL,
+                       "comm config: size %zu is smaller than "
+                       "sizeof(mgpu_comm_config) = %zu",
+                       in->size, sizeof(mgpu_comm_config));
+  *out = *in;
+  if (out->provider < MGPU_COLL_PROVIDER_AUTO ||
+      out->provider > MGPU_COLL_PROVIDER_NCCL)
+    return mgpu__error(MGPU_EINVAL, "comm config: unknown provider %d",
+                       out->provider);
+  if (out->algo < MGPU_COLL_ALGO_AUTO || out->algo > MGPU_COLL_ALGO_DIRECT)
+    return mgpu__error(MGPU_EINVAL, "comm config: unknown algorithm %d",
+                       out->algo);
+  if (out->chunk_bytes == 0) out->chunk_bytes = DEFAULT_CHUNK;
+  if (out->chunk_bytes < 64) out->chunk_bytes = 64;
+  if (out->timeout_ms == 0) out->timeout_ms = DEFAULT_TIMEOUT_MS;
+  if (out->timeout_ms < -1)
+    return mgpu__error(MGPU_EINVAL, "comm config: timeout %d ms",
+                       out->timeout_ms);
+  return 0;
+}
+
+static int check_devices(const int *devs, int n) {
+  if (devs == NULL || n < 1 || n > MGPU_MAX_DEVICES)
+    return mgpu__error(MGPU_EINVAL,
+                       "comm: %d devices (need 1 to %d and a device list)", n,
+                       MGPU_MAX_DEVICES);
+  for (int r = 0; r < n; r++) {
+    mgpu__device *d;
+    int rc = mgpu__device_check(devs[r], &d);
+    if (rc != 0) return rc;
+    for (int q = 0; q < r; q++)
+      if (devs[q] == devs[r])
+        return mgpu__error(MGPU_EINVAL,
+                           "comm: device %d is listed twice (ranks %d and %d)",
+                           devs[r], q, r);
+  }
+  return 0;
+}
+
+int mgpu_comm_create_config(const int *devs, int n,
+                            const mgpu_comm_config *config, mgpu_comm **comm) {
+  if (comm == NULL) return mgpu__error(MGPU_EINVAL, "comm: NULL output");
+  *comm = NULL;
+  int rc = check_devices(devs, n);
+  if (rc != 0) return rc;
+  mgpu__comm *c = calloc(1, sizeof *c);
+  if (c == NULL) return mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
+  rc = resolve_config(config, &c->cfg);
+  if (rc != 0) goto fail_free;
+  c->n = n;
+  memcpy(c->devs, devs, (size_t)n * sizeof *devs);
+
+  const mgpu__backend_ops *nccl_ops = NULL;
+  int want_nccl = c->cfg.provider != MGPU_COLL_PROVIDER_MGPU;
+  if (want_nccl && n > 1 && nccl_possible(devs, n, &nccl_ops)) {
+    mgpu__bdevice *bdevs[MGPU_MAX_DEVICES];
+    for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->b;
+    rc = nccl_ops->coll_comm_create(bdevs, n, &c->nccl);
+    if (rc == 0) {
+      c->provider = MGPU_COLL_PROVIDER_NCCL;
+      c->nccl_ops = nccl_ops;
+    } else if (c->cfg.provider == MGPU_COLL_PROVIDER_NCCL) {
+      goto fail_free;
+    } else {
+      mgpu__log(MGPU_LOG_INFO, "comm: NCCL refused (%s); using mgpu's ring",
+                mgpu_error_detail());
+      mgpu_error_clear();
+    }
+  } else if (c->cfg.provider == MGPU_COLL_PROVIDER_NCCL && n > 1) {
+    rc = mgpu__error(MGPU_ENOTSUP,
+                     "comm: NCCL needs whole GPUs of a backend that has it, "
+                     "each at most once");
+    goto fail_free;
+  }
+  if (c->nccl == NULL) {
+    c->provider = MGPU_COLL_PROVIDER_MGPU;
+    int direct = mgpu__coll_direct_possible(devs, n);
+    if (c->cfg.algo == MGPU_COLL_ALGO_DIRECT && !direct) {
+      rc = mgpu__error(MGPU_ENOTSUP,
+                       "comm: the direct algorithm needs host devices that "
+                       "read each other's memory");
+      goto fail_free;
+    }
+    c->algo = c->cfg.algo == MGPU_COLL_ALGO_RING ? MGPU_COLL_ALGO_RING
+              : direct                            ? MGPU_COLL_ALGO_DIRECT
+                                                  : MGPU_COLL_ALGO_RING;
+    for (int r = 0; r < n; r++)
+      c->peer_read[r] = can_read(devs[r], devs[(r + n - 1) % n]);
+  }
+  mgpu__mutex_init(&c->lock);
+  mgpu__cond_init(&c->cond);
+  uintptr_t h = mgpu__obj_new(MGPU__OBJ_COMM, c);
+  if (h == 0) {
+    rc = mgpu__error(MGPU_ENOMEM, "comm: too many open communicators");
+    goto fail_sync;
+  }
+  mgpu__log(MGPU_LOG_INFO, "comm: %d ranks, provider %s, algorithm %s", n,
+            mgpu_coll_provider_name(c->provider),
+            c->provider == MGPU_COLL_PROVIDER_NCCL ? "nccl"
+            : c->algo == MGPU_COLL_ALGO_DIRECT     ? "direct"
+                                                   : "ring");
+  *comm = (mgpu_comm *)h;
+  return 0;
+
+fail_sync:
+  mgpu__cond_destroy(&c->cond);
+  mgpu__mutex_destroy(&c->lock);
+  if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
+fail_free:
+  free(c);
+  return rc;
+}
+
+int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm) {
+  return mgpu_comm_create_config(devs, n, NULL, comm);
+}
+
+int mgpu_comm_destroy(mgpu_comm *comm) {
+  mgpu__comm *c;
+  int rc = mgpu__comm_get(comm, &c);
+  if (rc != 0) return rc;
+  /* Retire the handle first: calls that start from now on see EFREED. Calls
+   * already inside see 'destroying' and leave; wait for them. */
+  int err = 0;
+  if (mgpu__obj_release((uintptr_t)comm, MGPU__OBJ_COMM, "comm", &err) == NULL)
+    return err;
+  mgpu__mutex_lock(&c->lock);
+  c->destroying = 1;
+  mgpu__cond_broadcast(&c->cond);
+  while (c->callers > 0) mgpu__cond_wait(&c->cond, &c->lock);
+  mgpu__mutex_unlock(&c->lock);
+
+  int first = 0;
+  for (int r = 0; r < c->n; r++) {
+    /* Work in flight on the user's streams may still use the pooled events
+     * and scratch buffers: wait for each rank's device. */
+    int src = mgpu_device_synchronize(c->devs[r]);
+    if (src != 0 && first == 0) first = src;
+    for (int i = 0; i < c->nevents[r]; i++) mgpu_event_destroy(c->events[r][i]);
+    free(c->events[r]);
+    if (c->scratch[r] != NULL) mgpu_free(c->scratch[r]);
+    if (c->streams[r] != NULL) mgpu_stream_destroy(c->streams[r]);
+  }
+  for (mgpu__coll_op *op = c->ops, *next; op != NULL; op = next) {
+    next = op->next;
+    free(op);
+  }
+  if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
+  mgpu__cond_destroy(&c->cond);
+  mgpu__mutex_destroy(&c->lock);
+  free(c);
+  return first;
+}
+
+int mgpu_comm_size(const mgpu_comm *comm) {
+  mgpu__comm *c;
+  int rc = mgpu__comm_get(comm, &c);
+  return rc != 0 ? rc : c->n;
+}
+
+int mgpu_comm_device(const mgpu_comm *comm, int rank) {
+  mgpu__comm *c;
+  int rc = mgpu__comm_get(comm, &c);
+  if (rc != 0) return rc;
+  if (rank < 0 || rank >= c->n)
+    return mgpu__error(MGPU_EINVAL, "comm: rank %d of %d", rank, c->n);
+  return c->devs[rank];
+}
+
+int mgpu_comm_provider(const mgpu_comm *comm) {
+  mgpu__comm *c;
+  int rc = mgpu__comm_get(comm, &c);
+  return rc != 0 ? rc : c->provider;
+}
+
+const char *mgpu_coll_provider_name(int provider) {
+  switch (provider) {
+    case MGPU_COLL_PROVIDER_AUTO: return "auto";
+    case MGPU_COLL_PROVIDER_MGPU: return "mgpu";
+    case MGPU_COLL_PROVIDER_NCCL: return "nccl";
+  }
+  return "unknown";
+}
+
+int mgpu__comm_event(mgpu__comm *c, int r, mgpu_event **out) {
+  int i = c->events_used[r];
+  if (i == c->nevents[r]) {
+    int cap = c->nevents[r] ? c->nevents[r] * 2 : 16;
+    mgpu_event **evs = realloc(c->events[r], (size_t)cap * sizeof *evs);
+    if (evs == NULL) return mgpu__error(MGPU_ENOMEM, "comm: event pool");
+    c->events[r] = evs;
+    for (int k = c->nevents[r]; k < cap; k++) {
+      int rc = mgpu_event_create(&evs[k], c->devs[r]);
+      if (rc != 0) return rc;
+      c->nevents[r] = k + 1;
+    }
+  }
+  *out = c->events[r][c->events_used[r]++];
+  return 0;
+}
+
+int mgpu__comm_scratch(mgpu__comm *c, int r, size_t size, mgpu_buffer **out) {
+  if (c->scratch[r] != NULL && mgpu_buffer_size(c->scratch[r]) >= size) {
+    *out = c->scratch[r];
+    return 0;
+  }
+  /* Grow geometrically so that a sweep over sizes allocates few times. */
+  size_t want = size;
+  if (c->scratch[r] != NULL) {
+    size_t twice = 2 * mgpu_buffer_size(c->scratch[r]);
+    if (twice > want) want = twice;
+  }
+  mgpu_buffer *b;
+  int rc = mgpu_malloc(&b, c->devs[r], want);
+  if (rc != 0 && want > size) rc = mgpu_malloc(&b, c->devs[r], want = size);
+  if (rc != 0) return rc;
+  /* mgpu_free waits for the device's queued work, so the old buffer outlives
+   * every operation that used it. */
+  if (c->scratch[r] != NULL) mgpu_free(c->scratch[r]);
+  c->scratch[r] = b;
+  *out = b;
+  return 0;
+}
+
+int mgpu__comm_stream(mgpu__comm *c, int r, mgpu_stream **out) {
+  if (c->streams[r] == NULL) {
+    int rc = mgpu_stream_create(&c->streams[r], c->devs[r]);
+    if (rc != 0) return rc;
+  }
+  *out = c->streams[r];
+  return 0;
+}

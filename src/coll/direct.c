@@ -1,0 +1,279 @@
+/* The direct algorithm, for host devices that read each other's memory.
+ *
+ * Every collective becomes one job per rank: reduce a range from a list of
+ * sources (every rank's input) and write the result to a list of
+ * destinations (every rank's output). Rank r owns slice r of the data, so
+ * each input byte is read once and each output byte written once: exactly
+ * the 2 * n * size bytes an all-reduce cannot avoid, where a ring moves
+ * about 5 * (n - 1) * size. The reduction runs through a small per-thread
+ * buffer that stays in cache, and large results leave through non-temporal
+ * stores, which skip the read-for-ownership of the destination lines.
+ *
+ * Ordering: an entry stream barrier (every stream waits for every other's
+ * event) makes every input ready before any rank reads, and an exit barrier
+ * keeps every stream from running on while a peer still reads its buffers
+ * or writes its output. Both are events and stream waits: the host never
+ * blocks. */
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "coll/coll_internal.h"
+
+/* Elements of one pass through the cache-resident buffer. */
+#define TILE_BYTES (16u << 10)
+/* Below this many bytes written per job, plain stores: the result is likely
+ * read again soon and should stay in cache. */
+#define NT_THRESHOLD (2u << 20)
+/* Bytes per kernel block below which one block does the whole job. */
+#define BLOCK_MIN (256u << 10)
+
+typedef struct job_args {
+  int nsrc, ndst;
+  mgpu_dtype dtype;
+  mgpu_op op;
+  size_t count; /* elements */
+  int nt;       /* 1: non-temporal stores */
+  /* ptr[0 .. nsrc) are the sources, ptr[nsrc .. nsrc + ndst) the
+   * destinations; only the used prefix travels with the launch. */
+  void *ptr[2 * MGPU_MAX_DEVICES];
+} job_args;
+
+#define SRC(j, k) ((j)->ptr[(k)])
+#define DST(j, k) ((j)->ptr[(j)->nsrc + (k)])
+
+/* dst = a op b and dst op= b over count elements, for each type and op.
+ * Integer sums and products wrap (computed unsigned), as on GPUs. */
+#define DEF_OPS(T, U, NAME)                                                  \
+  static void first_##NAME(T *restrict d, const T *restrict a,               \
+                           const T *restrict b, size_t n, mgpu_op op) {      \
+    switch (op) {                                                            \
+      case MGPU_SUM:                                                         \
+        for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] + (U)b[i]);        \
+        break;                                                               \
+      case MGPU_PROD:                                                        \
+        for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] * (U)b[i]);        \
+        break;                                                               \
+      case MGPU_MIN:                                                         \
+        for (size_t i = 0; i < n; i++) d[i] = b[i] < a[i] ? b[i] : a[i];     \
+        break;                                                               \
+      case MGPU_MAX:                                                         \
+        for (size_t i = 0; i < n; i++) d[i] = b[i] > a[i] ? b[i] : a[i];     \
+        break;                                                               \
+    }                                                                        \
+  }                                                                          \
+  static void acc_##NAME(T *restrict d, const T *restrict b, size_t n,       \
+                         mgpu_op op) {                                       \
+    switch (op) {                                                            \
+      case MGPU_SUM:                                                         \
+        for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)b[i]);        \
+        break;                                                               \
+      case MGPU_PROD:                                                        \
+        for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] * (U)b[i]);        \
+        break;                                                               \
+      case MGPU_MIN:                                                         \
+        for (size_t i = 0; i < n; i++) d[i] = b[i] < d[i] ? b[i] : d[i];     \
+        break;                                                               \
+      case MGPU_MAX:                                                         \
+        for (size_t i = 0; i < n; i++) d[i] = b[i] > d[i] ? b[i] : d[i];     \
+        break;                                                               \
+    }                                                                        \
+  }
+
+DEF_OPS(float, float, f32)
+DEF_OPS(double, double, f64)
+DEF_OPS(int32_t, uint32_t, i32)
+DEF_OPS(int64_t, uint64_t, i64)
+
+static void first(void *d, const void *a, const void *b, size_t n,
+                  mgpu_dtype t, mgpu_op op) {
+  switch (t) {
+    case MGPU_FLOAT32: first_f32(d, a, b, n, op); break;
+    case MGPU_FLOAT64: first_f64(d, a, b, n, op); break;
+    case MGPU_INT32: first_i32(d, a, b, n, op); break;
+    case MGPU_INT64: first_i64(d, a, b, n, op); break;
+    default: break; /* 16-bit types are refused before reaching here */
+  }
+}
+
+static void acc(void *d, const void *b, size_t n, mgpu_dtype t, mgpu_op op) {
+  switch (t) {
+    case MGPU_FLOAT32: acc_f32(d, b, n, op); break;
+    case MGPU_FLOAT64: acc_f64(d, b, n, op); break;
+    case MGPU_INT32: acc_i32(d, b, n, op); break;
+    case MGPU_INT64: acc_i64(d, b, n, op); break;
+    default: break;
+  }
+}
+
+void mgpu__coll_reduce_host(void *dst, const void *a, const void *b,
+                            size_t count, mgpu_dtype dtype, mgpu_op op) {
+  if (dst == a) {
+    acc(dst, b, count, dtype, op);
+  } else if (dst == b) {
+    acc(dst, a, count, dtype, op);
+  } else {
+    /* dst may still overlap a or b partially only through misuse; the
+     * restrict loops are safe for disjoint or identical ranges. */
+    first(dst, a, b, count, dtype, op);
+  }
+}
+
+/* Copies size bytes, with non-temporal stores where asked and possible. */
+static void copy_out(void *dst, const void *src, size_t size, int nt) {
+#if defined(__SSE2__)
+  if (nt) {
+    char *d = dst;
+    const char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > size) head = size;
+    memcpy(d, s, head);
+    d += head, s += head, size -= head;
+    size_t vec = size & ~(size_t)63;
+    for (size_t i = 0; i < vec; i += 64) {
+      __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i));
+      __m128i x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
+      __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32));
+      __m128i x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
+      _mm_stream_si128((__m128i *)(d + i), x0);
+      _mm_stream_si128((__m128i *)(d + i + 16), x1);
+      _mm_stream_si128((__m128i *)(d + i + 32), x2);
+      _mm_stream_si128((__m128i *)(d + i + 48), x3);
+    }
+    memcpy(d + vec, s + vec, size - vec);
+    return;
+  }
+#endif
+  (void)nt;
+  memcpy(dst, src, size);
+}
+
+/* The cache-resident buffer each worker thread reduces through. */
+static _Thread_local _Alignas(64) unsigned char tile[TILE_BYTES];
+
+static void job_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
+  const job_args *a = argp;
+  size_t esz = mgpu_dtype_size(a->dtype);
+  size_t nb = ctx->grid_dim.x, b = ctx->block_idx.x;
+  size_t lo = mgpu__coll_slice(a->count, (int)nb, (int)b);
+  size_t hi = mgpu__coll_slice(a->count, (int)nb, (int)b + 1);
+  size_t step = TILE_BYTES / esz;
+  for (size_t i = lo; i < hi; i += step) {
+    size_t m = hi - i < step ? hi - i : step;
+    size_t off = i * esz, bytes = m * esz;
+    const void *res;
+    if (a->nsrc == 1) {
+      res = (const char *)SRC(a, 0) + off;
+    } else {
+      first(tile, (const char *)SRC(a, 0) + off, (const char *)SRC(a, 1) + off,
+            m, a->dtype, a->op);
+      for (int k = 2; k < a->nsrc; k++)
+        acc(tile, (const char *)SRC(a, k) + off, m, a->dtype, a->op);
+      res = tile;
+    }
+    /* Every source of this tile was read before any destination is written,
+     * so in-place operation is safe. */
+    for (int k = 0; k < a->ndst; k++) {
+      char *d = (char *)DST(a, k) + off;
+      if (d != res) copy_out(d, res, bytes, a->nt);
+    }
+  }
+#if defined(__SSE2__)
+  if (a->nt) _mm_sfence();
+#endif
+}
+
+static const mgpu_kernel job = {"mgpu_coll_direct", job_kernel, NULL};
+
+/* Every stream of the operation waits until all of them reach this point. */
+static int stream_barrier(mgpu__comm *c, mgpu__coll_op *op) {
+  mgpu_event *ev[MGPU_MAX_DEVICES];
+  for (int r = 0; r < c->n; r++) {
+    int rc = mgpu__comm_event(c, r, &ev[r]);
+    if (rc == 0) rc = mgpu_event_record(ev[r], op->part[r].stream_h);
+    if (rc != 0) return rc;
+  }
+  for (int r = 0; r < c->n; r++)
+    for (int q = 0; q < c->n; q++) {
+      if (q == r) continue;
+      int rc = mgpu_stream_wait_event(op->part[r].stream_h, ev[q]);
+      if (rc != 0) return rc;
+    }
+  return 0;
+}
+
+/* Fills rank r's job; returns 0 when the rank has nothing to do. */
+static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
+                    job_args *j) {
+  const mgpu__coll_part *p0 = &op->part[0];
+  int n = c->n;
+  size_t esz = mgpu_dtype_size(p0->dtype);
+  size_t count = p0->count, bytes = count * esz;
+  const void *src[MGPU_MAX_DEVICES];
+  void *dst[MGPU_MAX_DEVICES];
+  int ns = 0, nd = 0;
+  j->dtype = p0->dtype;
+  j->op = p0->op;
+  size_t lo = mgpu__coll_slice(count, n, r), hi = mgpu__coll_slice(count, n, r + 1);
+  size_t off = lo * esz;
+  j->count = hi - lo;
+  switch (p0->kind) {
+    case MGPU__COLL_ALLREDUCE:
+      for (int q = 0; q < n; q++) src[ns++] = (const char *)op->part[q].send + off;
+      for (int q = 0; q < n; q++) dst[nd++] = (char *)op->part[q].recv + off;
+      break;
+    case MGPU__COLL_REDUCE:
+      for (int q = 0; q < n; q++) src[ns++] = (const char *)op->part[q].send + off;
+      dst[nd++] = (char *)op->part[p0->root].recv + off;
+      break;
+    case MGPU__COLL_BROADCAST:
+      src[ns++] = (const char *)op->part[p0->root].send + off;
+      for (int q = 0; q < n; q++) dst[nd++] = (char *)op->part[q].recv + off;
+      break;
+    case MGPU__COLL_ALLGATHER:
+      j->count = count;
+      src[ns++] = op->part[r].send;
+      for (int q = 0; q < n; q++)
+        dst[nd++] = (char *)op->part[q].recv + (size_t)r * bytes;
+      break;
+    case MGPU__COLL_REDUCE_SCATTER:
+      j->count = count;
+      for (int q = 0; q < n; q++)
+        src[ns++] = (const char *)op->part[q].send + (size_t)r * bytes;
+      dst[nd++] = op->part[r].recv;
+      break;
+  }
+  j->nsrc = ns;
+  j->ndst = nd;
+  for (int k = 0; k < ns; k++) j->ptr[k] = (void *)src[k];
+  for (int k = 0; k < nd; k++) j->ptr[ns + k] = dst[k];
+  j->nt = j->count * esz * (size_t)nd >= NT_THRESHOLD;
+  return j->count > 0;
+}
+
+int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
+  const mgpu__coll_part *p0 = &op->part[0];
+  if (p0->count == 0) return 0;
+  int rc = c->n > 1 ? stream_barrier(c, op) : 0;
+  for (int r = 0; r < c->n && rc == 0; r++) {
+    job_args j;
+    if (!make_job(c, op, r, &j)) continue;
+    if (j.nsrc == 1 && j.ndst == 1 && SRC(&j, 0) == DST(&j, 0)) continue;
+    size_t work = j.count * mgpu_dtype_size(j.dtype) * (size_t)(j.nsrc + j.ndst);
+    unsigned blocks = 1;
+    if (work >= 2 * BLOCK_MIN) {
+      mgpu_device_props props = {.size = sizeof props};
+      if (mgpu_device_get_props(c->devs[r], &props) == 0 &&
+          props.multiprocessors > 1)
+        blocks = (unsigned)props.multiprocessors;
+    }
+    size_t args_size =
+        offsetof(job_args, ptr) + (size_t)(j.nsrc + j.ndst) * sizeof(void *);
+    rc = mgpu_launch(op->part[r].stream_h, &job, MGPU_DIM3(blocks, 1, 1),
+                     MGPU_DIM3(1, 1, 1), &j, args_size);
+  }
+  if (rc == 0 && c->n > 1) rc = stream_barrier(c, op);
+  return rc;
+}

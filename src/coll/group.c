@@ -1,0 +1,474 @@
+/* The rendezvous of collective calls, and groups.
+ *
+ * Each rank's call is first checked on its own (handles, devices, sizes).
+ * It then joins the communicator's pending operation of its sequence number
+ * (the k-th call of every rank forms operation k) and waits until every rank
+ * has joined. The thread that brings the last rank checks the ranks against
+ * each other (kind, count, type, op, root): a mismatch fails every rank's
+ * call before any data moves. Otherwise it issues the work on every rank's
+ * stream, still holding the communicator's lock, so that operations reach
+ * the streams in sequence order.
+ *
+ * Waiting has a deadline: a call that waits longer than the communicator's
+ * timeout aborts it, and every call of it returns MGPU_ETIMEDOUT naming the
+ * devices that never arrived (NCCL's missing-rank hang, answered).
+ *
+ * Inside mgpu_group_begin/end, calls are only checked and recorded in the
+ * thread's group; mgpu_group_end joins every recorded call first and only
+ * then waits, so one thread can issue for every rank. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll_internal.h"
+
+typedef struct group_call {
+  mgpu_comm *comm;
+  int rank;
+  mgpu__coll_part part;
+  mgpu__comm *c;       /* set while joined */
+  mgpu__coll_op *op;
+} group_call;
+
+/* The calling thread's group; owned by that thread only. */
+static _Thread_local struct {
+  int depth;
+  group_call *calls;
+  int ncalls, cap;
+  int first_rc;         /* the first error of a call inside the group */
+  char first_detail[256];
+} group;
+
+static const char *kind_name(mgpu__coll_kind k) {
+  switch (k) {
+    case MGPU__COLL_ALLREDUCE: return "allreduce";
+    case MGPU__COLL_REDUCE: return "reduce";
+    case MGPU__COLL_BROADCAST: return "broadcast";
+    case MGPU__COLL_ALLGATHER: return "allgather";
+    case MGPU__COLL_REDUCE_SCATTER: return "reduce_scatter";
+  }
+  return "collective";
+}
+
+static int is_reduction(mgpu__coll_kind k) {
+  return k == MGPU__COLL_ALLREDUCE || k == MGPU__COLL_REDUCE ||
+         k == MGPU__COLL_REDUCE_SCATTER;
+}
+
+static int has_root(mgpu__coll_kind k) {
+  return k == MGPU__COLL_REDUCE || k == MGPU__COLL_BROADCAST;
+}
+
+/* Resolves one buffer argument: on the rank's device and at least need
+ * bytes. NULL is allowed only when need is 0. */
+static int check_buf(const char *what, const char *arg, int rank, int dev,
+                     mgpu_buffer *h, size_t need, void **ptr) {
+  *ptr = NULL;
+  if (h == NULL && need == 0) return 0;
+  mgpu__buf *b;
+  int rc = mgpu__buf_get(h, arg, &b);
+  if (rc != 0) return rc;
+  if (b->dev != dev)
+    return mgpu__error(MGPU_EWRONGDEV,
+                       "%s rank %d: %s buffer is on device %d, rank %d is "
+                       "device %d",
+                       what, rank, arg, b->dev, rank, dev);
+  if (b->size < need)
+    return mgpu__error(MGPU_ERANGE,
+                       "%s rank %d (device %d): %s buffer holds %zu bytes, "
+                       "the collective needs %zu",
+                       what, rank, dev, arg, b->size, need);
+  *ptr = b->ptr;
+  return 0;
+}
+
+/* Checks a rank's call on its own and resolves its handles. */
+static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
+  const char *what = kind_name(p->kind);
+  if (rank < 0 || rank >= c->n)
+    return mgpu__error(MGPU_EINVAL, "%s: rank %d of a communicator of %d",
+                       what, rank, c->n);
+  int dev = c->devs[rank];
+  int rc = mgpu__stream_get(p->stream_h, &p->stream);
+  if (rc != 0) return rc;
+  if (p->stream->dev != dev)
+    return mgpu__error(MGPU_EWRONGDEV,
+                       "%s rank %d: stream is on device %d, rank %d is device "
+                       "%d",
+                       what, rank, p->stream->dev, rank, dev);
+  size_t esz = mgpu_dtype_size(p->dtype);
+  if (esz == 0)
+    return mgpu__error(MGPU_EINVAL, "%s rank %d: unknown type %d", what, rank,
+                       (int)p->dtype);
+  if (is_reduction(p->kind) && (p->op < MGPU_SUM || p->op > MGPU_MAX))
+    return mgpu__error(MGPU_EINVAL, "%s rank %d: unknown op %d", what, rank,
+                       (int)p->op);
+  if (has_root(p->kind) && (p->root < 0 || p->root >= c->n))
+    return mgpu__error(MGPU_EINVAL, "%s rank %d: root %d of %d ranks", what,
+                       rank, p->root, c->n);
+  if (esz == 2 && c->provider != MGPU_COLL_PROVIDER_NCCL &&
+      mgpu__device_get(dev)->ops->kind == MGPU_BACKEND_HOST)
+    return mgpu__error(MGPU_ENOTSUP, "%s rank %d: %s on host device %d", what,
+                       rank, mgpu_dtype_name(p->dtype), dev);
+  size_t n = (size_t)c->n;
+  if (p->count > SIZE_MAX / esz / n)
+    return mgpu__error(MGPU_ERANGE, "%s rank %d: count %zu overflows", what,
+                       rank, p->count);
+  size_t bytes = p->count * esz, total = bytes * n;
+  size_t need_send = 0, need_recv = 0;
+  int is_root = !has_root(p->kind) || rank == p->root;
+  switch (p->kind) {
+    case MGPU__COLL_ALLREDUCE: need_send = need_recv = bytes; break;
+    case MGPU__COLL_REDUCE:
+      need_send = bytes;
+      need_recv = is_root ? bytes : 0;
+      if (!is_root) p->recv_h = NULL;
+      break;
+    case MGPU__COLL_BROADCAST:
+      need_send = is_root ? bytes : 0;
+      need_recv = bytes;
+      if (!is_root) p->send_h = NULL;
+      break;
+    case MGPU__COLL_ALLGATHER: need_send = bytes; need_recv = total; break;
+    case MGPU__COLL_REDUCE_SCATTER: need_send = total; need_recv = bytes; break;
+  }
+  p->in_place = p->send_h != NULL && p->send_h == p->recv_h;
+  if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) need_send = total;
+  if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) need_recv = total;
+  void *send;
+  rc = check_buf(what, "send", rank, dev, p->send_h, need_send, &send);
+  if (rc != 0) return rc;
+  rc = check_buf(what, "recv", rank, dev, p->recv_h, need_recv, &p->recv);
+  if (rc != 0) return rc;
+  p->send = send;
+  /* NCCL's in-place layouts: the rank's own block of the larger buffer. */
+  if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) {
+    p->send_off = (size_t)rank * bytes;
+    p->send = (char *)p->recv + p->send_off;
+  }
+  if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) {
+    p->recv_off = (size_t)rank * bytes;
+    p->recv = (char *)send + p->recv_off;
+  }
+  return 0;
+}
+
+/* Checks the ranks of a complete operation against each other. */
+static int check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
+  const mgpu__coll_part *a = &op->part[0];
+  const char *what = kind_name(a->kind);
+  for (int r = 1; r < c->n; r++) {
+    const mgpu__coll_part *b = &op->part[r];
+    const char *field = NULL;
+    long long va = 0, vb = 0;
+    if (b->kind != a->kind) {
+      return mgpu__error(MGPU_EMISMATCH,
+                         "collective #%llu: rank 0 (device %d) called %s, "
+                         "rank %d (device %d) called %s",
+                         (unsigned long long)op->seq, c->devs[0], what, r,
+                         c->devs[r], kind_name(b->kind));
+    } else if (b->count != a->count) {
+      field = "count", va = (long long)a->count, vb = (long long)b->count;
+    } else if (b->dtype != a->dtype) {
+      field = "type", va = a->dtype, vb = b->dtype;
+    } else if (is_reduction(a->kind) && b->op != a->op) {
+      field = "op", va = a->op, vb = b->op;
+    } else if (has_root(a->kind) && b->root != a->root) {
+      field = "root", va = a->root, vb = b->root;
+    }
+    if (field != NULL)
+      return mgpu__error(MGPU_EMISMATCH,
+                         "%s #%llu: rank 0 (device %d) has %s %lld, rank %d "
+                         "(device %d) has %s %lld",
+                         what, (unsigned long long)op->seq, c->devs[0], field,
+                         va, r, c->devs[r], field, vb);
+  }
+  return 0;
+}
+
+static int issue_nccl(mgpu__comm *c, mgpu__coll_op *op) {
+  const mgpu__backend_ops *ops = c->nccl_ops;
+  int rc = ops->coll_group_start ? ops->coll_group_start() : 0;
+  if (rc != 0) return rc;
+  for (int r = 0; r < c->n && rc == 0; r++) {
+    const mgpu__coll_part *p = &op->part[r];
+    mgpu__coll_args a = {p->kind, p->send, p->recv, p->count,
+                         p->dtype, p->op, p->root};
+    rc = ops->coll_run(c->nccl, r, &a, p->stream->b);
+  }
+  int erc = ops->coll_group_end ? ops->coll_group_end() : 0;
+  return rc != 0 ? rc : erc;
+}
+
+static void issue(mgpu__comm *c, mgpu__coll_op *op) {
+  int rc = check_consistent(c, op);
+  if (rc == 0) {
+    for (int r = 0; r < c->n; r++) c->events_used[r] = 0;
+    if (c->provider == MGPU_COLL_PROVIDER_NCCL)
+      rc = issue_nccl(c, op);
+    else if (c->algo == MGPU_COLL_ALGO_DIRECT)
+      rc = mgpu__coll_direct_issue(c, op);
+    else
+      rc = mgpu__coll_ring_issue(c, op);
+  }
+  if (rc == 0) {
+    enum mgpu__metric m = c->provider == MGPU_COLL_PROVIDER_NCCL
+                              ? MGPU__M_coll_nccl
+                              : MGPU__M_coll_ring;
+    for (int r = 0; r < c->n; r++) {
+      mgpu__metric_add(c->devs[r], MGPU__M_coll_ops, 1);
+      mgpu__metric_add(c->devs[r], m, 1);
+    }
+  } else {
+    snprintf(op->detail, sizeof op->detail, "%s", mgpu_error_detail());
+  }
+  op->rc = rc;
+  op->done = 1;
+}
+
+/* Issues every complete operation at the head, in sequence order. Called
+ * with c->lock held. */
+static void issue_ready(mgpu__comm *c) {
+  int any = 0;
+  for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
+    if (op->done) continue;
+    if (op->arrived < c->n) break;
+    issue(c, op);
+    any = 1;
+  }
+  if (any) mgpu__cond_broadcast(&c->cond);
+}
+
+/* Called with c->lock held. */
+static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
+  mgpu__coll_op **link = &c->ops;
+  for (; *link != NULL; link = &(*link)->next) {
+    if ((*link)->seq == seq) return *link;
+    if ((*link)->seq > seq) break;
+  }
+  mgpu__coll_op *op =
+      calloc(1, sizeof *op + (size_t)c->n * sizeof(mgpu__coll_part));
+  if (op == NULL) return NULL;
+  op->seq = seq;
+  op->next = *link;
+  *link = op;
+  return op;
+}
+
+/* Called with c->lock held, when a wait ran out. */
+static void abort_comm(mgpu__comm *c, mgpu__coll_op *late) {
+  char missing[160] = "";
+  size_t len = 0;
+  for (int r = 0; r < c->n && len < sizeof missing - 16; r++)
+    if (!late->part[r].present)
+      len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
+                              len ? ", " : "", c->devs[r]);
+  snprintf(c->abort_detail, sizeof c->abort_detail,
+           "collective #%llu timed out after %d ms: device(s) %s never "
+           "called it; the communicator is aborted",
+           (unsigned long long)late->seq, c->cfg.timeout_ms, missing);
+  c->aborted = 1;
+  for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
+    if (op->done) continue;
+    op->done = 1;
+    op->rc = MGPU_ETIMEDOUT;
+    snprintf(op->detail, sizeof op->detail, "%s", c->abort_detail);
+  }
+  mgpu__cond_broadcast(&c->cond);
+}
+
+/* Joins one call to its operation. */
+static int join(group_call *g) {
+  mgpu__comm *c;
+  int rc = mgpu__comm_get(g->comm, &c);
+  if (rc != 0) return rc;
+  mgpu__mutex_lock(&c->lock);
+  if (c->destroying) {
+    rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
+  } else if (c->aborted) {
+    rc = mgpu__error(MGPU_ETIMEDOUT, "%s", c->abort_detail);
+  } else {
+    mgpu__coll_op *op = find_op(c, c->next_seq[g->rank]);
+    if (op == NULL) {
+      rc = mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
+    } else {
+      op->part[g->rank] = g->part;
+      op->part[g->rank].present = 1;
+      op->arrived++;
+      op->pickups++;
+      c->next_seq[g->rank]++;
+      c->callers++;
+      g->c = c;
+      g->op = op;
+      if (op->arrived == c->n) issue_ready(c);
+    }
+  }
+  mgpu__mutex_unlock(&c->lock);
+  return rc;
+}
+
+/* Waits for a joined call's operation and collects its result. */
+static int collect(group_call *g, uint64_t deadline) {
+  mgpu__comm *c = g->c;
+  mgpu__mutex_lock(&c->lock);
+  while (!g->op->done && !c->destroying) {
+    if (deadline == 0) {
+      mgpu__cond_wait(&c->cond, &c->lock);
+    } else if (mgpu__cond_timedwait(&c->cond, &c->lock, deadline) != 0 &&
+               !g->op->done) {
+      abort_comm(c, g->op);
+    }
+  }
+  int rc = g->op->done ? g->op->rc : MGPU_EFREED;
+  char detail[256];
+  snprintf(detail, sizeof detail, "%s",
+           g->op->done ? g->op->detail : "comm: destroyed during the call");
+  if (g->op->done && --g->op->pickups == 0 && g->op->arrived == c->n) {
+    for (mgpu__coll_op **link = &c->ops; *link != NULL;
+         link = &(*link)->next) {
+      if (*link == g->op) {
+        *link = g->op->next;
+        free(g->op);
+        break;
+      }
+    }
+  }
+  if (--c->callers == 0 && c->destroying) mgpu__cond_broadcast(&c->cond);
+  mgpu__mutex_unlock(&c->lock);
+  g->c = NULL;
+  g->op = NULL;
+  if (rc != 0) mgpu__error(rc, "%s", detail);
+  return rc;
+}
+
+/* Joins every call, then collects every result; returns the first error. */
+static int submit(group_call *calls, int n) {
+  int first = 0;
+  char detail[256] = "";
+  for (int i = 0; i < n; i++) {
+    int rc = join(&calls[i]);
+    if (rc != 0 && first == 0) {
+      first = rc;
+      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+    }
+  }
+  uint64_t now = mgpu__now_ns();
+  for (int i = 0; i < n; i++) {
+    if (calls[i].c == NULL) continue;
+    int timeout = calls[i].c->cfg.timeout_ms;
+    uint64_t deadline =
+        timeout < 0 ? 0 : now + (uint64_t)timeout * 1000000ull;
+    int rc = collect(&calls[i], deadline);
+    if (rc != 0 && first == 0) {
+      first = rc;
+      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+    }
+  }
+  if (first != 0) mgpu__error(first, "%s", detail);
+  return first;
+}
+
+static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
+  mgpu__comm *c;
+  int rc = mgpu__comm_get(comm, &c);
+  if (rc == 0) rc = check_part(c, rank, p);
+  if (group.depth == 0) {
+    if (rc != 0) return rc;
+    group_call g = {comm, rank, *p, NULL, NULL};
+    return submit(&g, 1);
+  }
+  if (rc != 0) {
+    if (group.first_rc == 0) {
+      group.first_rc = rc;
+      snprintf(group.first_detail, sizeof group.first_detail, "%s",
+               mgpu_error_detail());
+    }
+    return rc;
+  }
+  if (group.ncalls == group.cap) {
+    int cap = group.cap ? group.cap * 2 : 16;
+    group_call *calls = realloc(group.calls, (size_t)cap * sizeof *calls);
+    if (calls == NULL)
+      return mgpu__error(MGPU_ENOMEM, "group: out of host memory");
+    group.calls = calls;
+    group.cap = cap;
+  }
+  group.calls[group.ncalls++] = (group_call){comm, rank, *p, NULL, NULL};
+  return 0;
+}
+
+int mgpu_group_begin(void) {
+  group.depth++;
+  return 0;
+}
+
+int mgpu_group_end(void) {
+  if (group.depth == 0)
+    return mgpu__error(MGPU_EINVAL, "mgpu_group_end without group_begin");
+  if (--group.depth > 0) return 0;
+  int rc = submit(group.calls, group.ncalls);
+  if (rc == 0 && group.first_rc != 0)
+    rc = mgpu__error(group.first_rc, "%s", group.first_detail);
+  free(group.calls);
+  group.calls = NULL;
+  group.ncalls = group.cap = 0;
+  group.first_rc = 0;
+  return rc;
+}
+
+static mgpu__coll_part part_of(mgpu__coll_kind kind, const mgpu_buffer *send,
+                               mgpu_buffer *recv, size_t count,
+                               mgpu_dtype dtype, mgpu_op op, int root,
+                               mgpu_stream *stream) {
+  mgpu__coll_part p;
+  memset(&p, 0, sizeof p);
+  p.kind = kind;
+  p.send_h = (mgpu_buffer *)send;
+  p.recv_h = recv;
+  p.count = count;
+  p.dtype = dtype;
+  p.op = op;
+  p.root = root;
+  p.stream_h = stream;
+  return p;
+}
+
+int mgpu_allreduce(mgpu_comm *comm, int rank, const mgpu_buffer *send,
+                   mgpu_buffer *recv, size_t count, mgpu_dtype dtype,
+                   mgpu_op op, mgpu_stream *stream) {
+  mgpu__coll_part p = part_of(MGPU__COLL_ALLREDUCE, send, recv, count, dtype,
+                              op, 0, stream);
+  return call(comm, rank, &p);
+}
+
+int mgpu_reduce(mgpu_comm *comm, int rank, const mgpu_buffer *send,
+                mgpu_buffer *recv, size_t count, mgpu_dtype dtype, mgpu_op op,
+                int root, mgpu_stream *stream) {
+  mgpu__coll_part p = part_of(MGPU__COLL_REDUCE, send, recv, count, dtype, op,
+                              root, stream);
+  return call(comm, rank, &p);
+}
+
+int mgpu_broadcast(mgpu_comm *comm, int rank, const mgpu_buffer *send,
+                   mgpu_buffer *recv, size_t count, mgpu_dtype dtype, int root,
+                   mgpu_stream *stream) {
+  mgpu__coll_part p = part_of(MGPU__COLL_BROADCAST, send, recv, count, dtype,
+                              MGPU_SUM, root, stream);
+  return call(comm, rank, &p);
+}
+
+int mgpu_allgather(mgpu_comm *comm, int rank, const mgpu_buffer *send,
+                   mgpu_buffer *recv, size_t count, mgpu_dtype dtype,
+                   mgpu_stream *stream) {
+  mgpu__coll_part p = part_of(MGPU__COLL_ALLGATHER, send, recv, count, dtype,
+                              MGPU_SUM, 0, stream);
+  return call(comm, rank, &p);
+}
+
+int mgpu_reduce_scatter(mgpu_comm *comm, int rank, const mgpu_buffer *send,
+                        mgpu_buffer *recv, size_t count, mgpu_dtype dtype,
+                        mgpu_op op, mgpu_stream *stream) {
+  mgpu__coll_part p = part_of(MGPU__COLL_REDUCE_SCATTER, send, recv, count,
+                              dtype, op, 0, stream);
+  return call(comm, rank, &p);
+}
