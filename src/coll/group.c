@@ -406,9 +406,11 @@ int mgpu_group_end(void) {
   if (group.depth == 0)
     return mgpu__error(MGPU_EINVAL, "mgpu_group_end without group_begin");
   if (--group.depth > 0) return 0;
-  int rc = submit(group.calls, group.ncalls);
-  if (rc == 0 && group.first_rc != 0)
-    rc = mgpu__error(group.first_rc, "%s", group.first_detail);
+  /* A call that failed its own check drops the whole group: nothing of it
+   * reaches a stream. */
+  int rc = group.first_rc != 0
+               ? mgpu__error(group.first_rc, "%s", group.first_detail)
+               : submit(group.calls, group.ncalls);
   free(group.calls);
   group.calls = NULL;
   group.ncalls = group.cap = 0;

@@ -87,9 +87,22 @@ static mgpu_event **ev_at(ring *g, size_t k, int s, int r) {
   return &g->ev[(k * (size_t)g->steps + (size_t)s) * (size_t)g->n + (size_t)r];
 }
 
+/* dst (on rank r) = src (on rank r or the previous rank). */
 static int copy(ring *g, int r, loc dst, loc src, size_t elems) {
   if (elems == 0 || dst.ptr == src.ptr) return 0;
-  return mgpu_memcpy_async(dst.h, dst.off, src.h, src.off, elems * g->esz,
+  size_t bytes = elems * g->esz;
+  int sdev = mgpu_buffer_device(src.h), ddev = g->c->devs[r];
+  if (sdev != ddev && g->c->peer_read[r]) {
+    /* The device reads the peer directly: one copy, no staging. */
+    mgpu__device *d = mgpu__device_get(ddev), *s = mgpu__device_get(sdev);
+    int rc = d->ops->memcpy_peer_async(d->b, dst.ptr, s->b, src.ptr, bytes,
+                                       d->b, g->op->part[r].stream->b);
+    if (rc != 0) return rc;
+    mgpu__metric_add(sdev, MGPU__M_bytes_peer_direct, bytes);
+    mgpu__metric_add(sdev, MGPU__M_copies_peer_direct, 1);
+    return 0;
+  }
+  return mgpu_memcpy_async(dst.h, dst.off, src.h, src.off, bytes,
                            stream_of(g, r));
 }
 

@@ -1,0 +1,621 @@
+/* Tests of the collectives: every collective against a host reference, for
+ * every type, op, size class (0, 1, counts that do not divide by the number
+ * of ranks, several pipeline chunks), in place and out of place, on
+ * communicators of 1 to 4 devices (subsets of the open devices), with each
+ * algorithm; one thread per device and groups; the errors, each caught
+ * before any data moves; reduce_to_host; the metrics. */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+
+#include "task.h"
+
+#define KINDS 5
+enum { ALLREDUCE, REDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER };
+static const char *kind_names[KINDS] = {"allreduce", "reduce", "broadcast",
+                                        "allgather", "reduce_scatter"};
+static const mgpu_dtype types[] = {MGPU_FLOAT32, MGPU_FLOAT64, MGPU_INT32,
+                                   MGPU_INT64};
+#define POISON 0xAB
+
+typedef struct world {
+  int n;
+  int devs[4];
+  mgpu_comm *comm;
+  mgpu_stream *s[4];
+  mgpu_buffer *a[4], *b[4]; /* send, recv */
+  size_t cap;               /* bytes of each buffer */
+  double *in[4];            /* what each rank's input holds */
+  unsigned char *host;      /* scratch for read-backs */
+} world;
+
+static double rand_val(uint64_t *st, mgpu_dtype t, mgpu_op op) {
+  uint64_t x = test_rand(st);
+  int is_float = t == MGPU_FLOAT32 || t == MGPU_FLOAT64;
+  double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
+  if (op == MGPU_PROD) {
+    static const double small[] = {-2, -1, 1, 2, 3};
+    return is_float ? 0.5 + u : small[x % 5];
+  }
+  if (is_float) return 2 * u - 1;
+  if (op == MGPU_SUM) return (double)(int)(x % 2001) - 1000;
+  return (double)(int64_t)(x % 2000001) - 1000000;
+}
+
+static void put(void *p, mgpu_dtype t, size_t i, double v) {
+  switch (t) {
+    case MGPU_FLOAT32: ((float *)p)[i] = (float)v; break;
+    case MGPU_FLOAT64: ((double *)p)[i] = v; break;
+    case MGPU_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case MGPU_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+    default: abort();
+  }
+}
+
+static double get(const void *p, mgpu_dtype t, size_t i) {
+  switch (t) {
+    case MGPU_FLOAT32: return ((const float *)p)[i];
+    case MGPU_FLOAT64: return ((const double *)p)[i];
+    case MGPU_INT32: return ((const int32_t *)p)[i];
+    case MGPU_INT64: return (double)((const int64_t *)p)[i];
+    default: abort();
+  }
+}
+
+/* The value as the device holds it (floats rounded to the type). */
+static double stored(mgpu_dtype t, double v) {
+  return t == MGPU_FLOAT32 ? (double)(float)v : v;
+}
+
+static double apply(mgpu_op op, double a, double b) {
+  switch (op) {
+    case MGPU_SUM: return a + b;
+    case MGPU_PROD: return a * b;
+    case MGPU_MIN: return b < a ? b : a;
+    default: return b > a ? b : a;
+  }
+}
+
+/* |expected - got| allowed: a sum of n terms in any order is off by at most
+ * about n ulps of the sum of magnitudes; a product by n ulps of itself. */
+static double tolerance(mgpu_dtype t, mgpu_op op, int n, double mag) {
+  double eps = t == MGPU_FLOAT32 ? FLT_EPSILON : t == MGPU_FLOAT64 ? DBL_EPSILON : 0;
+  if (op == MGPU_MIN || op == MGPU_MAX) return 0;
+  return 2.0 * (n + 1) * eps * mag;
+}
+
+static void world_open(world *w, const int *devs, int n, size_t max_count,
+                       const mgpu_comm_config *cfg) {
+  memset(w, 0, sizeof *w);
+  w->n = n;
+  memcpy(w->devs, devs, (size_t)n * sizeof *devs);
+  ASSERT_OK(mgpu_comm_create_config(devs, n, cfg, &w->comm));
+  ASSERT_EQ(mgpu_comm_size(w->comm), n);
+  w->cap = max_count * (size_t)n * 8 + 64;
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(mgpu_comm_device(w->comm, r), devs[r]);
+    ASSERT_OK(mgpu_stream_create(&w->s[r], devs[r]));
+    ASSERT_OK(mgpu_malloc(&w->a[r], devs[r], w->cap));
+    ASSERT_OK(mgpu_malloc(&w->b[r], devs[r], w->cap));
+    w->in[r] = calloc(max_count * (size_t)n + 1, sizeof(double));
+    ASSERT(w->in[r] != NULL);
+  }
+  w->host = malloc(w->cap);
+  ASSERT(w->host != NULL);
+}
+
+static void world_close(world *w) {
+  ASSERT_OK(mgpu_comm_destroy(w->comm));
+  for (int r = 0; r < w->n; r++) {
+    ASSERT_OK(mgpu_stream_destroy(w->s[r]));
+    ASSERT_OK(mgpu_free(w->a[r]));
+    ASSERT_OK(mgpu_free(w->b[r]));
+    free(w->in[r]);
+  }
+  free(w->host);
+}
+
+/* Elements of rank r's input, and where they sit. */
+static size_t in_count(int kind, size_t count, int n) {
+  return kind == REDUCE_SCATTER ? count * (size_t)n : count;
+}
+
+static int issue(world *w, int kind, int r, mgpu_buffer *send,
+                 mgpu_buffer *recv, size_t count, mgpu_dtype t, mgpu_op op,
+                 int root) {
+  switch (kind) {
+    case ALLREDUCE: return mgpu_allreduce(w->comm, r, send, recv, count, t, op, w->s[r]);
+    case REDUCE: return mgpu_reduce(w->comm, r, send, recv, count, t, op, root, w->s[r]);
+    case BROADCAST: return mgpu_broadcast(w->comm, r, send, recv, count, t, root, w->s[r]);
+    case ALLGATHER: return mgpu_allgather(w->comm, r, send, recv, count, t, w->s[r]);
+    default: return mgpu_reduce_scatter(w->comm, r, send, recv, count, t, op, w->s[r]);
+  }
+}
+
+/* Runs one collective on every rank (issued by this thread in a group) and
+ * checks every rank's output, and that nothing past it was written. */
+static void check_one(world *w, int kind, mgpu_dtype t, mgpu_op op,
+                      size_t count, int in_place, int root, uint64_t seed) {
+  int n = w->n;
+  size_t esz = mgpu_dtype_size(t);
+  size_t nin = in_count(kind, count, n);
+  size_t in_off = in_place && kind == ALLGATHER ? (size_t)0 : 0;
+  for (int r = 0; r < n; r++) {
+    uint64_t st = seed * 977 + (uint64_t)r + 1;
+    memset(w->host, POISON, w->cap);
+    size_t base = in_place && kind == ALLGATHER ? (size_t)r * count : in_off;
+    for (size_t i = 0; i < nin; i++) {
+      w->in[r][i] = stored(t, rand_val(&st, t, op));
+      put(w->host, t, base + i, w->in[r][i]);
+    }
+    ASSERT_OK(mgpu_memcpy_htod(w->a[r], 0, w->host, w->cap));
+    memset(w->host, POISON, w->cap);
+    ASSERT_OK(mgpu_memcpy_htod(w->b[r], 0, w->host, w->cap));
+  }
+  ASSERT_OK(mgpu_group_begin());
+  for (int r = 0; r < n; r++) {
+    mgpu_buffer *send = w->a[r], *recv = in_place ? w->a[r] : w->b[r];
+    if (kind == REDUCE && r != root && (seed & 1)) recv = NULL;
+    if (kind == BROADCAST && r != root && (seed & 1)) send = NULL;
+    ASSERT_OK(issue(w, kind, r, send, recv, count, t, op, root));
+  }
+  ASSERT_OK(mgpu_group_end());
+  for (int r = 0; r < n; r++) ASSERT_OK(mgpu_stream_synchronize(w->s[r]));
+
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_memcpy_dtoh(w->host, in_place ? w->a[r] : w->b[r], 0,
+                               w->cap));
+    size_t first = 0, nout = 0; /* element range that must hold results */
+    switch (kind) {
+      case ALLREDUCE: nout = count; break;
+      case REDUCE: nout = r == root ? count : 0; break;
+      case BROADCAST: nout = count; break;
+      case ALLGATHER: nout = count * (size_t)n; break;
+      default:
+        first = in_place ? (size_t)r * count : 0;
+        nout = count;
+        break;
+    }
+    for (size_t i = 0; i < nout; i++) {
+      double want = 0, mag = 0;
+      switch (kind) {
+        case ALLREDUCE:
+        case REDUCE:
+        case REDUCE_SCATTER: {
+          size_t j = kind == REDUCE_SCATTER ? (size_t)r * count + i : i;
+          want = w->in[0][j];
+          mag = fabs(want);
+          for (int q = 1; q < n; q++) {
+            want = apply(op, want, w->in[q][j]);
+            mag = op == MGPU_PROD ? fabs(want) : mag + fabs(w->in[q][j]);
+          }
+          break;
+        }
+        case BROADCAST: want = w->in[root][i]; break;
+        default: want = w->in[i / count][i % count]; break;
+      }
+      double got = get(w->host, t, first + i);
+      double tol = tolerance(t, op, n, mag);
+      if (!(fabs(got - want) <= tol)) {
+        fprintf(stderr,
+                "%s %s %s n=%d count=%zu in_place=%d root=%d: rank %d "
+                "element %zu: got %.17g, want %.17g (tolerance %g)\n",
+                kind_names[kind], mgpu_dtype_name(t), mgpu_op_name(op), n,
+                count, in_place, root, r, i, got, want, tol);
+        abort();
+      }
+    }
+    if (!in_place) {
+      /* Nothing written past the results (nor at all on a reduce's
+       * non-root ranks). */
+      for (size_t byte = (first + nout) * esz; byte < w->cap; byte++)
+        if (w->host[byte] != POISON) {
+          fprintf(stderr, "%s n=%d count=%zu: rank %d byte %zu overwritten\n",
+                  kind_names[kind], n, count, r, byte);
+          abort();
+        }
+    }
+  }
+}
+
+/* Every kind, type, op, size class and placement on communicators of 1 to
+ * 4 devices. */
+static void matrix(const mgpu_comm_config *cfg, const size_t *sizes,
+                   int nsizes, int all_ops) {
+  int ndev = mgpu_device_count();
+  size_t max = 0;
+  for (int i = 0; i < nsizes; i++) max = sizes[i] > max ? sizes[i] : max;
+  uint64_t seed = 1;
+  for (int n = 1; n <= 4 && n <= ndev; n++) {
+    /* A subset that is not simply the first n devices where possible. */
+    int devs[4];
+    for (int r = 0; r < n; r++) devs[r] = (ndev - n + r + (n == 2)) % ndev;
+    world w;
+    world_open(&w, devs, n, max, cfg);
+    for (int kind = 0; kind < KINDS; kind++)
+      for (int ti = 0; ti < 4; ti++)
+        for (int op = 0; op < 4; op++) {
+          if (op > 0 && (kind == BROADCAST || kind == ALLGATHER)) break;
+          if (op > 0 && !all_ops && types[ti] != MGPU_INT32) break;
+          for (int si = 0; si < nsizes; si++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+              int root = (int)(seed % (uint64_t)n);
+              check_one(&w, kind, types[ti], (mgpu_op)op, sizes[si],
+                        in_place, root, seed++);
+            }
+        }
+    world_close(&w);
+  }
+}
+
+static const size_t small_sizes[] = {0, 1, 2, 5, 13, 1003};
+
+TEST_IMPL(direct) {
+  test_init();
+  int devs[4] = {0, 1, 2, 3};
+  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  cfg.algo = MGPU_COLL_ALGO_DIRECT;
+  mgpu_comm *c;
+  int n = mgpu_device_count() < 4 ? mgpu_device_count() : 4;
+  if (mgpu_comm_create_config(devs, n, &cfg, &c) == MGPU_ENOTSUP)
+    return TEST_SKIP; /* not host devices */
+  ASSERT_OK(mgpu_comm_destroy(c));
+  static const size_t sizes[] = {0, 1, 2, 5, 13, 1003, 150001};
+  matrix(&cfg, sizes, 7, 1);
+  return 0;
+}
+
+TEST_IMPL(ring) {
+  test_init();
+  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  cfg.provider = MGPU_COLL_PROVIDER_MGPU;
+  cfg.algo = MGPU_COLL_ALGO_RING;
+  matrix(&cfg, small_sizes, 6, 1);
+  return 0;
+}
+
+/* Chunks of 64 bytes: many pipelined rounds per segment, chunk edges that
+ * do not meet segment edges. */
+TEST_IMPL(ring_chunks) {
+  test_init();
+  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  cfg.provider = MGPU_COLL_PROVIDER_MGPU;
+  cfg.algo = MGPU_COLL_ALGO_RING;
+  cfg.chunk_bytes = 64;
+  static const size_t sizes[] = {7, 97, 1000, 200003};
+  matrix(&cfg, sizes, 4, 0);
+  return 0;
+}
+
+/* Devices that cannot read each other's memory: the ring stages through
+ * copies between devices. */
+TEST_IMPL(ring_staged) {
+  mgpu_config conf = MGPU_CONFIG_INITIALIZER;
+  conf.host_peer = 0;
+  ASSERT_OK(mgpu_init(&conf));
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST || mgpu_device_count() < 2)
+    return TEST_SKIP;
+  /* Copies between devices may not be built in yet. */
+  int devs[2] = {0, 1};
+  mgpu_buffer *x, *y;
+  ASSERT_OK(mgpu_malloc(&x, 0, 64));
+  ASSERT_OK(mgpu_malloc(&y, 1, 64));
+  int rc = mgpu_memcpy(y, 0, x, 0, 64);
+  ASSERT_OK(mgpu_free(x));
+  ASSERT_OK(mgpu_free(y));
+  if (rc == MGPU_ENOTSUP) return TEST_SKIP;
+  ASSERT_OK(rc);
+  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  cfg.algo = MGPU_COLL_ALGO_DIRECT;
+  mgpu_comm *c;
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_comm_create_config(devs, 2, &cfg, &c));
+  cfg.algo = MGPU_COLL_ALGO_AUTO;
+  cfg.chunk_bytes = 256;
+  static const size_t sizes[] = {1, 5, 1003, 20001};
+  matrix(&cfg, sizes, 4, 0);
+  return 0;
+}
+
+/* One thread per device, no groups: each call waits for the others. */
+typedef struct thread_arg {
+  world *w;
+  int rank;
+} thread_arg;
+
+static void *rank_thread(void *p) {
+  thread_arg *a = p;
+  world *w = a->w;
+  int r = a->rank;
+  for (int it = 0; it < 40; it++) {
+    size_t count = (size_t)(it * 37 % 500) + 1;
+    float *h = malloc(count * sizeof *h);
+    for (size_t i = 0; i < count; i++) h[i] = (float)(r + 1) * (float)(i + it);
+    ASSERT_OK(mgpu_memcpy_htod_async(w->a[r], 0, h, count * sizeof *h, w->s[r]));
+    ASSERT_OK(mgpu_allreduce(w->comm, r, w->a[r], w->b[r], count, MGPU_FLOAT32,
+                             MGPU_SUM, w->s[r]));
+    ASSERT_OK(mgpu_memcpy_dtoh_async(h, w->b[r], 0, count * sizeof *h, w->s[r]));
+    ASSERT_OK(mgpu_stream_synchronize(w->s[r]));
+    float tri = (float)(w->n * (w->n + 1) / 2);
+    for (size_t i = 0; i < count; i++) ASSERT(h[i] == tri * (float)(i + it));
+    free(h);
+  }
+  return NULL;
+}
+
+static void threads_with(const mgpu_comm_config *cfg) {
+  int n = mgpu_device_count() < 4 ? mgpu_device_count() : 4;
+  int devs[4] = {0, 1, 2, 3};
+  world w;
+  world_open(&w, devs, n, 512, cfg);
+  pthread_t th[4];
+  thread_arg args[4];
+  for (int r = 0; r < n; r++) {
+    args[r] = (thread_arg){&w, r};
+    ASSERT(pthread_create(&th[r], NULL, rank_thread, &args[r]) == 0);
+  }
+  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+  world_close(&w);
+}
+
+TEST_IMPL(threads) {
+  test_init();
+  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  threads_with(&cfg);
+  cfg.provider = MGPU_COLL_PROVIDER_MGPU;
+  cfg.algo = MGPU_COLL_ALGO_RING;
+  cfg.chunk_bytes = 256;
+  threads_with(&cfg);
+  return 0;
+}
+
+/* Two threads, each issuing a group for half of the ranks, several
+ * collectives per group. */
+static void *half_group(void *p) {
+  thread_arg *a = p;
+  world *w = a->w;
+  int lo = a->rank, hi = a->rank + w->n / 2;
+  for (int it = 0; it < 20; it++) {
+    ASSERT_OK(mgpu_group_begin());
+    for (int r = lo; r < hi; r++) {
+      ASSERT_OK(mgpu_allreduce(w->comm, r, w->a[r], w->b[r], 100, MGPU_INT32,
+                               MGPU_SUM, w->s[r]));
+      ASSERT_OK(mgpu_broadcast(w->comm, r, w->b[r], w->b[r], 100, MGPU_INT32,
+                               1, w->s[r]));
+    }
+    ASSERT_OK(mgpu_group_end());
+  }
+  return NULL;
+}
+
+TEST_IMPL(split_groups) {
+  int ndev = test_init();
+  if (ndev < 4) return TEST_SKIP;
+  int devs[4] = {0, 1, 2, 3};
+  world w;
+  world_open(&w, devs, 4, 100, NULL);
+  int32_t h[100];
+  for (int r = 0; r < 4; r++) {
+    for (int i = 0; i < 100; i++) h[i] = r + i;
+    ASSERT_OK(mgpu_memcpy_htod(w.a[r], 0, h, sizeof h));
+  }
+  pthread_t th[2];
+  thread_arg args[2] = {{&w, 0}, {&w, 2}};
+  for (int i = 0; i < 2; i++)
+    ASSERT(pthread_create(&th[i], NULL, half_group, &args[i]) == 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int r = 0; r < 4; r++) {
+    ASSERT_OK(mgpu_stream_synchronize(w.s[r]));
+    ASSERT_OK(mgpu_memcpy_dtoh(h, w.b[r], 0, sizeof h));
+    for (int i = 0; i < 100; i++) ASSERT_EQ(h[i], 6 + 4 * i);
+  }
+  world_close(&w);
+  return 0;
+}
+
+/* Errors: each is reported with its code and a detail, and no data moves. */
+static void expect_untouched(world *w) {
+  for (int r = 0; r < w->n; r++) {
+    ASSERT_OK(mgpu_stream_synchronize(w->s[r]));
+    ASSERT_OK(mgpu_memcpy_dtoh(w->host, w->b[r], 0, w->cap));
+    for (size_t i = 0; i < w->cap; i++) ASSERT(w->host[i] == POISON);
+  }
+}
+
+TEST_IMPL(errors) {
+  int ndev = test_init();
+  if (ndev < 2) return TEST_SKIP;
+  int devs[2] = {0, 1};
+  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  cfg.timeout_ms = 200;
+  world w;
+  world_open(&w, devs, 2, 64, &cfg);
+  memset(w.host, POISON, w.cap);
+  for (int r = 0; r < 2; r++) ASSERT_OK(mgpu_memcpy_htod(w.b[r], 0, w.host, w.cap));
+
+  /* Mismatched counts, types, ops, roots: caught when both ranks called. */
+  ASSERT_OK(mgpu_group_begin());
+  ASSERT_OK(mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  ASSERT_OK(mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 11, MGPU_FLOAT32, MGPU_SUM, w.s[1]));
+  ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
+  ASSERT_DETAIL_HAS("count");
+  ASSERT_OK(mgpu_group_begin());
+  ASSERT_OK(mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  ASSERT_OK(mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 10, MGPU_INT32, MGPU_SUM, w.s[1]));
+  ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
+  ASSERT_DETAIL_HAS("type");
+  ASSERT_OK(mgpu_group_begin());
+  ASSERT_OK(mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  ASSERT_OK(mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 10, MGPU_FLOAT32, MGPU_MAX, w.s[1]));
+  ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
+  ASSERT_DETAIL_HAS("op");
+  ASSERT_OK(mgpu_group_begin());
+  ASSERT_OK(mgpu_broadcast(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, 0, w.s[0]));
+  ASSERT_OK(mgpu_broadcast(w.comm, 1, w.a[1], w.b[1], 10, MGPU_FLOAT32, 1, w.s[1]));
+  ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
+  ASSERT_DETAIL_HAS("root");
+  ASSERT_OK(mgpu_group_begin());
+  ASSERT_OK(mgpu_broadcast(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, 0, w.s[0]));
+  ASSERT_OK(mgpu_allgather(w.comm, 1, w.a[1], w.b[1], 5, MGPU_FLOAT32, w.s[1]));
+  ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
+  ASSERT_DETAIL_HAS("allgather");
+  expect_untouched(&w);
+
+  /* Checked on the call itself: the whole group is dropped. */
+  ASSERT_OK(mgpu_group_begin());
+  ASSERT_OK(mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  ASSERT_ERR(MGPU_EWRONGDEV, mgpu_allreduce(w.comm, 1, w.a[0], w.b[1], 10,
+                                            MGPU_FLOAT32, MGPU_SUM, w.s[1]));
+  ASSERT_DETAIL_HAS("send buffer is on device 0");
+  ASSERT_ERR(MGPU_EWRONGDEV, mgpu_group_end());
+  ASSERT_ERR(MGPU_EWRONGDEV, mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 10,
+                                            MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  ASSERT_DETAIL_HAS("stream");
+  ASSERT_ERR(MGPU_ERANGE, mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], w.cap,
+                                         MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  ASSERT_DETAIL_HAS("bytes");
+  ASSERT_ERR(MGPU_ERANGE, mgpu_allgather(w.comm, 0, w.a[0], w.b[0],
+                                         w.cap / 4 / 2 + 1, MGPU_FLOAT32, w.s[0]));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_allreduce(w.comm, 2, w.a[0], w.b[0], 1,
+                                         MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_reduce(w.comm, 0, w.a[0], w.b[0], 1,
+                                      MGPU_FLOAT32, MGPU_SUM, 5, w.s[0]));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 1,
+                                         (mgpu_dtype)42, MGPU_SUM, w.s[0]));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 1,
+                                         MGPU_FLOAT32, (mgpu_op)9, w.s[0]));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_allreduce(w.comm, 0, NULL, w.b[0], 1,
+                                             MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind == MGPU_BACKEND_HOST && mgpu_comm_provider(w.comm) == MGPU_COLL_PROVIDER_MGPU)
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 1,
+                                            MGPU_FLOAT16, MGPU_SUM, w.s[0]));
+  expect_untouched(&w);
+
+  /* A rank that never comes: the call times out and names its device. */
+  ASSERT_ERR(MGPU_ETIMEDOUT, mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 4,
+                                            MGPU_FLOAT32, MGPU_SUM, w.s[0]));
+  char want[64];
+  snprintf(want, sizeof want, "device(s) %d never", devs[1]);
+  ASSERT_DETAIL_HAS(want);
+  /* The communicator is aborted from then on. */
+  ASSERT_ERR(MGPU_ETIMEDOUT, mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 4,
+                                            MGPU_FLOAT32, MGPU_SUM, w.s[1]));
+  expect_untouched(&w);
+
+  /* Use after destroy. */
+  mgpu_comm *dead = w.comm;
+  world_close(&w);
+  ASSERT_ERR(MGPU_EFREED, mgpu_comm_size(dead));
+  ASSERT_ERR(MGPU_EFREED, mgpu_comm_destroy(dead));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_comm_size(NULL));
+
+  /* Bad communicators. */
+  mgpu_comm *c;
+  int twice[2] = {0, 0}, bad[1] = {ndev};
+  ASSERT_ERR(MGPU_EINVAL, mgpu_comm_create(twice, 2, &c));
+  ASSERT_ERR(MGPU_ENODEV, mgpu_comm_create(bad, 1, &c));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_comm_create(devs, 0, &c));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_group_end());
+  return 0;
+}
+
+TEST_IMPL(provider_and_metrics) {
+  int ndev = test_init();
+  int n = ndev < 4 ? ndev : 4;
+  int devs[4] = {0, 1, 2, 3};
+  world w;
+  world_open(&w, devs, n, 16, NULL);
+  int prov = mgpu_comm_provider(w.comm);
+  ASSERT(prov == MGPU_COLL_PROVIDER_MGPU || prov == MGPU_COLL_PROVIDER_NCCL);
+  ASSERT(strcmp(mgpu_coll_provider_name(prov), "unknown") != 0);
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind == MGPU_BACKEND_HOST) ASSERT_EQ(prov, MGPU_COLL_PROVIDER_MGPU);
+  ASSERT_OK(mgpu_metrics_reset());
+  for (int it = 0; it < 3; it++) check_one(&w, ALLREDUCE, MGPU_FLOAT32, MGPU_SUM, 16, 0, 0, (uint64_t)it + 5);
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(m.dev[r].coll_ops, 3);
+    if (prov == MGPU_COLL_PROVIDER_MGPU) {
+      ASSERT_EQ(m.dev[r].coll_ring, 3);
+      ASSERT_EQ(m.dev[r].coll_nccl, 0);
+    } else {
+      ASSERT_EQ(m.dev[r].coll_nccl, 3);
+    }
+  }
+  world_close(&w);
+  return 0;
+}
+
+TEST_IMPL(reduce_to_host) {
+  int ndev = test_init();
+  int n = ndev < 4 ? ndev : 4;
+  int devs[4] = {0, 1, 2, 3};
+  mgpu_comm *c;
+  ASSERT_OK(mgpu_comm_create(devs, n, &c));
+  mgpu_buffer *bufs[4];
+  size_t counts[4];
+  for (int r = 0; r < n; r++) {
+    counts[r] = r == 1 ? 0 : (size_t)(1000 * r + 777 + r);
+    ASSERT_OK(mgpu_malloc(&bufs[r], devs[r], 8 * 5000));
+  }
+  unsigned char *h = malloc(8 * 5000);
+  for (int ti = 0; ti < 4; ti++)
+    for (int op = 0; op < 4; op++) {
+      mgpu_dtype t = types[ti];
+      double want = 0, mag = 0;
+      int have = 0;
+      for (int r = 0; r < n; r++) {
+        uint64_t st = (uint64_t)(r * 31 + ti * 7 + op + 1);
+        for (size_t i = 0; i < counts[r]; i++) {
+          double v = stored(t, rand_val(&st, t, (mgpu_op)op));
+          if (op == MGPU_PROD) v = (i % 97 == 0) ? (v < 0 ? -1.0 : 1.0) : 1.0;
+          put(h, t, i, v);
+          want = have ? apply((mgpu_op)op, want, v) : v;
+          mag += fabs(v);
+          have = 1;
+        }
+        if (counts[r]) ASSERT_OK(mgpu_memcpy_htod(bufs[r], 0, h, counts[r] * mgpu_dtype_size(t)));
+      }
+      union { float f; double d; int32_t i; int64_t l; } res;
+      ASSERT_OK(mgpu_reduce_to_host(c, bufs, counts, t, (mgpu_op)op, &res));
+      double got = get(&res, t, 0);
+      double tol = op == MGPU_SUM ? 2.0 * log2(5000.0) * (t == MGPU_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * mag : 0;
+      if (t == MGPU_INT32 || t == MGPU_INT64) tol = 0;
+      if (!(fabs(got - want) <= tol)) {
+        fprintf(stderr, "reduce_to_host %s %s: got %.17g want %.17g\n",
+                mgpu_dtype_name(t), mgpu_op_name((mgpu_op)op), got, want);
+        abort();
+      }
+    }
+  size_t zero[4] = {0, 0, 0, 0};
+  float f;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_reduce_to_host(c, bufs, zero, MGPU_FLOAT32, MGPU_SUM, &f));
+  if (n > 1) {
+    mgpu_buffer *swapped[4] = {bufs[1], bufs[0], bufs[2], bufs[3]};
+    size_t ones[4] = {1, 1, 1, 1};
+    ASSERT_ERR(MGPU_EWRONGDEV, mgpu_reduce_to_host(c, swapped, ones, MGPU_FLOAT32, MGPU_SUM, &f));
+  }
+  size_t huge[4] = {1u << 20, 1u << 20, 1u << 20, 1u << 20};
+  ASSERT_ERR(MGPU_ERANGE, mgpu_reduce_to_host(c, bufs, huge, MGPU_FLOAT32, MGPU_SUM, &f));
+  for (int r = 0; r < n; r++) ASSERT_OK(mgpu_free(bufs[r]));
+  free(h);
+  ASSERT_OK(mgpu_comm_destroy(c));
+  return 0;
+}
+
+TEST_LIST_BEGIN
+TEST_ENTRY(direct)
+TEST_ENTRY(ring)
+TEST_ENTRY(ring_chunks)
+TEST_ENTRY(ring_staged)
+TEST_ENTRY(threads)
+TEST_ENTRY(split_groups)
+TEST_ENTRY(errors)
+TEST_ENTRY(provider_and_metrics)
+TEST_ENTRY(reduce_to_host)
+TEST_LIST_END
