@@ -139,18 +139,22 @@ static void check_one(world *w, int kind, mgpu_dtype t, mgpu_op op,
   int n = w->n;
   size_t esz = mgpu_dtype_size(t);
   size_t nin = in_count(kind, count, n);
-  size_t in_off = in_place && kind == ALLGATHER ? (size_t)0 : 0;
+  /* Bytes that matter: inputs and outputs, and a margin to catch
+   * overruns. */
+  size_t used = (kind == ALLGATHER || kind == REDUCE_SCATTER ? (size_t)n : 1) *
+                    count * esz + 64;
+  if (used > w->cap) used = w->cap;
   for (int r = 0; r < n; r++) {
     uint64_t st = seed * 977 + (uint64_t)r + 1;
-    memset(w->host, POISON, w->cap);
-    size_t base = in_place && kind == ALLGATHER ? (size_t)r * count : in_off;
+    memset(w->host, POISON, used);
+    size_t base = in_place && kind == ALLGATHER ? (size_t)r * count : 0;
     for (size_t i = 0; i < nin; i++) {
       w->in[r][i] = stored(t, rand_val(&st, t, op));
       put(w->host, t, base + i, w->in[r][i]);
     }
-    ASSERT_OK(mgpu_memcpy_htod(w->a[r], 0, w->host, w->cap));
-    memset(w->host, POISON, w->cap);
-    ASSERT_OK(mgpu_memcpy_htod(w->b[r], 0, w->host, w->cap));
+    ASSERT_OK(mgpu_memcpy_htod(w->a[r], 0, w->host, used));
+    memset(w->host, POISON, used);
+    ASSERT_OK(mgpu_memcpy_htod(w->b[r], 0, w->host, used));
   }
   ASSERT_OK(mgpu_group_begin());
   for (int r = 0; r < n; r++) {
@@ -164,7 +168,7 @@ static void check_one(world *w, int kind, mgpu_dtype t, mgpu_op op,
 
   for (int r = 0; r < n; r++) {
     ASSERT_OK(mgpu_memcpy_dtoh(w->host, in_place ? w->a[r] : w->b[r], 0,
-                               w->cap));
+                               used));
     size_t first = 0, nout = 0; /* element range that must hold results */
     switch (kind) {
       case ALLREDUCE: nout = count; break;
@@ -208,7 +212,7 @@ static void check_one(world *w, int kind, mgpu_dtype t, mgpu_op op,
     if (!in_place) {
       /* Nothing written past the results (nor at all on a reduce's
        * non-root ranks). */
-      for (size_t byte = (first + nout) * esz; byte < w->cap; byte++)
+      for (size_t byte = (first + nout) * esz; byte < used; byte++)
         if (w->host[byte] != POISON) {
           fprintf(stderr, "%s n=%d count=%zu: rank %d byte %zu overwritten\n",
                   kind_names[kind], n, count, r, byte);
@@ -239,6 +243,8 @@ static void matrix(const mgpu_comm_config *cfg, const size_t *sizes,
           if (op > 0 && !all_ops && types[ti] != MGPU_INT32) break;
           for (int si = 0; si < nsizes; si++)
             for (int in_place = 0; in_place < 2; in_place++) {
+              /* Large sizes: a sample of types and ops is enough. */
+              if (sizes[si] > 2000 && (ti % 2 == 1 || op % 2 == 1)) continue;
               int root = (int)(seed % (uint64_t)n);
               check_one(&w, kind, types[ti], (mgpu_op)op, sizes[si],
                         in_place, root, seed++);
