@@ -1,7 +1,58 @@
-/* mgpu chan: (being written). */
+/* mgpu chan: bounded message channels from one device to another.
+ *
+ * A channel carries messages of at most msg_size bytes from device src to
+ * device dst, holding up to capacity of them in slots on the destination
+ * device. Both ends are stream-ordered: a send copies from a buffer on the
+ * source device when the sender's stream reaches it, and a receive copies
+ * into a buffer on the destination device when the receiver's stream
+ * reaches it (after that message's send has completed). The host calls
+ * block only for room and for messages: a send waits while capacity messages
+ * are sent but not yet received; a receive waits until a message was sent
+ * or the channel closed.
+ *
+ * mgpu_channel_close ends the stream of messages: later sends return
+ * MGPU_ECLOSED, and receives return MGPU_ECLOSED once every message sent
+ * before the close has been received.
+ *
+ * Threads: any number of threads may send and receive on one channel;
+ * messages keep the order of the send calls.
+ */
 #ifndef MGPU_CHAN_H
 #define MGPU_CHAN_H
 
 #include "mgpu/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgpu_channel mgpu_channel;
+
+/* Creates a channel; the caller owns it until mgpu_channel_destroy.
+ * src_dev and dst_dev may be the same device. capacity >= 1. */
+MGPU_EXTERN int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
+                                    int capacity, mgpu_channel **chan);
+/* Waits for the copies in flight, then frees the channel and its slots.
+ * MGPU_EAGAIN while a thread is blocked in a send or receive on it. */
+MGPU_EXTERN int mgpu_channel_destroy(mgpu_channel *chan);
+
+/* Sends size bytes (1 .. msg_size) of src from offset, ordered on stream
+ * (a stream of the source device). The caller may reuse src for work queued
+ * on stream after this call. Blocks while the channel is full. */
+MGPU_EXTERN int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
+                                  size_t offset, size_t size,
+                                  mgpu_stream *stream);
+/* Receives the next message into dst at offset, ordered on stream (a stream
+ * of the destination device); *size (may be NULL) is set to its length.
+ * Blocks until a message is there; MGPU_ECLOSED once the channel is closed
+ * and drained. dst must have room for msg_size bytes from offset. */
+MGPU_EXTERN int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst,
+                                  size_t offset, size_t *size,
+                                  mgpu_stream *stream);
+/* Ends the stream of messages and wakes every blocked sender and receiver. */
+MGPU_EXTERN int mgpu_channel_close(mgpu_channel *chan);
+
+#ifdef __cplusplus
+}
+#endif
 #endif /* MGPU_CHAN_H */

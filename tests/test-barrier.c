@@ -1,0 +1,188 @@
+/* Tests of host barriers and stream barriers: nobody leaves a round before
+ * everybody arrived, rounds reuse the barrier, a timeout names the missing
+ * devices and leaves the barrier usable, stream barriers order work across
+ * the streams of several devices without blocking the host. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "task.h"
+
+#define ROUNDS 300
+
+typedef struct bar_arg {
+  mgpu_barrier *b;
+  int rank, n;
+  atomic_int *arrivals; /* [round] */
+} bar_arg;
+
+static void *bar_thread(void *p) {
+  bar_arg *a = p;
+  for (int round = 0; round < ROUNDS; round++) {
+    atomic_fetch_add(&a->arrivals[round], 1);
+    ASSERT_OK(mgpu_barrier_wait(a->b, a->rank, 10000));
+    /* Everybody arrived in this round before anybody left it. */
+    ASSERT_EQ(atomic_load(&a->arrivals[round]), a->n);
+    if ((round + a->rank) % 17 == 0) sched_yield();
+  }
+  return NULL;
+}
+
+TEST_IMPL(host_rounds) {
+  int ndev = test_init();
+  int n = ndev < 8 ? ndev : 8;
+  int devs[8];
+  for (int i = 0; i < n; i++) devs[i] = i;
+  mgpu_barrier *b;
+  ASSERT_OK(mgpu_barrier_create(devs, n, &b));
+  atomic_int *arrivals = calloc(ROUNDS, sizeof *arrivals);
+  pthread_t t[8];
+  bar_arg args[8];
+  for (int r = 0; r < n; r++) {
+    args[r] = (bar_arg){b, r, n, arrivals};
+    ASSERT(pthread_create(&t[r], NULL, bar_thread, &args[r]) == 0);
+  }
+  for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
+  free(arrivals);
+  ASSERT_OK(mgpu_barrier_destroy(b));
+  return 0;
+}
+
+typedef struct late_arg {
+  mgpu_barrier *b;
+  int rank;
+  int rc;
+} late_arg;
+
+static void *wait_thread(void *p) {
+  late_arg *a = p;
+  a->rc = mgpu_barrier_wait(a->b, a->rank, 10000);
+  return NULL;
+}
+
+TEST_IMPL(timeout) {
+  int ndev = test_init();
+  if (ndev < 3) return TEST_SKIP;
+  int devs[3] = {0, 1, 2};
+  mgpu_barrier *b;
+  ASSERT_OK(mgpu_barrier_create(devs, 3, &b));
+  /* Rank 1 comes, rank 2 never does: rank 0 times out naming device 2 (and
+   * not device 1, which did arrive). */
+  late_arg one = {b, 1, -1};
+  pthread_t t1;
+  ASSERT(pthread_create(&t1, NULL, wait_thread, &one) == 0);
+  usleep(20000);
+  ASSERT_ERR(MGPU_ETIMEDOUT, mgpu_barrier_wait(b, 0, 50));
+  ASSERT_DETAIL_HAS("device(s) 2 (rank 2) did not arrive");
+  /* The barrier is still consistent: rank 0 withdrew, so a round with all
+   * three completes. */
+  late_arg two = {b, 2, -1};
+  pthread_t t2;
+  ASSERT(pthread_create(&t2, NULL, wait_thread, &two) == 0);
+  ASSERT_OK(mgpu_barrier_wait(b, 0, 10000));
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  ASSERT_OK(one.rc);
+  ASSERT_OK(two.rc);
+  /* And the next round times out again on its own. */
+  ASSERT_ERR(MGPU_ETIMEDOUT, mgpu_barrier_wait(b, 2, 10));
+  ASSERT_DETAIL_HAS("0 (rank 0), 1 (rank 1)");
+  ASSERT_OK(mgpu_barrier_destroy(b));
+  return 0;
+}
+
+TEST_IMPL(errors) {
+  int ndev = test_init();
+  mgpu_barrier *b;
+  int devs[2] = {0, ndev > 1 ? 1 : 0};
+  int bad[1] = {ndev};
+  ASSERT_ERR(MGPU_EINVAL, mgpu_barrier_create(devs, 0, &b));
+  ASSERT_ERR(MGPU_ENODEV, mgpu_barrier_create(bad, 1, &b));
+  ASSERT_OK(mgpu_barrier_create(devs, 2, &b));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_barrier_wait(b, 2, 0));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_barrier_wait(b, 0, -5));
+  /* A rank already waiting; destroy while somebody waits. */
+  late_arg one = {b, 0, -1};
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, wait_thread, &one) == 0);
+  usleep(20000);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_barrier_wait(b, 0, 0));
+  ASSERT_ERR(MGPU_EAGAIN, mgpu_barrier_destroy(b));
+  ASSERT_OK(mgpu_barrier_wait(b, 1, 1000));
+  pthread_join(t, NULL);
+  ASSERT_OK(one.rc);
+  /* One-rank barriers never wait. */
+  mgpu_barrier *solo;
+  ASSERT_OK(mgpu_barrier_create(devs, 1, &solo));
+  for (int i = 0; i < 10; i++) ASSERT_OK(mgpu_barrier_wait(solo, 0, 0));
+  ASSERT_OK(mgpu_barrier_destroy(solo));
+  ASSERT_OK(mgpu_barrier_destroy(b));
+  ASSERT_ERR(MGPU_EFREED, mgpu_barrier_wait(b, 0, 0));
+  ASSERT_ERR(MGPU_EFREED, mgpu_barrier_destroy(b));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_barrier_destroy(NULL));
+  return 0;
+}
+
+/* Stream barriers: before round k every stream publishes k (one of them
+ * slowly); after the barrier every stream must see every other's k. The
+ * work runs as stream callbacks, so this holds on every backend. */
+#define SROUNDS 60
+static atomic_int published[8];
+static atomic_int failures;
+
+typedef struct pub {
+  int idx, round, slow;
+} pub;
+
+static void publish(void *p) {
+  pub *a = p;
+  if (a->slow) usleep(200);
+  atomic_store(&published[a->idx], a->round);
+}
+
+typedef struct chk {
+  int n, round;
+} chk;
+
+static void check(void *p) {
+  chk *c = p;
+  for (int i = 0; i < c->n; i++)
+    if (atomic_load(&published[i]) < c->round) atomic_fetch_add(&failures, 1);
+}
+
+TEST_IMPL(stream_rounds) {
+  int ndev = test_init();
+  int n = ndev < 4 ? 2 * ndev : 8; /* two streams per device where few */
+  if (n > 8) n = 8;
+  mgpu_stream *s[8];
+  for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_create(&s[i], i % ndev));
+  mgpu_stream_barrier *sb;
+  ASSERT_OK(mgpu_stream_barrier_create(s, n, &sb));
+  static pub pubs[SROUNDS][8];
+  static chk chks[SROUNDS];
+  for (int k = 1; k < SROUNDS; k++) {
+    chks[k] = (chk){n, k};
+    for (int i = 0; i < n; i++) {
+      pubs[k][i] = (pub){i, k, (i + k) % n == 0};
+      ASSERT_OK(mgpu_stream_add_callback(s[i], publish, &pubs[k][i]));
+    }
+    ASSERT_OK(mgpu_stream_barrier_wait(sb));
+    for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_add_callback(s[i], check, &chks[k]));
+  }
+  for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_synchronize(s[i]));
+  ASSERT_EQ(atomic_load(&failures), 0);
+  ASSERT_OK(mgpu_stream_barrier_destroy(sb));
+  ASSERT_ERR(MGPU_EFREED, mgpu_stream_barrier_wait(sb));
+  mgpu_stream *twice[2] = {s[0], s[0]};
+  ASSERT_ERR(MGPU_EINVAL, mgpu_stream_barrier_create(twice, 2, &sb));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_stream_barrier_create(s, 0, &sb));
+  for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_destroy(s[i]));
+  return 0;
+}
+
+TEST_LIST_BEGIN
+TEST_ENTRY(host_rounds)
+TEST_ENTRY(timeout)
+TEST_ENTRY(errors)
+TEST_ENTRY(stream_rounds)
+TEST_LIST_END

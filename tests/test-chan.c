@@ -1,0 +1,347 @@
+/* Tests of the channels: messages arrive whole and in order, sends are
+ * ordered on the sender's stream (a buffer reused right after a send does
+ * not change the message), a full channel blocks the sender, close ends the
+ * stream of messages, many threads on many channels (TSan), the errors. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "task.h"
+
+static int peer_of(int dev) { return (dev + 1) % mgpu_device_count(); }
+
+typedef struct end_arg {
+  mgpu_channel *ch;
+  int dev;
+  int count;
+  size_t msg_size;
+  int id;              /* sender id written into each message */
+  int nsenders;
+  int *seen;           /* receivers: [sender * count + seq] */
+  pthread_mutex_t *seen_lock;
+} end_arg;
+
+/* Message seq of sender id: size 1 + (seq % msg_size) bytes; the first 8
+ * bytes (when they fit) say who and which, the rest a pattern. */
+static size_t msg_len(size_t msg_size, int seq) {
+  size_t len = 1 + (size_t)seq * 7 % msg_size;
+  return len < 8 && msg_size >= 8 ? 8 : len;
+}
+
+static void fill_msg(unsigned char *p, size_t len, int id, int seq) {
+  for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(seq * 13 + id * 7 + (int)i);
+  if (len >= 8) {
+    int32_t w[2] = {id, seq};
+    memcpy(p, w, 8);
+  }
+}
+
+static void *sender(void *p) {
+  end_arg *a = p;
+  mgpu_stream *s;
+  mgpu_buffer *src;
+  ASSERT_OK(mgpu_stream_create(&s, a->dev));
+  ASSERT_OK(mgpu_malloc(&src, a->dev, a->msg_size));
+  unsigned char *h = malloc(a->msg_size);
+  for (int seq = 0; seq < a->count; seq++) {
+    size_t len = msg_len(a->msg_size, seq);
+    fill_msg(h, len, a->id, seq);
+    /* Stream-ordered: the copy in waits for the message to be taken, so h
+     * may be rewritten at once after synchronizing only this copy. */
+    ASSERT_OK(mgpu_memcpy_htod_async(src, 0, h, len, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_OK(mgpu_channel_send(a->ch, src, 0, len, s));
+  }
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  free(h);
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return NULL;
+}
+
+static void *receiver(void *p) {
+  end_arg *a = p;
+  mgpu_stream *s;
+  mgpu_buffer *dst;
+  ASSERT_OK(mgpu_stream_create(&s, a->dev));
+  ASSERT_OK(mgpu_malloc(&dst, a->dev, a->msg_size + 3));
+  unsigned char *h = malloc(a->msg_size);
+  unsigned char *want = malloc(a->msg_size);
+  int last[64];
+  for (int i = 0; i < 64; i++) last[i] = -1;
+  for (;;) {
+    size_t len = 0;
+    int rc = mgpu_channel_recv(a->ch, dst, 3, &len, s);
+    if (rc == MGPU_ECLOSED) break;
+    ASSERT_OK(rc);
+    ASSERT_OK(mgpu_memcpy_dtoh_async(h, dst, 3, len, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT(len >= 8);
+    int32_t w[2];
+    memcpy(w, h, 8);
+    ASSERT(w[0] >= 0 && w[0] < a->nsenders && w[1] >= 0 && w[1] < a->count);
+    ASSERT_EQ(len, msg_len(a->msg_size, w[1]));
+    fill_msg(want, len, w[0], w[1]);
+    ASSERT(memcmp(h, want, len) == 0);
+    /* With one receiver, each sender's messages arrive in order. */
+    if (a->nsenders >= 1 && a->seen_lock == NULL) {
+      ASSERT(w[1] > last[w[0]]);
+      last[w[0]] = w[1];
+    }
+    if (a->seen_lock) pthread_mutex_lock(a->seen_lock);
+    a->seen[w[0] * a->count + w[1]]++;
+    if (a->seen_lock) pthread_mutex_unlock(a->seen_lock);
+  }
+  free(h);
+  free(want);
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return NULL;
+}
+
+/* senders x receivers threads on one channel; every message exactly once. */
+static void run_channel(int from, int to, size_t msg_size, int capacity,
+                        int nsend, int nrecv, int count) {
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_channel_create(from, to, msg_size, capacity, &ch));
+  int *seen = calloc((size_t)(nsend * count), sizeof *seen);
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_t st[8], rt[8];
+  end_arg sa[8], ra[8];
+  for (int i = 0; i < nrecv; i++) {
+    ra[i] = (end_arg){ch, to, count, msg_size, 0, nsend, seen,
+                      nrecv > 1 ? &lock : NULL};
+    ASSERT(pthread_create(&rt[i], NULL, receiver, &ra[i]) == 0);
+  }
+  for (int i = 0; i < nsend; i++) {
+    sa[i] = (end_arg){ch, from, count, msg_size, i, nsend, NULL, NULL};
+    ASSERT(pthread_create(&st[i], NULL, sender, &sa[i]) == 0);
+  }
+  for (int i = 0; i < nsend; i++) pthread_join(st[i], NULL);
+  ASSERT_OK(mgpu_channel_close(ch));
+  for (int i = 0; i < nrecv; i++) pthread_join(rt[i], NULL);
+  for (int i = 0; i < nsend * count; i++) ASSERT_EQ(seen[i], 1);
+  free(seen);
+  ASSERT_OK(mgpu_channel_destroy(ch));
+}
+
+TEST_IMPL(basic) {
+  test_init();
+  run_channel(0, peer_of(0), 256, 4, 1, 1, 300);
+  run_channel(0, 0, 64, 1, 1, 1, 50); /* same device, one slot */
+  return 0;
+}
+
+/* A buffer rewritten on the sender's stream right after each send: every
+ * message must carry the value it had at its send. */
+TEST_IMPL(stream_order) {
+  test_init();
+  int a = 0, b = peer_of(0);
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_channel_create(a, b, 64 * sizeof(int32_t), 3, &ch));
+  mgpu_stream *sa, *sb;
+  mgpu_buffer *src, *dst;
+  ASSERT_OK(mgpu_stream_create(&sa, a));
+  ASSERT_OK(mgpu_stream_create(&sb, b));
+  ASSERT_OK(mgpu_malloc(&src, a, 64 * sizeof(int32_t)));
+  ASSERT_OK(mgpu_malloc(&dst, b, 100 * 64 * sizeof(int32_t)));
+  /* Receives first (in a thread), so the sender never blocks for long. */
+  for (int round = 0; round < 100; round += 3) {
+    int m = round + 3 <= 100 ? 3 : 100 - round;
+    for (int i = 0; i < m; i++) {
+      int32_t v = round + i;
+      ASSERT_OK(mgpu_fill(sa, src, 0, 64, MGPU_INT32, &v));
+      ASSERT_OK(mgpu_channel_send(ch, src, 0, 64 * sizeof(int32_t), sa));
+    }
+    for (int i = 0; i < m; i++) {
+      size_t len;
+      ASSERT_OK(mgpu_channel_recv(ch, dst, (size_t)(round + i) * 64 * sizeof(int32_t), &len, sb));
+      ASSERT_EQ(len, 64 * sizeof(int32_t));
+    }
+  }
+  ASSERT_OK(mgpu_stream_synchronize(sb));
+  int32_t *h = malloc(100 * 64 * sizeof *h);
+  ASSERT_OK(mgpu_memcpy_dtoh(h, dst, 0, 100 * 64 * sizeof *h));
+  for (int i = 0; i < 100 * 64; i++) ASSERT_EQ(h[i], i / 64);
+  free(h);
+  ASSERT_OK(mgpu_channel_close(ch));
+  ASSERT_OK(mgpu_stream_synchronize(sa));
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_stream_destroy(sa));
+  ASSERT_OK(mgpu_stream_destroy(sb));
+  return 0;
+}
+
+typedef struct blocked_send {
+  mgpu_channel *ch;
+  mgpu_buffer *src;
+  mgpu_stream *s;
+  atomic_int done;
+  int rc;
+} blocked_send;
+
+static void *send_one(void *p) {
+  blocked_send *b = p;
+  b->rc = mgpu_channel_send(b->ch, b->src, 0, 8, b->s);
+  atomic_store(&b->done, 1);
+  return NULL;
+}
+
+TEST_IMPL(full_and_close) {
+  test_init();
+  int a = 0, b = peer_of(0);
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_channel_create(a, b, 8, 2, &ch));
+  mgpu_stream *sa, *sb;
+  mgpu_buffer *src, *dst;
+  ASSERT_OK(mgpu_stream_create(&sa, a));
+  ASSERT_OK(mgpu_stream_create(&sb, b));
+  ASSERT_OK(mgpu_malloc(&src, a, 8));
+  ASSERT_OK(mgpu_malloc(&dst, b, 8));
+  ASSERT_OK(mgpu_memset_async(src, 0, 7, 8, sa));
+  ASSERT_OK(mgpu_channel_send(ch, src, 0, 8, sa));
+  ASSERT_OK(mgpu_channel_send(ch, src, 0, 8, sa));
+  /* Full: the third send blocks until a receive makes room. */
+  blocked_send bs = {ch, src, sa, 0, -1};
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, send_one, &bs) == 0);
+  usleep(20000);
+  ASSERT_EQ(atomic_load(&bs.done), 0);
+  ASSERT_ERR(MGPU_EAGAIN, mgpu_channel_destroy(ch));
+  size_t len;
+  ASSERT_OK(mgpu_channel_recv(ch, dst, 0, &len, sb));
+  pthread_join(t, NULL);
+  ASSERT_OK(bs.rc);
+  /* Close: the two messages still inside are delivered, then the end. */
+  ASSERT_OK(mgpu_channel_close(ch));
+  ASSERT_ERR(MGPU_ECLOSED, mgpu_channel_send(ch, src, 0, 8, sa));
+  ASSERT_OK(mgpu_channel_recv(ch, dst, 0, &len, sb));
+  ASSERT_OK(mgpu_channel_recv(ch, dst, 0, &len, sb));
+  ASSERT_ERR(MGPU_ECLOSED, mgpu_channel_recv(ch, dst, 0, &len, sb));
+  ASSERT_ERR(MGPU_ECLOSED, mgpu_channel_recv(ch, dst, 0, &len, sb));
+  unsigned char h[8];
+  ASSERT_OK(mgpu_stream_synchronize(sb));
+  ASSERT_OK(mgpu_memcpy_dtoh(h, dst, 0, 8));
+  for (int i = 0; i < 8; i++) ASSERT_EQ(h[i], 7);
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_ERR(MGPU_EFREED, mgpu_channel_close(ch));
+  ASSERT_ERR(MGPU_EFREED, mgpu_channel_send(ch, src, 0, 8, sa));
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_stream_destroy(sa));
+  ASSERT_OK(mgpu_stream_destroy(sb));
+  return 0;
+}
+
+/* A receiver blocked on an empty channel is woken by close. */
+static void *recv_one(void *p) {
+  blocked_send *b = p;
+  size_t len;
+  b->rc = mgpu_channel_recv(b->ch, b->src, 0, &len, b->s);
+  atomic_store(&b->done, 1);
+  return NULL;
+}
+
+TEST_IMPL(close_wakes_receiver) {
+  test_init();
+  int b = peer_of(0);
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_channel_create(0, b, 16, 4, &ch));
+  mgpu_stream *sb;
+  mgpu_buffer *dst;
+  ASSERT_OK(mgpu_stream_create(&sb, b));
+  ASSERT_OK(mgpu_malloc(&dst, b, 16));
+  blocked_send br = {ch, dst, sb, 0, -1};
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, recv_one, &br) == 0);
+  usleep(10000);
+  ASSERT_OK(mgpu_channel_close(ch));
+  pthread_join(t, NULL);
+  ASSERT_EQ(br.rc, MGPU_ECLOSED);
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_stream_destroy(sb));
+  return 0;
+}
+
+TEST_IMPL(errors) {
+  int ndev = test_init();
+  int b = peer_of(0);
+  mgpu_channel *ch;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_channel_create(0, b, 0, 4, &ch));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_channel_create(0, b, 16, 0, &ch));
+  ASSERT_ERR(MGPU_ENODEV, mgpu_channel_create(0, ndev, 16, 4, &ch));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_channel_close(NULL));
+  ASSERT_OK(mgpu_channel_create(0, b, 16, 4, &ch));
+  mgpu_stream *sa, *sb;
+  mgpu_buffer *src, *dst, *small;
+  ASSERT_OK(mgpu_stream_create(&sa, 0));
+  ASSERT_OK(mgpu_stream_create(&sb, b));
+  ASSERT_OK(mgpu_malloc(&src, 0, 64));
+  ASSERT_OK(mgpu_malloc(&dst, b, 64));
+  ASSERT_OK(mgpu_malloc(&small, b, 8));
+  ASSERT_ERR(MGPU_ERANGE, mgpu_channel_send(ch, src, 0, 17, sa));
+  ASSERT_ERR(MGPU_ERANGE, mgpu_channel_send(ch, src, 0, 0, sa));
+  ASSERT_ERR(MGPU_ERANGE, mgpu_channel_send(ch, src, 60, 16, sa));
+  ASSERT_ERR(MGPU_ERANGE, mgpu_channel_recv(ch, small, 0, NULL, sb));
+  if (b != 0) {
+    ASSERT_ERR(MGPU_EWRONGDEV, mgpu_channel_send(ch, dst, 0, 16, sb));
+    ASSERT_DETAIL_HAS("device");
+    ASSERT_ERR(MGPU_EWRONGDEV, mgpu_channel_send(ch, src, 0, 16, sb));
+    ASSERT_ERR(MGPU_EWRONGDEV, mgpu_channel_recv(ch, src, 0, NULL, sa));
+  }
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_ERR(MGPU_EFREED, mgpu_channel_destroy(ch));
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_free(small));
+  ASSERT_OK(mgpu_stream_destroy(sa));
+  ASSERT_OK(mgpu_stream_destroy(sb));
+  return 0;
+}
+
+/* Every device sends to the next over its own channel, with two senders
+ * and two receivers per channel, all at once; and the metrics count them. */
+typedef struct pair_arg {
+  int from;
+} pair_arg;
+
+static void *pair_thread(void *p) {
+  pair_arg *a = p;
+  run_channel(a->from, peer_of(a->from), 96, 3, 2, 2, 150);
+  return NULL;
+}
+
+TEST_IMPL(stress) {
+  int ndev = test_init();
+  int n = ndev < 4 ? ndev : 4;
+  ASSERT_OK(mgpu_metrics_reset());
+  pthread_t t[4];
+  pair_arg args[4];
+  for (int i = 0; i < n; i++) {
+    args[i].from = i;
+    ASSERT(pthread_create(&t[i], NULL, pair_thread, &args[i]) == 0);
+  }
+  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  uint64_t sent = 0, received = 0;
+  for (int d = 0; d < ndev; d++) {
+    sent += m.dev[d].chan_msgs_sent;
+    received += m.dev[d].chan_msgs_received;
+  }
+  ASSERT_EQ(sent, (uint64_t)n * 300);
+  ASSERT_EQ(received, (uint64_t)n * 300);
+  return 0;
+}
+
+TEST_LIST_BEGIN
+TEST_ENTRY(basic)
+TEST_ENTRY(stream_order)
+TEST_ENTRY(full_and_close)
+TEST_ENTRY(close_wakes_receiver)
+TEST_ENTRY(errors)
+TEST_ENTRY(stress)
+TEST_LIST_END
