@@ -1,0 +1,100 @@
+/* Open MPI's MPI_Allreduce, the peer of `mgpu bench allreduce`: float sums
+ * across the ranks of one machine, 4 KiB to 256 MiB per rank (--quick: a
+ * few small sizes), printed in the JSON shape of mgpu's benchmarks.
+ *
+ *   mpirun --allow-run-as-root --oversubscribe -np 4 ./mpi_allreduce --json
+ *
+ * Each repetition times a batch of back-to-back all-reduces between two
+ * barriers; a repetition's time is the slowest rank's, the figure is the
+ * median over repetitions after a warm-up. Buffers are allocated and touched
+ * once, as in mgpu's benchmark. busbw = algbw * 2 (n - 1) / n, and the
+ * unavoidable traffic is 2 n size bytes per all-reduce. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  int json = 0, quick = 0, reps = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) json = 1;
+    else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+  }
+  if (reps < 1) reps = quick ? 3 : 7;
+  static const size_t full[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
+                                1u << 20, 4u << 20, 16u << 20, 64u << 20,
+                                256u << 20};
+  static const size_t small[] = {4u << 10, 64u << 10, 1u << 20};
+  const size_t *sizes = quick ? small : full;
+  int nsizes = quick ? 3 : 9;
+  size_t max = sizes[nsizes - 1];
+  float *send = malloc(max), *recv = malloc(max);
+  double *t = malloc((size_t)reps * sizeof *t);
+  if (send == NULL || recv == NULL || t == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  memset(send, 0, max);
+  memset(recv, 0, max);
+  double factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+  if (rank == 0) {
+    if (json)
+      printf("{\"bench\": \"allreduce\", \"backend\": \"openmpi\", "
+             "\"devices\": %d,\n \"results\": [", n);
+    else
+      printf("bench allreduce: Open MPI MPI_Allreduce, %d ranks\n", n);
+  }
+  int first = 1;
+  for (int s = 0; s < nsizes; s++) {
+    size_t bytes = sizes[s];
+    int count = (int)(bytes / sizeof(float));
+    int iters = (int)((size_t)(64u << 20) / bytes);
+    if (iters < 1) iters = 1;
+    if (iters > 200) iters = 200;
+    for (int rep = -1; rep < reps; rep++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      for (int it = 0; it < iters; it++)
+        MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      double mine = (MPI_Wtime() - t0) / iters, slowest;
+      MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      if (rep >= 0) t[rep] = slowest;
+    }
+    if (rank != 0) continue;
+    qsort(t, (size_t)reps, sizeof *t, cmp);
+    double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    double algbw = (double)bytes / med / 1e9;
+    char sz[32];
+    if (bytes >= (1u << 20)) snprintf(sz, sizeof sz, "%zuMiB", bytes >> 20);
+    else snprintf(sz, sizeof sz, "%zuKiB", bytes >> 10);
+    struct { const char *suffix, *metric, *unit; double v; } rows[] = {
+        {"", "busbw", "GB/s", algbw * factor},
+        {"", "algbw", "GB/s", algbw},
+        {"", "time", "us", med * 1e6},
+        {" traffic", "bandwidth", "GB/s", 2.0 * n * (double)bytes / med / 1e9}};
+    for (int i = 0; i < 4; i++) {
+      if (json)
+        printf("%s\n   {\"case\": \"allreduce %s%s\", \"metric\": \"%s\", "
+               "\"value\": %.6g, \"unit\": \"%s\"}",
+               first ? "" : ",", sz, rows[i].suffix, rows[i].metric,
+               rows[i].v, rows[i].unit);
+      else
+        printf("allreduce %-8s%-9s %-10s %12.4g %s\n", sz, rows[i].suffix,
+               rows[i].metric, rows[i].v, rows[i].unit);
+      first = 0;
+    }
+  }
+  if (rank == 0 && json) printf("]}\n");
+  free(send);
+  free(recv);
+  free(t);
+  MPI_Finalize();
+  return 0;
+}
