@@ -83,6 +83,11 @@ typedef struct mgpu__comm {
   int nevents[MGPU_MAX_DEVICES];
   int events_used[MGPU_MAX_DEVICES]; /* in the operation being issued */
   mgpu_buffer *scratch[MGPU_MAX_DEVICES];
+  /* Outgrown scratch buffers: work in flight may still use them, and
+   * freeing one would wait for the device, so they are kept until destroy
+   * (sizes grow geometrically: they add up to less than the current one). */
+  mgpu_buffer *retired[MGPU_MAX_DEVICES][16];
+  int nretired[MGPU_MAX_DEVICES];
   mgpu_stream *streams[MGPU_MAX_DEVICES]; /* internal, for reduce_to_host */
 } mgpu__comm;
 
@@ -93,9 +98,7 @@ int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out);
  * queued, as cudaStreamWaitEvent does). */
 int mgpu__comm_event(mgpu__comm *c, int r, mgpu_event **out);
 /* A scratch buffer of at least size bytes on rank r's device, kept for later
- * operations (never allocated per call once large enough). The old one is
- * freed after the work queued on stream is done, so stream must be the only
- * stream of rank r that used it. */
+ * operations (never allocated per call once large enough). */
 int mgpu__comm_scratch(mgpu__comm *c, int r, size_t size, mgpu_buffer **out);
 int mgpu__comm_stream(mgpu__comm *c, int r, mgpu_stream **out);
 

@@ -205,6 +205,7 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
     for (int i = 0; i < c->nevents[r]; i++) mgpu_event_destroy(c->events[r][i]);
     free(c->events[r]);
     if (c->scratch[r] != NULL) mgpu_free(c->scratch[r]);
+    for (int i = 0; i < c->nretired[r]; i++) mgpu_free(c->retired[r][i]);
     if (c->streams[r] != NULL) mgpu_stream_destroy(c->streams[r]);
   }
   for (mgpu__coll_op *op = c->ops, *next; op != NULL; op = next) {
@@ -280,9 +281,14 @@ int mgpu__comm_scratch(mgpu__comm *c, int r, size_t size, mgpu_buffer **out) {
   int rc = mgpu_malloc(&b, c->devs[r], want);
   if (rc != 0 && want > size) rc = mgpu_malloc(&b, c->devs[r], want = size);
   if (rc != 0) return rc;
-  /* mgpu_free waits for the device's queued work, so the old buffer outlives
-   * every operation that used it. */
-  if (c->scratch[r] != NULL) mgpu_free(c->scratch[r]);
+  if (c->scratch[r] != NULL) {
+    if (c->nretired[r] < 16) {
+      c->retired[r][c->nretired[r]++] = c->scratch[r];
+    } else {
+      /* Cannot happen with geometric growth; waiting is still correct. */
+      mgpu_free(c->scratch[r]);
+    }
+  }
   c->scratch[r] = b;
   *out = b;
   return 0;
