@@ -53,8 +53,14 @@ static void *producer(void *arg) {
 
 int main(void) {
   CHECK(mgpu_init(NULL));
-  int ndev = mgpu_device_count();
-  int from = 0, to = ndev > 1 ? 1 : 0;
+  /* Device 0 to device 1 when there is one of the same kind (a channel
+   * joins devices of one backend), else within device 0. */
+  int from = 0, to = 0;
+  mgpu_device_props p0 = {.size = sizeof p0}, p1 = {.size = sizeof p1};
+  CHECK(mgpu_device_get_props(0, &p0));
+  if (mgpu_device_count() > 1 && mgpu_device_get_props(1, &p1) == 0 &&
+      p1.backend_kind == p0.backend_kind)
+    to = 1;
   mgpu_channel *chan;
   CHECK(mgpu_channel_create(from, to, BLOCK * sizeof(float), CAPACITY, &chan));
 

@@ -26,10 +26,15 @@
 
 int main(void) {
   CHECK(mgpu_init(NULL));
-  int n = mgpu_device_count();
-  if (n > MGPU_MAX_DEVICES) n = MGPU_MAX_DEVICES;
-  int *devs = malloc((size_t)n * sizeof *devs);
-  for (int d = 0; d < n; d++) devs[d] = d;
+  /* Every device of device 0's kind (a communicator spans one backend). */
+  int count = mgpu_device_count(), n = 0;
+  int *devs = malloc((size_t)count * sizeof *devs);
+  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
+  CHECK(mgpu_device_get_props(0, &p0));
+  for (int d = 0; d < count; d++) {
+    CHECK(mgpu_device_get_props(d, &p));
+    if (p.backend_kind == p0.backend_kind) devs[n++] = d;
+  }
   mgpu_comm *comm;
   CHECK(mgpu_comm_create(devs, n, &comm));
   printf("reduce_multi: %d devices, collectives by %s\n", n,
@@ -44,7 +49,7 @@ int main(void) {
     size_t lo = (size_t)M * (size_t)d / (size_t)n;
     size_t hi = (size_t)M * (size_t)(d + 1) / (size_t)n;
     counts[d] = hi - lo;
-    CHECK(mgpu_malloc(&blocks[d], d, (hi - lo + 1) * sizeof *h));
+    CHECK(mgpu_malloc(&blocks[d], devs[d], (hi - lo + 1) * sizeof *h));
     if (hi > lo) CHECK(mgpu_memcpy_htod(blocks[d], 0, h + lo, (hi - lo) * sizeof *h));
   }
   int64_t total = 0;
@@ -59,8 +64,8 @@ int main(void) {
   mgpu_buffer **vecs = malloc((size_t)n * sizeof *vecs);
   for (int d = 0; d < n; d++) {
     float v = (float)(d + 1);
-    CHECK(mgpu_stream_create(&streams[d], d));
-    CHECK(mgpu_malloc(&vecs[d], d, VEC * sizeof(float)));
+    CHECK(mgpu_stream_create(&streams[d], devs[d]));
+    CHECK(mgpu_malloc(&vecs[d], devs[d], VEC * sizeof(float)));
     CHECK(mgpu_fill(streams[d], vecs[d], 0, VEC, MGPU_FLOAT32, &v));
   }
   CHECK(mgpu_group_begin());

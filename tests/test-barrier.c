@@ -10,6 +10,19 @@
 
 #define ROUNDS 300
 
+/* The devices of device 0's backend, in order: collectives, channels and
+ * stream barriers span devices of one backend. */
+static int same_backend(int *out, int max) {
+  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  int m = 0;
+  for (int d = 0; d < mgpu_device_count() && m < max; d++) {
+    ASSERT_OK(mgpu_device_get_props(d, &p));
+    if (p.backend_kind == p0.backend_kind) out[m++] = d;
+  }
+  return m;
+}
+
 typedef struct bar_arg {
   mgpu_barrier *b;
   int rank, n;
@@ -151,11 +164,13 @@ static void check(void *p) {
 }
 
 TEST_IMPL(stream_rounds) {
-  int ndev = test_init();
+  test_init();
+  int devs[8];
+  int ndev = same_backend(devs, 8);
   int n = ndev < 4 ? 2 * ndev : 8; /* two streams per device where few */
   if (n > 8) n = 8;
   mgpu_stream *s[8];
-  for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_create(&s[i], i % ndev));
+  for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_create(&s[i], devs[i % ndev]));
   mgpu_stream_barrier *sb;
   ASSERT_OK(mgpu_stream_barrier_create(s, n, &sb));
   static pub pubs[SROUNDS][8];
@@ -176,6 +191,19 @@ TEST_IMPL(stream_rounds) {
   mgpu_stream *twice[2] = {s[0], s[0]};
   ASSERT_ERR(MGPU_EINVAL, mgpu_stream_barrier_create(twice, 2, &sb));
   ASSERT_ERR(MGPU_EINVAL, mgpu_stream_barrier_create(s, 0, &sb));
+  /* Streams of two backends cannot wait on each other's events. */
+  mgpu_device_props p0 = {.size = sizeof p0}, pd = {.size = sizeof pd};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  for (int d = 1; d < mgpu_device_count(); d++) {
+    ASSERT_OK(mgpu_device_get_props(d, &pd));
+    if (pd.backend_kind == p0.backend_kind) continue;
+    mgpu_stream *mixed[2] = {s[0], NULL};
+    ASSERT_OK(mgpu_stream_create(&mixed[1], d));
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_stream_barrier_create(mixed, 2, &sb));
+    ASSERT_DETAIL_HAS("different backends");
+    ASSERT_OK(mgpu_stream_destroy(mixed[1]));
+    break;
+  }
   for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_destroy(s[i]));
   return 0;
 }

@@ -8,7 +8,27 @@
 
 #include "task.h"
 
-static int peer_of(int dev) { return (dev + 1) % mgpu_device_count(); }
+/* The devices of device 0's backend, in order: collectives, channels and
+ * stream barriers span devices of one backend. */
+static int same_backend(int *out, int max) {
+  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  int m = 0;
+  for (int d = 0; d < mgpu_device_count() && m < max; d++) {
+    ASSERT_OK(mgpu_device_get_props(d, &p));
+    if (p.backend_kind == p0.backend_kind) out[m++] = d;
+  }
+  return m;
+}
+
+/* The next device of dev's backend after dev (dev itself if alone). */
+static int peer_of(int dev) {
+  int all[64];
+  int m = same_backend(all, 64);
+  for (int i = 0; i < m; i++)
+    if (all[i] == dev) return all[(i + 1) % m];
+  return dev;
+}
 
 typedef struct end_arg {
   mgpu_channel *ch;
@@ -273,6 +293,16 @@ TEST_IMPL(errors) {
   ASSERT_ERR(MGPU_EINVAL, mgpu_channel_create(0, b, 0, 4, &ch));
   ASSERT_ERR(MGPU_EINVAL, mgpu_channel_create(0, b, 16, 0, &ch));
   ASSERT_ERR(MGPU_ENODEV, mgpu_channel_create(0, ndev, 16, 4, &ch));
+  /* Devices of two backends: refused when the channel is made. */
+  mgpu_device_props p0 = {.size = sizeof p0}, pd = {.size = sizeof pd};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  for (int d = 1; d < ndev; d++) {
+    ASSERT_OK(mgpu_device_get_props(d, &pd));
+    if (pd.backend_kind == p0.backend_kind) continue;
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_channel_create(0, d, 16, 4, &ch));
+    ASSERT_DETAIL_HAS("different backends");
+    break;
+  }
   ASSERT_ERR(MGPU_EBADHANDLE, mgpu_channel_close(NULL));
   ASSERT_OK(mgpu_channel_create(0, b, 16, 4, &ch));
   mgpu_stream *sa, *sb;
@@ -316,12 +346,13 @@ static void *pair_thread(void *p) {
 
 TEST_IMPL(stress) {
   int ndev = test_init();
-  int n = ndev < 4 ? ndev : 4;
+  int devs[4];
+  int n = same_backend(devs, 4);
   ASSERT_OK(mgpu_metrics_reset());
   pthread_t t[4];
   pair_arg args[4];
   for (int i = 0; i < n; i++) {
-    args[i].from = i;
+    args[i].from = devs[i];
     ASSERT(pthread_create(&t[i], NULL, pair_thread, &args[i]) == 0);
   }
   for (int i = 0; i < n; i++) pthread_join(t[i], NULL);

@@ -18,6 +18,19 @@ static const mgpu_dtype types[] = {MGPU_FLOAT32, MGPU_FLOAT64, MGPU_INT32,
                                    MGPU_INT64};
 #define POISON 0xAB
 
+/* The devices of device 0's backend, in order: collectives, channels and
+ * stream barriers span devices of one backend. */
+static int same_backend(int *out, int max) {
+  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  int m = 0;
+  for (int d = 0; d < mgpu_device_count() && m < max; d++) {
+    ASSERT_OK(mgpu_device_get_props(d, &p));
+    if (p.backend_kind == p0.backend_kind) out[m++] = d;
+  }
+  return m;
+}
+
 typedef struct world {
   int n;
   int devs[4];
@@ -226,14 +239,15 @@ static void check_one(world *w, int kind, mgpu_dtype t, mgpu_op op,
  * 4 devices. */
 static void matrix(const mgpu_comm_config *cfg, const size_t *sizes,
                    int nsizes, int all_ops) {
-  int ndev = mgpu_device_count();
+  int all[8];
+  int ndev = same_backend(all, 8);
   size_t max = 0;
   for (int i = 0; i < nsizes; i++) max = sizes[i] > max ? sizes[i] : max;
   uint64_t seed = 1;
   for (int n = 1; n <= 4 && n <= ndev; n++) {
     /* A subset that is not simply the first n devices where possible. */
     int devs[4];
-    for (int r = 0; r < n; r++) devs[r] = (ndev - n + r + (n == 2)) % ndev;
+    for (int r = 0; r < n; r++) devs[r] = all[(ndev - n + r + (n == 2)) % ndev];
     world w;
     world_open(&w, devs, n, max, cfg);
     for (int kind = 0; kind < KINDS; kind++)
@@ -260,11 +274,11 @@ static const size_t small_sizes[] = {0, 1, 2, 5, 13, 1003};
 
 TEST_IMPL(direct) {
   test_init();
-  int devs[4] = {0, 1, 2, 3};
+  int devs[4];
+  int n = same_backend(devs, 4);
   mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
   cfg.algo = MGPU_COLL_ALGO_DIRECT;
   mgpu_comm *c;
-  int n = mgpu_device_count() < 4 ? mgpu_device_count() : 4;
   if (mgpu_comm_create_config(devs, n, &cfg, &c) == MGPU_ENOTSUP)
     return TEST_SKIP; /* not host devices */
   ASSERT_OK(mgpu_comm_destroy(c));
@@ -276,9 +290,9 @@ TEST_IMPL(direct) {
 /* Large enough that results leave through non-temporal stores (several MiB
  * per rank), with an odd count so the slices start unaligned. */
 TEST_IMPL(direct_large) {
-  int ndev = test_init();
-  int n = ndev < 4 ? ndev : 4;
-  int devs[4] = {0, 1, 2, 3};
+  test_init();
+  int devs[4];
+  int n = same_backend(devs, 4);
   mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
   cfg.algo = MGPU_COLL_ALGO_DIRECT;
   mgpu_comm *c;
@@ -376,8 +390,8 @@ static void *rank_thread(void *p) {
 }
 
 static void threads_with(const mgpu_comm_config *cfg) {
-  int n = mgpu_device_count() < 4 ? mgpu_device_count() : 4;
-  int devs[4] = {0, 1, 2, 3};
+  int devs[4];
+  int n = same_backend(devs, 4);
   world w;
   world_open(&w, devs, n, 512, cfg);
   pthread_t th[4];
@@ -421,9 +435,9 @@ static void *half_group(void *p) {
 }
 
 TEST_IMPL(split_groups) {
-  int ndev = test_init();
-  if (ndev < 4) return TEST_SKIP;
-  int devs[4] = {0, 1, 2, 3};
+  test_init();
+  int devs[4];
+  if (same_backend(devs, 4) < 4) return TEST_SKIP;
   world w;
   world_open(&w, devs, 4, 100, NULL);
   int32_t h[100];
@@ -456,8 +470,8 @@ static void expect_untouched(world *w) {
 
 TEST_IMPL(errors) {
   int ndev = test_init();
-  if (ndev < 2) return TEST_SKIP;
-  int devs[2] = {0, 1};
+  int devs[2];
+  if (same_backend(devs, 2) < 2) return TEST_SKIP;
   mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
   cfg.timeout_ms = 200;
   world w;
@@ -550,13 +564,24 @@ TEST_IMPL(errors) {
   ASSERT_ERR(MGPU_ENODEV, mgpu_comm_create(bad, 1, &c));
   ASSERT_ERR(MGPU_EINVAL, mgpu_comm_create(devs, 0, &c));
   ASSERT_ERR(MGPU_EINVAL, mgpu_group_end());
+  /* Devices of two backends: refused when the communicator is made. */
+  mgpu_device_props p0 = {.size = sizeof p0}, pd = {.size = sizeof pd};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  for (int d = 1; d < ndev; d++) {
+    ASSERT_OK(mgpu_device_get_props(d, &pd));
+    if (pd.backend_kind == p0.backend_kind) continue;
+    int mixed[2] = {0, d};
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_comm_create(mixed, 2, &c));
+    ASSERT_DETAIL_HAS("different backends");
+    break;
+  }
   return 0;
 }
 
 TEST_IMPL(provider_and_metrics) {
-  int ndev = test_init();
-  int n = ndev < 4 ? ndev : 4;
-  int devs[4] = {0, 1, 2, 3};
+  test_init();
+  int devs[4];
+  int n = same_backend(devs, 4);
   world w;
   world_open(&w, devs, n, 16, NULL);
   int prov = mgpu_comm_provider(w.comm);
@@ -570,12 +595,12 @@ TEST_IMPL(provider_and_metrics) {
   mgpu_metrics m = {.size = sizeof m};
   ASSERT_OK(mgpu_metrics_snapshot(&m));
   for (int r = 0; r < n; r++) {
-    ASSERT_EQ(m.dev[r].coll_ops, 3);
+    ASSERT_EQ(m.dev[devs[r]].coll_ops, 3);
     if (prov == MGPU_COLL_PROVIDER_MGPU) {
-      ASSERT_EQ(m.dev[r].coll_ring, 3);
-      ASSERT_EQ(m.dev[r].coll_nccl, 0);
+      ASSERT_EQ(m.dev[devs[r]].coll_ring, 3);
+      ASSERT_EQ(m.dev[devs[r]].coll_nccl, 0);
     } else {
-      ASSERT_EQ(m.dev[r].coll_nccl, 3);
+      ASSERT_EQ(m.dev[devs[r]].coll_nccl, 3);
     }
   }
   world_close(&w);
@@ -583,9 +608,9 @@ TEST_IMPL(provider_and_metrics) {
 }
 
 TEST_IMPL(reduce_to_host) {
-  int ndev = test_init();
-  int n = ndev < 4 ? ndev : 4;
-  int devs[4] = {0, 1, 2, 3};
+  test_init();
+  int devs[4];
+  int n = same_backend(devs, 4);
   mgpu_comm *c;
   ASSERT_OK(mgpu_comm_create(devs, n, &c));
   mgpu_buffer *bufs[4];

@@ -29,7 +29,8 @@ extern "C" {
 typedef struct mgpu_channel mgpu_channel;
 
 /* Creates a channel; the caller owns it until mgpu_channel_destroy.
- * src_dev and dst_dev may be the same device. capacity >= 1. */
+ * src_dev and dst_dev may be the same device; two devices of different
+ * backends are MGPU_ENOTSUP. capacity >= 1. */
 MGPU_EXTERN int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
                                     int capacity, mgpu_channel **chan);
 /* Waits for the copies in flight, then frees the channel and its slots.

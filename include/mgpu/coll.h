@@ -58,8 +58,9 @@ typedef struct mgpu_comm_config {
 #define MGPU_COMM_CONFIG_INITIALIZER \
   { sizeof(mgpu_comm_config), MGPU_COLL_PROVIDER_AUTO, MGPU_COLL_ALGO_AUTO, 0, 0 }
 
-/* Creates a communicator over n distinct devices (rank r = devs[r]). The
- * caller owns it until mgpu_comm_destroy. */
+/* Creates a communicator over n distinct devices of one backend (rank r =
+ * devs[r]); devices of two backends are MGPU_ENOTSUP. The caller owns it
+ * until mgpu_comm_destroy. */
 MGPU_EXTERN int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm);
 /* The same with a configuration (NULL: the defaults). */
 MGPU_EXTERN int mgpu_comm_create_config(const int *devs, int n,
@@ -140,9 +141,9 @@ MGPU_EXTERN int mgpu_barrier_destroy(mgpu_barrier *barrier);
 MGPU_EXTERN int mgpu_barrier_wait(mgpu_barrier *barrier, int rank,
                                   int timeout_ms);
 
-/* A stream barrier: queued on a set of streams (of any devices), it makes
- * every stream wait until all of them have reached it. The host does not
- * block. */
+/* A stream barrier: queued on a set of streams (of any devices of one
+ * backend), it makes every stream wait until all of them have reached it.
+ * The host does not block. */
 typedef struct mgpu_stream_barrier mgpu_stream_barrier;
 
 MGPU_EXTERN int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,

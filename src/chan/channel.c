@@ -68,6 +68,12 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   int rc = mgpu__device_check(src_dev, &sd);
   if (rc == 0) rc = mgpu__device_check(dst_dev, &dd);
   if (rc != 0) return rc;
+  if (sd->ops != dd->ops)
+    return mgpu__error(MGPU_ENOTSUP,
+                       "channel %d -> %d: device %d (%s) and device %d (%s) "
+                       "are of different backends",
+                       src_dev, dst_dev, src_dev, sd->ops->name, dst_dev,
+                       dd->ops->name);
   if (msg_size == 0 || capacity < 1)
     return mgpu__error(MGPU_EINVAL,
                        "channel %d -> %d: message size %zu and capacity %d "

@@ -169,9 +169,12 @@ int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
   if (sb == NULL)
     return mgpu__error(MGPU_ENOMEM, "stream barrier: out of memory");
   int rc = 0;
+  int devs[MGPU_MAX_DEVICES];
   for (int i = 0; i < n && rc == 0; i++) {
     mgpu__stream *s;
     rc = mgpu__stream_get(streams[i], &s);
+    if (rc == 0) devs[i] = s->dev;
+    if (rc == 0) rc = mgpu__coll_same_backend("stream barrier", devs, i + 1);
     for (int j = 0; j < i && rc == 0; j++)
       if (streams[j] == streams[i])
         rc = mgpu__error(MGPU_EINVAL,

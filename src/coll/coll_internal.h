@@ -106,6 +106,9 @@ int mgpu__comm_stream(mgpu__comm *c, int r, mgpu_stream **out);
  * with c->lock held. */
 int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op);
 int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op);
+/* 0 when every device of the (checked) list has the same backend, else
+ * MGPU_ENOTSUP naming two that differ. */
+int mgpu__coll_same_backend(const char *what, const int *devs, int n);
 /* 1 when the direct algorithm can serve every device of the list. */
 int mgpu__coll_direct_possible(const int *devs, int n);
 

@@ -100,6 +100,22 @@ static int check_devices(const int *devs, int n) {
                            "comm: device %d is listed twice (ranks %d and %d)",
                            devs[r], q, r);
   }
+  return mgpu__coll_same_backend("comm", devs, n);
+}
+
+int mgpu__coll_same_backend(const char *what, const int *devs, int n) {
+  /* Streams wait only on events of their own backend, so work ordered
+   * across devices of two backends cannot be queued without the host. */
+  mgpu__device *first = mgpu__device_get(devs[0]);
+  for (int r = 1; r < n; r++) {
+    mgpu__device *d = mgpu__device_get(devs[r]);
+    if (d->ops != first->ops)
+      return mgpu__error(MGPU_ENOTSUP,
+                         "%s: device %d (%s) and device %d (%s) are of "
+                         "different backends; it must span devices of one",
+                         what, devs[0], first->ops->name, devs[r],
+                         d->ops->name);
+  }
   return 0;
 }
 
