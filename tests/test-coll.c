@@ -363,6 +363,109 @@ TEST_IMPL(ring_staged) {
   return 0;
 }
 
+/* 16-bit floats (CUDA devices only; host devices refuse them). Small
+ * integers are exact in both formats, so sums and maxima compare exactly. */
+static uint16_t to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int exp = (int)((x >> 23) & 0xff) - 127 + 15;
+  if ((x & 0x7fffffffu) == 0) return (uint16_t)sign;
+  return (uint16_t)(sign | ((uint32_t)exp << 10) | ((x >> 13) & 0x3ffu));
+}
+
+static float from_half(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  int exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ffu;
+  uint32_t x = exp == 0 && man == 0
+                   ? sign
+                   : sign | ((uint32_t)(exp - 15 + 127) << 23) | (man << 13);
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static uint16_t to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return (uint16_t)(x >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+TEST_IMPL(half_types) {
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_CUDA) return TEST_SKIP;
+  int devs[4];
+  int n = same_backend(devs, 4);
+  const size_t count = 1001;
+  world w;
+  world_open(&w, devs, n, count, NULL);
+  uint16_t *h = malloc(count * (size_t)n * sizeof *h);
+  for (int ti = 0; ti < 2; ti++) {
+    mgpu_dtype t = ti ? MGPU_BFLOAT16 : MGPU_FLOAT16;
+    for (int op = 0; op < 4; op += 3) { /* sum and max */
+      for (int r = 0; r < n; r++) {
+        for (size_t i = 0; i < count * (size_t)n; i++) {
+          float v = (float)((int)((i * 7 + (size_t)r * 13) % 41) - 20);
+          h[i] = ti ? to_bf16(v) : to_half(v);
+        }
+        ASSERT_OK(mgpu_memcpy_htod(w.a[r], 0, h, count * (size_t)n * 2));
+      }
+      ASSERT_OK(mgpu_group_begin());
+      for (int r = 0; r < n; r++) {
+        ASSERT_OK(mgpu_allreduce(w.comm, r, w.a[r], w.b[r], count, t,
+                                 (mgpu_op)op, w.s[r]));
+        ASSERT_OK(mgpu_reduce_scatter(w.comm, r, w.a[r], w.a[r], count / 4, t,
+                                      (mgpu_op)op, w.s[r]));
+      }
+      ASSERT_OK(mgpu_group_end());
+      for (int r = 0; r < n; r++) {
+        ASSERT_OK(mgpu_stream_synchronize(w.s[r]));
+        ASSERT_OK(mgpu_memcpy_dtoh(h, w.b[r], 0, count * 2));
+        for (size_t i = 0; i < count; i++) {
+          float want = 0;
+          for (int q = 0; q < n; q++) {
+            float v = (float)((int)((i * 7 + (size_t)q * 13) % 41) - 20);
+            want = q == 0 ? v : op == MGPU_SUM ? want + v : (v > want ? v : want);
+          }
+          float got = ti ? from_bf16(h[i]) : from_half(h[i]);
+          if (got != want) {
+            fprintf(stderr, "%s %s rank %d element %zu: got %g want %g\n",
+                    mgpu_dtype_name(t), mgpu_op_name((mgpu_op)op), r, i, got,
+                    want);
+            abort();
+          }
+        }
+        /* The in-place reduce-scatter: rank r's block of its buffer. */
+        size_t c4 = count / 4;
+        ASSERT_OK(mgpu_memcpy_dtoh(h, w.a[r], (size_t)r * c4 * 2, c4 * 2));
+        for (size_t i = 0; i < c4; i++) {
+          size_t j = (size_t)r * c4 + i;
+          float want = 0;
+          for (int q = 0; q < n; q++) {
+            float v = (float)((int)((j * 7 + (size_t)q * 13) % 41) - 20);
+            want = q == 0 ? v : op == MGPU_SUM ? want + v : (v > want ? v : want);
+          }
+          float got = ti ? from_bf16(h[i]) : from_half(h[i]);
+          ASSERT(got == want);
+        }
+      }
+    }
+  }
+  free(h);
+  world_close(&w);
+  return 0;
+}
+
 /* One thread per device, no groups: each call waits for the others. */
 typedef struct thread_arg {
   world *w;
@@ -670,6 +773,7 @@ TEST_ENTRY(direct_large)
 TEST_ENTRY(ring)
 TEST_ENTRY(ring_chunks)
 TEST_ENTRY(ring_staged)
+TEST_ENTRY(half_types)
 TEST_ENTRY(threads)
 TEST_ENTRY(split_groups)
 TEST_ENTRY(errors)
