@@ -66,6 +66,7 @@ typedef struct mgpu__comm {
   /* peer_read[r]: rank r's device may read the previous rank's memory
    * directly in a kernel (ring). */
   int peer_read[MGPU_MAX_DEVICES];
+  int all_read; /* every rank's device reads every other's memory */
   void *nccl;                      /* the provider's communicator */
   const mgpu__backend_ops *nccl_ops;
 

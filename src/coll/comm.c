@@ -166,8 +166,12 @@ int mgpu_comm_create_config(const int *devs, int n,
     c->algo = c->cfg.algo == MGPU_COLL_ALGO_RING ? MGPU_COLL_ALGO_RING
               : direct                            ? MGPU_COLL_ALGO_DIRECT
                                                   : MGPU_COLL_ALGO_RING;
-    for (int r = 0; r < n; r++)
+    c->all_read = 1;
+    for (int r = 0; r < n; r++) {
       c->peer_read[r] = can_read(devs[r], devs[(r + n - 1) % n]);
+      for (int q = 0; q < n && c->all_read; q++)
+        c->all_read = can_read(devs[r], devs[q]);
+    }
   }
   mgpu__mutex_init(&c->lock);
   mgpu__cond_init(&c->cond);

@@ -27,6 +27,9 @@
 /* Fewest bytes per chunk, and most chunks per segment: past these the event
  * traffic costs more than the pipelining gains. */
 #define MAX_ROUNDS 64
+/* All-reduces up to this size per rank take the flat path where every
+ * device reads every other's memory. */
+#define FLAT_BYTES (256u << 10)
 
 /* A place in some rank's memory: a buffer handle, a byte offset and the
  * device pointer it designates. */
@@ -106,10 +109,27 @@ static int copy(ring *g, int r, loc dst, loc src, size_t elems) {
                            stream_of(g, r));
 }
 
+/* The backend's element-wise kernel on rank r's stream: dst = a op b, with
+ * pointers the device can read (its own, or peers'). */
+static int elementwise(ring *g, int r, void *dst, const void *a,
+                       const void *b, size_t elems) {
+  const mgpu__coll_part *p0 = &g->op->part[0];
+  mgpu__device *d = mgpu__device_get(g->c->devs[r]);
+  mgpu__builtin k;
+  memset(&k, 0, sizeof k);
+  k.kind = MGPU__BUILTIN_ELEMENTWISE;
+  k.dtype = p0->dtype;
+  k.op = p0->op;
+  k.count = elems;
+  k.dst = dst;
+  k.a = a;
+  k.b = b;
+  return d->ops->builtin(d->b, g->op->part[r].stream->b, &k);
+}
+
 /* dst = mine op peer on rank r, all three elems long. */
 static int reduce(ring *g, int r, loc dst, loc mine, loc peer, size_t elems) {
   if (elems == 0) return 0;
-  const mgpu__coll_part *p0 = &g->op->part[0];
   if (!g->c->peer_read[r]) {
     /* The device cannot read the peer's memory: stage the chunk first. */
     loc stage = scratch_of(g, r);
@@ -119,17 +139,7 @@ static int reduce(ring *g, int r, loc dst, loc mine, loc peer, size_t elems) {
     if (rc != 0) return rc;
     peer = stage;
   }
-  mgpu__device *d = mgpu__device_get(g->c->devs[r]);
-  mgpu__builtin b;
-  memset(&b, 0, sizeof b);
-  b.kind = MGPU__BUILTIN_ELEMENTWISE;
-  b.dtype = p0->dtype;
-  b.op = p0->op;
-  b.count = elems;
-  b.dst = dst.ptr;
-  b.a = mine.ptr;
-  b.b = peer.ptr;
-  return d->ops->builtin(d->b, g->op->part[r].stream->b, &b);
+  return elementwise(g, r, dst.ptr, mine.ptr, peer.ptr, elems);
 }
 
 /* Chunk k of a segment of len elements: [*a, *a + return). */
@@ -318,6 +328,47 @@ static int reduce_chain(ring *g) {
   return rc != 0 ? rc : finish(g, next_in_chain, root);
 }
 
+/* Every stream waits for every other's event, recorded now. */
+static int stream_barrier(ring *g) {
+  mgpu_event *ev[MGPU_MAX_DEVICES];
+  int rc = 0;
+  for (int r = 0; r < g->n && rc == 0; r++) rc = record(g, r, &ev[r]);
+  for (int r = 0; r < g->n && rc == 0; r++)
+    for (int q = 0; q < g->n && rc == 0; q++)
+      if (q != r) rc = wait(g, r, ev[q]);
+  return rc;
+}
+
+/* Small all-reduces where every device reads every other's memory: each
+ * rank reduces the whole vector straight from the peers' buffers, in rank
+ * order (so every rank gets the same bits), between two stream barriers.
+ * Three dependent phases instead of the ring's 2 (n - 1) hops; the work is
+ * n times the ring's, which is nothing at these sizes. In place, the sum
+ * goes to scratch and is copied over the input after the second barrier,
+ * once no peer reads it. */
+static int allreduce_flat(ring *g) {
+  int n = g->n;
+  size_t count = g->op->part[0].count, bytes = count * g->esz;
+  int in_place = g->op->part[0].in_place;
+  int rc = 0;
+  for (int r = 0; r < n; r++) g->scratch[r] = NULL;
+  for (int r = 0; r < n && rc == 0 && in_place; r++)
+    rc = mgpu__comm_scratch(g->c, r, bytes, &g->scratch[r]);
+  if (rc == 0) rc = stream_barrier(g);
+  for (int r = 0; r < n && rc == 0; r++) {
+    loc acc = in_place ? scratch_of(g, r) : recv_of(g, r);
+    rc = elementwise(g, r, acc.ptr, send_of(g, 0).ptr, send_of(g, 1).ptr,
+                     count);
+    for (int q = 2; q < n && rc == 0; q++)
+      rc = elementwise(g, r, acc.ptr, acc.ptr, send_of(g, q).ptr, count);
+  }
+  if (rc == 0) rc = stream_barrier(g);
+  /* Nobody reads the inputs any more: in place, the sum may land now. */
+  for (int r = 0; r < n && rc == 0 && in_place; r++)
+    rc = copy(g, r, recv_of(g, r), scratch_of(g, r), count);
+  return rc;
+}
+
 static int single(ring *g) {
   const mgpu__coll_part *p = &g->op->part[0];
   return copy(g, 0, recv_of(g, 0), send_of(g, 0), p->count);
@@ -335,8 +386,12 @@ int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op) {
   if (c->n == 1) {
     rc = single(&g);
   } else {
+    size_t bytes = op->part[0].count * g.esz;
     switch (op->part[0].kind) {
-      case MGPU__COLL_ALLREDUCE: rc = allreduce(&g); break;
+      case MGPU__COLL_ALLREDUCE:
+        rc = c->all_read && bytes <= FLAT_BYTES ? allreduce_flat(&g)
+                                                : allreduce(&g);
+        break;
       case MGPU__COLL_REDUCE_SCATTER: rc = reduce_scatter(&g); break;
       case MGPU__COLL_ALLGATHER: rc = allgather(&g); break;
       case MGPU__COLL_BROADCAST: rc = broadcast(&g); break;
