@@ -17,9 +17,9 @@
  * Idle workers spin for a few microseconds, then park on a futex. Workers
  * that spin without bound would starve each other and the submitter on a
  * machine with fewer cores than devices. The wake-up is a Dekker handshake:
- * a worker sets its sleeping flag and bumps nsleeping (seq_cst), then looks
- * for work once more before parking; a submitter publishes its task, then
- * (seq_cst fence) reads nsleeping. One of the two sees the other.
+ * a worker sets its sleeping flag and bumps nsleeping (seq_cst RMWs), then
+ * looks for work once more before parking; a submitter publishes its task,
+ * then reads nsleeping with an RMW. One of the two sees the other.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -57,15 +57,20 @@ static int try_wake(mgpu_pool *p, mgpu__worker *w) {
   return 1;
 }
 
+/* The reads of sleeping and nsleeping below are read-modify-writes (adding
+ * 0) rather than a fence and a load: an RMW reads the latest value, and if
+ * the worker's own RMW comes later it acquires everything this thread
+ * published before. That is the Dekker handshake in C11 terms, and
+ * ThreadSanitizer, which ignores fences, checks it as written. */
 static void notify_worker(mgpu_pool *p, mgpu__worker *w) {
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load_explicit(&w->sleeping, memory_order_relaxed)) try_wake(p, w);
+  if (atomic_fetch_add_explicit(&w->sleeping, 0, memory_order_seq_cst))
+    try_wake(p, w);
 }
 
 /* Wakes one parked worker, if any, to pick up work anyone may run. */
 static void notify_any(mgpu_pool *p, mgpu__worker *self) {
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load_explicit(&p->nsleeping, memory_order_relaxed) <= 0) return;
+  if (atomic_fetch_add_explicit(&p->nsleeping, 0, memory_order_seq_cst) <= 0)
+    return;
   int start = self ? self->index + 1 : 0;
   for (int k = 0; k < p->n; k++) {
     mgpu__worker *w = &p->workers[(start + k) % p->n];
@@ -161,8 +166,14 @@ again:
     if (w->pinned_head == NULL) w->pinned_tail = NULL;
     return t;
   }
-  if ((t = mgpu__deque_pop(&w->prefer)) != NULL) return t;
-  if ((t = mgpu__deque_pop(&w->deque)) != NULL) return t;
+  /* Tasks placed on this device (static) and tasks that prefer it run in
+   * submit order: the owner takes them from the top, as a thief would.
+   * Under work stealing the owner pops its deque at the bottom, newest
+   * first, where what it just produced is still in cache. */
+  if ((t = mgpu__deque_steal(&w->prefer)) != NULL) return t;
+  if (p->policy == MGPU_SCHED_WS ? (t = mgpu__deque_pop(&w->deque)) != NULL
+                                 : (t = mgpu__deque_steal(&w->deque)) != NULL)
+    return t;
   if (drain_inbox(p, w)) goto again;
   if (p->policy == MGPU_SCHED_STATIC) return NULL;
   if ((t = take_shared(p, w)) != NULL) return t;
@@ -206,7 +217,7 @@ static int has_work(mgpu_pool *p, mgpu__worker *w) {
 /* Parks the worker until woken. */
 static void park(mgpu_pool *p, mgpu__worker *w) {
   uint32_t seq = atomic_load_explicit(&w->wake_seq, memory_order_acquire);
-  atomic_store_explicit(&w->sleeping, 1, memory_order_seq_cst);
+  atomic_exchange_explicit(&w->sleeping, 1, memory_order_seq_cst);
   atomic_fetch_add_explicit(&p->nsleeping, 1, memory_order_seq_cst);
   if (!has_work(p, w) &&
       !atomic_load_explicit(&p->stopping, memory_order_seq_cst))
