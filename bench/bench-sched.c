@@ -25,59 +25,13 @@
 #include <time.h>
 
 #include "bench.h"
+#include "sched_work.h"
 
-/* ---- the hand-off baseline ---- */
-
-#define RING 1024
-
-typedef struct handoff {
-  _Alignas(64) _Atomic size_t head; /* producer */
-  _Alignas(64) _Atomic size_t tail; /* consumer */
-  _Atomic(void *) slot[RING];
-  size_t n;
-  _Atomic int go;
-} handoff;
-
-static void *handoff_consumer(void *arg) {
-  handoff *h = arg;
-  while (!atomic_load_explicit(&h->go, memory_order_acquire)) sched_yield();
-  size_t tail = 0;
-  uintptr_t sum = 0;
-  while (tail < h->n) {
-    size_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-    if (head == tail) {
-      sched_yield();
-      continue;
-    }
-    for (; tail < head; tail++)
-      sum += (uintptr_t)atomic_load_explicit(&h->slot[tail % RING],
-                                             memory_order_relaxed);
-    atomic_store_explicit(&h->tail, tail, memory_order_release);
-  }
-  return (void *)sum;
-}
-
-/* ns per item handed from this thread to another. */
-static double handoff_ns(size_t n) {
-  handoff *h = calloc(1, sizeof *h);
-  pthread_t th;
-  h->n = n;
-  pthread_create(&th, NULL, handoff_consumer, h);
-  double t0 = bench_now();
-  atomic_store_explicit(&h->go, 1, memory_order_release);
-  for (size_t i = 0; i < n; i++) {
-    while (i - atomic_load_explicit(&h->tail, memory_order_acquire) >= RING)
-      sched_yield();
-    atomic_store_explicit(&h->slot[i % RING], (void *)(uintptr_t)(i + 1),
-                          memory_order_relaxed);
-    atomic_store_explicit(&h->head, i + 1, memory_order_release);
-  }
-  while (atomic_load_explicit(&h->tail, memory_order_acquire) < n)
-    sched_yield();
-  double dt = bench_now() - t0;
-  pthread_join(th, NULL);
-  free(h);
-  return dt * 1e9 / (double)n;
+static int skew_body(int dev, mgpu_stream *s, void *arg) {
+  (void)dev;
+  (void)s;
+  skew_run_one(arg);
+  return 0;
 }
 
 /* ---- the pool ---- */
@@ -111,53 +65,6 @@ static double overhead_ns(mgpu_pool *p, size_t n) {
     if (mgpu_pool_submit_fn(p, empty_task, NULL, NULL) != 0) return -1;
   if (mgpu_pool_wait_all(p) != 0) return -1;
   return (bench_now() - t0) * 1e9 / (double)n;
-}
-
-/* ---- skewed lengths ---- */
-
-typedef struct skew_task {
-  uint64_t length_ns;
-  uint64_t ran_ns; /* measured */
-} skew_task;
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Sleeps length_ns: device work that occupies the device, not a core. The
- * default 50 us timer slack would stretch every short task, so it is set
- * to 1 ns on the thread first. */
-static int skew_body(int dev, mgpu_stream *s, void *arg) {
-  (void)dev;
-  (void)s;
-  static _Thread_local int slack_set;
-  if (!slack_set) {
-    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-    slack_set = 1;
-  }
-  skew_task *t = arg;
-  uint64_t t0 = now_ns(), end = t0 + t->length_ns;
-  struct timespec ts = {(time_t)(end / 1000000000u),
-                        (long)(end % 1000000000u)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
-  }
-  t->ran_ns = now_ns() - t0;
-  return 0;
-}
-
-/* Log-uniform in [1 us, 1 ms], xorshift64* with a fixed seed. */
-static void skew_lengths(skew_task *t, int n) {
-  uint64_t x = 0x5eed5eed12345678ull;
-  for (int i = 0; i < n; i++) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    double u = (double)((x * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-    t[i].length_ns = (uint64_t)(1000.0 * pow(1000.0, u));
-    t[i].ran_ns = 0;
-  }
 }
 
 /* Returns the makespan in ms and writes the ideal one. */
@@ -200,12 +107,13 @@ int mgpu_bench_sched(int argc, char **argv) {
     int nd = counts[c];
     if (nd > ndev) break;
     for (int pol = 0; pol < 3; pol++) {
+      /* The baseline first, with no pool up, as the StarPU peer does. */
+      handoff_ns(n / 4);
+      for (int i = 0; i < reps; i++) b[i] = handoff_ns(n);
       mgpu_pool *p = make_pool((mgpu_sched_policy)pol, nd);
       if (p == NULL) return 1;
       overhead_ns(p, n / 4); /* warm-up: slots, deques, threads */
-      handoff_ns(n / 4);
       for (int i = 0; i < reps; i++) {
-        b[i] = handoff_ns(n);
         v[i] = overhead_ns(p, n);
         if (v[i] < 0) {
           fprintf(stderr, "mgpu bench sched: %s\n", mgpu_error_detail());
@@ -245,7 +153,7 @@ int mgpu_bench_sched(int argc, char **argv) {
     for (int i = 0; i < sreps; i++)
       if (ratio[i] == mr) med = i;
     char name[96];
-    snprintf(name, sizeof name, "skewed %d tasks 1us-1ms, %d dev, %s", NSKEW,
+    snprintf(name, sizeof name, "skewed %d tasks, %d dev, %s", NSKEW,
              ndev, policy_name[pol]);
     bench_report_add(r, name, "makespan", span[med], "ms", "ideal",
                      ideal[med]);
