@@ -97,12 +97,16 @@ MGPU_EXTERN void mgpu_dist_free_buffers(const mgpu_dist *dist,
 /* Copies the host array (n elements of elem_size bytes) into the parts'
  * buffers, bufs[p] holding part p's elements in local order, on streams[p]
  * (a stream of part p's device). Asynchronous: the copies are queued and the
- * call returns; host must stay valid and unchanged, and the buffers are
- * ready, once the streams are synchronized. Fine-grained distributions
+ * call returns; host must stay valid and unchanged until the streams are
+ * synchronized, and the buffers are ready then. Fine-grained distributions
  * (blocks under 64 KiB) are packed into staging memory first, one copy per
  * part, and the runtime frees the staging itself. streams NULL: synchronous
  * (on streams made for the call). bufs[p] of a part that owns nothing is
  * ignored and may be NULL. */
+MGPU_EXTERN int mgpu_scatter(const mgpu_dist *dist, const void *host,
+                             size_t elem_size, mgpu_buffer *const *bufs,
+                             mgpu_stream *const *streams);
+
 /* The reverse: every element goes back to its global index in host. With
  * streams the copies are queued; host must stay valid, and is complete only
  * once the streams are synchronized. */
