@@ -115,6 +115,11 @@ typedef struct mgpu__worker {
   int index;             /* in the pool */
   int dev;               /* mgpu device id */
   mgpu_stream *stream;
+  /* The stream resolved once, so that the per-task synchronize goes
+   * straight to the backend without a handle lookup. */
+  const mgpu__backend_ops *sync_ops;
+  mgpu__bdevice *sync_dev;
+  mgpu__bstream *sync_stream;
   mgpu__thread thread;
   int started;
   int victims[MGPU_MAX_DEVICES]; /* other workers, nearest first */
@@ -122,6 +127,7 @@ typedef struct mgpu__worker {
   mgpu__deque deque;     /* owner: push/pop; anyone: steal */
   mgpu__deque prefer;    /* same, for tasks preferring this device */
   mgpu__task *pinned_head, *pinned_tail; /* owner only */
+  uint64_t clock_ns; /* owner only: end of the last task, 0 after idling */
 
   _Alignas(64) _Atomic(mgpu__task *) inbox;
   _Alignas(64) _Atomic uint32_t wake_seq; /* futex word of the sleeper */

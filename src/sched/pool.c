@@ -256,6 +256,7 @@ static void *worker_main(void *arg) {
       continue;
     }
     if (atomic_load_explicit(&p->stopping, memory_order_acquire)) break;
+    w->clock_ns = 0; /* idle time is not busy time */
     idle++;
     if (idle <= SPIN_POLLS) {
       for (int i = 0; i < 16; i++) cpu_relax();
@@ -436,6 +437,12 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
       goto fail;
     }
     if ((rc = mgpu_stream_create(&w->stream, w->dev)) != 0) goto fail;
+    mgpu__stream *s;
+    if ((rc = mgpu__stream_get(w->stream, &s)) != 0) goto fail;
+    mgpu__device *dev = mgpu__device_get(w->dev);
+    w->sync_ops = dev->ops;
+    w->sync_dev = dev->b;
+    w->sync_stream = s->b;
   }
   for (int i = 0; i < n; i++) {
     mgpu__worker *w = &p->workers[i];

@@ -249,7 +249,9 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
                            (unsigned long long)handle_of(t));
   } else {
     atomic_store_explicit(&w->running, 1, memory_order_relaxed);
-    uint64_t t0 = mgpu__now_ns();
+    /* Back to back, a task starts when the previous one ended: one clock
+     * read per task instead of two (a read costs 40-90 ns in some VMs). */
+    uint64_t t0 = w->clock_ns ? w->clock_ns : mgpu__now_ns();
     mgpu_error_clear();
     if (t->fn != NULL)
       r = t->fn(w->dev, w->stream, t->arg);
@@ -258,9 +260,10 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
                       t->args_size);
     /* The task is complete once the work it queued is: dependents may
      * read what it wrote. */
-    int rs = mgpu_stream_synchronize(w->stream);
+    int rs = w->sync_ops->stream_synchronize(w->sync_dev, w->sync_stream);
     if (r == 0) r = rs;
-    uint64_t dt = mgpu__now_ns() - t0;
+    w->clock_ns = mgpu__now_ns();
+    uint64_t dt = w->clock_ns - t0;
     atomic_store_explicit(&w->running, 0, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->busy_ns, dt, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->tasks_run, 1, memory_order_relaxed);
