@@ -32,6 +32,9 @@
 #define MGPU__TASK_INLINE_ARGS 64
 #define MGPU__TASK_INLINE_EDGES 2
 #define MGPU__RING_CAP 16384
+/* A worker hands freed slots, completions and metrics back every this many
+ * tasks, and whenever it runs out of work. */
+#define MGPU__FLUSH_BATCH 32
 
 typedef struct mgpu__task mgpu__task;
 
@@ -128,15 +131,22 @@ typedef struct mgpu__worker {
   mgpu__deque prefer;    /* same, for tasks preferring this device */
   mgpu__task *pinned_head, *pinned_tail; /* owner only */
   uint64_t clock_ns; /* owner only: end of the last task, 0 after idling */
+  /* Owner only, handed over by mgpu__worker_flush: freed slots, completed
+   * tasks not yet taken off the in-flight count, metrics not yet added. */
+  mgpu__task *free_first, *free_last;
+  int free_count;
+  int64_t pending_done;
+  uint64_t pending_run, pending_busy, pending_stolen;
 
   _Alignas(64) _Atomic(mgpu__task *) inbox;
   _Alignas(64) _Atomic uint32_t wake_seq; /* futex word of the sleeper */
   _Atomic int sleeping;  /* 1 while parked or about to; cleared by the
                             waker that claims it (CAS 1 -> 0) */
-  _Atomic int running;   /* 1 while inside a task */
 
-  /* Statistics: written by the owner (relaxed adds), read by anyone. */
-  _Alignas(64) _Atomic uint64_t tasks_run;
+  /* Written by the owner on every task, read by thieves and stats: kept off
+   * the line submitters poke to wake the owner. */
+  _Alignas(64) _Atomic int running; /* 1 while inside a task */
+  _Atomic uint64_t tasks_run;
   _Atomic uint64_t tasks_stolen;
   _Atomic uint64_t tasks_failed;
   _Atomic uint64_t busy_ns;
@@ -186,6 +196,9 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t);
 void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
                          mgpu__worker *self);
 
+/* Hands back the worker's batched slots, completions and metrics (owner
+ * thread only). */
+void mgpu__worker_flush(mgpu__worker *w);
 /* Waits until no task is in flight (wait_all, destroy). */
 void mgpu__pool_drain(mgpu_pool *p);
 /* Returns and clears the first failure, setting the caller's detail. */

@@ -249,12 +249,18 @@ static void *worker_main(void *arg) {
     if (t != NULL) {
       idle = 0;
       if (stolen) {
-        atomic_fetch_add_explicit(&w->tasks_stolen, 1, memory_order_relaxed);
-        mgpu__metric_add(w->dev, MGPU__M_tasks_stolen, 1);
+        atomic_store_explicit(
+            &w->tasks_stolen,
+            atomic_load_explicit(&w->tasks_stolen, memory_order_relaxed) + 1,
+            memory_order_relaxed);
+        w->pending_stolen++;
       }
       mgpu__task_run(w, t);
       continue;
     }
+    /* Out of work: hand back what was batched before anything else, so
+     * that wait_all sees the last completions at once. */
+    mgpu__worker_flush(w);
     if (atomic_load_explicit(&p->stopping, memory_order_acquire)) break;
     w->clock_ns = 0; /* idle time is not busy time */
     idle++;

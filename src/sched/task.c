@@ -122,12 +122,59 @@ static uint64_t handle_of(const mgpu__task *t) {
          (uint64_t)(t->idx + 1);
 }
 
-static void task_unref(mgpu_pool *p, mgpu__task *t) {
+/* Drops a reference; the last one frees the slot. A worker keeps the
+ * slots it frees in a local chain and hands them back in batches (see
+ * mgpu__worker_flush): one CAS on the shared free list per batch instead of
+ * one per task, which is where submitter and workers collide most. */
+static void task_unref(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
     return;
   task_scrub(t);
   atomic_fetch_add_explicit(&t->gen, 1, memory_order_relaxed);
-  free_push(p, t, t);
+  if (self == NULL) {
+    free_push(p, t, t);
+    return;
+  }
+  atomic_store_explicit(&t->next_free,
+                        self->free_first ? self->free_first->idx + 1 : 0,
+                        memory_order_relaxed);
+  if (self->free_first == NULL) self->free_last = t;
+  self->free_first = t;
+  if (++self->free_count >= MGPU__FLUSH_BATCH) mgpu__worker_flush(self);
+}
+
+/* Counts n tasks as no longer in flight; the last one wakes wait_all. */
+static void inflight_done(mgpu_pool *p, int64_t n) {
+  if (atomic_fetch_sub_explicit(&p->inflight, n, memory_order_seq_cst) == n &&
+      atomic_load_explicit(&p->idle_waiters, memory_order_seq_cst) > 0) {
+    atomic_fetch_add_explicit(&p->idle_seq, 1, memory_order_release);
+    mgpu__park_wake(&p->idle_seq, 1 << 30);
+  }
+}
+
+void mgpu__worker_flush(mgpu__worker *w) {
+  mgpu_pool *p = w->pool;
+  if (w->free_first != NULL) {
+    free_push(p, w->free_first, w->free_last);
+    w->free_first = w->free_last = NULL;
+    w->free_count = 0;
+  }
+  /* Metrics before the in-flight count, so that a snapshot taken after
+   * wait_all returns sees every task it waited for. */
+  if (w->pending_run) {
+    mgpu__metric_add(w->dev, MGPU__M_tasks_run, w->pending_run);
+    mgpu__metric_add(w->dev, MGPU__M_busy_ns, w->pending_busy);
+    w->pending_run = w->pending_busy = 0;
+  }
+  if (w->pending_stolen) {
+    mgpu__metric_add(w->dev, MGPU__M_tasks_stolen, w->pending_stolen);
+    w->pending_stolen = 0;
+  }
+  if (w->pending_done) {
+    int64_t n = w->pending_done;
+    w->pending_done = 0;
+    inflight_done(p, n);
+  }
 }
 
 /* The task a held handle names, or NULL with *code set to
@@ -223,12 +270,11 @@ void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
     if (atomic_exchange_explicit(&t->state, MGPU__T_DONE,
                                  memory_order_acq_rel) == MGPU__T_WAITED)
       mgpu__park_wake(&t->state, 1);
-    task_unref(p, t);
-    if (atomic_fetch_sub_explicit(&p->inflight, 1, memory_order_seq_cst) ==
-            1 &&
-        atomic_load_explicit(&p->idle_waiters, memory_order_seq_cst) > 0) {
-      atomic_fetch_add_explicit(&p->idle_seq, 1, memory_order_release);
-      mgpu__park_wake(&p->idle_seq, 1 << 30);
+    task_unref(p, t, self);
+    if (self != NULL) {
+      if (++self->pending_done >= MGPU__FLUSH_BATCH) mgpu__worker_flush(self);
+    } else {
+      inflight_done(p, 1);
     }
     if (work == NULL) return;
     t = work;
@@ -265,10 +311,18 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
     w->clock_ns = mgpu__now_ns();
     uint64_t dt = w->clock_ns - t0;
     atomic_store_explicit(&w->running, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->busy_ns, dt, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->tasks_run, 1, memory_order_relaxed);
-    mgpu__metric_add(w->dev, MGPU__M_tasks_run, 1);
-    mgpu__metric_add(w->dev, MGPU__M_busy_ns, dt);
+    /* Only this worker writes its statistics: a load and a store, no
+     * locked instruction. The global metrics are added in batches. */
+    atomic_store_explicit(
+        &w->busy_ns,
+        atomic_load_explicit(&w->busy_ns, memory_order_relaxed) + dt,
+        memory_order_relaxed);
+    atomic_store_explicit(
+        &w->tasks_run,
+        atomic_load_explicit(&w->tasks_run, memory_order_relaxed) + 1,
+        memory_order_relaxed);
+    w->pending_run++;
+    w->pending_busy += dt;
     if (r > 0) r = MGPU_EINVAL; /* a task must return 0 or a negative code */
     if (r != 0) {
       const char *d = mgpu_error_detail();
@@ -446,7 +500,7 @@ static int release_hold(mgpu_pool *p, mgpu__task *t, mgpu_task h) {
                                                memory_order_acq_rel,
                                                memory_order_relaxed))
     return 0;
-  task_unref(p, t);
+  task_unref(p, t, NULL);
   return 1;
 }
 
