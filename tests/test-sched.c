@@ -332,6 +332,33 @@ TEST_IMPL(affinity_is_respected) {
   return 0;
 }
 
+static int switch_device(int dev, mgpu_stream *s, void *arg) {
+  (void)s;
+  (void)arg;
+  return mgpu_set_device((dev + 1) % mgpu_device_count());
+}
+
+TEST_IMPL(device_restored_after_task) {
+  int ndev = test_init();
+  if (ndev < 2) return TEST_SKIP;
+  mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
+  int dev0 = 0;
+  o.ndevices = 1;
+  o.devices = &dev0;
+  mgpu_pool *p;
+  ASSERT_OK(mgpu_pool_create(&p, &o));
+  count_arg c = {0};
+  for (int i = 0; i < 10; i++) {
+    ASSERT_OK(mgpu_pool_submit_fn(p, switch_device, NULL, NULL));
+    ASSERT_OK(mgpu_pool_submit_fn(p, count_task, &c, NULL));
+  }
+  ASSERT_OK(mgpu_pool_wait_all(p));
+  ASSERT_EQ(c.runs, 10);
+  ASSERT_EQ(c.wrong_place, 0);
+  ASSERT_OK(mgpu_pool_destroy(p));
+  return 0;
+}
+
 /* ---- failures ---- */
 
 static int fail_task(int dev, mgpu_stream *s, void *arg) {
@@ -725,6 +752,7 @@ TEST_ENTRY(wait_one_and_handles)
 TEST_ENTRY(dependencies_order_tasks)
 TEST_ENTRY(kernel_tasks)
 TEST_ENTRY(affinity_is_respected)
+TEST_ENTRY(device_restored_after_task)
 TEST_ENTRY(failure_propagates)
 TEST_ENTRY(misuse_is_an_error)
 TEST_ENTRY(destroy_waits)

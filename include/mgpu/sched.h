@@ -123,9 +123,10 @@ MGPU_EXTERN int mgpu_pool_wait(mgpu_pool *pool, mgpu_task task);
 /* Releases a held handle without waiting (the task still runs). */
 MGPU_EXTERN int mgpu_pool_release(mgpu_pool *pool, mgpu_task task);
 
-/* Waits until every task submitted so far has completed and releases every
- * held handle. Returns the first failure since the previous wait_all (or
- * since creation) with its detail, or 0. */
+/* Waits until no task is in flight (tasks other threads submit meanwhile
+ * included) and releases every held handle of a completed task. Returns the
+ * first failure since the previous wait_all (or since creation) with its
+ * detail, or 0. */
 MGPU_EXTERN int mgpu_pool_wait_all(mgpu_pool *pool);
 
 /* Per-device figures of the pool, since creation or the last reset. */
@@ -145,6 +146,8 @@ typedef struct mgpu_pool_stats {
 } mgpu_pool_stats;
 
 MGPU_EXTERN int mgpu_pool_stats_get(mgpu_pool *pool, mgpu_pool_stats *out);
+/* Zeroes the figures; exact only while the pool is idle (a task finishing
+ * during the reset may keep its counts). */
 MGPU_EXTERN int mgpu_pool_stats_reset(mgpu_pool *pool);
 
 #ifdef __cplusplus

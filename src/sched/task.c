@@ -308,6 +308,10 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
      * read what it wrote. */
     int rs = w->sync_ops->stream_synchronize(w->sync_dev, w->sync_stream);
     if (r == 0) r = rs;
+    /* A task that switched the thread to another device must not leave
+     * the next task there. */
+    int cur;
+    if (mgpu_get_device(&cur) == 0 && cur != w->dev) mgpu_set_device(w->dev);
     w->clock_ns = mgpu__now_ns();
     uint64_t dt = w->clock_ns - t0;
     atomic_store_explicit(&w->running, 0, memory_order_relaxed);
