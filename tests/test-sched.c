@@ -244,6 +244,19 @@ static void iota_host(const mgpu_kernel_ctx *ctx, const void *args) {
 
 static const mgpu_kernel iota_kernel = {"iota", iota_host, NULL};
 
+typedef struct big_args {
+  int *out;
+  int add[64]; /* 256 bytes: more than a task keeps inline */
+} big_args;
+
+static void big_host(const mgpu_kernel_ctx *ctx, const void *args) {
+  const big_args *a = args;
+  unsigned i = ctx->block_idx.x;
+  a->out[i] = a->add[i];
+}
+
+static const mgpu_kernel big_kernel = {"big", big_host, NULL};
+
 TEST_IMPL(kernel_tasks) {
   int ndev = test_init();
   mgpu_device_props props = {.size = sizeof props};
@@ -267,6 +280,27 @@ TEST_IMPL(kernel_tasks) {
     int host[64];
     ASSERT_OK(mgpu_memcpy_dtoh(host, buf, 0, sizeof host));
     for (int i = 0; i < 64; i++) ASSERT_EQ(host[i], 100 * d + i);
+    ASSERT_OK(mgpu_free(buf));
+  }
+  /* Arguments larger than the inline space are copied too. */
+  {
+    mgpu_buffer *buf;
+    ASSERT_OK(mgpu_malloc(&buf, 0, 64 * sizeof(int)));
+    big_args b;
+    b.out = mgpu_buffer_ptr(buf);
+    for (int i = 0; i < 64; i++) b.add[i] = 1000 + i;
+    mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
+    t.kernel = &big_kernel;
+    t.grid = MGPU_DIM3(64, 1, 1);
+    t.args = &b;
+    t.args_size = sizeof b;
+    mgpu_task h;
+    ASSERT_OK(mgpu_pool_submit(p, &t, &h));
+    memset(b.add, 0, sizeof b.add);
+    ASSERT_OK(mgpu_pool_wait(p, h));
+    int host[64];
+    ASSERT_OK(mgpu_memcpy_dtoh(host, buf, 0, sizeof host));
+    for (int i = 0; i < 64; i++) ASSERT_EQ(host[i], 1000 + i);
     ASSERT_OK(mgpu_free(buf));
   }
   /* A kernel with no host variant fails like its launch does. */
