@@ -8,7 +8,8 @@
  *           bottom, thieves steal at the top
  *   prefer  a Chase–Lev deque of tasks that prefer this device; thieves take
  *           from it only as a last resort, while the owner is busy
- *   pinned  an owner-only FIFO list of tasks that must run here
+ *   pinned  an owner-only FIFO list: tasks only this device may run
+ *           (static placement), and any a deque had no memory for
  * The dynamic policy adds one shared FIFO ring (queue.c).
  *
  * Tasks live in a slot table that only grows (chunks of MGPU__TASK_CHUNK),

@@ -14,7 +14,7 @@
  *            device goes to its inbox, then its prefer deque, which thieves
  *            only touch while that device is busy running something else.
  *
- * Idle workers spin for a few microseconds, then park on a futex. Workers
+ * Idle workers poll for 10 us, then park on a futex. Workers
  * that spin without bound would starve each other and the submitter on a
  * machine with fewer cores than devices. The wake-up is a Dekker handshake:
  * a worker sets its sleeping flag and bumps nsleeping (seq_cst RMWs), then
@@ -82,6 +82,17 @@ static void notify_any(mgpu_pool *p, mgpu__worker *self) {
 
 /* ---- placing ready tasks ---- */
 
+/* The owner-only FIFO: static tasks (nobody else may run them) and tasks a
+ * deque had no memory for. Plain pointers, no atomics needed. */
+static void owner_append(mgpu__worker *w, mgpu__task *t) {
+  atomic_store_explicit(&t->next, NULL, memory_order_relaxed);
+  if (w->pinned_tail)
+    atomic_store_explicit(&w->pinned_tail->next, t, memory_order_relaxed);
+  else
+    w->pinned_head = t;
+  w->pinned_tail = t;
+}
+
 static void to_inbox(mgpu_pool *p, int i, mgpu__task *t) {
   mgpu__inbox_push(&p->workers[i].inbox, t);
   notify_worker(p, &p->workers[i]);
@@ -90,9 +101,10 @@ static void to_inbox(mgpu_pool *p, int i, mgpu__task *t) {
 void mgpu__sched_ready(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
   if (p->policy == MGPU_SCHED_STATIC) {
     int target = t->home >= 0 ? t->home : t->place;
-    if (self != NULL && self->index == target &&
-        mgpu__deque_push(&self->deque, t) == 0)
+    if (self != NULL && self->index == target) {
+      owner_append(self, t);
       return;
+    }
     to_inbox(p, target, t);
     return;
   }
@@ -118,19 +130,22 @@ void mgpu__sched_ready(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
 static int drain_inbox(mgpu_pool *p, mgpu__worker *w) {
   mgpu__task *t = mgpu__inbox_take(&w->inbox);
   if (t == NULL) return 0;
+  if (p->policy == MGPU_SCHED_STATIC) {
+    /* Nobody else may run them: splice the list onto the owner FIFO. */
+    if (w->pinned_tail)
+      atomic_store_explicit(&w->pinned_tail->next, t, memory_order_relaxed);
+    else
+      w->pinned_head = t;
+    while (atomic_load_explicit(&t->next, memory_order_relaxed) != NULL)
+      t = atomic_load_explicit(&t->next, memory_order_relaxed);
+    w->pinned_tail = t;
+    return 1;
+  }
   while (t != NULL) {
     mgpu__task *next = atomic_load_explicit(&t->next, memory_order_relaxed);
-    int rc = (p->policy != MGPU_SCHED_STATIC && t->home == w->index)
-                 ? mgpu__deque_push(&w->prefer, t)
-                 : mgpu__deque_push(&w->deque, t);
-    if (rc != 0) { /* no memory to grow a deque: keep it on the owner list */
-      atomic_store_explicit(&t->next, NULL, memory_order_relaxed);
-      if (w->pinned_tail)
-        atomic_store_explicit(&w->pinned_tail->next, t, memory_order_relaxed);
-      else
-        w->pinned_head = t;
-      w->pinned_tail = t;
-    }
+    int rc = t->home == w->index ? mgpu__deque_push(&w->prefer, t)
+                                 : mgpu__deque_push(&w->deque, t);
+    if (rc != 0) owner_append(w, t); /* no memory to grow a deque */
     t = next;
   }
   return 1;
@@ -166,10 +181,10 @@ again:
     if (w->pinned_head == NULL) w->pinned_tail = NULL;
     return t;
   }
-  /* Tasks placed on this device (static) and tasks that prefer it run in
-   * submit order: the owner takes them from the top, as a thief would.
-   * Under work stealing the owner pops its deque at the bottom, newest
-   * first, where what it just produced is still in cache. */
+  /* Tasks that prefer this device run in submit order: the owner takes
+   * them from the top, as a thief would (static tasks, in the owner FIFO
+   * above, too). Under work stealing the owner pops its deque at the
+   * bottom, newest first, where what it just produced is still in cache. */
   if ((t = mgpu__deque_steal(&w->prefer)) != NULL) return t;
   if (p->policy == MGPU_SCHED_WS ? (t = mgpu__deque_pop(&w->deque)) != NULL
                                  : (t = mgpu__deque_steal(&w->deque)) != NULL)
@@ -229,10 +244,15 @@ static void park(mgpu_pool *p, mgpu__worker *w) {
     atomic_fetch_sub_explicit(&p->nsleeping, 1, memory_order_relaxed);
 }
 
-/* How long an idle worker keeps looking before it parks: a few
- * microseconds of polling, then two yields. Enough to catch the next task
- * of a burst, short enough not to take a core from the submitter. */
-#define SPIN_POLLS 64
+/* How long an idle worker keeps looking before it parks: SPIN_NS of
+ * polling, bounded by the clock rather than a count because a pause
+ * instruction lasts from a few cycles to over a hundred depending on the
+ * CPU, then SPIN_YIELDS yields. Long enough to catch the next task of a
+ * burst, short enough not to hold a core the submitter or another device
+ * needs. */
+#ifndef SPIN_NS
+#define SPIN_NS 10000
+#endif
 #define SPIN_YIELDS 2
 
 static void *worker_main(void *arg) {
@@ -243,6 +263,7 @@ static void *worker_main(void *arg) {
     mgpu__log(MGPU_LOG_WARN, "task pool: worker of device %d could not make "
               "it current: %s", w->dev, mgpu_error_detail());
   int idle = 0;
+  uint64_t idle_since = 0;
   for (;;) {
     int stolen;
     mgpu__task *t = find_task(p, w, &stolen);
@@ -263,10 +284,12 @@ static void *worker_main(void *arg) {
     mgpu__worker_flush(w);
     if (atomic_load_explicit(&p->stopping, memory_order_acquire)) break;
     w->clock_ns = 0; /* idle time is not busy time */
-    idle++;
-    if (idle <= SPIN_POLLS) {
-      for (int i = 0; i < 16; i++) cpu_relax();
-    } else if (idle <= SPIN_POLLS + SPIN_YIELDS) {
+    if (idle == 0) idle_since = mgpu__now_ns();
+    if (idle == 0 || mgpu__now_ns() - idle_since < SPIN_NS) {
+      idle = 1;
+      for (int i = 0; i < 4; i++) cpu_relax();
+    } else if (idle <= SPIN_YIELDS) {
+      idle++;
       sched_yield();
     } else {
       park(p, w);
