@@ -186,10 +186,25 @@ struct mgpu_pool {
   char first_detail[256];
 };
 
-/* task.c */
+/* slots.c */
 int mgpu__task_table_init(mgpu_pool *p);
 void mgpu__task_table_destroy(mgpu_pool *p);
 mgpu__task *mgpu__task_at(mgpu_pool *p, uint32_t idx);
+/* A free slot, or NULL when out of memory or slots. */
+mgpu__task *mgpu__task_alloc(mgpu_pool *p);
+/* Drops a reference; the last frees the slot (into self's batch when the
+ * caller is a worker of the pool). */
+void mgpu__task_unref(mgpu_pool *p, mgpu__task *t, mgpu__worker *self);
+/* Counts n tasks as no longer in flight; the last one wakes wait_all. */
+void mgpu__inflight_done(mgpu_pool *p, int64_t n);
+
+static inline uint64_t mgpu__task_handle(const mgpu__task *t) {
+  return (uint64_t)atomic_load_explicit(&t->gen, memory_order_relaxed)
+             << 32 |
+         (uint64_t)(t->idx + 1);
+}
+
+/* task.c */
 /* Runs a ready task on worker w (or completes it without running when a
  * dependency failed or the pool is canceling). */
 void mgpu__task_run(mgpu__worker *w, mgpu__task *t);
@@ -197,8 +212,8 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t);
 void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
                          mgpu__worker *self);
 
-/* Hands back the worker's batched slots, completions and metrics (owner
- * thread only). */
+/* slots.c: hands back the worker's batched slots, completions and metrics
+ * (owner thread only). */
 void mgpu__worker_flush(mgpu__worker *w);
 /* Waits until no task is in flight (wait_all, destroy). */
 void mgpu__pool_drain(mgpu_pool *p);
