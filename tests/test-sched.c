@@ -703,6 +703,103 @@ TEST_IMPL(victim_order) {
   return 0;
 }
 
+/* ---- the lock-free queues on their own ---- */
+
+enum { QN = 100000 };
+
+typedef struct deque_race {
+  mgpu__deque q;
+  _Atomic int seen[QN + 1];
+  _Atomic int done;
+} deque_race;
+
+static void *thief(void *arg) {
+  deque_race *r = arg;
+  while (!atomic_load(&r->done) || mgpu__deque_size(&r->q) > 0) {
+    void *x = mgpu__deque_steal(&r->q);
+    if (x) atomic_fetch_add(&r->seen[(intptr_t)x], 1);
+  }
+  return NULL;
+}
+
+/* The owner pushes (growing from 16 slots) and pops while three thieves
+ * steal: every item is taken exactly once. */
+TEST_IMPL(deque_owner_and_thieves) {
+  deque_race *r = calloc(1, sizeof *r);
+  ASSERT(r != NULL);
+  ASSERT_OK(mgpu__deque_init(&r->q, 2));
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++)
+    ASSERT_EQ(pthread_create(&th[i], NULL, thief, r), 0);
+  for (intptr_t i = 1; i <= QN; i++) {
+    ASSERT_OK(mgpu__deque_push(&r->q, (void *)i));
+    if (i % 3 == 0) {
+      void *x = mgpu__deque_pop(&r->q);
+      if (x) atomic_fetch_add(&r->seen[(intptr_t)x], 1);
+    }
+  }
+  void *x;
+  while ((x = mgpu__deque_pop(&r->q)) != NULL)
+    atomic_fetch_add(&r->seen[(intptr_t)x], 1);
+  atomic_store(&r->done, 1);
+  for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+  for (int i = 1; i <= QN; i++) ASSERT_EQ(r->seen[i], 1);
+  mgpu__deque_destroy(&r->q);
+  free(r);
+  return 0;
+}
+
+typedef struct ring_race {
+  mgpu__ring ring;
+  mgpu__task *tasks;
+  _Atomic int seen[QN];
+  _Atomic int taken;
+} ring_race;
+
+static void *ring_producer(void *arg) {
+  ring_race *r = ((ring_race **)arg)[0];
+  int id = (int)(intptr_t)((void **)arg)[1];
+  for (int i = id; i < QN; i += 2) mgpu__ring_push(&r->ring, &r->tasks[i]);
+  return NULL;
+}
+
+static void *ring_consumer(void *arg) {
+  ring_race *r = arg;
+  while (atomic_load(&r->taken) < QN) {
+    mgpu__task *t = mgpu__ring_pop(&r->ring);
+    if (t == NULL) continue;
+    atomic_fetch_add(&r->seen[t - r->tasks], 1);
+    atomic_fetch_add(&r->taken, 1);
+  }
+  return NULL;
+}
+
+/* Two producers and two consumers through a ring of 64 cells, so the
+ * overflow list is used too: every task comes out exactly once. */
+TEST_IMPL(ring_many_to_many) {
+  ring_race *r = calloc(1, sizeof *r);
+  ASSERT(r != NULL);
+  r->tasks = calloc(QN, sizeof *r->tasks);
+  ASSERT(r->tasks != NULL);
+  ASSERT_OK(mgpu__ring_init(&r->ring, 64));
+  pthread_t prod[2], cons[2];
+  void *args[2][2] = {{r, (void *)0}, {r, (void *)1}};
+  for (int i = 0; i < 2; i++) {
+    ASSERT_EQ(pthread_create(&cons[i], NULL, ring_consumer, r), 0);
+    ASSERT_EQ(pthread_create(&prod[i], NULL, ring_producer, args[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    pthread_join(prod[i], NULL);
+    pthread_join(cons[i], NULL);
+  }
+  for (int i = 0; i < QN; i++) ASSERT_EQ(r->seen[i], 1);
+  ASSERT(mgpu__ring_empty(&r->ring));
+  mgpu__ring_destroy(&r->ring);
+  free(r->tasks);
+  free(r);
+  return 0;
+}
+
 /* ---- stress: many submitters, dependencies, failures ---- */
 
 enum { SUBMITTERS = 4, PER_SUBMITTER = 600 };
@@ -793,5 +890,7 @@ TEST_ENTRY(destroy_waits)
 TEST_ENTRY(destroy_cancels)
 TEST_ENTRY(ws_steals_spawned_tasks)
 TEST_ENTRY(victim_order)
+TEST_ENTRY(deque_owner_and_thieves)
+TEST_ENTRY(ring_many_to_many)
 TEST_ENTRY(stress_many_submitters)
 TEST_LIST_END
