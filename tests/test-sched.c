@@ -316,6 +316,44 @@ TEST_IMPL(kernel_tasks) {
   return 0;
 }
 
+static void nap_host(const mgpu_kernel_ctx *ctx, const void *args) {
+  (void)ctx;
+  (void)args;
+  sleep_us(20000);
+}
+
+static const mgpu_kernel nap_kernel = {"nap", nap_host, NULL};
+
+/* A kernel task's time is counted once in the device's busy_ns, though
+ * the host backend counts the kernel it runs as busy too. */
+TEST_IMPL(busy_time_counted_once) {
+  test_init();
+  mgpu_device_props props = {.size = sizeof props};
+  ASSERT_OK(mgpu_device_get_props(0, &props));
+  if (props.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  int dev0 = 0;
+  mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
+  o.ndevices = 1;
+  o.devices = &dev0;
+  mgpu_pool *p;
+  ASSERT_OK(mgpu_pool_create(&p, &o));
+  ASSERT_OK(mgpu_metrics_reset());
+  mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
+  t.kernel = &nap_kernel;
+  ASSERT_OK(mgpu_pool_submit(p, &t, NULL));
+  ASSERT_OK(mgpu_pool_wait_all(p));
+  mgpu_pool_stats st = {.size = sizeof st};
+  ASSERT_OK(mgpu_pool_stats_get(p, &st));
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT(st.dev[0].busy_ns >= 20000000u);
+  ASSERT(m.dev[0].busy_ns >= 20000000u);
+  ASSERT(m.dev[0].busy_ns < st.dev[0].busy_ns * 3 / 2); /* not twice */
+  ASSERT_EQ(m.dev[0].tasks_run, 1);
+  ASSERT_OK(mgpu_pool_destroy(p));
+  return 0;
+}
+
 /* ---- affinity ---- */
 
 static int where_task(int dev, mgpu_stream *s, void *arg) {
@@ -882,6 +920,7 @@ TEST_ENTRY(static_follows_weights)
 TEST_ENTRY(wait_one_and_handles)
 TEST_ENTRY(dependencies_order_tasks)
 TEST_ENTRY(kernel_tasks)
+TEST_ENTRY(busy_time_counted_once)
 TEST_ENTRY(affinity_is_respected)
 TEST_ENTRY(device_restored_after_task)
 TEST_ENTRY(failure_propagates)

@@ -124,6 +124,7 @@ typedef struct mgpu__worker {
   const mgpu__backend_ops *sync_ops;
   mgpu__bdevice *sync_dev;
   mgpu__bstream *sync_stream;
+  _Atomic uint64_t *device_busy; /* the device's busy_ns counter */
   mgpu__thread thread;
   int started;
   int victims[MGPU_MAX_DEVICES]; /* other workers, nearest first */

@@ -472,6 +472,7 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     w->sync_ops = dev->ops;
     w->sync_dev = dev->b;
     w->sync_stream = s->b;
+    w->device_busy = &dev->counters[MGPU__M_busy_ns];
   }
   for (int i = 0; i < n; i++) {
     mgpu__worker *w = &p->workers[i];

@@ -136,6 +136,10 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
     /* Back to back, a task starts when the previous one ended: one clock
      * read per task instead of two (a read costs 40-90 ns in some VMs). */
     uint64_t t0 = w->clock_ns ? w->clock_ns : mgpu__now_ns();
+    /* What the device's streams count as busy meanwhile (a host device
+     * counts the work it runs for the task's stream itself). */
+    uint64_t stream_busy0 =
+        atomic_load_explicit(w->device_busy, memory_order_relaxed);
     mgpu_error_clear();
     if (t->fn != NULL)
       r = t->fn(w->dev, w->stream, t->arg);
@@ -164,7 +168,12 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
         atomic_load_explicit(&w->tasks_run, memory_order_relaxed) + 1,
         memory_order_relaxed);
     w->pending_run++;
-    w->pending_busy += dt;
+    /* The device's busy_ns gets the task's time less the stream work the
+     * backend already counted, so that the two are not added twice. */
+    uint64_t stream_busy =
+        atomic_load_explicit(w->device_busy, memory_order_relaxed) -
+        stream_busy0;
+    w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
     if (r > 0) r = MGPU_EINVAL; /* a task must return 0 or a negative code */
     if (r != 0) {
       const char *d = mgpu_error_detail();
