@@ -69,7 +69,7 @@ static void *try_path(search_state *st, const char *where) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL && !st->found_broken) {
     const char *e = dlerror();
-    snprintf(st->failure, sizeof st->failure, "%s", e ? e : path);
+    snprintf(st->failure, sizeof st->failure, "%.500s", e ? e : path);
     st->found_broken = 1;
   }
   if (h != NULL) mgpu__log(MGPU_LOG_DEBUG, "cuda: opened plugin %s", path);

@@ -23,6 +23,7 @@
 #include <pthread.h>
 
 #include "backend/backend.h"
+#include "mgpu/error.h"
 
 /* The environment handed over by the core at load (logger, error setter,
  * metrics). Set by the entry function, read-only afterwards. */

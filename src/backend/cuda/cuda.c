@@ -218,10 +218,12 @@ static void cuda_close(mgpu__bdevice *d) {
   free(d);
 }
 
+/* The 36-character form of the UUID (nvidia-smi prints it after "GPU-";
+ * props.uuid has room for the bare form only). */
 static void format_uuid(const cudaUUID_t *u, char *out, size_t n) {
   const unsigned char *b = (const unsigned char *)u->bytes;
   snprintf(out, n,
-           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
            "%02x%02x%02x%02x%02x%02x",
            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
            b[11], b[12], b[13], b[14], b[15]);
@@ -232,7 +234,7 @@ static int cuda_props(mgpu__bdevice *d, mgpu_device_props *p) {
     snprintf(p->name, sizeof p->name, "%.80s [%d/%d]", d->prop.name,
              d->split_index, d->split_count);
   else
-    snprintf(p->name, sizeof p->name, "%s", d->prop.name);
+    snprintf(p->name, sizeof p->name, "%.95s", d->prop.name);
   snprintf(p->backend, sizeof p->backend, "cuda");
   p->backend_kind = MGPU_BACKEND_CUDA;
   p->ordinal = d->ordinal;

@@ -56,7 +56,7 @@ int mgpu__cuda_nccl_load(void) {
   void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) h = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) {
-    mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: libnccl not found: collectives "
+    mgpu__cuda_env->log(MGPU_LOG_DEBUG, "cuda: libnccl not found: collectives "
                         "on CUDA devices use mgpu's ring");
     return 0;
   }
@@ -71,7 +71,7 @@ int mgpu__cuda_nccl_load(void) {
   LOAD(all_gather, "ncclAllGather");
   LOAD(reduce_scatter, "ncclReduceScatter");
   LOAD(error_string, "ncclGetErrorString");
-  mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: collectives on whole GPUs use "
+  mgpu__cuda_env->log(MGPU_LOG_DEBUG, "cuda: collectives on whole GPUs use "
                       "NCCL");
   return 1;
 missing:
