@@ -134,3 +134,23 @@ EXPORT int tk_clock_khz(int dev) {
     return 1000000;
   return khz;
 }
+
+/* Each block spins a little, then notes the SM it ran on: used[smid] = 1. */
+struct tk_smid_args {
+  int *used;
+  long long cycles;
+};
+
+__global__ void tk_smid(struct tk_smid_args a) {
+  long long start = clock64();
+  while (clock64() - start < a.cycles) {
+  }
+  if (threadIdx.x == 0) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (smid < 1024) a.used[smid] = 1;
+  }
+}
+
+EXPORT const mgpu_kernel tk_smid_kernel = {"tk_smid", NULL,
+                                           (const void *)tk_smid};

@@ -476,6 +476,44 @@ TEST_IMPL(cuda_split_devices) {
   return 0;
 }
 
+struct tk_smid_args {
+  int *used;
+  long long cycles;
+};
+
+/* A device's kernels run on at most its multiprocessors: on a split GPU
+ * with green contexts, on its SM partition only. */
+TEST_IMPL(cuda_sm_partition) {
+  CUDA_INIT(n);
+  int (*clock_khz)(int);
+  *(const void **)&clock_khz = tk_sym("tk_clock_khz");
+  for (int dev = 0; dev < n; dev++) {
+    mgpu_device_props p = {.size = sizeof p};
+    ASSERT_OK(mgpu_device_get_props(dev, &p));
+    mgpu_stream *s;
+    mgpu_buffer *used;
+    ASSERT_OK(mgpu_stream_create(&s, dev));
+    ASSERT_OK(mgpu_malloc_host(&used, dev, 1024 * sizeof(int)));
+    memset(mgpu_buffer_ptr(used), 0, 1024 * sizeof(int));
+    /* Many more blocks than SMs, each busy for about 0.1 ms. */
+    struct tk_smid_args a = {mgpu_buffer_ptr(used),
+                             (long long)clock_khz(p.ordinal) / 10};
+    ASSERT_OK(mgpu_launch(s, tk_kernel("tk_smid_kernel"),
+                          MGPU_DIM3(8 * 132, 1, 1), MGPU_DIM3(64, 1, 1), &a,
+                          sizeof a));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    int distinct = 0;
+    const int *u = mgpu_buffer_ptr(used);
+    for (int i = 0; i < 1024; i++) distinct += u[i] != 0;
+    printf("device %d: kernel ran on %d SMs, the device has %d\n", dev,
+           distinct, p.multiprocessors);
+    ASSERT(distinct > 0 && distinct <= p.multiprocessors);
+    ASSERT_OK(mgpu_free(used));
+    ASSERT_OK(mgpu_stream_destroy(s));
+  }
+  return 0;
+}
+
 struct tk_fault_args {
   int *bad;
 };
@@ -512,5 +550,6 @@ TEST_ENTRY(cuda_events_and_callbacks)
 TEST_ENTRY(cuda_pool)
 TEST_ENTRY(cuda_copy_between_devices)
 TEST_ENTRY(cuda_split_devices)
+TEST_ENTRY(cuda_sm_partition)
 TEST_ENTRY(cuda_async_error)
 TEST_LIST_END

@@ -56,6 +56,10 @@ typedef struct mgpu__cuda_driver {
 
 extern mgpu__cuda_driver mgpu__cuda_drv;
 
+/* 1 (the default): streams record busy time with events (stream.c).
+ * MGPU_CUDA_BUSY=0 turns it off, to measure what it costs. */
+extern int mgpu__cuda_busy_time;
+
 /* Fetches the entry points once; 0 or a negative code with the detail. */
 int mgpu__cuda_driver_load(void);
 

@@ -20,6 +20,39 @@ PLUGIN_EXPORT const int mgpu_backend_plugin_abi = MGPU__BACKEND_ABI;
 
 const mgpu__backend_env *mgpu__cuda_env;
 mgpu__cuda_driver mgpu__cuda_drv;
+int mgpu__cuda_busy_time = 1;
+
+/* The open devices, so that props can say whether a device has a peer.
+ * open_lock guards open_devs; open and close are called by mgpu_init and
+ * mgpu_shutdown, props by any thread. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__bdevice *open_devs[MGPU_MAX_DEVICES];
+
+static void registry_set(mgpu__bdevice *d, mgpu__bdevice *value) {
+  if (d->id < 0 || d->id >= MGPU_MAX_DEVICES) return;
+  pthread_mutex_lock(&open_lock);
+  open_devs[d->id] = value;
+  pthread_mutex_unlock(&open_lock);
+}
+
+/* 1 if some other open device is on the same GPU or a peer GPU. */
+static int has_peer(mgpu__bdevice *d) {
+  int yes = 0;
+  pthread_mutex_lock(&open_lock);
+  for (int i = 0; i < MGPU_MAX_DEVICES && !yes; i++) {
+    mgpu__bdevice *o = open_devs[i];
+    if (o == NULL || o == d) continue;
+    int can = 0;
+    if (o->ordinal == d->ordinal)
+      can = 1;
+    else if (cudaDeviceCanAccessPeer(&can, d->ordinal, o->ordinal) !=
+             cudaSuccess)
+      (void)cudaGetLastError();
+    yes = can;
+  }
+  pthread_mutex_unlock(&open_lock);
+  return yes;
+}
 
 /* ---- errors ---- */
 
@@ -80,6 +113,7 @@ int mgpu__cuda_driver_load(void) {
   if (v->ctx_get_current == NULL || v->ctx_set_current == NULL)
     return mgpu__cuda_env->set_error(
         MGPU_EBACKEND, "the CUDA driver lacks cuCtxGetCurrent/cuCtxSetCurrent");
+  /* Green contexts: the versions in which each entry point appeared. */
   *(void **)&v->device_get_dev_resource =
       entry_point("cuDeviceGetDevResource", 12040);
   *(void **)&v->sm_resource_split_by_count =
@@ -90,7 +124,9 @@ int mgpu__cuda_driver_load(void) {
   *(void **)&v->green_ctx_destroy = entry_point("cuGreenCtxDestroy", 12040);
   *(void **)&v->ctx_from_green_ctx = entry_point("cuCtxFromGreenCtx", 12040);
   *(void **)&v->green_ctx_stream_create =
-      entry_point("cuGreenCtxStreamCreate", 12040);
+      entry_point("cuGreenCtxStreamCreate", 12050);
+  const char *busy = getenv("MGPU_CUDA_BUSY");
+  mgpu__cuda_busy_time = !(busy != NULL && strcmp(busy, "0") == 0);
   driver_loaded = 1;
   return 0;
 }
@@ -195,6 +231,7 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
 
   if (d->split_count > 1) mgpu__cuda_green_open(d);
   mgpu__cuda_leave(&sc);
+  registry_set(d, d);
   *out = d;
   return 0;
 
@@ -206,6 +243,7 @@ fail:
 
 static void cuda_close(mgpu__bdevice *d) {
   if (d == NULL) return;
+  registry_set(d, NULL);
   mgpu__cuda_scope sc;
   mgpu__cuda_enter_ctx(d->primary, &sc);
   if (d->pool != NULL) {
@@ -246,6 +284,7 @@ static int cuda_props(mgpu__bdevice *d, mgpu_device_props *p) {
   p->cc_minor = d->prop.minor;
   p->multiprocessors = d->sm_count;
   p->numa_node = d->numa_node;
+  p->peer_capable = has_peer(d);
   snprintf(p->pci_bus_id, sizeof p->pci_bus_id, "%s", d->pci_bus_id);
   format_uuid(&d->prop.uuid, p->uuid, sizeof p->uuid);
   return 0;

@@ -51,9 +51,11 @@ void mgpu__cuda_green_open(mgpu__bdevice *d) {
   } else if (drv->device_get_dev_resource == NULL ||
              drv->sm_resource_split_by_count == NULL ||
              drv->resource_generate_desc == NULL ||
-             drv->green_ctx_create == NULL || drv->ctx_from_green_ctx == NULL ||
-             drv->green_ctx_stream_create == NULL) {
-    why = "the driver has no green contexts";
+             drv->green_ctx_create == NULL || drv->ctx_from_green_ctx == NULL) {
+    why = "the driver has no green contexts (CUDA 12.4 or later needed)";
+  } else if (drv->green_ctx_stream_create == NULL) {
+    why = "the driver has no cuGreenCtxStreamCreate (CUDA 12.5 or later "
+          "needed)";
   } else if (d->split_count > MAX_SPLIT) {
     why = "too many splits";
   }

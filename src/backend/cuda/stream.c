@@ -37,6 +37,7 @@ static void busy_close(mgpu__bstream *s) {
 
 /* Before an op: closes a finished interval, opens one if none is open. */
 static void busy_before(mgpu__bstream *s) {
+  if (!mgpu__cuda_busy_time) return;
   if (s->busy_open && cudaEventQuery(s->busy_end) == cudaSuccess)
     busy_close(s);
   if (!s->busy_open) {
