@@ -250,6 +250,10 @@ static void cuda_close(mgpu__bdevice *d) {
     (void)cudaDeviceSynchronize();
     (void)cudaMemPoolDestroy(d->pool);
   }
+  /* The calling thread may have the green context current (it called
+   * mgpu_set_device for this device): leave it on the GPU's primary
+   * context rather than on a destroyed one. */
+  if (d->green != NULL && sc.saved == d->ctx) sc.saved = d->primary;
   mgpu__cuda_green_close(d);
   (void)cudaGetLastError();
   mgpu__cuda_leave(&sc);
