@@ -37,13 +37,19 @@ static int (*tk_int_fn(const char *name))(void) {
   return fn;
 }
 
-/* Initializes mgpu; returns the device count, or 0 when the test must skip
- * (device 0 is not a CUDA device, or the kernel library is missing). */
+/* Initializes mgpu; returns the number of CUDA devices at the front of the
+ * device list (MGPU_DEVICES=cuda:0,host:2 gives 1), or 0 when the test must
+ * skip (device 0 is not a CUDA device, or the kernel library is missing).
+ * The tests use devices 0 .. n-1 only. */
 static int cuda_init(void) {
   if (mgpu_init(NULL) != 0) return 0;
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_CUDA) return 0;
+  int n = 0, total = mgpu_device_count();
+  for (; n < total; n++) {
+    mgpu_device_props p = {.size = sizeof p};
+    ASSERT_OK(mgpu_device_get_props(n, &p));
+    if (p.backend_kind != MGPU_BACKEND_CUDA) break;
+  }
+  if (n == 0) return 0;
   if (tk == NULL) {
     char exe[PATH_MAX], path[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -58,7 +64,7 @@ static int cuda_init(void) {
       return 0;
     }
   }
-  return mgpu_device_count();
+  return n;
 }
 
 #define CUDA_INIT(n)                   \
