@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/internal.h"
 #include "task.h"
 
 /* The test kernel library, opened once per test process. */
@@ -520,6 +521,69 @@ TEST_IMPL(cuda_sm_partition) {
   return 0;
 }
 
+/* The NCCL slots of the backend table, driven directly (the collective
+ * layer drives them the same way): an all-reduce and a broadcast over every
+ * whole GPU, one rank each. On split GPUs the slots must be empty, since
+ * NCCL refuses two ranks on one GPU. */
+TEST_IMPL(cuda_nccl_provider) {
+  CUDA_INIT(n);
+  mgpu__device *d0 = mgpu__device_get(0);
+  const mgpu__backend_ops *ops = d0->ops;
+  if (d0->spec.split_count > 1) {
+    ASSERT(ops->coll_comm_create == NULL && ops->coll_run == NULL);
+    return 0;
+  }
+  if (ops->coll_comm_create == NULL) {
+    printf("NCCL is not available: collectives use mgpu's ring\n");
+    return TEST_SKIP;
+  }
+  mgpu__bdevice *devs[MGPU_MAX_DEVICES];
+  for (int i = 0; i < n; i++) devs[i] = mgpu__device_get(i)->b;
+  void *comm = NULL;
+  ASSERT_OK(ops->coll_comm_create(devs, n, &comm));
+  const size_t count = 1 << 16;
+  mgpu_stream *s[MGPU_MAX_DEVICES];
+  mgpu_buffer *send[MGPU_MAX_DEVICES], *recv[MGPU_MAX_DEVICES];
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_stream_create(&s[r], r));
+    ASSERT_OK(mgpu_malloc(&send[r], r, count * sizeof(float)));
+    ASSERT_OK(mgpu_malloc(&recv[r], r, count * sizeof(float)));
+    float v = (float)(r + 1);
+    ASSERT_OK(mgpu_fill(s[r], send[r], 0, count, MGPU_FLOAT32, &v));
+  }
+  for (int kind = 0; kind < 2; kind++) {
+    ASSERT_OK(ops->coll_group_start());
+    for (int r = 0; r < n; r++) {
+      mgpu__stream *is;
+      ASSERT_OK(mgpu__stream_get(s[r], &is));
+      mgpu__coll_args a = {
+          .kind = kind == 0 ? MGPU__COLL_ALLREDUCE : MGPU__COLL_BROADCAST,
+          .send = mgpu_buffer_ptr(send[r]), .recv = mgpu_buffer_ptr(recv[r]),
+          .count = count, .dtype = MGPU_FLOAT32, .op = MGPU_SUM,
+          .root = n - 1};
+      ASSERT_OK(ops->coll_run(comm, r, &a, is->b));
+    }
+    ASSERT_OK(ops->coll_group_end());
+    float want = kind == 0 ? (float)(n * (n + 1) / 2) : (float)n;
+    float *host = malloc(count * sizeof(float));
+    ASSERT(host != NULL);
+    for (int r = 0; r < n; r++) {
+      ASSERT_OK(mgpu_memcpy_dtoh_async(host, recv[r], 0, count * sizeof(float),
+                                       s[r]));
+      ASSERT_OK(mgpu_stream_synchronize(s[r]));
+      for (size_t i = 0; i < count; i += 101) ASSERT(host[i] == want);
+    }
+    free(host);
+  }
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_free(send[r]));
+    ASSERT_OK(mgpu_free(recv[r]));
+    ASSERT_OK(mgpu_stream_destroy(s[r]));
+  }
+  ops->coll_comm_destroy(comm);
+  return 0;
+}
+
 struct tk_fault_args {
   int *bad;
 };
@@ -557,5 +621,6 @@ TEST_ENTRY(cuda_pool)
 TEST_ENTRY(cuda_copy_between_devices)
 TEST_ENTRY(cuda_split_devices)
 TEST_ENTRY(cuda_sm_partition)
+TEST_ENTRY(cuda_nccl_provider)
 TEST_ENTRY(cuda_async_error)
 TEST_LIST_END
