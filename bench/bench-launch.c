@@ -4,7 +4,9 @@
  *    pthread hand-off (post to a waiting thread through a mutex and
  *    condition variable, wait for its answer) measured in the same run;
  *  - mgpu_launch of an empty kernel, per launch in a burst of launches
- *    followed by one synchronize, next to the same hand-off. On CUDA
+ *    followed by one synchronize, next to a bare burst of hand-offs (items
+ *    counted into a queue that a waiting thread drains, then one wait for
+ *    the last). On CUDA
  *    devices the mgpu command links no CUDA code and so has no empty
  *    __global__ function: it launches the smallest built-in kernel
  *    (mgpu_fill of one element) instead; mgpu-bench-cuda (bench/cuda/)
@@ -21,37 +23,55 @@
 
 /* ---- the baseline: a bare pthread hand-off ---- */
 
+/* posted counts items handed over, done those the worker took; lock
+ * guards both and stop. */
 typedef struct handoff {
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  int posted, done, stop;
+  long posted, done;
+  int stop;
 } handoff;
 
 static void *handoff_worker(void *arg) {
   handoff *h = arg;
   pthread_mutex_lock(&h->lock);
   for (;;) {
-    while (!h->posted && !h->stop) pthread_cond_wait(&h->cond, &h->lock);
+    while (h->done == h->posted && !h->stop)
+      pthread_cond_wait(&h->cond, &h->lock);
     if (h->stop) break;
-    h->posted = 0;
-    h->done = 1;
-    pthread_cond_broadcast(&h->cond);
+    h->done++;
+    if (h->done == h->posted) pthread_cond_broadcast(&h->cond);
   }
   pthread_mutex_unlock(&h->lock);
   return NULL;
 }
 
-static void handoff_once(handoff *h) {
+static void handoff_post(handoff *h) {
   pthread_mutex_lock(&h->lock);
-  h->posted = 1;
-  h->done = 0;
+  h->posted++;
   pthread_cond_broadcast(&h->cond);
-  while (!h->done) pthread_cond_wait(&h->cond, &h->lock);
   pthread_mutex_unlock(&h->lock);
 }
 
-/* Median microseconds per hand-off over reps runs of iters each. */
-static double handoff_us(int iters, int reps) {
+static void handoff_wait(handoff *h) {
+  pthread_mutex_lock(&h->lock);
+  while (h->done != h->posted) pthread_cond_wait(&h->cond, &h->lock);
+  pthread_mutex_unlock(&h->lock);
+}
+
+static void handoff_once(handoff *h) {
+  handoff_post(h);
+  handoff_wait(h);
+}
+
+static void handoff_burst(handoff *h, int iters) {
+  for (int i = 0; i < iters; i++) handoff_post(h);
+  handoff_wait(h);
+}
+
+/* Median microseconds per hand-off over reps runs of iters each: one at a
+ * time (burst 0) or iters posted before one wait (burst 1). */
+static double handoff_us(int iters, int reps, int burst) {
   handoff h = {.posted = 0};
   pthread_mutex_init(&h.lock, NULL);
   pthread_cond_init(&h.cond, NULL);
@@ -61,7 +81,10 @@ static double handoff_us(int iters, int reps) {
   for (int i = 0; i < iters; i++) handoff_once(&h); /* warm-up */
   for (int r = 0; r < reps; r++) {
     double t0 = bench_now();
-    for (int i = 0; i < iters; i++) handoff_once(&h);
+    if (burst)
+      handoff_burst(&h, iters);
+    else
+      for (int i = 0; i < iters; i++) handoff_once(&h);
     v[r] = (bench_now() - t0) / iters * 1e6;
   }
   pthread_mutex_lock(&h.lock);
@@ -160,7 +183,8 @@ int mgpu_bench_launch(int argc, char **argv) {
   int cuda = p.backend_kind == MGPU_BACKEND_CUDA;
 
   bench_report *r = bench_report_new("launch");
-  double base = handoff_us(iters, o.reps);
+  double base = handoff_us(iters, o.reps, 0);
+  double base_burst = handoff_us(iters, o.reps, 1);
   double rod = run_on_device_us(0, iters, o.reps);
   bench_report_add(r, "run_on_device empty fn, device 0", "latency", rod, "us",
                    "pthread hand-off", base);
@@ -174,7 +198,8 @@ int mgpu_bench_launch(int argc, char **argv) {
   }
   bench_report_add(r, cuda ? "launch fill(1 elem) burst, device 0"
                            : "launch empty kernel burst, device 0",
-                   "per_launch", l, "us", "pthread hand-off", base);
+                   "per_launch", l, "us", "pthread hand-off burst",
+                   base_burst);
   bench_report_finish(r, o.json);
   return 0;
 }
