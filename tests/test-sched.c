@@ -510,6 +510,7 @@ TEST_IMPL(failure_propagates) {
     mgpu_task odd;
     ASSERT_OK(mgpu_pool_submit_fn(p, bad_return_task, NULL, &odd));
     ASSERT_ERR(MGPU_EINVAL, mgpu_pool_wait(p, odd));
+    ASSERT_DETAIL_HAS("returned 7");
     ASSERT_EQ(mgpu_pool_destroy(p), MGPU_EINVAL);
   }
   return 0;

@@ -107,7 +107,7 @@ void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
     }
     if (atomic_exchange_explicit(&t->state, MGPU__T_DONE,
                                  memory_order_acq_rel) == MGPU__T_WAITED)
-      mgpu__park_wake(&t->state, 1);
+      mgpu__park_wake(&t->state, 1 << 30);
     mgpu__task_unref(p, t, self);
     if (self != NULL) {
       if (++self->pending_done >= MGPU__FLUSH_BATCH) mgpu__worker_flush(self);
@@ -174,7 +174,11 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
         atomic_load_explicit(w->device_busy, memory_order_relaxed) -
         stream_busy0;
     w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
-    if (r > 0) r = MGPU_EINVAL; /* a task must return 0 or a negative code */
+    if (r > 0) { /* a task must return 0 or a negative code */
+      mgpu__error(MGPU_EINVAL, "the task returned %d, which is neither 0 nor "
+                  "a negative MGPU_E... code", r);
+      r = MGPU_EINVAL;
+    }
     if (r != 0) {
       const char *d = mgpu_error_detail();
       t->detail = dup_printf("device %d: task 0x%llx failed with %s: %s",
