@@ -52,9 +52,6 @@ typedef struct mgpu__edge {
 /* Task states (the futex word a single waiter sleeps on). */
 enum { MGPU__T_PENDING = 0, MGPU__T_WAITED = 1, MGPU__T_DONE = 2 };
 
-/* Where a task must or would like to run. */
-enum { MGPU__AFF_NONE = 0, MGPU__AFF_PREFER = 1, MGPU__AFF_PIN = 2 };
-
 struct mgpu__task {
   /* Links: next for the inbox stacks, the completion worklist and the
    * pinned list; next_free (slot index + 1) for the free list. */
@@ -72,7 +69,6 @@ struct mgpu__task {
   void *args;            /* args_inline or a malloc'd copy */
   size_t args_size;
   int home;              /* worker index of the preferred device, -1 */
-  int affinity;          /* MGPU__AFF_* */
   int place;             /* static policy: the worker it was placed on */
 
   /* Dependencies. pending = unfinished deps + 1 while the submitter is

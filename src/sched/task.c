@@ -272,7 +272,6 @@ int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
     if (edges == NULL) goto nomem;
   }
   t->home = d->device >= 0 ? p->dev_to_worker[d->device] : -1;
-  t->affinity = d->device >= 0 ? MGPU__AFF_PREFER : MGPU__AFF_NONE;
   t->place = -1;
   if (p->policy == MGPU_SCHED_STATIC && t->home < 0) {
     /* Placed now, in submit order, whatever the dependencies. */
