@@ -44,11 +44,12 @@ static int open_comm(setup *st, int algo) {
 }
 
 /* Seconds per all-reduce of count floats: median of reps batches. */
-static int time_allreduce(setup *st, size_t count, int reps, double *secs) {
+static int time_allreduce(setup *st, size_t count, int reps, int max_iters,
+                          double *secs) {
   size_t bytes = count * sizeof(float);
   int iters = (int)((size_t)(64u << 20) / bytes);
   if (iters < 1) iters = 1;
-  if (iters > 200) iters = 200;
+  if (iters > max_iters) iters = max_iters;
   double *t = malloc((size_t)reps * sizeof *t);
   if (t == NULL) return MGPU_ENOMEM;
   int rc = 0;
@@ -96,6 +97,7 @@ int mgpu_bench_allreduce(int argc, char **argv) {
   const size_t *sizes = o.quick ? quick : full;
   int nsizes = o.quick ? 3 : 9;
   size_t max = sizes[nsizes - 1];
+  int max_iters = o.quick ? 10 : 200; /* all-reduces per timed batch */
 
   int rc = open_comm(&st, MGPU_COLL_ALGO_AUTO);
   if (rc != 0) return fail("comm", rc);
@@ -115,7 +117,7 @@ int mgpu_bench_allreduce(int argc, char **argv) {
   for (int i = 0; i < nsizes && rc == 0; i++) {
     size_t bytes = sizes[i];
     double t;
-    rc = time_allreduce(&st, bytes / sizeof(float), o.reps, &t);
+    rc = time_allreduce(&st, bytes / sizeof(float), o.reps, max_iters, &t);
     if (rc != 0) break;
     char name[96], sz[32];
     size_name(bytes, sz, sizeof sz);
@@ -133,7 +135,8 @@ int mgpu_bench_allreduce(int argc, char **argv) {
       setup ring = st;
       if (open_comm(&ring, MGPU_COLL_ALGO_RING) == 0) {
         double tr;
-        rc = time_allreduce(&ring, bytes / sizeof(float), o.reps, &tr);
+        rc = time_allreduce(&ring, bytes / sizeof(float), o.reps, max_iters,
+                            &tr);
         mgpu_comm_destroy(ring.comm);
         if (rc != 0) break;
         snprintf(name, sizeof name, "allreduce %s ring", sz);
