@@ -67,7 +67,8 @@ MGPU_EXTERN int mgpu_comm_create_config(const int *devs, int n,
                                         const mgpu_comm_config *config,
                                         mgpu_comm **comm);
 /* Waits for the communicator's work in flight, then frees it. Later use of
- * the handle is MGPU_EFREED. */
+ * the handle is MGPU_EFREED. Destroy communicators, barriers and channels
+ * before mgpu_shutdown: shutdown does not know them. */
 MGPU_EXTERN int mgpu_comm_destroy(mgpu_comm *comm);
 /* Number of ranks, or a negative code. */
 MGPU_EXTERN int mgpu_comm_size(const mgpu_comm *comm);
