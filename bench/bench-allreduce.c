@@ -83,8 +83,9 @@ int mgpu_bench_allreduce(int argc, char **argv) {
   bench_opts o;
   char *rest[8];
   int nrest;
-  if (bench_parse(argc, argv, "mgpu bench allreduce [--json] [--quick] [--reps N]",
-                  &o, rest, &nrest) != 0)
+  if (bench_parse(argc, argv,
+                  "mgpu bench allreduce [--json] [--quick] [--reps N]", &o,
+                  rest, &nrest) != 0)
     return 2;
   setup st;
   memset(&st, 0, sizeof st);
@@ -109,7 +110,8 @@ int mgpu_bench_allreduce(int argc, char **argv) {
     if (rc == 0) rc = mgpu_memset_async(st.send[r], 0, 0, max, st.s[r]);
     if (rc == 0) rc = mgpu_memset_async(st.recv[r], 0, 0, max, st.s[r]);
   }
-  for (int r = 0; r < st.n && rc == 0; r++) rc = mgpu_stream_synchronize(st.s[r]);
+  for (int r = 0; r < st.n && rc == 0; r++)
+    rc = mgpu_stream_synchronize(st.s[r]);
   if (rc != 0) return fail("buffers of the largest size", rc);
 
   bench_report *rep = bench_report_new("allreduce");

@@ -50,10 +50,12 @@ int main(void) {
     size_t hi = (size_t)M * (size_t)(d + 1) / (size_t)n;
     counts[d] = hi - lo;
     CHECK(mgpu_malloc(&blocks[d], devs[d], (hi - lo + 1) * sizeof *h));
-    if (hi > lo) CHECK(mgpu_memcpy_htod(blocks[d], 0, h + lo, (hi - lo) * sizeof *h));
+    if (hi > lo)
+      CHECK(mgpu_memcpy_htod(blocks[d], 0, h + lo, (hi - lo) * sizeof *h));
   }
   int64_t total = 0;
-  CHECK(mgpu_reduce_to_host(comm, blocks, counts, MGPU_INT64, MGPU_SUM, &total));
+  CHECK(mgpu_reduce_to_host(comm, blocks, counts, MGPU_INT64, MGPU_SUM,
+                            &total));
   int64_t want_total = (int64_t)M * (M + 1) / 2;
   int bad = total != want_total;
   printf("  sum of 1..%d over the devices: %lld (want %lld)\n", M,

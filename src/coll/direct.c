@@ -216,21 +216,26 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
   int ns = 0, nd = 0;
   j->dtype = p0->dtype;
   j->op = p0->op;
-  size_t lo = mgpu__coll_slice(count, n, r), hi = mgpu__coll_slice(count, n, r + 1);
+  size_t lo = mgpu__coll_slice(count, n, r);
+  size_t hi = mgpu__coll_slice(count, n, r + 1);
   size_t off = lo * esz;
   j->count = hi - lo;
   switch (p0->kind) {
     case MGPU__COLL_ALLREDUCE:
-      for (int q = 0; q < n; q++) src[ns++] = (const char *)op->part[q].send + off;
-      for (int q = 0; q < n; q++) dst[nd++] = (char *)op->part[q].recv + off;
+      for (int q = 0; q < n; q++)
+        src[ns++] = (const char *)op->part[q].send + off;
+      for (int q = 0; q < n; q++)
+        dst[nd++] = (char *)op->part[q].recv + off;
       break;
     case MGPU__COLL_REDUCE:
-      for (int q = 0; q < n; q++) src[ns++] = (const char *)op->part[q].send + off;
+      for (int q = 0; q < n; q++)
+        src[ns++] = (const char *)op->part[q].send + off;
       dst[nd++] = (char *)op->part[p0->root].recv + off;
       break;
     case MGPU__COLL_BROADCAST:
       src[ns++] = (const char *)op->part[p0->root].send + off;
-      for (int q = 0; q < n; q++) dst[nd++] = (char *)op->part[q].recv + off;
+      for (int q = 0; q < n; q++)
+        dst[nd++] = (char *)op->part[q].recv + off;
       break;
     case MGPU__COLL_ALLGATHER:
       j->count = count;
@@ -316,7 +321,8 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
     job_args j;
     if (!make_job(c, op, r, &j)) continue;
     if (j.nsrc == 1 && j.ndst == 1 && SRC(&j, 0) == DST(&j, 0)) continue;
-    size_t work = j.count * mgpu_dtype_size(j.dtype) * (size_t)(j.nsrc + j.ndst);
+    size_t work =
+        j.count * mgpu_dtype_size(j.dtype) * (size_t)(j.nsrc + j.ndst);
     unsigned blocks = 1;
     if (work >= 2 * BLOCK_MIN) {
       mgpu_device_props props = {.size = sizeof props};

@@ -153,7 +153,8 @@ static int prepare(ring *g, size_t seg, int steps, size_t partial) {
   mgpu__comm *c = g->c;
   size_t ce = c->cfg.chunk_bytes / g->esz;
   if (ce == 0) ce = 1;
-  if ((seg + ce - 1) / ce > MAX_ROUNDS) ce = (seg + MAX_ROUNDS - 1) / MAX_ROUNDS;
+  if ((seg + ce - 1) / ce > MAX_ROUNDS)
+    ce = (seg + MAX_ROUNDS - 1) / MAX_ROUNDS;
   g->ce = ce;
   g->rounds = seg == 0 ? 1 : (seg + ce - 1) / ce;
   g->steps = steps;
