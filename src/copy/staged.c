@@ -1,0 +1,451 @@
+/* The pipelined host-staged copy between two devices, and the cross-device
+ * ordering that every copy between devices shares.
+ *
+ * A staged copy cuts the bytes into chunks and moves each through one of k
+ * pinned bounce buffers (k = the staging depth, at least 2): the source
+ * device copies chunk i into bounce[i % k] on a stream of its own
+ * (device-to-host), records an event; a stream of the destination device
+ * waits for that event and copies the chunk out (host-to-device), records
+ * another event, which the source side waits for before it reuses the bounce
+ * buffer for chunk i + k. So while the destination drains chunk i, the source
+ * already fills chunk i + 1: the two halves overlap.
+ *
+ * Stream order: the copy runs on the caller's stream s, which belongs to
+ * one of the two devices; that device's half runs on s itself, the other
+ * half on a helper stream of the other device. When s is the destination's,
+ * the source's helper first waits for an event recorded on s (so the copy
+ * starts after earlier work on s); when s is the source's, s finally waits
+ * for the destination's last event (so later work on s, and events recorded
+ * on s after the copy, see the data). Either way the copy is one step of s.
+ *
+ * Nothing is allocated per call in the steady state: helper streams are
+ * created once per device, events and bounce buffers come from pools and go
+ * back to them from a host callback queued on s after the copy, when every
+ * half is done. Bounce buffers are pre-touched when they are made, because
+ * the first touch of fresh pages costs more than the copy itself.
+ *
+ * Event re-recording: each bounce slot's events are recorded once per chunk
+ * that uses the slot. A wait takes the event's most recent record at the
+ * time it is queued (the backends' contract, as in CUDA), so a later record
+ * does not move an earlier wait.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "copy/copy-internal.h"
+
+#define HELPERS_PER_DEVICE 4
+#define MAX_DEPTH 16
+#define DEFAULT_CHUNK ((size_t)4 << 20)
+#define DEFAULT_DEPTH 3
+/* Bounce buffers kept alive at most (before waiting for one to come back). */
+#define BOUNCE_CAP_MIN 16
+/* How long an issuing thread waits for a bounce buffer before it makes one
+ * more anyway (so that a stream blocked by the caller cannot deadlock it). */
+#define BOUNCE_WAIT_NS 200000000ull
+
+typedef struct bounce {
+  struct bounce *next;
+  mgpu__device *owner; /* whose mem_alloc made it */
+  size_t size;
+  void *ptr;
+} bounce;
+
+typedef struct pooled_event {
+  mgpu__device *dev;
+  mgpu__bevent *ev;
+} pooled_event;
+
+/* What one copy borrowed, given back by release_op on the stream. */
+typedef struct copy_op {
+  int nevents;
+  pooled_event events[2 * MAX_DEPTH + 2];
+  int nbounce;
+  bounce *bounce[MAX_DEPTH];
+} copy_op;
+
+/* pool_lock guards everything in this block. */
+static mgpu__mutex pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__cond bounce_returned = PTHREAD_COND_INITIALIZER;
+static bounce *bounce_free;     /* idle bounce buffers */
+static int bounce_alive;        /* idle + lent */
+static mgpu__bstream *helpers[MGPU_MAX_DEVICES][HELPERS_PER_DEVICE];
+static unsigned helper_next[MGPU_MAX_DEVICES];
+static mgpu__bevent **event_free[MGPU_MAX_DEVICES]; /* idle events */
+static int event_nfree[MGPU_MAX_DEVICES], event_cap[MGPU_MAX_DEVICES];
+
+/* Set at run time by mgpu_staging_set; 0: the config's value. */
+static _Atomic size_t staging_chunk_set;
+static _Atomic int staging_depth_set;
+
+/* ---- parameters ---- */
+
+void mgpu__staging_params(size_t *chunk, int *depth) {
+  const mgpu_config *cfg = mgpu__config();
+  size_t c = staging_chunk_set;
+  int d = staging_depth_set;
+  if (c == 0) c = cfg != NULL && cfg->staging_chunk ? cfg->staging_chunk
+                                                     : DEFAULT_CHUNK;
+  if (d == 0) d = cfg != NULL && cfg->staging_depth > 0 ? cfg->staging_depth
+                                                         : DEFAULT_DEPTH;
+  if (d < 2) d = 2;
+  if (d > MAX_DEPTH) d = MAX_DEPTH;
+  *chunk = c;
+  *depth = d;
+}
+
+int mgpu_staging_set(size_t chunk, int depth) {
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "staging parameters: mgpu is not "
+                       "initialized");
+  if (depth != 0 && (depth < 2 || depth > MAX_DEPTH))
+    return mgpu__error(MGPU_EINVAL, "staging depth %d: it must lie between 2 "
+                       "and %d bounce buffers", depth, MAX_DEPTH);
+  if (chunk != 0 && chunk < 4096)
+    return mgpu__error(MGPU_EINVAL, "staging chunk of %zu bytes: it must be "
+                       "at least 4096 bytes", chunk);
+  if (chunk != 0) staging_chunk_set = chunk;
+  if (depth != 0) staging_depth_set = depth;
+  return 0;
+}
+
+int mgpu_staging_get(size_t *chunk, int *depth) {
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "staging parameters: mgpu is not "
+                       "initialized");
+  size_t c;
+  int d;
+  mgpu__staging_params(&c, &d);
+  if (chunk != NULL) *chunk = c;
+  if (depth != NULL) *depth = d;
+  return 0;
+}
+
+/* ---- pools ---- */
+
+static int helper_get(mgpu__device *d, mgpu__bstream **out) {
+  int rc = 0;
+  mgpu__mutex_lock(&pool_lock);
+  unsigned i = helper_next[d->id]++ % HELPERS_PER_DEVICE;
+  if (helpers[d->id][i] == NULL)
+    rc = d->ops->stream_create(d->b, &helpers[d->id][i]);
+  *out = helpers[d->id][i];
+  mgpu__mutex_unlock(&pool_lock);
+  return rc;
+}
+
+/* Takes an idle event of device d or makes one; appends it to op. */
+static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
+  mgpu__bevent *e = NULL;
+  mgpu__mutex_lock(&pool_lock);
+  if (event_nfree[d->id] > 0) e = event_free[d->id][--event_nfree[d->id]];
+  mgpu__mutex_unlock(&pool_lock);
+  if (e == NULL) {
+    int rc = d->ops->event_create(d->b, &e);
+    if (rc != 0) return rc;
+  }
+  op->events[op->nevents].dev = d;
+  op->events[op->nevents].ev = e;
+  op->nevents++;
+  *out = e;
+  return 0;
+}
+
+/* Called under pool_lock. Returns 0, or -1 when the free list could not grow
+ * (the event is then destroyed by the caller, outside the lock). */
+static int event_put_locked(mgpu__device *d, mgpu__bevent *e) {
+  int id = d->id;
+  if (event_nfree[id] == event_cap[id]) {
+    int cap = event_cap[id] ? 2 * event_cap[id] : 16;
+    mgpu__bevent **grown = realloc(event_free[id], (size_t)cap * sizeof *grown);
+    if (grown == NULL) return -1;
+    event_free[id] = grown;
+    event_cap[id] = cap;
+  }
+  event_free[id][event_nfree[id]++] = e;
+  return 0;
+}
+
+static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
+  bounce *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: no memory for a bounce "
+                       "buffer record", owner->id);
+  int rc = owner->ops->mem_alloc(owner->b, MGPU_MEM_PINNED, size, &b->ptr);
+  if (rc != 0) {
+    free(b);
+    return rc;
+  }
+  memset(b->ptr, 0, size); /* pay the first touch once, here */
+  b->owner = owner;
+  b->size = size;
+  *out = b;
+  return 0;
+}
+
+static void bounce_destroy(bounce *b) {
+  b->owner->ops->mem_free(b->owner->b, MGPU_MEM_PINNED, b->ptr);
+  free(b);
+}
+
+/* Lends n bounce buffers of size bytes to op. Idle buffers of another size
+ * (the chunk was changed) are freed on the way. */
+static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
+  int cap = BOUNCE_CAP_MIN > 4 * n ? BOUNCE_CAP_MIN : 4 * n;
+  uint64_t deadline = mgpu__now_ns() + BOUNCE_WAIT_NS;
+  bounce *stale = NULL;
+  int rc = 0;
+  mgpu__mutex_lock(&pool_lock);
+  while (op->nbounce < n) {
+    bounce **p = &bounce_free;
+    while (*p != NULL && op->nbounce < n) {
+      bounce *b = *p;
+      *p = b->next;
+      if (b->size == size) {
+        op->bounce[op->nbounce++] = b;
+      } else {
+        b->next = stale;
+        stale = b;
+        bounce_alive--;
+      }
+    }
+    if (op->nbounce == n) break;
+    if (bounce_alive >= cap && mgpu__now_ns() < deadline) {
+      mgpu__cond_timedwait(&bounce_returned, &pool_lock, deadline);
+      continue;
+    }
+    bounce_alive++;
+    mgpu__mutex_unlock(&pool_lock);
+    bounce *b = NULL;
+    rc = bounce_make(owner, size, &b);
+    mgpu__mutex_lock(&pool_lock);
+    if (rc != 0) {
+      bounce_alive--;
+      break;
+    }
+    op->bounce[op->nbounce++] = b;
+  }
+  mgpu__mutex_unlock(&pool_lock);
+  while (stale != NULL) {
+    bounce *next = stale->next;
+    bounce_destroy(stale);
+    stale = next;
+  }
+  return rc;
+}
+
+/* Gives back what op borrowed. Runs as a host callback once the copy is done
+ * (so it must not call a backend), or directly on an error path. An event
+ * that cannot be pooled is kept in op for op_free to destroy. */
+static void release_op(void *arg) {
+  copy_op *op = arg;
+  mgpu__mutex_lock(&pool_lock);
+  for (int i = 0; i < op->nbounce; i++) {
+    op->bounce[i]->next = bounce_free;
+    bounce_free = op->bounce[i];
+  }
+  op->nbounce = 0;
+  int kept = 0;
+  for (int i = 0; i < op->nevents; i++)
+    if (event_put_locked(op->events[i].dev, op->events[i].ev) != 0)
+      op->events[kept++] = op->events[i];
+  op->nevents = kept;
+  mgpu__cond_broadcast(&bounce_returned);
+  mgpu__mutex_unlock(&pool_lock);
+  if (kept == 0) free(op);
+  /* else: leaked events are rare (realloc failed); op stays for them. */
+}
+
+/* Error path: waits until the streams the copy touched are idle, then gives
+ * everything back. */
+static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
+                       mgpu__device *hd, mgpu__bstream *h) {
+  if (h != NULL) hd->ops->stream_synchronize(hd->b, h);
+  int rc = xd->ops->stream_synchronize(xd->b, s->b);
+  (void)rc; /* the stream's own error stays the caller's next report */
+  release_op(op);
+}
+
+/* Queues release_op on s, or runs it once s is idle if that fails. */
+static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s) {
+  int rc = xd->ops->host_callback(xd->b, s->b, release_op, op);
+  if (rc != 0) abandon_op(op, xd, s, NULL, NULL);
+  return rc;
+}
+
+/* ---- one copy on another device's stream ---- */
+
+/* Different backends cannot wait for each other's events: the copy is made
+ * synchronous instead (after s is idle, on a helper of x). */
+static int copy_on_other_backend(mgpu__device *x, void *dst, const void *src,
+                                 size_t size, mgpu__copy_kind kind,
+                                 mgpu__device *xd, mgpu__stream *s) {
+  mgpu__bstream *h;
+  int rc = xd->ops->stream_synchronize(xd->b, s->b);
+  if (rc == 0) rc = helper_get(x, &h);
+  if (rc == 0) rc = x->ops->memcpy_async(x->b, h, dst, src, size, kind);
+  if (rc == 0) rc = x->ops->stream_synchronize(x->b, h);
+  return rc;
+}
+
+int mgpu__copy_on_device(mgpu__device *x, void *dst, const void *src,
+                         size_t size, mgpu__copy_kind kind, mgpu__stream *s) {
+  mgpu__device *xd = mgpu__device_get(s->dev);
+  if (s->dev == x->id)
+    return x->ops->memcpy_async(x->b, s->b, dst, src, size, kind);
+  if (xd->ops != x->ops)
+    return copy_on_other_backend(x, dst, src, size, kind, xd, s);
+
+  copy_op *op = calloc(1, sizeof *op);
+  if (op == NULL)
+    return mgpu__error(MGPU_ENOMEM, "copy of %zu bytes on device %d: no "
+                       "memory for its record", size, x->id);
+  mgpu__bstream *h = NULL;
+  mgpu__bevent *start, *done;
+  int rc = helper_get(x, &h);
+  if (rc == 0) rc = event_take(op, xd, &start);
+  if (rc == 0) rc = event_take(op, x, &done);
+  if (rc != 0) {
+    release_op(op);
+    return rc;
+  }
+  rc = xd->ops->event_record(xd->b, start, s->b);
+  if (rc == 0) rc = x->ops->stream_wait_event(x->b, h, xd->b, start);
+  if (rc == 0) rc = x->ops->memcpy_async(x->b, h, dst, src, size, kind);
+  if (rc == 0) rc = x->ops->event_record(x->b, done, h);
+  if (rc == 0) rc = xd->ops->stream_wait_event(xd->b, s->b, x->b, done);
+  if (rc != 0) {
+    abandon_op(op, xd, s, x, h);
+    return rc;
+  }
+  return finish_op(op, xd, s);
+}
+
+/* ---- the staged copy ---- */
+
+typedef struct staged_plan {
+  mgpu__device *sd, *dd;
+  mgpu__bstream *src_stream, *dst_stream;
+  size_t chunk;
+  int slots;
+  mgpu__bevent *filled[MAX_DEPTH];  /* slot holds a chunk (source's) */
+  mgpu__bevent *drained[MAX_DEPTH]; /* slot is free again (destination's) */
+} staged_plan;
+
+/* Queues every chunk. Returns the slot of the last chunk through *last. */
+static int queue_chunks(staged_plan *p, copy_op *op, char *dst,
+                        const char *src, size_t size, int *last) {
+  mgpu__device *sd = p->sd, *dd = p->dd;
+  size_t nchunks = (size - 1) / p->chunk + 1;
+  for (size_t i = 0; i < nchunks; i++) {
+    int slot = (int)(i % (size_t)p->slots);
+    size_t off = i * p->chunk;
+    size_t n = size - off < p->chunk ? size - off : p->chunk;
+    void *bounce = op->bounce[slot]->ptr;
+    int rc = 0;
+    if (i >= (size_t)p->slots)
+      rc = sd->ops->stream_wait_event(sd->b, p->src_stream, dd->b,
+                                      p->drained[slot]);
+    if (rc == 0)
+      rc = sd->ops->memcpy_async(sd->b, p->src_stream, bounce, src + off, n,
+                                 MGPU__COPY_D2H);
+    if (rc == 0) rc = sd->ops->event_record(sd->b, p->filled[slot], p->src_stream);
+    if (rc == 0)
+      rc = dd->ops->stream_wait_event(dd->b, p->dst_stream, sd->b,
+                                      p->filled[slot]);
+    if (rc == 0)
+      rc = dd->ops->memcpy_async(dd->b, p->dst_stream, dst + off, bounce, n,
+                                 MGPU__COPY_H2D);
+    if (rc == 0)
+      rc = dd->ops->event_record(dd->b, p->drained[slot], p->dst_stream);
+    if (rc != 0) return rc;
+    *last = slot;
+  }
+  return 0;
+}
+
+int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
+                      const void *src, size_t size, mgpu__stream *s) {
+  staged_plan p = {.sd = sd, .dd = dd};
+  int depth;
+  mgpu__staging_params(&p.chunk, &depth);
+  size_t nchunks = (size - 1) / p.chunk + 1;
+  p.slots = nchunks < (size_t)depth ? (int)nchunks : depth;
+  int on_src = s->dev == sd->id;
+  mgpu__device *xd = on_src ? sd : dd;    /* the stream's device */
+  mgpu__device *hd = on_src ? dd : sd;    /* the helper's device */
+  if (sd->ops != dd->ops)
+    return mgpu__error(MGPU_ENOTSUP, "staged copy from device %d to device "
+                       "%d: the devices belong to different backends",
+                       sd->id, dd->id);
+
+  copy_op *op = calloc(1, sizeof *op);
+  if (op == NULL)
+    return mgpu__error(MGPU_ENOMEM, "staged copy of %zu bytes from device %d "
+                       "to device %d: no memory for its record",
+                       size, sd->id, dd->id);
+  mgpu__bstream *h = NULL;
+  mgpu__bevent *start = NULL;
+  int rc = helper_get(hd, &h);
+  for (int i = 0; rc == 0 && i < p.slots; i++) {
+    rc = event_take(op, sd, &p.filled[i]);
+    if (rc == 0) rc = event_take(op, dd, &p.drained[i]);
+  }
+  if (rc == 0 && !on_src) rc = event_take(op, dd, &start);
+  if (rc == 0) rc = bounce_take(op, sd, p.chunk, p.slots);
+  if (rc != 0) {
+    release_op(op);
+    return rc;
+  }
+  p.src_stream = on_src ? s->b : h;
+  p.dst_stream = on_src ? h : s->b;
+
+  int last = 0;
+  if (!on_src) { /* the source's helper starts after earlier work on s */
+    rc = dd->ops->event_record(dd->b, start, s->b);
+    if (rc == 0) rc = sd->ops->stream_wait_event(sd->b, h, dd->b, start);
+  }
+  if (rc == 0) rc = queue_chunks(&p, op, dst, src, size, &last);
+  if (rc == 0 && on_src) /* later work on s waits for the last chunk */
+    rc = sd->ops->stream_wait_event(sd->b, s->b, dd->b, p.drained[last]);
+  if (rc != 0) {
+    abandon_op(op, xd, s, hd, h);
+    return rc;
+  }
+  return finish_op(op, xd, s);
+}
+
+/* ---- shutdown ---- */
+
+void mgpu__staged_shutdown(void) {
+  mgpu__mutex_lock(&pool_lock);
+  bounce *b = bounce_free;
+  bounce_free = NULL;
+  bounce_alive = 0;
+  mgpu__mutex_unlock(&pool_lock);
+  /* Helpers first: once they are idle, nothing uses a pooled object. */
+  for (int id = 0; id < MGPU_MAX_DEVICES; id++) {
+    mgpu__device *d = mgpu__device_get(id);
+    for (int i = 0; i < HELPERS_PER_DEVICE; i++) {
+      if (helpers[id][i] == NULL) continue;
+      if (d != NULL) {
+        d->ops->stream_synchronize(d->b, helpers[id][i]);
+        d->ops->stream_destroy(d->b, helpers[id][i]);
+      }
+      helpers[id][i] = NULL;
+    }
+    helper_next[id] = 0;
+    for (int i = 0; i < event_nfree[id]; i++)
+      if (d != NULL) d->ops->event_destroy(d->b, event_free[id][i]);
+    free(event_free[id]);
+    event_free[id] = NULL;
+    event_nfree[id] = event_cap[id] = 0;
+  }
+  while (b != NULL) {
+    bounce *next = b->next;
+    bounce_destroy(b);
+    b = next;
+  }
+  staging_chunk_set = 0;
+  staging_depth_set = 0;
+}
