@@ -80,6 +80,11 @@ typedef struct mgpu__device {
   mgpu__work_item *queue_head, *queue_tail;
   int stopping;
 
+  /* Every stream of the device, for mgpu_device_synchronize and shutdown.
+   * streams_lock guards the list. */
+  mgpu__mutex streams_lock;
+  struct mgpu__stream *streams;
+
   /* Internal streams lent to synchronous calls (mgpu_memcpy_htod ...).
    * spare_lock guards spare_streams and spare_count. */
   mgpu__mutex spare_lock;
@@ -100,6 +105,11 @@ int mgpu__device_check(int id, mgpu__device **out);
 int mgpu__ndevices(void);
 /* The device whose host thread is calling, or -1. */
 int mgpu__current_host_thread_device(void);
+/* The resolved configuration (valid while initialized). */
+const mgpu_config *mgpu__config(void);
+/* Starts and stops a device's host thread (device.c). */
+int mgpu__device_thread_start(mgpu__device *d);
+void mgpu__device_thread_stop(mgpu__device *d);
 
 /* ---- metrics (metrics.c) ---- */
 
@@ -132,11 +142,11 @@ void *mgpu__handle_release(uintptr_t h, mgpu__htype type, int *err);
 /* Calls fn on every live object of the type (used by shutdown). */
 void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
                           void *arg);
-void mgpu__handle_reset(void);
 
 /* ---- buffers, streams, events (memory.c, stream.c) ---- */
 
 typedef struct mgpu__buf {
+  uintptr_t handle;
   int dev;
   mgpu_mem_kind kind;
   void *ptr;
@@ -146,12 +156,15 @@ typedef struct mgpu__buf {
 } mgpu__buf;
 
 typedef struct mgpu__stream {
+  uintptr_t handle; /* 0 for internal streams */
   int dev;
   mgpu__bstream *b;
-  int internal; /* 1: a spare stream of the device, not a user handle */
+  /* Links in the device's stream list (device streams_lock). */
+  struct mgpu__stream *prev, *next;
 } mgpu__stream;
 
 typedef struct mgpu__event {
+  uintptr_t handle;
   int dev;
   mgpu__bevent *b;
 } mgpu__event;
@@ -177,8 +190,11 @@ void mgpu__pool_release(mgpu__device *d);
 
 /* ---- copies across devices (copy/peer.c) ---- */
 
-/* Copies size bytes between two device buffers of different devices,
- * ordered on s (which belongs to dst->dev or src->dev). Counts its metrics. */
+/* Copies size bytes between two device buffers of different devices of one
+ * backend, ordered on s (which belongs to dst->dev or src->dev): it starts
+ * after the work queued on s before it, and work queued on s after it (or
+ * waiting on an event recorded on s after it) sees the data. Ranges and
+ * overlap are already checked. Counts its metrics. */
 int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
                                const mgpu__buf *src, size_t src_offset,
                                size_t size, mgpu__stream *s);

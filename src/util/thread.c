@@ -1,6 +1,5 @@
 /* pthread wrappers: see thread.h. Conditions use CLOCK_MONOTONIC so that
  * timeouts do not jump with the wall clock. */
-#define _GNU_SOURCE
 #include "util/thread.h"
 
 #include <errno.h>

@@ -1,0 +1,627 @@
+/* The host backend: each device is a set of worker threads with a memory
+ * budget; its "device memory" is host memory.
+ *
+ * A stream is an in-order queue of operations. A stream with work is put on
+ * its device's ready list; a worker takes it, runs its head operation, and
+ * puts it back if more is queued. A stream is on the ready list or run by a
+ * worker at most once at a time, so its operations run in order, while
+ * several streams of one device run on several workers at once.
+ *
+ * Events: recording gives the event a new sequence number at call time and
+ * queues an operation that marks that number complete. A wait captures the
+ * latest sequence number at call time; the waiting stream parks itself on the
+ * event when it reaches the wait early, and the recording worker puts it back
+ * on its device's ready list. Workers never block on each other.
+ *
+ * Idle workers sleep on a condition variable: nothing here spins.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backend/host/host.h"
+#include "core/internal.h"
+
+static const mgpu__backend_env *env;
+
+typedef enum op_kind {
+  OP_COPY,
+  OP_MEMSET,
+  OP_LAUNCH,
+  OP_BUILTIN,
+  OP_CALLBACK,
+  OP_RECORD,
+  OP_WAIT
+} op_kind;
+
+typedef struct op {
+  op_kind kind;
+  struct op *next;
+  union {
+    struct {
+      void *dst;
+      const void *src;
+      size_t size;
+    } copy;
+    struct {
+      void *dst;
+      int value;
+      size_t size;
+    } memset;
+    struct {
+      void (*fn)(const mgpu_kernel_ctx *, const void *);
+      mgpu_dim3 grid, block;
+      void *args;
+    } launch;
+    mgpu__builtin builtin;
+    struct {
+      void (*fn)(void *);
+      void *arg;
+    } callback;
+    struct {
+      mgpu__bevent *event;
+      uint64_t seq;
+    } event;
+  } u;
+} op;
+
+struct mgpu__bevent {
+  mgpu__bdevice *dev;
+  /* lock guards every field below. Lock order: a device's lock, then an
+   * event's lock. */
+  mgpu__mutex lock;
+  mgpu__cond done;
+  uint64_t recorded;  /* sequence number of the latest record call */
+  uint64_t completed; /* highest sequence number completed */
+  uint64_t time_ns;   /* when `completed` was reached */
+  mgpu__bstream *waiters; /* streams parked on this event */
+};
+
+struct mgpu__bstream {
+  mgpu__bdevice *dev;
+  /* Guarded by dev->lock. */
+  op *head, *tail;
+  int queued;               /* on the ready list */
+  int running;              /* a worker runs its head */
+  int parked;               /* waiting on an event */
+  int error;                /* first asynchronous error, 0 if none */
+  mgpu__bstream *ready_next;
+  mgpu__bstream *wait_next; /* in an event's waiters (event lock) */
+};
+
+struct mgpu__bdevice {
+  int id;
+  int nworkers;
+  mgpu__thread *workers;
+  /* lock guards the ready list, stopping and every stream's queue. */
+  mgpu__mutex lock;
+  mgpu__cond work;  /* a stream became ready, or stopping */
+  mgpu__cond idle;  /* some stream's queue became empty */
+  mgpu__bstream *ready_head, *ready_tail;
+  int stopping;
+  /* Peer access this device has enabled, by mgpu device id (lock). */
+  unsigned char peer_enabled[MGPU_MAX_DEVICES];
+};
+
+/* ---- the ready list (dev->lock held) ---- */
+
+static void ready_push(mgpu__bdevice *d, mgpu__bstream *s) {
+  s->queued = 1;
+  s->ready_next = NULL;
+  if (d->ready_tail) d->ready_tail->ready_next = s;
+  else d->ready_head = s;
+  d->ready_tail = s;
+  mgpu__cond_signal(&d->work);
+}
+
+static mgpu__bstream *ready_pop(mgpu__bdevice *d) {
+  mgpu__bstream *s = d->ready_head;
+  if (s == NULL) return NULL;
+  d->ready_head = s->ready_next;
+  if (d->ready_head == NULL) d->ready_tail = NULL;
+  s->queued = 0;
+  return s;
+}
+
+/* Queues op on s. The op is owned by the stream from here on. */
+static void enqueue(mgpu__bstream *s, op *o) {
+  mgpu__bdevice *d = s->dev;
+  o->next = NULL;
+  mgpu__mutex_lock(&d->lock);
+  if (s->tail) s->tail->next = o;
+  else s->head = o;
+  s->tail = o;
+  if (!s->queued && !s->running && !s->parked) ready_push(d, s);
+  mgpu__mutex_unlock(&d->lock);
+}
+
+static op *op_new(op_kind kind) {
+  op *o = calloc(1, sizeof *o);
+  if (o != NULL) o->kind = kind;
+  return o;
+}
+
+static int op_nomem(mgpu__bdevice *d) {
+  return env->set_error(MGPU_ENOMEM, "host device %d: out of host memory "
+                        "for a stream operation", d->id);
+}
+
+/* ---- running operations ---- */
+
+static void complete_event(mgpu__bevent *e, uint64_t seq) {
+  mgpu__mutex_lock(&e->lock);
+  if (seq > e->completed) {
+    e->completed = seq;
+    e->time_ns = mgpu__now_ns();
+  }
+  mgpu__bstream *w = e->waiters;
+  e->waiters = NULL;
+  mgpu__cond_broadcast(&e->done);
+  mgpu__mutex_unlock(&e->lock);
+  while (w != NULL) {
+    mgpu__bstream *next = w->wait_next;
+    mgpu__mutex_lock(&w->dev->lock);
+    w->parked = 0;
+    if (!w->queued && !w->running && w->head) ready_push(w->dev, w);
+    mgpu__mutex_unlock(&w->dev->lock);
+    w = next;
+  }
+}
+
+static void run_launch(mgpu__bdevice *d, op *o) {
+  mgpu_kernel_ctx ctx;
+  ctx.grid_dim = o->u.launch.grid;
+  ctx.block_dim = o->u.launch.block;
+  ctx.device = d->id;
+  for (unsigned z = 0; z < ctx.grid_dim.z; z++)
+    for (unsigned y = 0; y < ctx.grid_dim.y; y++)
+      for (unsigned x = 0; x < ctx.grid_dim.x; x++) {
+        ctx.block_idx = MGPU_DIM3(x, y, z);
+        o->u.launch.fn(&ctx, o->u.launch.args);
+      }
+}
+
+/* Runs o, the head of s. Returns 1 if s parked itself on an event instead
+ * (o stays at the head and runs again when the stream is woken). Called with
+ * d->lock held only for OP_WAIT (see worker_main). */
+static void run_op(mgpu__bdevice *d, op *o) {
+  uint64_t t0 = mgpu__now_ns();
+  switch (o->kind) {
+    case OP_COPY:
+      memmove(o->u.copy.dst, o->u.copy.src, o->u.copy.size);
+      break;
+    case OP_MEMSET:
+      memset(o->u.memset.dst, o->u.memset.value, o->u.memset.size);
+      break;
+    case OP_LAUNCH:
+      run_launch(d, o);
+      break;
+    case OP_BUILTIN:
+      mgpu__host_builtin_run(&o->u.builtin);
+      break;
+    case OP_CALLBACK:
+      o->u.callback.fn(o->u.callback.arg);
+      break;
+    case OP_RECORD:
+      complete_event(o->u.event.event, o->u.event.seq);
+      return;
+    case OP_WAIT:
+      return;
+  }
+  env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, mgpu__now_ns() - t0);
+}
+
+static void op_free(op *o) {
+  if (o->kind == OP_LAUNCH) free(o->u.launch.args);
+  free(o);
+}
+
+/* With d->lock held: 1 if s must park on the event of its head wait. */
+static int must_park(mgpu__bstream *s, op *o) {
+  mgpu__bevent *e = o->u.event.event;
+  int park = 0;
+  mgpu__mutex_lock(&e->lock);
+  if (e->completed < o->u.event.seq) {
+    s->parked = 1;
+    s->wait_next = e->waiters;
+    e->waiters = s;
+    park = 1;
+  }
+  mgpu__mutex_unlock(&e->lock);
+  return park;
+}
+
+static void *worker_main(void *arg) {
+  mgpu__bdevice *d = arg;
+  mgpu__mutex_lock(&d->lock);
+  for (;;) {
+    mgpu__bstream *s = ready_pop(d);
+    if (s == NULL) {
+      if (d->stopping) break;
+      mgpu__cond_wait(&d->work, &d->lock);
+      continue;
+    }
+    op *o = s->head;
+    if (o->kind == OP_WAIT && must_park(s, o)) continue;
+    s->running = 1;
+    mgpu__mutex_unlock(&d->lock);
+    run_op(d, o);
+    mgpu__mutex_lock(&d->lock);
+    s->running = 0;
+    s->head = o->next;
+    if (s->head == NULL) {
+      s->tail = NULL;
+      mgpu__cond_broadcast(&d->idle);
+    } else {
+      ready_push(d, s);
+    }
+    op_free(o);
+  }
+  mgpu__mutex_unlock(&d->lock);
+  return NULL;
+}
+
+/* ---- devices ---- */
+
+static int host_probe(int *count) {
+  *count = MGPU_MAX_DEVICES;
+  return 0;
+}
+
+static void host_close(mgpu__bdevice *d) {
+  mgpu__mutex_lock(&d->lock);
+  d->stopping = 1;
+  mgpu__cond_broadcast(&d->work);
+  mgpu__mutex_unlock(&d->lock);
+  for (int i = 0; i < d->nworkers; i++) mgpu__thread_join(d->workers[i]);
+  free(d->workers);
+  mgpu__cond_destroy(&d->idle);
+  mgpu__cond_destroy(&d->work);
+  mgpu__mutex_destroy(&d->lock);
+  free(d);
+}
+
+static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
+  mgpu__bdevice *d = calloc(1, sizeof *d);
+  if (d == NULL) goto fail_nomem;
+  d->id = spec->id;
+  d->workers = calloc((size_t)env->config->host_workers, sizeof *d->workers);
+  if (d->workers == NULL) goto fail_free;
+  mgpu__mutex_init(&d->lock);
+  mgpu__cond_init(&d->work);
+  mgpu__cond_init(&d->idle);
+  for (int i = 0; i < env->config->host_workers; i++) {
+    int rc = mgpu__thread_create(&d->workers[i], worker_main, d);
+    if (rc != 0) {
+      host_close(d); /* joins the workers started so far */
+      return env->set_error(MGPU_ENOMEM, "host device %d: cannot start worker "
+                            "thread %d: error %d", spec->id, i, rc);
+    }
+    d->nworkers++;
+  }
+  *out = d;
+  return 0;
+fail_free:
+  free(d);
+fail_nomem:
+  return env->set_error(MGPU_ENOMEM, "host device %d: out of host memory",
+                        spec->id);
+}
+
+static int host_props(mgpu__bdevice *d, mgpu_device_props *p) {
+  snprintf(p->name, sizeof p->name, "host device %d", d->id);
+  p->multiprocessors = d->nworkers;
+  p->numa_node = -1;
+  p->peer_capable = env->config->host_peer ? 1 : 0;
+  return 0;
+}
+
+static int host_make_current(mgpu__bdevice *d) {
+  (void)d;
+  return 0;
+}
+
+/* Large blocks are aligned to 2 MiB and offered to transparent huge pages:
+ * first touch of 4 KiB pages is the slowest part of a fresh buffer here. */
+static int host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
+                          void **ptr) {
+  (void)kind;
+  const size_t huge = (size_t)2 << 20;
+  size_t align = size >= huge ? huge : 64;
+  size_t rounded = (size + align - 1) / align * align;
+  void *p = NULL;
+  if (posix_memalign(&p, align, rounded) != 0)
+    return env->set_error(MGPU_ENOMEM, "host device %d: the system refused "
+                          "%zu bytes", d->id, size);
+#ifdef MADV_HUGEPAGE
+  if (align == huge) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  *ptr = p;
+  return 0;
+}
+
+static void host_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr) {
+  (void)d;
+  (void)kind;
+  free(ptr);
+}
+
+static int host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
+                         size_t *total_bytes) {
+  (void)d;
+  *free_bytes = 0; /* the core applies the budget */
+  *total_bytes = 0;
+  return 0;
+}
+
+/* ---- streams ---- */
+
+static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
+  mgpu__bstream *s = calloc(1, sizeof *s);
+  if (s == NULL) return op_nomem(d);
+  s->dev = d;
+  *out = s;
+  return 0;
+}
+
+static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
+  mgpu__mutex_lock(&d->lock);
+  while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
+  int err = s->error;
+  s->error = 0;
+  mgpu__mutex_unlock(&d->lock);
+  return err;
+}
+
+static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
+  host_stream_synchronize(d, s);
+  free(s);
+}
+
+static int host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
+  mgpu__mutex_lock(&d->lock);
+  int rc = s->head != NULL ? MGPU_EAGAIN : s->error;
+  if (s->head == NULL) s->error = 0;
+  mgpu__mutex_unlock(&d->lock);
+  return rc;
+}
+
+static void *host_stream_native(mgpu__bstream *s) {
+  (void)s;
+  return NULL;
+}
+
+/* ---- events ---- */
+
+static int host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
+  mgpu__bevent *e = calloc(1, sizeof *e);
+  if (e == NULL) return op_nomem(d);
+  e->dev = d;
+  mgpu__mutex_init(&e->lock);
+  mgpu__cond_init(&e->done);
+  *out = e;
+  return 0;
+}
+
+static void host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
+  (void)d;
+  /* As in CUDA, a pending record completes first: its operation still
+   * points at the event. */
+  mgpu__mutex_lock(&e->lock);
+  while (e->completed < e->recorded) mgpu__cond_wait(&e->done, &e->lock);
+  mgpu__mutex_unlock(&e->lock);
+  mgpu__cond_destroy(&e->done);
+  mgpu__mutex_destroy(&e->lock);
+  free(e);
+}
+
+static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
+                             mgpu__bstream *s) {
+  op *o = op_new(OP_RECORD);
+  if (o == NULL) return op_nomem(d);
+  mgpu__mutex_lock(&e->lock);
+  o->u.event.seq = ++e->recorded;
+  mgpu__mutex_unlock(&e->lock);
+  o->u.event.event = e;
+  enqueue(s, o);
+  return 0;
+}
+
+static int host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
+  (void)d;
+  mgpu__mutex_lock(&e->lock);
+  uint64_t target = e->recorded;
+  while (e->completed < target) mgpu__cond_wait(&e->done, &e->lock);
+  mgpu__mutex_unlock(&e->lock);
+  return 0;
+}
+
+static int host_event_query(mgpu__bdevice *d, mgpu__bevent *e) {
+  (void)d;
+  mgpu__mutex_lock(&e->lock);
+  int rc = e->completed < e->recorded ? MGPU_EAGAIN : 0;
+  mgpu__mutex_unlock(&e->lock);
+  return rc;
+}
+
+static int host_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *a,
+                                 mgpu__bevent *b, float *ms) {
+  uint64_t ta = 0, tb = 0;
+  int pending = 0, never = 0;
+  mgpu__mutex_lock(&a->lock);
+  pending |= a->completed < a->recorded;
+  never |= a->recorded == 0;
+  ta = a->time_ns;
+  mgpu__mutex_unlock(&a->lock);
+  mgpu__mutex_lock(&b->lock);
+  pending |= b->completed < b->recorded;
+  never |= b->recorded == 0;
+  tb = b->time_ns;
+  mgpu__mutex_unlock(&b->lock);
+  if (never)
+    return env->set_error(MGPU_EINVAL, "device %d: elapsed time of an event "
+                          "that was never recorded", d->id);
+  if (pending)
+    return env->set_error(MGPU_EAGAIN, "device %d: elapsed time asked before "
+                          "both events completed", d->id);
+  *ms = (float)((double)((int64_t)tb - (int64_t)ta) / 1e6);
+  return 0;
+}
+
+static int host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
+                                  mgpu__bdevice *ed, mgpu__bevent *e) {
+  (void)ed;
+  mgpu__mutex_lock(&e->lock);
+  uint64_t seq = e->recorded;
+  int done = e->completed >= seq;
+  mgpu__mutex_unlock(&e->lock);
+  if (done) return 0; /* nothing to wait for */
+  op *o = op_new(OP_WAIT);
+  if (o == NULL) return op_nomem(d);
+  o->u.event.event = e;
+  o->u.event.seq = seq;
+  enqueue(s, o);
+  return 0;
+}
+
+/* ---- work ---- */
+
+static int host_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                             const void *src, size_t size,
+                             mgpu__copy_kind kind) {
+  (void)kind;
+  op *o = op_new(OP_COPY);
+  if (o == NULL) return op_nomem(d);
+  o->u.copy.dst = dst;
+  o->u.copy.src = src;
+  o->u.copy.size = size;
+  enqueue(s, o);
+  return 0;
+}
+
+static int host_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                             int value, size_t size) {
+  op *o = op_new(OP_MEMSET);
+  if (o == NULL) return op_nomem(d);
+  o->u.memset.dst = dst;
+  o->u.memset.value = value;
+  o->u.memset.size = size;
+  enqueue(s, o);
+  return 0;
+}
+
+static int host_launch(mgpu__bdevice *d, mgpu__bstream *s,
+                       const mgpu_kernel *k, mgpu_dim3 grid, mgpu_dim3 block,
+                       const void *args, size_t args_size) {
+  op *o = op_new(OP_LAUNCH);
+  if (o == NULL) return op_nomem(d);
+  if (args_size > 0) {
+    o->u.launch.args = malloc(args_size);
+    if (o->u.launch.args == NULL) {
+      free(o);
+      return op_nomem(d);
+    }
+    memcpy(o->u.launch.args, args, args_size);
+  }
+  o->u.launch.fn = k->host_fn;
+  o->u.launch.grid = grid;
+  o->u.launch.block = block;
+  enqueue(s, o);
+  return 0;
+}
+
+static int host_builtin(mgpu__bdevice *d, mgpu__bstream *s,
+                        const mgpu__builtin *b) {
+  op *o = op_new(OP_BUILTIN);
+  if (o == NULL) return op_nomem(d);
+  o->u.builtin = *b;
+  enqueue(s, o);
+  return 0;
+}
+
+static int host_callback(mgpu__bdevice *d, mgpu__bstream *s,
+                         void (*fn)(void *), void *arg) {
+  op *o = op_new(OP_CALLBACK);
+  if (o == NULL) return op_nomem(d);
+  o->u.callback.fn = fn;
+  o->u.callback.arg = arg;
+  enqueue(s, o);
+  return 0;
+}
+
+/* ---- peers: every host device can read every other's memory; the
+ * configuration (MGPU_HOST_PEER=none) can forbid it to exercise the staged
+ * path. ---- */
+
+static int host_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
+                                int *yes) {
+  *yes = env->config->host_peer && d != peer;
+  return 0;
+}
+
+static int host_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer) {
+  if (!env->config->host_peer)
+    return env->set_error(MGPU_ENOTSUP, "device %d -> device %d: peer access "
+                          "is turned off (MGPU_HOST_PEER=none)", d->id,
+                          peer->id);
+  mgpu__mutex_lock(&d->lock);
+  d->peer_enabled[peer->id] = 1;
+  mgpu__mutex_unlock(&d->lock);
+  return 0;
+}
+
+static int host_peer_disable(mgpu__bdevice *d, mgpu__bdevice *peer) {
+  mgpu__mutex_lock(&d->lock);
+  d->peer_enabled[peer->id] = 0;
+  mgpu__mutex_unlock(&d->lock);
+  return 0;
+}
+
+static int host_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
+                                  mgpu__bdevice *sd, const void *src,
+                                  size_t size, mgpu__bdevice *s_dev,
+                                  mgpu__bstream *s) {
+  (void)dd;
+  (void)sd;
+  return host_memcpy_async(s_dev, s, dst, src, size, MGPU__COPY_D2D);
+}
+
+static const mgpu__backend_ops host_ops = {
+    .name = "host",
+    .kind = MGPU_BACKEND_HOST,
+    .probe = host_probe,
+    .open = host_open,
+    .close = host_close,
+    .props = host_props,
+    .make_current = host_make_current,
+    .mem_alloc = host_mem_alloc,
+    .mem_free = host_mem_free,
+    .mem_info = host_mem_info,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_synchronize = host_stream_synchronize,
+    .stream_query = host_stream_query,
+    .stream_native = host_stream_native,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_synchronize = host_event_synchronize,
+    .event_query = host_event_query,
+    .event_elapsed_ms = host_event_elapsed_ms,
+    .stream_wait_event = host_stream_wait_event,
+    .memcpy_async = host_memcpy_async,
+    .memset_async = host_memset_async,
+    .launch = host_launch,
+    .builtin = host_builtin,
+    .host_callback = host_callback,
+    .peer_can_access = host_peer_can_access,
+    .peer_enable = host_peer_enable,
+    .peer_disable = host_peer_disable,
+    .memcpy_peer_async = host_memcpy_peer_async,
+};
+
+const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *e) {
+  env = e;
+  return &host_ops;
+}

@@ -1,0 +1,224 @@
+/* The copy entry points: host to device, device to host, and the one
+ * buffer-to-buffer call that picks the path.
+ *
+ * Every check (handles, ranges, overlap, which device the stream belongs to)
+ * is made here before any byte moves. A copy that has a host-visible side
+ * (pinned or unified memory) is an ordinary copy on the stream's device; a
+ * copy between two device buffers of one physical device (the same device, or
+ * logical devices split from one GPU) is a device copy; two device buffers of
+ * different devices go to the peer layer (peer.c), which takes the direct or
+ * the host-staged path. Metrics are counted where the path is chosen.
+ */
+#include "core/internal.h"
+
+static int host_visible(const mgpu__buf *b) {
+  return b->kind != MGPU_MEM_DEVICE;
+}
+
+static void count(int dev, enum mgpu__metric bytes_m, enum mgpu__metric n_m,
+                  size_t size) {
+  mgpu__metric_add(dev, bytes_m, size);
+  mgpu__metric_add(dev, n_m, 1);
+}
+
+static int stream_for(mgpu_stream *h, const mgpu__buf *b, const char *what,
+                      mgpu__stream **s) {
+  int rc = mgpu__stream_get(h, s);
+  if (rc != 0) return rc;
+  if ((*s)->dev != b->dev)
+    return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of device %d used on a "
+                       "stream of device %d", what, b->dev, (*s)->dev);
+  return 0;
+}
+
+int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
+                           const void *host, size_t size, mgpu_stream *stream) {
+  mgpu__buf *b;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(dst, "htod dst", &b);
+  if (rc == 0) rc = stream_for(stream, b, "htod dst", &s);
+  if (rc == 0) rc = mgpu__buf_check_range(b, "htod dst", dst_offset, size);
+  if (rc == 0 && host == NULL && size > 0)
+    rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
+                     "device %d", size, b->dev);
+  if (rc != 0 || size == 0) return rc;
+  mgpu__device *d = mgpu__device_get(b->dev);
+  mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
+  rc = d->ops->memcpy_async(d->b, s->b, (char *)b->ptr + dst_offset, host,
+                            size, kind);
+  if (rc == 0) count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
+  return rc;
+}
+
+int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
+                           size_t src_offset, size_t size,
+                           mgpu_stream *stream) {
+  mgpu__buf *b;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(src, "dtoh src", &b);
+  if (rc == 0) rc = stream_for(stream, b, "dtoh src", &s);
+  if (rc == 0) rc = mgpu__buf_check_range(b, "dtoh src", src_offset, size);
+  if (rc == 0 && host == NULL && size > 0)
+    rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
+                     "device %d", size, b->dev);
+  if (rc != 0 || size == 0) return rc;
+  mgpu__device *d = mgpu__device_get(b->dev);
+  mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
+  rc = d->ops->memcpy_async(d->b, s->b, host,
+                            (const char *)b->ptr + src_offset, size, kind);
+  if (rc == 0) count(b->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
+  return rc;
+}
+
+/* Waits for a spare stream's copy and gives the stream back. */
+static int run_sync(int dev, mgpu__stream *s, int rc) {
+  mgpu__device *d = mgpu__device_get(dev);
+  int r = d->ops->stream_synchronize(d->b, s->b);
+  mgpu__spare_put(s);
+  return rc != 0 ? rc : r;
+}
+
+int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
+                     size_t size) {
+  mgpu__buf *b;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(dst, "htod dst", &b);
+  if (rc == 0) rc = mgpu__spare_get(b->dev, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(b->dev);
+  rc = mgpu__buf_check_range(b, "htod dst", dst_offset, size);
+  if (rc == 0 && host == NULL && size > 0)
+    rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
+                     "device %d", size, b->dev);
+  if (rc == 0 && size > 0) {
+    rc = d->ops->memcpy_async(d->b, s->b, (char *)b->ptr + dst_offset, host,
+                              size, host_visible(b) ? MGPU__COPY_H2H
+                                                    : MGPU__COPY_H2D);
+    if (rc == 0) count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
+  }
+  return run_sync(b->dev, s, rc);
+}
+
+int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
+                     size_t size) {
+  mgpu__buf *b;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(src, "dtoh src", &b);
+  if (rc == 0) rc = mgpu__spare_get(b->dev, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(b->dev);
+  rc = mgpu__buf_check_range(b, "dtoh src", src_offset, size);
+  if (rc == 0 && host == NULL && size > 0)
+    rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
+                     "device %d", size, b->dev);
+  if (rc == 0 && size > 0) {
+    rc = d->ops->memcpy_async(d->b, s->b, host,
+                              (const char *)b->ptr + src_offset, size,
+                              host_visible(b) ? MGPU__COPY_H2H
+                                              : MGPU__COPY_D2H);
+    if (rc == 0) count(b->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
+  }
+  return run_sync(b->dev, s, rc);
+}
+
+/* Checks both sides of a buffer-to-buffer copy. */
+static int check_pair(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
+                      size_t src_offset, size_t size) {
+  int rc = mgpu__buf_check_range(db, "copy dst", dst_offset, size);
+  if (rc == 0) rc = mgpu__buf_check_range(sb, "copy src", src_offset, size);
+  if (rc != 0) return rc;
+  if (db == sb && size > 0 && dst_offset < src_offset + size &&
+      src_offset < dst_offset + size)
+    return mgpu__error(MGPU_EOVERLAP, "copy within one buffer of device %d: "
+                       "source [%zu, %zu) and destination [%zu, %zu) overlap",
+                       db->dev, src_offset, src_offset + size, dst_offset,
+                       dst_offset + size);
+  return 0;
+}
+
+static int copy_on(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
+                   size_t src_offset, size_t size, mgpu__stream *s) {
+  if (size == 0) return 0;
+  mgpu__device *dd = mgpu__device_get(db->dev), *sd = mgpu__device_get(sb->dev);
+  mgpu__device *d = mgpu__device_get(s->dev);
+  void *dst = (char *)db->ptr + dst_offset;
+  const void *src = (const char *)sb->ptr + src_offset;
+  int rc;
+  if (host_visible(db) || host_visible(sb) || db->dev == sb->dev) {
+    mgpu__copy_kind kind = host_visible(db) && host_visible(sb) ? MGPU__COPY_H2H
+                           : host_visible(sb)                   ? MGPU__COPY_H2D
+                           : host_visible(db)                   ? MGPU__COPY_D2H
+                                                                : MGPU__COPY_D2D;
+    rc = d->ops->memcpy_async(d->b, s->b, dst, src, size, kind);
+    if (rc != 0) return rc;
+    switch (kind) {
+      case MGPU__COPY_H2D:
+        count(db->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
+        break;
+      case MGPU__COPY_D2H:
+        count(sb->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
+        break;
+      default:
+        count(s->dev, MGPU__M_bytes_d2d, MGPU__M_copies_d2d, size);
+        break;
+    }
+    return 0;
+  }
+  if (dd->ops == sd->ops && dd->ops->kind == MGPU_BACKEND_CUDA &&
+      dd->spec.ordinal == sd->spec.ordinal) {
+    /* Logical devices of one GPU: an ordinary device copy. */
+    rc = d->ops->memcpy_async(d->b, s->b, dst, src, size, MGPU__COPY_D2D);
+    if (rc == 0) count(s->dev, MGPU__M_bytes_d2d, MGPU__M_copies_d2d, size);
+    return rc;
+  }
+  if (dd->ops != sd->ops)
+    return mgpu__error(MGPU_ENOTSUP, "copy from device %d (%s) to device %d "
+                       "(%s): copies between backends go through pinned "
+                       "memory", sb->dev, sd->ops->name, db->dev,
+                       dd->ops->name);
+  return mgpu__copy_between_devices(db, dst_offset, sb, src_offset, size, s);
+}
+
+int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
+                      const mgpu_buffer *src, size_t src_offset, size_t size,
+                      mgpu_stream *stream) {
+  mgpu__buf *db, *sb;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(dst, "copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
+  if (rc == 0) rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  if (s->dev != db->dev && s->dev != sb->dev)
+    return mgpu__error(MGPU_EWRONGDEV, "copy from device %d to device %d "
+                       "issued on a stream of device %d", sb->dev, db->dev,
+                       s->dev);
+  rc = check_pair(db, dst_offset, sb, src_offset, size);
+  if (rc != 0) return rc;
+  return copy_on(db, dst_offset, sb, src_offset, size, s);
+}
+
+int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src,
+                size_t src_offset, size_t size) {
+  mgpu__buf *db, *sb;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(dst, "copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
+  if (rc == 0) rc = check_pair(db, dst_offset, sb, src_offset, size);
+  if (rc != 0 || size == 0) return rc;
+  rc = mgpu__spare_get(sb->dev, &s);
+  if (rc != 0) return rc;
+  rc = copy_on(db, dst_offset, sb, src_offset, size, s);
+  return run_sync(sb->dev, s, rc);
+}
+
+int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
+                      mgpu_stream *stream) {
+  mgpu__buf *b;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(dst, "memset dst", &b);
+  if (rc == 0) rc = stream_for(stream, b, "memset dst", &s);
+  if (rc == 0) rc = mgpu__buf_check_range(b, "memset dst", offset, size);
+  if (rc != 0 || size == 0) return rc;
+  mgpu__device *d = mgpu__device_get(b->dev);
+  return d->ops->memset_async(d->b, s->b, (char *)b->ptr + offset, value, size);
+}

@@ -1,0 +1,224 @@
+/* Devices: properties, the per-thread current device, and each device's own
+ * host thread that runs mgpu_run_on_device work.
+ *
+ * The host thread makes its device current once (cudaSetDevice on CUDA), so
+ * that a user's own CUDA calls inside fn target that device. Work reaches it
+ * through a FIFO queue under the device's queue_lock; the thread is its only
+ * consumer. A call made from the host thread for its own device runs inline,
+ * since queueing it would wait on itself.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+struct mgpu__work_item {
+  mgpu_device_fn fn;
+  void *arg;
+  int dev;
+  int result;
+  int done;       /* guarded by the device's queue_lock */
+  int detached;   /* 0: a caller waits on it (sync or mgpu_work_wait) */
+  mgpu__work_item *next;
+};
+
+/* The async handle is the work item itself; it is freed by mgpu_work_wait. */
+struct mgpu_work {
+  mgpu__work_item item;
+};
+
+static _Thread_local int current_device; /* 0 for a new thread, as in CUDA */
+static _Thread_local int host_thread_of = -1;
+
+int mgpu__current_host_thread_device(void) { return host_thread_of; }
+
+static void *host_thread_main(void *arg) {
+  mgpu__device *d = arg;
+  host_thread_of = d->id;
+  current_device = d->id;
+  mgpu__topo_bind_current_thread(d->id);
+  int rc = d->ops->make_current(d->b);
+  if (rc != 0)
+    mgpu__log(MGPU_LOG_WARN, "device %d: host thread could not make its device "
+              "current: %s", d->id, mgpu_error_detail());
+  mgpu__mutex_lock(&d->queue_lock);
+  for (;;) {
+    mgpu__work_item *w = d->queue_head;
+    if (w == NULL) {
+      if (d->stopping) break;
+      mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+      continue;
+    }
+    d->queue_head = w->next;
+    if (d->queue_head == NULL) d->queue_tail = NULL;
+    mgpu__mutex_unlock(&d->queue_lock);
+    current_device = d->id; /* fn may have moved it */
+    int result = w->fn(d->id, w->arg);
+    mgpu__mutex_lock(&d->queue_lock);
+    w->result = result;
+    w->done = 1;
+    mgpu__cond_broadcast(&d->queue_cond);
+  }
+  mgpu__mutex_unlock(&d->queue_lock);
+  return NULL;
+}
+
+int mgpu__device_thread_start(mgpu__device *d) {
+  int rc = mgpu__thread_create(&d->host_thread, host_thread_main, d);
+  if (rc != 0)
+    return mgpu__error(MGPU_ENOMEM, "device %d: cannot start its host thread "
+                       "(error %d)", d->id, rc);
+  return 0;
+}
+
+void mgpu__device_thread_stop(mgpu__device *d) {
+  mgpu__mutex_lock(&d->queue_lock);
+  d->stopping = 1;
+  mgpu__cond_broadcast(&d->queue_cond);
+  mgpu__mutex_unlock(&d->queue_lock);
+  mgpu__thread_join(d->host_thread);
+}
+
+static void queue_push(mgpu__device *d, mgpu__work_item *w) {
+  w->next = NULL;
+  if (d->queue_tail) d->queue_tail->next = w;
+  else d->queue_head = w;
+  d->queue_tail = w;
+  mgpu__cond_broadcast(&d->queue_cond);
+}
+
+static int check_fn(int dev, mgpu_device_fn fn) {
+  if (fn == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL function to run", dev);
+  return 0;
+}
+
+int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc == 0) rc = check_fn(dev, fn);
+  if (rc != 0) return rc;
+  if (host_thread_of == dev) {
+    int saved = current_device;
+    current_device = dev;
+    rc = fn(dev, arg);
+    current_device = saved;
+    return rc;
+  }
+  mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev};
+  mgpu__mutex_lock(&d->queue_lock);
+  if (d->stopping) {
+    mgpu__mutex_unlock(&d->queue_lock);
+    return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
+  }
+  queue_push(d, &w);
+  while (!w.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+  mgpu__mutex_unlock(&d->queue_lock);
+  return w.result;
+}
+
+int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
+                             mgpu_work **work) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc == 0) rc = check_fn(dev, fn);
+  if (rc == 0 && work == NULL)
+    rc = mgpu__error(MGPU_EINVAL, "device %d: NULL work handle pointer", dev);
+  if (rc != 0) return rc;
+  mgpu_work *h = calloc(1, sizeof *h);
+  if (h == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a work "
+                       "item", dev);
+  h->item.fn = fn;
+  h->item.arg = arg;
+  h->item.dev = dev;
+  if (host_thread_of == dev) {
+    /* Queued behind itself it could never be waited on from fn: run now. */
+    int saved = current_device;
+    current_device = dev;
+    h->item.result = fn(dev, arg);
+    current_device = saved;
+    h->item.done = 1;
+    *work = h;
+    return 0;
+  }
+  mgpu__mutex_lock(&d->queue_lock);
+  if (d->stopping) {
+    mgpu__mutex_unlock(&d->queue_lock);
+    free(h);
+    return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
+  }
+  queue_push(d, &h->item);
+  mgpu__mutex_unlock(&d->queue_lock);
+  *work = h;
+  return 0;
+}
+
+int mgpu_work_wait(mgpu_work *work) {
+  if (work == NULL)
+    return mgpu__error(MGPU_EBADHANDLE, "mgpu_work_wait: NULL work handle");
+  mgpu__device *d = mgpu__device_get(work->item.dev);
+  if (d != NULL) {
+    mgpu__mutex_lock(&d->queue_lock);
+    while (!work->item.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+    mgpu__mutex_unlock(&d->queue_lock);
+  }
+  int result = work->item.result;
+  free(work);
+  return result;
+}
+
+int mgpu_set_device(int dev) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  rc = d->ops->make_current(d->b);
+  if (rc != 0) return rc;
+  current_device = dev;
+  return 0;
+}
+
+int mgpu_get_device(int *dev) {
+  if (dev == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_get_device: NULL output pointer");
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "mgpu_get_device: mgpu_init has not been "
+                       "called");
+  *dev = current_device;
+  return 0;
+}
+
+int mgpu_device_get_props(int dev, mgpu_device_props *p) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (p == NULL || p->size != sizeof *p)
+    return mgpu__error(MGPU_EINVAL, "device %d: props is NULL or its size "
+                       "field is not sizeof(mgpu_device_props)", dev);
+  memset(p, 0, sizeof *p);
+  p->size = sizeof *p;
+  snprintf(p->backend, sizeof p->backend, "%s", d->ops->name);
+  p->backend_kind = d->ops->kind;
+  p->ordinal = d->spec.ordinal;
+  p->split_index = d->spec.split_index;
+  p->split_count = d->spec.split_count;
+  rc = d->ops->props(d->b, p);
+  if (rc != 0) return rc;
+  size_t in_use = (size_t)d->mem_in_use;
+  if (d->budget != 0) {
+    p->total_mem = d->budget;
+    p->free_mem = in_use < d->budget ? d->budget - in_use : 0;
+  } else {
+    size_t free_b = 0, total_b = 0;
+    rc = d->ops->mem_info(d->b, &free_b, &total_b);
+    if (rc != 0) return rc;
+    p->total_mem = total_b;
+    p->free_mem = free_b;
+  }
+  if (d->ops->kind == MGPU_BACKEND_HOST && mgpu__ndevices() > 1)
+    p->peer_capable = mgpu__config()->host_peer ? 1 : 0;
+  else if (d->ops->kind == MGPU_BACKEND_HOST)
+    p->peer_capable = 0;
+  return 0;
+}

@@ -1,0 +1,257 @@
+/* mgpu_init and mgpu_shutdown: the device table and its life cycle.
+ *
+ * mgpu_init resolves the configuration, turns MGPU_DEVICES into a list of
+ * (backend, physical device, split) entries, opens each device through its
+ * backend and starts its host thread. Anything that fails unwinds what was
+ * opened, in reverse order. With MGPU_DEVICES unset it asks the CUDA plugin
+ * for GPUs and falls back to four host devices (saying why under
+ * MGPU_LOG=info).
+ *
+ * init_lock guards the table while it is built and torn down; between the
+ * two, `devices` and `ndevices` are read-only and `initialized` (an atomic)
+ * tells readers the table is complete.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+static mgpu__mutex init_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__device *devices[MGPU_MAX_DEVICES];
+static int ndevices;
+static _Atomic int initialized;
+
+static mgpu_config config;      /* resolved, valid while initialized */
+static char devices_spec[256];  /* config.devices points here */
+static const mgpu__backend_ops *cuda_ops;
+
+static void env_metric_add(int dev, mgpu__bmetric metric, uint64_t value) {
+  if (metric == MGPU__BMETRIC_BUSY_NS)
+    mgpu__metric_add(dev, MGPU__M_busy_ns, value);
+}
+
+static mgpu__backend_env backend_env = {
+    .abi = MGPU__BACKEND_ABI,
+    .log = mgpu__log,
+    .set_error = mgpu__error,
+    .metric_add = env_metric_add,
+    .config = &config,
+};
+
+mgpu__device *mgpu__device_get(int id) {
+  if (!initialized || id < 0 || id >= ndevices) return NULL;
+  return devices[id];
+}
+
+int mgpu__device_check(int id, mgpu__device **out) {
+  if (!initialized)
+    return mgpu__error(MGPU_ENOINIT, "device %d: mgpu_init has not been called",
+                       id);
+  if (id < 0 || id >= ndevices)
+    return mgpu__error(MGPU_ENODEV, "device %d does not exist (%d devices are "
+                       "open: 0 to %d)", id, ndevices, ndevices - 1);
+  *out = devices[id];
+  return 0;
+}
+
+int mgpu__ndevices(void) { return initialized ? ndevices : 0; }
+
+const mgpu_config *mgpu__config(void) { return &config; }
+
+int mgpu_is_initialized(void) { return initialized; }
+
+int mgpu_device_count(void) {
+  if (!initialized)
+    return mgpu__error(MGPU_ENOINIT, "mgpu_device_count: mgpu_init has not "
+                       "been called");
+  return ndevices;
+}
+
+/* Opens one device as table entry `id`. */
+static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
+                       int nsplit) {
+  int id = ndevices;
+  if (id == MGPU_MAX_DEVICES)
+    return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES='%s' names more than %d "
+                       "devices", config.devices, MGPU_MAX_DEVICES);
+  mgpu__device *d = calloc(1, sizeof *d);
+  if (d == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", id);
+  d->id = id;
+  d->ops = ops;
+  d->spec.id = id;
+  d->spec.ordinal = ordinal;
+  d->spec.split_index = split;
+  d->spec.split_count = nsplit;
+  mgpu__mutex_init(&d->queue_lock);
+  mgpu__cond_init(&d->queue_cond);
+  mgpu__mutex_init(&d->streams_lock);
+  mgpu__mutex_init(&d->spare_lock);
+  mgpu__mutex_init(&d->pool_lock);
+  int rc = ops->open(&d->spec, &d->b);
+  if (rc != 0) goto fail_locks;
+  if (ops->kind == MGPU_BACKEND_HOST) {
+    d->budget = config.host_mem;
+  } else if (nsplit > 1) {
+    size_t free_b = 0, total_b = 0;
+    if (ops->mem_info(d->b, &free_b, &total_b) == 0)
+      d->budget = total_b / (size_t)nsplit;
+  }
+  devices[id] = d;
+  ndevices++; /* the host thread may look itself up */
+  rc = mgpu__device_thread_start(d);
+  if (rc != 0) goto fail_close;
+  mgpu__log(MGPU_LOG_INFO, "device %d: %s device %d%s", id, ops->name, ordinal,
+            nsplit > 1 ? " (split)" : "");
+  return 0;
+fail_close:
+  ndevices--;
+  devices[id] = NULL;
+  ops->close(d->b);
+fail_locks:
+  mgpu__mutex_destroy(&d->pool_lock);
+  mgpu__mutex_destroy(&d->spare_lock);
+  mgpu__mutex_destroy(&d->streams_lock);
+  mgpu__cond_destroy(&d->queue_cond);
+  mgpu__mutex_destroy(&d->queue_lock);
+  free(d);
+  return rc;
+}
+
+static void close_device(mgpu__device *d) {
+  mgpu__device_thread_stop(d);
+  d->ops->close(d->b);
+  mgpu__mutex_destroy(&d->pool_lock);
+  mgpu__mutex_destroy(&d->spare_lock);
+  mgpu__mutex_destroy(&d->streams_lock);
+  mgpu__cond_destroy(&d->queue_cond);
+  mgpu__mutex_destroy(&d->queue_lock);
+  free(d);
+}
+
+static int load_cuda(void) {
+  if (cuda_ops == NULL) cuda_ops = mgpu__cuda_backend_load(&backend_env);
+  return cuda_ops != NULL ? 0 : MGPU_EPLUGIN;
+}
+
+static int open_entry(const mgpu__devspec_entry *e) {
+  const mgpu__backend_ops *host = mgpu__host_backend(&backend_env);
+  if (e->backend == MGPU_BACKEND_HOST) {
+    for (int i = 0; i < e->count; i++) {
+      int rc = open_device(host, ndevices, 0, 1);
+      if (rc != 0) return rc;
+    }
+    return 0;
+  }
+  int rc = load_cuda();
+  if (rc != 0) return rc;
+  int count = 0;
+  rc = cuda_ops->probe(&count);
+  if (rc != 0) return rc;
+  if (count == 0)
+    return mgpu__error(MGPU_ENODEV, "MGPU_DEVICES='%s': no CUDA device found",
+                       config.devices);
+  int first = e->all ? 0 : e->ordinal, last = e->all ? count - 1 : e->ordinal;
+  if (first >= count)
+    return mgpu__error(MGPU_ENODEV, "MGPU_DEVICES='%s': GPU %d does not exist "
+                       "(%d found)", config.devices, first, count);
+  for (int g = first; g <= last; g++)
+    for (int s = 0; s < e->split; s++) {
+      rc = open_device(cuda_ops, g, s, e->split);
+      if (rc != 0) return rc;
+    }
+  return 0;
+}
+
+/* MGPU_DEVICES unset: every GPU if the plugin finds one, else host:4. */
+static int open_default(void) {
+  mgpu__devspec_entry e = {.backend = MGPU_BACKEND_CUDA, .all = 1, .split = 1};
+  int count = 0;
+  if (load_cuda() == 0 && cuda_ops->probe(&count) == 0 && count > 0)
+    return open_entry(&e);
+  mgpu__log(MGPU_LOG_INFO, "no GPU in use (%s); falling back to the host "
+            "backend with 4 devices", count == 0 && cuda_ops != NULL
+                ? "the CUDA backend found no device"
+                : mgpu_error_detail());
+  mgpu_error_clear();
+  e.backend = MGPU_BACKEND_HOST;
+  e.count = 4;
+  return open_entry(&e);
+}
+
+static void unwind_devices(void) {
+  while (ndevices > 0) {
+    ndevices--;
+    close_device(devices[ndevices]);
+    devices[ndevices] = NULL;
+  }
+  if (cuda_ops != NULL) {
+    mgpu__cuda_backend_unload();
+    cuda_ops = NULL;
+  }
+}
+
+int mgpu_init(const mgpu_config *cfg) {
+  mgpu__mutex_lock(&init_lock);
+  int rc = 0;
+  if (initialized) {
+    rc = mgpu__error(MGPU_EALREADY, "mgpu_init: already initialized with %d "
+                     "devices; call mgpu_shutdown first", ndevices);
+    goto out;
+  }
+  rc = mgpu__config_resolve(cfg, &config);
+  if (rc != 0) goto out;
+  if (config.devices != NULL) {
+    if (strlen(config.devices) >= sizeof devices_spec) {
+      rc = mgpu__error(MGPU_EINVAL, "MGPU_DEVICES: longer than %zu characters",
+                       sizeof devices_spec - 1);
+      goto out;
+    }
+    strcpy(devices_spec, config.devices);
+    config.devices = devices_spec;
+  }
+  mgpu__log_set_level(config.log_level);
+  if (config.devices == NULL) {
+    rc = open_default();
+  } else {
+    mgpu__devspec_entry entries[MGPU_MAX_DEVICES];
+    int n = 0;
+    rc = mgpu__parse_devices(config.devices, entries, MGPU_MAX_DEVICES, &n);
+    for (int i = 0; rc == 0 && i < n; i++) rc = open_entry(&entries[i]);
+  }
+  if (rc != 0) {
+    unwind_devices();
+    goto out;
+  }
+  initialized = 1;
+  mgpu_metrics_reset();
+  mgpu__log(MGPU_LOG_INFO, "initialized %d device%s", ndevices,
+            ndevices == 1 ? "" : "s");
+out:
+  mgpu__mutex_unlock(&init_lock);
+  return rc;
+}
+
+int mgpu_shutdown(void) {
+  mgpu__mutex_lock(&init_lock);
+  if (!initialized) {
+    mgpu__mutex_unlock(&init_lock);
+    return 0;
+  }
+  int rc = 0;
+  for (int i = 0; i < ndevices; i++) {
+    int r = mgpu_device_synchronize(i);
+    if (rc == 0) rc = r;
+  }
+  mgpu__copy_shutdown();
+  mgpu__streams_release_all(); /* events and user streams */
+  mgpu__memory_release_all();
+  for (int i = 0; i < ndevices; i++) {
+    mgpu__spare_drain(devices[i]);
+    mgpu__pool_release(devices[i]);
+  }
+  initialized = 0;
+  unwind_devices();
+  mgpu__mutex_unlock(&init_lock);
+  return rc;
+}

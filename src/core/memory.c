@@ -1,0 +1,381 @@
+/* Buffers: device, pinned and unified memory that knows its device, the
+ * memory budget of each device, and the stream-ordered pool.
+ *
+ * Device and unified memory count against the device's budget (MGPU_HOST_MEM
+ * on host devices, total/split on a split GPU); a request that does not fit
+ * fails with MGPU_ENOMEM before anything is taken, so earlier allocations are
+ * never disturbed. Pinned host memory is the host's, not the device's, and is
+ * not counted.
+ *
+ * The core's pool (for backends without one of their own): freed blocks go to
+ * per-size-class free lists of the device once the work queued before the
+ * free is done (a stream callback puts them there), so any stream may take a
+ * block from a list at once. Blocks stay counted as in use while cached;
+ * mgpu_pool_trim and a failing allocation give them back.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+typedef struct mgpu__pool_block {
+  mgpu__device *dev;
+  void *ptr;
+  size_t size;
+  struct mgpu__pool_block *next;
+} pool_block;
+
+#define POOL_MIN_SHIFT 8 /* 256 bytes */
+
+static const char *kind_name(mgpu_mem_kind k) {
+  switch (k) {
+    case MGPU_MEM_DEVICE: return "device";
+    case MGPU_MEM_PINNED: return "pinned";
+    case MGPU_MEM_UNIFIED: return "unified";
+  }
+  return "?";
+}
+
+static int counts_against_budget(mgpu_mem_kind kind) {
+  return kind != MGPU_MEM_PINNED;
+}
+
+/* Reserves size bytes of the budget. */
+static int reserve(mgpu__device *d, size_t size, mgpu_mem_kind kind) {
+  if (!counts_against_budget(kind)) return 0;
+  uint64_t cur = d->mem_in_use;
+  for (;;) {
+    if (d->budget != 0 && (cur + size > d->budget || cur + size < cur))
+      return mgpu__error(MGPU_ENOMEM, "device %d: cannot allocate %zu bytes of "
+                         "%s memory: %llu of its %zu-byte budget in use", d->id,
+                         size, kind_name(kind), (unsigned long long)cur,
+                         d->budget);
+    if (atomic_compare_exchange_weak(&d->mem_in_use, &cur, cur + size)) break;
+  }
+  uint64_t peak = d->mem_peak, now = cur + size;
+  while (now > peak && !atomic_compare_exchange_weak(&d->mem_peak, &peak, now)) {
+  }
+  return 0;
+}
+
+static void unreserve(mgpu__device *d, size_t size, mgpu_mem_kind kind) {
+  if (counts_against_budget(kind)) atomic_fetch_sub(&d->mem_in_use, size);
+}
+
+static int new_handle(mgpu__buf *b, mgpu_buffer **out) {
+  b->handle = mgpu__handle_new(MGPU__H_BUFFER, b);
+  if (b->handle == 0)
+    return mgpu__error(MGPU_ENOMEM, "device %d: no buffer handles left", b->dev);
+  *out = (mgpu_buffer *)b->handle;
+  return 0;
+}
+
+static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
+                      mgpu_mem_kind kind) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL output pointer for a "
+                       "%zu-byte %s buffer", dev, size, kind_name(kind));
+  *out = NULL;
+  if (size == 0)
+    return mgpu__error(MGPU_EINVAL, "device %d: %s buffer of size 0", dev,
+                       kind_name(kind));
+  mgpu__buf *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
+  rc = reserve(d, size, kind);
+  if (rc != 0 && counts_against_budget(kind)) {
+    mgpu_pool_trim(dev); /* cached pool blocks count against the budget */
+    rc = reserve(d, size, kind);
+  }
+  if (rc != 0) goto fail_struct;
+  rc = d->ops->mem_alloc(d->b, kind, size, &b->ptr);
+  if (rc != 0) goto fail_reserve;
+  b->dev = dev;
+  b->kind = kind;
+  b->size = b->alloc_size = size;
+  rc = new_handle(b, out);
+  if (rc != 0) goto fail_mem;
+  return 0;
+fail_mem:
+  d->ops->mem_free(d->b, kind, b->ptr);
+fail_reserve:
+  unreserve(d, size, kind);
+fail_struct:
+  free(b);
+  return rc;
+}
+
+int mgpu_malloc(mgpu_buffer **buf, int dev, size_t size) {
+  return alloc_kind(buf, dev, size, MGPU_MEM_DEVICE);
+}
+int mgpu_malloc_host(mgpu_buffer **buf, int dev, size_t size) {
+  return alloc_kind(buf, dev, size, MGPU_MEM_PINNED);
+}
+int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size) {
+  return alloc_kind(buf, dev, size, MGPU_MEM_UNIFIED);
+}
+
+int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out) {
+  int err = 0;
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "%s: mgpu_init has not been called", what);
+  if (h == NULL)
+    return mgpu__error(MGPU_EBADHANDLE, "%s: NULL buffer", what);
+  mgpu__buf *b = mgpu__handle_get((uintptr_t)h, MGPU__H_BUFFER, &err);
+  if (b == NULL)
+    return mgpu__error(err, err == MGPU_EFREED
+                                ? "%s: buffer %p was already freed"
+                                : "%s: %p is not a buffer handle",
+                       what, (const void *)h);
+  *out = b;
+  return 0;
+}
+
+int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
+                          size_t size) {
+  if (offset > b->size || size > b->size - offset)
+    return mgpu__error(MGPU_ERANGE, "%s: bytes [%zu, %zu) are outside the "
+                       "%zu-byte buffer of device %d", what, offset,
+                       offset + size, b->size, b->dev);
+  return 0;
+}
+
+static void pool_return_cb(void *arg);
+
+static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
+  d->ops->mem_free(d->b, b->kind, b->ptr);
+  unreserve(d, b->alloc_size, b->kind);
+  free(b);
+}
+
+int mgpu_free(mgpu_buffer *h) {
+  mgpu__buf *b;
+  int rc = mgpu__buf_get(h, "mgpu_free", &b);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(b->dev);
+  /* As cudaFree does: work already queued may still use the memory. */
+  mgpu_device_synchronize(b->dev);
+  int err = 0;
+  if (mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err) == NULL)
+    return mgpu__error(err, "mgpu_free: buffer %p was already freed",
+                       (void *)h);
+  if (b->pooled) {
+    /* Synchronized above: the block can go straight back to its pool. */
+    if (d->ops->pool_free_async != NULL) {
+      mgpu__stream *s;
+      rc = mgpu__spare_get(b->dev, &s);
+      if (rc == 0) {
+        rc = d->ops->pool_free_async(d->b, s->b, b->ptr);
+        if (rc == 0) rc = d->ops->stream_synchronize(d->b, s->b);
+        mgpu__spare_put(s);
+      }
+      unreserve(d, b->alloc_size, b->kind);
+      free(b);
+      return rc;
+    }
+    pool_block *blk = calloc(1, sizeof *blk);
+    if (blk != NULL) {
+      blk->dev = d;
+      blk->ptr = b->ptr;
+      blk->size = b->alloc_size;
+      pool_return_cb(blk);
+      free(b);
+      return 0;
+    }
+  }
+  buf_release_memory(d, b);
+  return 0;
+}
+
+void *mgpu_buffer_ptr(const mgpu_buffer *h) {
+  mgpu__buf *b;
+  return mgpu__buf_get(h, "mgpu_buffer_ptr", &b) == 0 ? b->ptr : NULL;
+}
+
+size_t mgpu_buffer_size(const mgpu_buffer *h) {
+  mgpu__buf *b;
+  return mgpu__buf_get(h, "mgpu_buffer_size", &b) == 0 ? b->size : 0;
+}
+
+int mgpu_buffer_device(const mgpu_buffer *h) {
+  mgpu__buf *b;
+  return mgpu__buf_get(h, "mgpu_buffer_device", &b) == 0 ? b->dev : -1;
+}
+
+int mgpu_buffer_kind(const mgpu_buffer *h) {
+  mgpu__buf *b;
+  return mgpu__buf_get(h, "mgpu_buffer_kind", &b) == 0 ? (int)b->kind : -1;
+}
+
+/* ---- the stream-ordered pool ---- */
+
+static int size_class(size_t size, size_t *rounded) {
+  int cls = 0;
+  while (((size_t)1 << (cls + POOL_MIN_SHIFT)) < size) cls++;
+  *rounded = (size_t)1 << (cls + POOL_MIN_SHIFT);
+  return cls;
+}
+
+int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  if (out == NULL || size == 0)
+    return mgpu__error(MGPU_EINVAL, "device %d: mgpu_malloc_async of %zu bytes "
+                       "with %s", s->dev, size,
+                       out == NULL ? "a NULL output pointer" : "size 0");
+  *out = NULL;
+  if ((size >> 60) != 0)
+    return mgpu__error(MGPU_ENOMEM, "device %d: %zu bytes is more than any "
+                       "device holds", s->dev, size);
+  mgpu__buf *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", s->dev);
+  b->dev = s->dev;
+  b->kind = MGPU_MEM_DEVICE;
+  b->size = size;
+  b->pooled = 1;
+  if (d->ops->pool_alloc_async != NULL) {
+    b->alloc_size = size;
+    rc = reserve(d, size, MGPU_MEM_DEVICE);
+    if (rc != 0) goto fail_struct;
+    rc = d->ops->pool_alloc_async(d->b, s->b, size, &b->ptr);
+    if (rc != 0) goto fail_reserve;
+  } else {
+    int cls = size_class(size, &b->alloc_size);
+    mgpu__mutex_lock(&d->pool_lock);
+    pool_block *blk = d->pool_free[cls];
+    if (blk != NULL) {
+      d->pool_free[cls] = blk->next;
+      d->pool_cached_bytes -= blk->size;
+    }
+    mgpu__mutex_unlock(&d->pool_lock);
+    if (blk != NULL) {
+      b->ptr = blk->ptr;
+      free(blk);
+    } else {
+      rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
+      if (rc != 0) {
+        mgpu_pool_trim(s->dev);
+        rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
+      }
+      if (rc != 0) goto fail_struct;
+      rc = d->ops->mem_alloc(d->b, MGPU_MEM_DEVICE, b->alloc_size, &b->ptr);
+      if (rc != 0) goto fail_reserve;
+    }
+  }
+  rc = new_handle(b, out);
+  if (rc != 0) {
+    /* The block has not been used yet: back to the system. */
+    if (d->ops->pool_free_async != NULL)
+      d->ops->pool_free_async(d->b, s->b, b->ptr);
+    else
+      d->ops->mem_free(d->b, MGPU_MEM_DEVICE, b->ptr);
+    goto fail_reserve;
+  }
+  return 0;
+fail_reserve:
+  unreserve(d, b->alloc_size, MGPU_MEM_DEVICE);
+fail_struct:
+  free(b);
+  return rc;
+}
+
+/* Runs on a stream worker once the work before the free is done: the block
+ * (allocated by mgpu_free_async) goes on its size class's free list. */
+static void pool_return_cb(void *arg) {
+  pool_block *blk = arg;
+  mgpu__device *d = blk->dev;
+  int cls = 0;
+  while (((size_t)1 << (cls + POOL_MIN_SHIFT)) < blk->size) cls++;
+  mgpu__mutex_lock(&d->pool_lock);
+  blk->next = d->pool_free[cls];
+  d->pool_free[cls] = blk;
+  d->pool_cached_bytes += blk->size;
+  mgpu__mutex_unlock(&d->pool_lock);
+}
+
+int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
+  mgpu__buf *b;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(h, "mgpu_free_async", &b);
+  if (rc == 0) rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  if (s->dev != b->dev)
+    return mgpu__error(MGPU_EWRONGDEV, "mgpu_free_async: buffer of device %d "
+                       "freed on a stream of device %d", b->dev, s->dev);
+  if (!b->pooled)
+    return mgpu_free(h);
+  mgpu__device *d = mgpu__device_get(b->dev);
+  if (d->ops->pool_free_async == NULL) {
+    pool_block *blk = calloc(1, sizeof *blk);
+    if (blk == NULL)
+      return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", b->dev);
+    blk->dev = d;
+    blk->ptr = b->ptr;
+    blk->size = b->alloc_size;
+    rc = d->ops->host_callback(d->b, s->b, pool_return_cb, blk);
+    if (rc != 0) {
+      free(blk);
+      return rc;
+    }
+  } else {
+    rc = d->ops->pool_free_async(d->b, s->b, b->ptr);
+    if (rc != 0) return rc;
+    unreserve(d, b->alloc_size, b->kind);
+  }
+  int err = 0;
+  mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err);
+  free(b);
+  return 0;
+}
+
+int mgpu_pool_trim(int dev) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (d->ops->pool_trim != NULL) {
+    rc = d->ops->pool_trim(d->b);
+    if (rc != 0) return rc;
+  }
+  mgpu__mutex_lock(&d->pool_lock);
+  pool_block *lists[64];
+  memcpy(lists, d->pool_free, sizeof lists);
+  memset(d->pool_free, 0, sizeof d->pool_free);
+  d->pool_cached_bytes = 0;
+  mgpu__mutex_unlock(&d->pool_lock);
+  for (int c = 0; c < 64; c++) {
+    while (lists[c] != NULL) {
+      pool_block *blk = lists[c];
+      lists[c] = blk->next;
+      d->ops->mem_free(d->b, MGPU_MEM_DEVICE, blk->ptr);
+      unreserve(d, blk->size, MGPU_MEM_DEVICE);
+      free(blk);
+    }
+  }
+  return 0;
+}
+
+void mgpu__pool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }
+
+static void release_buffer(void *obj, void *arg) {
+  (void)arg;
+  mgpu__buf *b = obj;
+  int err = 0;
+  mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err);
+  mgpu__device *d = mgpu__device_get(b->dev);
+  if (b->pooled && d->ops->pool_free_async != NULL) {
+    unreserve(d, b->alloc_size, b->kind);
+    free(b); /* the backend's pool is destroyed with the device */
+    return;
+  }
+  buf_release_memory(d, b);
+}
+
+void mgpu__memory_release_all(void) {
+  mgpu__handle_foreach(MGPU__H_BUFFER, release_buffer, NULL);
+}

@@ -1,0 +1,359 @@
+/* Streams, events, callbacks and kernel launches: handle checks in front of
+ * the backend's own queues.
+ *
+ * Every stream of a device, the user's and the internal spare ones, is on
+ * the device's list (streams_lock), so that mgpu_device_synchronize and
+ * mgpu_shutdown can reach all of them. Spare streams serve the synchronous
+ * calls (mgpu_memcpy_htod ...), a few per device, lent one caller at a time.
+ */
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+static void list_add(mgpu__device *d, mgpu__stream *s) {
+  mgpu__mutex_lock(&d->streams_lock);
+  s->prev = NULL;
+  s->next = d->streams;
+  if (d->streams) d->streams->prev = s;
+  d->streams = s;
+  mgpu__mutex_unlock(&d->streams_lock);
+}
+
+static void list_remove(mgpu__device *d, mgpu__stream *s) {
+  mgpu__mutex_lock(&d->streams_lock);
+  if (s->prev) s->prev->next = s->next;
+  else d->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  mgpu__mutex_unlock(&d->streams_lock);
+}
+
+static int stream_new(mgpu__device *d, mgpu__stream **out) {
+  mgpu__stream *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
+                       "stream", d->id);
+  s->dev = d->id;
+  int rc = d->ops->stream_create(d->b, &s->b);
+  if (rc != 0) {
+    free(s);
+    return rc;
+  }
+  list_add(d, s);
+  *out = s;
+  return 0;
+}
+
+static void stream_free(mgpu__device *d, mgpu__stream *s) {
+  list_remove(d, s);
+  d->ops->stream_destroy(d->b, s->b);
+  free(s);
+}
+
+int mgpu_stream_create(mgpu_stream **out, int dev) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL output pointer for a "
+                       "stream", dev);
+  mgpu__stream *s;
+  rc = stream_new(d, &s);
+  if (rc != 0) return rc;
+  s->handle = mgpu__handle_new(MGPU__H_STREAM, s);
+  if (s->handle == 0) {
+    stream_free(d, s);
+    return mgpu__error(MGPU_ENOMEM, "device %d: no stream handles left", dev);
+  }
+  *out = (mgpu_stream *)s->handle;
+  return 0;
+}
+
+int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out) {
+  int err = 0;
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
+  if (h == NULL) return mgpu__error(MGPU_EBADHANDLE, "NULL stream");
+  mgpu__stream *s = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, &err);
+  if (s == NULL)
+    return mgpu__error(err, err == MGPU_EFREED
+                                ? "stream %p was already destroyed"
+                                : "%p is not a stream handle", (void *)h);
+  *out = s;
+  return 0;
+}
+
+int mgpu_stream_destroy(mgpu_stream *h) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  int err = 0;
+  if (mgpu__handle_release(s->handle, MGPU__H_STREAM, &err) == NULL)
+    return mgpu__error(err, "stream %p was already destroyed", (void *)h);
+  rc = d->ops->stream_synchronize(d->b, s->b);
+  stream_free(d, s);
+  return rc;
+}
+
+int mgpu_stream_synchronize(mgpu_stream *h) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  return d->ops->stream_synchronize(d->b, s->b);
+}
+
+int mgpu_stream_query(mgpu_stream *h) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  return d->ops->stream_query(d->b, s->b);
+}
+
+int mgpu_stream_device(const mgpu_stream *h) {
+  mgpu__stream *s;
+  return mgpu__stream_get((mgpu_stream *)h, &s) == 0 ? s->dev : -1;
+}
+
+void *mgpu_stream_native(const mgpu_stream *h) {
+  mgpu__stream *s;
+  if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return NULL;
+  return mgpu__device_get(s->dev)->ops->stream_native(s->b);
+}
+
+int mgpu_device_synchronize(int dev) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  /* Streams may be created meanwhile; those are not waited for. The list
+   * lock is held across the waits so that no stream is freed under us;
+   * nothing a stream worker runs takes it. */
+  mgpu__mutex_lock(&d->streams_lock);
+  for (mgpu__stream *s = d->streams; s != NULL; s = s->next) {
+    int r = d->ops->stream_synchronize(d->b, s->b);
+    if (rc == 0) rc = r;
+  }
+  mgpu__mutex_unlock(&d->streams_lock);
+  return rc;
+}
+
+/* ---- spare streams ---- */
+
+int mgpu__spare_get(int dev, mgpu__stream **out) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  mgpu__mutex_lock(&d->spare_lock);
+  mgpu__stream *s = d->spare_count > 0 ? d->spare_streams[--d->spare_count]
+                                       : NULL;
+  mgpu__mutex_unlock(&d->spare_lock);
+  if (s != NULL) {
+    *out = s;
+    return 0;
+  }
+  return stream_new(d, out);
+}
+
+void mgpu__spare_put(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  mgpu__mutex_lock(&d->spare_lock);
+  if (d->spare_count < (int)(sizeof d->spare_streams /
+                             sizeof d->spare_streams[0])) {
+    d->spare_streams[d->spare_count++] = s;
+    s = NULL;
+  }
+  mgpu__mutex_unlock(&d->spare_lock);
+  if (s != NULL) stream_free(d, s);
+}
+
+void mgpu__spare_drain(mgpu__device *d) {
+  mgpu__mutex_lock(&d->spare_lock);
+  while (d->spare_count > 0) {
+    mgpu__stream *s = d->spare_streams[--d->spare_count];
+    mgpu__mutex_unlock(&d->spare_lock);
+    stream_free(d, s);
+    mgpu__mutex_lock(&d->spare_lock);
+  }
+  mgpu__mutex_unlock(&d->spare_lock);
+}
+
+/* ---- events ---- */
+
+int mgpu_event_create(mgpu_event **out, int dev) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL output pointer for an "
+                       "event", dev);
+  mgpu__event *e = calloc(1, sizeof *e);
+  if (e == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for an "
+                       "event", dev);
+  e->dev = dev;
+  rc = d->ops->event_create(d->b, &e->b);
+  if (rc != 0) goto fail_free;
+  e->handle = mgpu__handle_new(MGPU__H_EVENT, e);
+  if (e->handle == 0) {
+    rc = mgpu__error(MGPU_ENOMEM, "device %d: no event handles left", dev);
+    goto fail_destroy;
+  }
+  *out = (mgpu_event *)e->handle;
+  return 0;
+fail_destroy:
+  d->ops->event_destroy(d->b, e->b);
+fail_free:
+  free(e);
+  return rc;
+}
+
+int mgpu__event_get(mgpu_event *h, mgpu__event **out) {
+  int err = 0;
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
+  if (h == NULL) return mgpu__error(MGPU_EBADHANDLE, "NULL event");
+  mgpu__event *e = mgpu__handle_get((uintptr_t)h, MGPU__H_EVENT, &err);
+  if (e == NULL)
+    return mgpu__error(err, err == MGPU_EFREED
+                                ? "event %p was already destroyed"
+                                : "%p is not an event handle", (void *)h);
+  *out = e;
+  return 0;
+}
+
+static void event_free(mgpu__event *e) {
+  mgpu__device *d = mgpu__device_get(e->dev);
+  d->ops->event_destroy(d->b, e->b);
+  free(e);
+}
+
+int mgpu_event_destroy(mgpu_event *h) {
+  mgpu__event *e;
+  int rc = mgpu__event_get(h, &e);
+  if (rc != 0) return rc;
+  int err = 0;
+  if (mgpu__handle_release(e->handle, MGPU__H_EVENT, &err) == NULL)
+    return mgpu__error(err, "event %p was already destroyed", (void *)h);
+  event_free(e);
+  return 0;
+}
+
+int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
+  mgpu__event *e;
+  mgpu__stream *s;
+  int rc = mgpu__event_get(eh, &e);
+  if (rc == 0) rc = mgpu__stream_get(sh, &s);
+  if (rc != 0) return rc;
+  if (e->dev != s->dev)
+    return mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
+                       "stream of device %d", e->dev, s->dev);
+  mgpu__device *d = mgpu__device_get(s->dev);
+  return d->ops->event_record(d->b, e->b, s->b);
+}
+
+int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
+  mgpu__event *e;
+  mgpu__stream *s;
+  int rc = mgpu__event_get(eh, &e);
+  if (rc == 0) rc = mgpu__stream_get(sh, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(s->dev), *ed = mgpu__device_get(e->dev);
+  if (d->ops != ed->ops)
+    return mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
+                       "on an event of device %d (%s): different backends",
+                       s->dev, d->ops->name, e->dev, ed->ops->name);
+  return d->ops->stream_wait_event(d->b, s->b, ed->b, e->b);
+}
+
+int mgpu_event_synchronize(mgpu_event *h) {
+  mgpu__event *e;
+  int rc = mgpu__event_get(h, &e);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(e->dev);
+  return d->ops->event_synchronize(d->b, e->b);
+}
+
+int mgpu_event_query(mgpu_event *h) {
+  mgpu__event *e;
+  int rc = mgpu__event_get(h, &e);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(e->dev);
+  return d->ops->event_query(d->b, e->b);
+}
+
+int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end, float *ms) {
+  mgpu__event *a, *b;
+  int rc = mgpu__event_get(start, &a);
+  if (rc == 0) rc = mgpu__event_get(end, &b);
+  if (rc != 0) return rc;
+  if (ms == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_event_elapsed_ms: NULL output");
+  if (a->dev != b->dev)
+    return mgpu__error(MGPU_EWRONGDEV, "elapsed time between events of device "
+                       "%d and device %d", a->dev, b->dev);
+  mgpu__device *d = mgpu__device_get(a->dev);
+  return d->ops->event_elapsed_ms(d->b, a->b, b->b, ms);
+}
+
+int mgpu_stream_add_callback(mgpu_stream *h, void (*fn)(void *), void *arg) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  if (fn == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
+  mgpu__device *d = mgpu__device_get(s->dev);
+  return d->ops->host_callback(d->b, s->b, fn, arg);
+}
+
+/* ---- kernels ---- */
+
+int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
+                mgpu_dim3 block, const void *args, size_t args_size) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  if (k == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL kernel", s->dev);
+  const char *name = k->name ? k->name : "(unnamed)";
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 ||
+      block.y == 0 || block.z == 0)
+    return mgpu__error(MGPU_EINVAL, "device %d: kernel %s launched with grid "
+                       "%ux%ux%u and block %ux%ux%u (no dimension may be 0)",
+                       s->dev, name, grid.x, grid.y, grid.z, block.x, block.y,
+                       block.z);
+  if (args_size > 0 && args == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: kernel %s given %zu bytes of "
+                       "arguments at NULL", s->dev, name, args_size);
+  if ((d->ops->kind == MGPU_BACKEND_HOST && k->host_fn == NULL) ||
+      (d->ops->kind == MGPU_BACKEND_CUDA && k->cuda_fn == NULL))
+    return mgpu__error(MGPU_ENOTSUP, "device %d: kernel %s has no %s variant",
+                       s->dev, name, d->ops->name);
+  rc = d->ops->launch(d->b, s->b, k, grid, block, args, args_size);
+  if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_kernels_launched, 1);
+  return rc;
+}
+
+/* ---- shutdown ---- */
+
+static void release_event(void *obj, void *arg) {
+  (void)arg;
+  mgpu__event *e = obj;
+  int err = 0;
+  mgpu__handle_release(e->handle, MGPU__H_EVENT, &err);
+  event_free(e);
+}
+
+static void release_stream(void *obj, void *arg) {
+  (void)arg;
+  mgpu__stream *s = obj;
+  int err = 0;
+  mgpu__handle_release(s->handle, MGPU__H_STREAM, &err);
+  stream_free(mgpu__device_get(s->dev), s);
+}
+
+void mgpu__streams_release_all(void) {
+  mgpu__handle_foreach(MGPU__H_EVENT, release_event, NULL);
+  mgpu__handle_foreach(MGPU__H_STREAM, release_stream, NULL);
+}

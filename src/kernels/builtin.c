@@ -1,0 +1,194 @@
+/* The built-in kernels' public entry points: fill, scale, axpy and
+ * element-wise ops. The checks (device, ranges, type) are made here, once,
+ * for every backend; each backend then runs its own variant (host loops in
+ * host_kernels.c, CUDA kernels in the plugin). Offsets are in bytes. */
+#include <math.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+size_t mgpu_dtype_size(mgpu_dtype dtype) {
+  switch (dtype) {
+    case MGPU_FLOAT32: return 4;
+    case MGPU_FLOAT64: return 8;
+    case MGPU_INT32: return 4;
+    case MGPU_INT64: return 8;
+    case MGPU_FLOAT16: return 2;
+    case MGPU_BFLOAT16: return 2;
+  }
+  return 0;
+}
+
+const char *mgpu_dtype_name(mgpu_dtype dtype) {
+  switch (dtype) {
+    case MGPU_FLOAT32: return "float32";
+    case MGPU_FLOAT64: return "float64";
+    case MGPU_INT32: return "int32";
+    case MGPU_INT64: return "int64";
+    case MGPU_FLOAT16: return "float16";
+    case MGPU_BFLOAT16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+const char *mgpu_op_name(mgpu_op op) {
+  switch (op) {
+    case MGPU_SUM: return "sum";
+    case MGPU_PROD: return "prod";
+    case MGPU_MIN: return "min";
+    case MGPU_MAX: return "max";
+  }
+  return "unknown";
+}
+
+/* IEEE half from a double (round to nearest even, via float). */
+static uint16_t to_half(double v) {
+  float f = (float)v;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffffu;
+  if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+  if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (exp <= 0) {
+    if (exp < -10) return (uint16_t)sign;
+    mant |= 0x800000u;
+    uint32_t shift = (uint32_t)(14 - exp);
+    uint32_t h = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)h;
+}
+
+static uint16_t to_bf16(double v) {
+  float f = (float)v;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if (isnan(f)) return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fffu + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+/* Resolves stream and type and checks the type is supported there. */
+static int prepare(mgpu_stream *h, mgpu_dtype dtype, const char *what,
+                   mgpu__stream **s, mgpu__device **d, size_t *esize) {
+  int rc = mgpu__stream_get(h, s);
+  if (rc != 0) return rc;
+  *d = mgpu__device_get((*s)->dev);
+  *esize = mgpu_dtype_size(dtype);
+  if (*esize == 0)
+    return mgpu__error(MGPU_EINVAL, "device %d: %s with unknown type %d",
+                       (*s)->dev, what, (int)dtype);
+  if ((dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) &&
+      (*d)->ops->kind != MGPU_BACKEND_CUDA)
+    return mgpu__error(MGPU_ENOTSUP, "device %d: %s on %s is supported on CUDA "
+                       "devices only", (*s)->dev, what, mgpu_dtype_name(dtype));
+  return 0;
+}
+
+/* Resolves a buffer operand: on the stream's device, range in bounds. */
+static int operand(const mgpu_buffer *h, const char *what, size_t offset,
+                   size_t count, size_t esize, const mgpu__stream *s,
+                   mgpu__buf **out) {
+  int rc = mgpu__buf_get(h, what, out);
+  if (rc != 0) return rc;
+  if ((*out)->dev != s->dev && (*out)->kind == MGPU_MEM_DEVICE)
+    return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of device %d used on a "
+                       "stream of device %d", what, (*out)->dev, s->dev);
+  if (count != 0 && esize > SIZE_MAX / count)
+    return mgpu__error(MGPU_ERANGE, "%s: %zu elements overflow", what, count);
+  return mgpu__buf_check_range(*out, what, offset, count * esize);
+}
+
+static int submit(mgpu__device *d, mgpu__stream *s, mgpu__builtin *b) {
+  if (b->count == 0) return 0;
+  int rc = d->ops->builtin(d->b, s->b, b);
+  if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_kernels_launched, 1);
+  return rc;
+}
+
+int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
+              size_t count, mgpu_dtype dtype, const void *value) {
+  mgpu__stream *s;
+  mgpu__device *d;
+  mgpu__buf *dst;
+  size_t es;
+  int rc = prepare(stream, dtype, "mgpu_fill", &s, &d, &es);
+  if (rc == 0) rc = operand(buf, "mgpu_fill dst", offset, count, es, s, &dst);
+  if (rc != 0) return rc;
+  if (value == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_fill: NULL value");
+  mgpu__builtin b = {.kind = MGPU__BUILTIN_FILL, .dtype = dtype,
+                     .count = count, .dst = (char *)dst->ptr + offset};
+  switch (dtype) {
+    case MGPU_FLOAT32: memcpy(&b.value.f32, value, 4); break;
+    case MGPU_FLOAT64: memcpy(&b.value.f64, value, 8); break;
+    case MGPU_INT32: memcpy(&b.value.i32, value, 4); break;
+    case MGPU_INT64: memcpy(&b.value.i64, value, 8); break;
+    case MGPU_FLOAT16: b.value.bits16 = to_half(*(const double *)value); break;
+    case MGPU_BFLOAT16: b.value.bits16 = to_bf16(*(const double *)value); break;
+  }
+  return submit(d, s, &b);
+}
+
+int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
+               size_t count, mgpu_dtype dtype, double alpha) {
+  mgpu__stream *s;
+  mgpu__device *d;
+  mgpu__buf *xb;
+  size_t es;
+  int rc = prepare(stream, dtype, "mgpu_scale", &s, &d, &es);
+  if (rc == 0) rc = operand(x, "mgpu_scale x", offset, count, es, s, &xb);
+  if (rc != 0) return rc;
+  mgpu__builtin b = {.kind = MGPU__BUILTIN_SCALE, .dtype = dtype,
+                     .count = count, .dst = (char *)xb->ptr + offset,
+                     .alpha = alpha};
+  return submit(d, s, &b);
+}
+
+int mgpu_axpy(mgpu_stream *stream, mgpu_buffer *y, size_t y_offset,
+              const mgpu_buffer *x, size_t x_offset, size_t count,
+              mgpu_dtype dtype, double alpha) {
+  mgpu__stream *s;
+  mgpu__device *d;
+  mgpu__buf *yb, *xb;
+  size_t es;
+  int rc = prepare(stream, dtype, "mgpu_axpy", &s, &d, &es);
+  if (rc == 0) rc = operand(y, "mgpu_axpy y", y_offset, count, es, s, &yb);
+  if (rc == 0) rc = operand(x, "mgpu_axpy x", x_offset, count, es, s, &xb);
+  if (rc != 0) return rc;
+  mgpu__builtin b = {.kind = MGPU__BUILTIN_AXPY, .dtype = dtype,
+                     .count = count, .dst = (char *)yb->ptr + y_offset,
+                     .a = (const char *)xb->ptr + x_offset, .alpha = alpha};
+  return submit(d, s, &b);
+}
+
+int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst, size_t dst_offset,
+                     const mgpu_buffer *a, size_t a_offset,
+                     const mgpu_buffer *b, size_t b_offset, size_t count,
+                     mgpu_dtype dtype, mgpu_op op) {
+  mgpu__stream *s;
+  mgpu__device *d;
+  mgpu__buf *db, *ab, *bb;
+  size_t es;
+  int rc = prepare(stream, dtype, "mgpu_elementwise", &s, &d, &es);
+  if (rc == 0 && (op < MGPU_SUM || op > MGPU_MAX))
+    rc = mgpu__error(MGPU_EINVAL, "device %d: mgpu_elementwise with unknown "
+                     "op %d", s->dev, (int)op);
+  if (rc == 0) rc = operand(dst, "mgpu_elementwise dst", dst_offset, count, es, s, &db);
+  if (rc == 0) rc = operand(a, "mgpu_elementwise a", a_offset, count, es, s, &ab);
+  if (rc == 0) rc = operand(b, "mgpu_elementwise b", b_offset, count, es, s, &bb);
+  if (rc != 0) return rc;
+  mgpu__builtin k = {.kind = MGPU__BUILTIN_ELEMENTWISE, .dtype = dtype,
+                     .op = op, .count = count,
+                     .dst = (char *)db->ptr + dst_offset,
+                     .a = (const char *)ab->ptr + a_offset,
+                     .b = (const char *)bb->ptr + b_offset};
+  return submit(d, s, &k);
+}
