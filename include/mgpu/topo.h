@@ -35,14 +35,15 @@ MGPU_EXTERN int mgpu_peer_can_access(int a, int b, int *yes);
 MGPU_EXTERN int mgpu_peer_enable(int a, int b);
 
 /* Turns direct copies between a and b off (both directions): copies between
- * them go host-staged, even between two logical devices of one GPU. 0 when
- * it already is off. Copies already queued are not affected. */
+ * them go host-staged. 0 when it already is off. Copies already queued are
+ * not affected. Two logical devices of one GPU share one memory: their copies
+ * are device copies whatever is set. */
 MGPU_EXTERN int mgpu_peer_disable(int a, int b);
 
 /* How a copy from one device to another travels. */
 typedef enum mgpu_copy_path {
-  MGPU_PATH_DEVICE = 0, /* within one device: a device copy */
-  MGPU_PATH_DIRECT = 1, /* direct peer copy (or a device copy within a GPU) */
+  MGPU_PATH_DEVICE = 0, /* within one device or one GPU: a device copy */
+  MGPU_PATH_DIRECT = 1, /* direct peer copy */
   MGPU_PATH_STAGED = 2  /* pipelined through pinned host bounce buffers */
 } mgpu_copy_path;
 

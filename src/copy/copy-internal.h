@@ -22,12 +22,6 @@ int mgpu__same_physical(const mgpu__device *a, const mgpu__device *b);
 int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                       const void *src, size_t size, mgpu__stream *s);
 
-/* Runs one memcpy_async of the given kind on device x, in the order of s
- * (which may belong to another device): on s itself when s is x's, else on
- * a helper stream of x fenced with events on both sides. */
-int mgpu__copy_on_device(mgpu__device *x, void *dst, const void *src,
-                         size_t size, mgpu__copy_kind kind, mgpu__stream *s);
-
 /* The staging parameters in force (set, or the config's). */
 void mgpu__staging_params(size_t *chunk, int *depth);
 

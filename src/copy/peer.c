@@ -2,11 +2,10 @@
  *
  * mgpu_memcpy_async checks handles, ranges and overlap, and hands a copy
  * between two different devices to mgpu__copy_between_devices. It picks:
- *   - pinned host memory on either side: one host-to-device, device-to-host
- *     or host-to-host copy by the device that owns the device side;
- *   - two logical devices of one GPU: a device-to-device copy;
- *   - peer access on: the backend's direct peer copy;
- *   - otherwise the pipelined host-staged copy of staged.c.
+ * copies with a host-visible side, and copies between logical devices of one
+ * GPU, stay in the core (they are ordinary copies on the stream's device).
+ * Here the path is the backend's direct peer copy where peer access is on for
+ * the pair, and otherwise the pipelined host-staged copy of staged.c.
  *
  * Peer access is kept per unordered pair of devices. A pair starts unset; the
  * first copy (or path query) between them turns it on when the backend says
@@ -36,7 +35,7 @@ static _Atomic int *state_of(int a, int b) {
 }
 
 int mgpu__same_physical(const mgpu__device *a, const mgpu__device *b) {
-  return a->ops == b->ops && a->spec.split_count > 1 &&
+  return a->ops == b->ops && a->ops->kind == MGPU_BACKEND_CUDA &&
          a->spec.ordinal == b->spec.ordinal;
 }
 
@@ -136,7 +135,7 @@ int mgpu__peer_path(int src, int dst, mgpu_copy_path *path) {
   mgpu__device *ds, *dd;
   int rc = pair_check(src, dst, &ds, &dd);
   if (rc != 0) return rc;
-  if (src == dst) {
+  if (src == dst || mgpu__same_physical(ds, dd)) {
     *path = MGPU_PATH_DEVICE;
     return 0;
   }
@@ -188,14 +187,6 @@ void mgpu__peer_reset(void) {
 
 /* ---- the copy ---- */
 
-/* Host memory as far as this copy is concerned: pinned buffers, and between
- * devices of different backends, any buffer of a host device. */
-static int host_side(const mgpu__buf *b, const mgpu__device *d,
-                     int mixed_backends) {
-  return b->kind == MGPU_MEM_PINNED ||
-         (mixed_backends && d->ops->kind == MGPU_BACKEND_HOST);
-}
-
 static void count(int dev, int staged, size_t size) {
   mgpu__metric_add(dev, staged ? MGPU__M_bytes_peer_staged
                                : MGPU__M_bytes_peer_direct, size);
@@ -216,30 +207,16 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
   if (size == 0) return 0;
   char *dp = (char *)dst->ptr + dst_offset;
   const char *sp = (const char *)src->ptr + src_offset;
-  int mixed = dd->ops != sd->ops;
-  int src_host = host_side(src, sd, mixed), dst_host = host_side(dst, dd, mixed);
-  int rc, staged = 0;
-
-  if (src_host && dst_host) {
-    rc = mgpu__copy_on_device(xd, dp, sp, size, MGPU__COPY_H2H, s);
-  } else if (src_host) {
-    rc = mgpu__copy_on_device(dd, dp, sp, size, MGPU__COPY_H2D, s);
-  } else if (dst_host) {
-    rc = mgpu__copy_on_device(sd, dp, sp, size, MGPU__COPY_D2H, s);
-  } else {
-    mgpu_copy_path path;
-    rc = mgpu__peer_path(src->dev, dst->dev, &path);
-    if (rc != 0) return rc;
-    if (path == MGPU_PATH_DIRECT && mgpu__same_physical(sd, dd)) {
-      rc = xd->ops->memcpy_async(xd->b, s->b, dp, sp, size, MGPU__COPY_D2D);
-    } else if (path == MGPU_PATH_DIRECT) {
-      rc = xd->ops->memcpy_peer_async(dd->b, dp, sd->b, sp, size, xd->b, s->b);
-    } else {
-      staged = 1;
-      rc = mgpu__copy_staged(dd, dp, sd, sp, size, s);
-    }
-  }
-  if (rc == 0) count(src->dev, staged, size);
+  mgpu_copy_path path;
+  int rc = mgpu__peer_path(src->dev, dst->dev, &path);
+  if (rc != 0) return rc;
+  if (path == MGPU_PATH_STAGED)
+    rc = mgpu__copy_staged(dd, dp, sd, sp, size, s);
+  else if (path == MGPU_PATH_DIRECT)
+    rc = xd->ops->memcpy_peer_async(dd->b, dp, sd->b, sp, size, xd->b, s->b);
+  else /* logical devices of one GPU (the core's entry point keeps these) */
+    rc = xd->ops->memcpy_async(xd->b, s->b, dp, sp, size, MGPU__COPY_D2D);
+  if (rc == 0) count(src->dev, path == MGPU_PATH_STAGED, size);
   return rc;
 }
 

@@ -35,7 +35,7 @@
 #include "copy/copy-internal.h"
 
 #define HELPERS_PER_DEVICE 4
-#define MAX_DEPTH 16
+#define MAX_DEPTH 64 /* as MGPU_STAGING_DEPTH allows */
 #define DEFAULT_CHUNK ((size_t)4 << 20)
 #define DEFAULT_DEPTH 3
 /* Bounce buffers kept alive at most (before waiting for one to come back). */
@@ -271,54 +271,6 @@ static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s) {
   int rc = xd->ops->host_callback(xd->b, s->b, release_op, op);
   if (rc != 0) abandon_op(op, xd, s, NULL, NULL);
   return rc;
-}
-
-/* ---- one copy on another device's stream ---- */
-
-/* Different backends cannot wait for each other's events: the copy is made
- * synchronous instead (after s is idle, on a helper of x). */
-static int copy_on_other_backend(mgpu__device *x, void *dst, const void *src,
-                                 size_t size, mgpu__copy_kind kind,
-                                 mgpu__device *xd, mgpu__stream *s) {
-  mgpu__bstream *h;
-  int rc = xd->ops->stream_synchronize(xd->b, s->b);
-  if (rc == 0) rc = helper_get(x, &h);
-  if (rc == 0) rc = x->ops->memcpy_async(x->b, h, dst, src, size, kind);
-  if (rc == 0) rc = x->ops->stream_synchronize(x->b, h);
-  return rc;
-}
-
-int mgpu__copy_on_device(mgpu__device *x, void *dst, const void *src,
-                         size_t size, mgpu__copy_kind kind, mgpu__stream *s) {
-  mgpu__device *xd = mgpu__device_get(s->dev);
-  if (s->dev == x->id)
-    return x->ops->memcpy_async(x->b, s->b, dst, src, size, kind);
-  if (xd->ops != x->ops)
-    return copy_on_other_backend(x, dst, src, size, kind, xd, s);
-
-  copy_op *op = calloc(1, sizeof *op);
-  if (op == NULL)
-    return mgpu__error(MGPU_ENOMEM, "copy of %zu bytes on device %d: no "
-                       "memory for its record", size, x->id);
-  mgpu__bstream *h = NULL;
-  mgpu__bevent *start, *done;
-  int rc = helper_get(x, &h);
-  if (rc == 0) rc = event_take(op, xd, &start);
-  if (rc == 0) rc = event_take(op, x, &done);
-  if (rc != 0) {
-    release_op(op);
-    return rc;
-  }
-  rc = xd->ops->event_record(xd->b, start, s->b);
-  if (rc == 0) rc = x->ops->stream_wait_event(x->b, h, xd->b, start);
-  if (rc == 0) rc = x->ops->memcpy_async(x->b, h, dst, src, size, kind);
-  if (rc == 0) rc = x->ops->event_record(x->b, done, h);
-  if (rc == 0) rc = xd->ops->stream_wait_event(xd->b, s->b, x->b, done);
-  if (rc != 0) {
-    abandon_op(op, xd, s, x, h);
-    return rc;
-  }
-  return finish_op(op, xd, s);
 }
 
 /* ---- the staged copy ---- */

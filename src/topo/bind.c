@@ -7,9 +7,9 @@
  */
 #include "topo/topo-internal.h"
 
-void mgpu__topo_bind_current_thread(int dev) {
-  int node = mgpu__numa_node_of(dev);
+void mgpu__topo_bind_current_thread(mgpu__device *d) {
+  int node = mgpu__numa_node_of(d);
   if (mgpu__numa_bind_thread(node) == 0)
     mgpu__log(MGPU_LOG_DEBUG, "device %d: host thread bound to NUMA node %d",
-              dev, node);
+              d->id, node);
 }

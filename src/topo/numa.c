@@ -117,14 +117,18 @@ static int node_of_bus_id(const char *bus_id) {
   return node;
 }
 
-int mgpu__numa_node_of(int dev) {
+int mgpu__numa_node_of(mgpu__device *d) {
   mgpu_device_props p;
   memset(&p, 0, sizeof p);
   p.size = sizeof p;
-  if (mgpu_device_get_props(dev, &p) != 0) return -1;
+  p.numa_node = -1;
+  if (d->ops->props(d->b, &p) != 0) {
+    mgpu_error_clear(); /* an unknown node is an answer, not an error */
+    return -1;
+  }
   if (p.numa_node >= 0) return p.numa_node;
   if (p.pci_bus_id[0] != '\0') return node_of_bus_id(p.pci_bus_id);
-  if (p.backend_kind == MGPU_BACKEND_HOST) return dev % mgpu__numa_count();
+  if (d->ops->kind == MGPU_BACKEND_HOST) return d->id % mgpu__numa_count();
   return -1;
 }
 

@@ -9,10 +9,11 @@
 /* NUMA nodes of the machine (at least 1). */
 int mgpu__numa_count(void);
 
-/* The NUMA node nearest device dev: the backend's answer when it has one,
+/* The NUMA node nearest device d: the backend's answer when it has one,
  * else the node of its PCI bus id (hwloc, or sysfs), else for host devices
- * node dev % mgpu__numa_count(). -1 when unknown. */
-int mgpu__numa_node_of(int dev);
+ * node id % mgpu__numa_count(). -1 when unknown. Works before mgpu_init has
+ * returned (the device's host thread asks while it starts). */
+int mgpu__numa_node_of(mgpu__device *d);
 
 /* Binds the calling thread to the cores of NUMA node node (hwloc only).
  * Returns 0 when bound, -1 when not (no hwloc, unknown node). */

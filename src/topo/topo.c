@@ -77,7 +77,7 @@ int mgpu_topology(mgpu_topo **out) {
   t->numa_nodes = mgpu__numa_count();
   int rc = 0;
   for (int a = 0; a < n; a++) {
-    t->numa_node[a] = mgpu__numa_node_of(a);
+    t->numa_node[a] = mgpu__numa_node_of(mgpu__device_get(a));
     for (int b = 0; b < n && rc == 0; b++) {
       mgpu_link *l = MGPU_TOPO_LINK(t, a, b);
       rc = link_kind(a, b, &l->kind);
