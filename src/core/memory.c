@@ -18,10 +18,18 @@
 
 #include "core/internal.h"
 
+/* A cached block. A block freed with mgpu_free_async is listed at once but
+ * not `ready` until the work queued before the free is done; until then only
+ * an allocation on the same stream may take it (its uses are ordered after
+ * the free), as cudaMallocAsync does. A block taken before it is ready is
+ * marked `taken`, and the stream callback frees the record. All fields but
+ * ptr and size are guarded by the device's pool_lock. */
 typedef struct mgpu__pool_block {
   mgpu__device *dev;
   void *ptr;
   size_t size;
+  const mgpu__stream *freed_on; /* NULL once ready */
+  int ready, taken;
   struct mgpu__pool_block *next;
 } pool_block;
 
@@ -143,7 +151,7 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
   return 0;
 }
 
-static void pool_return_cb(void *arg);
+static void pool_list(mgpu__device *d, pool_block *blk);
 
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   d->ops->mem_free(d->b, b->kind, b->ptr);
@@ -181,7 +189,8 @@ int mgpu_free(mgpu_buffer *h) {
       blk->dev = d;
       blk->ptr = b->ptr;
       blk->size = b->alloc_size;
-      pool_return_cb(blk);
+      blk->ready = 1;
+      pool_list(d, blk);
       free(b);
       return 0;
     }
@@ -248,16 +257,18 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
   } else {
     int cls = size_class(size, &b->alloc_size);
     mgpu__mutex_lock(&d->pool_lock);
-    pool_block *blk = d->pool_free[cls];
+    pool_block **link = &d->pool_free[cls], *blk;
+    while ((blk = *link) != NULL && !blk->ready && blk->freed_on != s)
+      link = &blk->next;
     if (blk != NULL) {
-      d->pool_free[cls] = blk->next;
+      *link = blk->next;
       d->pool_cached_bytes -= blk->size;
+      b->ptr = blk->ptr;
+      if (blk->ready) free(blk);
+      else blk->taken = 1; /* its callback frees the record */
     }
     mgpu__mutex_unlock(&d->pool_lock);
-    if (blk != NULL) {
-      b->ptr = blk->ptr;
-      free(blk);
-    } else {
+    if (blk == NULL) {
       rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
       if (rc != 0) {
         mgpu_pool_trim(s->dev);
@@ -290,6 +301,19 @@ fail_struct:
 static void pool_return_cb(void *arg) {
   pool_block *blk = arg;
   mgpu__device *d = blk->dev;
+  mgpu__mutex_lock(&d->pool_lock);
+  if (blk->taken) {
+    mgpu__mutex_unlock(&d->pool_lock);
+    free(blk);
+    return;
+  }
+  blk->ready = 1;
+  blk->freed_on = NULL;
+  mgpu__mutex_unlock(&d->pool_lock);
+}
+
+/* Lists a freed block in its size class (ready, or pending on a stream). */
+static void pool_list(mgpu__device *d, pool_block *blk) {
   int cls = 0;
   while (((size_t)1 << (cls + POOL_MIN_SHIFT)) < blk->size) cls++;
   mgpu__mutex_lock(&d->pool_lock);
@@ -318,10 +342,15 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     blk->dev = d;
     blk->ptr = b->ptr;
     blk->size = b->alloc_size;
+    blk->freed_on = s;
+    /* Listed before the callback is queued, so the callback always finds
+     * it listed or taken. */
+    pool_list(d, blk);
     rc = d->ops->host_callback(d->b, s->b, pool_return_cb, blk);
     if (rc != 0) {
-      free(blk);
-      return rc;
+      /* Not queued: synchronize instead, then the block is ready. */
+      d->ops->stream_synchronize(d->b, s->b);
+      pool_return_cb(blk);
     }
   } else {
     rc = d->ops->pool_free_async(d->b, s->b, b->ptr);
@@ -342,16 +371,27 @@ int mgpu_pool_trim(int dev) {
     rc = d->ops->pool_trim(d->b);
     if (rc != 0) return rc;
   }
+  /* Only ready blocks go: a pending one may still be used by its stream. */
+  pool_block *ready = NULL;
   mgpu__mutex_lock(&d->pool_lock);
-  pool_block *lists[64];
-  memcpy(lists, d->pool_free, sizeof lists);
-  memset(d->pool_free, 0, sizeof d->pool_free);
-  d->pool_cached_bytes = 0;
-  mgpu__mutex_unlock(&d->pool_lock);
   for (int c = 0; c < 64; c++) {
-    while (lists[c] != NULL) {
-      pool_block *blk = lists[c];
-      lists[c] = blk->next;
+    pool_block **link = &d->pool_free[c], *blk;
+    while ((blk = *link) != NULL) {
+      if (!blk->ready) {
+        link = &blk->next;
+        continue;
+      }
+      *link = blk->next;
+      d->pool_cached_bytes -= blk->size;
+      blk->next = ready;
+      ready = blk;
+    }
+  }
+  mgpu__mutex_unlock(&d->pool_lock);
+  {
+    while (ready != NULL) {
+      pool_block *blk = ready;
+      ready = blk->next;
       d->ops->mem_free(d->b, MGPU_MEM_DEVICE, blk->ptr);
       unreserve(d, blk->size, MGPU_MEM_DEVICE);
       free(blk);

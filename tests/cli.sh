@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The mgpu command: devices (table and JSON), version, the vecadd demo, and
+# the exit codes: 2 for a bad argument (with usage), 1 for a runtime failure
+# (with the error and its detail).
+set -euo pipefail
+mgpu=$1
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+out=$(MGPU_DEVICES=host:4 "$mgpu" devices --json)
+echo "$out" | python3 -c '
+import json, sys
+devs = json.load(sys.stdin)
+assert len(devs) == 4, devs
+for i, d in enumerate(devs):
+    assert d["id"] == i and d["backend"] == "host", d
+    for k in ("name", "total_mem", "free_mem"):
+        assert k in d, (k, d)
+' || fail "devices --json under host:4"
+
+MGPU_DEVICES=host:3 "$mgpu" devices | grep -q "host device 2" || fail "devices table"
+"$mgpu" version | grep -Eq '^mgpu [0-9]+\.[0-9]+\.[0-9]+$' || fail "version"
+MGPU_DEVICES=host:4 "$mgpu" demo vecadd 100003 | grep -q "all 100003 elements correct" || fail "demo vecadd"
+
+set +e
+"$mgpu" devices --bogus >/dev/null 2>"$err"; rc=$?
+[ $rc -eq 2 ] && grep -q usage "$err" || fail "bad option should exit 2 with usage (got $rc)"
+"$mgpu" frobnicate >/dev/null 2>"$err"; rc=$?
+[ $rc -eq 2 ] || fail "unknown command should exit 2 (got $rc)"
+"$mgpu" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "no command should exit 2 (got $rc)"
+"$mgpu" demo vecadd zero >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "bad demo size should exit 2 (got $rc)"
+MGPU_DEVICES=host:2,warp:9 "$mgpu" devices >/dev/null 2>"$err"; rc=$?
+[ $rc -eq 1 ] && grep -q "MGPU_EINVAL" "$err" && grep -q "warp:9" "$err" ||
+  fail "bad MGPU_DEVICES should exit 1 naming the token (got $rc: $(cat "$err"))"
+echo "cli: ok"

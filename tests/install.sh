@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix, then builds a small program
+# against the installed copy both ways: pkg-config and CMake's
+# find_package(mgpu) with its imported target. Both programs must run.
+set -euo pipefail
+src=$2
+build=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+libdir=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
+cat > "$tmp/app.c" <<'C'
+#include <mgpu.h>
+#include <stdio.h>
+int main(void) {
+  if (mgpu_init(NULL) != 0) return 1;
+  int n = mgpu_device_count();
+  printf("mgpu %s: %d devices\n", mgpu_version_string(), n);
+  mgpu_shutdown();
+  return n > 0 ? 0 : 1;
+}
+C
+# pkg-config
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+if command -v pkg-config >/dev/null; then
+  cc -std=c11 -o "$tmp/app-pc" "$tmp/app.c" $(pkg-config --cflags --libs mgpu)
+  LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:2 "$tmp/app-pc" | grep -q "2 devices"
+  echo "install: pkg-config ok"
+else
+  echo "install: pkg-config not installed, skipping that half" >&2
+fi
+# CMake package
+mkdir -p "$tmp/cm"
+cat > "$tmp/cm/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.18)
+project(app C)
+find_package(mgpu REQUIRED)
+add_executable(app ../app.c)
+target_link_libraries(app PRIVATE mgpu::mgpu)
+CM
+cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/cm/build" >/dev/null
+LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:3 "$tmp/cm/build/app" | grep -q "3 devices"
+test -x "$tmp/prefix/bin/mgpu"
+echo "install: find_package ok"

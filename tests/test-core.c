@@ -1,0 +1,351 @@
+/* Core: init and shutdown, configuration, errors, devices, the current
+ * device and mgpu_run_on_device. */
+#include <pthread.h>
+
+#include "core/internal.h"
+#include "task.h"
+
+TEST_IMPL(init_shutdown_twice) {
+  ASSERT_EQ(mgpu_is_initialized(), 0);
+  ASSERT_OK(mgpu_shutdown()); /* not initialized: harmless */
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_EQ(mgpu_device_count(), 3);
+  ASSERT_ERR(MGPU_EALREADY, mgpu_init(&cfg));
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_ERR(MGPU_ENOINIT, mgpu_device_count());
+  cfg.devices = "host:2,host:1";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_EQ(mgpu_device_count(), 3);
+  return 0;
+}
+
+TEST_IMPL(bad_device_spec_names_token) {
+  const char *bad[] = {"gpu:2", "host:0", "host:x", "cuda:1/0", "host:2,,",
+                       "host:99", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+    cfg.devices = bad[i];
+    int rc = mgpu_init(&cfg);
+    if (bad[i][0] == '\0') {
+      /* An empty string counts as set-but-empty: refused too. */
+      ASSERT(rc != 0 || mgpu_shutdown() == 0);
+      continue;
+    }
+    ASSERT_ERR(MGPU_EINVAL, rc);
+    ASSERT_EQ(mgpu_is_initialized(), 0);
+  }
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2,gpu:3";
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));
+  ASSERT_DETAIL_HAS("'gpu:3'");
+  return 0;
+}
+
+TEST_IMPL(config_from_environment) {
+  setenv("MGPU_DEVICES", "host:2", 1);
+  setenv("MGPU_HOST_MEM", "64M", 1);
+  ASSERT_OK(mgpu_init(NULL));
+  ASSERT_EQ(mgpu_device_count(), 2);
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(1, &p));
+  ASSERT_EQ(p.total_mem, 64u << 20);
+  ASSERT_OK(mgpu_shutdown());
+  setenv("MGPU_HOST_MEM", "lots", 1);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(NULL));
+  ASSERT_DETAIL_HAS("lots");
+  unsetenv("MGPU_HOST_MEM");
+  setenv("MGPU_LOG", "loud", 1);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(NULL));
+  ASSERT_DETAIL_HAS("loud");
+  unsetenv("MGPU_LOG");
+  /* A config field wins over the environment. */
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:1";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_EQ(mgpu_device_count(), 1);
+  ASSERT_OK(mgpu_shutdown());
+  /* A config with a wrong size field is refused. */
+  cfg.size = 3;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));
+  return 0;
+}
+
+TEST_IMPL(parse_size) {
+  size_t v;
+  ASSERT_OK(mgpu__parse_size("512M", &v));
+  ASSERT_EQ(v, 512u << 20);
+  ASSERT_OK(mgpu__parse_size("2G", &v));
+  ASSERT_EQ(v, (size_t)2 << 30);
+  ASSERT_OK(mgpu__parse_size("4096", &v));
+  ASSERT_EQ(v, 4096);
+  ASSERT_OK(mgpu__parse_size("1KiB", &v));
+  ASSERT_EQ(v, 1024);
+  ASSERT_EQ(mgpu__parse_size("M", &v), MGPU_EINVAL);
+  ASSERT_EQ(mgpu__parse_size("12Q", &v), MGPU_EINVAL);
+  ASSERT_EQ(mgpu__parse_size("-5", &v), MGPU_EINVAL);
+  return 0;
+}
+
+TEST_IMPL(error_names_and_messages) {
+  ASSERT(strcmp(mgpu_err_name(MGPU_ENOMEM), "MGPU_ENOMEM") == 0);
+  ASSERT(strcmp(mgpu_strerror(MGPU_ENOMEM), "out of memory") == 0);
+  ASSERT(strcmp(mgpu_err_name(0), "MGPU_OK") == 0);
+  ASSERT(strcmp(mgpu_err_name(-9999), "MGPU_EUNKNOWN") == 0);
+  ASSERT(mgpu_strerror(-9999) != NULL);
+  /* Every code has a distinct name. */
+  const int codes[] = {
+#define X(name, value, msg) MGPU_##name,
+      MGPU_ERRNO_MAP(X)
+#undef X
+  };
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+    ASSERT(codes[i] < 0);
+    for (size_t j = 0; j < i; j++)
+      ASSERT(strcmp(mgpu_err_name(codes[i]), mgpu_err_name(codes[j])) != 0);
+  }
+  return 0;
+}
+
+static void *detail_thread(void *arg) {
+  (void)arg;
+  mgpu_error_clear();
+  ASSERT_ERR(MGPU_ENODEV, mgpu_set_device(77));
+  ASSERT_DETAIL_HAS("77");
+  return NULL;
+}
+
+TEST_IMPL(error_detail_is_thread_local) {
+  test_init();
+  ASSERT_ERR(MGPU_ENODEV, mgpu_set_device(-1));
+  ASSERT_DETAIL_HAS("device -1");
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, detail_thread, NULL), 0);
+  pthread_join(t, NULL);
+  ASSERT_DETAIL_HAS("device -1"); /* the other thread's failure is its own */
+  return 0;
+}
+
+TEST_IMPL(device_props) {
+  int n = test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  for (int i = 0; i < n; i++) {
+    ASSERT_OK(mgpu_device_get_props(i, &p));
+    ASSERT(p.name[0] != '\0');
+    ASSERT(p.backend[0] != '\0');
+    ASSERT(p.total_mem > 0);
+    ASSERT(p.free_mem <= p.total_mem);
+    ASSERT(p.multiprocessors > 0);
+  }
+  ASSERT_ERR(MGPU_ENODEV, mgpu_device_get_props(n, &p));
+  ASSERT_DETAIL_HAS("does not exist");
+  mgpu_device_props small = {.size = 8};
+  ASSERT_ERR(MGPU_EINVAL, mgpu_device_get_props(0, &small));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_device_get_props(0, NULL));
+  return 0;
+}
+
+TEST_IMPL(host_memory_shows_in_free_mem) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2";
+  cfg.host_mem = 8u << 20;
+  ASSERT_OK(mgpu_init(&cfg));
+  mgpu_buffer *b;
+  ASSERT_OK(mgpu_malloc(&b, 1, 3u << 20));
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(1, &p));
+  ASSERT_EQ(p.total_mem, 8u << 20);
+  ASSERT_EQ(p.free_mem, 5u << 20);
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  ASSERT_EQ(p.free_mem, 8u << 20);
+  ASSERT_OK(mgpu_free(b));
+  return 0;
+}
+
+static void *new_thread_device(void *arg) {
+  int *out = arg;
+  ASSERT_OK(mgpu_get_device(out));
+  return NULL;
+}
+
+TEST_IMPL(current_device_per_thread) {
+  int n = test_init();
+  int dev = -1;
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 0);
+  ASSERT_OK(mgpu_set_device(n - 1));
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, n - 1);
+  /* A new thread starts on device 0, as in CUDA. */
+  int other = -1;
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, new_thread_device, &other), 0);
+  pthread_join(t, NULL);
+  ASSERT_EQ(other, 0);
+  ASSERT_ERR(MGPU_ENODEV, mgpu_set_device(n));
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, n - 1); /* a failed set leaves it alone */
+  ASSERT_ERR(MGPU_EINVAL, mgpu_get_device(NULL));
+  return 0;
+}
+
+typedef struct probe {
+  int seen_dev;
+  int current;
+  pthread_t thread;
+} probe;
+
+static int record_device(int dev, void *arg) {
+  probe *p = arg;
+  p->seen_dev = dev;
+  p->thread = pthread_self();
+  mgpu_get_device(&p->current);
+  return 40 + dev;
+}
+
+TEST_IMPL(run_on_device_sync) {
+  int n = test_init();
+  ASSERT_OK(mgpu_set_device(0));
+  for (int d = 0; d < n; d++) {
+    probe p = {-1, -1, 0};
+    ASSERT_EQ(mgpu_run_on_device(d, record_device, &p), 40 + d);
+    ASSERT_EQ(p.seen_dev, d);
+    ASSERT_EQ(p.current, d);
+    ASSERT(!pthread_equal(p.thread, pthread_self()));
+    probe again = {-1, -1, 0};
+    mgpu_run_on_device(d, record_device, &again);
+    ASSERT(pthread_equal(p.thread, again.thread)); /* the device's own thread */
+  }
+  int dev = -1;
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 0); /* the caller's current device is untouched */
+  ASSERT_ERR(MGPU_ENODEV, mgpu_run_on_device(n, record_device, NULL));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_run_on_device(0, NULL, NULL));
+  return 0;
+}
+
+static int inner(int dev, void *arg) {
+  (void)arg;
+  int cur = -1;
+  mgpu_get_device(&cur);
+  return cur == dev ? 7 : -100;
+}
+
+static int outer(int dev, void *arg) {
+  (void)arg;
+  /* Same device: runs inline instead of deadlocking. */
+  int r = mgpu_run_on_device(dev, inner, NULL);
+  if (r != 7) return -1;
+  /* Another device from inside fn, then back: current device restored. */
+  int other = (dev + 1) % mgpu_device_count();
+  if (mgpu_run_on_device(other, inner, NULL) != 7) return -2;
+  mgpu_work *w;
+  if (mgpu_run_on_device_async(dev, inner, NULL, &w) != 0) return -3;
+  if (mgpu_work_wait(w) != 7) return -4;
+  int cur = -1;
+  mgpu_get_device(&cur);
+  return cur == dev ? 0 : -5;
+}
+
+TEST_IMPL(run_on_device_reentrant) {
+  int n = test_init();
+  for (int d = 0; d < n; d++) ASSERT_EQ(mgpu_run_on_device(d, outer, NULL), 0);
+  return 0;
+}
+
+static int slow_add(int dev, void *arg) {
+  _Atomic int *counter = arg;
+  for (volatile int i = 0; i < 20000; i++) {
+  }
+  atomic_fetch_add(counter, dev + 1);
+  return dev;
+}
+
+TEST_IMPL(run_on_device_async) {
+  int n = test_init();
+  _Atomic int counter = 0;
+  mgpu_work *w[64];
+  int k = 0;
+  for (int rep = 0; rep < 8; rep++)
+    for (int d = 0; d < n && k < 64; d++)
+      ASSERT_OK(mgpu_run_on_device_async(d, slow_add, &counter, &w[k++]));
+  int expect = 0;
+  for (int i = 0; i < k; i++) {
+    int d = i % n;
+    ASSERT_EQ(mgpu_work_wait(w[i]), d);
+    expect += d + 1;
+  }
+  ASSERT_EQ(counter, expect);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_run_on_device_async(0, slow_add, NULL, NULL));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_work_wait(NULL));
+  return 0;
+}
+
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int arrived;
+  int target;
+} gate;
+
+/* Every device's fn waits until all have arrived: passes only if the device
+ * threads really run at once. */
+static int meet(int dev, void *arg) {
+  (void)dev;
+  gate *g = arg;
+  pthread_mutex_lock(&g->lock);
+  g->arrived++;
+  pthread_cond_broadcast(&g->cond);
+  while (g->arrived < g->target) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+  return 0;
+}
+
+TEST_IMPL(devices_run_concurrently) {
+  int n = test_init();
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, n};
+  mgpu_work *w[MGPU_MAX_DEVICES];
+  for (int d = 0; d < n; d++)
+    ASSERT_OK(mgpu_run_on_device_async(d, meet, &g, &w[d]));
+  for (int d = 0; d < n; d++) ASSERT_OK(mgpu_work_wait(w[d]));
+  ASSERT_EQ(g.arrived, n);
+  return 0;
+}
+
+TEST_IMPL(calls_before_init_fail_cleanly) {
+  mgpu_buffer *b = NULL;
+  ASSERT_ERR(MGPU_ENOINIT, mgpu_malloc(&b, 0, 16));
+  ASSERT_ERR(MGPU_ENOINIT, mgpu_set_device(0));
+  ASSERT_ERR(MGPU_ENOINIT, mgpu_run_on_device(0, inner, NULL));
+  mgpu_stream *s = NULL;
+  ASSERT_ERR(MGPU_ENOINIT, mgpu_stream_create(&s, 0));
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_ERR(MGPU_ENOINIT, mgpu_metrics_snapshot(&m));
+  return 0;
+}
+
+TEST_IMPL(version) {
+  ASSERT_EQ(mgpu_version(), MGPU_VERSION_HEX);
+  ASSERT(strcmp(mgpu_version_string(), MGPU_VERSION_STRING) == 0);
+  return 0;
+}
+
+TEST_LIST_BEGIN
+TEST_ENTRY(init_shutdown_twice)
+TEST_ENTRY(bad_device_spec_names_token)
+TEST_ENTRY(config_from_environment)
+TEST_ENTRY(parse_size)
+TEST_ENTRY(error_names_and_messages)
+TEST_ENTRY(error_detail_is_thread_local)
+TEST_ENTRY(device_props)
+TEST_ENTRY(host_memory_shows_in_free_mem)
+TEST_ENTRY(current_device_per_thread)
+TEST_ENTRY(run_on_device_sync)
+TEST_ENTRY(run_on_device_reentrant)
+TEST_ENTRY(run_on_device_async)
+TEST_ENTRY(devices_run_concurrently)
+TEST_ENTRY(calls_before_init_fail_cleanly)
+TEST_ENTRY(version)
+TEST_LIST_END

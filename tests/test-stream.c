@@ -1,0 +1,399 @@
+/* Streams, events, callbacks, kernel launches and the built-in kernels. */
+#include <pthread.h>
+
+#include "task.h"
+
+typedef struct order_log {
+  pthread_mutex_t lock;
+  int seq[256];
+  int n;
+} order_log;
+
+typedef struct order_arg {
+  order_log *log;
+  int value;
+} order_arg;
+
+static void log_cb(void *arg) {
+  order_arg *a = arg;
+  pthread_mutex_lock(&a->log->lock);
+  a->log->seq[a->log->n++] = a->value;
+  pthread_mutex_unlock(&a->log->lock);
+}
+
+TEST_IMPL(stream_runs_in_order) {
+  int n = test_init();
+  for (int d = 0; d < n; d++) {
+    order_log log = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+    order_arg args[100];
+    mgpu_stream *s;
+    ASSERT_OK(mgpu_stream_create(&s, d));
+    for (int i = 0; i < 100; i++) {
+      args[i].log = &log;
+      args[i].value = i;
+      ASSERT_OK(mgpu_stream_add_callback(s, log_cb, &args[i]));
+    }
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_EQ(log.n, 100);
+    for (int i = 0; i < 100; i++) ASSERT_EQ(log.seq[i], i);
+    ASSERT_EQ(mgpu_stream_query(s), 0);
+    ASSERT_EQ(mgpu_stream_device(s), d);
+    ASSERT_OK(mgpu_stream_destroy(s));
+  }
+  return 0;
+}
+
+typedef struct rendezvous {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int arrived;
+} rendezvous;
+
+static void meet_cb(void *arg) {
+  rendezvous *r = arg;
+  pthread_mutex_lock(&r->lock);
+  r->arrived++;
+  pthread_cond_broadcast(&r->cond);
+  while (r->arrived < 2) pthread_cond_wait(&r->cond, &r->lock);
+  pthread_mutex_unlock(&r->lock);
+}
+
+TEST_IMPL(streams_of_one_device_run_concurrently) {
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  /* Two callbacks that each wait for the other: only two streams running at
+   * once can finish them. */
+  rendezvous r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  mgpu_stream *a, *b;
+  ASSERT_OK(mgpu_stream_create(&a, 0));
+  ASSERT_OK(mgpu_stream_create(&b, 0));
+  ASSERT_OK(mgpu_stream_add_callback(a, meet_cb, &r));
+  ASSERT_OK(mgpu_stream_add_callback(b, meet_cb, &r));
+  ASSERT_OK(mgpu_stream_synchronize(a));
+  ASSERT_OK(mgpu_stream_synchronize(b));
+  ASSERT_EQ(r.arrived, 2);
+  ASSERT_OK(mgpu_stream_destroy(a));
+  ASSERT_OK(mgpu_stream_destroy(b));
+  return 0;
+}
+
+static void sleep_cb(void *arg) {
+  (void)arg;
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+TEST_IMPL(events_record_query_sync_elapsed) {
+  test_init();
+  mgpu_stream *s;
+  mgpu_event *start, *stop;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_event_create(&start, 0));
+  ASSERT_OK(mgpu_event_create(&stop, 0));
+  ASSERT_EQ(mgpu_event_query(start), 0); /* never recorded: complete */
+  float ms = -1;
+  ASSERT(mgpu_event_elapsed_ms(start, stop, &ms) != 0);
+  ASSERT_OK(mgpu_event_record(start, s));
+  ASSERT_OK(mgpu_stream_add_callback(s, sleep_cb, NULL));
+  ASSERT_OK(mgpu_event_record(stop, s));
+  ASSERT_EQ(mgpu_event_query(stop), MGPU_EAGAIN);
+  ASSERT_OK(mgpu_event_synchronize(stop));
+  ASSERT_EQ(mgpu_event_query(stop), 0);
+  ASSERT_OK(mgpu_event_elapsed_ms(start, stop, &ms));
+  ASSERT(ms >= 15.0f); /* the 20 ms callback lies between them */
+  ASSERT_OK(mgpu_event_destroy(start));
+  ASSERT_ERR(MGPU_EFREED, mgpu_event_destroy(start));
+  ASSERT_ERR(MGPU_EFREED, mgpu_event_record(start, s));
+  ASSERT_OK(mgpu_event_destroy(stop));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_ERR(MGPU_EFREED, mgpu_stream_synchronize(s));
+  ASSERT_ERR(MGPU_EFREED, mgpu_stream_destroy(s));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_stream_synchronize(NULL));
+  return 0;
+}
+
+TEST_IMPL(event_of_other_device_on_stream_is_error) {
+  int n = test_init();
+  if (n < 2) return TEST_SKIP;
+  mgpu_stream *s;
+  mgpu_event *e;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_event_create(&e, 1));
+  ASSERT_ERR(MGPU_EWRONGDEV, mgpu_event_record(e, s));
+  ASSERT_DETAIL_HAS("device 1");
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return 0;
+}
+
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int open;
+} gate;
+
+static void gate_wait_cb(void *arg) {
+  gate *g = arg;
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+}
+
+TEST_IMPL(wait_event_across_devices) {
+  int n = test_init();
+  if (n < 2) return TEST_SKIP;
+  /* Device 0 writes a buffer after a gate opens; device 1 waits on an event
+   * recorded after the write, then reads it. The read must see the data. */
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  mgpu_stream *s0, *s1;
+  mgpu_event *written;
+  mgpu_buffer *src, *dst;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  ASSERT_OK(mgpu_event_create(&written, 0));
+  ASSERT_OK(mgpu_malloc_host(&src, 0, 4096));
+  ASSERT_OK(mgpu_malloc(&dst, 1, 4096));
+  memset(mgpu_buffer_ptr(src), 0, 4096);
+  unsigned char data[4096], out[4096];
+  for (int i = 0; i < 4096; i++) data[i] = (unsigned char)(i * 13 + 1);
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  int host = p.backend_kind == MGPU_BACKEND_HOST;
+  if (host) ASSERT_OK(mgpu_stream_add_callback(s0, gate_wait_cb, &g));
+  ASSERT_OK(mgpu_memcpy_htod_async(src, 0, data, 4096, s0));
+  ASSERT_OK(mgpu_event_record(written, s0));
+  ASSERT_OK(mgpu_stream_wait_event(s1, written));
+  ASSERT_OK(mgpu_memcpy_async(dst, 0, src, 0, 4096, s1));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(out, dst, 0, 4096, s1));
+  if (host) {
+    ASSERT_EQ(mgpu_stream_query(s1), MGPU_EAGAIN); /* held by the gate */
+    pthread_mutex_lock(&g.lock);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+  }
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  ASSERT(memcmp(out, data, 4096) == 0);
+  ASSERT_OK(mgpu_event_destroy(written));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_free(dst));
+  return 0;
+}
+
+TEST_IMPL(wait_on_unrecorded_event_does_not_block) {
+  test_init();
+  mgpu_stream *s;
+  mgpu_event *e;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_stream_wait_event(s, e));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_event_synchronize(e));
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return 0;
+}
+
+/* A host kernel: out[i] = in[i] * scale + block index, one block per 256
+ * elements. */
+typedef struct saxpy_args {
+  float *out;
+  const float *in;
+  float scale;
+  unsigned n;
+} saxpy_args;
+
+static void saxpy_host(const mgpu_kernel_ctx *ctx, const void *argp) {
+  const saxpy_args *a = argp;
+  unsigned first = ctx->block_idx.x * ctx->block_dim.x;
+  for (unsigned i = first; i < first + ctx->block_dim.x && i < a->n; i++)
+    a->out[i] = a->in[i] * a->scale + (float)ctx->block_idx.x;
+}
+
+static const mgpu_kernel saxpy_kernel = {"saxpy_block", saxpy_host, NULL};
+
+TEST_IMPL(launch_host_kernel) {
+  int n = test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) {
+    /* No CUDA variant here: the launch is refused cleanly. */
+    mgpu_stream *s;
+    ASSERT_OK(mgpu_stream_create(&s, 0));
+    saxpy_args a = {0};
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_launch(s, &saxpy_kernel, MGPU_DIM3(1, 1, 1),
+                                         MGPU_DIM3(1, 1, 1), &a, sizeof a));
+    ASSERT_DETAIL_HAS("saxpy_block");
+    ASSERT_OK(mgpu_stream_destroy(s));
+    return 0;
+  }
+  const unsigned N = 1000;
+  for (int d = 0; d < n; d++) {
+    mgpu_buffer *in, *out;
+    mgpu_stream *s;
+    ASSERT_OK(mgpu_malloc(&in, d, N * sizeof(float)));
+    ASSERT_OK(mgpu_malloc(&out, d, N * sizeof(float)));
+    ASSERT_OK(mgpu_stream_create(&s, d));
+    float host_in[1000], host_out[1000];
+    for (unsigned i = 0; i < N; i++) host_in[i] = (float)i;
+    ASSERT_OK(mgpu_memcpy_htod_async(in, 0, host_in, sizeof host_in, s));
+    saxpy_args a = {mgpu_buffer_ptr(out), mgpu_buffer_ptr(in), 2.0f, N};
+    ASSERT_OK(mgpu_launch(s, &saxpy_kernel, MGPU_DIM3((N + 255) / 256, 1, 1),
+                          MGPU_DIM3(256, 1, 1), &a, sizeof a));
+    a.scale = -100; /* the arguments were copied at launch */
+    ASSERT_OK(mgpu_memcpy_dtoh_async(host_out, out, 0, sizeof host_out, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    for (unsigned i = 0; i < N; i++)
+      ASSERT(host_out[i] == 2.0f * (float)i + (float)(i / 256));
+    ASSERT_OK(mgpu_stream_destroy(s));
+    ASSERT_OK(mgpu_free(in));
+    ASSERT_OK(mgpu_free(out));
+  }
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[0].kernels_launched, 1);
+  ASSERT(m.dev[0].busy_ns > 0);
+  return 0;
+}
+
+TEST_IMPL(launch_errors) {
+  test_init();
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  saxpy_args a = {0};
+  ASSERT_ERR(MGPU_EINVAL, mgpu_launch(s, NULL, MGPU_DIM3(1, 1, 1),
+                                      MGPU_DIM3(1, 1, 1), &a, sizeof a));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_launch(s, &saxpy_kernel, MGPU_DIM3(0, 1, 1),
+                                      MGPU_DIM3(1, 1, 1), &a, sizeof a));
+  ASSERT_DETAIL_HAS("saxpy_block");
+  ASSERT_ERR(MGPU_EINVAL, mgpu_launch(s, &saxpy_kernel, MGPU_DIM3(1, 1, 1),
+                                      MGPU_DIM3(1, 1, 1), NULL, 8));
+  static const mgpu_kernel cuda_only = {"cuda_only", NULL, NULL};
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_launch(s, &cuda_only, MGPU_DIM3(1, 1, 1),
+                                       MGPU_DIM3(1, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_ERR(MGPU_EFREED, mgpu_launch(s, &saxpy_kernel, MGPU_DIM3(1, 1, 1),
+                                      MGPU_DIM3(1, 1, 1), &a, sizeof a));
+  return 0;
+}
+
+#define CHECK_TYPE(T, DT)                                                    \
+  do {                                                                       \
+    T va[37], vb[37], out[37];                                               \
+    for (int i = 0; i < 37; i++) {                                           \
+      va[i] = (T)(i % 11 - 5);                                               \
+      vb[i] = (T)(7 - i % 5);                                                \
+    }                                                                        \
+    for (int op = MGPU_SUM; op <= MGPU_MAX; op++) {                          \
+      ASSERT_OK(mgpu_memcpy_htod_async(a, 0, va, sizeof va, s));            \
+      ASSERT_OK(mgpu_memcpy_htod_async(b, 0, vb, sizeof vb, s));            \
+      ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 37, DT, op));          \
+      ASSERT_OK(mgpu_memcpy_dtoh_async(out, c, 0, sizeof out, s));          \
+      ASSERT_OK(mgpu_stream_synchronize(s));                                 \
+      for (int i = 0; i < 37; i++) {                                         \
+        T e = op == MGPU_SUM    ? (T)(va[i] + vb[i])                         \
+              : op == MGPU_PROD ? (T)(va[i] * vb[i])                         \
+              : op == MGPU_MIN  ? (va[i] < vb[i] ? va[i] : vb[i])            \
+                                : (va[i] > vb[i] ? va[i] : vb[i]);           \
+        ASSERT(out[i] == e);                                                 \
+      }                                                                      \
+    }                                                                        \
+    T fillv = (T)3;                                                          \
+    ASSERT_OK(mgpu_fill(s, c, sizeof(T), 35, DT, &fillv));                   \
+    ASSERT_OK(mgpu_scale(s, c, sizeof(T), 35, DT, 2.0));                     \
+    ASSERT_OK(mgpu_axpy(s, c, sizeof(T), a, sizeof(T), 35, DT, 2.0));        \
+    ASSERT_OK(mgpu_memcpy_dtoh_async(out, c, 0, sizeof out, s));            \
+    ASSERT_OK(mgpu_stream_synchronize(s));                                   \
+    for (int i = 1; i < 36; i++) ASSERT(out[i] == (T)(6 + 2 * va[i]));       \
+  } while (0)
+
+TEST_IMPL(builtin_kernels_every_type) {
+  int n = test_init();
+  for (int d = 0; d < n; d++) {
+    mgpu_buffer *a, *b, *c;
+    mgpu_stream *s;
+    ASSERT_OK(mgpu_stream_create(&s, d));
+    ASSERT_OK(mgpu_malloc(&a, d, 37 * 8));
+    ASSERT_OK(mgpu_malloc(&b, d, 37 * 8));
+    ASSERT_OK(mgpu_malloc(&c, d, 37 * 8));
+    CHECK_TYPE(float, MGPU_FLOAT32);
+    CHECK_TYPE(double, MGPU_FLOAT64);
+    CHECK_TYPE(int32_t, MGPU_INT32);
+    CHECK_TYPE(int64_t, MGPU_INT64);
+    ASSERT_ERR(MGPU_ERANGE, mgpu_elementwise(s, c, 8, a, 0, b, 0, 37,
+                                             MGPU_FLOAT64, MGPU_SUM));
+    ASSERT_DETAIL_HAS("dst");
+    ASSERT_ERR(MGPU_EINVAL, mgpu_elementwise(s, c, 0, a, 0, b, 0, 1,
+                                             (mgpu_dtype)99, MGPU_SUM));
+    ASSERT_ERR(MGPU_EINVAL, mgpu_elementwise(s, c, 0, a, 0, b, 0, 1,
+                                             MGPU_FLOAT32, (mgpu_op)9));
+    mgpu_device_props p = {.size = sizeof p};
+    ASSERT_OK(mgpu_device_get_props(d, &p));
+    if (p.backend_kind == MGPU_BACKEND_HOST) {
+      double one = 1;
+      ASSERT_ERR(MGPU_ENOTSUP, mgpu_fill(s, c, 0, 4, MGPU_FLOAT16, &one));
+    }
+    ASSERT_OK(mgpu_stream_destroy(s));
+    ASSERT_OK(mgpu_free(a));
+    ASSERT_OK(mgpu_free(b));
+    ASSERT_OK(mgpu_free(c));
+  }
+  ASSERT_EQ(mgpu_dtype_size(MGPU_FLOAT64), 8);
+  ASSERT_EQ(mgpu_dtype_size((mgpu_dtype)42), 0);
+  ASSERT(strcmp(mgpu_op_name(MGPU_MAX), "max") == 0);
+  return 0;
+}
+
+TEST_IMPL(device_synchronize_waits_for_every_stream) {
+  int n = test_init();
+  for (int d = 0; d < n; d++) {
+    order_log log = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+    order_arg args[3] = {{&log, 0}, {&log, 1}, {&log, 2}};
+    mgpu_stream *s[3];
+    for (int i = 0; i < 3; i++) {
+      ASSERT_OK(mgpu_stream_create(&s[i], d));
+      ASSERT_OK(mgpu_stream_add_callback(s[i], sleep_cb, NULL));
+      ASSERT_OK(mgpu_stream_add_callback(s[i], log_cb, &args[i]));
+    }
+    ASSERT_OK(mgpu_device_synchronize(d));
+    ASSERT_EQ(log.n, 3);
+    for (int i = 0; i < 3; i++) ASSERT_OK(mgpu_stream_destroy(s[i]));
+  }
+  ASSERT_ERR(MGPU_ENODEV, mgpu_device_synchronize(n));
+  return 0;
+}
+
+TEST_IMPL(shutdown_releases_open_handles) {
+  test_init();
+  mgpu_stream *s;
+  mgpu_event *e;
+  mgpu_buffer *b;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_malloc(&b, 0, 1 << 16));
+  ASSERT_OK(mgpu_memset_async(b, 0, 1, 1 << 16, s));
+  ASSERT_OK(mgpu_event_record(e, s));
+  ASSERT_OK(mgpu_shutdown()); /* ASan would report anything left behind */
+  test_init();
+  ASSERT_ERR(MGPU_EFREED, mgpu_stream_destroy(s));
+  ASSERT_ERR(MGPU_EFREED, mgpu_event_destroy(e));
+  return 0;
+}
+
+TEST_LIST_BEGIN
+TEST_ENTRY(stream_runs_in_order)
+TEST_ENTRY(streams_of_one_device_run_concurrently)
+TEST_ENTRY(events_record_query_sync_elapsed)
+TEST_ENTRY(event_of_other_device_on_stream_is_error)
+TEST_ENTRY(wait_event_across_devices)
+TEST_ENTRY(wait_on_unrecorded_event_does_not_block)
+TEST_ENTRY(launch_host_kernel)
+TEST_ENTRY(launch_errors)
+TEST_ENTRY(builtin_kernels_every_type)
+TEST_ENTRY(device_synchronize_waits_for_every_stream)
+TEST_ENTRY(shutdown_releases_open_handles)
+TEST_LIST_END
