@@ -35,9 +35,10 @@ MGPU_EXTERN int mgpu_peer_can_access(int a, int b, int *yes);
 MGPU_EXTERN int mgpu_peer_enable(int a, int b);
 
 /* Turns direct copies between a and b off (both directions): copies between
- * them go host-staged. 0 when it already is off. Copies already queued are
- * not affected. Two logical devices of one GPU share one memory: their copies
- * are device copies whatever is set. */
+ * them go host-staged, even between two logical devices of one GPU (which
+ * otherwise copy within the GPU): that is how the staged path is measured on
+ * a machine with one GPU. 0 when it already is off. Copies already queued
+ * are not affected. */
 MGPU_EXTERN int mgpu_peer_disable(int a, int b);
 
 /* How a copy from one device to another travels. */

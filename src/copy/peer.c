@@ -2,10 +2,12 @@
  *
  * mgpu_memcpy_async checks handles, ranges and overlap, and hands a copy
  * between two different devices to mgpu__copy_between_devices. It picks:
- * copies with a host-visible side, and copies between logical devices of one
- * GPU, stay in the core (they are ordinary copies on the stream's device).
- * Here the path is the backend's direct peer copy where peer access is on for
- * the pair, and otherwise the pipelined host-staged copy of staged.c.
+ * copies with a host-visible side stay in the core (they are ordinary copies
+ * on the stream's device). Here the path is a device copy between logical
+ * devices of one GPU (one memory), the backend's direct peer copy where peer
+ * access is on for the pair, and otherwise the pipelined host-staged copy of
+ * staged.c. Turning a pair of one GPU off sends its copies through the host
+ * too, which is how the staged path is measured on a machine with one GPU.
  *
  * Peer access is kept per unordered pair of devices. A pair starts unset; the
  * first copy (or path query) between them turns it on when the backend says
@@ -135,12 +137,16 @@ int mgpu__peer_path(int src, int dst, mgpu_copy_path *path) {
   mgpu__device *ds, *dd;
   int rc = pair_check(src, dst, &ds, &dd);
   if (rc != 0) return rc;
-  if (src == dst || mgpu__same_physical(ds, dd)) {
+  if (src == dst) {
     *path = MGPU_PATH_DEVICE;
     return 0;
   }
   _Atomic int *st = state_of(src, dst);
   int cur = *st;
+  if (mgpu__same_physical(ds, dd)) { /* one memory: on unless turned off */
+    *path = cur == PEER_OFF ? MGPU_PATH_STAGED : MGPU_PATH_DEVICE;
+    return 0;
+  }
   if (cur == PEER_UNSET) {
     mgpu__mutex_lock(&peer_lock);
     if (*st == PEER_UNSET) {
@@ -210,12 +216,18 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
   mgpu_copy_path path;
   int rc = mgpu__peer_path(src->dev, dst->dev, &path);
   if (rc != 0) return rc;
+  if (path == MGPU_PATH_DEVICE) { /* logical devices of one GPU */
+    rc = xd->ops->memcpy_async(xd->b, s->b, dp, sp, size, MGPU__COPY_D2D);
+    if (rc == 0) {
+      mgpu__metric_add(s->dev, MGPU__M_bytes_d2d, size);
+      mgpu__metric_add(s->dev, MGPU__M_copies_d2d, 1);
+    }
+    return rc;
+  }
   if (path == MGPU_PATH_STAGED)
     rc = mgpu__copy_staged(dd, dp, sd, sp, size, s);
-  else if (path == MGPU_PATH_DIRECT)
+  else
     rc = xd->ops->memcpy_peer_async(dd->b, dp, sd->b, sp, size, xd->b, s->b);
-  else /* logical devices of one GPU (the core's entry point keeps these) */
-    rc = xd->ops->memcpy_async(xd->b, s->b, dp, sp, size, MGPU__COPY_D2D);
   if (rc == 0) count(src->dev, path == MGPU_PATH_STAGED, size);
   return rc;
 }
