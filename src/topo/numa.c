@@ -1,14 +1,17 @@
 /* NUMA locality of devices.
  *
  * Where hwloc was found at build time (MGPU_HAVE_HWLOC) the machine's
- * topology is loaded once, with its PCI devices, and a GPU's node is the
- * node of the first non-I/O ancestor of its PCI device; threads are bound
- * with hwloc_set_cpubind. Without hwloc the node comes from sysfs
- * (/sys/bus/pci/devices/<bus id>/numa_node) and threads are left where the
- * OS puts them. Host devices have no PCI device: host device i is placed on
- * node i modulo the node count, which spreads them over the sockets, and its
- * threads are bound there (hwloc), so that its memory, first touched by
- * them, lives there too.
+ * topology is loaded once to count the nodes and to bind threads to a node's
+ * cores (hwloc_set_cpubind), and a GPU's node is the node of the first
+ * non-I/O ancestor of its PCI device. That needs hwloc's PCI discovery, which
+ * is slow and leaks inside libpciaccess, so it is a second topology, loaded
+ * only when a device with a PCI bus id asks. Without hwloc the nodes are
+ * counted in sysfs, a GPU's node is /sys/bus/pci/devices/<bus id>/numa_node
+ * and threads stay where the OS puts them.
+ *
+ * Host devices have no PCI device: host device i is placed on node i modulo
+ * the node count, which spreads them over the sockets, and its host thread
+ * is bound there (hwloc).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -22,30 +25,35 @@
 #include <hwloc.h>
 #endif
 
-/* numa_lock guards hwloc_topo and node_count. */
+/* numa_lock guards the topologies and node_count. */
 static mgpu__mutex numa_lock = PTHREAD_MUTEX_INITIALIZER;
 static int node_count; /* 0: not counted yet */
 #ifdef MGPU_HAVE_HWLOC
-static hwloc_topology_t hwloc_topo; /* NULL: not loaded (or failed) */
-static int hwloc_failed;
+/* [0]: without I/O objects, [1]: with PCI devices. NULL: not loaded. */
+static hwloc_topology_t hwloc_topo[2];
+static int hwloc_failed[2];
 
 /* Called under numa_lock. */
-static hwloc_topology_t hwloc_locked(void) {
-  if (hwloc_topo != NULL || hwloc_failed) return hwloc_topo;
+static hwloc_topology_t hwloc_locked(int with_pci) {
+  if (hwloc_topo[with_pci] != NULL || hwloc_failed[with_pci])
+    return hwloc_topo[with_pci];
   hwloc_topology_t t;
   if (hwloc_topology_init(&t) != 0) {
-    hwloc_failed = 1;
+    hwloc_failed[with_pci] = 1;
     return NULL;
   }
-  hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  hwloc_topology_set_io_types_filter(t, with_pci
+                                            ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT
+                                            : HWLOC_TYPE_FILTER_KEEP_NONE);
   if (hwloc_topology_load(t) != 0) {
     hwloc_topology_destroy(t);
-    hwloc_failed = 1;
+    hwloc_failed[with_pci] = 1;
     mgpu__log(MGPU_LOG_WARN, "hwloc could not load the machine's topology: "
-              "NUMA nodes come from sysfs, threads are not bound");
+              "NUMA nodes come from sysfs%s", with_pci ? "" : ", threads are "
+              "not bound");
     return NULL;
   }
-  hwloc_topo = t;
+  hwloc_topo[with_pci] = t;
   return t;
 }
 #endif
@@ -66,7 +74,7 @@ int mgpu__numa_count(void) {
   mgpu__mutex_lock(&numa_lock);
   if (node_count == 0) {
 #ifdef MGPU_HAVE_HWLOC
-    hwloc_topology_t t = hwloc_locked();
+    hwloc_topology_t t = hwloc_locked(0);
     if (t != NULL) node_count = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
 #endif
     if (node_count <= 0) node_count = sysfs_node_count();
@@ -95,13 +103,11 @@ static int node_of_bus_id(const char *bus_id) {
   int node = -1;
 #ifdef MGPU_HAVE_HWLOC
   mgpu__mutex_lock(&numa_lock);
-  hwloc_topology_t t = hwloc_locked();
-  if (t != NULL) {
-    hwloc_obj_t pci = hwloc_get_pcidev_by_busidstring(t, id);
-    hwloc_obj_t anc = pci != NULL ? hwloc_get_non_io_ancestor_obj(t, pci) : NULL;
-    if (anc != NULL && anc->nodeset != NULL && !hwloc_bitmap_iszero(anc->nodeset))
-      node = hwloc_bitmap_first(anc->nodeset);
-  }
+  hwloc_topology_t t = hwloc_locked(1);
+  hwloc_obj_t pci = t != NULL ? hwloc_get_pcidev_by_busidstring(t, id) : NULL;
+  hwloc_obj_t anc = pci != NULL ? hwloc_get_non_io_ancestor_obj(t, pci) : NULL;
+  if (anc != NULL && anc->nodeset != NULL && !hwloc_bitmap_iszero(anc->nodeset))
+    node = hwloc_bitmap_first(anc->nodeset);
   mgpu__mutex_unlock(&numa_lock);
   if (node >= 0) return node;
 #endif
@@ -137,7 +143,7 @@ int mgpu__numa_bind_thread(int node) {
   if (node < 0) return -1;
   int rc = -1;
   mgpu__mutex_lock(&numa_lock);
-  hwloc_topology_t t = hwloc_locked();
+  hwloc_topology_t t = hwloc_locked(0);
   hwloc_obj_t obj = t != NULL ? hwloc_get_numanode_obj_by_os_index(t, (unsigned)node)
                               : NULL;
   if (obj != NULL && obj->cpuset != NULL && !hwloc_bitmap_iszero(obj->cpuset))
@@ -153,9 +159,11 @@ int mgpu__numa_bind_thread(int node) {
 void mgpu__numa_release(void) {
   mgpu__mutex_lock(&numa_lock);
 #ifdef MGPU_HAVE_HWLOC
-  if (hwloc_topo != NULL) hwloc_topology_destroy(hwloc_topo);
-  hwloc_topo = NULL;
-  hwloc_failed = 0;
+  for (int i = 0; i < 2; i++) {
+    if (hwloc_topo[i] != NULL) hwloc_topology_destroy(hwloc_topo[i]);
+    hwloc_topo[i] = NULL;
+    hwloc_failed[i] = 0;
+  }
 #endif
   node_count = 0;
   mgpu__mutex_unlock(&numa_lock);
