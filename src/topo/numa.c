@@ -124,6 +124,9 @@ static int node_of_bus_id(const char *bus_id) {
 }
 
 int mgpu__numa_node_of(mgpu__device *d) {
+  /* Host devices are placed, not asked: their backend is still being set up
+   * by mgpu_init while their host threads start and call here. */
+  if (d->ops->kind == MGPU_BACKEND_HOST) return d->id % mgpu__numa_count();
   mgpu_device_props p;
   memset(&p, 0, sizeof p);
   p.size = sizeof p;
@@ -134,7 +137,6 @@ int mgpu__numa_node_of(mgpu__device *d) {
   }
   if (p.numa_node >= 0) return p.numa_node;
   if (p.pci_bus_id[0] != '\0') return node_of_bus_id(p.pci_bus_id);
-  if (d->ops->kind == MGPU_BACKEND_HOST) return d->id % mgpu__numa_count();
   return -1;
 }
 
