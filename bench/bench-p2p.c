@@ -4,9 +4,10 @@
  *   mgpu bench p2p [--json] [--quick] [--reps N] [SIZE]
  *
  * For each ordered pair: bandwidth of a SIZE copy (default 64M, 8M with
- * --quick) along the direct path (where the pair can) and the staged path
- * (peer access turned off for the pair), both ways at once for each
- * unordered pair, and the latency of a 1-byte copy. Each figure sits next to
+ * --quick) along the direct path (where the pair can; "device" for logical
+ * devices of one GPU) and the staged path (peer access turned off for the
+ * pair), both ways at once for each unordered pair, and the latency of a
+ * 1-byte copy. Each figure sits next to
  * a baseline timed in the same loop, rep for rep, so that a noisy machine
  * moves both alike:
  *   - host devices: single-thread memcpy of SIZE between two pre-touched
@@ -247,18 +248,17 @@ int mgpu_bench_p2p(int argc, char **argv) {
     for (int b = 0; b < c->n && rc == 0; b++) {
       if (a == b) continue;
       int yes = 0;
-      mgpu_copy_path path;
+      mgpu_copy_path path = MGPU_PATH_STAGED;
       rc = mgpu_peer_can_access(a, b, &yes);
       if (rc == 0) rc = mgpu_copy_path_get(a, b, &path);
-      if (rc == 0 && path == MGPU_PATH_DEVICE) { /* one GPU: no peer path */
-        rc = pair_figures(c, r, o.reps, a, b, "device");
-      } else if (rc == 0) {
-        if (yes && (rc = mgpu_peer_enable(a, b)) == 0)
-          rc = pair_figures(c, r, o.reps, a, b, "direct");
-        if (rc == 0) rc = mgpu_peer_disable(a, b);
-        if (rc == 0) rc = pair_figures(c, r, o.reps, a, b, "staged");
-        if (rc == 0 && yes) rc = mgpu_peer_enable(a, b);
-      }
+      /* Logical devices of one GPU copy within it ("device"); turned off,
+       * they go staged like any other pair. */
+      const char *on = path == MGPU_PATH_DEVICE ? "device" : "direct";
+      if (rc == 0 && yes && (rc = mgpu_peer_enable(a, b)) == 0)
+        rc = pair_figures(c, r, o.reps, a, b, on);
+      if (rc == 0) rc = mgpu_peer_disable(a, b);
+      if (rc == 0) rc = pair_figures(c, r, o.reps, a, b, "staged");
+      if (rc == 0 && yes) rc = mgpu_peer_enable(a, b);
     }
   teardown(c);
   free(c);
