@@ -247,6 +247,32 @@ TEST_IMPL(staged_by_disable) {
   return 0;
 }
 
+/* Copies of four chunks or more ramp up and down (a quarter and a half
+ * chunk at each end): sizes around that edge and around the ramp's pieces,
+ * with every depth from 2 to 5. */
+TEST_IMPL(staged_ramp) {
+  const size_t chunk = 16384;
+  int n = init_cfg(0, chunk, 0);
+  if (n < 2) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  peer_all(n, 0);
+  const size_t sizes[] = {4 * chunk - 1, 4 * chunk, 4 * chunk + 1,
+                          4 * chunk + chunk / 4 + 1, 5 * chunk - 3,
+                          6 * chunk + chunk / 2, 10 * chunk + 7777};
+  pair_bufs p;
+  pair_open(&p, 1, 0, 11 * chunk);
+  for (int depth = 2; depth <= 5; depth++) {
+    ASSERT_OK(mgpu_staging_set(0, depth));
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      pair_check(&p, i % 3, (i + depth) % 5, sizes[i], (int)(i + depth) % 2);
+  }
+  pair_close(&p);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_IMPL(staging_params) {
   int n = init_cfg(0, 0, 0);
   size_t chunk = 0;
@@ -550,6 +576,7 @@ TEST_ENTRY(host_peer_none)
 TEST_ENTRY(direct_odd_sizes)
 TEST_ENTRY(staged_odd_sizes)
 TEST_ENTRY(staged_by_disable)
+TEST_ENTRY(staged_ramp)
 TEST_ENTRY(staging_params)
 TEST_ENTRY(errors)
 TEST_ENTRY(many_streams_staged)

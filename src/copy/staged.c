@@ -1,14 +1,18 @@
-/* The pipelined host-staged copy between two devices, and the cross-device
- * ordering that every copy between devices shares.
+/* The pipelined host-staged copy between two devices.
  *
- * A staged copy cuts the bytes into chunks and moves each through one of k
+ * A staged copy cuts the bytes into pieces and moves each through one of k
  * pinned bounce buffers (k = the staging depth, at least 2): the source
- * device copies chunk i into bounce[i % k] on a stream of its own
- * (device-to-host), records an event; a stream of the destination device
- * waits for that event and copies the chunk out (host-to-device), records
+ * device copies piece i into bounce[i % k] on a stream of its own
+ * (device-to-host) and records an event; a stream of the destination device
+ * waits for that event, copies the piece out (host-to-device) and records
  * another event, which the source side waits for before it reuses the bounce
- * buffer for chunk i + k. So while the destination drains chunk i, the source
- * already fills chunk i + 1: the two halves overlap.
+ * buffer for piece i + k. So while the destination drains piece i, the
+ * source already fills piece i + 1: the two halves overlap.
+ *
+ * Pieces are one chunk long, except that a copy of four chunks or more ramps
+ * up and down: it starts with a quarter and a half chunk and ends with a half
+ * and a quarter, because the first piece's D2H and the last piece's H2D run
+ * alone, and shorter ones there shorten the time nothing overlaps.
  *
  * Stream order: the copy runs on the caller's stream s, which belongs to
  * one of the two devices; that device's half runs on s itself, the other
@@ -19,12 +23,15 @@
  * on s after the copy, see the data). Either way the copy is one step of s.
  *
  * Nothing is allocated per call in the steady state: helper streams are
- * created once per device, events and bounce buffers come from pools and go
- * back to them from a host callback queued on s after the copy, when every
- * half is done. Bounce buffers are pre-touched when they are made, because
- * the first touch of fresh pages costs more than the copy itself.
+ * created once per device; events and bounce buffers come from pools. A copy
+ * records a "done" event on s after itself and goes on a pending list; later
+ * copies (and shutdown) give back what finished copies borrowed once their
+ * done event has completed. That costs one event record per copy, where a
+ * host callback would cost a trip through the driver's callback thread.
+ * Bounce buffers are pre-touched when they are made, because the first touch
+ * of fresh pages costs more than the copy itself.
  *
- * Event re-recording: each bounce slot's events are recorded once per chunk
+ * Event re-recording: each bounce slot's events are recorded once per piece
  * that uses the slot. A wait takes the event's most recent record at the
  * time it is queued (the backends' contract, as in CUDA), so a later record
  * does not move an earlier wait.
@@ -40,9 +47,6 @@
 #define DEFAULT_DEPTH 3
 /* Bounce buffers kept alive at most (before waiting for one to come back). */
 #define BOUNCE_CAP_MIN 16
-/* How long an issuing thread waits for a bounce buffer before it makes one
- * more anyway (so that a stream blocked by the caller cannot deadlock it). */
-#define BOUNCE_WAIT_NS 200000000ull
 
 typedef struct bounce {
   struct bounce *next;
@@ -56,8 +60,9 @@ typedef struct pooled_event {
   mgpu__bevent *ev;
 } pooled_event;
 
-/* What one copy borrowed, given back by release_op on the stream. */
+/* What one copy borrowed. events[0] is its done event once it is queued. */
 typedef struct copy_op {
+  struct copy_op *next; /* in the pending list */
   int nevents;
   pooled_event events[2 * MAX_DEPTH + 2];
   int nbounce;
@@ -66,9 +71,9 @@ typedef struct copy_op {
 
 /* pool_lock guards everything in this block. */
 static mgpu__mutex pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static mgpu__cond bounce_returned = PTHREAD_COND_INITIALIZER;
 static bounce *bounce_free;     /* idle bounce buffers */
 static int bounce_alive;        /* idle + lent */
+static copy_op *pending;        /* queued copies, newest first */
 static mgpu__bstream *helpers[MGPU_MAX_DEVICES][HELPERS_PER_DEVICE];
 static unsigned helper_next[MGPU_MAX_DEVICES];
 static mgpu__bevent **event_free[MGPU_MAX_DEVICES]; /* idle events */
@@ -152,7 +157,7 @@ static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
 }
 
 /* Called under pool_lock. Returns 0, or -1 when the free list could not grow
- * (the event is then destroyed by the caller, outside the lock). */
+ * (the caller then destroys the event). */
 static int event_put_locked(mgpu__device *d, mgpu__bevent *e) {
   int id = d->id;
   if (event_nfree[id] == event_cap[id]) {
@@ -188,14 +193,69 @@ static void bounce_destroy(bounce *b) {
   free(b);
 }
 
+/* Gives back what op borrowed (every stream it touched is past it) and
+ * frees it. Called under pool_lock. An event that cannot be pooled is
+ * destroyed. */
+static void release_locked(copy_op *op) {
+  for (int i = 0; i < op->nbounce; i++) {
+    op->bounce[i]->next = bounce_free;
+    bounce_free = op->bounce[i];
+  }
+  for (int i = 0; i < op->nevents; i++) {
+    pooled_event *pe = &op->events[i];
+    if (event_put_locked(pe->dev, pe->ev) != 0)
+      pe->dev->ops->event_destroy(pe->dev->b, pe->ev);
+  }
+  free(op);
+}
+
+static void release_op(copy_op *op) {
+  mgpu__mutex_lock(&pool_lock);
+  release_locked(op);
+  mgpu__mutex_unlock(&pool_lock);
+}
+
+/* Gives back what finished copies borrowed. Called under pool_lock. */
+static void reap_locked(void) {
+  copy_op **p = &pending;
+  while (*p != NULL) {
+    copy_op *op = *p;
+    pooled_event *done = &op->events[0];
+    /* Any answer but "pending" ends it: a failed copy is over too. */
+    if (done->dev->ops->event_query(done->dev->b, done->ev) != MGPU_EAGAIN) {
+      *p = op->next;
+      release_locked(op);
+    } else {
+      p = &op->next;
+    }
+  }
+}
+
+/* Waits for the oldest pending copy (outside the lock), then reaps. Returns
+ * 0 when nothing was pending. Called under pool_lock. */
+static int wait_oldest_locked(void) {
+  copy_op *oldest = pending;
+  if (oldest == NULL) return 0;
+  while (oldest->next != NULL) oldest = oldest->next;
+  pooled_event done = oldest->events[0];
+  mgpu__mutex_unlock(&pool_lock);
+  /* The event stays alive: only reap_locked gives it back, and only once it
+   * has completed. */
+  done.dev->ops->event_synchronize(done.dev->b, done.ev);
+  mgpu__mutex_lock(&pool_lock);
+  reap_locked();
+  return 1;
+}
+
 /* Lends n bounce buffers of size bytes to op. Idle buffers of another size
- * (the chunk was changed) are freed on the way. */
+ * (the chunk was changed) are freed on the way. With max(16, 4n) buffers
+ * lent already, it first waits for copies in flight to finish. */
 static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
   int cap = BOUNCE_CAP_MIN > 4 * n ? BOUNCE_CAP_MIN : 4 * n;
-  uint64_t deadline = mgpu__now_ns() + BOUNCE_WAIT_NS;
   bounce *stale = NULL;
   int rc = 0;
   mgpu__mutex_lock(&pool_lock);
+  reap_locked();
   while (op->nbounce < n) {
     bounce **p = &bounce_free;
     while (*p != NULL && op->nbounce < n) {
@@ -210,10 +270,7 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
       }
     }
     if (op->nbounce == n) break;
-    if (bounce_alive >= cap && mgpu__now_ns() < deadline) {
-      mgpu__cond_timedwait(&bounce_returned, &pool_lock, deadline);
-      continue;
-    }
+    if (bounce_alive >= cap && wait_oldest_locked()) continue;
     bounce_alive++;
     mgpu__mutex_unlock(&pool_lock);
     bounce *b = NULL;
@@ -234,28 +291,6 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
   return rc;
 }
 
-/* Gives back what op borrowed. Runs as a host callback once the copy is done
- * (so it must not call a backend), or directly on an error path. An event
- * that cannot be pooled is kept in op for op_free to destroy. */
-static void release_op(void *arg) {
-  copy_op *op = arg;
-  mgpu__mutex_lock(&pool_lock);
-  for (int i = 0; i < op->nbounce; i++) {
-    op->bounce[i]->next = bounce_free;
-    bounce_free = op->bounce[i];
-  }
-  op->nbounce = 0;
-  int kept = 0;
-  for (int i = 0; i < op->nevents; i++)
-    if (event_put_locked(op->events[i].dev, op->events[i].ev) != 0)
-      op->events[kept++] = op->events[i];
-  op->nevents = kept;
-  mgpu__cond_broadcast(&bounce_returned);
-  mgpu__mutex_unlock(&pool_lock);
-  if (kept == 0) free(op);
-  /* else: leaked events are rare (realloc failed); op stays for them. */
-}
-
 /* Error path: waits until the streams the copy touched are idle, then gives
  * everything back. */
 static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
@@ -266,11 +301,20 @@ static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
   release_op(op);
 }
 
-/* Queues release_op on s, or runs it once s is idle if that fails. */
-static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s) {
-  int rc = xd->ops->host_callback(xd->b, s->b, release_op, op);
-  if (rc != 0) abandon_op(op, xd, s, NULL, NULL);
-  return rc;
+/* Records op's done event (events[0], taken first) on s and puts op on the
+ * pending list. */
+static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
+                     mgpu__device *hd, mgpu__bstream *h) {
+  int rc = xd->ops->event_record(xd->b, op->events[0].ev, s->b);
+  if (rc != 0) {
+    abandon_op(op, xd, s, hd, h);
+    return rc;
+  }
+  mgpu__mutex_lock(&pool_lock);
+  op->next = pending;
+  pending = op;
+  mgpu__mutex_unlock(&pool_lock);
+  return 0;
 }
 
 /* ---- the staged copy ---- */
@@ -278,21 +322,40 @@ static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s) {
 typedef struct staged_plan {
   mgpu__device *sd, *dd;
   mgpu__bstream *src_stream, *dst_stream;
-  size_t chunk;
+  size_t size, chunk;
+  int ramp; /* pieces ramp up and down (see the top of the file) */
   int slots;
-  mgpu__bevent *filled[MAX_DEPTH];  /* slot holds a chunk (source's) */
+  mgpu__bevent *filled[MAX_DEPTH];  /* slot holds a piece (source's) */
   mgpu__bevent *drained[MAX_DEPTH]; /* slot is free again (destination's) */
 } staged_plan;
 
-/* Queues every chunk. Returns the slot of the last chunk through *last. */
-static int queue_chunks(staged_plan *p, copy_op *op, char *dst,
-                        const char *src, size_t size, int *last) {
+/* Length of the piece that starts at off: a quarter chunk, a half chunk,
+ * whole chunks, then a half and a quarter when ramping; else whole chunks. */
+static size_t piece_len(const staged_plan *p, size_t off) {
+  size_t left = p->size - off, quarter = p->chunk / 4, half = p->chunk / 2;
+  if (!p->ramp) return left < p->chunk ? left : p->chunk;
+  if (off == 0) return quarter;
+  if (off == quarter) return half;
+  if (left <= quarter) return left;
+  if (left <= quarter + half) return left - quarter;
+  size_t middle = left - quarter - half;
+  return middle < p->chunk ? middle : p->chunk;
+}
+
+static size_t piece_count(const staged_plan *p) {
+  size_t n = 0;
+  for (size_t off = 0; off < p->size; off += piece_len(p, off)) n++;
+  return n;
+}
+
+/* Queues every piece. Returns the slot of the last one through *last. */
+static int queue_pieces(staged_plan *p, copy_op *op, char *dst,
+                        const char *src, int *last) {
   mgpu__device *sd = p->sd, *dd = p->dd;
-  size_t nchunks = (size - 1) / p->chunk + 1;
-  for (size_t i = 0; i < nchunks; i++) {
+  size_t i = 0;
+  for (size_t off = 0; off < p->size; i++) {
     int slot = (int)(i % (size_t)p->slots);
-    size_t off = i * p->chunk;
-    size_t n = size - off < p->chunk ? size - off : p->chunk;
+    size_t n = piece_len(p, off);
     void *bounce = op->bounce[slot]->ptr;
     int rc = 0;
     if (i >= (size_t)p->slots)
@@ -312,24 +375,26 @@ static int queue_chunks(staged_plan *p, copy_op *op, char *dst,
       rc = dd->ops->event_record(dd->b, p->drained[slot], p->dst_stream);
     if (rc != 0) return rc;
     *last = slot;
+    off += n;
   }
   return 0;
 }
 
 int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                       const void *src, size_t size, mgpu__stream *s) {
-  staged_plan p = {.sd = sd, .dd = dd};
-  int depth;
-  mgpu__staging_params(&p.chunk, &depth);
-  size_t nchunks = (size - 1) / p.chunk + 1;
-  p.slots = nchunks < (size_t)depth ? (int)nchunks : depth;
-  int on_src = s->dev == sd->id;
-  mgpu__device *xd = on_src ? sd : dd;    /* the stream's device */
-  mgpu__device *hd = on_src ? dd : sd;    /* the helper's device */
   if (sd->ops != dd->ops)
     return mgpu__error(MGPU_ENOTSUP, "staged copy from device %d to device "
                        "%d: the devices belong to different backends",
                        sd->id, dd->id);
+  staged_plan p = {.sd = sd, .dd = dd, .size = size};
+  int depth;
+  mgpu__staging_params(&p.chunk, &depth);
+  p.ramp = p.chunk >= 16384 && size >= 4 * p.chunk;
+  size_t npieces = piece_count(&p);
+  p.slots = npieces < (size_t)depth ? (int)npieces : depth;
+  int on_src = s->dev == sd->id;
+  mgpu__device *xd = on_src ? sd : dd; /* the stream's device */
+  mgpu__device *hd = on_src ? dd : sd; /* the helper's device */
 
   copy_op *op = calloc(1, sizeof *op);
   if (op == NULL)
@@ -337,8 +402,9 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                        "to device %d: no memory for its record",
                        size, sd->id, dd->id);
   mgpu__bstream *h = NULL;
-  mgpu__bevent *start = NULL;
-  int rc = helper_get(hd, &h);
+  mgpu__bevent *done, *start = NULL;
+  int rc = event_take(op, xd, &done); /* events[0] */
+  if (rc == 0) rc = helper_get(hd, &h);
   for (int i = 0; rc == 0 && i < p.slots; i++) {
     rc = event_take(op, sd, &p.filled[i]);
     if (rc == 0) rc = event_take(op, dd, &p.drained[i]);
@@ -357,20 +423,22 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
     rc = dd->ops->event_record(dd->b, start, s->b);
     if (rc == 0) rc = sd->ops->stream_wait_event(sd->b, h, dd->b, start);
   }
-  if (rc == 0) rc = queue_chunks(&p, op, dst, src, size, &last);
-  if (rc == 0 && on_src) /* later work on s waits for the last chunk */
+  if (rc == 0) rc = queue_pieces(&p, op, dst, src, &last);
+  if (rc == 0 && on_src) /* later work on s waits for the last piece */
     rc = sd->ops->stream_wait_event(sd->b, s->b, dd->b, p.drained[last]);
   if (rc != 0) {
     abandon_op(op, xd, s, hd, h);
     return rc;
   }
-  return finish_op(op, xd, s);
+  return finish_op(op, xd, s, hd, h);
 }
 
 /* ---- shutdown ---- */
 
 void mgpu__staged_shutdown(void) {
   mgpu__mutex_lock(&pool_lock);
+  while (wait_oldest_locked()) {
+  } /* every device is idle by now: this only collects */
   bounce *b = bounce_free;
   bounce_free = NULL;
   bounce_alive = 0;
