@@ -11,7 +11,7 @@
 
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)
 #define DEFAULT_HOST_WORKERS 2
-#define DEFAULT_STAGING_CHUNK ((size_t)4 << 20)
+#define DEFAULT_STAGING_CHUNK ((size_t)8 << 20) /* docs/perf-copy.md */
 #define DEFAULT_STAGING_DEPTH 3
 
 int mgpu__parse_size(const char *s, size_t *out) {
