@@ -43,7 +43,7 @@
 
 #define HELPERS_PER_DEVICE 4
 #define MAX_DEPTH 64 /* as MGPU_STAGING_DEPTH allows */
-#define DEFAULT_CHUNK ((size_t)4 << 20)
+#define DEFAULT_CHUNK ((size_t)8 << 20)
 #define DEFAULT_DEPTH 3
 /* Bounce buffers kept alive at most (before waiting for one to come back). */
 #define BOUNCE_CAP_MIN 16
