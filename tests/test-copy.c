@@ -247,11 +247,11 @@ TEST_IMPL(staged_by_disable) {
   return 0;
 }
 
-/* Copies of four chunks or more ramp up and down (a quarter and a half
- * chunk at each end): sizes around that edge and around the ramp's pieces,
- * with every depth from 2 to 5. */
+/* Copies of four chunks or more ramp up and down (an eighth, a quarter and a
+ * half chunk at each end): sizes around that edge and around the ramp's
+ * pieces, with every depth from 2 to 5. */
 TEST_IMPL(staged_ramp) {
-  const size_t chunk = 16384;
+  const size_t chunk = 32768;
   int n = init_cfg(0, chunk, 0);
   if (n < 2) {
     ASSERT_OK(mgpu_shutdown());
@@ -259,8 +259,9 @@ TEST_IMPL(staged_ramp) {
   }
   peer_all(n, 0);
   const size_t sizes[] = {4 * chunk - 1, 4 * chunk, 4 * chunk + 1,
-                          4 * chunk + chunk / 4 + 1, 5 * chunk - 3,
-                          6 * chunk + chunk / 2, 10 * chunk + 7777};
+                          4 * chunk + chunk / 8 + 1, 4 * chunk + chunk / 4,
+                          5 * chunk - 3, 6 * chunk + chunk / 2,
+                          7 * chunk + 7 * chunk / 8, 10 * chunk + 7777};
   pair_bufs p;
   pair_open(&p, 1, 0, 11 * chunk);
   for (int depth = 2; depth <= 5; depth++) {

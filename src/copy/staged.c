@@ -10,9 +10,10 @@
  * source already fills piece i + 1: the two halves overlap.
  *
  * Pieces are one chunk long, except that a copy of four chunks or more ramps
- * up and down: it starts with a quarter and a half chunk and ends with a half
- * and a quarter, because the first piece's D2H and the last piece's H2D run
- * alone, and shorter ones there shorten the time nothing overlaps.
+ * up and down: it starts with an eighth, a quarter and a half chunk and ends
+ * with a half, a quarter and an eighth, because the first piece's D2H and the
+ * last piece's H2D run alone, and short ones there shorten the time nothing
+ * overlaps.
  *
  * Stream order: the copy runs on the caller's stream s, which belongs to
  * one of the two devices; that device's half runs on s itself, the other
@@ -329,17 +330,24 @@ typedef struct staged_plan {
   mgpu__bevent *drained[MAX_DEPTH]; /* slot is free again (destination's) */
 } staged_plan;
 
-/* Length of the piece that starts at off: a quarter chunk, a half chunk,
- * whole chunks, then a half and a quarter when ramping; else whole chunks. */
+/* Length of the piece that starts at off: whole chunks, or when ramping an
+ * eighth, a quarter and a half chunk first, whole chunks, then a half, a
+ * quarter and an eighth (so that the head and the tail are 7/8 chunk). */
 static size_t piece_len(const staged_plan *p, size_t off) {
-  size_t left = p->size - off, quarter = p->chunk / 4, half = p->chunk / 2;
-  if (!p->ramp) return left < p->chunk ? left : p->chunk;
-  if (off == 0) return quarter;
-  if (off == quarter) return half;
-  if (left <= quarter) return left;
-  if (left <= quarter + half) return left - quarter;
-  size_t middle = left - quarter - half;
-  return middle < p->chunk ? middle : p->chunk;
+  size_t left = p->size - off, c = p->chunk;
+  if (!p->ramp) return left < c ? left : c;
+  const size_t ramp[3] = {c / 8, c / 4, c / 2};
+  size_t head = 0, tail = 0;
+  for (int k = 0; k < 3; k++) { /* head pieces: at offsets 0, c/8, 3c/8 */
+    if (off == head) return ramp[k];
+    head += ramp[k];
+  }
+  for (int k = 0; k < 3; k++) { /* tail pieces: c/8 left, 3c/8, 7c/8 */
+    tail += ramp[k];
+    if (left == tail) return ramp[k];
+  }
+  size_t middle = left - tail;
+  return middle < c ? middle : c;
 }
 
 static size_t piece_count(const staged_plan *p) {
@@ -389,7 +397,7 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
   staged_plan p = {.sd = sd, .dd = dd, .size = size};
   int depth;
   mgpu__staging_params(&p.chunk, &depth);
-  p.ramp = p.chunk >= 16384 && size >= 4 * p.chunk;
+  p.ramp = p.chunk >= 32768 && size >= 4 * p.chunk;
   size_t npieces = piece_count(&p);
   p.slots = npieces < (size_t)depth ? (int)npieces : depth;
   int on_src = s->dev == sd->id;
