@@ -279,7 +279,7 @@ TEST_IMPL(staging_params) {
   size_t chunk = 0;
   int depth = 0;
   ASSERT_OK(mgpu_staging_get(&chunk, &depth));
-  ASSERT_EQ(chunk, (size_t)8 << 20); /* the config's default */
+  ASSERT_EQ(chunk, 0); /* chosen per pair of devices */
   ASSERT_EQ(depth, 3);
   ASSERT_ERR(MGPU_EINVAL, mgpu_staging_set(0, 1));
   ASSERT_ERR(MGPU_EINVAL, mgpu_staging_set(100, 0));

@@ -58,7 +58,9 @@ MGPU_EXTERN const char *mgpu_copy_path_name(mgpu_copy_path path);
 /* The host-staged path moves a copy in chunks of chunk bytes through depth
  * pinned bounce buffers (at least 2), so that the device-to-host half of one
  * chunk overlaps the host-to-device half of the one before. The defaults
- * come from the config (MGPU_STAGING_CHUNK, MGPU_STAGING_DEPTH). A change
+ * come from the config (MGPU_STAGING_CHUNK, MGPU_STAGING_DEPTH); a chunk
+ * left unset there is chosen per pair of devices (8 MiB between GPUs, 1 MiB
+ * between host devices), and mgpu_staging_get reports it as 0. A change
  * applies to copies issued after it. chunk 0 or depth 0 leaves that value as
  * it is. */
 MGPU_EXTERN int mgpu_staging_set(size_t chunk, int depth);

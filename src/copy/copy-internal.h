@@ -22,8 +22,10 @@ int mgpu__same_physical(const mgpu__device *a, const mgpu__device *b);
 int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                       const void *src, size_t size, mgpu__stream *s);
 
-/* The staging parameters in force (set, or the config's). */
-void mgpu__staging_params(size_t *chunk, int *depth);
+/* The staging parameters in force for copies from device src: set at run
+ * time, or the config's, or (chunk) chosen by src's backend. src NULL: the
+ * chunk is 0 when it is chosen per backend. */
+void mgpu__staging_params(const mgpu__device *src, size_t *chunk, int *depth);
 
 /* Releases helper streams, pooled events and bounce buffers (shutdown). */
 void mgpu__staged_shutdown(void);

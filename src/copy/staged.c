@@ -44,7 +44,13 @@
 
 #define HELPERS_PER_DEVICE 4
 #define MAX_DEPTH 64 /* as MGPU_STAGING_DEPTH allows */
-#define DEFAULT_CHUNK ((size_t)8 << 20)
+/* Automatic chunk sizes (docs/perf-copy.md has the measurements). Between
+ * GPUs a chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
+ * small against its time. Between host devices both halves are memcpy on
+ * two cores: 1 MiB keeps the bounce buffers in the last-level cache, so the
+ * host-to-device half reads them from there instead of from memory. */
+#define GPU_CHUNK ((size_t)8 << 20)
+#define HOST_CHUNK ((size_t)1 << 20)
 #define DEFAULT_DEPTH 3
 /* Bounce buffers kept alive at most (before waiting for one to come back). */
 #define BOUNCE_CAP_MIN 16
@@ -86,12 +92,14 @@ static _Atomic int staging_depth_set;
 
 /* ---- parameters ---- */
 
-void mgpu__staging_params(size_t *chunk, int *depth) {
+void mgpu__staging_params(const mgpu__device *src, size_t *chunk,
+                          int *depth) {
   const mgpu_config *cfg = mgpu__config();
   size_t c = staging_chunk_set;
   int d = staging_depth_set;
-  if (c == 0) c = cfg != NULL && cfg->staging_chunk ? cfg->staging_chunk
-                                                     : DEFAULT_CHUNK;
+  if (c == 0 && cfg != NULL) c = cfg->staging_chunk;
+  if (c == 0 && src != NULL) /* automatic: see GPU_CHUNK */
+    c = src->ops->kind == MGPU_BACKEND_HOST ? HOST_CHUNK : GPU_CHUNK;
   if (d == 0) d = cfg != NULL && cfg->staging_depth > 0 ? cfg->staging_depth
                                                          : DEFAULT_DEPTH;
   if (d < 2) d = 2;
@@ -121,7 +129,7 @@ int mgpu_staging_get(size_t *chunk, int *depth) {
                        "initialized");
   size_t c;
   int d;
-  mgpu__staging_params(&c, &d);
+  mgpu__staging_params(NULL, &c, &d);
   if (chunk != NULL) *chunk = c;
   if (depth != NULL) *depth = d;
   return 0;
@@ -396,7 +404,7 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                        sd->id, dd->id);
   staged_plan p = {.sd = sd, .dd = dd, .size = size};
   int depth;
-  mgpu__staging_params(&p.chunk, &depth);
+  mgpu__staging_params(sd, &p.chunk, &depth);
   p.ramp = p.chunk >= 32768 && size >= 4 * p.chunk;
   size_t npieces = piece_count(&p);
   p.slots = npieces < (size_t)depth ? (int)npieces : depth;
