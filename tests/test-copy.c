@@ -274,6 +274,49 @@ TEST_IMPL(staged_ramp) {
   return 0;
 }
 
+/* mgpu_free waits for work queued on its device, and that includes the half
+ * of a staged copy that runs on a helper stream of the device: freeing the
+ * source right after a copy issued on the destination's stream (and the
+ * destination right after one issued on the source's) must neither lose
+ * data nor touch freed memory (ASan watches the second). */
+TEST_IMPL(free_after_copy) {
+  int n = init_cfg(0, 65536, 2);
+  if (n < 2) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  peer_all(n, 0);
+  const size_t size = (size_t)3 << 20;
+  unsigned char *host = malloc(size), *back = malloc(size);
+  ASSERT(host && back);
+  fill_random(host, size, 5);
+  mgpu_stream *s0, *s1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  for (int round = 0; round < 3; round++) {
+    mgpu_buffer *src, *dst;
+    ASSERT_OK(mgpu_malloc(&src, 0, size));
+    ASSERT_OK(mgpu_malloc(&dst, 1, size));
+    ASSERT_OK(mgpu_memcpy_htod(src, 0, host, size));
+    ASSERT_OK(mgpu_memcpy_async(dst, 0, src, 0, size, s1)); /* helper on 0 */
+    ASSERT_OK(mgpu_free(src));
+    ASSERT_OK(mgpu_memcpy_dtoh_async(back, dst, 0, size, s1));
+    ASSERT_OK(mgpu_stream_synchronize(s1));
+    ASSERT(memcmp(host, back, size) == 0);
+    ASSERT_OK(mgpu_malloc(&src, 0, size));
+    ASSERT_OK(mgpu_memcpy_async(dst, 0, src, 0, size, s0)); /* helper on 1 */
+    ASSERT_OK(mgpu_free(dst));
+    ASSERT_OK(mgpu_stream_synchronize(s0));
+    ASSERT_OK(mgpu_free(src));
+  }
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  free(host);
+  free(back);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_IMPL(staging_params) {
   int n = init_cfg(0, 0, 0);
   size_t chunk = 0;
@@ -578,6 +621,7 @@ TEST_ENTRY(direct_odd_sizes)
 TEST_ENTRY(staged_odd_sizes)
 TEST_ENTRY(staged_by_disable)
 TEST_ENTRY(staged_ramp)
+TEST_ENTRY(free_after_copy)
 TEST_ENTRY(staging_params)
 TEST_ENTRY(errors)
 TEST_ENTRY(many_streams_staged)

@@ -81,7 +81,10 @@ static mgpu__mutex pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static bounce *bounce_free;     /* idle bounce buffers */
 static int bounce_alive;        /* idle + lent */
 static copy_op *pending;        /* queued copies, newest first */
-static mgpu__bstream *helpers[MGPU_MAX_DEVICES][HELPERS_PER_DEVICE];
+/* Helper streams are ordinary mgpu streams (handles only this file knows),
+ * so that mgpu_device_synchronize, and so mgpu_free, wait for the half of a
+ * staged copy that runs on them. */
+static mgpu_stream *helpers[MGPU_MAX_DEVICES][HELPERS_PER_DEVICE];
 static unsigned helper_next[MGPU_MAX_DEVICES];
 static mgpu__bevent **event_free[MGPU_MAX_DEVICES]; /* idle events */
 static int event_nfree[MGPU_MAX_DEVICES], event_cap[MGPU_MAX_DEVICES];
@@ -139,12 +142,14 @@ int mgpu_staging_get(size_t *chunk, int *depth) {
 
 static int helper_get(mgpu__device *d, mgpu__bstream **out) {
   int rc = 0;
+  mgpu__stream *hs = NULL;
   mgpu__mutex_lock(&pool_lock);
   unsigned i = helper_next[d->id]++ % HELPERS_PER_DEVICE;
   if (helpers[d->id][i] == NULL)
-    rc = d->ops->stream_create(d->b, &helpers[d->id][i]);
-  *out = helpers[d->id][i];
+    rc = mgpu_stream_create(&helpers[d->id][i], d->id);
+  if (rc == 0) rc = mgpu__stream_get(helpers[d->id][i], &hs);
   mgpu__mutex_unlock(&pool_lock);
+  if (rc == 0) *out = hs->b;
   return rc;
 }
 
@@ -464,10 +469,7 @@ void mgpu__staged_shutdown(void) {
     mgpu__device *d = mgpu__device_get(id);
     for (int i = 0; i < HELPERS_PER_DEVICE; i++) {
       if (helpers[id][i] == NULL) continue;
-      if (d != NULL) {
-        d->ops->stream_synchronize(d->b, helpers[id][i]);
-        d->ops->stream_destroy(d->b, helpers[id][i]);
-      }
+      if (d != NULL) mgpu_stream_destroy(helpers[id][i]); /* waits first */
       helpers[id][i] = NULL;
     }
     helper_next[id] = 0;
