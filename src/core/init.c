@@ -167,10 +167,12 @@ static int open_entry(const mgpu__devspec_entry *e) {
 static int open_default(void) {
   mgpu__devspec_entry e = {.backend = MGPU_BACKEND_CUDA, .all = 1, .split = 1};
   int count = 0;
-  if (load_cuda() == 0 && cuda_ops->probe(&count) == 0 && count > 0)
-    return open_entry(&e);
+  int rc = load_cuda();
+  if (rc == 0) rc = cuda_ops->probe(&count);
+  if (rc == 0 && count > 0) return open_entry(&e);
+  /* A failed probe's detail names the CUDA error (no driver, no device). */
   mgpu__log(MGPU_LOG_INFO, "no GPU in use (%s); falling back to the host "
-            "backend with 4 devices", count == 0 && cuda_ops != NULL
+            "backend with 4 devices", rc == 0
                 ? "the CUDA backend found no device"
                 : mgpu_error_detail());
   mgpu_error_clear();

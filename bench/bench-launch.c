@@ -1,0 +1,205 @@
+/* mgpu bench launch: what it costs to hand work to a device.
+ *
+ *  - mgpu_run_on_device of an empty function, round trip, next to a bare
+ *    pthread hand-off (post to a waiting thread through a mutex and
+ *    condition variable, wait for its answer) measured in the same run;
+ *  - mgpu_launch of an empty kernel, per launch in a burst of launches
+ *    followed by one synchronize, next to a bare burst of hand-offs (items
+ *    counted into a queue that a waiting thread drains, then one wait for
+ *    the last). On CUDA
+ *    devices the mgpu command links no CUDA code and so has no empty
+ *    __global__ function: it launches the smallest built-in kernel
+ *    (mgpu_fill of one element) instead; mgpu-bench-cuda (bench/cuda/)
+ *    puts an empty kernel through mgpu_launch next to a bare
+ *    cudaLaunchKernel.
+ *
+ * Figures are medians of --reps runs after a warm-up, in microseconds.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench.h"
+
+/* ---- the baseline: a bare pthread hand-off ---- */
+
+/* posted counts items handed over, done those the worker took; lock
+ * guards both and stop. */
+typedef struct handoff {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  long posted, done;
+  int stop;
+} handoff;
+
+static void *handoff_worker(void *arg) {
+  handoff *h = arg;
+  pthread_mutex_lock(&h->lock);
+  for (;;) {
+    while (h->done == h->posted && !h->stop)
+      pthread_cond_wait(&h->cond, &h->lock);
+    if (h->stop) break;
+    h->done++;
+    if (h->done == h->posted) pthread_cond_broadcast(&h->cond);
+  }
+  pthread_mutex_unlock(&h->lock);
+  return NULL;
+}
+
+static void handoff_post(handoff *h) {
+  pthread_mutex_lock(&h->lock);
+  h->posted++;
+  pthread_cond_broadcast(&h->cond);
+  pthread_mutex_unlock(&h->lock);
+}
+
+static void handoff_wait(handoff *h) {
+  pthread_mutex_lock(&h->lock);
+  while (h->done != h->posted) pthread_cond_wait(&h->cond, &h->lock);
+  pthread_mutex_unlock(&h->lock);
+}
+
+static void handoff_once(handoff *h) {
+  handoff_post(h);
+  handoff_wait(h);
+}
+
+static void handoff_burst(handoff *h, int iters) {
+  for (int i = 0; i < iters; i++) handoff_post(h);
+  handoff_wait(h);
+}
+
+/* Median microseconds per hand-off over reps runs of iters each: one at a
+ * time (burst 0) or iters posted before one wait (burst 1). */
+static double handoff_us(int iters, int reps, int burst) {
+  handoff h = {.posted = 0};
+  pthread_mutex_init(&h.lock, NULL);
+  pthread_cond_init(&h.cond, NULL);
+  pthread_t t;
+  if (pthread_create(&t, NULL, handoff_worker, &h) != 0) return 0;
+  double *v = malloc((size_t)reps * sizeof *v);
+  for (int i = 0; i < iters; i++) handoff_once(&h); /* warm-up */
+  for (int r = 0; r < reps; r++) {
+    double t0 = bench_now();
+    if (burst)
+      handoff_burst(&h, iters);
+    else
+      for (int i = 0; i < iters; i++) handoff_once(&h);
+    v[r] = (bench_now() - t0) / iters * 1e6;
+  }
+  pthread_mutex_lock(&h.lock);
+  h.stop = 1;
+  pthread_cond_broadcast(&h.cond);
+  pthread_mutex_unlock(&h.lock);
+  pthread_join(t, NULL);
+  double m = bench_median(v, reps);
+  free(v);
+  pthread_mutex_destroy(&h.lock);
+  pthread_cond_destroy(&h.cond);
+  return m;
+}
+
+/* ---- mgpu ---- */
+
+static int empty_fn(int dev, void *arg) {
+  (void)dev;
+  (void)arg;
+  return 0;
+}
+
+static double run_on_device_us(int dev, int iters, int reps) {
+  double *v = malloc((size_t)reps * sizeof *v);
+  for (int i = 0; i < iters; i++) mgpu_run_on_device(dev, empty_fn, NULL);
+  for (int r = 0; r < reps; r++) {
+    double t0 = bench_now();
+    for (int i = 0; i < iters; i++) mgpu_run_on_device(dev, empty_fn, NULL);
+    v[r] = (bench_now() - t0) / iters * 1e6;
+  }
+  double m = bench_median(v, reps);
+  free(v);
+  return m;
+}
+
+static void empty_kernel(const mgpu_kernel_ctx *ctx, const void *args) {
+  (void)ctx;
+  (void)args;
+}
+
+static const mgpu_kernel empty = {"empty", empty_kernel, NULL};
+
+/* One launch: the empty kernel on host devices, a one-element fill on
+ * CUDA devices (see the top of the file). */
+static int launch_once(mgpu_stream *s, mgpu_buffer *one, int cuda) {
+  if (cuda) {
+    int32_t v = 1;
+    return mgpu_fill(s, one, 0, 1, MGPU_INT32, &v);
+  }
+  int arg = 0;
+  return mgpu_launch(s, &empty, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), &arg,
+                     sizeof arg);
+}
+
+/* Median microseconds per launch in bursts of iters launches + a sync. */
+static int launch_us(int dev, int cuda, int iters, int reps, double *out) {
+  mgpu_stream *s = NULL;
+  mgpu_buffer *one = NULL;
+  int rc = mgpu_stream_create(&s, dev);
+  if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
+  double *v = malloc((size_t)reps * sizeof *v);
+  for (int i = 0; rc == 0 && i < iters; i++) rc = launch_once(s, one, cuda);
+  if (rc == 0) rc = mgpu_stream_synchronize(s);
+  for (int r = 0; rc == 0 && r < reps; r++) {
+    double t0 = bench_now();
+    for (int i = 0; rc == 0 && i < iters; i++) rc = launch_once(s, one, cuda);
+    if (rc == 0) rc = mgpu_stream_synchronize(s);
+    v[r] = (bench_now() - t0) / iters * 1e6;
+  }
+  if (rc == 0) *out = bench_median(v, reps);
+  free(v);
+  if (one) mgpu_free(one);
+  if (s) mgpu_stream_destroy(s);
+  return rc;
+}
+
+int mgpu_bench_launch(int argc, char **argv) {
+  bench_opts o;
+  char *rest[8];
+  int nrest = 0;
+  int rc = bench_parse(argc, argv, "mgpu bench launch [--json] [--quick] "
+                       "[--reps N]", &o, rest, &nrest);
+  if (rc != 0) return rc;
+  if (nrest > 0) {
+    fprintf(stderr, "usage: mgpu bench launch [--json] [--quick] [--reps N]\n");
+    return 2;
+  }
+  int iters = o.quick ? 200 : 2000;
+  mgpu_device_props p = {.size = sizeof p};
+  rc = mgpu_device_get_props(0, &p);
+  if (rc != 0) {
+    fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
+            mgpu_error_detail());
+    return 1;
+  }
+  int cuda = p.backend_kind == MGPU_BACKEND_CUDA;
+
+  bench_report *r = bench_report_new("launch");
+  double base = handoff_us(iters, o.reps, 0);
+  double base_burst = handoff_us(iters, o.reps, 1);
+  double rod = run_on_device_us(0, iters, o.reps);
+  bench_report_add(r, "run_on_device empty fn, device 0", "latency", rod, "us",
+                   "pthread hand-off", base);
+  double l = 0;
+  rc = launch_us(0, cuda, iters, o.reps, &l);
+  if (rc != 0) {
+    fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
+            mgpu_error_detail());
+    bench_report_finish(r, o.json);
+    return 1;
+  }
+  bench_report_add(r, cuda ? "launch fill(1 elem) burst, device 0"
+                           : "launch empty kernel burst, device 0",
+                   "per_launch", l, "us", "pthread hand-off burst",
+                   base_burst);
+  bench_report_finish(r, o.json);
+  return 0;
+}

@@ -1,0 +1,193 @@
+/* Shared state of the CUDA backend plugin (libmgpu-cuda.so).
+ *
+ * The plugin is written on the CUDA runtime API, so that the user's own
+ * cudaXxx calls and <<<>>> launches inside mgpu_run_on_device meet the same
+ * devices and contexts. A few driver API entry points (current context, green
+ * contexts) are fetched at run time with cudaGetDriverEntryPointByVersion, so
+ * the plugin never links libcuda and still loads where a driver lacks them.
+ *
+ * Contexts: every mgpu device binds one CUDA context, d->ctx: the GPU's
+ * primary context for a whole GPU or a plain split, a green context (an SM
+ * partition) for a split where the driver offers them. Memory always lives
+ * in the primary context, which green contexts of the same GPU share. Calls
+ * made from arbitrary threads bind d->ctx for their duration and restore the
+ * caller's context after (cuda_enter / cuda_leave), so that mgpu never
+ * changes the current device of a user thread behind its back; only
+ * make_current (device host threads, mgpu_set_device) changes it for good.
+ */
+#ifndef MGPU_CUDA_INTERNAL_H
+#define MGPU_CUDA_INTERNAL_H
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+
+#include "backend/backend.h"
+#include "mgpu/error.h"
+
+/* The environment handed over by the core at load (logger, error setter,
+ * metrics). Set by the entry function, read-only afterwards. */
+extern const mgpu__backend_env *mgpu__cuda_env;
+
+/* Driver entry points. Required ones are checked at probe; the green
+ * context ones may be NULL (older drivers), then splits use plain streams. */
+typedef struct mgpu__cuda_driver {
+  CUresult (*ctx_get_current)(CUcontext *ctx);
+  CUresult (*ctx_set_current)(CUcontext ctx);
+  CUresult (*get_error_name)(CUresult err, const char **name);
+  /* Green contexts (CUDA 12.4 and later drivers). */
+  CUresult (*device_get_dev_resource)(CUdevice dev, CUdevResource *res,
+                                      CUdevResourceType type);
+  CUresult (*sm_resource_split_by_count)(CUdevResource *result,
+                                         unsigned *nb_groups,
+                                         const CUdevResource *input,
+                                         CUdevResource *remaining,
+                                         unsigned use_flags,
+                                         unsigned min_count);
+  CUresult (*resource_generate_desc)(CUdevResourceDesc *desc,
+                                     CUdevResource *res, unsigned n);
+  CUresult (*green_ctx_create)(CUgreenCtx *g, CUdevResourceDesc desc,
+                               CUdevice dev, unsigned flags);
+  CUresult (*green_ctx_destroy)(CUgreenCtx g);
+  CUresult (*ctx_from_green_ctx)(CUcontext *ctx, CUgreenCtx g);
+  CUresult (*green_ctx_stream_create)(CUstream *s, CUgreenCtx g,
+                                      unsigned flags, int priority);
+} mgpu__cuda_driver;
+
+extern mgpu__cuda_driver mgpu__cuda_drv;
+
+/* 1 (the default): streams record busy time with events (stream.c).
+ * MGPU_CUDA_BUSY=0 turns it off, to measure what it costs. */
+extern int mgpu__cuda_busy_time;
+
+/* Fetches the entry points once; 0 or a negative code with the detail. */
+int mgpu__cuda_driver_load(void);
+
+struct mgpu__bdevice {
+  /* Set by open, read-only until close. */
+  int id;              /* mgpu device id */
+  int ordinal;         /* CUDA device index */
+  int split_index, split_count;
+  CUcontext primary;   /* the GPU's primary context */
+  CUcontext ctx;       /* what work of this device runs in */
+  CUgreenCtx green;    /* NULL unless an SM partition was made */
+  int sm_count;        /* SMs of the device or of its partition */
+  cudaMemPool_t pool;  /* this device's stream-ordered pool */
+  struct cudaDeviceProp prop;
+  char pci_bus_id[32];
+  int numa_node;
+};
+
+/* A stream and its busy-time interval (see stream.c). lock guards the
+ * interval fields and orders enqueues on the stream against them. */
+struct mgpu__bstream {
+  cudaStream_t s;
+  mgpu__bdevice *d;
+  pthread_mutex_t lock;
+  cudaEvent_t busy_start, busy_end;
+  int busy_open; /* busy_start recorded, busy_end marks the latest op */
+};
+
+struct mgpu__bevent {
+  cudaEvent_t e;
+};
+
+/* Binding a device's context around a call from any thread. */
+typedef struct mgpu__cuda_scope {
+  CUcontext saved;
+  int changed;
+} mgpu__cuda_scope;
+
+static inline void mgpu__cuda_enter_ctx(CUcontext ctx, mgpu__cuda_scope *sc) {
+  sc->changed = 0;
+  if (mgpu__cuda_drv.ctx_get_current(&sc->saved) != CUDA_SUCCESS)
+    sc->saved = NULL;
+  if (sc->saved != ctx) {
+    mgpu__cuda_drv.ctx_set_current(ctx);
+    sc->changed = 1;
+  }
+}
+
+static inline void mgpu__cuda_enter(mgpu__bdevice *d, mgpu__cuda_scope *sc) {
+  mgpu__cuda_enter_ctx(d->ctx, sc);
+}
+
+static inline void mgpu__cuda_leave(mgpu__cuda_scope *sc) {
+  if (sc->changed) mgpu__cuda_drv.ctx_set_current(sc->saved);
+}
+
+/* Sets the thread's detail to "device N: what: cudaErrorX (text)" and
+ * returns the mgpu code that fits the CUDA error. Clears a non-sticky
+ * error from cudaGetLastError so it is not reported twice. */
+int mgpu__cuda_fail(int dev, cudaError_t err, const char *what);
+/* The mgpu code for a CUDA error (MGPU_ENOMEM, MGPU_EBACKEND ...). */
+int mgpu__cuda_code(cudaError_t err);
+
+/* Built-in kernels (kernels.cu): queues b on s. */
+cudaError_t mgpu__cuda_builtin_launch(const mgpu__builtin *b, cudaStream_t s);
+
+/* Streams, events, copies, launches (stream.c), peers and pools
+ * (memory.c), NCCL (nccl.c): the table slots. */
+int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out);
+void mgpu__cuda_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s);
+int mgpu__cuda_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s);
+int mgpu__cuda_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
+void *mgpu__cuda_stream_native(mgpu__bstream *s);
+int mgpu__cuda_event_create(mgpu__bdevice *d, mgpu__bevent **out);
+void mgpu__cuda_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__cuda_event_record(mgpu__bdevice *d, mgpu__bevent *e,
+                            mgpu__bstream *s);
+int mgpu__cuda_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__cuda_event_query(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__cuda_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
+                                mgpu__bevent *end, float *ms);
+int mgpu__cuda_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
+                                 mgpu__bdevice *ed, mgpu__bevent *e);
+int mgpu__cuda_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                            const void *src, size_t size,
+                            mgpu__copy_kind kind);
+int mgpu__cuda_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                            int value, size_t size);
+int mgpu__cuda_launch(mgpu__bdevice *d, mgpu__bstream *s,
+                      const mgpu_kernel *k, mgpu_dim3 grid, mgpu_dim3 block,
+                      const void *args, size_t args_size);
+int mgpu__cuda_builtin(mgpu__bdevice *d, mgpu__bstream *s,
+                       const mgpu__builtin *b);
+int mgpu__cuda_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
+                             void (*fn)(void *arg), void *arg);
+
+int mgpu__cuda_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
+                         void **ptr);
+void mgpu__cuda_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
+int mgpu__cuda_mem_info(mgpu__bdevice *d, size_t *free_bytes,
+                        size_t *total_bytes);
+int mgpu__cuda_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
+                               int *yes);
+int mgpu__cuda_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer);
+int mgpu__cuda_peer_disable(mgpu__bdevice *d, mgpu__bdevice *peer);
+int mgpu__cuda_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
+                                 mgpu__bdevice *sd, const void *src,
+                                 size_t size, mgpu__bdevice *s_dev,
+                                 mgpu__bstream *s);
+int mgpu__cuda_pool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
+                                size_t size, void **ptr);
+int mgpu__cuda_pool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
+int mgpu__cuda_pool_trim(mgpu__bdevice *d);
+
+/* SM partition of a split device (green.c): sets d->green, d->ctx and
+ * d->sm_count, or leaves d on the primary context and says why in the
+ * log. Never fails the open. */
+void mgpu__cuda_green_open(mgpu__bdevice *d);
+void mgpu__cuda_green_close(mgpu__bdevice *d);
+
+/* NCCL (nccl.c, built when nccl.h is found): 1 when libnccl was opened and
+ * the slots may be used. */
+int mgpu__cuda_nccl_load(void);
+int mgpu__cuda_coll_comm_create(mgpu__bdevice **devs, int n, void **comm);
+void mgpu__cuda_coll_comm_destroy(void *comm);
+int mgpu__cuda_coll_group_start(void);
+int mgpu__cuda_coll_group_end(void);
+int mgpu__cuda_coll_run(void *comm, int rank, const mgpu__coll_args *args,
+                        mgpu__bstream *s);
+
+#endif /* MGPU_CUDA_INTERNAL_H */

@@ -1,0 +1,379 @@
+/* The CUDA backend plugin: its entry symbol, the function table, and the
+ * device life cycle (probe, open, close, properties, make_current).
+ *
+ * The core opens libmgpu-cuda.so with dlopen (src/backend/plugin.c), checks
+ * mgpu_backend_plugin_abi and calls the entry with its environment. The
+ * entry hands back one of two const tables: with the NCCL collective slots
+ * when libnccl could be opened and no GPU is split (NCCL refuses two ranks on
+ * one GPU), else with those slots NULL so the core runs its own ring.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda-internal.h"
+
+#define PLUGIN_EXPORT __attribute__((visibility("default")))
+
+PLUGIN_EXPORT const int mgpu_backend_plugin_abi = MGPU__BACKEND_ABI;
+
+const mgpu__backend_env *mgpu__cuda_env;
+mgpu__cuda_driver mgpu__cuda_drv;
+int mgpu__cuda_busy_time = 1;
+
+/* The open devices, so that props can say whether a device has a peer.
+ * open_lock guards open_devs; open and close are called by mgpu_init and
+ * mgpu_shutdown, props by any thread. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__bdevice *open_devs[MGPU_MAX_DEVICES];
+
+static void registry_set(mgpu__bdevice *d, mgpu__bdevice *value) {
+  if (d->id < 0 || d->id >= MGPU_MAX_DEVICES) return;
+  pthread_mutex_lock(&open_lock);
+  open_devs[d->id] = value;
+  pthread_mutex_unlock(&open_lock);
+}
+
+/* 1 if some other open device is on the same GPU or a peer GPU. */
+static int has_peer(mgpu__bdevice *d) {
+  int yes = 0;
+  pthread_mutex_lock(&open_lock);
+  for (int i = 0; i < MGPU_MAX_DEVICES && !yes; i++) {
+    mgpu__bdevice *o = open_devs[i];
+    if (o == NULL || o == d) continue;
+    int can = 0;
+    if (o->ordinal == d->ordinal)
+      can = 1;
+    else if (cudaDeviceCanAccessPeer(&can, d->ordinal, o->ordinal) !=
+             cudaSuccess)
+      (void)cudaGetLastError();
+    yes = can;
+  }
+  pthread_mutex_unlock(&open_lock);
+  return yes;
+}
+
+/* ---- errors ---- */
+
+int mgpu__cuda_code(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return 0;
+    case cudaErrorMemoryAllocation: return MGPU_ENOMEM;
+    case cudaErrorNoDevice:
+    case cudaErrorInvalidDevice: return MGPU_ENODEV;
+    case cudaErrorNotReady: return MGPU_EAGAIN;
+    case cudaErrorInvalidDeviceFunction:
+    case cudaErrorNotSupported: return MGPU_ENOTSUP;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidConfiguration: return MGPU_EINVAL;
+    default: return MGPU_EBACKEND;
+  }
+}
+
+int mgpu__cuda_fail(int dev, cudaError_t err, const char *what) {
+  /* A non-sticky error stays in the thread's last-error slot and would be
+   * returned again by an unrelated later call: take it out. */
+  (void)cudaGetLastError();
+  const char *hint = "";
+  if (err == cudaErrorInvalidDeviceFunction)
+    hint = " (a kernel launched through mgpu must be compiled for this GPU's "
+           "architecture and linked with the shared CUDA runtime, "
+           "-cudart shared)";
+  if (dev >= 0)
+    return mgpu__cuda_env->set_error(mgpu__cuda_code(err),
+                                     "device %d: %s: %s (%s)%s", dev, what,
+                                     cudaGetErrorName(err),
+                                     cudaGetErrorString(err), hint);
+  return mgpu__cuda_env->set_error(mgpu__cuda_code(err), "%s: %s (%s)%s", what,
+                                   cudaGetErrorName(err),
+                                   cudaGetErrorString(err), hint);
+}
+
+/* ---- driver entry points ---- */
+
+static int driver_loaded;
+
+static void *entry_point(const char *sym, unsigned version) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion(sym, &fn, version, cudaEnableDefault,
+                                       &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return NULL;
+  return fn;
+}
+
+int mgpu__cuda_driver_load(void) {
+  if (driver_loaded) return 0;
+  mgpu__cuda_driver *v = &mgpu__cuda_drv;
+  *(void **)&v->ctx_get_current = entry_point("cuCtxGetCurrent", 12000);
+  *(void **)&v->ctx_set_current = entry_point("cuCtxSetCurrent", 12000);
+  *(void **)&v->get_error_name = entry_point("cuGetErrorName", 12000);
+  if (v->ctx_get_current == NULL || v->ctx_set_current == NULL)
+    return mgpu__cuda_env->set_error(
+        MGPU_EBACKEND, "the CUDA driver lacks cuCtxGetCurrent/cuCtxSetCurrent");
+  /* Green contexts: the versions in which each entry point appeared. */
+  *(void **)&v->device_get_dev_resource =
+      entry_point("cuDeviceGetDevResource", 12040);
+  *(void **)&v->sm_resource_split_by_count =
+      entry_point("cuDevSmResourceSplitByCount", 12040);
+  *(void **)&v->resource_generate_desc =
+      entry_point("cuDevResourceGenerateDesc", 12040);
+  *(void **)&v->green_ctx_create = entry_point("cuGreenCtxCreate", 12040);
+  *(void **)&v->green_ctx_destroy = entry_point("cuGreenCtxDestroy", 12040);
+  *(void **)&v->ctx_from_green_ctx = entry_point("cuCtxFromGreenCtx", 12040);
+  *(void **)&v->green_ctx_stream_create =
+      entry_point("cuGreenCtxStreamCreate", 12050);
+  const char *busy = getenv("MGPU_CUDA_BUSY");
+  mgpu__cuda_busy_time = !(busy != NULL && strcmp(busy, "0") == 0);
+  driver_loaded = 1;
+  return 0;
+}
+
+/* ---- probe, open, close ---- */
+
+static int cuda_probe(int *count) {
+  *count = 0;
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    int code = err == cudaErrorNoDevice ? MGPU_ENODEV : MGPU_EBACKEND;
+    (void)cudaGetLastError();
+    return mgpu__cuda_env->set_error(
+        code, "no CUDA device can be used: cudaGetDeviceCount returned %s (%s)",
+        cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  if (n > 0) {
+    int rc = mgpu__cuda_driver_load();
+    if (rc != 0) return rc;
+  }
+  *count = n;
+  return 0;
+}
+
+/* NUMA node of a PCI device from sysfs, or -1. */
+static int numa_node_of(const char *bus_id) {
+  char path[128];
+  snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", bus_id);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  int node = -1;
+  if (fscanf(f, "%d", &node) != 1) node = -1;
+  fclose(f);
+  return node < 0 ? -1 : node;
+}
+
+static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
+  *out = NULL;
+  int rc = mgpu__cuda_driver_load();
+  if (rc != 0) return rc;
+  mgpu__bdevice *d = calloc(1, sizeof *d);
+  if (d == NULL)
+    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "device %d: out of host "
+                                     "memory opening CUDA device %d",
+                                     spec->id, spec->ordinal);
+  d->id = spec->id;
+  d->ordinal = spec->ordinal;
+  d->split_index = spec->split_index;
+  d->split_count = spec->split_count > 0 ? spec->split_count : 1;
+
+  mgpu__cuda_scope sc;
+  mgpu__cuda_enter_ctx(NULL, &sc); /* only to save the caller's context */
+  cudaError_t err = cudaSetDevice(d->ordinal);
+  if (err == cudaSuccess) err = cudaFree(NULL); /* creates the context */
+  if (err != cudaSuccess) {
+    rc = mgpu__cuda_fail(d->id, err, "cudaSetDevice");
+    goto fail;
+  }
+  if (mgpu__cuda_drv.ctx_get_current(&d->primary) != CUDA_SUCCESS ||
+      d->primary == NULL) {
+    rc = mgpu__cuda_env->set_error(MGPU_EBACKEND, "device %d: no primary "
+                                   "context on CUDA device %d", d->id,
+                                   d->ordinal);
+    goto fail;
+  }
+  d->ctx = d->primary;
+  err = cudaGetDeviceProperties(&d->prop, d->ordinal);
+  if (err != cudaSuccess) {
+    rc = mgpu__cuda_fail(d->id, err, "cudaGetDeviceProperties");
+    goto fail;
+  }
+  d->sm_count = d->prop.multiProcessorCount;
+  if (cudaDeviceGetPCIBusId(d->pci_bus_id, sizeof d->pci_bus_id,
+                            d->ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    d->pci_bus_id[0] = '\0';
+  }
+  for (char *c = d->pci_bus_id; *c; c++) *c = (char)tolower((unsigned char)*c);
+  d->numa_node = d->pci_bus_id[0] ? numa_node_of(d->pci_bus_id) : -1;
+
+  /* This device's own pool: freed blocks stay cached (release threshold
+   * at its maximum) until pool_trim. */
+  struct cudaMemPoolProps pp;
+  memset(&pp, 0, sizeof pp);
+  pp.allocType = cudaMemAllocationTypePinned;
+  pp.handleTypes = cudaMemHandleTypeNone;
+  pp.location.type = cudaMemLocationTypeDevice;
+  pp.location.id = d->ordinal;
+  err = cudaMemPoolCreate(&d->pool, &pp);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    d->pool = NULL;
+    mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: device %d: no memory pool (%s); "
+                        "the core's pool is used", d->id,
+                        cudaGetErrorName(err));
+  } else {
+    uint64_t threshold = UINT64_MAX;
+    (void)cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold,
+                                  &threshold);
+  }
+
+  if (d->split_count > 1) mgpu__cuda_green_open(d);
+  mgpu__cuda_leave(&sc);
+  registry_set(d, d);
+  *out = d;
+  return 0;
+
+fail:
+  mgpu__cuda_leave(&sc);
+  free(d);
+  return rc;
+}
+
+static void cuda_close(mgpu__bdevice *d) {
+  if (d == NULL) return;
+  registry_set(d, NULL);
+  mgpu__cuda_scope sc;
+  mgpu__cuda_enter_ctx(d->primary, &sc);
+  if (d->pool != NULL) {
+    (void)cudaDeviceSynchronize();
+    (void)cudaMemPoolDestroy(d->pool);
+  }
+  /* The calling thread may have the green context current (it called
+   * mgpu_set_device for this device): leave it on the GPU's primary
+   * context rather than on a destroyed one. */
+  if (d->green != NULL && sc.saved == d->ctx) sc.saved = d->primary;
+  mgpu__cuda_green_close(d);
+  (void)cudaGetLastError();
+  mgpu__cuda_leave(&sc);
+  free(d);
+}
+
+/* The 36-character form of the UUID (nvidia-smi prints it after "GPU-";
+ * props.uuid has room for the bare form only). */
+static void format_uuid(const cudaUUID_t *u, char *out, size_t n) {
+  const unsigned char *b = (const unsigned char *)u->bytes;
+  snprintf(out, n,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+           "%02x%02x%02x%02x%02x%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+           b[11], b[12], b[13], b[14], b[15]);
+}
+
+static int cuda_props(mgpu__bdevice *d, mgpu_device_props *p) {
+  if (d->split_count > 1)
+    snprintf(p->name, sizeof p->name, "%.80s [%d/%d]", d->prop.name,
+             d->split_index, d->split_count);
+  else
+    snprintf(p->name, sizeof p->name, "%.95s", d->prop.name);
+  snprintf(p->backend, sizeof p->backend, "cuda");
+  p->backend_kind = MGPU_BACKEND_CUDA;
+  p->ordinal = d->ordinal;
+  p->split_index = d->split_index;
+  p->split_count = d->split_count;
+  int rc = mgpu__cuda_mem_info(d, &p->free_mem, &p->total_mem);
+  if (rc != 0) return rc;
+  p->cc_major = d->prop.major;
+  p->cc_minor = d->prop.minor;
+  p->multiprocessors = d->sm_count;
+  p->numa_node = d->numa_node;
+  p->peer_capable = has_peer(d);
+  snprintf(p->pci_bus_id, sizeof p->pci_bus_id, "%s", d->pci_bus_id);
+  format_uuid(&d->prop.uuid, p->uuid, sizeof p->uuid);
+  return 0;
+}
+
+static int cuda_make_current(mgpu__bdevice *d) {
+  if (d->green == NULL) {
+    cudaError_t err = cudaSetDevice(d->ordinal);
+    if (err != cudaSuccess) return mgpu__cuda_fail(d->id, err, "cudaSetDevice");
+    return 0;
+  }
+  /* A green context is made current through the driver; the runtime then
+   * runs the thread's cudaXxx calls and launches inside it. */
+  if (mgpu__cuda_drv.ctx_set_current(d->ctx) != CUDA_SUCCESS)
+    return mgpu__cuda_env->set_error(MGPU_EBACKEND, "device %d: cannot make "
+                                     "the green context of CUDA device %d "
+                                     "current", d->id, d->ordinal);
+  return 0;
+}
+
+/* ---- the tables ---- */
+
+#define CUDA_OPS_COMMON                                       \
+  .name = "cuda", .kind = MGPU_BACKEND_CUDA, .probe = cuda_probe, \
+  .open = cuda_open, .close = cuda_close, .props = cuda_props,    \
+  .make_current = cuda_make_current,                              \
+  .mem_alloc = mgpu__cuda_mem_alloc, .mem_free = mgpu__cuda_mem_free, \
+  .mem_info = mgpu__cuda_mem_info,                                \
+  .stream_create = mgpu__cuda_stream_create,                      \
+  .stream_destroy = mgpu__cuda_stream_destroy,                    \
+  .stream_synchronize = mgpu__cuda_stream_synchronize,            \
+  .stream_query = mgpu__cuda_stream_query,                        \
+  .stream_native = mgpu__cuda_stream_native,                      \
+  .event_create = mgpu__cuda_event_create,                        \
+  .event_destroy = mgpu__cuda_event_destroy,                      \
+  .event_record = mgpu__cuda_event_record,                        \
+  .event_synchronize = mgpu__cuda_event_synchronize,              \
+  .event_query = mgpu__cuda_event_query,                          \
+  .event_elapsed_ms = mgpu__cuda_event_elapsed_ms,                \
+  .stream_wait_event = mgpu__cuda_stream_wait_event,              \
+  .memcpy_async = mgpu__cuda_memcpy_async,                        \
+  .memset_async = mgpu__cuda_memset_async,                        \
+  .launch = mgpu__cuda_launch, .builtin = mgpu__cuda_builtin,     \
+  .host_callback = mgpu__cuda_host_callback,                      \
+  .peer_can_access = mgpu__cuda_peer_can_access,                  \
+  .peer_enable = mgpu__cuda_peer_enable,                          \
+  .peer_disable = mgpu__cuda_peer_disable,                        \
+  .memcpy_peer_async = mgpu__cuda_memcpy_peer_async,              \
+  .pool_alloc_async = mgpu__cuda_pool_alloc_async,                \
+  .pool_free_async = mgpu__cuda_pool_free_async,                  \
+  .pool_trim = mgpu__cuda_pool_trim
+
+static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
+
+#ifdef MGPU_HAVE_NCCL
+static const mgpu__backend_ops cuda_ops_nccl = {
+    CUDA_OPS_COMMON,
+    .coll_comm_create = mgpu__cuda_coll_comm_create,
+    .coll_comm_destroy = mgpu__cuda_coll_comm_destroy,
+    .coll_group_start = mgpu__cuda_coll_group_start,
+    .coll_group_end = mgpu__cuda_coll_group_end,
+    .coll_run = mgpu__cuda_coll_run,
+};
+#endif
+
+/* 1 if MGPU_DEVICES splits a GPU ("cuda:0/4"). */
+static int config_splits_a_gpu(const mgpu_config *cfg) {
+  return cfg != NULL && cfg->devices != NULL &&
+         strchr(cfg->devices, '/') != NULL;
+}
+
+PLUGIN_EXPORT const mgpu__backend_ops *mgpu_backend_plugin_v1(
+    const mgpu__backend_env *env) {
+  if (env == NULL || env->abi != MGPU__BACKEND_ABI) {
+    if (env != NULL && env->set_error != NULL)
+      env->set_error(MGPU_EPLUGIN, "libmgpu-cuda.so has backend ABI %d, the "
+                     "core offers %d", MGPU__BACKEND_ABI, env->abi);
+    return NULL;
+  }
+  mgpu__cuda_env = env;
+#ifdef MGPU_HAVE_NCCL
+  if (!config_splits_a_gpu(env->config) && mgpu__cuda_nccl_load())
+    return &cuda_ops_nccl;
+#else
+  (void)config_splits_a_gpu;
+#endif
+  return &cuda_ops;
+}
