@@ -24,7 +24,8 @@
  * on s after the copy, see the data). Either way the copy is one step of s.
  *
  * Nothing is allocated per call in the steady state: helper streams are
- * created once per device; events and bounce buffers come from pools. A copy
+ * created once per device; events, bounce buffers and the records of copies
+ * in flight come from pools. A copy
  * records a "done" event on s after itself and goes on a pending list; later
  * copies (and shutdown) give back what finished copies borrowed once their
  * done event has completed. That costs one event record per copy, where a
@@ -81,6 +82,7 @@ static mgpu__mutex pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static bounce *bounce_free;     /* idle bounce buffers */
 static int bounce_alive;        /* idle + lent */
 static copy_op *pending;        /* queued copies, newest first */
+static copy_op *op_records;     /* idle copy_op records */
 /* Helper streams are ordinary mgpu streams (handles only this file knows),
  * so that mgpu_device_synchronize, and so mgpu_free, wait for the half of a
  * staged copy that runs on them. */
@@ -207,8 +209,8 @@ static void bounce_destroy(bounce *b) {
   free(b);
 }
 
-/* Gives back what op borrowed (every stream it touched is past it) and
- * frees it. Called under pool_lock. An event that cannot be pooled is
+/* Gives back what op borrowed (every stream it touched is past it), and op
+ * itself. Called under pool_lock. An event that cannot be pooled is
  * destroyed. */
 static void release_locked(copy_op *op) {
   for (int i = 0; i < op->nbounce; i++) {
@@ -220,7 +222,20 @@ static void release_locked(copy_op *op) {
     if (event_put_locked(pe->dev, pe->ev) != 0)
       pe->dev->ops->event_destroy(pe->dev->b, pe->ev);
   }
-  free(op);
+  op->next = op_records;
+  op_records = op;
+}
+
+/* An idle copy_op record, cleared, or NULL when out of memory. */
+static copy_op *op_take(void) {
+  mgpu__mutex_lock(&pool_lock);
+  copy_op *op = op_records;
+  if (op != NULL) op_records = op->next;
+  mgpu__mutex_unlock(&pool_lock);
+  if (op == NULL) return calloc(1, sizeof *op);
+  op->next = NULL;
+  op->nevents = op->nbounce = 0;
+  return op;
 }
 
 static void release_op(copy_op *op) {
@@ -417,7 +432,7 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
   mgpu__device *xd = on_src ? sd : dd; /* the stream's device */
   mgpu__device *hd = on_src ? dd : sd; /* the helper's device */
 
-  copy_op *op = calloc(1, sizeof *op);
+  copy_op *op = op_take();
   if (op == NULL)
     return mgpu__error(MGPU_ENOMEM, "staged copy of %zu bytes from device %d "
                        "to device %d: no memory for its record",
@@ -484,6 +499,13 @@ void mgpu__staged_shutdown(void) {
     bounce_destroy(b);
     b = next;
   }
+  mgpu__mutex_lock(&pool_lock);
+  while (op_records != NULL) {
+    copy_op *next = op_records->next;
+    free(op_records);
+    op_records = next;
+  }
+  mgpu__mutex_unlock(&pool_lock);
   staging_chunk_set = 0;
   staging_depth_set = 0;
 }
