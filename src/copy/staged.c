@@ -268,8 +268,9 @@ static int wait_oldest_locked(void) {
   while (oldest->next != NULL) oldest = oldest->next;
   pooled_event done = oldest->events[0];
   mgpu__mutex_unlock(&pool_lock);
-  /* The event stays alive: only reap_locked gives it back, and only once it
-   * has completed. */
+  /* The event stays alive while pooled. Another thread may reap the copy
+   * meanwhile and a third reuse the event; then this waits for that later
+   * copy too, which only costs time. */
   done.dev->ops->event_synchronize(done.dev->b, done.ev);
   mgpu__mutex_lock(&pool_lock);
   reap_locked();
