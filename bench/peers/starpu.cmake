@@ -1,0 +1,18 @@
+# The StarPU peer of mgpu bench sched (bench/peers/starpu_sched.c): built
+# only when pkg-config finds StarPU (Debian: libstarpu-dev, StarPU 1.3).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(MGPU_STARPU QUIET IMPORTED_TARGET starpu-1.3)
+  if(NOT MGPU_STARPU_FOUND)
+    pkg_check_modules(MGPU_STARPU QUIET IMPORTED_TARGET starpu)
+  endif()
+endif()
+if(MGPU_STARPU_FOUND)
+  add_executable(starpu_sched ${CMAKE_SOURCE_DIR}/bench/peers/starpu_sched.c)
+  target_include_directories(starpu_sched PRIVATE ${CMAKE_SOURCE_DIR}/bench)
+  target_compile_definitions(starpu_sched PRIVATE _GNU_SOURCE)
+  target_link_libraries(starpu_sched PRIVATE PkgConfig::MGPU_STARPU Threads::Threads m)
+  message(STATUS "  StarPU peer  : on (starpu ${MGPU_STARPU_VERSION}): bin/starpu_sched")
+else()
+  message(STATUS "  StarPU peer  : off (pkg-config finds no starpu-1.3)")
+endif()

@@ -1,0 +1,211 @@
+/* Distributions of [0, n) over parts (devices): block, cyclic, block-cyclic
+ * and weighted block.
+ *
+ * Nothing is stored per range. Block and weighted keep P+1 boundaries (part
+ * p owns [bound[p], bound[p+1])); block-cyclic computes its ranges from
+ * (n, b, P): block k = [k*b, min((k+1)*b, n)) belongs to part k % P and is
+ * that part's range k / P. Cyclic is block-cyclic with b = 1, and a
+ * block-cyclic over one part is a block, so each query has one formula per
+ * shape. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "mgpu/part.h"
+#include "part/internal.h"
+
+static int check_opts(const mgpu_dist_opts *o, int ndev, int *nparts) {
+  if (o->size < sizeof(mgpu_dist_opts))
+    return mgpu__error(MGPU_EINVAL, "distribution: opts.size %zu is not "
+                       "sizeof(mgpu_dist_opts)", o->size);
+  if (o->kind < MGPU_DIST_BLOCK || o->kind > MGPU_DIST_WEIGHTED)
+    return mgpu__error(MGPU_EINVAL, "distribution: unknown kind %d", o->kind);
+  if (o->kind == MGPU_DIST_BLOCK_CYCLIC && o->block == 0)
+    return mgpu__error(MGPU_EINVAL, "distribution: block-cyclic block size "
+                       "is 0");
+  int P = o->ndevices ? o->ndevices : ndev;
+  if (P < 1 || P > 65536)
+    return mgpu__error(MGPU_EINVAL, "distribution: %d parts asked for",
+                       o->ndevices);
+  for (int p = 0; p < P; p++) {
+    int d = o->devices ? o->devices[p] : p;
+    if (d < 0 || d >= ndev)
+      return mgpu__error(MGPU_ENODEV, "distribution: device %d of part %d is "
+                         "not open (%d devices)", d, p, ndev);
+  }
+  if (o->kind == MGPU_DIST_WEIGHTED && o->weights != NULL) {
+    double total = 0;
+    for (int p = 0; p < P; p++) {
+      if (!(o->weights[p] >= 0) || isinf(o->weights[p]))
+        return mgpu__error(MGPU_EINVAL, "distribution: weight of part %d is "
+                           "%g", p, o->weights[p]);
+      total += o->weights[p];
+    }
+    if (!(total > 0))
+      return mgpu__error(MGPU_EINVAL, "distribution: the %d weights sum to "
+                         "%g", P, total);
+  }
+  *nparts = P;
+  return 0;
+}
+
+/* Boundaries in proportion to the weights: bound[p] = floor(n * W_p / W),
+ * W_p the sum of the first p weights. Monotone by construction and exact at
+ * both ends, so the parts tile [0, n). long double keeps n * W_p exact
+ * enough for any size_t n. */
+static void weighted_bounds(mgpu_dist *d, const double *w) {
+  long double total = 0, prefix = 0;
+  for (int p = 0; p < d->nparts; p++) total += w[p];
+  d->bound[0] = 0;
+  for (int p = 1; p < d->nparts; p++) {
+    prefix += w[p - 1];
+    long double x = floorl((long double)d->n * prefix / total);
+    size_t b = x >= (long double)d->n ? d->n : (size_t)x;
+    d->bound[p] = b < d->bound[p - 1] ? d->bound[p - 1] : b;
+  }
+  d->bound[d->nparts] = d->n;
+}
+
+int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
+  mgpu_dist_opts defaults = MGPU_DIST_OPTS_INITIALIZER;
+  const mgpu_dist_opts *o = opts ? opts : &defaults;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "distribution: out pointer is NULL");
+  int ndev = mgpu_device_count();
+  if (ndev < 0) return ndev;
+  int P = 0, rc = check_opts(o, ndev, &P);
+  if (rc != 0) return rc;
+
+  mgpu_dist *d = calloc(1, sizeof *d);
+  if (d == NULL) goto nomem;
+  d->devices = malloc((size_t)P * sizeof *d->devices);
+  if (d->devices == NULL) goto nomem_dist;
+  d->n = n;
+  d->nparts = P;
+  d->kind = o->kind;
+  for (int p = 0; p < P; p++) d->devices[p] = o->devices ? o->devices[p] : p;
+  d->block = o->kind == MGPU_DIST_CYCLIC ? 1 : o->block;
+  d->cyclic = (o->kind == MGPU_DIST_CYCLIC ||
+               o->kind == MGPU_DIST_BLOCK_CYCLIC) && P > 1;
+  if (!d->cyclic) {
+    d->bound = malloc(((size_t)P + 1) * sizeof *d->bound);
+    if (d->bound == NULL) goto nomem_devices;
+    if (o->kind == MGPU_DIST_WEIGHTED) {
+      double *speed = NULL;
+      const double *w = o->weights;
+      if (w == NULL) {
+        speed = malloc((size_t)P * sizeof *speed);
+        if (speed == NULL) goto nomem_bound;
+        if ((rc = mgpu_device_speed(P, d->devices, speed)) != 0) {
+          free(speed);
+          goto fail;
+        }
+        w = speed;
+      }
+      weighted_bounds(d, w);
+      free(speed);
+    } else {
+      size_t q = n / (size_t)P, r = n % (size_t)P;
+      for (int p = 0; p <= P; p++)
+        d->bound[p] = (size_t)p * q + ((size_t)p < r ? (size_t)p : r);
+    }
+  }
+  *out = d;
+  return 0;
+
+nomem_bound:
+  rc = MGPU_ENOMEM;
+fail:
+  free(d->bound);
+  free(d->devices);
+  free(d);
+  return rc == MGPU_ENOMEM
+             ? mgpu__error(rc, "distribution: out of memory for %d parts", P)
+             : rc;
+nomem_devices:
+  free(d->devices);
+nomem_dist:
+  free(d);
+nomem:
+  return mgpu__error(MGPU_ENOMEM, "distribution: out of memory for %d parts",
+                     P);
+}
+
+void mgpu_dist_destroy(mgpu_dist *d) {
+  if (d == NULL) return;
+  free(d->bound);
+  free(d->devices);
+  free(d);
+}
+
+size_t mgpu_dist_n(const mgpu_dist *d) { return d ? d->n : 0; }
+int mgpu_dist_nparts(const mgpu_dist *d) { return d ? d->nparts : 0; }
+
+int mgpu_dist_device(const mgpu_dist *d, int p) {
+  return (d && p >= 0 && p < d->nparts) ? d->devices[p] : -1;
+}
+
+/* Blocks in total, and how many part p owns. */
+static size_t nblocks(const mgpu_dist *d) {
+  return d->n / d->block + (d->n % d->block != 0);
+}
+static size_t blocks_of(const mgpu_dist *d, int p) {
+  size_t B = nblocks(d), P = (size_t)d->nparts;
+  return B / P + ((size_t)p < B % P);
+}
+
+size_t mgpu_dist_count(const mgpu_dist *d, int p) {
+  if (d == NULL || p < 0 || p >= d->nparts) return 0;
+  if (!d->cyclic) return d->bound[p + 1] - d->bound[p];
+  size_t k = blocks_of(d, p);
+  if (k == 0) return 0;
+  size_t B = nblocks(d), count = k * d->block;
+  /* The last block may be short; it belongs to part (B-1) % P. */
+  if ((B - 1) % (size_t)d->nparts == (size_t)p)
+    count -= d->block - (d->n - (B - 1) * d->block);
+  return count;
+}
+
+size_t mgpu_dist_nranges(const mgpu_dist *d, int p) {
+  if (d == NULL || p < 0 || p >= d->nparts) return 0;
+  if (!d->cyclic) return d->bound[p + 1] > d->bound[p];
+  return blocks_of(d, p);
+}
+
+mgpu_range mgpu_dist_range(const mgpu_dist *d, int p, size_t r) {
+  mgpu_range none = {0, 0};
+  if (r >= mgpu_dist_nranges(d, p)) return none;
+  if (!d->cyclic) return (mgpu_range){d->bound[p], d->bound[p + 1]};
+  size_t k = r * (size_t)d->nparts + (size_t)p;
+  size_t begin = k * d->block;
+  size_t end = d->n - begin > d->block ? begin + d->block : d->n;
+  return (mgpu_range){begin, end};
+}
+
+int mgpu_dist_locate(const mgpu_dist *d, size_t i, int *part, size_t *local) {
+  if (d == NULL)
+    return mgpu__error(MGPU_EINVAL, "distribution: dist is NULL");
+  if (i >= d->n)
+    return mgpu__error(MGPU_ERANGE, "distribution: index %zu is past its %zu "
+                       "elements", i, d->n);
+  int p;
+  size_t l;
+  if (d->cyclic) {
+    size_t k = i / d->block;
+    p = (int)(k % (size_t)d->nparts);
+    l = (k / (size_t)d->nparts) * d->block + i % d->block;
+  } else {
+    /* The last part whose range starts at or before i. */
+    int lo = 0, hi = d->nparts - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (d->bound[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    p = lo;
+    l = i - d->bound[p];
+  }
+  if (part) *part = p;
+  if (local) *local = l;
+  return 0;
+}

@@ -1,0 +1,550 @@
+/* The task pool: creation and destruction, the worker threads, where a
+ * ready task goes under each policy, and how idle workers sleep and wake.
+ *
+ * Where tasks go (see internal.h for the queues):
+ *   static   the worker chosen at submit (smooth weighted round-robin), via
+ *            its inbox; nobody moves it
+ *   dynamic  the shared ring; a task preferring a device goes to that
+ *            device's inbox
+ *   ws       from a thread outside the pool: the shared ring, from which an
+ *            idle worker takes a small batch into its own deque; from a
+ *            worker (a task submitting tasks, or a completion releasing its
+ *            dependents): that worker's own deque. Idle workers steal from
+ *            the other deques, nearest device first. A task preferring a
+ *            device goes to its inbox, then its prefer deque, which thieves
+ *            only touch while that device is busy running something else.
+ *
+ * Idle workers poll for 10 us, then park on a futex. Workers
+ * that spin without bound would starve each other and the submitter on a
+ * machine with fewer cores than devices. The wake-up is a Dekker handshake:
+ * a worker sets its sleeping flag and bumps nsleeping (seq_cst RMWs), then
+ * looks for work once more before parking; a submitter publishes its task,
+ * then reads nsleeping with an RMW. One of the two sees the other.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/internal.h"
+
+static _Thread_local mgpu__worker *tls_worker;
+
+mgpu__worker *mgpu__sched_self(mgpu_pool *p) {
+  mgpu__worker *w = tls_worker;
+  return (w != NULL && w->pool == p) ? w : NULL;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- waking ---- */
+
+/* Wakes w if it is parked (or about to park). Returns 1 if it claimed it. */
+static int try_wake(mgpu_pool *p, mgpu__worker *w) {
+  int one = 1;
+  if (!atomic_compare_exchange_strong_explicit(&w->sleeping, &one, 0,
+                                               memory_order_seq_cst,
+                                               memory_order_relaxed))
+    return 0;
+  atomic_fetch_sub_explicit(&p->nsleeping, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->wake_seq, 1, memory_order_release);
+  mgpu__park_wake(&w->wake_seq, 1);
+  return 1;
+}
+
+/* The reads of sleeping and nsleeping below are read-modify-writes (adding
+ * 0) rather than a fence and a load: an RMW reads the latest value, and if
+ * the worker's own RMW comes later it acquires everything this thread
+ * published before. That is the Dekker handshake in C11 terms, and
+ * ThreadSanitizer, which ignores fences, checks it as written. */
+static void notify_worker(mgpu_pool *p, mgpu__worker *w) {
+  if (atomic_fetch_add_explicit(&w->sleeping, 0, memory_order_seq_cst))
+    try_wake(p, w);
+}
+
+/* Wakes one parked worker, if any, to pick up work anyone may run. */
+static void notify_any(mgpu_pool *p, mgpu__worker *self) {
+  if (atomic_fetch_add_explicit(&p->nsleeping, 0, memory_order_seq_cst) <= 0)
+    return;
+  int start = self ? self->index + 1 : 0;
+  for (int k = 0; k < p->n; k++) {
+    mgpu__worker *w = &p->workers[(start + k) % p->n];
+    if (atomic_load_explicit(&w->sleeping, memory_order_relaxed) &&
+        try_wake(p, w))
+      return;
+  }
+}
+
+/* ---- placing ready tasks ---- */
+
+/* The owner-only FIFO: static tasks (nobody else may run them) and tasks a
+ * deque had no memory for. Plain pointers, no atomics needed. */
+static void owner_append(mgpu__worker *w, mgpu__task *t) {
+  atomic_store_explicit(&t->next, NULL, memory_order_relaxed);
+  if (w->pinned_tail)
+    atomic_store_explicit(&w->pinned_tail->next, t, memory_order_relaxed);
+  else
+    w->pinned_head = t;
+  w->pinned_tail = t;
+}
+
+static void to_inbox(mgpu_pool *p, int i, mgpu__task *t) {
+  mgpu__inbox_push(&p->workers[i].inbox, t);
+  notify_worker(p, &p->workers[i]);
+}
+
+void mgpu__sched_ready(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
+  if (p->policy == MGPU_SCHED_STATIC) {
+    int target = t->home >= 0 ? t->home : t->place;
+    if (self != NULL && self->index == target) {
+      owner_append(self, t);
+      return;
+    }
+    to_inbox(p, target, t);
+    return;
+  }
+  if (t->home >= 0) {
+    if (self != NULL && self->index == t->home &&
+        mgpu__deque_push(&self->prefer, t) == 0)
+      return;
+    to_inbox(p, t->home, t);
+    return;
+  }
+  if (p->policy == MGPU_SCHED_WS && self != NULL &&
+      mgpu__deque_push(&self->deque, t) == 0) {
+    notify_any(p, self);
+    return;
+  }
+  mgpu__ring_push(&p->shared, t);
+  notify_any(p, self);
+}
+
+/* ---- finding work ---- */
+
+/* Moves the worker's inbox into its own queues. Returns 1 if it moved any. */
+static int drain_inbox(mgpu_pool *p, mgpu__worker *w) {
+  mgpu__task *t = mgpu__inbox_take(&w->inbox);
+  if (t == NULL) return 0;
+  if (p->policy == MGPU_SCHED_STATIC) {
+    /* Nobody else may run them: splice the list onto the owner FIFO. */
+    if (w->pinned_tail)
+      atomic_store_explicit(&w->pinned_tail->next, t, memory_order_relaxed);
+    else
+      w->pinned_head = t;
+    while (atomic_load_explicit(&t->next, memory_order_relaxed) != NULL)
+      t = atomic_load_explicit(&t->next, memory_order_relaxed);
+    w->pinned_tail = t;
+    return 1;
+  }
+  while (t != NULL) {
+    mgpu__task *next = atomic_load_explicit(&t->next, memory_order_relaxed);
+    int rc = t->home == w->index ? mgpu__deque_push(&w->prefer, t)
+                                 : mgpu__deque_push(&w->deque, t);
+    if (rc != 0) owner_append(w, t); /* no memory to grow a deque */
+    t = next;
+  }
+  return 1;
+}
+
+/* Work stealing: takes a small batch from the shared ring, so that a burst
+ * submitted from outside spreads over the deques where thieves find it. */
+static mgpu__task *take_shared(mgpu_pool *p, mgpu__worker *w) {
+  mgpu__task *t = mgpu__ring_pop(&p->shared);
+  if (t == NULL || p->policy != MGPU_SCHED_WS) return t;
+  size_t queued = atomic_load_explicit(&p->shared.enq, memory_order_relaxed) -
+                  atomic_load_explicit(&p->shared.deq, memory_order_relaxed);
+  size_t batch = queued / (size_t)(2 * p->n);
+  if (batch > 15) batch = 15;
+  for (size_t i = 0; i < batch; i++) {
+    mgpu__task *more = mgpu__ring_pop(&p->shared);
+    if (more == NULL) break;
+    if (mgpu__deque_push(&w->deque, more) != 0) {
+      mgpu__ring_push(&p->shared, more);
+      break;
+    }
+  }
+  if (batch > 0) notify_any(p, w);
+  return t;
+}
+
+static mgpu__task *find_task(mgpu_pool *p, mgpu__worker *w, int *stolen) {
+  mgpu__task *t;
+  *stolen = 0;
+again:
+  if ((t = w->pinned_head) != NULL) {
+    w->pinned_head = atomic_load_explicit(&t->next, memory_order_relaxed);
+    if (w->pinned_head == NULL) w->pinned_tail = NULL;
+    return t;
+  }
+  /* Tasks that prefer this device run in submit order: the owner takes
+   * them from the top, as a thief would (static tasks, in the owner FIFO
+   * above, too). Under work stealing the owner pops its deque at the
+   * bottom, newest first, where what it just produced is still in cache. */
+  if ((t = mgpu__deque_steal(&w->prefer)) != NULL) return t;
+  if (p->policy == MGPU_SCHED_WS ? (t = mgpu__deque_pop(&w->deque)) != NULL
+                                 : (t = mgpu__deque_steal(&w->deque)) != NULL)
+    return t;
+  if (drain_inbox(p, w)) goto again;
+  if (p->policy == MGPU_SCHED_STATIC) return NULL;
+  if ((t = take_shared(p, w)) != NULL) return t;
+  if (p->policy == MGPU_SCHED_WS) {
+    for (int k = 0; k < p->n - 1; k++) {
+      mgpu__worker *v = &p->workers[w->victims[k]];
+      if (mgpu__deque_size(&v->deque) > 0 &&
+          (t = mgpu__deque_steal(&v->deque)) != NULL) {
+        *stolen = 1;
+        return t;
+      }
+    }
+  }
+  /* Last resort: a task that prefers a device which is busy. */
+  for (int k = 0; k < p->n - 1; k++) {
+    mgpu__worker *v = &p->workers[w->victims[k]];
+    if (atomic_load_explicit(&v->running, memory_order_relaxed) &&
+        mgpu__deque_size(&v->prefer) > 0 &&
+        (t = mgpu__deque_steal(&v->prefer)) != NULL) {
+      *stolen = 1;
+      return t;
+    }
+  }
+  return NULL;
+}
+
+/* Whether parking now could strand a task this worker should see. */
+static int has_work(mgpu_pool *p, mgpu__worker *w) {
+  if (w->pinned_head != NULL || mgpu__deque_size(&w->prefer) > 0 ||
+      mgpu__deque_size(&w->deque) > 0 ||
+      atomic_load_explicit(&w->inbox, memory_order_seq_cst) != NULL)
+    return 1;
+  if (p->policy == MGPU_SCHED_STATIC) return 0;
+  if (!mgpu__ring_empty(&p->shared)) return 1;
+  if (p->policy == MGPU_SCHED_WS)
+    for (int k = 0; k < p->n - 1; k++)
+      if (mgpu__deque_size(&p->workers[w->victims[k]].deque) > 0) return 1;
+  return 0;
+}
+
+/* Parks the worker until woken. */
+static void park(mgpu_pool *p, mgpu__worker *w) {
+  uint32_t seq = atomic_load_explicit(&w->wake_seq, memory_order_acquire);
+  atomic_exchange_explicit(&w->sleeping, 1, memory_order_seq_cst);
+  atomic_fetch_add_explicit(&p->nsleeping, 1, memory_order_seq_cst);
+  if (!has_work(p, w) &&
+      !atomic_load_explicit(&p->stopping, memory_order_seq_cst))
+    mgpu__park_wait(&w->wake_seq, seq);
+  int one = 1;
+  if (atomic_compare_exchange_strong_explicit(&w->sleeping, &one, 0,
+                                              memory_order_seq_cst,
+                                              memory_order_relaxed))
+    atomic_fetch_sub_explicit(&p->nsleeping, 1, memory_order_relaxed);
+}
+
+/* How long an idle worker keeps looking before it parks: SPIN_NS of
+ * polling, bounded by the clock rather than a count because a pause
+ * instruction lasts from a few cycles to over a hundred depending on the
+ * CPU, then SPIN_YIELDS yields. Long enough to catch the next task of a
+ * burst, short enough not to hold a core the submitter or another device
+ * needs. */
+#ifndef SPIN_NS
+#define SPIN_NS 10000
+#endif
+#define SPIN_YIELDS 2
+
+static void *worker_main(void *arg) {
+  mgpu__worker *w = arg;
+  mgpu_pool *p = w->pool;
+  tls_worker = w;
+  if (mgpu_set_device(w->dev) != 0)
+    mgpu__log(MGPU_LOG_WARN, "task pool: worker of device %d could not make "
+              "it current: %s", w->dev, mgpu_error_detail());
+  int idle = 0;
+  uint64_t idle_since = 0;
+  for (;;) {
+    int stolen;
+    mgpu__task *t = find_task(p, w, &stolen);
+    if (t != NULL) {
+      idle = 0;
+      if (stolen) {
+        atomic_store_explicit(
+            &w->tasks_stolen,
+            atomic_load_explicit(&w->tasks_stolen, memory_order_relaxed) + 1,
+            memory_order_relaxed);
+        w->pending_stolen++;
+      }
+      mgpu__task_run(w, t);
+      continue;
+    }
+    /* Out of work: hand back what was batched before anything else, so
+     * that wait_all sees the last completions at once. */
+    mgpu__worker_flush(w);
+    if (atomic_load_explicit(&p->stopping, memory_order_acquire)) break;
+    w->clock_ns = 0; /* idle time is not busy time */
+    if (idle == 0) idle_since = mgpu__now_ns();
+    if (idle == 0 || mgpu__now_ns() - idle_since < SPIN_NS) {
+      idle = 1;
+      for (int i = 0; i < 4; i++) cpu_relax();
+    } else if (idle <= SPIN_YIELDS) {
+      idle++;
+      sched_yield();
+    } else {
+      park(p, w);
+      idle = 0;
+    }
+  }
+  tls_worker = NULL;
+  return NULL;
+}
+
+/* ---- creation and destruction ---- */
+
+/* Victims nearest first; ties keep ring order from the thief. */
+static void order_victims(mgpu_pool *p, mgpu__worker *w,
+                          const mgpu_pool_opts *o) {
+  double dist[MGPU_MAX_DEVICES];
+  int m = 0;
+  for (int k = 1; k < p->n; k++) {
+    int v = (w->index + k) % p->n;
+    double d = o->distance ? o->distance(w->dev, p->workers[v].dev,
+                                         o->distance_arg)
+                           : (double)k;
+    int j = m++;
+    while (j > 0 && dist[j - 1] > d) {
+      dist[j] = dist[j - 1];
+      w->victims[j] = w->victims[j - 1];
+      j--;
+    }
+    dist[j] = d;
+    w->victims[j] = v;
+  }
+}
+
+/* Smooth weighted round-robin (as nginx balances upstreams): each step adds
+ * every weight to its credit and picks the largest credit, which then pays
+ * the total. Shares match the weights and placements interleave. */
+static int build_static_table(mgpu_pool *p, const double *weights) {
+  double credit[MGPU_MAX_DEVICES] = {0}, w[MGPU_MAX_DEVICES], total = 0;
+  for (int i = 0; i < p->n; i++) {
+    w[i] = weights ? weights[i] : 1.0;
+    total += w[i];
+  }
+  p->static_len = 64 * p->n;
+  p->static_table = malloc((size_t)p->static_len * sizeof *p->static_table);
+  if (p->static_table == NULL) return MGPU_ENOMEM;
+  for (int k = 0; k < p->static_len; k++) {
+    int best = 0;
+    for (int i = 0; i < p->n; i++) {
+      credit[i] += w[i];
+      if (credit[i] > credit[best]) best = i;
+    }
+    credit[best] -= total;
+    p->static_table[k] = (uint16_t)best;
+  }
+  return 0;
+}
+
+static int check_opts(const mgpu_pool_opts *o, int ndev) {
+  if (o->size < sizeof(mgpu_pool_opts))
+    return mgpu__error(MGPU_EINVAL, "task pool: opts.size %zu is not "
+                       "sizeof(mgpu_pool_opts)", o->size);
+  if (o->policy < MGPU_SCHED_STATIC || o->policy > MGPU_SCHED_WS)
+    return mgpu__error(MGPU_EINVAL, "task pool: unknown policy %d", o->policy);
+  if (o->on_destroy != MGPU_POOL_WAIT && o->on_destroy != MGPU_POOL_CANCEL)
+    return mgpu__error(MGPU_EINVAL, "task pool: unknown on_destroy %d",
+                       o->on_destroy);
+  int n = o->ndevices ? o->ndevices : ndev;
+  if (n < 1 || n > MGPU_MAX_DEVICES)
+    return mgpu__error(MGPU_EINVAL, "task pool: %d devices asked for (1 .. "
+                       "%d)", o->ndevices, MGPU_MAX_DEVICES);
+  unsigned char seen[MGPU_MAX_DEVICES] = {0};
+  double total = 0;
+  for (int i = 0; i < n; i++) {
+    int d = o->devices ? o->devices[i] : i;
+    if (d < 0 || d >= ndev)
+      return mgpu__error(MGPU_ENODEV, "task pool: device %d (entry %d) is "
+                         "not open (%d devices)", d, i, ndev);
+    if (seen[d]++)
+      return mgpu__error(MGPU_EINVAL, "task pool: device %d appears twice", d);
+    if (o->weights) {
+      if (!(o->weights[i] >= 0))
+        return mgpu__error(MGPU_EINVAL, "task pool: weight %d of device %d "
+                           "is %g", i, d, o->weights[i]);
+      total += o->weights[i];
+    }
+  }
+  if (o->weights && !(total > 0))
+    return mgpu__error(MGPU_EINVAL, "task pool: the %d weights sum to %g", n,
+                       total);
+  return 0;
+}
+
+static void pool_free(mgpu_pool *p) {
+  for (int i = 0; i < p->n; i++) {
+    mgpu__worker *w = &p->workers[i];
+    if (w->stream) mgpu_stream_destroy(w->stream);
+    mgpu__deque_destroy(&w->deque);
+    mgpu__deque_destroy(&w->prefer);
+  }
+  mgpu__ring_destroy(&p->shared);
+  mgpu__task_table_destroy(p);
+  free(p->static_table);
+  free(p->workers);
+  free(p);
+}
+
+static void stop_workers(mgpu_pool *p) {
+  atomic_store_explicit(&p->stopping, 1, memory_order_seq_cst);
+  for (int i = 0; i < p->n; i++) {
+    mgpu__worker *w = &p->workers[i];
+    atomic_fetch_add_explicit(&w->wake_seq, 1, memory_order_release);
+    mgpu__park_wake(&w->wake_seq, 1);
+  }
+  for (int i = 0; i < p->n; i++)
+    if (p->workers[i].started) mgpu__thread_join(p->workers[i].thread);
+}
+
+int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
+  mgpu_pool_opts defaults = MGPU_POOL_OPTS_INITIALIZER;
+  const mgpu_pool_opts *o = opts ? opts : &defaults;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "task pool: out pointer is NULL");
+  int ndev = mgpu_device_count();
+  if (ndev < 0) return ndev;
+  int rc = check_opts(o, ndev);
+  if (rc != 0) return rc;
+  int n = o->ndevices ? o->ndevices : ndev;
+
+  mgpu_pool *p = aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
+  if (p == NULL)
+    return mgpu__error(MGPU_ENOMEM, "task pool: out of memory");
+  memset(p, 0, sizeof *p);
+  p->workers = aligned_alloc(64, ((size_t)n * sizeof *p->workers + 63) &
+                                     ~(size_t)63);
+  if (p->workers == NULL) {
+    free(p);
+    return mgpu__error(MGPU_ENOMEM, "task pool: out of memory for %d "
+                       "workers", n);
+  }
+  memset(p->workers, 0, (size_t)n * sizeof *p->workers);
+  p->policy = o->policy;
+  p->on_destroy = o->on_destroy;
+  p->n = n;
+  for (int d = 0; d < MGPU_MAX_DEVICES; d++) p->dev_to_worker[d] = -1;
+  for (int i = 0; i < n; i++) {
+    p->workers[i].pool = p;
+    p->workers[i].index = i;
+    p->workers[i].dev = o->devices ? o->devices[i] : i;
+    p->dev_to_worker[p->workers[i].dev] = i;
+  }
+  if ((rc = mgpu__task_table_init(p)) != 0) {
+    free(p->workers);
+    free(p);
+    return rc;
+  }
+  /* From here on pool_free undoes whatever was made. */
+  if (o->policy != MGPU_SCHED_STATIC &&
+      mgpu__ring_init(&p->shared, MGPU__RING_CAP) != 0) {
+    rc = mgpu__error(MGPU_ENOMEM, "task pool: no memory for the shared queue");
+    goto fail;
+  }
+  if (build_static_table(p, o->policy == MGPU_SCHED_STATIC ? o->weights
+                                                           : NULL) != 0) {
+    rc = mgpu__error(MGPU_ENOMEM, "task pool: no memory for placements");
+    goto fail;
+  }
+  for (int i = 0; i < n; i++) {
+    mgpu__worker *w = &p->workers[i];
+    order_victims(p, w, o);
+    if (mgpu__deque_init(&w->deque, 256) != 0 ||
+        mgpu__deque_init(&w->prefer, 16) != 0) {
+      rc = mgpu__error(MGPU_ENOMEM, "task pool: no memory for the deques "
+                       "of device %d", w->dev);
+      goto fail;
+    }
+    if ((rc = mgpu_stream_create(&w->stream, w->dev)) != 0) goto fail;
+    mgpu__stream *s;
+    if ((rc = mgpu__stream_get(w->stream, &s)) != 0) goto fail;
+    mgpu__device *dev = mgpu__device_get(w->dev);
+    w->sync_ops = dev->ops;
+    w->sync_dev = dev->b;
+    w->sync_stream = s->b;
+    w->device_busy = &dev->counters[MGPU__M_busy_ns];
+  }
+  for (int i = 0; i < n; i++) {
+    mgpu__worker *w = &p->workers[i];
+    int err = mgpu__thread_create(&w->thread, worker_main, w);
+    if (err != 0) {
+      rc = mgpu__error(MGPU_ENOMEM, "task pool: cannot start the worker of "
+                       "device %d (errno %d)", w->dev, err);
+      goto fail_threads;
+    }
+    w->started = 1;
+  }
+  *out = p;
+  return 0;
+
+fail_threads:
+  stop_workers(p);
+fail:
+  pool_free(p);
+  return rc;
+}
+
+int mgpu_pool_destroy(mgpu_pool *p) {
+  if (p == NULL) return 0;
+  mgpu__worker *self = mgpu__sched_self(p);
+  if (self != NULL)
+    return mgpu__error(MGPU_EINVAL, "task pool: destroyed from its own task "
+                       "on device %d", self->dev);
+  if (p->on_destroy == MGPU_POOL_CANCEL)
+    atomic_store_explicit(&p->canceling, 1, memory_order_seq_cst);
+  mgpu__pool_drain(p);
+  stop_workers(p);
+  int rc = mgpu__pool_take_error(p);
+  pool_free(p);
+  return rc;
+}
+
+/* ---- statistics ---- */
+
+int mgpu_pool_stats_get(mgpu_pool *p, mgpu_pool_stats *out) {
+  if (p == NULL || out == NULL)
+    return mgpu__error(MGPU_EINVAL, "task pool: %s is NULL",
+                       p ? "stats" : "pool");
+  if (out->size < sizeof *out)
+    return mgpu__error(MGPU_EINVAL, "task pool: stats.size %zu is not "
+                       "sizeof(mgpu_pool_stats)", out->size);
+  out->ndevices = p->n;
+  double max = 0, sum = 0;
+  for (int i = 0; i < p->n; i++) {
+    mgpu__worker *w = &p->workers[i];
+    mgpu_pool_dev_stats *s = &out->dev[i];
+    s->device = w->dev;
+    s->tasks_run = atomic_load_explicit(&w->tasks_run, memory_order_relaxed);
+    s->tasks_stolen =
+        atomic_load_explicit(&w->tasks_stolen, memory_order_relaxed);
+    s->tasks_failed =
+        atomic_load_explicit(&w->tasks_failed, memory_order_relaxed);
+    s->busy_ns = atomic_load_explicit(&w->busy_ns, memory_order_relaxed);
+    sum += (double)s->busy_ns;
+    if ((double)s->busy_ns > max) max = (double)s->busy_ns;
+  }
+  out->load_imbalance = sum > 0 ? max / (sum / p->n) - 1.0 : 0.0;
+  return 0;
+}
+
+int mgpu_pool_stats_reset(mgpu_pool *p) {
+  if (p == NULL) return mgpu__error(MGPU_EINVAL, "task pool: pool is NULL");
+  for (int i = 0; i < p->n; i++) {
+    mgpu__worker *w = &p->workers[i];
+    atomic_store_explicit(&w->tasks_run, 0, memory_order_relaxed);
+    atomic_store_explicit(&w->tasks_stolen, 0, memory_order_relaxed);
+    atomic_store_explicit(&w->tasks_failed, 0, memory_order_relaxed);
+    atomic_store_explicit(&w->busy_ns, 0, memory_order_relaxed);
+  }
+  return 0;
+}

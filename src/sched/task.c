@@ -1,0 +1,433 @@
+/* Tasks of a pool: submission with dependencies, running, completion
+ * (failure propagation to dependents), and the waits. The slots they live
+ * in are slots.c's.
+ *
+ * The fast path (a task with no dependencies) takes a slot from the free
+ * list with one CAS, publishes the task with one more, and completes it with
+ * an exchange on its successor list and a few counters: no lock and no
+ * allocation. Locks are taken only to grow the table and to record a
+ * failure. */
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/internal.h"
+
+/* The task a held handle names, or NULL with *code set to
+ * MGPU_EBADHANDLE (not a handle of this pool) or MGPU_EFREED (waited or
+ * released already). Sets no detail: callers name the argument. */
+static mgpu__task *task_lookup(mgpu_pool *p, mgpu_task h, int *code) {
+  uint32_t idx = (uint32_t)h;
+  mgpu__task *t = (idx == 0) ? NULL : mgpu__task_at(p, idx - 1);
+  if (t == NULL) {
+    *code = MGPU_EBADHANDLE;
+    return NULL;
+  }
+  if (atomic_load_explicit(&t->hold, memory_order_acquire) != h) {
+    *code = MGPU_EFREED;
+    return NULL;
+  }
+  return t;
+}
+
+static int bad_handle(int code, const char *what, mgpu_task h) {
+  return mgpu__error(code, "task pool: %s 0x%llx %s", what,
+                     (unsigned long long)h,
+                     code == MGPU_EFREED
+                         ? "was already waited or released"
+                         : "is not a task handle of this pool");
+}
+
+/* ---- failures ---- */
+
+static char *dup_printf(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static char *dup_printf(const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return strdup(buf);
+}
+
+static void record_failure(mgpu_pool *p, int r, const char *detail) {
+  mgpu__mutex_lock(&p->err_lock);
+  if (p->first_err == 0) {
+    p->first_err = r;
+    snprintf(p->first_detail, sizeof p->first_detail, "%s",
+             detail ? detail : "");
+  }
+  mgpu__mutex_unlock(&p->err_lock);
+}
+
+/* Marks dependent d as failed because dep (with result r) failed. Only the
+ * first failed dependency writes the detail. */
+static void fail_dependent(mgpu__task *d, const mgpu__task *dep, int r) {
+  int zero = 0;
+  if (!atomic_compare_exchange_strong_explicit(&d->dep_code, &zero, r,
+                                               memory_order_relaxed,
+                                               memory_order_relaxed))
+    return;
+  d->detail = dup_printf("task 0x%llx depends on task 0x%llx, which failed "
+                         "with %s: %s",
+                         (unsigned long long)mgpu__task_handle(d),
+                         (unsigned long long)mgpu__task_handle(dep), mgpu_err_name(r),
+                         dep->detail ? dep->detail : "");
+}
+
+/* ---- completion ---- */
+
+void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
+                         mgpu__worker *self) {
+  /* Dependents that fail because t failed complete here too, without
+   * running: a worklist linked through next instead of recursion. */
+  mgpu__task *work = NULL;
+  for (;;) {
+    t->result = r;
+    if (r != 0) record_failure(p, r, t->detail);
+    mgpu__edge *e =
+        atomic_exchange_explicit(&t->succ, MGPU__SEALED, memory_order_acq_rel);
+    while (e != NULL) {
+      mgpu__edge *next = e->next;
+      mgpu__task *d = e->dependent;
+      if (r != 0) fail_dependent(d, t, r);
+      if (atomic_fetch_sub_explicit(&d->pending, 1, memory_order_acq_rel) ==
+          1) {
+        if (atomic_load_explicit(&d->dep_code, memory_order_relaxed) != 0) {
+          atomic_store_explicit(&d->next, work, memory_order_relaxed);
+          work = d;
+        } else {
+          mgpu__sched_ready(p, d, self);
+        }
+      }
+      e = next;
+    }
+    if (atomic_exchange_explicit(&t->state, MGPU__T_DONE,
+                                 memory_order_acq_rel) == MGPU__T_WAITED)
+      mgpu__park_wake(&t->state, 1 << 30);
+    mgpu__task_unref(p, t, self);
+    if (self != NULL) {
+      if (++self->pending_done >= MGPU__FLUSH_BATCH) mgpu__worker_flush(self);
+    } else {
+      mgpu__inflight_done(p, 1);
+    }
+    if (work == NULL) return;
+    t = work;
+    work = atomic_load_explicit(&t->next, memory_order_relaxed);
+    r = MGPU_EDEPFAIL;
+  }
+}
+
+void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
+  mgpu_pool *p = w->pool;
+  int r;
+  if (atomic_load_explicit(&t->dep_code, memory_order_relaxed) != 0) {
+    r = MGPU_EDEPFAIL; /* a dependency failed while it was queued */
+  } else if (atomic_load_explicit(&p->canceling, memory_order_relaxed)) {
+    r = MGPU_ECANCELED;
+    t->detail = dup_printf("task 0x%llx canceled: its pool was destroyed "
+                           "before it ran",
+                           (unsigned long long)mgpu__task_handle(t));
+  } else {
+    atomic_store_explicit(&w->running, 1, memory_order_relaxed);
+    /* Back to back, a task starts when the previous one ended: one clock
+     * read per task instead of two (a read costs 40-90 ns in some VMs). */
+    uint64_t t0 = w->clock_ns ? w->clock_ns : mgpu__now_ns();
+    /* What the device's streams count as busy meanwhile (a host device
+     * counts the work it runs for the task's stream itself). */
+    uint64_t stream_busy0 =
+        atomic_load_explicit(w->device_busy, memory_order_relaxed);
+    mgpu_error_clear();
+    if (t->fn != NULL)
+      r = t->fn(w->dev, w->stream, t->arg);
+    else
+      r = mgpu_launch(w->stream, t->kernel, t->grid, t->block, t->args,
+                      t->args_size);
+    /* The task is complete once the work it queued is: dependents may
+     * read what it wrote. */
+    int rs = w->sync_ops->stream_synchronize(w->sync_dev, w->sync_stream);
+    if (r == 0) r = rs;
+    /* A task that switched the thread to another device must not leave
+     * the next task there. */
+    int cur;
+    if (mgpu_get_device(&cur) == 0 && cur != w->dev) mgpu_set_device(w->dev);
+    w->clock_ns = mgpu__now_ns();
+    uint64_t dt = w->clock_ns - t0;
+    atomic_store_explicit(&w->running, 0, memory_order_relaxed);
+    /* Only this worker writes its statistics: a load and a store, no
+     * locked instruction. The global metrics are added in batches. */
+    atomic_store_explicit(
+        &w->busy_ns,
+        atomic_load_explicit(&w->busy_ns, memory_order_relaxed) + dt,
+        memory_order_relaxed);
+    atomic_store_explicit(
+        &w->tasks_run,
+        atomic_load_explicit(&w->tasks_run, memory_order_relaxed) + 1,
+        memory_order_relaxed);
+    w->pending_run++;
+    /* The device's busy_ns gets the task's time less the stream work the
+     * backend already counted, so that the two are not added twice. */
+    uint64_t stream_busy =
+        atomic_load_explicit(w->device_busy, memory_order_relaxed) -
+        stream_busy0;
+    w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
+    if (r > 0) { /* a task must return 0 or a negative code */
+      mgpu__error(MGPU_EINVAL, "the task returned %d, which is neither 0 nor "
+                  "a negative MGPU_E... code", r);
+      r = MGPU_EINVAL;
+    }
+    if (r != 0) {
+      const char *d = mgpu_error_detail();
+      t->detail = dup_printf("device %d: task 0x%llx failed with %s: %s",
+                             w->dev, (unsigned long long)mgpu__task_handle(t),
+                             mgpu_err_name(r),
+                             d[0] ? d : "(the task set no detail)");
+      atomic_fetch_add_explicit(&w->tasks_failed, 1, memory_order_relaxed);
+    }
+  }
+  mgpu__task_complete(p, t, r, w);
+}
+
+/* ---- submission ---- */
+
+static int check_desc(mgpu_pool *p, const mgpu_task_desc *d) {
+  if (d == NULL || d->size < sizeof(mgpu_task_desc))
+    return mgpu__error(MGPU_EINVAL, "task pool: task descriptor is NULL or "
+                       "its size field is not sizeof(mgpu_task_desc)");
+  if ((d->fn == NULL) == (d->kernel == NULL))
+    return mgpu__error(MGPU_EINVAL, "task pool: a task needs exactly one of "
+                       "fn and kernel");
+  if (d->kernel != NULL && d->args_size > 0 && d->args == NULL)
+    return mgpu__error(MGPU_EINVAL, "task pool: kernel task '%s' has "
+                       "args_size %zu but args NULL",
+                       d->kernel->name ? d->kernel->name : "?", d->args_size);
+  if (d->ndeps < 0 || (d->ndeps > 0 && d->deps == NULL))
+    return mgpu__error(MGPU_EINVAL, "task pool: %d dependencies given with "
+                       "deps %s", d->ndeps, d->deps ? "set" : "NULL");
+  if (d->device != -1 &&
+      (d->device < 0 || d->device >= MGPU_MAX_DEVICES ||
+       p->dev_to_worker[d->device] < 0))
+    return mgpu__error(MGPU_ENODEV, "task pool: preferred device %d is not "
+                       "one of the pool's %d devices", d->device, p->n);
+  for (int i = 0; i < d->ndeps; i++) {
+    int code;
+    if (task_lookup(p, d->deps[i], &code) == NULL) {
+      char what[32];
+      snprintf(what, sizeof what, "dependency %d", i);
+      return bad_handle(code, what, d->deps[i]);
+    }
+  }
+  return 0;
+}
+
+/* Links t after dep; returns 1 if t must wait for it. */
+static int add_edge(mgpu__task *t, mgpu__edge *e, mgpu__task *dep) {
+  e->dependent = t;
+  mgpu__edge *head = atomic_load_explicit(&dep->succ, memory_order_acquire);
+  atomic_fetch_add_explicit(&t->pending, 1, memory_order_relaxed);
+  for (;;) {
+    if (head == MGPU__SEALED) {
+      /* Already complete: its result was written before the seal. */
+      atomic_fetch_sub_explicit(&t->pending, 1, memory_order_relaxed);
+      if (dep->result != 0) fail_dependent(t, dep, dep->result);
+      return 0;
+    }
+    e->next = head;
+    if (atomic_compare_exchange_weak_explicit(&dep->succ, &head, e,
+                                              memory_order_release,
+                                              memory_order_acquire))
+      return 1;
+  }
+}
+
+int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
+  if (p == NULL)
+    return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
+  int rc = check_desc(p, d);
+  if (rc != 0) return rc;
+  mgpu__task *t = mgpu__task_alloc(p);
+  if (t == NULL)
+    return mgpu__error(MGPU_ENOMEM, "task pool: no free task slot (%u "
+                       "in flight or held at most)",
+                       MGPU__TASK_MAX_CHUNKS * MGPU__TASK_CHUNK);
+  t->fn = d->fn;
+  t->arg = d->arg;
+  t->kernel = d->kernel;
+  t->grid = d->grid;
+  t->block = d->block;
+  t->args = NULL;
+  t->args_size = d->kernel ? d->args_size : 0;
+  if (t->args_size > 0) {
+    t->args = t->args_size <= MGPU__TASK_INLINE_ARGS ? t->args_inline
+                                                     : malloc(t->args_size);
+    if (t->args == NULL) goto nomem;
+    memcpy(t->args, d->args, t->args_size);
+  }
+  mgpu__edge *edges = t->edges_inline;
+  if (d->ndeps > MGPU__TASK_INLINE_EDGES) {
+    edges = t->edges_heap = malloc((size_t)d->ndeps * sizeof *edges);
+    if (edges == NULL) goto nomem;
+  }
+  t->home = d->device >= 0 ? p->dev_to_worker[d->device] : -1;
+  t->place = -1;
+  if (p->policy == MGPU_SCHED_STATIC && t->home < 0) {
+    /* Placed now, in submit order, whatever the dependencies. */
+    uint64_t k = atomic_fetch_add_explicit(&p->place_next, 1,
+                                           memory_order_relaxed);
+    t->place = p->static_table[k % (uint64_t)p->static_len];
+  }
+  t->result = 0;
+  t->detail = NULL;
+  atomic_store_explicit(&t->dep_code, 0, memory_order_relaxed);
+  atomic_store_explicit(&t->succ, NULL, memory_order_relaxed);
+  atomic_store_explicit(&t->state, MGPU__T_PENDING, memory_order_relaxed);
+  atomic_store_explicit(&t->pending, 1, memory_order_relaxed);
+  uint64_t h = mgpu__task_handle(t);
+  atomic_store_explicit(&t->hold, out ? h : 0, memory_order_relaxed);
+  atomic_store_explicit(&t->refs, out ? 2 : 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
+  if (out) *out = h;
+
+  for (int i = 0; i < d->ndeps; i++)
+    add_edge(t, &edges[i], mgpu__task_at(p, (uint32_t)d->deps[i] - 1));
+  /* Drop the submitter's guard; whoever reaches 0 makes t ready. */
+  if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1) {
+    if (atomic_load_explicit(&t->dep_code, memory_order_relaxed) != 0)
+      mgpu__task_complete(p, t, MGPU_EDEPFAIL, mgpu__sched_self(p));
+    else
+      mgpu__sched_ready(p, t, mgpu__sched_self(p));
+  }
+  return 0;
+
+nomem:
+  atomic_store_explicit(&t->refs, 1, memory_order_relaxed);
+  mgpu__task_unref(p, t, NULL); /* its only reference: back to the list */
+  return mgpu__error(MGPU_ENOMEM, "task pool: no memory for a task's "
+                     "%zu bytes of kernel arguments or %d dependencies",
+                     d->args_size, d->ndeps);
+}
+
+int mgpu_pool_submit_fn(mgpu_pool *p, mgpu_task_fn fn, void *arg,
+                        mgpu_task *out) {
+  mgpu_task_desc d = MGPU_TASK_DESC_INITIALIZER;
+  d.fn = fn;
+  d.arg = arg;
+  return mgpu_pool_submit(p, &d, out);
+}
+
+/* ---- waiting ---- */
+
+static int check_not_worker(mgpu_pool *p, const char *what) {
+  if (p == NULL)
+    return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
+  mgpu__worker *w = mgpu__sched_self(p);
+  if (w != NULL)
+    return mgpu__error(MGPU_EINVAL, "task pool: %s called from a task on "
+                       "device %d (it could wait for work queued behind "
+                       "itself)", what, w->dev);
+  return 0;
+}
+
+/* Spins briefly (tasks are often short), then sleeps on the task's state. */
+static void wait_done(mgpu__task *t) {
+  for (int i = 0; i < 200; i++) {
+    if (atomic_load_explicit(&t->state, memory_order_acquire) == MGPU__T_DONE)
+      return;
+    if (i >= 100) sched_yield();
+  }
+  uint32_t s = MGPU__T_PENDING;
+  atomic_compare_exchange_strong_explicit(&t->state, &s, MGPU__T_WAITED,
+                                          memory_order_acq_rel,
+                                          memory_order_acquire);
+  while (atomic_load_explicit(&t->state, memory_order_acquire) != MGPU__T_DONE)
+    mgpu__park_wait(&t->state, MGPU__T_WAITED);
+}
+
+/* Releases the user's hold (once, whoever calls). */
+static int release_hold(mgpu_pool *p, mgpu__task *t, mgpu_task h) {
+  uint64_t expected = h;
+  if (!atomic_compare_exchange_strong_explicit(&t->hold, &expected, 0,
+                                               memory_order_acq_rel,
+                                               memory_order_relaxed))
+    return 0;
+  mgpu__task_unref(p, t, NULL);
+  return 1;
+}
+
+int mgpu_pool_wait(mgpu_pool *p, mgpu_task h) {
+  int rc = check_not_worker(p, "mgpu_pool_wait");
+  if (rc != 0) return rc;
+  int code;
+  mgpu__task *t = task_lookup(p, h, &code);
+  if (t == NULL) return bad_handle(code, "task", h);
+  wait_done(t);
+  int r = t->result;
+  if (r != 0) mgpu__error(r, "%s", t->detail ? t->detail : "task failed");
+  release_hold(p, t, h);
+  return r;
+}
+
+int mgpu_pool_release(mgpu_pool *p, mgpu_task h) {
+  if (p == NULL)
+    return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
+  int code;
+  mgpu__task *t = task_lookup(p, h, &code);
+  if (t == NULL) return bad_handle(code, "task", h);
+  if (!release_hold(p, t, h))
+    return mgpu__error(MGPU_EFREED, "task pool: task 0x%llx was already "
+                       "released", (unsigned long long)h);
+  return 0;
+}
+
+/* Waits until nothing is in flight (also used by destroy). */
+void mgpu__pool_drain(mgpu_pool *p) {
+  for (int i = 0; i < 200; i++) {
+    if (atomic_load_explicit(&p->inflight, memory_order_acquire) == 0) return;
+    if (i >= 100) sched_yield();
+  }
+  for (;;) {
+    uint32_t seq = atomic_load_explicit(&p->idle_seq, memory_order_acquire);
+    atomic_fetch_add_explicit(&p->idle_waiters, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->inflight, memory_order_seq_cst) == 0) {
+      atomic_fetch_sub_explicit(&p->idle_waiters, 1, memory_order_relaxed);
+      return;
+    }
+    mgpu__park_wait(&p->idle_seq, seq);
+    atomic_fetch_sub_explicit(&p->idle_waiters, 1, memory_order_relaxed);
+  }
+}
+
+/* Returns (and clears) the first failure, setting the caller's detail. */
+int mgpu__pool_take_error(mgpu_pool *p) {
+  char detail[256];
+  mgpu__mutex_lock(&p->err_lock);
+  int r = p->first_err;
+  snprintf(detail, sizeof detail, "%s", p->first_detail);
+  p->first_err = 0;
+  p->first_detail[0] = '\0';
+  mgpu__mutex_unlock(&p->err_lock);
+  if (r != 0) mgpu__error(r, "%s", detail);
+  return r;
+}
+
+int mgpu_pool_wait_all(mgpu_pool *p) {
+  int rc = check_not_worker(p, "mgpu_pool_wait_all");
+  if (rc != 0) return rc;
+  mgpu__pool_drain(p);
+  /* Release every handle still held: all their tasks are complete. */
+  uint32_t n = atomic_load_explicit(&p->nchunks, memory_order_acquire);
+  for (uint32_t c = 0; c < n; c++) {
+    mgpu__task *chunk = atomic_load_explicit(&p->chunks[c], memory_order_acquire);
+    for (uint32_t i = 0; i < MGPU__TASK_CHUNK; i++) {
+      mgpu__task *t = &chunk[i];
+      uint64_t h = atomic_load_explicit(&t->hold, memory_order_acquire);
+      if (h != 0 &&
+          atomic_load_explicit(&t->state, memory_order_acquire) == MGPU__T_DONE)
+        release_hold(p, t, h);
+    }
+  }
+  return mgpu__pool_take_error(p);
+}
