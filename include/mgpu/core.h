@@ -56,7 +56,9 @@ typedef struct mgpu_config {
                                them refuse, so copies go host-staged. -1: env,
                                default 1 */
   size_t staging_chunk;     /* MGPU_STAGING_CHUNK: bytes per chunk of a
-                               host-staged copy. 0: env, default 4 MiB */
+                               host-staged copy. 0: env, else chosen per
+                               pair: 8 MiB between GPUs, 1 MiB between host
+                               devices (docs/copy.md) */
   int staging_depth;        /* MGPU_STAGING_DEPTH: bounce buffers per staged
                                copy (at least 2). 0: env, default 3 */
 } mgpu_config;

@@ -4,10 +4,10 @@
  * Every check (handles, ranges, overlap, which device the stream belongs to)
  * is made here before any byte moves. A copy that has a host-visible side
  * (pinned or unified memory) is an ordinary copy on the stream's device; a
- * copy between two device buffers of one physical device (the same device, or
- * logical devices split from one GPU) is a device copy; two device buffers of
- * different devices go to the peer layer (peer.c), which takes the direct or
- * the host-staged path. Metrics are counted where the path is chosen.
+ * copy between two device buffers of one device is a device copy; two device
+ * buffers of different devices go to the peer layer (peer.c), which takes a
+ * device copy (logical devices of one GPU), the direct or the host-staged
+ * path. Metrics are counted where the path is chosen.
  */
 #include "core/internal.h"
 
@@ -163,13 +163,6 @@ static int copy_on(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
         break;
     }
     return 0;
-  }
-  if (dd->ops == sd->ops && dd->ops->kind == MGPU_BACKEND_CUDA &&
-      dd->spec.ordinal == sd->spec.ordinal) {
-    /* Logical devices of one GPU: an ordinary device copy. */
-    rc = d->ops->memcpy_async(d->b, s->b, dst, src, size, MGPU__COPY_D2D);
-    if (rc == 0) count(s->dev, MGPU__M_bytes_d2d, MGPU__M_copies_d2d, size);
-    return rc;
   }
   if (dd->ops != sd->ops)
     return mgpu__error(MGPU_ENOTSUP, "copy from device %d (%s) to device %d "

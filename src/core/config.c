@@ -11,7 +11,6 @@
 
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)
 #define DEFAULT_HOST_WORKERS 2
-#define DEFAULT_STAGING_CHUNK ((size_t)4 << 20)
 #define DEFAULT_STAGING_DEPTH 3
 
 int mgpu__parse_size(const char *s, size_t *out) {
@@ -173,7 +172,7 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
     if (mgpu__parse_size(env, &out->staging_chunk) || out->staging_chunk == 0)
       return mgpu__error(MGPU_EINVAL, "MGPU_STAGING_CHUNK: bad size '%s'", env);
   }
-  if (out->staging_chunk == 0) out->staging_chunk = DEFAULT_STAGING_CHUNK;
+  /* staging_chunk left 0: the copy layer picks it per pair of devices. */
   if (out->staging_depth <= 0 && (env = getenv("MGPU_STAGING_DEPTH")) && *env) {
     if (parse_int_range(env, 2, 64, &out->staging_depth))
       return mgpu__error(MGPU_EINVAL, "MGPU_STAGING_DEPTH: bad value '%s' "

@@ -37,7 +37,7 @@ static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
   current_device = d->id;
-  mgpu__topo_bind_current_thread(d->id);
+  mgpu__topo_bind_current_thread(d);
   int rc = d->ops->make_current(d->b);
   if (rc != 0)
     mgpu__log(MGPU_LOG_WARN, "device %d: host thread could not make its device "

@@ -203,7 +203,8 @@ void mgpu__copy_shutdown(void);
 
 /* ---- topology (topo/) ---- */
 
-/* Pins the calling thread (a device host thread) near device dev. */
-void mgpu__topo_bind_current_thread(int dev);
+/* Pins the calling thread (a device host thread, started before mgpu_init
+ * returns) near device d. */
+void mgpu__topo_bind_current_thread(mgpu__device *d);
 
 #endif /* MGPU_CORE_INTERNAL_H */

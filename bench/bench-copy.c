@@ -1,0 +1,151 @@
+/* mgpu bench copy: host-to-device, device-to-host and device-to-device copy
+ * bandwidth of every device, from pageable and from pinned host memory.
+ *
+ *   mgpu bench copy [--json] [--quick] [--reps N] [SIZE]
+ *
+ * SIZE defaults to 64M (8M with --quick). Pageable memory is plain malloc
+ * (touched before timing); pinned memory is a buffer of mgpu_malloc_host on
+ * the same device. Every figure is timed alternately with single-thread
+ * memcpy of the same size between two pre-touched host buffers, rep for rep,
+ * so that both see the same machine; ratio = copy / memcpy. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "cmd.h"
+
+typedef struct copy_ctx {
+  size_t size;
+  mgpu_buffer *dev_a, *dev_b, *pinned;
+  mgpu_stream *stream;
+  char *pageable, *host_a, *host_b;
+} copy_ctx;
+
+enum { C_H2D_PAGEABLE, C_H2D_PINNED, C_D2H_PAGEABLE, C_D2H_PINNED, C_D2D,
+       C_MEMCPY };
+
+static int run(copy_ctx *c, int kind) {
+  int rc = 0;
+  void *pinned = c->pinned ? mgpu_buffer_ptr(c->pinned) : NULL;
+  switch (kind) {
+    case C_H2D_PAGEABLE:
+      rc = mgpu_memcpy_htod_async(c->dev_a, 0, c->pageable, c->size, c->stream);
+      break;
+    case C_H2D_PINNED:
+      rc = mgpu_memcpy_htod_async(c->dev_a, 0, pinned, c->size, c->stream);
+      break;
+    case C_D2H_PAGEABLE:
+      rc = mgpu_memcpy_dtoh_async(c->pageable, c->dev_a, 0, c->size, c->stream);
+      break;
+    case C_D2H_PINNED:
+      rc = mgpu_memcpy_dtoh_async(pinned, c->dev_a, 0, c->size, c->stream);
+      break;
+    case C_D2D:
+      rc = mgpu_memcpy_async(c->dev_b, 0, c->dev_a, 0, c->size, c->stream);
+      break;
+    case C_MEMCPY:
+      memcpy(c->host_b, c->host_a, c->size);
+      return 0;
+  }
+  return rc ? rc : mgpu_stream_synchronize(c->stream);
+}
+
+/* Median GB/s of kind and of memcpy, timed alternately after a warm-up. */
+static int measure(copy_ctx *c, int kind, int reps, double *gbps,
+                   double *memcpy_gbps) {
+  double *t = calloc((size_t)reps, sizeof *t), *b = calloc((size_t)reps, sizeof *b);
+  int rc = t && b ? 0 : MGPU_ENOMEM;
+  if (rc == 0) rc = run(c, kind);
+  if (rc == 0) rc = run(c, C_MEMCPY);
+  for (int r = 0; r < reps && rc == 0; r++) {
+    double t0 = bench_now();
+    rc = run(c, kind);
+    double t1 = bench_now();
+    run(c, C_MEMCPY);
+    t[r] = t1 - t0;
+    b[r] = bench_now() - t1;
+  }
+  if (rc == 0) {
+    *gbps = (double)c->size / bench_median(t, reps) / 1e9;
+    *memcpy_gbps = (double)c->size / bench_median(b, reps) / 1e9;
+  }
+  free(t);
+  free(b);
+  return rc;
+}
+
+static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
+  static const struct { int kind; const char *name; } cases[] = {
+      {C_H2D_PAGEABLE, "H2D pageable"}, {C_H2D_PINNED, "H2D pinned"},
+      {C_D2H_PAGEABLE, "D2H pageable"}, {C_D2H_PINNED, "D2H pinned"},
+      {C_D2D, "D2D"}};
+  int rc = mgpu_malloc(&c->dev_a, dev, c->size);
+  if (rc == 0) rc = mgpu_malloc(&c->dev_b, dev, c->size);
+  if (rc == 0) rc = mgpu_malloc_host(&c->pinned, dev, c->size);
+  if (rc == 0) rc = mgpu_stream_create(&c->stream, dev);
+  /* Touch every page before timing. */
+  if (rc == 0) rc = mgpu_memset_async(c->dev_a, 0, 1, c->size, c->stream);
+  if (rc == 0) rc = mgpu_memset_async(c->dev_b, 0, 2, c->size, c->stream);
+  if (rc == 0) memset(mgpu_buffer_ptr(c->pinned), 3, c->size);
+  if (rc == 0) rc = mgpu_stream_synchronize(c->stream);
+  for (size_t i = 0; rc == 0 && i < sizeof cases / sizeof cases[0]; i++) {
+    double v, base;
+    rc = measure(c, cases[i].kind, reps, &v, &base);
+    if (rc != 0) break;
+    char name[96];
+    if (c->size % ((size_t)1 << 20) == 0)
+      snprintf(name, sizeof name, "dev %d %s %zuMiB", dev, cases[i].name,
+               c->size >> 20);
+    else
+      snprintf(name, sizeof name, "dev %d %s %zuB", dev, cases[i].name, c->size);
+    bench_report_add(r, name, "bandwidth", v, "GB/s", "memcpy 1 thread", base);
+  }
+  if (c->stream) mgpu_stream_destroy(c->stream);
+  if (c->dev_a) mgpu_free(c->dev_a);
+  if (c->dev_b) mgpu_free(c->dev_b);
+  if (c->pinned) mgpu_free(c->pinned);
+  c->stream = NULL;
+  c->dev_a = c->dev_b = c->pinned = NULL;
+  return rc;
+}
+
+static size_t parse_size(const char *s) {
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end == 'K' || *end == 'k') v <<= 10, end++;
+  else if (*end == 'M' || *end == 'm') v <<= 20, end++;
+  else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+  return end != s && *end == '\0' ? (size_t)v : 0;
+}
+
+int mgpu_bench_copy(int argc, char **argv) {
+  static const char usage[] = "mgpu bench copy [--json] [--quick] [--reps N] [SIZE]";
+  bench_opts o;
+  char *rest[4];
+  int nrest = 0;
+  if (argc > 6 || bench_parse(argc, argv, usage, &o, rest, &nrest) != 0)
+    return 2;
+  copy_ctx c = {.size = (size_t)(o.quick ? 8 : 64) << 20};
+  if (nrest > 1 || (nrest == 1 && (c.size = parse_size(rest[0])) == 0)) {
+    fprintf(stderr, "usage: %s\n", usage);
+    return 2;
+  }
+  c.pageable = malloc(c.size);
+  c.host_a = malloc(c.size);
+  c.host_b = malloc(c.size);
+  bench_report *r = bench_report_new("copy");
+  int rc = c.pageable && c.host_a && c.host_b && r ? 0 : MGPU_ENOMEM;
+  if (rc == 0) {
+    memset(c.pageable, 4, c.size);
+    memset(c.host_a, 5, c.size);
+    memset(c.host_b, 6, c.size);
+  }
+  int n = mgpu_device_count();
+  for (int d = 0; d < n && rc == 0; d++) rc = device_figures(&c, d, r, o.reps);
+  free(c.pageable);
+  free(c.host_a);
+  free(c.host_b);
+  if (r == NULL) return mgpu_cmd_fail("bench copy", MGPU_ENOMEM);
+  bench_report_finish(r, o.json);
+  return rc != 0 ? mgpu_cmd_fail("bench copy", rc) : 0;
+}

@@ -1,0 +1,36 @@
+/* Internal interface of the copy layer (src/copy): the pieces that peer.c
+ * (path choice, peer state) and staged.c (the pipelined host-staged path,
+ * helper streams, pooled events and bounce buffers) share, and what the
+ * topology layer asks of them.
+ */
+#ifndef MGPU_COPY_INTERNAL_H
+#define MGPU_COPY_INTERNAL_H
+
+#include "core/internal.h"
+#include "mgpu/topo.h"
+
+/* The path a copy of device memory from device src to device dst takes now;
+ * turns peer access on first where it was never set for the pair. */
+int mgpu__peer_path(int src, int dst, mgpu_copy_path *path);
+
+/* 1 when the two devices are logical devices of one physical GPU. */
+int mgpu__same_physical(const mgpu__device *a, const mgpu__device *b);
+
+/* Copies size bytes from src (memory of device sd) to dst (memory of device
+ * dd) in chunks through pinned bounce buffers, ordered on s (a stream of sd
+ * or dd). Both sides are device memory as far as the backends are told. */
+int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
+                      const void *src, size_t size, mgpu__stream *s);
+
+/* The staging parameters in force for copies from device src: set at run
+ * time, or the config's, or (chunk) chosen by src's backend. src NULL: the
+ * chunk is 0 when it is chosen per backend. */
+void mgpu__staging_params(const mgpu__device *src, size_t *chunk, int *depth);
+
+/* Releases helper streams, pooled events and bounce buffers (shutdown). */
+void mgpu__staged_shutdown(void);
+
+/* Forgets the peer state (shutdown). */
+void mgpu__peer_reset(void);
+
+#endif /* MGPU_COPY_INTERNAL_H */

@@ -1,0 +1,512 @@
+/* The pipelined host-staged copy between two devices.
+ *
+ * A staged copy cuts the bytes into pieces and moves each through one of k
+ * pinned bounce buffers (k = the staging depth, at least 2): the source
+ * device copies piece i into bounce[i % k] on a stream of its own
+ * (device-to-host) and records an event; a stream of the destination device
+ * waits for that event, copies the piece out (host-to-device) and records
+ * another event, which the source side waits for before it reuses the bounce
+ * buffer for piece i + k. So while the destination drains piece i, the
+ * source already fills piece i + 1: the two halves overlap.
+ *
+ * Pieces are one chunk long, except that a copy of four chunks or more ramps
+ * up and down: it starts with an eighth, a quarter and a half chunk and ends
+ * with a half, a quarter and an eighth, because the first piece's D2H and the
+ * last piece's H2D run alone, and short ones there shorten the time nothing
+ * overlaps.
+ *
+ * Stream order: the copy runs on the caller's stream s, which belongs to
+ * one of the two devices; that device's half runs on s itself, the other
+ * half on a helper stream of the other device. When s is the destination's,
+ * the source's helper first waits for an event recorded on s (so the copy
+ * starts after earlier work on s); when s is the source's, s finally waits
+ * for the destination's last event (so later work on s, and events recorded
+ * on s after the copy, see the data). Either way the copy is one step of s.
+ *
+ * Nothing is allocated per call in the steady state: helper streams are
+ * created once per device; events, bounce buffers and the records of copies
+ * in flight come from pools. A copy
+ * records a "done" event on s after itself and goes on a pending list; later
+ * copies (and shutdown) give back what finished copies borrowed once their
+ * done event has completed. That costs one event record per copy, where a
+ * host callback would cost a trip through the driver's callback thread.
+ * Bounce buffers are pre-touched when they are made, because the first touch
+ * of fresh pages costs more than the copy itself.
+ *
+ * Event re-recording: each bounce slot's events are recorded once per piece
+ * that uses the slot. A wait takes the event's most recent record at the
+ * time it is queued (the backends' contract, as in CUDA), so a later record
+ * does not move an earlier wait.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "copy/copy-internal.h"
+
+#define HELPERS_PER_DEVICE 4
+#define MAX_DEPTH 64 /* as MGPU_STAGING_DEPTH allows */
+/* Automatic chunk sizes (docs/perf-copy.md has the measurements). Between
+ * GPUs a chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
+ * small against its time. Between host devices both halves are memcpy on
+ * two cores: 1 MiB keeps the bounce buffers in the last-level cache, so the
+ * host-to-device half reads them from there instead of from memory. */
+#define GPU_CHUNK ((size_t)8 << 20)
+#define HOST_CHUNK ((size_t)1 << 20)
+#define DEFAULT_DEPTH 3
+/* Bounce buffers kept alive at most (before waiting for one to come back). */
+#define BOUNCE_CAP_MIN 16
+
+typedef struct bounce {
+  struct bounce *next;
+  mgpu__device *owner; /* whose mem_alloc made it */
+  size_t size;
+  void *ptr;
+} bounce;
+
+typedef struct pooled_event {
+  mgpu__device *dev;
+  mgpu__bevent *ev;
+} pooled_event;
+
+/* What one copy borrowed. events[0] is its done event once it is queued. */
+typedef struct copy_op {
+  struct copy_op *next; /* in the pending list */
+  int nevents;
+  pooled_event events[2 * MAX_DEPTH + 2];
+  int nbounce;
+  bounce *bounce[MAX_DEPTH];
+} copy_op;
+
+/* pool_lock guards everything in this block. */
+static mgpu__mutex pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static bounce *bounce_free;     /* idle bounce buffers */
+static int bounce_alive;        /* idle + lent */
+static copy_op *pending;        /* queued copies, newest first */
+static copy_op *op_records;     /* idle copy_op records */
+/* Helper streams are ordinary mgpu streams (handles only this file knows),
+ * so that mgpu_device_synchronize, and so mgpu_free, wait for the half of a
+ * staged copy that runs on them. */
+static mgpu_stream *helpers[MGPU_MAX_DEVICES][HELPERS_PER_DEVICE];
+static unsigned helper_next[MGPU_MAX_DEVICES];
+static mgpu__bevent **event_free[MGPU_MAX_DEVICES]; /* idle events */
+static int event_nfree[MGPU_MAX_DEVICES], event_cap[MGPU_MAX_DEVICES];
+
+/* Set at run time by mgpu_staging_set; 0: the config's value. */
+static _Atomic size_t staging_chunk_set;
+static _Atomic int staging_depth_set;
+
+/* ---- parameters ---- */
+
+void mgpu__staging_params(const mgpu__device *src, size_t *chunk,
+                          int *depth) {
+  const mgpu_config *cfg = mgpu__config();
+  size_t c = staging_chunk_set;
+  int d = staging_depth_set;
+  if (c == 0 && cfg != NULL) c = cfg->staging_chunk;
+  if (c == 0 && src != NULL) /* automatic: see GPU_CHUNK */
+    c = src->ops->kind == MGPU_BACKEND_HOST ? HOST_CHUNK : GPU_CHUNK;
+  if (d == 0) d = cfg != NULL && cfg->staging_depth > 0 ? cfg->staging_depth
+                                                         : DEFAULT_DEPTH;
+  if (d < 2) d = 2;
+  if (d > MAX_DEPTH) d = MAX_DEPTH;
+  *chunk = c;
+  *depth = d;
+}
+
+int mgpu_staging_set(size_t chunk, int depth) {
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "staging parameters: mgpu is not "
+                       "initialized");
+  if (depth != 0 && (depth < 2 || depth > MAX_DEPTH))
+    return mgpu__error(MGPU_EINVAL, "staging depth %d: it must lie between 2 "
+                       "and %d bounce buffers", depth, MAX_DEPTH);
+  if (chunk != 0 && chunk < 4096)
+    return mgpu__error(MGPU_EINVAL, "staging chunk of %zu bytes: it must be "
+                       "at least 4096 bytes", chunk);
+  if (chunk != 0) staging_chunk_set = chunk;
+  if (depth != 0) staging_depth_set = depth;
+  return 0;
+}
+
+int mgpu_staging_get(size_t *chunk, int *depth) {
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "staging parameters: mgpu is not "
+                       "initialized");
+  size_t c;
+  int d;
+  mgpu__staging_params(NULL, &c, &d);
+  if (chunk != NULL) *chunk = c;
+  if (depth != NULL) *depth = d;
+  return 0;
+}
+
+/* ---- pools ---- */
+
+static int helper_get(mgpu__device *d, mgpu__bstream **out) {
+  int rc = 0;
+  mgpu__stream *hs = NULL;
+  mgpu__mutex_lock(&pool_lock);
+  unsigned i = helper_next[d->id]++ % HELPERS_PER_DEVICE;
+  if (helpers[d->id][i] == NULL)
+    rc = mgpu_stream_create(&helpers[d->id][i], d->id);
+  if (rc == 0) rc = mgpu__stream_get(helpers[d->id][i], &hs);
+  mgpu__mutex_unlock(&pool_lock);
+  if (rc == 0) *out = hs->b;
+  return rc;
+}
+
+/* Takes an idle event of device d or makes one; appends it to op. */
+static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
+  mgpu__bevent *e = NULL;
+  mgpu__mutex_lock(&pool_lock);
+  if (event_nfree[d->id] > 0) e = event_free[d->id][--event_nfree[d->id]];
+  mgpu__mutex_unlock(&pool_lock);
+  if (e == NULL) {
+    int rc = d->ops->event_create(d->b, &e);
+    if (rc != 0) return rc;
+  }
+  op->events[op->nevents].dev = d;
+  op->events[op->nevents].ev = e;
+  op->nevents++;
+  *out = e;
+  return 0;
+}
+
+/* Called under pool_lock. Returns 0, or -1 when the free list could not grow
+ * (the caller then destroys the event). */
+static int event_put_locked(mgpu__device *d, mgpu__bevent *e) {
+  int id = d->id;
+  if (event_nfree[id] == event_cap[id]) {
+    int cap = event_cap[id] ? 2 * event_cap[id] : 16;
+    mgpu__bevent **grown = realloc(event_free[id], (size_t)cap * sizeof *grown);
+    if (grown == NULL) return -1;
+    event_free[id] = grown;
+    event_cap[id] = cap;
+  }
+  event_free[id][event_nfree[id]++] = e;
+  return 0;
+}
+
+static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
+  bounce *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: no memory for a bounce "
+                       "buffer record", owner->id);
+  int rc = owner->ops->mem_alloc(owner->b, MGPU_MEM_PINNED, size, &b->ptr);
+  if (rc != 0) {
+    free(b);
+    return rc;
+  }
+  memset(b->ptr, 0, size); /* pay the first touch once, here */
+  b->owner = owner;
+  b->size = size;
+  *out = b;
+  return 0;
+}
+
+static void bounce_destroy(bounce *b) {
+  b->owner->ops->mem_free(b->owner->b, MGPU_MEM_PINNED, b->ptr);
+  free(b);
+}
+
+/* Gives back what op borrowed (every stream it touched is past it), and op
+ * itself. Called under pool_lock. An event that cannot be pooled is
+ * destroyed. */
+static void release_locked(copy_op *op) {
+  for (int i = 0; i < op->nbounce; i++) {
+    op->bounce[i]->next = bounce_free;
+    bounce_free = op->bounce[i];
+  }
+  for (int i = 0; i < op->nevents; i++) {
+    pooled_event *pe = &op->events[i];
+    if (event_put_locked(pe->dev, pe->ev) != 0)
+      pe->dev->ops->event_destroy(pe->dev->b, pe->ev);
+  }
+  op->next = op_records;
+  op_records = op;
+}
+
+/* An idle copy_op record, cleared, or NULL when out of memory. */
+static copy_op *op_take(void) {
+  mgpu__mutex_lock(&pool_lock);
+  copy_op *op = op_records;
+  if (op != NULL) op_records = op->next;
+  mgpu__mutex_unlock(&pool_lock);
+  if (op == NULL) return calloc(1, sizeof *op);
+  op->next = NULL;
+  op->nevents = op->nbounce = 0;
+  return op;
+}
+
+static void release_op(copy_op *op) {
+  mgpu__mutex_lock(&pool_lock);
+  release_locked(op);
+  mgpu__mutex_unlock(&pool_lock);
+}
+
+/* Gives back what finished copies borrowed. Called under pool_lock. */
+static void reap_locked(void) {
+  copy_op **p = &pending;
+  while (*p != NULL) {
+    copy_op *op = *p;
+    pooled_event *done = &op->events[0];
+    /* Any answer but "pending" ends it: a failed copy is over too. */
+    if (done->dev->ops->event_query(done->dev->b, done->ev) != MGPU_EAGAIN) {
+      *p = op->next;
+      release_locked(op);
+    } else {
+      p = &op->next;
+    }
+  }
+}
+
+/* Waits for the oldest pending copy (outside the lock), then reaps. Returns
+ * 0 when nothing was pending. Called under pool_lock. */
+static int wait_oldest_locked(void) {
+  copy_op *oldest = pending;
+  if (oldest == NULL) return 0;
+  while (oldest->next != NULL) oldest = oldest->next;
+  pooled_event done = oldest->events[0];
+  mgpu__mutex_unlock(&pool_lock);
+  /* The event stays alive while pooled. Another thread may reap the copy
+   * meanwhile and a third reuse the event; then this waits for that later
+   * copy too, which only costs time. */
+  done.dev->ops->event_synchronize(done.dev->b, done.ev);
+  mgpu__mutex_lock(&pool_lock);
+  reap_locked();
+  return 1;
+}
+
+/* Lends n bounce buffers of size bytes to op. Idle buffers of another size
+ * (the chunk was changed) are freed on the way. With max(16, 4n) buffers
+ * lent already, it first waits for copies in flight to finish. */
+static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
+  int cap = BOUNCE_CAP_MIN > 4 * n ? BOUNCE_CAP_MIN : 4 * n;
+  bounce *stale = NULL;
+  int rc = 0;
+  mgpu__mutex_lock(&pool_lock);
+  reap_locked();
+  while (op->nbounce < n) {
+    bounce **p = &bounce_free;
+    while (*p != NULL && op->nbounce < n) {
+      bounce *b = *p;
+      *p = b->next;
+      if (b->size == size) {
+        op->bounce[op->nbounce++] = b;
+      } else {
+        b->next = stale;
+        stale = b;
+        bounce_alive--;
+      }
+    }
+    if (op->nbounce == n) break;
+    if (bounce_alive >= cap && wait_oldest_locked()) continue;
+    bounce_alive++;
+    mgpu__mutex_unlock(&pool_lock);
+    bounce *b = NULL;
+    rc = bounce_make(owner, size, &b);
+    mgpu__mutex_lock(&pool_lock);
+    if (rc != 0) {
+      bounce_alive--;
+      break;
+    }
+    op->bounce[op->nbounce++] = b;
+  }
+  mgpu__mutex_unlock(&pool_lock);
+  while (stale != NULL) {
+    bounce *next = stale->next;
+    bounce_destroy(stale);
+    stale = next;
+  }
+  return rc;
+}
+
+/* Error path: waits until the streams the copy touched are idle, then gives
+ * everything back. */
+static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
+                       mgpu__device *hd, mgpu__bstream *h) {
+  if (h != NULL) hd->ops->stream_synchronize(hd->b, h);
+  int rc = xd->ops->stream_synchronize(xd->b, s->b);
+  (void)rc; /* the stream's own error stays the caller's next report */
+  release_op(op);
+}
+
+/* Records op's done event (events[0], taken first) on s and puts op on the
+ * pending list. */
+static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
+                     mgpu__device *hd, mgpu__bstream *h) {
+  int rc = xd->ops->event_record(xd->b, op->events[0].ev, s->b);
+  if (rc != 0) {
+    abandon_op(op, xd, s, hd, h);
+    return rc;
+  }
+  mgpu__mutex_lock(&pool_lock);
+  op->next = pending;
+  pending = op;
+  mgpu__mutex_unlock(&pool_lock);
+  return 0;
+}
+
+/* ---- the staged copy ---- */
+
+typedef struct staged_plan {
+  mgpu__device *sd, *dd;
+  mgpu__bstream *src_stream, *dst_stream;
+  size_t size, chunk;
+  int ramp; /* pieces ramp up and down (see the top of the file) */
+  int slots;
+  mgpu__bevent *filled[MAX_DEPTH];  /* slot holds a piece (source's) */
+  mgpu__bevent *drained[MAX_DEPTH]; /* slot is free again (destination's) */
+} staged_plan;
+
+/* Length of the piece that starts at off: whole chunks, or when ramping an
+ * eighth, a quarter and a half chunk first, whole chunks, then a half, a
+ * quarter and an eighth (so that the head and the tail are 7/8 chunk). */
+static size_t piece_len(const staged_plan *p, size_t off) {
+  size_t left = p->size - off, c = p->chunk;
+  if (!p->ramp) return left < c ? left : c;
+  const size_t ramp[3] = {c / 8, c / 4, c / 2};
+  size_t head = 0, tail = 0;
+  for (int k = 0; k < 3; k++) { /* head pieces: at offsets 0, c/8, 3c/8 */
+    if (off == head) return ramp[k];
+    head += ramp[k];
+  }
+  for (int k = 0; k < 3; k++) { /* tail pieces: c/8 left, 3c/8, 7c/8 */
+    tail += ramp[k];
+    if (left == tail) return ramp[k];
+  }
+  size_t middle = left - tail;
+  return middle < c ? middle : c;
+}
+
+static size_t piece_count(const staged_plan *p) {
+  size_t n = 0;
+  for (size_t off = 0; off < p->size; off += piece_len(p, off)) n++;
+  return n;
+}
+
+/* Queues every piece. Returns the slot of the last one through *last. */
+static int queue_pieces(staged_plan *p, copy_op *op, char *dst,
+                        const char *src, int *last) {
+  mgpu__device *sd = p->sd, *dd = p->dd;
+  size_t i = 0;
+  for (size_t off = 0; off < p->size; i++) {
+    int slot = (int)(i % (size_t)p->slots);
+    size_t n = piece_len(p, off);
+    void *bounce = op->bounce[slot]->ptr;
+    int rc = 0;
+    if (i >= (size_t)p->slots)
+      rc = sd->ops->stream_wait_event(sd->b, p->src_stream, dd->b,
+                                      p->drained[slot]);
+    if (rc == 0)
+      rc = sd->ops->memcpy_async(sd->b, p->src_stream, bounce, src + off, n,
+                                 MGPU__COPY_D2H);
+    if (rc == 0) rc = sd->ops->event_record(sd->b, p->filled[slot], p->src_stream);
+    if (rc == 0)
+      rc = dd->ops->stream_wait_event(dd->b, p->dst_stream, sd->b,
+                                      p->filled[slot]);
+    if (rc == 0)
+      rc = dd->ops->memcpy_async(dd->b, p->dst_stream, dst + off, bounce, n,
+                                 MGPU__COPY_H2D);
+    if (rc == 0)
+      rc = dd->ops->event_record(dd->b, p->drained[slot], p->dst_stream);
+    if (rc != 0) return rc;
+    *last = slot;
+    off += n;
+  }
+  return 0;
+}
+
+int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
+                      const void *src, size_t size, mgpu__stream *s) {
+  if (sd->ops != dd->ops)
+    return mgpu__error(MGPU_ENOTSUP, "staged copy from device %d to device "
+                       "%d: the devices belong to different backends",
+                       sd->id, dd->id);
+  staged_plan p = {.sd = sd, .dd = dd, .size = size};
+  int depth;
+  mgpu__staging_params(sd, &p.chunk, &depth);
+  p.ramp = p.chunk >= 32768 && size >= 4 * p.chunk;
+  size_t npieces = piece_count(&p);
+  p.slots = npieces < (size_t)depth ? (int)npieces : depth;
+  int on_src = s->dev == sd->id;
+  mgpu__device *xd = on_src ? sd : dd; /* the stream's device */
+  mgpu__device *hd = on_src ? dd : sd; /* the helper's device */
+
+  copy_op *op = op_take();
+  if (op == NULL)
+    return mgpu__error(MGPU_ENOMEM, "staged copy of %zu bytes from device %d "
+                       "to device %d: no memory for its record",
+                       size, sd->id, dd->id);
+  mgpu__bstream *h = NULL;
+  mgpu__bevent *done, *start = NULL;
+  int rc = event_take(op, xd, &done); /* events[0] */
+  if (rc == 0) rc = helper_get(hd, &h);
+  for (int i = 0; rc == 0 && i < p.slots; i++) {
+    rc = event_take(op, sd, &p.filled[i]);
+    if (rc == 0) rc = event_take(op, dd, &p.drained[i]);
+  }
+  if (rc == 0 && !on_src) rc = event_take(op, dd, &start);
+  if (rc == 0) rc = bounce_take(op, sd, p.chunk, p.slots);
+  if (rc != 0) {
+    release_op(op);
+    return rc;
+  }
+  p.src_stream = on_src ? s->b : h;
+  p.dst_stream = on_src ? h : s->b;
+
+  int last = 0;
+  if (!on_src) { /* the source's helper starts after earlier work on s */
+    rc = dd->ops->event_record(dd->b, start, s->b);
+    if (rc == 0) rc = sd->ops->stream_wait_event(sd->b, h, dd->b, start);
+  }
+  if (rc == 0) rc = queue_pieces(&p, op, dst, src, &last);
+  if (rc == 0 && on_src) /* later work on s waits for the last piece */
+    rc = sd->ops->stream_wait_event(sd->b, s->b, dd->b, p.drained[last]);
+  if (rc != 0) {
+    abandon_op(op, xd, s, hd, h);
+    return rc;
+  }
+  return finish_op(op, xd, s, hd, h);
+}
+
+/* ---- shutdown ---- */
+
+void mgpu__staged_shutdown(void) {
+  mgpu__mutex_lock(&pool_lock);
+  while (wait_oldest_locked()) {
+  } /* every device is idle by now: this only collects */
+  bounce *b = bounce_free;
+  bounce_free = NULL;
+  bounce_alive = 0;
+  mgpu__mutex_unlock(&pool_lock);
+  /* Helpers first: once they are idle, nothing uses a pooled object. */
+  for (int id = 0; id < MGPU_MAX_DEVICES; id++) {
+    mgpu__device *d = mgpu__device_get(id);
+    for (int i = 0; i < HELPERS_PER_DEVICE; i++) {
+      if (helpers[id][i] == NULL) continue;
+      if (d != NULL) mgpu_stream_destroy(helpers[id][i]); /* waits first */
+      helpers[id][i] = NULL;
+    }
+    helper_next[id] = 0;
+    for (int i = 0; i < event_nfree[id]; i++)
+      if (d != NULL) d->ops->event_destroy(d->b, event_free[id][i]);
+    free(event_free[id]);
+    event_free[id] = NULL;
+    event_nfree[id] = event_cap[id] = 0;
+  }
+  while (b != NULL) {
+    bounce *next = b->next;
+    bounce_destroy(b);
+    b = next;
+  }
+  mgpu__mutex_lock(&pool_lock);
+  while (op_records != NULL) {
+    copy_op *next = op_records->next;
+    free(op_records);
+    op_records = next;
+  }
+  mgpu__mutex_unlock(&pool_lock);
+  staging_chunk_set = 0;
+  staging_depth_set = 0;
+}
