@@ -45,7 +45,7 @@
 
 #define HELPERS_PER_DEVICE 4
 #define MAX_DEPTH 64 /* as MGPU_STAGING_DEPTH allows */
-/* Automatic chunk sizes (docs/perf-copy.md has the measurements). Between
+/* Automatic chunk sizes (docs/PERF.md has the measurements). Between
  * GPUs a chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
  * small against its time. Between host devices both halves are memcpy on
  * two cores: 1 MiB keeps the bounce buffers in the last-level cache, so the
