@@ -43,7 +43,10 @@ typedef struct mgpu__backend_env {
   int (*set_error)(int code, const char *fmt, ...);
   /* Adds value to a metric of device dev (the mgpu device id). */
   void (*metric_add)(int dev, mgpu__bmetric metric, uint64_t value);
-  const mgpu_config *config; /* resolved: no field left at its default */
+  /* Resolved: every field filled, except staging_chunk, which stays 0 when
+   * neither the caller nor MGPU_STAGING_CHUNK set it (the copy layer then
+   * picks a size per pair of devices). */
+  const mgpu_config *config;
 } mgpu__backend_env;
 
 /* What a device is opened as. */
