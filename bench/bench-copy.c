@@ -109,14 +109,6 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
   return rc;
 }
 
-static size_t parse_size(const char *s) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (*end == 'K' || *end == 'k') v <<= 10, end++;
-  else if (*end == 'M' || *end == 'm') v <<= 20, end++;
-  else if (*end == 'G' || *end == 'g') v <<= 30, end++;
-  return end != s && *end == '\0' ? (size_t)v : 0;
-}
 
 int mgpu_bench_copy(int argc, char **argv) {
   static const char usage[] = "mgpu bench copy [--json] [--quick] [--reps N] [SIZE]";
@@ -126,7 +118,7 @@ int mgpu_bench_copy(int argc, char **argv) {
   if (argc > 6 || bench_parse(argc, argv, usage, &o, rest, &nrest) != 0)
     return 2;
   copy_ctx c = {.size = (size_t)(o.quick ? 8 : 64) << 20};
-  if (nrest > 1 || (nrest == 1 && (c.size = parse_size(rest[0])) == 0)) {
+  if (nrest > 1 || (nrest == 1 && (c.size = bench_parse_size(rest[0])) == 0)) {
     fprintf(stderr, "usage: %s\n", usage);
     return 2;
   }

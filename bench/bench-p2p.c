@@ -210,14 +210,6 @@ static void teardown(p2p_ctx *c) {
   free(c->host_b);
 }
 
-static size_t parse_size(const char *s) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (*end == 'K' || *end == 'k') v <<= 10, end++;
-  else if (*end == 'M' || *end == 'm') v <<= 20, end++;
-  else if (*end == 'G' || *end == 'g') v <<= 30, end++;
-  return end != s && *end == '\0' ? (size_t)v : 0;
-}
 
 int mgpu_bench_p2p(int argc, char **argv) {
   static const char usage[] = "mgpu bench p2p [--json] [--quick] [--reps N] [SIZE]";
@@ -234,7 +226,7 @@ int mgpu_bench_p2p(int argc, char **argv) {
   c->n = mgpu_device_count();
   if (c->n > MAX_DEV) c->n = MAX_DEV;
   c->size = (size_t)(o.quick ? 8 : 64) << 20;
-  if (nrest == 1 && (c->size = parse_size(rest[0])) == 0) {
+  if (nrest == 1 && (c->size = bench_parse_size(rest[0])) == 0) {
     fprintf(stderr, "mgpu bench p2p: bad size '%s'\nusage: %s\n", rest[0], usage);
     free(c);
     return 2;

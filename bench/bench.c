@@ -48,6 +48,15 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *opts,
   return 0;
 }
 
+size_t bench_parse_size(const char *s) {
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end == 'K' || *end == 'k') v <<= 10, end++;
+  else if (*end == 'M' || *end == 'm') v <<= 20, end++;
+  else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+  return end != s && *end == '\0' ? (size_t)v : 0;
+}
+
 bench_report *bench_report_new(const char *name) {
   bench_report *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;

@@ -25,6 +25,9 @@ typedef struct bench_opts {
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *opts,
                 char **rest, int *nrest);
 
+/* "64M", "4K", "1G", "4096" in bytes; 0 for anything else. */
+size_t bench_parse_size(const char *s);
+
 typedef struct bench_report bench_report;
 
 /* Starts a report for benchmark name over the open devices. The caller owns

@@ -96,6 +96,19 @@ static inline int test_init(void) {
   return n;
 }
 
+/* The devices of device 0's backend, in order, at most max of them:
+ * collectives, channels and stream barriers span devices of one backend. */
+static inline int test_same_backend(int *out, int max) {
+  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  int m = 0;
+  for (int d = 0; d < mgpu_device_count() && m < max; d++) {
+    ASSERT_OK(mgpu_device_get_props(d, &p));
+    if (p.backend_kind == p0.backend_kind) out[m++] = d;
+  }
+  return m;
+}
+
 /* A deterministic generator for test data (xorshift64*). */
 static inline uint64_t test_rand(uint64_t *state) {
   uint64_t x = *state;

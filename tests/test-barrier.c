@@ -10,18 +10,6 @@
 
 #define ROUNDS 300
 
-/* The devices of device 0's backend, in order: collectives, channels and
- * stream barriers span devices of one backend. */
-static int same_backend(int *out, int max) {
-  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p0));
-  int m = 0;
-  for (int d = 0; d < mgpu_device_count() && m < max; d++) {
-    ASSERT_OK(mgpu_device_get_props(d, &p));
-    if (p.backend_kind == p0.backend_kind) out[m++] = d;
-  }
-  return m;
-}
 
 typedef struct bar_arg {
   mgpu_barrier *b;
@@ -166,7 +154,7 @@ static void check(void *p) {
 TEST_IMPL(stream_rounds) {
   test_init();
   int devs[8];
-  int ndev = same_backend(devs, 8);
+  int ndev = test_same_backend(devs, 8);
   int n = ndev < 4 ? 2 * ndev : 8; /* two streams per device where few */
   if (n > 8) n = 8;
   mgpu_stream *s[8];

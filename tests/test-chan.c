@@ -8,23 +8,11 @@
 
 #include "task.h"
 
-/* The devices of device 0's backend, in order: collectives, channels and
- * stream barriers span devices of one backend. */
-static int same_backend(int *out, int max) {
-  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p0));
-  int m = 0;
-  for (int d = 0; d < mgpu_device_count() && m < max; d++) {
-    ASSERT_OK(mgpu_device_get_props(d, &p));
-    if (p.backend_kind == p0.backend_kind) out[m++] = d;
-  }
-  return m;
-}
 
 /* The next device of dev's backend after dev (dev itself if alone). */
 static int peer_of(int dev) {
   int all[64];
-  int m = same_backend(all, 64);
+  int m = test_same_backend(all, 64);
   for (int i = 0; i < m; i++)
     if (all[i] == dev) return all[(i + 1) % m];
   return dev;
@@ -347,7 +335,7 @@ static void *pair_thread(void *p) {
 TEST_IMPL(stress) {
   int ndev = test_init();
   int devs[4];
-  int n = same_backend(devs, 4);
+  int n = test_same_backend(devs, 4);
   ASSERT_OK(mgpu_metrics_reset());
   pthread_t t[4];
   pair_arg args[4];

@@ -18,18 +18,6 @@ static const mgpu_dtype types[] = {MGPU_FLOAT32, MGPU_FLOAT64, MGPU_INT32,
                                    MGPU_INT64};
 #define POISON 0xAB
 
-/* The devices of device 0's backend, in order: collectives, channels and
- * stream barriers span devices of one backend. */
-static int same_backend(int *out, int max) {
-  mgpu_device_props p0 = {.size = sizeof p0}, p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p0));
-  int m = 0;
-  for (int d = 0; d < mgpu_device_count() && m < max; d++) {
-    ASSERT_OK(mgpu_device_get_props(d, &p));
-    if (p.backend_kind == p0.backend_kind) out[m++] = d;
-  }
-  return m;
-}
 
 typedef struct world {
   int n;
@@ -240,7 +228,7 @@ static void check_one(world *w, int kind, mgpu_dtype t, mgpu_op op,
 static void matrix(const mgpu_comm_config *cfg, const size_t *sizes,
                    int nsizes, int all_ops) {
   int all[8];
-  int ndev = same_backend(all, 8);
+  int ndev = test_same_backend(all, 8);
   size_t max = 0;
   for (int i = 0; i < nsizes; i++) max = sizes[i] > max ? sizes[i] : max;
   uint64_t seed = 1;
@@ -275,7 +263,7 @@ static const size_t small_sizes[] = {0, 1, 2, 5, 13, 1003};
 TEST_IMPL(direct) {
   test_init();
   int devs[4];
-  int n = same_backend(devs, 4);
+  int n = test_same_backend(devs, 4);
   mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
   cfg.algo = MGPU_COLL_ALGO_DIRECT;
   mgpu_comm *c;
@@ -292,7 +280,7 @@ TEST_IMPL(direct) {
 TEST_IMPL(direct_large) {
   test_init();
   int devs[4];
-  int n = same_backend(devs, 4);
+  int n = test_same_backend(devs, 4);
   mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
   cfg.algo = MGPU_COLL_ALGO_DIRECT;
   mgpu_comm *c;
@@ -405,7 +393,7 @@ TEST_IMPL(half_types) {
   ASSERT_OK(mgpu_device_get_props(0, &p));
   if (p.backend_kind != MGPU_BACKEND_CUDA) return TEST_SKIP;
   int devs[4];
-  int n = same_backend(devs, 4);
+  int n = test_same_backend(devs, 4);
   const size_t count = 1001;
   world w;
   world_open(&w, devs, n, count, NULL);
@@ -494,7 +482,7 @@ static void *rank_thread(void *p) {
 
 static void threads_with(const mgpu_comm_config *cfg) {
   int devs[4];
-  int n = same_backend(devs, 4);
+  int n = test_same_backend(devs, 4);
   world w;
   world_open(&w, devs, n, 512, cfg);
   pthread_t th[4];
@@ -540,7 +528,7 @@ static void *half_group(void *p) {
 TEST_IMPL(split_groups) {
   test_init();
   int devs[4];
-  if (same_backend(devs, 4) < 4) return TEST_SKIP;
+  if (test_same_backend(devs, 4) < 4) return TEST_SKIP;
   world w;
   world_open(&w, devs, 4, 100, NULL);
   int32_t h[100];
@@ -574,7 +562,7 @@ static void expect_untouched(world *w) {
 TEST_IMPL(errors) {
   int ndev = test_init();
   int devs[2];
-  if (same_backend(devs, 2) < 2) return TEST_SKIP;
+  if (test_same_backend(devs, 2) < 2) return TEST_SKIP;
   mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
   cfg.timeout_ms = 200;
   world w;
@@ -684,7 +672,7 @@ TEST_IMPL(errors) {
 TEST_IMPL(provider_and_metrics) {
   test_init();
   int devs[4];
-  int n = same_backend(devs, 4);
+  int n = test_same_backend(devs, 4);
   world w;
   world_open(&w, devs, n, 16, NULL);
   int prov = mgpu_comm_provider(w.comm);
@@ -713,7 +701,7 @@ TEST_IMPL(provider_and_metrics) {
 TEST_IMPL(reduce_to_host) {
   test_init();
   int devs[4];
-  int n = same_backend(devs, 4);
+  int n = test_same_backend(devs, 4);
   mgpu_comm *c;
   ASSERT_OK(mgpu_comm_create(devs, n, &c));
   mgpu_buffer *bufs[4];

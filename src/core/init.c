@@ -67,6 +67,16 @@ int mgpu_device_count(void) {
   return ndevices;
 }
 
+/* Frees the struct and the locks open_device made. */
+static void free_device(mgpu__device *d) {
+  mgpu__mutex_destroy(&d->pool_lock);
+  mgpu__mutex_destroy(&d->spare_lock);
+  mgpu__mutex_destroy(&d->streams_lock);
+  mgpu__cond_destroy(&d->queue_cond);
+  mgpu__mutex_destroy(&d->queue_lock);
+  free(d);
+}
+
 /* Opens one device as table entry `id`. */
 static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
                        int nsplit) {
@@ -109,24 +119,14 @@ fail_close:
   devices[id] = NULL;
   ops->close(d->b);
 fail_locks:
-  mgpu__mutex_destroy(&d->pool_lock);
-  mgpu__mutex_destroy(&d->spare_lock);
-  mgpu__mutex_destroy(&d->streams_lock);
-  mgpu__cond_destroy(&d->queue_cond);
-  mgpu__mutex_destroy(&d->queue_lock);
-  free(d);
+  free_device(d);
   return rc;
 }
 
 static void close_device(mgpu__device *d) {
   mgpu__device_thread_stop(d);
   d->ops->close(d->b);
-  mgpu__mutex_destroy(&d->pool_lock);
-  mgpu__mutex_destroy(&d->spare_lock);
-  mgpu__mutex_destroy(&d->streams_lock);
-  mgpu__cond_destroy(&d->queue_cond);
-  mgpu__mutex_destroy(&d->queue_lock);
-  free(d);
+  free_device(d);
 }
 
 static int load_cuda(void) {
