@@ -13,19 +13,10 @@
 #include <string.h>
 
 #include <mgpu.h>
+#include "check.h"
 
 #define SIZE ((size_t)4 << 20)
 #define REPS 3
-
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    int rc_ = (call);                                                       \
-    if (rc_ != 0) {                                                         \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, mgpu_strerror(rc_),      \
-              mgpu_error_detail());                                         \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
 
 /* Copies src -> dst REPS times on s; returns GB/s from the events. */
 static double time_copies(mgpu_buffer *dst, mgpu_buffer *src, mgpu_stream *s,

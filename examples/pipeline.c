@@ -10,20 +10,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "check.h"
 
 #define BLOCK 4096 /* floats per message */
 #define BLOCKS 64
 #define CAPACITY 4
-
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    int rc_ = (call);                                                        \
-    if (rc_ != 0) {                                                          \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,     \
-              mgpu_err_name(rc_), mgpu_error_detail());                      \
-      exit(1);                                                               \
-    }                                                                        \
-  } while (0)
 
 typedef struct stage {
   mgpu_channel *chan;

@@ -10,19 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "check.h"
 
 #define M 1000000
 #define VEC 100000
-
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    int rc_ = (call);                                                        \
-    if (rc_ != 0) {                                                          \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,     \
-              mgpu_err_name(rc_), mgpu_error_detail());                      \
-      exit(1);                                                               \
-    }                                                                        \
-  } while (0)
 
 int main(void) {
   CHECK(mgpu_init(NULL));

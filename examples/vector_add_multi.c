@@ -13,18 +13,9 @@
 #include <stdlib.h>
 
 #include <mgpu.h>
+#include "check.h"
 
 #define N ((size_t)1000003) /* not a multiple of anything */
-
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    int rc_ = (call);                                                       \
-    if (rc_ != 0) {                                                         \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, mgpu_strerror(rc_),      \
-              mgpu_error_detail());                                         \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
 
 int main(void) {
   CHECK(mgpu_init(NULL));
