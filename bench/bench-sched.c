@@ -76,14 +76,7 @@ static double skew_run(mgpu_pool *p, skew_task *t, int n, int ndev,
     if (mgpu_pool_submit_fn(p, skew_body, &t[i], NULL) != 0) return -1;
   if (mgpu_pool_wait_all(p) != 0) return -1;
   double makespan = (bench_now() - t0) * 1e3;
-  double sum = 0, longest = 0;
-  for (int i = 0; i < n; i++) {
-    sum += (double)t[i].ran_ns;
-    if ((double)t[i].ran_ns > longest) longest = (double)t[i].ran_ns;
-  }
-  double ideal = sum / ndev;
-  if (longest > ideal) ideal = longest;
-  *ideal_ms = ideal * 1e-6;
+  *ideal_ms = skew_ideal_ms(t, n, ndev);
   return makespan;
 }
 

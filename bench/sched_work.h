@@ -129,6 +129,18 @@ static inline uint64_t now_ns(void) {
 /* Sleeps length_ns: device work that occupies the device, not a core. The
  * default 50 us timer slack would stretch every short task, so it is set
  * to 1 ns on the thread first. */
+/* The ideal makespan in ms of tasks that ran on ndev devices: their total
+ * time spread evenly, or the longest task if that is longer. */
+static inline double skew_ideal_ms(const skew_task *t, int n, int ndev) {
+  double sum = 0, longest = 0;
+  for (int i = 0; i < n; i++) {
+    sum += (double)t[i].ran_ns;
+    if ((double)t[i].ran_ns > longest) longest = (double)t[i].ran_ns;
+  }
+  double ideal = sum / ndev;
+  return (ideal > longest ? ideal : longest) * 1e-6;
+}
+
 static inline void skew_run_one(skew_task *t) {
   static _Thread_local int slack_set;
   if (!slack_set) {

@@ -260,16 +260,24 @@ static void matrix(const mgpu_comm_config *cfg, const size_t *sizes,
 
 static const size_t small_sizes[] = {0, 1, 2, 5, 13, 1003};
 
-TEST_IMPL(direct) {
+/* The direct algorithm's configuration over the devices of device 0's
+ * backend; 0 where it is not offered (it needs host devices). */
+static int direct_setup(int *devs, mgpu_comm_config *cfg) {
   test_init();
-  int devs[4];
   int n = test_same_backend(devs, 4);
-  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
-  cfg.algo = MGPU_COLL_ALGO_DIRECT;
+  mgpu_comm_config init = MGPU_COMM_CONFIG_INITIALIZER;
+  *cfg = init;
+  cfg->algo = MGPU_COLL_ALGO_DIRECT;
   mgpu_comm *c;
-  if (mgpu_comm_create_config(devs, n, &cfg, &c) == MGPU_ENOTSUP)
-    return TEST_SKIP; /* not host devices */
+  if (mgpu_comm_create_config(devs, n, cfg, &c) == MGPU_ENOTSUP) return 0;
   ASSERT_OK(mgpu_comm_destroy(c));
+  return n;
+}
+
+TEST_IMPL(direct) {
+  int devs[4];
+  mgpu_comm_config cfg;
+  if (direct_setup(devs, &cfg) == 0) return TEST_SKIP; /* not host devices */
   static const size_t sizes[] = {0, 1, 5, 13, 1003, 30011};
   matrix(&cfg, sizes, 6, 1);
   return 0;
@@ -278,15 +286,10 @@ TEST_IMPL(direct) {
 /* Large enough that results leave through non-temporal stores (several MiB
  * per rank), with an odd count so the slices start unaligned. */
 TEST_IMPL(direct_large) {
-  test_init();
   int devs[4];
-  int n = test_same_backend(devs, 4);
-  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
-  cfg.algo = MGPU_COLL_ALGO_DIRECT;
-  mgpu_comm *c;
-  if (mgpu_comm_create_config(devs, n, &cfg, &c) == MGPU_ENOTSUP)
-    return TEST_SKIP;
-  ASSERT_OK(mgpu_comm_destroy(c));
+  mgpu_comm_config cfg;
+  int n = direct_setup(devs, &cfg);
+  if (n == 0) return TEST_SKIP;
   size_t count = 600001; /* 2.4 MB written per rank */
   world w;
   world_open(&w, devs, n, count, &cfg);

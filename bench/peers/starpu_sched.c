@@ -77,14 +77,7 @@ static double skew_run(skew_task *tasks, int n, int ndev, double *ideal_ms) {
   }
   starpu_task_wait_for_all();
   double makespan = (sched_work_now() - t0) * 1e3;
-  double sum = 0, longest = 0;
-  for (int i = 0; i < n; i++) {
-    sum += (double)tasks[i].ran_ns;
-    if ((double)tasks[i].ran_ns > longest) longest = (double)tasks[i].ran_ns;
-  }
-  double ideal = sum / ndev;
-  if (longest > ideal) ideal = longest;
-  *ideal_ms = ideal * 1e-6;
+  *ideal_ms = skew_ideal_ms(tasks, n, ndev);
   return makespan;
 }
 
