@@ -18,10 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include "backend/host/host.h"
 #include "core/internal.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 static const mgpu__backend_env *env;
 
@@ -43,6 +48,7 @@ typedef struct op {
       void *dst;
       const void *src;
       size_t size;
+      int streaming; /* write dst with non-temporal stores */
     } copy;
     struct {
       void *dst;
@@ -100,6 +106,9 @@ struct mgpu__bdevice {
   mgpu__cond idle;  /* some stream's queue became empty */
   mgpu__bstream *ready_head, *ready_tail;
   int stopping;
+  /* Streams on the ready list, readable without the lock: an idle worker
+   * watches it for a few microseconds before it sleeps. */
+  _Atomic int nready;
   /* Peer access this device has enabled, by mgpu device id (lock). */
   unsigned char peer_enabled[MGPU_MAX_DEVICES];
 };
@@ -112,6 +121,7 @@ static void ready_push(mgpu__bdevice *d, mgpu__bstream *s) {
   if (d->ready_tail) d->ready_tail->ready_next = s;
   else d->ready_head = s;
   d->ready_tail = s;
+  atomic_fetch_add_explicit(&d->nready, 1, memory_order_release);
   mgpu__cond_signal(&d->work);
 }
 
@@ -120,6 +130,7 @@ static mgpu__bstream *ready_pop(mgpu__bdevice *d) {
   if (s == NULL) return NULL;
   d->ready_head = s->ready_next;
   if (d->ready_head == NULL) d->ready_tail = NULL;
+  atomic_fetch_sub_explicit(&d->nready, 1, memory_order_relaxed);
   s->queued = 0;
   return s;
 }
@@ -148,6 +159,41 @@ static int op_nomem(mgpu__bdevice *d) {
 }
 
 /* ---- running operations ---- */
+
+/* Copies into device memory of at least this size bypass the cache. */
+#define STREAMING_MIN ((size_t)256 << 10)
+
+/* A copy whose destination is written once and not read soon (host to
+ * device, device to device): non-temporal stores skip the read-for-ownership
+ * of every destination line, a third less memory traffic. The staged path's
+ * second half is such a copy, in chunks too small for memcpy to choose this
+ * by itself. Ranges of two live buffers never overlap. */
+static void copy_streaming(void *dst, const void *src, size_t size) {
+#if defined(__SSE2__)
+  char *d = dst;
+  const char *s = src;
+  size_t head = (size_t)(-(uintptr_t)d & 15);
+  memcpy(d, s, head);
+  d += head;
+  s += head;
+  size -= head;
+  size_t blocks = size / 64;
+  for (size_t i = 0; i < blocks; i++, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)s);
+    __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+    __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+    _mm_stream_si128((__m128i *)d, a);
+    _mm_stream_si128((__m128i *)(d + 16), b);
+    _mm_stream_si128((__m128i *)(d + 32), c);
+    _mm_stream_si128((__m128i *)(d + 48), e);
+  }
+  _mm_sfence(); /* later readers, on any thread, see the data */
+  memcpy(d, s, size % 64);
+#else
+  memcpy(dst, src, size);
+#endif
+}
 
 static void complete_event(mgpu__bevent *e, uint64_t seq) {
   mgpu__mutex_lock(&e->lock);
@@ -189,7 +235,10 @@ static void run_op(mgpu__bdevice *d, op *o) {
   uint64_t t0 = mgpu__now_ns();
   switch (o->kind) {
     case OP_COPY:
-      memmove(o->u.copy.dst, o->u.copy.src, o->u.copy.size);
+      if (o->u.copy.streaming)
+        copy_streaming(o->u.copy.dst, o->u.copy.src, o->u.copy.size);
+      else
+        memmove(o->u.copy.dst, o->u.copy.src, o->u.copy.size);
       break;
     case OP_MEMSET:
       memset(o->u.memset.dst, o->u.memset.value, o->u.memset.size);
@@ -232,6 +281,23 @@ static int must_park(mgpu__bstream *s, op *o) {
   return park;
 }
 
+/* How long an idle worker watches for work before it sleeps. A pipeline
+ * between devices (the staged copy, the collectives) hands a stream to
+ * another device's worker once per chunk; waking a sleeping thread costs tens
+ * of microseconds on a loaded machine, watching a little costs less. The
+ * watch yields the CPU at every turn, so busy threads on the same core are
+ * not starved. */
+#define IDLE_WATCH_NS 20000u
+
+static int watch_for_work(mgpu__bdevice *d) {
+  uint64_t deadline = mgpu__now_ns() + IDLE_WATCH_NS;
+  do {
+    if (atomic_load_explicit(&d->nready, memory_order_acquire) > 0) return 1;
+    sched_yield();
+  } while (mgpu__now_ns() < deadline);
+  return 0;
+}
+
 static void *worker_main(void *arg) {
   mgpu__bdevice *d = arg;
   mgpu__mutex_lock(&d->lock);
@@ -239,7 +305,11 @@ static void *worker_main(void *arg) {
     mgpu__bstream *s = ready_pop(d);
     if (s == NULL) {
       if (d->stopping) break;
-      mgpu__cond_wait(&d->work, &d->lock);
+      mgpu__mutex_unlock(&d->lock);
+      int found = watch_for_work(d);
+      mgpu__mutex_lock(&d->lock);
+      if (!found && d->ready_head == NULL && !d->stopping)
+        mgpu__cond_wait(&d->work, &d->lock);
       continue;
     }
     op *o = s->head;
@@ -490,12 +560,13 @@ static int host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
 static int host_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                              const void *src, size_t size,
                              mgpu__copy_kind kind) {
-  (void)kind;
   op *o = op_new(OP_COPY);
   if (o == NULL) return op_nomem(d);
   o->u.copy.dst = dst;
   o->u.copy.src = src;
   o->u.copy.size = size;
+  o->u.copy.streaming = (kind == MGPU__COPY_H2D || kind == MGPU__COPY_D2D) &&
+                        size >= STREAMING_MIN;
   enqueue(s, o);
   return 0;
 }
