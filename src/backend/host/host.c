@@ -13,7 +13,11 @@
  * event when it reaches the wait early, and the recording worker puts it back
  * on its device's ready list. Workers never block on each other.
  *
- * Idle workers sleep on a condition variable: nothing here spins.
+ * An idle worker watches its ready list for 20 us, yielding the CPU at every
+ * turn, then sleeps on a condition variable: hand-offs between devices in a
+ * pipeline stay cheap, and nothing spins for long on a 2-core machine.
+ *
+ * Copies into device memory of 256 KiB or more use non-temporal stores.
  */
 #include <stdio.h>
 #include <stdlib.h>
