@@ -61,6 +61,14 @@ TEST_IMPL(config_from_environment) {
   ASSERT_ERR(MGPU_EINVAL, mgpu_init(NULL));
   ASSERT_DETAIL_HAS("loud");
   unsetenv("MGPU_LOG");
+  setenv("MGPU_CUDA_BUSY", "sometimes", 1);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(NULL));
+  ASSERT_DETAIL_HAS("MGPU_CUDA_BUSY");
+  unsetenv("MGPU_CUDA_BUSY");
+  setenv("MGPU_CUDA_GREEN", "2", 1);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(NULL));
+  ASSERT_DETAIL_HAS("MGPU_CUDA_GREEN");
+  unsetenv("MGPU_CUDA_GREEN");
   /* A config field wins over the environment. */
   mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
   cfg.devices = "host:1";

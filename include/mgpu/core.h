@@ -61,10 +61,21 @@ typedef struct mgpu_config {
                                devices (docs/copy.md) */
   int staging_depth;        /* MGPU_STAGING_DEPTH: bounce buffers per staged
                                copy (at least 2). 0: env, default 3 */
+  const char *plugin_path;  /* MGPU_PLUGIN_PATH: folders (':'-separated)
+                               searched first for libmgpu-cuda.so. NULL: env,
+                               then only the default places */
+  int cuda_green;           /* MGPU_CUDA_GREEN: 1 gives each logical device
+                               of a split GPU a green-context SM partition
+                               where the driver has them, 0 plain streams.
+                               -1: env, default 1 */
+  int cuda_busy;            /* MGPU_CUDA_BUSY: 1 times each CUDA operation
+                               with events for the busy_ns metric (about
+                               1 us per launch), 0 does not. -1: env,
+                               default 1 */
 } mgpu_config;
 
 #define MGPU_CONFIG_INITIALIZER \
-  { sizeof(mgpu_config), NULL, 0, -1, 0, -1, 0, 0 }
+  { sizeof(mgpu_config), NULL, 0, -1, 0, -1, 0, 0, NULL, -1, -1 }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after

@@ -78,7 +78,7 @@ static void *try_path(search_state *st, const char *where) {
 
 static void *search_plugin(search_state *st) {
   void *h = NULL;
-  const char *env = getenv("MGPU_PLUGIN_PATH");
+  const char *env = mgpu__config()->plugin_path;
   if (env != NULL && env[0] != '\0') {
     char list[2048];
     snprintf(list, sizeof list, "%s", env);

@@ -179,6 +179,20 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
                          "(expected 2 to 64)", env);
   }
   if (out->staging_depth <= 0) out->staging_depth = DEFAULT_STAGING_DEPTH;
+  if (out->plugin_path == NULL && (env = getenv("MGPU_PLUGIN_PATH")) && *env)
+    out->plugin_path = env;
+  if (out->cuda_green < 0 && (env = getenv("MGPU_CUDA_GREEN")) && *env) {
+    if (parse_int_range(env, 0, 1, &out->cuda_green))
+      return mgpu__error(MGPU_EINVAL, "MGPU_CUDA_GREEN: bad value '%s' "
+                         "(expected 0 or 1)", env);
+  }
+  if (out->cuda_green < 0) out->cuda_green = 1;
+  if (out->cuda_busy < 0 && (env = getenv("MGPU_CUDA_BUSY")) && *env) {
+    if (parse_int_range(env, 0, 1, &out->cuda_busy))
+      return mgpu__error(MGPU_EINVAL, "MGPU_CUDA_BUSY: bad value '%s' "
+                         "(expected 0 or 1)", env);
+  }
+  if (out->cuda_busy < 0) out->cuda_busy = 1;
   if (out->staging_depth < 2)
     return mgpu__error(MGPU_EINVAL, "staging_depth %d: at least 2 bounce "
                        "buffers are needed", out->staging_depth);

@@ -23,6 +23,7 @@ static _Atomic int initialized;
 
 static mgpu_config config;      /* resolved, valid while initialized */
 static char devices_spec[256];  /* config.devices points here */
+static char plugin_path[1024];  /* config.plugin_path points here */
 static const mgpu__backend_ops *cuda_ops;
 
 static void env_metric_add(int dev, mgpu__bmetric metric, uint64_t value) {
@@ -211,6 +212,15 @@ int mgpu_init(const mgpu_config *cfg) {
     }
     strcpy(devices_spec, config.devices);
     config.devices = devices_spec;
+  }
+  if (config.plugin_path != NULL) {
+    if (strlen(config.plugin_path) >= sizeof plugin_path) {
+      rc = mgpu__error(MGPU_EINVAL, "MGPU_PLUGIN_PATH: longer than %zu "
+                       "characters", sizeof plugin_path - 1);
+      goto out;
+    }
+    strcpy(plugin_path, config.plugin_path);
+    config.plugin_path = plugin_path;
   }
   mgpu__log_set_level(config.log_level);
   if (config.devices == NULL) {

@@ -125,8 +125,6 @@ int mgpu__cuda_driver_load(void) {
   *(void **)&v->ctx_from_green_ctx = entry_point("cuCtxFromGreenCtx", 12040);
   *(void **)&v->green_ctx_stream_create =
       entry_point("cuGreenCtxStreamCreate", 12050);
-  const char *busy = getenv("MGPU_CUDA_BUSY");
-  mgpu__cuda_busy_time = !(busy != NULL && strcmp(busy, "0") == 0);
   driver_loaded = 1;
   return 0;
 }
@@ -369,6 +367,7 @@ PLUGIN_EXPORT const mgpu__backend_ops *mgpu_backend_plugin_v1(
     return NULL;
   }
   mgpu__cuda_env = env;
+  mgpu__cuda_busy_time = env->config->cuda_busy != 0; /* per mgpu_init */
 #ifdef MGPU_HAVE_NCCL
   if (!config_splits_a_gpu(env->config) && mgpu__cuda_nccl_load())
     return &cuda_ops_nccl;

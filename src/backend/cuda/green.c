@@ -43,10 +43,9 @@ static unsigned split(CUdevResource *groups, unsigned n,
 
 void mgpu__cuda_green_open(mgpu__bdevice *d) {
   const mgpu__cuda_driver *drv = &mgpu__cuda_drv;
-  const char *env = getenv("MGPU_CUDA_GREEN");
   const char *why = NULL;
   CUresult r = CUDA_SUCCESS;
-  if (env != NULL && strcmp(env, "0") == 0) {
+  if (!mgpu__cuda_env->config->cuda_green) {
     why = "MGPU_CUDA_GREEN=0";
   } else if (drv->device_get_dev_resource == NULL ||
              drv->sm_resource_split_by_count == NULL ||
