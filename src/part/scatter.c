@@ -65,8 +65,9 @@ static int check_args(const mgpu_dist *d, const void *host, size_t elem,
                          count);
     int bdev = mgpu_buffer_device(bufs[p]);
     if (bdev < 0)
-      return mgpu__error(MGPU_EFREED, "%s: buffer of part %d is not a live "
-                         "buffer", what, p);
+      return mgpu__error(MGPU_EFREED, "%s: buffer of part %d (device %d, "
+                         "%zu elements) is not a live buffer", what, p,
+                         d->devices[p], count);
     if (bdev != d->devices[p])
       return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of part %d is on device "
                          "%d, the part is on device %d", what, p, bdev,
