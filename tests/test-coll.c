@@ -758,6 +758,88 @@ TEST_IMPL(reduce_to_host) {
   return 0;
 }
 
+/* In place is each rank's own choice (send == recv on that rank): ranks of
+ * one collective may differ. Rank 0 in place and the others not, then the
+ * reverse; every result must be right and every out-of-place send buffer
+ * left as it was. Repeated, because a rank that writes its input while a
+ * peer still reads it gives wrong sums only when the streams interleave. */
+static int32_t mixed_val(int r, size_t i) { return (int32_t)(r * 100003 + (int)i); }
+
+static void mixed_one(mgpu_comm *comm, int n, const int *devs,
+                      mgpu_stream **s, int kind, size_t count, int first_in_place) {
+  size_t total = count * (size_t)n, bytes = total * sizeof(int32_t);
+  mgpu_buffer *send[4], *recv[4];
+  int32_t *h = malloc(bytes);
+  ASSERT(h != NULL);
+  for (int r = 0; r < n; r++) {
+    int in_place = (r == 0) == first_in_place;
+    ASSERT_OK(mgpu_malloc(&send[r], devs[r], bytes));
+    recv[r] = send[r];
+    if (!in_place) ASSERT_OK(mgpu_malloc(&recv[r], devs[r], bytes));
+    for (size_t i = 0; i < total; i++) h[i] = mixed_val(r, i);
+    ASSERT_OK(mgpu_memcpy_htod(send[r], 0, h, bytes));
+  }
+  ASSERT_OK(mgpu_group_begin());
+  for (int r = 0; r < n; r++) {
+    if (kind == ALLREDUCE)
+      ASSERT_OK(mgpu_allreduce(comm, r, send[r], recv[r], count, MGPU_INT32,
+                               MGPU_SUM, s[r]));
+    else
+      ASSERT_OK(mgpu_reduce_scatter(comm, r, send[r], recv[r], count,
+                                    MGPU_INT32, MGPU_SUM, s[r]));
+  }
+  ASSERT_OK(mgpu_group_end());
+  for (int r = 0; r < n; r++) ASSERT_OK(mgpu_stream_synchronize(s[r]));
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_memcpy_dtoh(h, recv[r], 0, bytes));
+    size_t base = kind == REDUCE_SCATTER ? (size_t)r * count : 0;
+    size_t at = kind == REDUCE_SCATTER && recv[r] == send[r] ? base : 0;
+    for (size_t i = 0; i < count; i++) {
+      int32_t want = 0;
+      for (int q = 0; q < n; q++)
+        want = (int32_t)((uint32_t)want + (uint32_t)mixed_val(q, base + i));
+      if (h[at + i] != want)
+        fprintf(stderr, "%s, rank 0 %s: rank %d element %zu is %d, not %d\n",
+                kind_names[kind], first_in_place ? "in place" : "not in place",
+                r, i, h[at + i], want);
+      ASSERT_EQ(h[at + i], want);
+    }
+    if (recv[r] != send[r]) {
+      ASSERT_OK(mgpu_memcpy_dtoh(h, send[r], 0, bytes));
+      for (size_t i = 0; i < total; i++) ASSERT_EQ(h[i], mixed_val(r, i));
+      ASSERT_OK(mgpu_free(recv[r]));
+    }
+    ASSERT_OK(mgpu_free(send[r]));
+  }
+  free(h);
+}
+
+TEST_IMPL(mixed_in_place) {
+  test_init();
+  int devs[4];
+  int n = test_same_backend(devs, 4);
+  if (n < 2) return TEST_SKIP;
+  static const int algos[] = {MGPU_COLL_ALGO_RING, MGPU_COLL_ALGO_AUTO};
+  for (int al = 0; al < 2; al++) {
+    mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+    cfg.algo = algos[al];
+    mgpu_comm *comm;
+    ASSERT_OK(mgpu_comm_create_config(devs, n, &cfg, &comm));
+    mgpu_stream *s[4];
+    for (int r = 0; r < n; r++) ASSERT_OK(mgpu_stream_create(&s[r], devs[r]));
+    static const size_t counts[] = {13, 30011, 100003};
+    for (int first = 0; first < 2; first++)
+      for (size_t c = 0; c < 3; c++)
+        for (int rep = 0; rep < 10; rep++) {
+          mixed_one(comm, n, devs, s, ALLREDUCE, counts[c], first);
+          mixed_one(comm, n, devs, s, REDUCE_SCATTER, counts[c], first);
+        }
+    for (int r = 0; r < n; r++) ASSERT_OK(mgpu_stream_destroy(s[r]));
+    ASSERT_OK(mgpu_comm_destroy(comm));
+  }
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(direct)
 TEST_ENTRY(direct_large)
@@ -770,4 +852,5 @@ TEST_ENTRY(split_groups)
 TEST_ENTRY(errors)
 TEST_ENTRY(provider_and_metrics)
 TEST_ENTRY(reduce_to_host)
+TEST_ENTRY(mixed_in_place)
 TEST_LIST_END

@@ -316,6 +316,43 @@ TEST_IMPL(scatter_errors) {
   return 0;
 }
 
+/* count * elem_size that does not fit in a size_t is refused, not wrapped
+ * into a buffer smaller than the part. */
+TEST_IMPL(alloc_buffers_size_overflow) {
+  test_init();
+  mgpu_dist_opts o = MGPU_DIST_OPTS_INITIALIZER;
+  o.ndevices = 1;
+  mgpu_dist *d;
+  ASSERT_OK(mgpu_dist_create(&d, SIZE_MAX / 4 + 2, &o));
+  mgpu_buffer *bufs[1] = {NULL};
+  ASSERT_ERR(MGPU_ERANGE, mgpu_dist_alloc_buffers(d, 4, bufs));
+  ASSERT_DETAIL_HAS("part 0");
+  ASSERT(bufs[0] == NULL);
+  mgpu_dist_destroy(d);
+  return 0;
+}
+
+/* A freed buffer is reported with the part and the device it stood for. */
+TEST_IMPL(scatter_freed_buffer_detail) {
+  test_init();
+  mgpu_dist *d;
+  ASSERT_OK(mgpu_dist_create(&d, 100, NULL));
+  mgpu_buffer *bufs[MGPU_MAX_DEVICES] = {0};
+  ASSERT_OK(mgpu_dist_alloc_buffers(d, 1, bufs));
+  int last = mgpu_dist_nparts(d) - 1;
+  ASSERT_OK(mgpu_free(bufs[last]));
+  char host[100] = {0};
+  ASSERT_ERR(MGPU_EFREED, mgpu_scatter(d, host, 1, bufs, NULL));
+  char want[64];
+  snprintf(want, sizeof want, "part %d (device %d,", last,
+           mgpu_dist_device(d, last));
+  ASSERT_DETAIL_HAS(want);
+  bufs[last] = NULL;
+  mgpu_dist_free_buffers(d, bufs);
+  mgpu_dist_destroy(d);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(distributions_cover_exactly_once)
 TEST_ENTRY(distribution_defaults_and_measured_weights)
@@ -323,4 +360,6 @@ TEST_ENTRY(distribution_errors)
 TEST_ENTRY(scatter_gather_round_trip)
 TEST_ENTRY(cyclic_gather_restores_every_element)
 TEST_ENTRY(scatter_errors)
+TEST_ENTRY(alloc_buffers_size_overflow)
+TEST_ENTRY(scatter_freed_buffer_detail)
 TEST_LIST_END

@@ -222,9 +222,13 @@ static int allreduce(ring *g) {
 static int reduce_scatter(ring *g) {
   int n = g->n;
   size_t count = g->op->part[0].count;
-  int in_place = g->op->part[0].in_place;
+  /* In place is each rank's own choice; a rank that is not keeps its
+   * partial sums in scratch, never in its (const) send buffer. */
+  int all_in_place = 1;
+  for (int r = 0; r < n; r++) all_in_place &= g->op->part[r].in_place;
   mgpu_event *start[MGPU_MAX_DEVICES];
-  int rc = prepare(g, count, n - 1, in_place ? 0 : (size_t)n * count * g->esz);
+  int rc = prepare(g, count, n - 1,
+                   all_in_place ? 0 : (size_t)n * count * g->esz);
   for (int r = 0; r < n && rc == 0; r++) rc = record(g, r, &start[r]);
   for (size_t k = 0; k < g->rounds && rc == 0; k++)
     for (int s = 0; s < n - 1 && rc == 0; s++)
@@ -235,10 +239,12 @@ static int reduce_scatter(ring *g) {
         size_t e = (size_t)c * count + a;
         /* Partial sums live in the send buffer itself when in place (the
          * chunk is this rank's own, read by nobody else), else in scratch. */
-        loc acc_mine = in_place ? at(send_of(g, r), e, g->esz)
-                                : at(scratch_of(g, r), e, g->esz);
-        loc acc_prev = in_place ? at(send_of(g, prev), e, g->esz)
-                                : at(scratch_of(g, prev), e, g->esz);
+        loc acc_mine = g->op->part[r].in_place
+                           ? at(send_of(g, r), e, g->esz)
+                           : at(scratch_of(g, r), e, g->esz);
+        loc acc_prev = g->op->part[prev].in_place
+                           ? at(send_of(g, prev), e, g->esz)
+                           : at(scratch_of(g, prev), e, g->esz);
         loc dst = s == n - 2 ? at(recv_of(g, r), a, g->esz) : acc_mine;
         loc peer = s == 0 ? at(send_of(g, prev), e, g->esz) : acc_prev;
         rc = wait(g, r, s == 0 ? start[prev] : *ev_at(g, k, s - 1, prev));
@@ -350,14 +356,15 @@ static int stream_barrier(ring *g) {
 static int allreduce_flat(ring *g) {
   int n = g->n;
   size_t count = g->op->part[0].count, bytes = count * g->esz;
-  int in_place = g->op->part[0].in_place;
   int rc = 0;
+  /* In place is each rank's own choice: only those ranks need scratch. */
   for (int r = 0; r < n; r++) g->scratch[r] = NULL;
-  for (int r = 0; r < n && rc == 0 && in_place; r++)
-    rc = mgpu__comm_scratch(g->c, r, bytes, &g->scratch[r]);
+  for (int r = 0; r < n && rc == 0; r++)
+    if (g->op->part[r].in_place)
+      rc = mgpu__comm_scratch(g->c, r, bytes, &g->scratch[r]);
   if (rc == 0) rc = stream_barrier(g);
   for (int r = 0; r < n && rc == 0; r++) {
-    loc acc = in_place ? scratch_of(g, r) : recv_of(g, r);
+    loc acc = g->op->part[r].in_place ? scratch_of(g, r) : recv_of(g, r);
     rc = elementwise(g, r, acc.ptr, send_of(g, 0).ptr, send_of(g, 1).ptr,
                      count);
     for (int q = 2; q < n && rc == 0; q++)
@@ -365,8 +372,9 @@ static int allreduce_flat(ring *g) {
   }
   if (rc == 0) rc = stream_barrier(g);
   /* Nobody reads the inputs any more: in place, the sum may land now. */
-  for (int r = 0; r < n && rc == 0 && in_place; r++)
-    rc = copy(g, r, recv_of(g, r), scratch_of(g, r), count);
+  for (int r = 0; r < n && rc == 0; r++)
+    if (g->op->part[r].in_place)
+      rc = copy(g, r, recv_of(g, r), scratch_of(g, r), count);
   return rc;
 }
 

@@ -9,6 +9,7 @@
  * a staging buffer on the host and moved in one copy; on gather a stream
  * callback unpacks the staging buffer into place once the copy is done and
  * frees it, so the call stays asynchronous. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,8 +65,9 @@ static int check_args(const mgpu_dist *d, const void *host, size_t elem,
                          count);
     int bdev = mgpu_buffer_device(bufs[p]);
     if (bdev < 0)
-      return mgpu__error(MGPU_EFREED, "%s: buffer of part %d is not a live "
-                         "buffer", what, p);
+      return mgpu__error(MGPU_EFREED, "%s: buffer of part %d (device %d, "
+                         "%zu elements) is not a live buffer", what, p,
+                         d->devices[p], count);
     if (bdev != d->devices[p])
       return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of part %d is on device "
                          "%d, the part is on device %d", what, p, bdev,
@@ -191,6 +193,12 @@ int mgpu_dist_alloc_buffers(const mgpu_dist *d, size_t elem,
   for (int p = 0; p < d->nparts; p++) {
     size_t count = mgpu_dist_count(d, p);
     if (count == 0) continue;
+    if (count > SIZE_MAX / elem) {
+      mgpu_dist_free_buffers(d, bufs);
+      return mgpu__error(MGPU_ERANGE, "distribution: part %d (device %d) "
+                         "owns %zu elements of %zu bytes, more than a size_t "
+                         "holds", p, d->devices[p], count, elem);
+    }
     int rc = mgpu_malloc(&bufs[p], d->devices[p], count * elem);
     if (rc != 0) {
       mgpu_dist_free_buffers(d, bufs);
