@@ -377,6 +377,19 @@ static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
     group_call g = {comm, rank, *p, NULL, NULL};
     return submit(&g, 1);
   }
+  if (rc == 0 && group.ncalls == group.cap) {
+    int cap = group.cap ? group.cap * 2 : 16;
+    group_call *calls = realloc(group.calls, (size_t)cap * sizeof *calls);
+    if (calls == NULL) {
+      /* Recorded like a failed check: mgpu_group_end must not issue the
+       * group's other calls, which would wait for this one in vain. */
+      rc = mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
+                       "(rank %d)", group.ncalls, rank);
+    } else {
+      group.calls = calls;
+      group.cap = cap;
+    }
+  }
   if (rc != 0) {
     if (group.first_rc == 0) {
       group.first_rc = rc;
@@ -384,14 +397,6 @@ static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
                mgpu_error_detail());
     }
     return rc;
-  }
-  if (group.ncalls == group.cap) {
-    int cap = group.cap ? group.cap * 2 : 16;
-    group_call *calls = realloc(group.calls, (size_t)cap * sizeof *calls);
-    if (calls == NULL)
-      return mgpu__error(MGPU_ENOMEM, "group: out of host memory");
-    group.calls = calls;
-    group.cap = cap;
   }
   group.calls[group.ncalls++] = (group_call){comm, rank, *p, NULL, NULL};
   return 0;

@@ -286,7 +286,8 @@ int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   atomic_store_explicit(&t->state, MGPU__T_PENDING, memory_order_relaxed);
   atomic_store_explicit(&t->pending, 1, memory_order_relaxed);
   uint64_t h = mgpu__task_handle(t);
-  atomic_store_explicit(&t->hold, out ? h : 0, memory_order_relaxed);
+  /* Release: a scan that sees the new hold also sees the reset state. */
+  atomic_store_explicit(&t->hold, out ? h : 0, memory_order_release);
   atomic_store_explicit(&t->refs, out ? 2 : 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
   if (out) *out = h;
