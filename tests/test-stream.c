@@ -384,6 +384,60 @@ TEST_IMPL(shutdown_releases_open_handles) {
   return 0;
 }
 
+typedef struct slow_arg {
+  int ms;
+  _Atomic int done;
+} slow_arg;
+
+static void slow_cb(void *arg) {
+  slow_arg *a = arg;
+  struct timespec ts = {0, (long)a->ms * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  a->done = 1;
+}
+
+/* An event may be destroyed while operations that use it are still queued
+ * (as in CUDA): a record queued before a later one that already completed,
+ * and a wait queued on another stream. Destroying it must not free it under
+ * them; on host devices destroy waits until they have run. */
+TEST_IMPL(event_destroy_with_queued_record_and_wait) {
+  int n = test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  mgpu_stream *s1, *s2, *s3;
+  mgpu_event *e;
+  ASSERT_OK(mgpu_stream_create(&s1, 0));
+  ASSERT_OK(mgpu_stream_create(&s2, n > 1 ? 1 : 0));
+  ASSERT_OK(mgpu_stream_create(&s3, 0));
+
+  /* Recorded on s1 (held back), then again on s3 (completes at once). */
+  slow_arg held = {30, 0};
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_stream_add_callback(s1, slow_cb, &held));
+  ASSERT_OK(mgpu_event_record(e, s1));
+  ASSERT_OK(mgpu_event_record(e, s3));
+  ASSERT_OK(mgpu_stream_synchronize(s3));
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_EQ(held.done, 1); /* the record behind the callback has run */
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+
+  /* A wait queued on s2 behind a longer callback than the record's. */
+  slow_arg rec = {20, 0}, waiter = {60, 0};
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_stream_add_callback(s1, slow_cb, &rec));
+  ASSERT_OK(mgpu_event_record(e, s1));
+  ASSERT_OK(mgpu_stream_add_callback(s2, slow_cb, &waiter));
+  ASSERT_OK(mgpu_stream_wait_event(s2, e));
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_EQ(waiter.done, 1); /* s2 has gone past its wait */
+  ASSERT_OK(mgpu_stream_synchronize(s2));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_stream_destroy(s2));
+  ASSERT_OK(mgpu_stream_destroy(s3));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(stream_runs_in_order)
 TEST_ENTRY(streams_of_one_device_run_concurrently)
@@ -391,6 +445,7 @@ TEST_ENTRY(events_record_query_sync_elapsed)
 TEST_ENTRY(event_of_other_device_on_stream_is_error)
 TEST_ENTRY(wait_event_across_devices)
 TEST_ENTRY(wait_on_unrecorded_event_does_not_block)
+TEST_ENTRY(event_destroy_with_queued_record_and_wait)
 TEST_ENTRY(launch_host_kernel)
 TEST_ENTRY(launch_errors)
 TEST_ENTRY(builtin_kernels_every_type)

@@ -86,6 +86,10 @@ struct mgpu__bevent {
   uint64_t completed; /* highest sequence number completed */
   uint64_t time_ns;   /* when `completed` was reached */
   mgpu__bstream *waiters; /* streams parked on this event */
+  /* Record and wait operations queued that still point at the event. A
+   * record can outlive a later one that completed first (records on two
+   * streams), and a wait can outlive every record: destroy waits for both. */
+  int ops;
 };
 
 struct mgpu__bstream {
@@ -205,6 +209,7 @@ static void complete_event(mgpu__bevent *e, uint64_t seq) {
     e->completed = seq;
     e->time_ns = mgpu__now_ns();
   }
+  e->ops--; /* after the unlock below, destroy may free e */
   mgpu__bstream *w = e->waiters;
   e->waiters = NULL;
   mgpu__cond_broadcast(&e->done);
@@ -259,8 +264,14 @@ static void run_op(mgpu__bdevice *d, op *o) {
     case OP_RECORD:
       complete_event(o->u.event.event, o->u.event.seq);
       return;
-    case OP_WAIT:
+    case OP_WAIT: {
+      mgpu__bevent *e = o->u.event.event;
+      mgpu__mutex_lock(&e->lock);
+      e->ops--;
+      mgpu__cond_broadcast(&e->done);
+      mgpu__mutex_unlock(&e->lock);
       return;
+    }
   }
   env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, mgpu__now_ns() - t0);
 }
@@ -480,10 +491,11 @@ static int host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
 
 static void host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   (void)d;
-  /* As in CUDA, a pending record completes first: its operation still
-   * points at the event. */
+  /* A pending record completes first, and a queued wait passes: their
+   * operations still point at the event. */
   mgpu__mutex_lock(&e->lock);
-  while (e->completed < e->recorded) mgpu__cond_wait(&e->done, &e->lock);
+  while (e->completed < e->recorded || e->ops > 0)
+    mgpu__cond_wait(&e->done, &e->lock);
   mgpu__mutex_unlock(&e->lock);
   mgpu__cond_destroy(&e->done);
   mgpu__mutex_destroy(&e->lock);
@@ -496,6 +508,7 @@ static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
   if (o == NULL) return op_nomem(d);
   mgpu__mutex_lock(&e->lock);
   o->u.event.seq = ++e->recorded;
+  e->ops++;
   mgpu__mutex_unlock(&e->lock);
   o->u.event.event = e;
   enqueue(s, o);
@@ -555,6 +568,9 @@ static int host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
   if (o == NULL) return op_nomem(d);
   o->u.event.event = e;
   o->u.event.seq = seq;
+  mgpu__mutex_lock(&e->lock);
+  e->ops++;
+  mgpu__mutex_unlock(&e->lock);
   enqueue(s, o);
   return 0;
 }
