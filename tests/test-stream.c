@@ -331,6 +331,14 @@ TEST_IMPL(builtin_kernels_every_type) {
                                              (mgpu_dtype)99, MGPU_SUM));
     ASSERT_ERR(MGPU_EINVAL, mgpu_elementwise(s, c, 0, a, 0, b, 0, 1,
                                              MGPU_FLOAT32, (mgpu_op)9));
+    /* Offsets are in bytes but must fall on an element. */
+    float fone = 1;
+    ASSERT_ERR(MGPU_EINVAL, mgpu_fill(s, c, 2, 4, MGPU_FLOAT32, &fone));
+    ASSERT_DETAIL_HAS("offset 2");
+    ASSERT_ERR(MGPU_EINVAL, mgpu_axpy(s, c, 0, a, 4, 4, MGPU_FLOAT64, 1.0));
+    ASSERT_DETAIL_HAS("mgpu_axpy x");
+    ASSERT_ERR(MGPU_EINVAL, mgpu_elementwise(s, c, 0, a, 0, b, 1, 4,
+                                             MGPU_INT32, MGPU_SUM));
     mgpu_device_props p = {.size = sizeof p};
     ASSERT_OK(mgpu_device_get_props(d, &p));
     if (p.backend_kind == MGPU_BACKEND_HOST) {
