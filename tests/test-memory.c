@@ -40,6 +40,12 @@ TEST_IMPL(alloc_errors) {
   ASSERT_ERR(MGPU_ENODEV, mgpu_malloc(&b, n, 16));
   ASSERT_DETAIL_HAS("does not exist");
   ASSERT_ERR(MGPU_ENODEV, mgpu_malloc_host(&b, -3, 16));
+  /* Pinned memory has no budget: a size near SIZE_MAX reaches the backend,
+   * which must refuse it rather than round it up past zero. */
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_malloc_host(&b, 0, SIZE_MAX));
+  ASSERT(b == NULL);
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_malloc_host(&b, 0, SIZE_MAX - 4096));
+  ASSERT_DETAIL_HAS("device 0");
   return 0;
 }
 

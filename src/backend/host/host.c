@@ -416,7 +416,9 @@ static int host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
   size_t align = size >= huge ? huge : 64;
   size_t rounded = (size + align - 1) / align * align;
   void *p = NULL;
-  if (posix_memalign(&p, align, rounded) != 0)
+  /* rounded < size: the round-up wrapped past zero (pinned memory has no
+   * budget in front of it). */
+  if (rounded < size || posix_memalign(&p, align, rounded) != 0)
     return env->set_error(MGPU_ENOMEM, "host device %d: the system refused "
                           "%zu bytes", d->id, size);
 #ifdef MADV_HUGEPAGE
