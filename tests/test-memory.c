@@ -144,6 +144,9 @@ TEST_IMPL(copy_bounds_checked) {
   ASSERT_DETAIL_HAS("100-byte");
   ASSERT_ERR(MGPU_ERANGE, mgpu_memcpy_dtoh(host, b, 101, 0));
   ASSERT_ERR(MGPU_ERANGE, mgpu_memcpy_dtoh(host, b, SIZE_MAX, 2));
+  ASSERT_DETAIL_HAS("offset 18446744073709551615");
+  ASSERT_ERR(MGPU_ERANGE, mgpu_memcpy_htod(b, 16, host, SIZE_MAX));
+  ASSERT_DETAIL_HAS("18446744073709551615 bytes at offset 16");
   ASSERT_ERR(MGPU_EINVAL, mgpu_memcpy_htod(b, 0, NULL, 4));
   ASSERT_OK(mgpu_memcpy_htod(b, 100, host, 0)); /* empty copy at the end */
   ASSERT_OK(mgpu_memcpy_htod(b, 0, host, 100));
