@@ -1,5 +1,7 @@
 /* Streams, events, callbacks, kernel launches and the built-in kernels. */
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 #include "task.h"
 
@@ -446,6 +448,61 @@ TEST_IMPL(event_destroy_with_queued_record_and_wait) {
   return 0;
 }
 
+typedef struct feeder {
+  mgpu_stream *s;
+  _Atomic int ran, stop, capped;
+} feeder;
+
+static void feed_cb(void *arg) {
+  feeder *f = arg;
+  struct timespec ts = {0, 2 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  f->ran++;
+}
+
+/* Keeps four callbacks queued on f->s until told to stop (or 5 s pass). */
+static void *feed_main(void *arg) {
+  feeder *f = arg;
+  int queued = 0;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!f->stop) {
+    if (queued - f->ran < 4) {
+      ASSERT_OK(mgpu_stream_add_callback(f->s, feed_cb, f));
+      queued++;
+    } else {
+      sched_yield();
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (t.tv_sec - t0.tv_sec >= 5) {
+      f->capped = 1;
+      break;
+    }
+  }
+  return NULL;
+}
+
+/* Synchronize waits for the work queued before it, not for the stream to run
+ * dry: another thread that keeps the stream busy must not hold it up. */
+TEST_IMPL(synchronize_does_not_wait_for_later_work) {
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  feeder f = {NULL, 0, 0, 0};
+  ASSERT_OK(mgpu_stream_create(&f.s, 0));
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, feed_main, &f) == 0);
+  while (f.ran < 4) sched_yield();
+  ASSERT_OK(mgpu_stream_synchronize(f.s));
+  ASSERT_OK(mgpu_device_synchronize(0));
+  f.stop = 1;
+  pthread_join(t, NULL);
+  ASSERT_EQ(f.capped, 0); /* both returned while the feeder still ran */
+  ASSERT_OK(mgpu_stream_destroy(f.s));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(stream_runs_in_order)
 TEST_ENTRY(streams_of_one_device_run_concurrently)
@@ -458,5 +515,6 @@ TEST_ENTRY(launch_host_kernel)
 TEST_ENTRY(launch_errors)
 TEST_ENTRY(builtin_kernels_every_type)
 TEST_ENTRY(device_synchronize_waits_for_every_stream)
+TEST_ENTRY(synchronize_does_not_wait_for_later_work)
 TEST_ENTRY(shutdown_releases_open_handles)
 TEST_LIST_END

@@ -100,6 +100,12 @@ struct mgpu__bstream {
   int running;              /* a worker runs its head */
   int parked;               /* waiting on an event */
   int error;                /* first asynchronous error, 0 if none */
+  /* Operations queued and finished since creation: synchronize waits for
+   * the count queued at its call, not for the queue to run dry, which a
+   * thread that keeps queueing could put off for ever. syncs: threads in
+   * synchronize, who want to hear of every finished operation. */
+  uint64_t nqueued, nfinished;
+  int syncs;
   mgpu__bstream *ready_next;
   mgpu__bstream *wait_next; /* in an event's waiters (event lock) */
 };
@@ -111,7 +117,8 @@ struct mgpu__bdevice {
   /* lock guards the ready list, stopping and every stream's queue. */
   mgpu__mutex lock;
   mgpu__cond work;  /* a stream became ready, or stopping */
-  mgpu__cond idle;  /* some stream's queue became empty */
+  mgpu__cond idle;  /* some stream's queue became empty, or an operation
+                       finished on a stream being synchronized */
   mgpu__bstream *ready_head, *ready_tail;
   int stopping;
   /* Streams on the ready list, readable without the lock: an idle worker
@@ -151,6 +158,7 @@ static void enqueue(mgpu__bstream *s, op *o) {
   if (s->tail) s->tail->next = o;
   else s->head = o;
   s->tail = o;
+  s->nqueued++;
   if (!s->queued && !s->running && !s->parked) ready_push(d, s);
   mgpu__mutex_unlock(&d->lock);
 }
@@ -334,11 +342,13 @@ static void *worker_main(void *arg) {
     run_op(d, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
+    s->nfinished++;
     s->head = o->next;
     if (s->head == NULL) {
       s->tail = NULL;
       mgpu__cond_broadcast(&d->idle);
     } else {
+      if (s->syncs > 0) mgpu__cond_broadcast(&d->idle);
       ready_push(d, s);
     }
     op_free(o);
@@ -454,7 +464,10 @@ static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
 
 static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
-  while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
+  uint64_t target = s->nqueued;
+  s->syncs++;
+  while (s->nfinished < target) mgpu__cond_wait(&d->idle, &d->lock);
+  s->syncs--;
   int err = s->error;
   s->error = 0;
   mgpu__mutex_unlock(&d->lock);
@@ -462,7 +475,10 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
 }
 
 static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
-  host_stream_synchronize(d, s);
+  /* Runs dry first, whatever was queued last: s is freed. */
+  mgpu__mutex_lock(&d->lock);
+  while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
+  mgpu__mutex_unlock(&d->lock);
   free(s);
 }
 
