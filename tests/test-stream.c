@@ -503,6 +503,42 @@ TEST_IMPL(synchronize_does_not_wait_for_later_work) {
   return 0;
 }
 
+/* Integer sums and products that overflow wrap, as they do on a GPU (on the
+ * host they were signed overflow: undefined, and fatal under UBSan). */
+TEST_IMPL(integer_sum_and_product_wrap) {
+  test_init();
+  mgpu_stream *s;
+  mgpu_buffer *a, *b, *c;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&a, 0, 16));
+  ASSERT_OK(mgpu_malloc(&b, 0, 16));
+  ASSERT_OK(mgpu_malloc(&c, 0, 16));
+  int32_t a32[2] = {INT32_MAX, 65536}, b32[2] = {1, 65536}, c32[2];
+  ASSERT_OK(mgpu_memcpy_htod(a, 0, a32, sizeof a32));
+  ASSERT_OK(mgpu_memcpy_htod(b, 0, b32, sizeof b32));
+  ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 2, MGPU_INT32, MGPU_SUM));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(c32, c, 0, sizeof c32, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(c32[0], INT32_MIN);
+  ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 2, MGPU_INT32, MGPU_PROD));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(c32, c, 0, sizeof c32, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(c32[0], INT32_MAX);
+  ASSERT_EQ(c32[1], 0); /* 2^32 wraps to 0 */
+  int64_t a64[2] = {INT64_MAX, INT64_MIN}, b64[2] = {1, -1}, c64[2];
+  ASSERT_OK(mgpu_memcpy_htod(a, 0, a64, sizeof a64));
+  ASSERT_OK(mgpu_memcpy_htod(b, 0, b64, sizeof b64));
+  ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 2, MGPU_INT64, MGPU_SUM));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(c64, c, 0, sizeof c64, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT(c64[0] == INT64_MIN && c64[1] == INT64_MAX);
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_free(a));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_free(c));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(stream_runs_in_order)
 TEST_ENTRY(streams_of_one_device_run_concurrently)
@@ -514,6 +550,7 @@ TEST_ENTRY(event_destroy_with_queued_record_and_wait)
 TEST_ENTRY(launch_host_kernel)
 TEST_ENTRY(launch_errors)
 TEST_ENTRY(builtin_kernels_every_type)
+TEST_ENTRY(integer_sum_and_product_wrap)
 TEST_ENTRY(device_synchronize_waits_for_every_stream)
 TEST_ENTRY(synchronize_does_not_wait_for_later_work)
 TEST_ENTRY(shutdown_releases_open_handles)
