@@ -32,6 +32,9 @@ set +e
 [ $rc -eq 2 ] || fail "no command should exit 2 (got $rc)"
 "$mgpu" demo vecadd zero >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "bad demo size should exit 2 (got $rc)"
+# 2^62 floats: the byte count wraps; it must be refused, not crash.
+MGPU_DEVICES=host:2 "$mgpu" demo vecadd 4611686018427387904 >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "a demo size whose bytes overflow should exit 2 (got $rc)"
 MGPU_DEVICES=host:2,warp:9 "$mgpu" devices >/dev/null 2>"$err"; rc=$?
 [ $rc -eq 1 ] && grep -q "MGPU_EINVAL" "$err" && grep -q "warp:9" "$err" ||
   fail "bad MGPU_DEVICES should exit 1 naming the token (got $rc: $(cat "$err"))"

@@ -291,6 +291,35 @@ TEST_IMPL(run_on_device_async) {
   return 0;
 }
 
+typedef struct late_job {
+  mgpu_buffer *buf;
+  int seen_initialized;
+} late_job;
+
+/* Queued work that starts late and still uses mgpu: shutdown must let it
+ * run while its buffer and the library are still there. */
+static int late_copy(int dev, void *arg) {
+  (void)dev;
+  late_job *j = arg;
+  struct timespec ts = {0, 50 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  j->seen_initialized = mgpu_is_initialized();
+  int v = 42;
+  return mgpu_memcpy_htod(j->buf, 0, &v, sizeof v);
+}
+
+TEST_IMPL(shutdown_waits_for_queued_device_work) {
+  test_init();
+  late_job j = {NULL, 0};
+  ASSERT_OK(mgpu_malloc(&j.buf, 0, 64));
+  mgpu_work *w;
+  ASSERT_OK(mgpu_run_on_device_async(0, late_copy, &j, &w));
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_OK(mgpu_work_wait(w));
+  ASSERT_EQ(j.seen_initialized, 1);
+  return 0;
+}
+
 typedef struct gate {
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -353,6 +382,7 @@ TEST_ENTRY(current_device_per_thread)
 TEST_ENTRY(run_on_device_sync)
 TEST_ENTRY(run_on_device_reentrant)
 TEST_ENTRY(run_on_device_async)
+TEST_ENTRY(shutdown_waits_for_queued_device_work)
 TEST_ENTRY(devices_run_concurrently)
 TEST_ENTRY(calls_before_init_fail_cleanly)
 TEST_ENTRY(version)

@@ -40,6 +40,12 @@ TEST_IMPL(alloc_errors) {
   ASSERT_ERR(MGPU_ENODEV, mgpu_malloc(&b, n, 16));
   ASSERT_DETAIL_HAS("does not exist");
   ASSERT_ERR(MGPU_ENODEV, mgpu_malloc_host(&b, -3, 16));
+  /* Pinned memory has no budget: a size near SIZE_MAX reaches the backend,
+   * which must refuse it rather than round it up past zero. */
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_malloc_host(&b, 0, SIZE_MAX));
+  ASSERT(b == NULL);
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_malloc_host(&b, 0, SIZE_MAX - 4096));
+  ASSERT_DETAIL_HAS("device 0");
   return 0;
 }
 
@@ -138,6 +144,9 @@ TEST_IMPL(copy_bounds_checked) {
   ASSERT_DETAIL_HAS("100-byte");
   ASSERT_ERR(MGPU_ERANGE, mgpu_memcpy_dtoh(host, b, 101, 0));
   ASSERT_ERR(MGPU_ERANGE, mgpu_memcpy_dtoh(host, b, SIZE_MAX, 2));
+  ASSERT_DETAIL_HAS("offset 18446744073709551615");
+  ASSERT_ERR(MGPU_ERANGE, mgpu_memcpy_htod(b, 16, host, SIZE_MAX));
+  ASSERT_DETAIL_HAS("18446744073709551615 bytes at offset 16");
   ASSERT_ERR(MGPU_EINVAL, mgpu_memcpy_htod(b, 0, NULL, 4));
   ASSERT_OK(mgpu_memcpy_htod(b, 100, host, 0)); /* empty copy at the end */
   ASSERT_OK(mgpu_memcpy_htod(b, 0, host, 100));

@@ -1,5 +1,7 @@
 /* Streams, events, callbacks, kernel launches and the built-in kernels. */
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 #include "task.h"
 
@@ -331,6 +333,14 @@ TEST_IMPL(builtin_kernels_every_type) {
                                              (mgpu_dtype)99, MGPU_SUM));
     ASSERT_ERR(MGPU_EINVAL, mgpu_elementwise(s, c, 0, a, 0, b, 0, 1,
                                              MGPU_FLOAT32, (mgpu_op)9));
+    /* Offsets are in bytes but must fall on an element. */
+    float fone = 1;
+    ASSERT_ERR(MGPU_EINVAL, mgpu_fill(s, c, 2, 4, MGPU_FLOAT32, &fone));
+    ASSERT_DETAIL_HAS("offset 2");
+    ASSERT_ERR(MGPU_EINVAL, mgpu_axpy(s, c, 0, a, 4, 4, MGPU_FLOAT64, 1.0));
+    ASSERT_DETAIL_HAS("mgpu_axpy x");
+    ASSERT_ERR(MGPU_EINVAL, mgpu_elementwise(s, c, 0, a, 0, b, 1, 4,
+                                             MGPU_INT32, MGPU_SUM));
     mgpu_device_props p = {.size = sizeof p};
     ASSERT_OK(mgpu_device_get_props(d, &p));
     if (p.backend_kind == MGPU_BACKEND_HOST) {
@@ -384,6 +394,151 @@ TEST_IMPL(shutdown_releases_open_handles) {
   return 0;
 }
 
+typedef struct slow_arg {
+  int ms;
+  _Atomic int done;
+} slow_arg;
+
+static void slow_cb(void *arg) {
+  slow_arg *a = arg;
+  struct timespec ts = {0, (long)a->ms * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  a->done = 1;
+}
+
+/* An event may be destroyed while operations that use it are still queued
+ * (as in CUDA): a record queued before a later one that already completed,
+ * and a wait queued on another stream. Destroying it must not free it under
+ * them; on host devices destroy waits until they have run. */
+TEST_IMPL(event_destroy_with_queued_record_and_wait) {
+  int n = test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  mgpu_stream *s1, *s2, *s3;
+  mgpu_event *e;
+  ASSERT_OK(mgpu_stream_create(&s1, 0));
+  ASSERT_OK(mgpu_stream_create(&s2, n > 1 ? 1 : 0));
+  ASSERT_OK(mgpu_stream_create(&s3, 0));
+
+  /* Recorded on s1 (held back), then again on s3 (completes at once). */
+  slow_arg held = {30, 0};
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_stream_add_callback(s1, slow_cb, &held));
+  ASSERT_OK(mgpu_event_record(e, s1));
+  ASSERT_OK(mgpu_event_record(e, s3));
+  ASSERT_OK(mgpu_stream_synchronize(s3));
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_EQ(held.done, 1); /* the record behind the callback has run */
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+
+  /* A wait queued on s2 behind a longer callback than the record's. */
+  slow_arg rec = {20, 0}, waiter = {60, 0};
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_stream_add_callback(s1, slow_cb, &rec));
+  ASSERT_OK(mgpu_event_record(e, s1));
+  ASSERT_OK(mgpu_stream_add_callback(s2, slow_cb, &waiter));
+  ASSERT_OK(mgpu_stream_wait_event(s2, e));
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_EQ(waiter.done, 1); /* s2 has gone past its wait */
+  ASSERT_OK(mgpu_stream_synchronize(s2));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_stream_destroy(s2));
+  ASSERT_OK(mgpu_stream_destroy(s3));
+  return 0;
+}
+
+typedef struct feeder {
+  mgpu_stream *s;
+  _Atomic int ran, stop, capped;
+} feeder;
+
+static void feed_cb(void *arg) {
+  feeder *f = arg;
+  struct timespec ts = {0, 2 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  f->ran++;
+}
+
+/* Keeps four callbacks queued on f->s until told to stop (or 5 s pass). */
+static void *feed_main(void *arg) {
+  feeder *f = arg;
+  int queued = 0;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!f->stop) {
+    if (queued - f->ran < 4) {
+      ASSERT_OK(mgpu_stream_add_callback(f->s, feed_cb, f));
+      queued++;
+    } else {
+      sched_yield();
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (t.tv_sec - t0.tv_sec >= 5) {
+      f->capped = 1;
+      break;
+    }
+  }
+  return NULL;
+}
+
+/* Synchronize waits for the work queued before it, not for the stream to run
+ * dry: another thread that keeps the stream busy must not hold it up. */
+TEST_IMPL(synchronize_does_not_wait_for_later_work) {
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  feeder f = {NULL, 0, 0, 0};
+  ASSERT_OK(mgpu_stream_create(&f.s, 0));
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, feed_main, &f) == 0);
+  while (f.ran < 4) sched_yield();
+  ASSERT_OK(mgpu_stream_synchronize(f.s));
+  ASSERT_OK(mgpu_device_synchronize(0));
+  f.stop = 1;
+  pthread_join(t, NULL);
+  ASSERT_EQ(f.capped, 0); /* both returned while the feeder still ran */
+  ASSERT_OK(mgpu_stream_destroy(f.s));
+  return 0;
+}
+
+/* Integer sums and products that overflow wrap, as they do on a GPU (on the
+ * host they were signed overflow: undefined, and fatal under UBSan). */
+TEST_IMPL(integer_sum_and_product_wrap) {
+  test_init();
+  mgpu_stream *s;
+  mgpu_buffer *a, *b, *c;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&a, 0, 16));
+  ASSERT_OK(mgpu_malloc(&b, 0, 16));
+  ASSERT_OK(mgpu_malloc(&c, 0, 16));
+  int32_t a32[2] = {INT32_MAX, 65536}, b32[2] = {1, 65536}, c32[2];
+  ASSERT_OK(mgpu_memcpy_htod(a, 0, a32, sizeof a32));
+  ASSERT_OK(mgpu_memcpy_htod(b, 0, b32, sizeof b32));
+  ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 2, MGPU_INT32, MGPU_SUM));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(c32, c, 0, sizeof c32, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(c32[0], INT32_MIN);
+  ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 2, MGPU_INT32, MGPU_PROD));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(c32, c, 0, sizeof c32, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(c32[0], INT32_MAX);
+  ASSERT_EQ(c32[1], 0); /* 2^32 wraps to 0 */
+  int64_t a64[2] = {INT64_MAX, INT64_MIN}, b64[2] = {1, -1}, c64[2];
+  ASSERT_OK(mgpu_memcpy_htod(a, 0, a64, sizeof a64));
+  ASSERT_OK(mgpu_memcpy_htod(b, 0, b64, sizeof b64));
+  ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 2, MGPU_INT64, MGPU_SUM));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(c64, c, 0, sizeof c64, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT(c64[0] == INT64_MIN && c64[1] == INT64_MAX);
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_free(a));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_free(c));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(stream_runs_in_order)
 TEST_ENTRY(streams_of_one_device_run_concurrently)
@@ -391,9 +546,12 @@ TEST_ENTRY(events_record_query_sync_elapsed)
 TEST_ENTRY(event_of_other_device_on_stream_is_error)
 TEST_ENTRY(wait_event_across_devices)
 TEST_ENTRY(wait_on_unrecorded_event_does_not_block)
+TEST_ENTRY(event_destroy_with_queued_record_and_wait)
 TEST_ENTRY(launch_host_kernel)
 TEST_ENTRY(launch_errors)
 TEST_ENTRY(builtin_kernels_every_type)
+TEST_ENTRY(integer_sum_and_product_wrap)
 TEST_ENTRY(device_synchronize_waits_for_every_stream)
+TEST_ENTRY(synchronize_does_not_wait_for_later_work)
 TEST_ENTRY(shutdown_releases_open_handles)
 TEST_LIST_END

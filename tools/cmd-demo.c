@@ -118,7 +118,11 @@ int mgpu_cmd_demo(int argc, char **argv) {
   if (argc >= 3) {
     char *end;
     n = strtoull(argv[2], &end, 10);
-    if (*end != '\0' || n == 0) argc = 0; /* falls to usage */
+    /* The byte counts and the per-device split (n * (d + 1)) must not
+     * wrap. */
+    if (*end != '\0' || n == 0 ||
+        n > SIZE_MAX / MGPU_MAX_DEVICES / sizeof(float))
+      argc = 0; /* falls to usage */
   }
   if (argc < 2 || argc > 3 || strcmp(argv[1], "vecadd") != 0) {
     fprintf(stderr, "usage: mgpu demo vecadd [ELEMENTS]\n");

@@ -299,7 +299,7 @@ MGPU_EXTERN int mgpu_axpy(mgpu_stream *stream, mgpu_buffer *y, size_t y_offset,
                           const mgpu_buffer *x, size_t x_offset, size_t count,
                           mgpu_dtype dtype, double alpha);
 /* dst[i] = a[i] op b[i]. All three on the stream's device (dst may be a or
- * b). Offsets are in bytes. */
+ * b). Offsets are in bytes, each a multiple of the element size. */
 MGPU_EXTERN int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst,
                                  size_t dst_offset, const mgpu_buffer *a,
                                  size_t a_offset, const mgpu_buffer *b,

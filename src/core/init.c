@@ -244,6 +244,12 @@ out:
   return rc;
 }
 
+static int drain_noop(int dev, void *arg) {
+  (void)dev;
+  (void)arg;
+  return 0;
+}
+
 int mgpu_shutdown(void) {
   mgpu__mutex_lock(&init_lock);
   if (!initialized) {
@@ -251,6 +257,10 @@ int mgpu_shutdown(void) {
     return 0;
   }
   int rc = 0;
+  /* Work queued with mgpu_run_on_device_async runs first, while its buffers
+   * and streams still exist: a no-op queued behind it returns once it has
+   * run (the queue is FIFO). */
+  for (int i = 0; i < ndevices; i++) mgpu_run_on_device(i, drain_noop, NULL);
   for (int i = 0; i < ndevices; i++) {
     int r = mgpu_device_synchronize(i);
     if (rc == 0) rc = r;

@@ -144,6 +144,10 @@ int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out) {
 
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size) {
+  if ((offset > b->size || size > b->size - offset) && offset + size < offset)
+    return mgpu__error(MGPU_ERANGE, "%s: %zu bytes at offset %zu run past the "
+                       "end of the %zu-byte buffer of device %d", what, size,
+                       offset, b->size, b->dev);
   if (offset > b->size || size > b->size - offset)
     return mgpu__error(MGPU_ERANGE, "%s: bytes [%zu, %zu) are outside the "
                        "%zu-byte buffer of device %d", what, offset,

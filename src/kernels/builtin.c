@@ -103,6 +103,12 @@ static int operand(const mgpu_buffer *h, const char *what, size_t offset,
                        "stream of device %d", what, (*out)->dev, s->dev);
   if (count != 0 && esize > SIZE_MAX / count)
     return mgpu__error(MGPU_ERANGE, "%s: %zu elements overflow", what, count);
+  /* Buffers start aligned; a misaligned element faults on a GPU (a sticky
+   * error) and is undefined behaviour in the host loops. */
+  if (offset % esize != 0)
+    return mgpu__error(MGPU_EINVAL, "%s: offset %zu in the buffer of device %d "
+                       "is not a multiple of the %zu-byte element", what,
+                       offset, (*out)->dev, esize);
   return mgpu__buf_check_range(*out, what, offset, count * esize);
 }
 

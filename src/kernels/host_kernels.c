@@ -9,7 +9,11 @@
 
 #include "backend/host/host.h"
 
-#define DEFINE_KERNELS(T, SUFFIX)                                            \
+/* U is the type sums and products are taken in: T itself for floating
+ * point, the unsigned type of the same width for integers, so that an
+ * integer sum that overflows wraps as it does on a GPU instead of being
+ * undefined behaviour. */
+#define DEFINE_KERNELS(T, SUFFIX, U)                                         \
   static void fill_##SUFFIX(T *dst, size_t n, T v) {                         \
     for (size_t i = 0; i < n; i++) dst[i] = v;                               \
   }                                                                          \
@@ -24,10 +28,10 @@
     T *dst = restrict_dst;                                                   \
     switch (op) {                                                            \
       case MGPU_SUM:                                                         \
-        for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i];                 \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] + (U)b[i]);      \
         break;                                                               \
       case MGPU_PROD:                                                        \
-        for (size_t i = 0; i < n; i++) dst[i] = a[i] * b[i];                 \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] * (U)b[i]);      \
         break;                                                               \
       case MGPU_MIN:                                                         \
         for (size_t i = 0; i < n; i++) dst[i] = b[i] < a[i] ? b[i] : a[i];   \
@@ -54,10 +58,10 @@
     }                                                                        \
   }
 
-DEFINE_KERNELS(float, f32)
-DEFINE_KERNELS(double, f64)
-DEFINE_KERNELS(int32_t, i32)
-DEFINE_KERNELS(int64_t, i64)
+DEFINE_KERNELS(float, f32, float)
+DEFINE_KERNELS(double, f64, double)
+DEFINE_KERNELS(int32_t, i32, uint32_t)
+DEFINE_KERNELS(int64_t, i64, uint64_t)
 
 void mgpu__host_builtin_run(const mgpu__builtin *b) {
   switch (b->dtype) {

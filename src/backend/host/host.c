@@ -86,6 +86,10 @@ struct mgpu__bevent {
   uint64_t completed; /* highest sequence number completed */
   uint64_t time_ns;   /* when `completed` was reached */
   mgpu__bstream *waiters; /* streams parked on this event */
+  /* Record and wait operations queued that still point at the event. A
+   * record can outlive a later one that completed first (records on two
+   * streams), and a wait can outlive every record: destroy waits for both. */
+  int ops;
 };
 
 struct mgpu__bstream {
@@ -96,6 +100,12 @@ struct mgpu__bstream {
   int running;              /* a worker runs its head */
   int parked;               /* waiting on an event */
   int error;                /* first asynchronous error, 0 if none */
+  /* Operations queued and finished since creation: synchronize waits for
+   * the count queued at its call, not for the queue to run dry, which a
+   * thread that keeps queueing could put off for ever. syncs: threads in
+   * synchronize, who want to hear of every finished operation. */
+  uint64_t nqueued, nfinished;
+  int syncs;
   mgpu__bstream *ready_next;
   mgpu__bstream *wait_next; /* in an event's waiters (event lock) */
 };
@@ -107,7 +117,8 @@ struct mgpu__bdevice {
   /* lock guards the ready list, stopping and every stream's queue. */
   mgpu__mutex lock;
   mgpu__cond work;  /* a stream became ready, or stopping */
-  mgpu__cond idle;  /* some stream's queue became empty */
+  mgpu__cond idle;  /* some stream's queue became empty, or an operation
+                       finished on a stream being synchronized */
   mgpu__bstream *ready_head, *ready_tail;
   int stopping;
   /* Streams on the ready list, readable without the lock: an idle worker
@@ -147,6 +158,7 @@ static void enqueue(mgpu__bstream *s, op *o) {
   if (s->tail) s->tail->next = o;
   else s->head = o;
   s->tail = o;
+  s->nqueued++;
   if (!s->queued && !s->running && !s->parked) ready_push(d, s);
   mgpu__mutex_unlock(&d->lock);
 }
@@ -205,6 +217,7 @@ static void complete_event(mgpu__bevent *e, uint64_t seq) {
     e->completed = seq;
     e->time_ns = mgpu__now_ns();
   }
+  e->ops--; /* after the unlock below, destroy may free e */
   mgpu__bstream *w = e->waiters;
   e->waiters = NULL;
   mgpu__cond_broadcast(&e->done);
@@ -259,8 +272,14 @@ static void run_op(mgpu__bdevice *d, op *o) {
     case OP_RECORD:
       complete_event(o->u.event.event, o->u.event.seq);
       return;
-    case OP_WAIT:
+    case OP_WAIT: {
+      mgpu__bevent *e = o->u.event.event;
+      mgpu__mutex_lock(&e->lock);
+      e->ops--;
+      mgpu__cond_broadcast(&e->done);
+      mgpu__mutex_unlock(&e->lock);
       return;
+    }
   }
   env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, mgpu__now_ns() - t0);
 }
@@ -323,11 +342,13 @@ static void *worker_main(void *arg) {
     run_op(d, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
+    s->nfinished++;
     s->head = o->next;
     if (s->head == NULL) {
       s->tail = NULL;
       mgpu__cond_broadcast(&d->idle);
     } else {
+      if (s->syncs > 0) mgpu__cond_broadcast(&d->idle);
       ready_push(d, s);
     }
     op_free(o);
@@ -405,7 +426,9 @@ static int host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
   size_t align = size >= huge ? huge : 64;
   size_t rounded = (size + align - 1) / align * align;
   void *p = NULL;
-  if (posix_memalign(&p, align, rounded) != 0)
+  /* rounded < size: the round-up wrapped past zero (pinned memory has no
+   * budget in front of it). */
+  if (rounded < size || posix_memalign(&p, align, rounded) != 0)
     return env->set_error(MGPU_ENOMEM, "host device %d: the system refused "
                           "%zu bytes", d->id, size);
 #ifdef MADV_HUGEPAGE
@@ -441,7 +464,10 @@ static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
 
 static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
-  while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
+  uint64_t target = s->nqueued;
+  s->syncs++;
+  while (s->nfinished < target) mgpu__cond_wait(&d->idle, &d->lock);
+  s->syncs--;
   int err = s->error;
   s->error = 0;
   mgpu__mutex_unlock(&d->lock);
@@ -449,7 +475,10 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
 }
 
 static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
-  host_stream_synchronize(d, s);
+  /* Runs dry first, whatever was queued last: s is freed. */
+  mgpu__mutex_lock(&d->lock);
+  while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
+  mgpu__mutex_unlock(&d->lock);
   free(s);
 }
 
@@ -480,10 +509,11 @@ static int host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
 
 static void host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   (void)d;
-  /* As in CUDA, a pending record completes first: its operation still
-   * points at the event. */
+  /* A pending record completes first, and a queued wait passes: their
+   * operations still point at the event. */
   mgpu__mutex_lock(&e->lock);
-  while (e->completed < e->recorded) mgpu__cond_wait(&e->done, &e->lock);
+  while (e->completed < e->recorded || e->ops > 0)
+    mgpu__cond_wait(&e->done, &e->lock);
   mgpu__mutex_unlock(&e->lock);
   mgpu__cond_destroy(&e->done);
   mgpu__mutex_destroy(&e->lock);
@@ -496,6 +526,7 @@ static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
   if (o == NULL) return op_nomem(d);
   mgpu__mutex_lock(&e->lock);
   o->u.event.seq = ++e->recorded;
+  e->ops++;
   mgpu__mutex_unlock(&e->lock);
   o->u.event.event = e;
   enqueue(s, o);
@@ -555,6 +586,9 @@ static int host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
   if (o == NULL) return op_nomem(d);
   o->u.event.event = e;
   o->u.event.seq = seq;
+  mgpu__mutex_lock(&e->lock);
+  e->ops++;
+  mgpu__mutex_unlock(&e->lock);
   enqueue(s, o);
   return 0;
 }
