@@ -144,6 +144,18 @@ static int copy_on(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
   void *dst = (char *)db->ptr + dst_offset;
   const void *src = (const char *)sb->ptr + src_offset;
   int rc;
+  /* Device memory is only touched by its own backend: a host worker must
+   * never memcpy into a GPU pointer, nor CUDA read a host device's memory
+   * as if it were its own. */
+  const mgpu__buf *dev_side = !host_visible(db)   ? db
+                              : !host_visible(sb) ? sb
+                                                  : NULL;
+  if (dev_side != NULL && mgpu__device_get(dev_side->dev)->ops != d->ops)
+    return mgpu__error(MGPU_ENOTSUP, "copy touching device memory of device "
+                       "%d (%s) issued on a stream of device %d (%s): use a "
+                       "stream of the device that owns the memory",
+                       dev_side->dev, mgpu__device_get(dev_side->dev)->ops->name,
+                       s->dev, d->ops->name);
   if (host_visible(db) || host_visible(sb) || db->dev == sb->dev) {
     mgpu__copy_kind kind = host_visible(db) && host_visible(sb) ? MGPU__COPY_H2H
                            : host_visible(sb)                   ? MGPU__COPY_H2D
@@ -198,10 +210,12 @@ int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src,
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
   if (rc == 0) rc = check_pair(db, dst_offset, sb, src_offset, size);
   if (rc != 0 || size == 0) return rc;
-  rc = mgpu__spare_get(sb->dev, &s);
+  /* The side with device memory runs the copy (copy_on requires it). */
+  int dev = host_visible(sb) && !host_visible(db) ? db->dev : sb->dev;
+  rc = mgpu__spare_get(dev, &s);
   if (rc != 0) return rc;
   rc = copy_on(db, dst_offset, sb, src_offset, size, s);
-  return run_sync(sb->dev, s, rc);
+  return run_sync(dev, s, rc);
 }
 
 int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,

@@ -19,7 +19,6 @@ struct mgpu__work_item {
   int dev;
   int result;
   int done;       /* guarded by the device's queue_lock */
-  int detached;   /* 0: a caller waits on it (sync or mgpu_work_wait) */
   mgpu__work_item *next;
 };
 

@@ -121,7 +121,6 @@ enum mgpu__metric {
 };
 
 void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value);
-void mgpu__mem_account(int dev, int64_t delta);
 
 /* ---- handles (handle.c) ---- */
 
