@@ -1,19 +1,21 @@
 /* Handles of the coll and chan layers (communicators, barriers, channels).
  *
- * Like the core's handles, each is a slot number plus a generation, never a
- * pointer: a handle used after destroy is reported as MGPU_EFREED and never
- * dereferenced, even once its slot was reused. The table is process-wide and
- * guarded by one mutex; lookups are short. */
+ * They live in the core's handle table (src/core/handle.c) under types of
+ * their own: a slot number plus a generation, never a pointer, so a handle
+ * used after destroy is reported as MGPU_EFREED and never dereferenced, even
+ * once its slot was reused. These wrappers add the error details. */
 #ifndef MGPU_COLL_HANDLES_H
 #define MGPU_COLL_HANDLES_H
 
 #include <stdint.h>
 
+#include "core/internal.h"
+
 typedef enum mgpu__obj_kind {
-  MGPU__OBJ_COMM = 1,
-  MGPU__OBJ_BARRIER = 2,
-  MGPU__OBJ_STREAM_BARRIER = 3,
-  MGPU__OBJ_CHANNEL = 4
+  MGPU__OBJ_COMM = MGPU__H_COMM,
+  MGPU__OBJ_BARRIER = MGPU__H_BARRIER,
+  MGPU__OBJ_STREAM_BARRIER = MGPU__H_STREAM_BARRIER,
+  MGPU__OBJ_CHANNEL = MGPU__H_CHANNEL
 } mgpu__obj_kind;
 
 /* Stores obj; returns its handle, or 0 when the table is full. */

@@ -127,7 +127,12 @@ void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value);
 typedef enum mgpu__htype {
   MGPU__H_BUFFER = 1,
   MGPU__H_STREAM = 2,
-  MGPU__H_EVENT = 3
+  MGPU__H_EVENT = 3,
+  /* The coll and chan layers' objects (src/coll/handles.c). */
+  MGPU__H_COMM = 4,
+  MGPU__H_BARRIER = 5,
+  MGPU__H_STREAM_BARRIER = 6,
+  MGPU__H_CHANNEL = 7
 } mgpu__htype;
 
 /* Stores obj and returns its new handle (0 when out of slots). */
