@@ -129,7 +129,9 @@ int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
   if (rc == 0) rc = operand(buf, "mgpu_fill dst", offset, count, es, s, &dst);
   if (rc != 0) return rc;
   if (value == NULL)
-    return mgpu__error(MGPU_EINVAL, "mgpu_fill: NULL value");
+    return mgpu__error(MGPU_EINVAL, "mgpu_fill: NULL value for %zu %s "
+                       "elements on device %d", count, mgpu_dtype_name(dtype),
+                       s->dev);
   mgpu__builtin b = {.kind = MGPU__BUILTIN_FILL, .dtype = dtype,
                      .count = count, .dst = (char *)dst->ptr + offset};
   switch (dtype) {
