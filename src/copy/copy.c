@@ -9,7 +9,7 @@
  * device copy (logical devices of one GPU), the direct or the host-staged
  * path. Metrics are counted where the path is chosen.
  */
-#include "core/internal.h"
+#include "copy/copy-internal.h"
 
 static int host_visible(const mgpu__buf *b) {
   return b->kind != MGPU_MEM_DEVICE;

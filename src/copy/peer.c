@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "copy/copy-internal.h"
-#include "topo/topo-internal.h"
 
 enum peer_state {
   PEER_UNSET = 0, /* never asked: the first copy decides */
@@ -232,8 +231,10 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
   return rc;
 }
 
-void mgpu__copy_shutdown(void) {
+/* mgpu_shutdown's hook: the copy layer gives back its helper streams,
+ * pooled events and bounce buffers, and forgets the peer state. */
+static void copy_shutdown(void) {
   mgpu__staged_shutdown();
   mgpu__peer_reset();
-  mgpu__topo_reset();
 }
+MGPU__ON_SHUTDOWN(copy_shutdown)

@@ -1,6 +1,7 @@
 /* Internal interface of the core, shared by every layer of libmgpu.
  *
- * Handles: every public handle (buffer, stream, event) is an encoded slot
+ * Handles: every public handle (buffer, stream, event, communicator,
+ * barrier, channel...) is an encoded slot
  * number plus a generation, never a pointer. Looking a handle up checks the
  * generation, so a freed handle is reported as MGPU_EFREED and never
  * dereferenced, even when its slot was reused. Layers resolve handles to the
@@ -17,19 +18,9 @@
 
 #include "backend/backend.h"
 #include "mgpu/error.h"
-#include "mgpu/metrics.h"
+#include "obs/obs.h"
+#include "util/log.h"
 #include "util/thread.h"
-
-/* ---- errors and logging (error.c, log.c) ---- */
-
-/* Writes the thread's detail ("device 2: ...") and returns code. */
-int mgpu__error(int code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-int mgpu__verror(int code, const char *fmt, va_list ap);
-void mgpu__log(int level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void mgpu__log_set_level(int level);
-int mgpu__log_level(void);
 
 /* ---- configuration (config.c) ---- */
 
@@ -66,11 +57,9 @@ typedef struct mgpu__device {
   mgpu__device_spec spec;
   size_t budget;             /* bytes; 0: no budget of mgpu's own */
 
-  /* Memory accounting: atomics, updated by any thread. */
+  /* Memory counted against the budget: an atomic, updated by any thread.
+   * (The mgpu_metrics gauge and its peak are obs's, src/obs/.) */
   _Atomic uint64_t mem_in_use;
-  _Atomic uint64_t mem_peak;
-  /* Counters of mgpu_metrics, indexed by enum mgpu__metric. */
-  _Atomic uint64_t counters[32];
 
   /* The device's host thread and its queue. queue_lock guards queue_head,
    * queue_tail and stopping; the host thread is the only consumer. */
@@ -110,17 +99,6 @@ const mgpu_config *mgpu__config(void);
 /* Starts and stops a device's host thread (device.c). */
 int mgpu__device_thread_start(mgpu__device *d);
 void mgpu__device_thread_stop(mgpu__device *d);
-
-/* ---- metrics (metrics.c) ---- */
-
-enum mgpu__metric {
-#define MGPU__METRIC_ENUM(name, doc) MGPU__M_##name,
-  MGPU_METRICS_MAP(MGPU__METRIC_ENUM)
-#undef MGPU__METRIC_ENUM
-  MGPU__M_COUNT
-};
-
-void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value);
 
 /* ---- handles (handle.c) ---- */
 
@@ -192,23 +170,28 @@ void mgpu__memory_release_all(void);
 void mgpu__streams_release_all(void);
 void mgpu__pool_release(mgpu__device *d);
 
-/* ---- copies across devices (copy/peer.c) ---- */
+/* ---- hooks (init.c) ---- */
 
-/* Copies size bytes between two device buffers of different devices of one
- * backend, ordered on s (which belongs to dst->dev or src->dev): it starts
- * after the work queued on s before it, and work queued on s after it (or
- * waiting on an event recorded on s after it) sees the data. Ranges and
- * overlap are already checked. Counts its metrics. */
-int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
-                               const mgpu__buf *src, size_t src_offset,
-                               size_t size, mgpu__stream *s);
-/* Called by mgpu_shutdown before the devices close. */
-void mgpu__copy_shutdown(void);
+/* A layer above the core that keeps state of its own across mgpu_init and
+ * mgpu_shutdown registers a hook here, so the core never calls up into it.
+ * Shutdown hooks run in mgpu_shutdown after every device was synchronized
+ * and before streams, buffers and devices are released, in the reverse
+ * order of registration (the last layer registered is torn down first).
+ * Register from a constructor (MGPU__ON_SHUTDOWN) or before mgpu_init;
+ * registering the same function twice is a no-op. */
+typedef void (*mgpu__hook_fn)(void);
+void mgpu__on_shutdown(mgpu__hook_fn fn);
 
-/* ---- topology (topo/) ---- */
+/* Registers fn as a shutdown hook when the library is loaded. */
+#define MGPU__ON_SHUTDOWN(fn)                                             \
+  __attribute__((constructor)) static void mgpu__register_##fn(void) {     \
+    mgpu__on_shutdown(fn);                                                \
+  }
 
-/* Pins the calling thread (a device host thread, started before mgpu_init
- * returns) near device d. */
-void mgpu__topo_bind_current_thread(mgpu__device *d);
+/* The NUMA node nearest device d (device.c): the backend's answer when it
+ * has one, else the node of its PCI bus id, else for host devices
+ * id % mgpu__numa_count(). -1 when unknown. Works before mgpu_init has
+ * returned (each device's host thread asks while it starts). */
+int mgpu__device_numa_node(mgpu__device *d);
 
 #endif /* MGPU_CORE_INTERNAL_H */

@@ -60,14 +60,14 @@ static int reserve(mgpu__device *d, size_t size, mgpu_mem_kind kind) {
                          d->budget);
     if (atomic_compare_exchange_weak(&d->mem_in_use, &cur, cur + size)) break;
   }
-  uint64_t peak = d->mem_peak, now = cur + size;
-  while (now > peak && !atomic_compare_exchange_weak(&d->mem_peak, &peak, now)) {
-  }
+  mgpu__obs_mem(d->id, (int64_t)size);
   return 0;
 }
 
 static void unreserve(mgpu__device *d, size_t size, mgpu_mem_kind kind) {
-  if (counts_against_budget(kind)) atomic_fetch_sub(&d->mem_in_use, size);
+  if (!counts_against_budget(kind)) return;
+  atomic_fetch_sub(&d->mem_in_use, size);
+  mgpu__obs_mem(d->id, -(int64_t)size);
 }
 
 static int new_handle(mgpu__buf *b, mgpu_buffer **out) {

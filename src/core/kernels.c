@@ -1,7 +1,7 @@
 /* The built-in kernels' public entry points: fill, scale, axpy and
  * element-wise ops. The checks (device, ranges, type) are made here, once,
  * for every backend; each backend then runs its own variant (host loops in
- * host_kernels.c, CUDA kernels in the plugin). Offsets are in bytes. */
+ * src/backend/host/kernels.c, CUDA kernels in the plugin). Offsets are in bytes. */
 #include <math.h>
 #include <string.h>
 
