@@ -307,41 +307,6 @@ MGPU_EXTERN int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst,
                                  mgpu_dtype dtype, mgpu_op op);
 
 /* ------------------------------------------------------------------------ */
-/* Copies                                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* Host memory to a buffer and back. host may be any host pointer (pageable
- * or the pointer of a pinned buffer). The async forms run on the stream,
- * which must belong to the buffer's device; the host memory must stay valid
- * until the copy completes. */
-MGPU_EXTERN int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset,
-                                 const void *host, size_t size);
-MGPU_EXTERN int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src,
-                                 size_t src_offset, size_t size);
-MGPU_EXTERN int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
-                                       const void *host, size_t size,
-                                       mgpu_stream *stream);
-MGPU_EXTERN int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
-                                       size_t src_offset, size_t size,
-                                       mgpu_stream *stream);
-
-/* Buffer to buffer, any kinds, any devices. The one copy entry point: within
- * a device it is a device copy; between devices a direct peer copy where
- * peer access is enabled, else a pipelined host-staged copy. The stream may
- * belong to either buffer's device; the copy runs in that stream's order.
- * Overlapping ranges of one buffer are MGPU_EOVERLAP. */
-MGPU_EXTERN int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset,
-                            const mgpu_buffer *src, size_t src_offset,
-                            size_t size);
-MGPU_EXTERN int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
-                                  const mgpu_buffer *src, size_t src_offset,
-                                  size_t size, mgpu_stream *stream);
-
-/* Fills size bytes with the byte value. */
-MGPU_EXTERN int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value,
-                                  size_t size, mgpu_stream *stream);
-
-/* ------------------------------------------------------------------------ */
 /* Stream-ordered pool                                                      */
 /* ------------------------------------------------------------------------ */
 

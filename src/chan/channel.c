@@ -23,6 +23,7 @@
 #include "coll/handles.h"
 #include "core/internal.h"
 #include "mgpu/chan.h"
+#include "mgpu/copy.h"
 
 typedef struct slot {
   mgpu_event *filled;   /* on the source device */
@@ -35,7 +36,6 @@ typedef struct mgpu__channel {
   int src_dev, dst_dev;
   size_t msg_size;
   int capacity;
-  int direct; /* the source device writes the destination's memory itself */
   mgpu_buffer *slots_buf;
   slot *slots;
 
@@ -88,12 +88,6 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   ch->dst_dev = dst_dev;
   ch->msg_size = msg_size;
   ch->capacity = capacity;
-  int yes = 0;
-  if (src_dev != dst_dev && sd->ops == dd->ops && sd->ops->peer_can_access &&
-      sd->ops->peer_can_access(sd->b, dd->b, &yes) == 0 && yes &&
-      (sd->ops->peer_enable == NULL || sd->ops->peer_enable(sd->b, dd->b) == 0))
-    ch->direct = 1;
-  mgpu_error_clear();
   rc = mgpu_malloc(&ch->slots_buf, dst_dev, msg_size * (size_t)capacity);
   if (rc != 0) goto fail;
   ch->slots = calloc((size_t)capacity, sizeof *ch->slots);
@@ -235,23 +229,10 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
    * out first. */
   if (k >= (uint64_t)ch->capacity)
     rc = mgpu_stream_wait_event(stream, sl->consumed);
-  if (rc == 0 && ch->direct) {
-    /* The source device writes the slot itself: one copy, no staging. */
-    mgpu__device *sd = mgpu__device_get(ch->src_dev);
-    mgpu__device *dd = mgpu__device_get(ch->dst_dev);
-    mgpu__buf *slots;
-    rc = mgpu__buf_get(ch->slots_buf, "slots", &slots);
-    if (rc == 0)
-      rc = sd->ops->memcpy_peer_async(dd->b, (char *)slots->ptr + slot_off,
-                                      sd->b, (const char *)b->ptr + offset,
-                                      size, sd->b, s->b);
-    if (rc == 0) {
-      mgpu__metric_add(ch->src_dev, MGPU__M_bytes_peer_direct, size);
-      mgpu__metric_add(ch->src_dev, MGPU__M_copies_peer_direct, 1);
-    }
-  } else if (rc == 0) {
+  /* The copy layer picks the path: direct where peer access is on for the
+   * pair, host-staged where it is off (mgpu_peer_disable). */
+  if (rc == 0)
     rc = mgpu_memcpy_async(ch->slots_buf, slot_off, src, offset, size, stream);
-  }
   if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
   if (rc == 0) {
     sl->size = size;

@@ -25,6 +25,7 @@
 
 #include "core/internal.h"
 #include "mgpu/coll.h"
+#include "mgpu/copy.h"
 
 /* One rank's call, checked against its own device. */
 typedef struct mgpu__coll_part {

@@ -7,7 +7,7 @@
 #define MGPU_COPY_INTERNAL_H
 
 #include "core/internal.h"
-#include "mgpu/topo.h"
+#include "mgpu/copy.h"
 
 /* The path a copy of device memory from device src to device dst takes now;
  * turns peer access on first where it was never set for the pair. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "copy/copy-internal.h"
+#include "mgpu/topo.h"
 #include "util/numa.h"
 
 typedef struct measured_link {
