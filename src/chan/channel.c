@@ -20,7 +20,6 @@
  * users. Lock order: send_lock or recv_lock, then lock. */
 #include <stdlib.h>
 
-#include "coll/handles.h"
 #include "core/internal.h"
 #include "mgpu/chan.h"
 #include "mgpu/copy.h"
@@ -104,7 +103,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   mgpu__mutex_init(&ch->recv_lock);
   mgpu__mutex_init(&ch->lock);
   mgpu__cond_init(&ch->cond);
-  uintptr_t h = mgpu__obj_new(MGPU__OBJ_CHANNEL, ch);
+  uintptr_t h = mgpu__handle_new(MGPU__H_CHANNEL, ch);
   if (h == 0) {
     rc = mgpu__error(MGPU_ENOMEM, "channel: too many open handles");
     goto fail_locks;
@@ -124,7 +123,7 @@ fail:
 
 static int chan_get(mgpu_channel *h, mgpu__channel **out) {
   int err = 0;
-  *out = mgpu__obj_get((uintptr_t)h, MGPU__OBJ_CHANNEL, "channel", &err);
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_CHANNEL, "channel", &err);
   return *out ? 0 : err;
 }
 
@@ -140,7 +139,7 @@ int mgpu_channel_destroy(mgpu_channel *chan) {
                        "channel %d -> %d: %d thread(s) still send or receive",
                        ch->src_dev, ch->dst_dev, users);
   int err = 0;
-  if (mgpu__obj_release((uintptr_t)chan, MGPU__OBJ_CHANNEL, "channel",
+  if (mgpu__handle_release((uintptr_t)chan, MGPU__H_CHANNEL, "channel",
                         &err) == NULL)
     return err;
   /* The sends' copies run on the source device's streams: wait for them

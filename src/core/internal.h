@@ -102,25 +102,39 @@ void mgpu__device_thread_stop(mgpu__device *d);
 
 /* ---- handles (handle.c) ---- */
 
+/* Every kind of public handle, one line each: the enum name, the word the
+ * error details use, and what happened to a stale one. Adding a kind of
+ * handle is one line here; its layer then calls mgpu__handle_new, _get and
+ * _release with its MGPU__H_ value. At most 255 kinds. */
+#define MGPU__HANDLE_TYPES(XX)                        \
+  XX(BUFFER, "buffer", "freed")                       \
+  XX(STREAM, "stream", "destroyed")                   \
+  XX(EVENT, "event", "destroyed")                     \
+  XX(COMM, "communicator", "destroyed")               \
+  XX(BARRIER, "barrier", "destroyed")                 \
+  XX(STREAM_BARRIER, "stream barrier", "destroyed")   \
+  XX(CHANNEL, "channel", "destroyed")
+
 typedef enum mgpu__htype {
-  MGPU__H_BUFFER = 1,
-  MGPU__H_STREAM = 2,
-  MGPU__H_EVENT = 3,
-  /* The coll and chan layers' objects (src/coll/handles.c). */
-  MGPU__H_COMM = 4,
-  MGPU__H_BARRIER = 5,
-  MGPU__H_STREAM_BARRIER = 6,
-  MGPU__H_CHANNEL = 7
+  MGPU__H_NONE = 0,
+#define MGPU__HTYPE_ENUM(name, word, gone) MGPU__H_##name,
+  MGPU__HANDLE_TYPES(MGPU__HTYPE_ENUM)
+#undef MGPU__HTYPE_ENUM
+  MGPU__H_COUNT
 } mgpu__htype;
 
 /* Stores obj and returns its new handle (0 when out of slots). */
 uintptr_t mgpu__handle_new(mgpu__htype type, void *obj);
-/* The object of a live handle, or NULL with MGPU_EBADHANDLE / MGPU_EFREED in
- * *err. */
-void *mgpu__handle_get(uintptr_t h, mgpu__htype type, int *err);
-/* Retires the handle; later lookups give MGPU_EFREED. Returns the object,
- * or NULL with *err set. */
-void *mgpu__handle_release(uintptr_t h, mgpu__htype type, int *err);
+/* The one lookup of every public handle: the object of a live handle of the
+ * type, or NULL with the code in *err (MGPU_EBADHANDLE for NULL or not a
+ * handle of the type, MGPU_EFREED for a stale one) and the detail written;
+ * what names the argument ("dst", "comm"). */
+void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
+                       int *err);
+/* Retires the handle (later lookups give MGPU_EFREED) and returns its
+ * object; NULL with *err and the detail set as mgpu__handle_get. */
+void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
+                           int *err);
 /* Calls fn on every live object of the type (used by shutdown). */
 void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
                           void *arg);

@@ -130,16 +130,8 @@ int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "%s: mgpu_init has not been called", what);
-  if (h == NULL)
-    return mgpu__error(MGPU_EBADHANDLE, "%s: NULL buffer", what);
-  mgpu__buf *b = mgpu__handle_get((uintptr_t)h, MGPU__H_BUFFER, &err);
-  if (b == NULL)
-    return mgpu__error(err, err == MGPU_EFREED
-                                ? "%s: buffer %p was already freed"
-                                : "%s: %p is not a buffer handle",
-                       what, (const void *)h);
-  *out = b;
-  return 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_BUFFER, what, &err);
+  return *out != NULL ? 0 : err;
 }
 
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
@@ -171,7 +163,7 @@ int mgpu_free(mgpu_buffer *h) {
   /* As cudaFree does: work already queued may still use the memory. */
   mgpu_device_synchronize(b->dev);
   int err = 0;
-  if (mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err) == NULL)
+  if (mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err) == NULL)
     return mgpu__error(err, "mgpu_free: buffer %p was already freed",
                        (void *)h);
   if (b->pooled) {
@@ -362,7 +354,7 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     unreserve(d, b->alloc_size, b->kind);
   }
   int err = 0;
-  mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err);
+  mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err);
   free(b);
   return 0;
 }
@@ -410,7 +402,7 @@ static void release_buffer(void *obj, void *arg) {
   (void)arg;
   mgpu__buf *b = obj;
   int err = 0;
-  mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err);
+  mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err);
   mgpu__device *d = mgpu__device_get(b->dev);
   if (b->pooled && d->ops->pool_free_async != NULL) {
     unreserve(d, b->alloc_size, b->kind);

@@ -72,14 +72,8 @@ int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
-  if (h == NULL) return mgpu__error(MGPU_EBADHANDLE, "NULL stream");
-  mgpu__stream *s = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, &err);
-  if (s == NULL)
-    return mgpu__error(err, err == MGPU_EFREED
-                                ? "stream %p was already destroyed"
-                                : "%p is not a stream handle", (void *)h);
-  *out = s;
-  return 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
+  return *out != NULL ? 0 : err;
 }
 
 int mgpu_stream_destroy(mgpu_stream *h) {
@@ -88,7 +82,7 @@ int mgpu_stream_destroy(mgpu_stream *h) {
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   int err = 0;
-  if (mgpu__handle_release(s->handle, MGPU__H_STREAM, &err) == NULL)
+  if (mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err) == NULL)
     return mgpu__error(err, "stream %p was already destroyed", (void *)h);
   rc = d->ops->stream_synchronize(d->b, s->b);
   stream_free(d, s);
@@ -212,14 +206,8 @@ int mgpu__event_get(mgpu_event *h, mgpu__event **out) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
-  if (h == NULL) return mgpu__error(MGPU_EBADHANDLE, "NULL event");
-  mgpu__event *e = mgpu__handle_get((uintptr_t)h, MGPU__H_EVENT, &err);
-  if (e == NULL)
-    return mgpu__error(err, err == MGPU_EFREED
-                                ? "event %p was already destroyed"
-                                : "%p is not an event handle", (void *)h);
-  *out = e;
-  return 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_EVENT, "event", &err);
+  return *out != NULL ? 0 : err;
 }
 
 static void event_free(mgpu__event *e) {
@@ -233,7 +221,7 @@ int mgpu_event_destroy(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   int err = 0;
-  if (mgpu__handle_release(e->handle, MGPU__H_EVENT, &err) == NULL)
+  if (mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err) == NULL)
     return mgpu__error(err, "event %p was already destroyed", (void *)h);
   event_free(e);
   return 0;
@@ -341,7 +329,7 @@ static void release_event(void *obj, void *arg) {
   (void)arg;
   mgpu__event *e = obj;
   int err = 0;
-  mgpu__handle_release(e->handle, MGPU__H_EVENT, &err);
+  mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err);
   event_free(e);
 }
 
@@ -349,7 +337,7 @@ static void release_stream(void *obj, void *arg) {
   (void)arg;
   mgpu__stream *s = obj;
   int err = 0;
-  mgpu__handle_release(s->handle, MGPU__H_STREAM, &err);
+  mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err);
   stream_free(mgpu__device_get(s->dev), s);
 }
 
