@@ -114,10 +114,6 @@ int mgpu__coll_same_backend(const char *what, const int *devs, int n);
 /* 1 when the direct algorithm can serve every device of the list. */
 int mgpu__coll_direct_possible(const int *devs, int n);
 
-/* Element-wise helpers over raw host memory (direct.c): dst = a op b. */
-void mgpu__coll_reduce_host(void *dst, const void *a, const void *b,
-                            size_t count, mgpu_dtype dtype, mgpu_op op);
-
 /* Splits count elements into n near-equal slices; slice i is
  * [lo(i), lo(i+1)). */
 static inline size_t mgpu__coll_slice(size_t count, int n, int i) {
