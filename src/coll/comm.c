@@ -41,8 +41,8 @@ static int can_read(int dev, int peer) {
   mgpu__device *d = mgpu__device_get(dev), *p = mgpu__device_get(peer);
   if (d->ops != p->ops || d->ops->peer_can_access == NULL) return 0;
   int yes = 0;
-  if (d->ops->peer_can_access(d->b, p->b, &yes) != 0 || !yes) return 0;
-  if (d->ops->peer_enable != NULL && d->ops->peer_enable(d->b, p->b) != 0) {
+  if (d->ops->peer_can_access(d->bdev, p->bdev, &yes) != 0 || !yes) return 0;
+  if (d->ops->peer_enable != NULL && d->ops->peer_enable(d->bdev, p->bdev) != 0) {
     mgpu_error_clear();
     return 0;
   }
@@ -135,7 +135,7 @@ int mgpu_comm_create_config(const int *devs, int n,
   int want_nccl = c->cfg.provider != MGPU_COLL_PROVIDER_MGPU;
   if (want_nccl && n > 1 && nccl_possible(devs, n, &nccl_ops)) {
     mgpu__bdevice *bdevs[MGPU_MAX_DEVICES];
-    for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->b;
+    for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->bdev;
     rc = nccl_ops->coll_comm_create(bdevs, n, &c->nccl);
     if (rc == 0) {
       c->provider = MGPU_COLL_PROVIDER_NCCL;

@@ -44,7 +44,7 @@ int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
   if (rc != 0 || size == 0) return rc;
   mgpu__device *d = mgpu__device_get(b->dev);
   mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
-  rc = d->ops->memcpy_async(d->b, s->b, (char *)b->ptr + dst_offset, host,
+  rc = d->ops->memcpy_async(d->bdev, s->bstream, (char *)b->ptr + dst_offset, host,
                             size, kind);
   if (rc == 0) count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
   return rc;
@@ -64,7 +64,7 @@ int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
   if (rc != 0 || size == 0) return rc;
   mgpu__device *d = mgpu__device_get(b->dev);
   mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
-  rc = d->ops->memcpy_async(d->b, s->b, host,
+  rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
                             (const char *)b->ptr + src_offset, size, kind);
   if (rc == 0) count(b->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
   return rc;
@@ -73,7 +73,7 @@ int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
 /* Waits for a spare stream's copy and gives the stream back. */
 static int run_sync(int dev, mgpu__stream *s, int rc) {
   mgpu__device *d = mgpu__device_get(dev);
-  int r = d->ops->stream_synchronize(d->b, s->b);
+  int r = d->ops->stream_synchronize(d->bdev, s->bstream);
   mgpu__spare_put(s);
   return rc != 0 ? rc : r;
 }
@@ -91,7 +91,7 @@ int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
     rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
                      "device %d", size, b->dev);
   if (rc == 0 && size > 0) {
-    rc = d->ops->memcpy_async(d->b, s->b, (char *)b->ptr + dst_offset, host,
+    rc = d->ops->memcpy_async(d->bdev, s->bstream, (char *)b->ptr + dst_offset, host,
                               size, host_visible(b) ? MGPU__COPY_H2H
                                                     : MGPU__COPY_H2D);
     if (rc == 0) count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
@@ -112,7 +112,7 @@ int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
     rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
                      "device %d", size, b->dev);
   if (rc == 0 && size > 0) {
-    rc = d->ops->memcpy_async(d->b, s->b, host,
+    rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
                               (const char *)b->ptr + src_offset, size,
                               host_visible(b) ? MGPU__COPY_H2H
                                               : MGPU__COPY_D2H);
@@ -161,7 +161,7 @@ static int copy_on(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
                            : host_visible(sb)                   ? MGPU__COPY_H2D
                            : host_visible(db)                   ? MGPU__COPY_D2H
                                                                 : MGPU__COPY_D2D;
-    rc = d->ops->memcpy_async(d->b, s->b, dst, src, size, kind);
+    rc = d->ops->memcpy_async(d->bdev, s->bstream, dst, src, size, kind);
     if (rc != 0) return rc;
     switch (kind) {
       case MGPU__COPY_H2D:
@@ -227,5 +227,5 @@ int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
   if (rc == 0) rc = mgpu__buf_check_range(b, "memset dst", offset, size);
   if (rc != 0 || size == 0) return rc;
   mgpu__device *d = mgpu__device_get(b->dev);
-  return d->ops->memset_async(d->b, s->b, (char *)b->ptr + offset, value, size);
+  return d->ops->memset_async(d->bdev, s->bstream, (char *)b->ptr + offset, value, size);
 }

@@ -151,7 +151,7 @@ static int helper_get(mgpu__device *d, mgpu__bstream **out) {
     rc = mgpu_stream_create(&helpers[d->id][i], d->id);
   if (rc == 0) rc = mgpu__stream_get(helpers[d->id][i], &hs);
   mgpu__mutex_unlock(&pool_lock);
-  if (rc == 0) *out = hs->b;
+  if (rc == 0) *out = hs->bstream;
   return rc;
 }
 
@@ -162,7 +162,7 @@ static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
   if (event_nfree[d->id] > 0) e = event_free[d->id][--event_nfree[d->id]];
   mgpu__mutex_unlock(&pool_lock);
   if (e == NULL) {
-    int rc = d->ops->event_create(d->b, &e);
+    int rc = d->ops->event_create(d->bdev, &e);
     if (rc != 0) return rc;
   }
   op->events[op->nevents].dev = d;
@@ -192,7 +192,7 @@ static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: no memory for a bounce "
                        "buffer record", owner->id);
-  int rc = owner->ops->mem_alloc(owner->b, MGPU_MEM_PINNED, size, &b->ptr);
+  int rc = owner->ops->mem_alloc(owner->bdev, MGPU_MEM_PINNED, size, &b->ptr);
   if (rc != 0) {
     free(b);
     return rc;
@@ -205,7 +205,7 @@ static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
 }
 
 static void bounce_destroy(bounce *b) {
-  b->owner->ops->mem_free(b->owner->b, MGPU_MEM_PINNED, b->ptr);
+  b->owner->ops->mem_free(b->owner->bdev, MGPU_MEM_PINNED, b->ptr);
   free(b);
 }
 
@@ -220,7 +220,7 @@ static void release_locked(copy_op *op) {
   for (int i = 0; i < op->nevents; i++) {
     pooled_event *pe = &op->events[i];
     if (event_put_locked(pe->dev, pe->ev) != 0)
-      pe->dev->ops->event_destroy(pe->dev->b, pe->ev);
+      pe->dev->ops->event_destroy(pe->dev->bdev, pe->ev);
   }
   op->next = op_records;
   op_records = op;
@@ -251,7 +251,7 @@ static void reap_locked(void) {
     copy_op *op = *p;
     pooled_event *done = &op->events[0];
     /* Any answer but "pending" ends it: a failed copy is over too. */
-    if (done->dev->ops->event_query(done->dev->b, done->ev) != MGPU_EAGAIN) {
+    if (done->dev->ops->event_query(done->dev->bdev, done->ev) != MGPU_EAGAIN) {
       *p = op->next;
       release_locked(op);
     } else {
@@ -271,7 +271,7 @@ static int wait_oldest_locked(void) {
   /* The event stays alive while pooled. Another thread may reap the copy
    * meanwhile and a third reuse the event; then this waits for that later
    * copy too, which only costs time. */
-  done.dev->ops->event_synchronize(done.dev->b, done.ev);
+  done.dev->ops->event_synchronize(done.dev->bdev, done.ev);
   mgpu__mutex_lock(&pool_lock);
   reap_locked();
   return 1;
@@ -325,8 +325,8 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
  * everything back. */
 static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
                        mgpu__device *hd, mgpu__bstream *h) {
-  if (h != NULL) hd->ops->stream_synchronize(hd->b, h);
-  int rc = xd->ops->stream_synchronize(xd->b, s->b);
+  if (h != NULL) hd->ops->stream_synchronize(hd->bdev, h);
+  int rc = xd->ops->stream_synchronize(xd->bdev, s->bstream);
   (void)rc; /* the stream's own error stays the caller's next report */
   release_op(op);
 }
@@ -335,7 +335,7 @@ static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
  * pending list. */
 static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
                      mgpu__device *hd, mgpu__bstream *h) {
-  int rc = xd->ops->event_record(xd->b, op->events[0].ev, s->b);
+  int rc = xd->ops->event_record(xd->bdev, op->events[0].ev, s->bstream);
   if (rc != 0) {
     abandon_op(op, xd, s, hd, h);
     return rc;
@@ -396,20 +396,20 @@ static int queue_pieces(staged_plan *p, copy_op *op, char *dst,
     void *bounce = op->bounce[slot]->ptr;
     int rc = 0;
     if (i >= (size_t)p->slots)
-      rc = sd->ops->stream_wait_event(sd->b, p->src_stream, dd->b,
+      rc = sd->ops->stream_wait_event(sd->bdev, p->src_stream, dd->bdev,
                                       p->drained[slot]);
     if (rc == 0)
-      rc = sd->ops->memcpy_async(sd->b, p->src_stream, bounce, src + off, n,
+      rc = sd->ops->memcpy_async(sd->bdev, p->src_stream, bounce, src + off, n,
                                  MGPU__COPY_D2H);
-    if (rc == 0) rc = sd->ops->event_record(sd->b, p->filled[slot], p->src_stream);
+    if (rc == 0) rc = sd->ops->event_record(sd->bdev, p->filled[slot], p->src_stream);
     if (rc == 0)
-      rc = dd->ops->stream_wait_event(dd->b, p->dst_stream, sd->b,
+      rc = dd->ops->stream_wait_event(dd->bdev, p->dst_stream, sd->bdev,
                                       p->filled[slot]);
     if (rc == 0)
-      rc = dd->ops->memcpy_async(dd->b, p->dst_stream, dst + off, bounce, n,
+      rc = dd->ops->memcpy_async(dd->bdev, p->dst_stream, dst + off, bounce, n,
                                  MGPU__COPY_H2D);
     if (rc == 0)
-      rc = dd->ops->event_record(dd->b, p->drained[slot], p->dst_stream);
+      rc = dd->ops->event_record(dd->bdev, p->drained[slot], p->dst_stream);
     if (rc != 0) return rc;
     *last = slot;
     off += n;
@@ -452,17 +452,17 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
     release_op(op);
     return rc;
   }
-  p.src_stream = on_src ? s->b : h;
-  p.dst_stream = on_src ? h : s->b;
+  p.src_stream = on_src ? s->bstream : h;
+  p.dst_stream = on_src ? h : s->bstream;
 
   int last = 0;
   if (!on_src) { /* the source's helper starts after earlier work on s */
-    rc = dd->ops->event_record(dd->b, start, s->b);
-    if (rc == 0) rc = sd->ops->stream_wait_event(sd->b, h, dd->b, start);
+    rc = dd->ops->event_record(dd->bdev, start, s->bstream);
+    if (rc == 0) rc = sd->ops->stream_wait_event(sd->bdev, h, dd->bdev, start);
   }
   if (rc == 0) rc = queue_pieces(&p, op, dst, src, &last);
   if (rc == 0 && on_src) /* later work on s waits for the last piece */
-    rc = sd->ops->stream_wait_event(sd->b, s->b, dd->b, p.drained[last]);
+    rc = sd->ops->stream_wait_event(sd->bdev, s->bstream, dd->bdev, p.drained[last]);
   if (rc != 0) {
     abandon_op(op, xd, s, hd, h);
     return rc;
@@ -490,7 +490,7 @@ void mgpu__staged_shutdown(void) {
     }
     helper_next[id] = 0;
     for (int i = 0; i < event_nfree[id]; i++)
-      if (d != NULL) d->ops->event_destroy(d->b, event_free[id][i]);
+      if (d != NULL) d->ops->event_destroy(d->bdev, event_free[id][i]);
     free(event_free[id]);
     event_free[id] = NULL;
     event_nfree[id] = event_cap[id] = 0;

@@ -42,7 +42,7 @@ int mgpu__device_numa_node(mgpu__device *d) {
   memset(&p, 0, sizeof p);
   p.size = sizeof p;
   p.numa_node = -1;
-  if (d->ops->props(d->b, &p) != 0) {
+  if (d->ops->props(d->bdev, &p) != 0) {
     mgpu_error_clear(); /* an unknown node is an answer, not an error */
     return -1;
   }
@@ -65,7 +65,7 @@ static void *host_thread_main(void *arg) {
   host_thread_of = d->id;
   current_device = d->id;
   bind_host_thread(d);
-  int rc = d->ops->make_current(d->b);
+  int rc = d->ops->make_current(d->bdev);
   if (rc != 0)
     mgpu__log(MGPU_LOG_WARN, "device %d: host thread could not make its device "
               "current: %s", d->id, mgpu_error_detail());
@@ -200,7 +200,7 @@ int mgpu_set_device(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
-  rc = d->ops->make_current(d->b);
+  rc = d->ops->make_current(d->bdev);
   if (rc != 0) return rc;
   current_device = dev;
   return 0;
@@ -230,7 +230,7 @@ int mgpu_device_get_props(int dev, mgpu_device_props *p) {
   p->ordinal = d->spec.ordinal;
   p->split_index = d->spec.split_index;
   p->split_count = d->spec.split_count;
-  rc = d->ops->props(d->b, p);
+  rc = d->ops->props(d->bdev, p);
   if (rc != 0) return rc;
   size_t in_use = (size_t)d->mem_in_use;
   if (d->budget != 0) {
@@ -238,7 +238,7 @@ int mgpu_device_get_props(int dev, mgpu_device_props *p) {
     p->free_mem = in_use < d->budget ? d->budget - in_use : 0;
   } else {
     size_t free_b = 0, total_b = 0;
-    rc = d->ops->mem_info(d->b, &free_b, &total_b);
+    rc = d->ops->mem_info(d->bdev, &free_b, &total_b);
     if (rc != 0) return rc;
     p->total_mem = total_b;
     p->free_mem = free_b;

@@ -128,13 +128,13 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   mgpu__mutex_init(&d->streams_lock);
   mgpu__mutex_init(&d->spare_lock);
   mgpu__mutex_init(&d->pool_lock);
-  int rc = ops->open(&d->spec, &d->b);
+  int rc = ops->open(&d->spec, &d->bdev);
   if (rc != 0) goto fail_locks;
   if (ops->kind == MGPU_BACKEND_HOST) {
     d->budget = config.host_mem;
   } else if (nsplit > 1) {
     size_t free_b = 0, total_b = 0;
-    if (ops->mem_info(d->b, &free_b, &total_b) == 0)
+    if (ops->mem_info(d->bdev, &free_b, &total_b) == 0)
       d->budget = total_b / (size_t)nsplit;
   }
   devices[id] = d;
@@ -147,7 +147,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
 fail_close:
   ndevices--;
   devices[id] = NULL;
-  ops->close(d->b);
+  ops->close(d->bdev);
 fail_locks:
   free_device(d);
   return rc;
@@ -155,7 +155,7 @@ fail_locks:
 
 static void close_device(mgpu__device *d) {
   mgpu__device_thread_stop(d);
-  d->ops->close(d->b);
+  d->ops->close(d->bdev);
   free_device(d);
 }
 

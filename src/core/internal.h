@@ -53,7 +53,7 @@ typedef struct mgpu__device {
    * read-only afterwards. */
   int id;
   const mgpu__backend_ops *ops;
-  mgpu__bdevice *b;
+  mgpu__bdevice *bdev; /* the backend's device */
   mgpu__device_spec spec;
   size_t budget;             /* bytes; 0: no budget of mgpu's own */
 
@@ -154,7 +154,7 @@ typedef struct mgpu__buf {
 typedef struct mgpu__stream {
   uintptr_t handle; /* 0 for internal streams */
   int dev;
-  mgpu__bstream *b;
+  mgpu__bstream *bstream; /* the backend's stream */
   /* Links in the device's stream list (device streams_lock). */
   struct mgpu__stream *prev, *next;
 } mgpu__stream;
@@ -162,7 +162,7 @@ typedef struct mgpu__stream {
 typedef struct mgpu__event {
   uintptr_t handle;
   int dev;
-  mgpu__bevent *b;
+  mgpu__bevent *bevent; /* the backend's event */
 } mgpu__event;
 
 /* Resolve public handles. what names the argument in the detail ("dst"). */

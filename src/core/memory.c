@@ -99,7 +99,7 @@ static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
     rc = reserve(d, size, kind);
   }
   if (rc != 0) goto fail_struct;
-  rc = d->ops->mem_alloc(d->b, kind, size, &b->ptr);
+  rc = d->ops->mem_alloc(d->bdev, kind, size, &b->ptr);
   if (rc != 0) goto fail_reserve;
   b->dev = dev;
   b->kind = kind;
@@ -108,7 +108,7 @@ static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
   if (rc != 0) goto fail_mem;
   return 0;
 fail_mem:
-  d->ops->mem_free(d->b, kind, b->ptr);
+  d->ops->mem_free(d->bdev, kind, b->ptr);
 fail_reserve:
   unreserve(d, size, kind);
 fail_struct:
@@ -150,7 +150,7 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
 static void pool_list(mgpu__device *d, pool_block *blk);
 
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
-  d->ops->mem_free(d->b, b->kind, b->ptr);
+  d->ops->mem_free(d->bdev, b->kind, b->ptr);
   unreserve(d, b->alloc_size, b->kind);
   free(b);
 }
@@ -172,8 +172,8 @@ int mgpu_free(mgpu_buffer *h) {
       mgpu__stream *s;
       rc = mgpu__spare_get(b->dev, &s);
       if (rc == 0) {
-        rc = d->ops->pool_free_async(d->b, s->b, b->ptr);
-        if (rc == 0) rc = d->ops->stream_synchronize(d->b, s->b);
+        rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
+        if (rc == 0) rc = d->ops->stream_synchronize(d->bdev, s->bstream);
         mgpu__spare_put(s);
       }
       unreserve(d, b->alloc_size, b->kind);
@@ -248,7 +248,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
     b->alloc_size = size;
     rc = reserve(d, size, MGPU_MEM_DEVICE);
     if (rc != 0) goto fail_struct;
-    rc = d->ops->pool_alloc_async(d->b, s->b, size, &b->ptr);
+    rc = d->ops->pool_alloc_async(d->bdev, s->bstream, size, &b->ptr);
     if (rc != 0) goto fail_reserve;
   } else {
     int cls = size_class(size, &b->alloc_size);
@@ -271,7 +271,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
         rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
       }
       if (rc != 0) goto fail_struct;
-      rc = d->ops->mem_alloc(d->b, MGPU_MEM_DEVICE, b->alloc_size, &b->ptr);
+      rc = d->ops->mem_alloc(d->bdev, MGPU_MEM_DEVICE, b->alloc_size, &b->ptr);
       if (rc != 0) goto fail_reserve;
     }
   }
@@ -279,9 +279,9 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
   if (rc != 0) {
     /* The block has not been used yet: back to the system. */
     if (d->ops->pool_free_async != NULL)
-      d->ops->pool_free_async(d->b, s->b, b->ptr);
+      d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
     else
-      d->ops->mem_free(d->b, MGPU_MEM_DEVICE, b->ptr);
+      d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, b->ptr);
     goto fail_reserve;
   }
   return 0;
@@ -342,14 +342,14 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     /* Listed before the callback is queued, so the callback always finds
      * it listed or taken. */
     pool_list(d, blk);
-    rc = d->ops->host_callback(d->b, s->b, pool_return_cb, blk);
+    rc = d->ops->host_callback(d->bdev, s->bstream, pool_return_cb, blk);
     if (rc != 0) {
       /* Not queued: synchronize instead, then the block is ready. */
-      d->ops->stream_synchronize(d->b, s->b);
+      d->ops->stream_synchronize(d->bdev, s->bstream);
       pool_return_cb(blk);
     }
   } else {
-    rc = d->ops->pool_free_async(d->b, s->b, b->ptr);
+    rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
     if (rc != 0) return rc;
     unreserve(d, b->alloc_size, b->kind);
   }
@@ -364,7 +364,7 @@ int mgpu_pool_trim(int dev) {
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
   if (d->ops->pool_trim != NULL) {
-    rc = d->ops->pool_trim(d->b);
+    rc = d->ops->pool_trim(d->bdev);
     if (rc != 0) return rc;
   }
   /* Only ready blocks go: a pending one may still be used by its stream. */
@@ -388,7 +388,7 @@ int mgpu_pool_trim(int dev) {
     while (ready != NULL) {
       pool_block *blk = ready;
       ready = blk->next;
-      d->ops->mem_free(d->b, MGPU_MEM_DEVICE, blk->ptr);
+      d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, blk->ptr);
       unreserve(d, blk->size, MGPU_MEM_DEVICE);
       free(blk);
     }

@@ -470,8 +470,8 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     if ((rc = mgpu__stream_get(w->stream, &s)) != 0) goto fail;
     mgpu__device *dev = mgpu__device_get(w->dev);
     w->sync_ops = dev->ops;
-    w->sync_dev = dev->b;
-    w->sync_stream = s->b;
+    w->sync_dev = dev->bdev;
+    w->sync_stream = s->bstream;
     w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
   }
   for (int i = 0; i < n; i++) {
