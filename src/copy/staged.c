@@ -25,9 +25,8 @@
  *
  * Nothing is allocated per call in the steady state: helper streams are
  * created once per device; events, bounce buffers and the records of copies
- * in flight come from pools. A copy
- * records a "done" event on s after itself and goes on a pending list; later
- * copies (and shutdown) give back what finished copies borrowed once their
+ * in flight are reused from free lists under staging_lock. A copy records
+ * a "done" event on s after itself and goes on a pending list; later copies (and shutdown) give back what finished copies borrowed once their
  * done event has completed. That costs one event record per copy, where a
  * host callback would cost a trip through the driver's callback thread.
  * Bounce buffers are pre-touched when they are made, because the first touch
@@ -77,8 +76,8 @@ typedef struct copy_op {
   bounce *bounce[MAX_DEPTH];
 } copy_op;
 
-/* pool_lock guards everything in this block. */
-static mgpu__mutex pool_lock = PTHREAD_MUTEX_INITIALIZER;
+/* staging_lock guards everything in this block. */
+static mgpu__mutex staging_lock = PTHREAD_MUTEX_INITIALIZER;
 static bounce *bounce_free;     /* idle bounce buffers */
 static int bounce_alive;        /* idle + lent */
 static copy_op *pending;        /* queued copies, newest first */
@@ -140,17 +139,17 @@ int mgpu_staging_get(size_t *chunk, int *depth) {
   return 0;
 }
 
-/* ---- pools ---- */
+/* ---- staging resources ---- */
 
 static int helper_get(mgpu__device *d, mgpu__bstream **out) {
   int rc = 0;
   mgpu__stream *hs = NULL;
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   unsigned i = helper_next[d->id]++ % HELPERS_PER_DEVICE;
   if (helpers[d->id][i] == NULL)
     rc = mgpu_stream_create(&helpers[d->id][i], d->id);
   if (rc == 0) rc = mgpu__stream_get(helpers[d->id][i], &hs);
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   if (rc == 0) *out = hs->bstream;
   return rc;
 }
@@ -158,9 +157,9 @@ static int helper_get(mgpu__device *d, mgpu__bstream **out) {
 /* Takes an idle event of device d or makes one; appends it to op. */
 static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
   mgpu__bevent *e = NULL;
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   if (event_nfree[d->id] > 0) e = event_free[d->id][--event_nfree[d->id]];
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   if (e == NULL) {
     int rc = d->ops->event_create(d->bdev, &e);
     if (rc != 0) return rc;
@@ -172,7 +171,7 @@ static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
   return 0;
 }
 
-/* Called under pool_lock. Returns 0, or -1 when the free list could not grow
+/* Called under staging_lock. Returns 0, or -1 when the free list could not grow
  * (the caller then destroys the event). */
 static int event_put_locked(mgpu__device *d, mgpu__bevent *e) {
   int id = d->id;
@@ -210,7 +209,7 @@ static void bounce_destroy(bounce *b) {
 }
 
 /* Gives back what op borrowed (every stream it touched is past it), and op
- * itself. Called under pool_lock. An event that cannot be pooled is
+ * itself. Called under staging_lock. An event that cannot be pooled is
  * destroyed. */
 static void release_locked(copy_op *op) {
   for (int i = 0; i < op->nbounce; i++) {
@@ -228,10 +227,10 @@ static void release_locked(copy_op *op) {
 
 /* An idle copy_op record, cleared, or NULL when out of memory. */
 static copy_op *op_take(void) {
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   copy_op *op = op_records;
   if (op != NULL) op_records = op->next;
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   if (op == NULL) return calloc(1, sizeof *op);
   op->next = NULL;
   op->nevents = op->nbounce = 0;
@@ -239,12 +238,12 @@ static copy_op *op_take(void) {
 }
 
 static void release_op(copy_op *op) {
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   release_locked(op);
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
 }
 
-/* Gives back what finished copies borrowed. Called under pool_lock. */
+/* Gives back what finished copies borrowed. Called under staging_lock. */
 static void reap_locked(void) {
   copy_op **p = &pending;
   while (*p != NULL) {
@@ -261,18 +260,18 @@ static void reap_locked(void) {
 }
 
 /* Waits for the oldest pending copy (outside the lock), then reaps. Returns
- * 0 when nothing was pending. Called under pool_lock. */
+ * 0 when nothing was pending. Called under staging_lock. */
 static int wait_oldest_locked(void) {
   copy_op *oldest = pending;
   if (oldest == NULL) return 0;
   while (oldest->next != NULL) oldest = oldest->next;
   pooled_event done = oldest->events[0];
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   /* The event stays alive while pooled. Another thread may reap the copy
    * meanwhile and a third reuse the event; then this waits for that later
    * copy too, which only costs time. */
   done.dev->ops->event_synchronize(done.dev->bdev, done.ev);
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   reap_locked();
   return 1;
 }
@@ -284,7 +283,7 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
   int cap = BOUNCE_CAP_MIN > 4 * n ? BOUNCE_CAP_MIN : 4 * n;
   bounce *stale = NULL;
   int rc = 0;
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   reap_locked();
   while (op->nbounce < n) {
     bounce **p = &bounce_free;
@@ -302,17 +301,17 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
     if (op->nbounce == n) break;
     if (bounce_alive >= cap && wait_oldest_locked()) continue;
     bounce_alive++;
-    mgpu__mutex_unlock(&pool_lock);
+    mgpu__mutex_unlock(&staging_lock);
     bounce *b = NULL;
     rc = bounce_make(owner, size, &b);
-    mgpu__mutex_lock(&pool_lock);
+    mgpu__mutex_lock(&staging_lock);
     if (rc != 0) {
       bounce_alive--;
       break;
     }
     op->bounce[op->nbounce++] = b;
   }
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   while (stale != NULL) {
     bounce *next = stale->next;
     bounce_destroy(stale);
@@ -340,10 +339,10 @@ static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
     abandon_op(op, xd, s, hd, h);
     return rc;
   }
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   op->next = pending;
   pending = op;
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   return 0;
 }
 
@@ -473,13 +472,13 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
 /* ---- shutdown ---- */
 
 void mgpu__staged_shutdown(void) {
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   while (wait_oldest_locked()) {
   } /* every device is idle by now: this only collects */
   bounce *b = bounce_free;
   bounce_free = NULL;
   bounce_alive = 0;
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   /* Helpers first: once they are idle, nothing uses a pooled object. */
   for (int id = 0; id < MGPU_MAX_DEVICES; id++) {
     mgpu__device *d = mgpu__device_get(id);
@@ -500,13 +499,13 @@ void mgpu__staged_shutdown(void) {
     bounce_destroy(b);
     b = next;
   }
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   while (op_records != NULL) {
     copy_op *next = op_records->next;
     free(op_records);
     op_records = next;
   }
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   staging_chunk_set = 0;
   staging_depth_set = 0;
 }

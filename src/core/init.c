@@ -99,7 +99,7 @@ int mgpu_device_count(void) {
 
 /* Frees the struct and the locks open_device made. */
 static void free_device(mgpu__device *d) {
-  mgpu__mutex_destroy(&d->pool_lock);
+  mgpu__mutex_destroy(&d->mempool_lock);
   mgpu__mutex_destroy(&d->spare_lock);
   mgpu__mutex_destroy(&d->streams_lock);
   mgpu__cond_destroy(&d->queue_cond);
@@ -127,7 +127,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   mgpu__cond_init(&d->queue_cond);
   mgpu__mutex_init(&d->streams_lock);
   mgpu__mutex_init(&d->spare_lock);
-  mgpu__mutex_init(&d->pool_lock);
+  mgpu__mutex_init(&d->mempool_lock);
   int rc = ops->open(&d->spec, &d->bdev);
   if (rc != 0) goto fail_locks;
   if (ops->kind == MGPU_BACKEND_HOST) {
@@ -299,7 +299,7 @@ int mgpu_shutdown(void) {
   mgpu__memory_release_all();
   for (int i = 0; i < ndevices; i++) {
     mgpu__spare_drain(devices[i]);
-    mgpu__pool_release(devices[i]);
+    mgpu__mempool_release(devices[i]);
   }
   initialized = 0;
   mgpu__obs_close();

@@ -80,11 +80,12 @@ typedef struct mgpu__device {
   struct mgpu__stream *spare_streams[8];
   int spare_count;
 
-  /* The core's stream-ordered pool (used when the backend has none).
-   * pool_lock guards the free lists. */
-  mgpu__mutex pool_lock;
-  struct mgpu__pool_block *pool_free[64]; /* by power-of-two size class */
-  uint64_t pool_cached_bytes;
+  /* The core's stream-ordered memory pool, the mempool (used when the
+   * backend has none).
+   * mempool_lock guards the free lists. */
+  mgpu__mutex mempool_lock;
+  struct mgpu__mempool_block *mempool_free[64]; /* by power-of-two size class */
+  uint64_t mempool_cached_bytes;
 } mgpu__device;
 
 /* NULL when not initialized or out of range; sets no error. */
@@ -182,7 +183,7 @@ void mgpu__spare_drain(mgpu__device *d);
 /* Frees every buffer, stream and event still open (shutdown). */
 void mgpu__memory_release_all(void);
 void mgpu__streams_release_all(void);
-void mgpu__pool_release(mgpu__device *d);
+void mgpu__mempool_release(mgpu__device *d);
 
 /* ---- hooks (init.c) ---- */
 

@@ -23,15 +23,15 @@
  * an allocation on the same stream may take it (its uses are ordered after
  * the free), as cudaMallocAsync does. A block taken before it is ready is
  * marked `taken`, and the stream callback frees the record. All fields but
- * ptr and size are guarded by the device's pool_lock. */
-typedef struct mgpu__pool_block {
+ * ptr and size are guarded by the device's mempool_lock. */
+typedef struct mgpu__mempool_block {
   mgpu__device *dev;
   void *ptr;
   size_t size;
   const mgpu__stream *freed_on; /* NULL once ready */
   int ready, taken;
-  struct mgpu__pool_block *next;
-} pool_block;
+  struct mgpu__mempool_block *next;
+} mempool_block;
 
 #define POOL_MIN_SHIFT 8 /* 256 bytes */
 
@@ -147,7 +147,7 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
   return 0;
 }
 
-static void pool_list(mgpu__device *d, pool_block *blk);
+static void pool_list(mgpu__device *d, mempool_block *blk);
 
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   d->ops->mem_free(d->bdev, b->kind, b->ptr);
@@ -180,7 +180,7 @@ int mgpu_free(mgpu_buffer *h) {
       free(b);
       return rc;
     }
-    pool_block *blk = calloc(1, sizeof *blk);
+    mempool_block *blk = calloc(1, sizeof *blk);
     if (blk != NULL) {
       blk->dev = d;
       blk->ptr = b->ptr;
@@ -252,18 +252,18 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
     if (rc != 0) goto fail_reserve;
   } else {
     int cls = size_class(size, &b->alloc_size);
-    mgpu__mutex_lock(&d->pool_lock);
-    pool_block **link = &d->pool_free[cls], *blk;
+    mgpu__mutex_lock(&d->mempool_lock);
+    mempool_block **link = &d->mempool_free[cls], *blk;
     while ((blk = *link) != NULL && !blk->ready && blk->freed_on != s)
       link = &blk->next;
     if (blk != NULL) {
       *link = blk->next;
-      d->pool_cached_bytes -= blk->size;
+      d->mempool_cached_bytes -= blk->size;
       b->ptr = blk->ptr;
       if (blk->ready) free(blk);
       else blk->taken = 1; /* its callback frees the record */
     }
-    mgpu__mutex_unlock(&d->pool_lock);
+    mgpu__mutex_unlock(&d->mempool_lock);
     if (blk == NULL) {
       rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
       if (rc != 0) {
@@ -295,28 +295,28 @@ fail_struct:
 /* Runs on a stream worker once the work before the free is done: the block
  * (allocated by mgpu_free_async) goes on its size class's free list. */
 static void pool_return_cb(void *arg) {
-  pool_block *blk = arg;
+  mempool_block *blk = arg;
   mgpu__device *d = blk->dev;
-  mgpu__mutex_lock(&d->pool_lock);
+  mgpu__mutex_lock(&d->mempool_lock);
   if (blk->taken) {
-    mgpu__mutex_unlock(&d->pool_lock);
+    mgpu__mutex_unlock(&d->mempool_lock);
     free(blk);
     return;
   }
   blk->ready = 1;
   blk->freed_on = NULL;
-  mgpu__mutex_unlock(&d->pool_lock);
+  mgpu__mutex_unlock(&d->mempool_lock);
 }
 
 /* Lists a freed block in its size class (ready, or pending on a stream). */
-static void pool_list(mgpu__device *d, pool_block *blk) {
+static void pool_list(mgpu__device *d, mempool_block *blk) {
   int cls = 0;
   while (((size_t)1 << (cls + POOL_MIN_SHIFT)) < blk->size) cls++;
-  mgpu__mutex_lock(&d->pool_lock);
-  blk->next = d->pool_free[cls];
-  d->pool_free[cls] = blk;
-  d->pool_cached_bytes += blk->size;
-  mgpu__mutex_unlock(&d->pool_lock);
+  mgpu__mutex_lock(&d->mempool_lock);
+  blk->next = d->mempool_free[cls];
+  d->mempool_free[cls] = blk;
+  d->mempool_cached_bytes += blk->size;
+  mgpu__mutex_unlock(&d->mempool_lock);
 }
 
 int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
@@ -332,7 +332,7 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     return mgpu_free(h);
   mgpu__device *d = mgpu__device_get(b->dev);
   if (d->ops->pool_free_async == NULL) {
-    pool_block *blk = calloc(1, sizeof *blk);
+    mempool_block *blk = calloc(1, sizeof *blk);
     if (blk == NULL)
       return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", b->dev);
     blk->dev = d;
@@ -368,25 +368,25 @@ int mgpu_pool_trim(int dev) {
     if (rc != 0) return rc;
   }
   /* Only ready blocks go: a pending one may still be used by its stream. */
-  pool_block *ready = NULL;
-  mgpu__mutex_lock(&d->pool_lock);
+  mempool_block *ready = NULL;
+  mgpu__mutex_lock(&d->mempool_lock);
   for (int c = 0; c < 64; c++) {
-    pool_block **link = &d->pool_free[c], *blk;
+    mempool_block **link = &d->mempool_free[c], *blk;
     while ((blk = *link) != NULL) {
       if (!blk->ready) {
         link = &blk->next;
         continue;
       }
       *link = blk->next;
-      d->pool_cached_bytes -= blk->size;
+      d->mempool_cached_bytes -= blk->size;
       blk->next = ready;
       ready = blk;
     }
   }
-  mgpu__mutex_unlock(&d->pool_lock);
+  mgpu__mutex_unlock(&d->mempool_lock);
   {
     while (ready != NULL) {
-      pool_block *blk = ready;
+      mempool_block *blk = ready;
       ready = blk->next;
       d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, blk->ptr);
       unreserve(d, blk->size, MGPU_MEM_DEVICE);
@@ -396,7 +396,7 @@ int mgpu_pool_trim(int dev) {
   return 0;
 }
 
-void mgpu__pool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }
+void mgpu__mempool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }
 
 static void release_buffer(void *obj, void *arg) {
   (void)arg;
