@@ -26,8 +26,9 @@
  * Nothing is allocated per call in the steady state: helper streams are
  * created once per device; events, bounce buffers and the records of copies
  * in flight are reused from free lists under staging_lock. A copy records
- * a "done" event on s after itself and goes on a pending list; later copies (and shutdown) give back what finished copies borrowed once their
- * done event has completed. That costs one event record per copy, where a
+ * a "done" event on s after itself and goes on a pending list; later copies
+ * (and shutdown) give back what finished copies borrowed once their done
+ * event has completed. That costs one event record per copy, where a
  * host callback would cost a trip through the driver's callback thread.
  * Bounce buffers are pre-touched when they are made, because the first touch
  * of fresh pages costs more than the copy itself.
