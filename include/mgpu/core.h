@@ -74,8 +74,11 @@ typedef struct mgpu_config {
                                default 1 */
 } mgpu_config;
 
-#define MGPU_CONFIG_INITIALIZER \
-  { sizeof(mgpu_config), NULL, 0, -1, 0, -1, 0, 0, NULL, -1, -1 }
+#define MGPU_CONFIG_INITIALIZER                                              \
+  { .size = sizeof(mgpu_config), .devices = NULL, .host_mem = 0,            \
+    .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
+    .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
+    .cuda_green = -1, .cuda_busy = -1 }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after
