@@ -1,9 +1,9 @@
 /* Copies between two devices: choosing the path, and the peer access state.
  *
- * mgpu_memcpy_async checks handles, ranges and overlap, and hands a copy
- * between two different devices to mgpu__copy_between_devices. It picks:
- * copies with a host-visible side stay in the core (they are ordinary copies
- * on the stream's device). Here the path is a device copy between logical
+ * mgpu_memcpy_async (copy.c) checks handles, ranges and overlap; a copy with
+ * a host-visible side stays there (an ordinary copy on the stream's device),
+ * and a copy of device memory between two different devices comes here, to
+ * mgpu__copy_between_devices. Here the path is a device copy between logical
  * devices of one GPU (one memory), the backend's direct peer copy where peer
  * access is on for the pair, and otherwise the pipelined host-staged copy of
  * staged.c. Turning a pair of one GPU off sends its copies through the host

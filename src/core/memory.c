@@ -7,11 +7,12 @@
  * never disturbed. Pinned host memory is the host's, not the device's, and is
  * not counted.
  *
- * The core's pool (for backends without one of their own): freed blocks go to
- * per-size-class free lists of the device once the work queued before the
- * free is done (a stream callback puts them there), so any stream may take a
- * block from a list at once. Blocks stay counted as in use while cached;
- * mgpu_pool_trim and a failing allocation give them back.
+ * The core's mempool (for backends without one of their own): a block freed
+ * on stream S goes to a per-size-class free list of the device at once, but
+ * only allocations on S may take it until the work queued before the free is
+ * done (a stream callback then marks it ready for every stream). Blocks stay
+ * counted as in use while cached; mgpu_pool_trim and a failing allocation
+ * give them back.
  */
 #include <stdlib.h>
 #include <string.h>
