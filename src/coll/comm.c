@@ -16,6 +16,10 @@ int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out) {
   return *out ? 0 : err;
 }
 
+void mgpu__comm_put(mgpu__comm *c) {
+  if (c != NULL) mgpu__handle_put(c->handle);
+}
+
 /* NCCL serves a communicator when every device is a whole GPU of one backend
  * that offers it, each GPU at most once (NCCL refuses two ranks on one GPU). */
 static int nccl_possible(const int *devs, int n,
@@ -184,6 +188,7 @@ int mgpu_comm_create_config(const int *devs, int n,
             c->provider == MGPU_COLL_PROVIDER_NCCL ? "nccl"
             : c->algo == MGPU_COLL_ALGO_DIRECT     ? "direct"
                                                    : "ring");
+  c->handle = h;
   *comm = (mgpu_comm *)h;
   return 0;
 
@@ -201,19 +206,17 @@ int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm) {
 }
 
 int mgpu_comm_destroy(mgpu_comm *comm) {
-  mgpu__comm *c;
-  int rc = mgpu__comm_get(comm, &c);
-  if (rc != 0) return rc;
-  /* Retire the handle first: calls that start from now on see EFREED. Calls
-   * already inside see 'destroying' and leave; wait for them. */
+  /* Close the handle first: calls that start from now on see EFREED. Calls
+   * already inside see 'destroying' and leave; retiring waits for them. */
   int err = 0;
-  if (mgpu__handle_release((uintptr_t)comm, MGPU__H_COMM, "comm", &err) == NULL)
-    return err;
+  mgpu__comm *c = mgpu__handle_close((uintptr_t)comm, MGPU__H_COMM, "comm",
+                                     &err);
+  if (c == NULL) return err;
   mgpu__mutex_lock(&c->lock);
   c->destroying = 1;
   mgpu__cond_broadcast(&c->cond);
-  while (c->callers > 0) mgpu__cond_wait(&c->cond, &c->lock);
   mgpu__mutex_unlock(&c->lock);
+  mgpu__handle_retire((uintptr_t)comm);
 
   int first = 0;
   for (int r = 0; r < c->n; r++) {
@@ -241,7 +244,10 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
 int mgpu_comm_size(const mgpu_comm *comm) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
-  return rc != 0 ? rc : c->n;
+  if (rc != 0) return rc;
+  rc = c->n;
+  mgpu__comm_put(c);
+  return rc;
 }
 
 int mgpu_comm_device(const mgpu_comm *comm, int rank) {
@@ -249,14 +255,20 @@ int mgpu_comm_device(const mgpu_comm *comm, int rank) {
   int rc = mgpu__comm_get(comm, &c);
   if (rc != 0) return rc;
   if (rank < 0 || rank >= c->n)
-    return mgpu__error(MGPU_EINVAL, "comm: rank %d of %d", rank, c->n);
-  return c->devs[rank];
+    rc = mgpu__error(MGPU_EINVAL, "comm: rank %d of %d", rank, c->n);
+  else
+    rc = c->devs[rank];
+  mgpu__comm_put(c);
+  return rc;
 }
 
 int mgpu_comm_provider(const mgpu_comm *comm) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
-  return rc != 0 ? rc : c->provider;
+  if (rc != 0) return rc;
+  rc = c->provider;
+  mgpu__comm_put(c);
+  return rc;
 }
 
 const char *mgpu_coll_provider_name(int provider) {

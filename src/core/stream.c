@@ -70,21 +70,27 @@ int mgpu_stream_create(mgpu_stream **out, int dev) {
 
 int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out) {
   int err = 0;
+  *out = NULL;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
   *out = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
   return *out != NULL ? 0 : err;
 }
 
+void mgpu__stream_put(mgpu__stream *s) {
+  if (s != NULL) mgpu__handle_put(s->handle);
+}
+
 int mgpu_stream_destroy(mgpu_stream *h) {
-  mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
-  if (rc != 0) return rc;
-  mgpu__device *d = mgpu__device_get(s->dev);
   int err = 0;
-  if (mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err) == NULL)
-    return mgpu__error(err, "stream %p was already destroyed", (void *)h);
-  rc = d->ops->stream_synchronize(d->bdev, s->bstream);
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
+  /* Later calls fail; the calls inside (a synchronize) finish first. */
+  mgpu__stream *s =
+      mgpu__handle_release((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
+  if (s == NULL) return err;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  int rc = d->ops->stream_synchronize(d->bdev, s->bstream);
   stream_free(d, s);
   return rc;
 }
@@ -94,7 +100,9 @@ int mgpu_stream_synchronize(mgpu_stream *h) {
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_synchronize(d->bdev, s->bstream);
+  rc = d->ops->stream_synchronize(d->bdev, s->bstream);
+  mgpu__stream_put(s);
+  return rc;
 }
 
 int mgpu_stream_query(mgpu_stream *h) {
@@ -102,18 +110,25 @@ int mgpu_stream_query(mgpu_stream *h) {
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_query(d->bdev, s->bstream);
+  rc = d->ops->stream_query(d->bdev, s->bstream);
+  mgpu__stream_put(s);
+  return rc;
 }
 
 int mgpu_stream_device(const mgpu_stream *h) {
   mgpu__stream *s;
-  return mgpu__stream_get((mgpu_stream *)h, &s) == 0 ? s->dev : -1;
+  if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return -1;
+  int dev = s->dev;
+  mgpu__stream_put(s);
+  return dev;
 }
 
 void *mgpu_stream_native(const mgpu_stream *h) {
   mgpu__stream *s;
   if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return NULL;
-  return mgpu__device_get(s->dev)->ops->stream_native(s->bstream);
+  void *native = mgpu__device_get(s->dev)->ops->stream_native(s->bstream);
+  mgpu__stream_put(s);
+  return native;
 }
 
 int mgpu_device_synchronize(int dev) {
@@ -204,10 +219,15 @@ fail_free:
 
 int mgpu__event_get(mgpu_event *h, mgpu__event **out) {
   int err = 0;
+  *out = NULL;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
   *out = mgpu__handle_get((uintptr_t)h, MGPU__H_EVENT, "event", &err);
   return *out != NULL ? 0 : err;
+}
+
+void mgpu__event_put(mgpu__event *e) {
+  if (e != NULL) mgpu__handle_put(e->handle);
 }
 
 static void event_free(mgpu__event *e) {
@@ -217,41 +237,60 @@ static void event_free(mgpu__event *e) {
 }
 
 int mgpu_event_destroy(mgpu_event *h) {
-  mgpu__event *e;
-  int rc = mgpu__event_get(h, &e);
-  if (rc != 0) return rc;
   int err = 0;
-  if (mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err) == NULL)
-    return mgpu__error(err, "event %p was already destroyed", (void *)h);
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
+  mgpu__event *e =
+      mgpu__handle_release((uintptr_t)h, MGPU__H_EVENT, "event", &err);
+  if (e == NULL) return err;
   event_free(e);
   return 0;
+}
+
+/* Looks up an event and a stream; on success both are held. */
+static int event_stream_get(mgpu_event *eh, mgpu_stream *sh, mgpu__event **e,
+                            mgpu__stream **s) {
+  int rc = mgpu__event_get(eh, e);
+  if (rc != 0) return rc;
+  rc = mgpu__stream_get(sh, s);
+  if (rc != 0) mgpu__event_put(*e);
+  return rc;
+}
+
+static void event_stream_put(mgpu__event *e, mgpu__stream *s) {
+  mgpu__stream_put(s);
+  mgpu__event_put(e);
 }
 
 int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
   mgpu__event *e;
   mgpu__stream *s;
-  int rc = mgpu__event_get(eh, &e);
-  if (rc == 0) rc = mgpu__stream_get(sh, &s);
+  int rc = event_stream_get(eh, sh, &e, &s);
   if (rc != 0) return rc;
-  if (e->dev != s->dev)
-    return mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
-                       "stream of device %d", e->dev, s->dev);
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->event_record(d->bdev, e->bevent, s->bstream);
+  if (e->dev != s->dev)
+    rc = mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
+                     "stream of device %d", e->dev, s->dev);
+  else
+    rc = d->ops->event_record(d->bdev, e->bevent, s->bstream);
+  event_stream_put(e, s);
+  return rc;
 }
 
 int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
   mgpu__event *e;
   mgpu__stream *s;
-  int rc = mgpu__event_get(eh, &e);
-  if (rc == 0) rc = mgpu__stream_get(sh, &s);
+  int rc = event_stream_get(eh, sh, &e, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev), *ed = mgpu__device_get(e->dev);
   if (d->ops != ed->ops)
-    return mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
-                       "on an event of device %d (%s): different backends",
-                       s->dev, d->ops->name, e->dev, ed->ops->name);
-  return d->ops->stream_wait_event(d->bdev, s->bstream, ed->bdev, e->bevent);
+    rc = mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
+                     "on an event of device %d (%s): different backends",
+                     s->dev, d->ops->name, e->dev, ed->ops->name);
+  else
+    rc = d->ops->stream_wait_event(d->bdev, s->bstream, ed->bdev, e->bevent);
+  event_stream_put(e, s);
+  return rc;
 }
 
 int mgpu_event_synchronize(mgpu_event *h) {
@@ -259,7 +298,9 @@ int mgpu_event_synchronize(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  return d->ops->event_synchronize(d->bdev, e->bevent);
+  rc = d->ops->event_synchronize(d->bdev, e->bevent);
+  mgpu__event_put(e);
+  return rc;
 }
 
 int mgpu_event_query(mgpu_event *h) {
@@ -267,40 +308,53 @@ int mgpu_event_query(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  return d->ops->event_query(d->bdev, e->bevent);
+  rc = d->ops->event_query(d->bdev, e->bevent);
+  mgpu__event_put(e);
+  return rc;
 }
 
 int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end, float *ms) {
   mgpu__event *a, *b;
   int rc = mgpu__event_get(start, &a);
-  if (rc == 0) rc = mgpu__event_get(end, &b);
   if (rc != 0) return rc;
+  rc = mgpu__event_get(end, &b);
+  if (rc != 0) {
+    mgpu__event_put(a);
+    return rc;
+  }
   if (ms == NULL)
-    return mgpu__error(MGPU_EINVAL, "mgpu_event_elapsed_ms: NULL output");
-  if (a->dev != b->dev)
-    return mgpu__error(MGPU_EWRONGDEV, "elapsed time between events of device "
-                       "%d and device %d", a->dev, b->dev);
-  mgpu__device *d = mgpu__device_get(a->dev);
-  return d->ops->event_elapsed_ms(d->bdev, a->bevent, b->bevent, ms);
+    rc = mgpu__error(MGPU_EINVAL, "mgpu_event_elapsed_ms: NULL output");
+  else if (a->dev != b->dev)
+    rc = mgpu__error(MGPU_EWRONGDEV, "elapsed time between events of device "
+                     "%d and device %d", a->dev, b->dev);
+  else {
+    mgpu__device *d = mgpu__device_get(a->dev);
+    rc = d->ops->event_elapsed_ms(d->bdev, a->bevent, b->bevent, ms);
+  }
+  mgpu__event_put(b);
+  mgpu__event_put(a);
+  return rc;
 }
 
 int mgpu_stream_add_callback(mgpu_stream *h, void (*fn)(void *), void *arg) {
   mgpu__stream *s;
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
-  if (fn == NULL)
-    return mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
-  mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->host_callback(d->bdev, s->bstream, fn, arg);
+  if (fn == NULL) {
+    rc = mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
+  } else {
+    mgpu__device *d = mgpu__device_get(s->dev);
+    rc = d->ops->host_callback(d->bdev, s->bstream, fn, arg);
+  }
+  mgpu__stream_put(s);
+  return rc;
 }
 
 /* ---- kernels ---- */
 
-int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
-                mgpu_dim3 block, const void *args, size_t args_size) {
-  mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
-  if (rc != 0) return rc;
+static int launch_on(mgpu__stream *s, const mgpu_kernel *k, mgpu_dim3 grid,
+                     mgpu_dim3 block, const void *args, size_t args_size) {
+  int rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   if (k == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL kernel", s->dev);
@@ -323,21 +377,29 @@ int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
   return rc;
 }
 
+int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
+                mgpu_dim3 block, const void *args, size_t args_size) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  rc = launch_on(s, k, grid, block, args, args_size);
+  mgpu__stream_put(s);
+  return rc;
+}
+
 /* ---- shutdown ---- */
 
 static void release_event(void *obj, void *arg) {
   (void)arg;
   mgpu__event *e = obj;
-  int err = 0;
-  mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err);
+  mgpu__handle_retire(e->handle);
   event_free(e);
 }
 
 static void release_stream(void *obj, void *arg) {
   (void)arg;
   mgpu__stream *s = obj;
-  int err = 0;
-  mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err);
+  mgpu__handle_retire(s->handle);
   stream_free(mgpu__device_get(s->dev), s);
 }
 

@@ -472,6 +472,7 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     w->sync_ops = dev->ops;
     w->sync_dev = dev->bdev;
     w->sync_stream = s->bstream;
+    mgpu__stream_put(s); /* the pool owns the stream until it is destroyed */
     w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
   }
   for (int i = 0; i < n; i++) {
