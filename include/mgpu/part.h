@@ -62,7 +62,7 @@ typedef struct mgpu_dist mgpu_dist;
  * mgpu_dist_destroy. */
 MGPU_EXTERN int mgpu_dist_create(mgpu_dist **dist, size_t n,
                                  const mgpu_dist_opts *opts);
-MGPU_EXTERN void mgpu_dist_destroy(mgpu_dist *dist);
+MGPU_EXTERN int mgpu_dist_destroy(mgpu_dist *dist);
 
 /* Read-only queries. A bad part index gives 0 (or -1 for the device). */
 MGPU_EXTERN size_t mgpu_dist_n(const mgpu_dist *dist);
