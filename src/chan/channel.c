@@ -37,6 +37,7 @@ typedef struct slot {
 } slot;
 
 typedef struct mgpu__channel {
+  uintptr_t handle;
   int src_dev, dst_dev;
   size_t msg_size;
   int capacity;
@@ -113,6 +114,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
     rc = mgpu__error(MGPU_ENOMEM, "channel: too many open handles");
     goto fail_locks;
   }
+  ch->handle = h;
   *chan = (mgpu_channel *)h;
   return 0;
 
@@ -134,18 +136,26 @@ static int chan_get(mgpu_channel *h, mgpu__channel **out) {
 
 static void chan_put(mgpu_channel *h) { mgpu__handle_put((uintptr_t)h); }
 
+static void chan_destroy(mgpu__channel *ch);
+
 int mgpu_channel_destroy(mgpu_channel *chan) {
   int err = 0;
   mgpu__channel *ch =
       mgpu__handle_close((uintptr_t)chan, MGPU__H_CHANNEL, "channel", &err);
   if (ch == NULL) return err;
+  chan_destroy(ch);
+  return 0;
+}
+
+/* The rest of a destroy, once the handle is closed. */
+static void chan_destroy(mgpu__channel *ch) {
   /* Wake the calls inside (waiting for room or for a message), then wait
    * for them to leave. */
   mgpu__mutex_lock(&ch->lock);
   ch->destroyed = 1;
   mgpu__cond_broadcast(&ch->cond);
   mgpu__mutex_unlock(&ch->lock);
-  mgpu__handle_retire((uintptr_t)chan);
+  mgpu__handle_retire(ch->handle);
   /* The sends' copies run on the source device's streams: wait for them
    * before the slots go away (mgpu_free waits only for the destination). */
   for (int i = 0; i < ch->capacity; i++) {
@@ -157,8 +167,19 @@ int mgpu_channel_destroy(mgpu_channel *chan) {
   mgpu__mutex_destroy(&ch->recv_lock);
   mgpu__mutex_destroy(&ch->send_lock);
   chan_free(ch);
-  return 0;
 }
+
+/* Shutdown: channels still open are destroyed, so their handles are
+ * MGPU_EFREED afterwards (and after a new mgpu_init). */
+static void shutdown_channel(void *obj, void *arg) {
+  (void)arg;
+  chan_destroy(obj);
+}
+
+static void channels_shutdown(void) {
+  mgpu__handle_foreach(MGPU__H_CHANNEL, shutdown_channel, NULL);
+}
+MGPU__ON_SHUTDOWN(channels_shutdown)
 
 int mgpu_channel_close(mgpu_channel *chan) {
   mgpu__channel *ch;

@@ -17,6 +17,7 @@
 #include "coll/coll_internal.h"
 
 typedef struct mgpu__barrier {
+  uintptr_t handle;
   int n;
   int devs[MGPU_MAX_DEVICES];
   /* lock guards every field below. */
@@ -53,8 +54,21 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
     free(b);
     return mgpu__error(MGPU_ENOMEM, "barrier: too many open handles");
   }
+  b->handle = h;
   *barrier = (mgpu_barrier *)h;
   return 0;
+}
+
+/* The rest of a destroy, once the handle h is closed. */
+static void barrier_free(mgpu__barrier *b, uintptr_t h) {
+  mgpu__mutex_lock(&b->lock);
+  b->destroyed = 1;
+  mgpu__cond_broadcast(&b->cond);
+  mgpu__mutex_unlock(&b->lock);
+  mgpu__handle_retire(h);
+  mgpu__cond_destroy(&b->cond);
+  mgpu__mutex_destroy(&b->lock);
+  free(b);
 }
 
 int mgpu_barrier_destroy(mgpu_barrier *barrier) {
@@ -64,14 +78,7 @@ int mgpu_barrier_destroy(mgpu_barrier *barrier) {
   mgpu__barrier *b =
       mgpu__handle_close((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
   if (b == NULL) return err;
-  mgpu__mutex_lock(&b->lock);
-  b->destroyed = 1;
-  mgpu__cond_broadcast(&b->cond);
-  mgpu__mutex_unlock(&b->lock);
-  mgpu__handle_retire((uintptr_t)barrier);
-  mgpu__cond_destroy(&b->cond);
-  mgpu__mutex_destroy(&b->lock);
-  free(b);
+  barrier_free(b, (uintptr_t)barrier);
   return 0;
 }
 
@@ -160,6 +167,7 @@ static int barrier_wait(mgpu__barrier *b, int rank, int timeout_ms) {
 /* ---- stream barriers ---- */
 
 typedef struct mgpu__stream_barrier {
+  uintptr_t handle;
   int n;
   mgpu_stream *streams[MGPU_MAX_DEVICES];
   mgpu_event *events[MGPU_MAX_DEVICES];
@@ -211,6 +219,7 @@ int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
     sb_free(sb);
     return rc;
   }
+  sb->handle = h;
   *barrier = (mgpu_stream_barrier *)h;
   return 0;
 }
@@ -239,3 +248,24 @@ int mgpu_stream_barrier_wait(mgpu_stream_barrier *barrier) {
   mgpu__handle_put((uintptr_t)barrier);
   return rc;
 }
+
+/* Shutdown: barriers and stream barriers still open are destroyed, so their
+ * handles are MGPU_EFREED afterwards (and after a new mgpu_init). */
+static void shutdown_barrier(void *obj, void *arg) {
+  (void)arg;
+  mgpu__barrier *b = obj;
+  barrier_free(b, b->handle);
+}
+
+static void shutdown_stream_barrier(void *obj, void *arg) {
+  (void)arg;
+  mgpu__stream_barrier *sb = obj;
+  mgpu__handle_retire(sb->handle);
+  sb_free(sb);
+}
+
+static void barriers_shutdown(void) {
+  mgpu__handle_foreach(MGPU__H_BARRIER, shutdown_barrier, NULL);
+  mgpu__handle_foreach(MGPU__H_STREAM_BARRIER, shutdown_stream_barrier, NULL);
+}
+MGPU__ON_SHUTDOWN(barriers_shutdown)

@@ -205,6 +205,8 @@ int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm) {
   return mgpu_comm_create_config(devs, n, NULL, comm);
 }
 
+static int comm_free(mgpu__comm *c);
+
 int mgpu_comm_destroy(mgpu_comm *comm) {
   /* Close the handle first: calls that start from now on see EFREED. Calls
    * already inside see 'destroying' and leave; retiring waits for them. */
@@ -212,11 +214,16 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
   mgpu__comm *c = mgpu__handle_close((uintptr_t)comm, MGPU__H_COMM, "comm",
                                      &err);
   if (c == NULL) return err;
+  return comm_free(c);
+}
+
+/* The rest of a destroy, once the handle is closed. */
+static int comm_free(mgpu__comm *c) {
   mgpu__mutex_lock(&c->lock);
   c->destroying = 1;
   mgpu__cond_broadcast(&c->cond);
   mgpu__mutex_unlock(&c->lock);
-  mgpu__handle_retire((uintptr_t)comm);
+  mgpu__handle_retire(c->handle);
 
   int first = 0;
   for (int r = 0; r < c->n; r++) {
@@ -240,6 +247,18 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
   free(c);
   return first;
 }
+
+/* Shutdown: communicators still open are destroyed, so their handles are
+ * MGPU_EFREED afterwards (and after a new mgpu_init). */
+static void shutdown_comm(void *obj, void *arg) {
+  (void)arg;
+  comm_free(obj);
+}
+
+static void comms_shutdown(void) {
+  mgpu__handle_foreach(MGPU__H_COMM, shutdown_comm, NULL);
+}
+MGPU__ON_SHUTDOWN(comms_shutdown)
 
 int mgpu_comm_size(const mgpu_comm *comm) {
   mgpu__comm *c;

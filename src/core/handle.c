@@ -150,20 +150,32 @@ static void *failed(int code, uintptr_t h, mgpu__htype type, const char *what,
   return NULL;
 }
 
-void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
-                       int *err) {
-  int code = 0;
-  slot *s = slot_of(h, type, &code);
-  if (s == NULL) return failed(code, h, type, what, err);
+/* Takes a use of an open handle; NULL with *code otherwise. */
+static void *hold(uintptr_t h, mgpu__htype type, int *code) {
+  slot *s = slot_of(h, type, code);
+  if (s == NULL) return NULL;
   uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);
   do {
-    if ((code = open_code(s, st, h, type)) != 0)
-      return failed(code, h, type, what, err);
-    if ((st & ST_USERS) == ST_USERS)
-      return failed(MGPU_EAGAIN, h, type, what, err);
+    if ((*code = open_code(s, st, h, type)) != 0) return NULL;
+    if ((st & ST_USERS) == ST_USERS) {
+      *code = MGPU_EAGAIN;
+      return NULL;
+    }
   } while (!atomic_compare_exchange_weak_explicit(
       &s->state, &st, st + 1, memory_order_acquire, memory_order_acquire));
   return s->obj;
+}
+
+void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
+                       int *err) {
+  int code = 0;
+  void *obj = hold(h, type, &code);
+  return obj != NULL ? obj : failed(code, h, type, what, err);
+}
+
+void *mgpu__handle_hold(uintptr_t h, mgpu__htype type) {
+  int code = 0;
+  return hold(h, type, &code);
 }
 
 void mgpu__handle_put(uintptr_t h) {

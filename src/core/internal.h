@@ -92,6 +92,14 @@ typedef struct mgpu__device {
 mgpu__device *mgpu__device_get(int id);
 /* The same, setting MGPU_ENOINIT / MGPU_ENODEV with a detail naming id. */
 int mgpu__device_check(int id, mgpu__device **out);
+/* The gate mgpu_shutdown closes (init.c): a call that uses the device table
+ * without holding a handle enters first (MGPU_ENOINIT once shutdown has
+ * begun) and leaves when done; shutdown waits for the calls inside. Nested
+ * enters on one thread pass. */
+int mgpu__lib_enter(const char *what);
+void mgpu__lib_leave(void);
+/* mgpu__lib_enter, then mgpu__device_check; leaves again on failure. */
+int mgpu__device_enter(int id, mgpu__device **out);
 int mgpu__ndevices(void);
 /* The device whose host thread is calling, or -1. */
 int mgpu__current_host_thread_device(void);
@@ -116,7 +124,9 @@ void mgpu__device_thread_stop(mgpu__device *d);
   XX(STREAM_BARRIER, "stream barrier", "destroyed")   \
   XX(CHANNEL, "channel", "destroyed")                 \
   XX(POOL, "task pool", "destroyed")                  \
-  XX(DIST, "distribution", "destroyed")
+  XX(DIST, "distribution", "destroyed")               \
+  XX(WORK, "work handle", "waited")                   \
+  XX(LIBRARY, "device table", "shut down")
 
 typedef enum mgpu__htype {
   MGPU__H_NONE = 0,
@@ -136,6 +146,8 @@ uintptr_t mgpu__handle_new(mgpu__htype type, void *obj);
  * ("dst", "comm"). No lock: a load and a compare-and-swap. */
 void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
                        int *err);
+/* mgpu__handle_get without a detail: NULL when h is not open. */
+void *mgpu__handle_hold(uintptr_t h, mgpu__htype type);
 /* Gives back the use a successful mgpu__handle_get took (h 0: nothing). */
 void mgpu__handle_put(uintptr_t h);
 /* First half of a destroy: later lookups (and a second close) give

@@ -79,8 +79,8 @@ static int new_handle(mgpu__buf *b, mgpu_buffer **out) {
   return 0;
 }
 
-static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
-                      mgpu_mem_kind kind) {
+static int alloc_kind_in(mgpu_buffer **out, int dev, size_t size,
+                         mgpu_mem_kind kind) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -114,6 +114,15 @@ fail_reserve:
   unreserve(d, size, kind);
 fail_struct:
   free(b);
+  return rc;
+}
+
+static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
+                      mgpu_mem_kind kind) {
+  int rc = mgpu__lib_enter("mgpu_malloc");
+  if (rc != 0) return rc;
+  rc = alloc_kind_in(out, dev, size, kind);
+  mgpu__lib_leave();
   return rc;
 }
 
@@ -173,7 +182,7 @@ static int buf_close(mgpu_buffer *h, const char *what, mgpu__buf **out) {
   return 0;
 }
 
-int mgpu_free(mgpu_buffer *h) {
+static int free_in(mgpu_buffer *h) {
   mgpu__buf *b;
   int rc = buf_close(h, "mgpu_free", &b);
   if (rc != 0) return rc;
@@ -207,6 +216,14 @@ int mgpu_free(mgpu_buffer *h) {
   }
   buf_release_memory(d, b);
   return 0;
+}
+
+int mgpu_free(mgpu_buffer *h) {
+  int rc = mgpu__lib_enter("mgpu_free");
+  if (rc != 0) return rc;
+  rc = free_in(h);
+  mgpu__lib_leave();
+  return rc;
 }
 
 void *mgpu_buffer_ptr(const mgpu_buffer *h) {
@@ -353,7 +370,7 @@ static void pool_list(mgpu__device *d, mempool_block *blk) {
   mgpu__mutex_unlock(&d->mempool_lock);
 }
 
-int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
+static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
   mgpu__buf *b;
   mgpu__stream *s;
   int rc = mgpu__buf_get(h, "mgpu_free_async", &b);
@@ -412,7 +429,15 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
   return rc;
 }
 
-int mgpu_pool_trim(int dev) {
+int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
+  int rc = mgpu__lib_enter("mgpu_free_async");
+  if (rc != 0) return rc;
+  rc = free_async_in(h, stream);
+  mgpu__lib_leave();
+  return rc;
+}
+
+static int pool_trim_in(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -447,6 +472,14 @@ int mgpu_pool_trim(int dev) {
     }
   }
   return 0;
+}
+
+int mgpu_pool_trim(int dev) {
+  int rc = mgpu__lib_enter("mgpu_pool_trim");
+  if (rc != 0) return rc;
+  rc = pool_trim_in(dev);
+  mgpu__lib_leave();
+  return rc;
 }
 
 void mgpu__mempool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }

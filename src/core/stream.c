@@ -49,7 +49,7 @@ static void stream_free(mgpu__device *d, mgpu__stream *s) {
   free(s);
 }
 
-int mgpu_stream_create(mgpu_stream **out, int dev) {
+static int stream_create_in(mgpu_stream **out, int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -68,6 +68,14 @@ int mgpu_stream_create(mgpu_stream **out, int dev) {
   return 0;
 }
 
+int mgpu_stream_create(mgpu_stream **out, int dev) {
+  int rc = mgpu__lib_enter("mgpu_stream_create");
+  if (rc != 0) return rc;
+  rc = stream_create_in(out, dev);
+  mgpu__lib_leave();
+  return rc;
+}
+
 int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out) {
   int err = 0;
   *out = NULL;
@@ -81,7 +89,7 @@ void mgpu__stream_put(mgpu__stream *s) {
   if (s != NULL) mgpu__handle_put(s->handle);
 }
 
-int mgpu_stream_destroy(mgpu_stream *h) {
+static int stream_destroy_in(mgpu_stream *h) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
@@ -92,6 +100,14 @@ int mgpu_stream_destroy(mgpu_stream *h) {
   mgpu__device *d = mgpu__device_get(s->dev);
   int rc = d->ops->stream_synchronize(d->bdev, s->bstream);
   stream_free(d, s);
+  return rc;
+}
+
+int mgpu_stream_destroy(mgpu_stream *h) {
+  int rc = mgpu__lib_enter("mgpu_stream_destroy");
+  if (rc != 0) return rc;
+  rc = stream_destroy_in(h);
+  mgpu__lib_leave();
   return rc;
 }
 
@@ -131,7 +147,7 @@ void *mgpu_stream_native(const mgpu_stream *h) {
   return native;
 }
 
-int mgpu_device_synchronize(int dev) {
+static int device_synchronize_in(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -144,6 +160,14 @@ int mgpu_device_synchronize(int dev) {
     if (rc == 0) rc = r;
   }
   mgpu__mutex_unlock(&d->streams_lock);
+  return rc;
+}
+
+int mgpu_device_synchronize(int dev) {
+  int rc = mgpu__lib_enter("mgpu_device_synchronize");
+  if (rc != 0) return rc;
+  rc = device_synchronize_in(dev);
+  mgpu__lib_leave();
   return rc;
 }
 
@@ -189,7 +213,7 @@ void mgpu__spare_drain(mgpu__device *d) {
 
 /* ---- events ---- */
 
-int mgpu_event_create(mgpu_event **out, int dev) {
+static int event_create_in(mgpu_event **out, int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -217,6 +241,14 @@ fail_free:
   return rc;
 }
 
+int mgpu_event_create(mgpu_event **out, int dev) {
+  int rc = mgpu__lib_enter("mgpu_event_create");
+  if (rc != 0) return rc;
+  rc = event_create_in(out, dev);
+  mgpu__lib_leave();
+  return rc;
+}
+
 int mgpu__event_get(mgpu_event *h, mgpu__event **out) {
   int err = 0;
   *out = NULL;
@@ -236,7 +268,7 @@ static void event_free(mgpu__event *e) {
   free(e);
 }
 
-int mgpu_event_destroy(mgpu_event *h) {
+static int event_destroy_in(mgpu_event *h) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
@@ -245,6 +277,14 @@ int mgpu_event_destroy(mgpu_event *h) {
   if (e == NULL) return err;
   event_free(e);
   return 0;
+}
+
+int mgpu_event_destroy(mgpu_event *h) {
+  int rc = mgpu__lib_enter("mgpu_event_destroy");
+  if (rc != 0) return rc;
+  rc = event_destroy_in(h);
+  mgpu__lib_leave();
+  return rc;
 }
 
 /* Looks up an event and a stream; on success both are held. */
