@@ -25,6 +25,7 @@
  * destroyed. Lock order: send_lock or recv_lock, then lock. */
 #include <stdlib.h>
 
+#include "copy/copy-internal.h"
 #include "core/internal.h"
 #include "mgpu/chan.h"
 #include "mgpu/copy.h"
@@ -42,6 +43,7 @@ typedef struct mgpu__channel {
   size_t msg_size;
   int capacity;
   mgpu_buffer *slots_buf;
+  mgpu__buf *slots_b; /* slots_buf resolved: the channel owns it */
   slot *slots;
 
   mgpu__mutex send_lock, recv_lock;
@@ -94,7 +96,9 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   ch->msg_size = msg_size;
   ch->capacity = capacity;
   rc = mgpu_malloc(&ch->slots_buf, dst_dev, msg_size * (size_t)capacity);
+  if (rc == 0) rc = mgpu__buf_get(ch->slots_buf, "channel slots", &ch->slots_b);
   if (rc != 0) goto fail;
+  mgpu__buf_put(ch->slots_b); /* only the channel frees it */
   ch->slots = calloc((size_t)capacity, sizeof *ch->slots);
   if (ch->slots == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "channel: out of memory");
@@ -281,7 +285,7 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   /* The copy layer picks the path: direct where peer access is on for the
    * pair, host-staged where it is off (mgpu_peer_disable). */
   if (rc == 0)
-    rc = mgpu_memcpy_async(ch->slots_buf, slot_off, src, offset, size, stream);
+    rc = mgpu__copy_async(ch->slots_b, slot_off, b, offset, size, s);
   if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
   if (rc == 0) {
     sl->size = size;
@@ -326,7 +330,7 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   size_t n = sl->size;
   rc = mgpu_stream_wait_event(stream, sl->filled);
   if (rc == 0)
-    rc = mgpu_memcpy_async(dst, offset, ch->slots_buf, slot_off, n, stream);
+    rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, n, s);
   if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);

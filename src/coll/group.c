@@ -297,6 +297,9 @@ static void abort_comm(mgpu__comm *c, mgpu__coll_op *late) {
  * (after its result was collected), so no buffer, stream or communicator
  * of it can be freed while another rank's thread may issue its work. */
 static int resolve(group_call *g) {
+  g->part.stream = NULL;
+  g->part.send_b = g->part.recv_b = NULL;
+  g->held = NULL;
   int rc = mgpu__comm_get(g->comm, &g->held);
   if (rc == 0) rc = check_part(g->held, g->rank, &g->part);
   return rc;
@@ -414,8 +417,8 @@ static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
    * thread may free what it passed before mgpu_group_end: the group then
    * fails as a whole. */
   int rc = resolve(&g);
-  *p = g.part;
   unresolve(&g);
+  *p = g.part;
   if (rc == 0 && group.ncalls == group.cap) {
     int cap = group.cap ? group.cap * 2 : 16;
     group_call *calls = realloc(group.calls, (size_t)cap * sizeof *calls);

@@ -200,6 +200,17 @@ static int copy_on(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
   return mgpu__copy_between_devices(db, dst_offset, sb, src_offset, size, s);
 }
 
+int mgpu__copy_async(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
+                     size_t src_offset, size_t size, mgpu__stream *s) {
+  if (s->dev != db->dev && s->dev != sb->dev)
+    return mgpu__error(MGPU_EWRONGDEV, "copy from device %d to device %d "
+                       "issued on a stream of device %d", sb->dev, db->dev,
+                       s->dev);
+  int rc = check_pair(db, dst_offset, sb, src_offset, size);
+  if (rc == 0) rc = copy_on(db, dst_offset, sb, src_offset, size, s);
+  return rc;
+}
+
 int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
                       const mgpu_buffer *src, size_t src_offset, size_t size,
                       mgpu_stream *stream) {
@@ -208,12 +219,7 @@ int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
   int rc = mgpu__buf_get(dst, "copy dst", &db);
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
   if (rc == 0) rc = mgpu__stream_get(stream, &s);
-  if (rc == 0 && s->dev != db->dev && s->dev != sb->dev)
-    rc = mgpu__error(MGPU_EWRONGDEV, "copy from device %d to device %d "
-                     "issued on a stream of device %d", sb->dev, db->dev,
-                     s->dev);
-  if (rc == 0) rc = check_pair(db, dst_offset, sb, src_offset, size);
-  if (rc == 0) rc = copy_on(db, dst_offset, sb, src_offset, size, s);
+  if (rc == 0) rc = mgpu__copy_async(db, dst_offset, sb, src_offset, size, s);
   mgpu__stream_put(s);
   mgpu__buf_put(sb);
   mgpu__buf_put(db);
