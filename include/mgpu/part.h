@@ -62,6 +62,10 @@ typedef struct mgpu_dist mgpu_dist;
  * mgpu_dist_destroy. */
 MGPU_EXTERN int mgpu_dist_create(mgpu_dist **dist, size_t n,
                                  const mgpu_dist_opts *opts);
+/* Frees the distribution (NULL: nothing, 0). A second destroy and every
+ * later call on it are MGPU_EFREED (the queries return their "nothing"
+ * value: 0, -1 or an empty range, with the detail set); calls already
+ * inside it on other threads finish first. */
 MGPU_EXTERN int mgpu_dist_destroy(mgpu_dist *dist);
 
 /* Read-only queries. A bad part index gives 0 (or -1 for the device). */
