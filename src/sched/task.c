@@ -293,13 +293,19 @@ static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   atomic_store_explicit(&t->dep_code, 0, memory_order_relaxed);
   atomic_store_explicit(&t->succ, NULL, memory_order_relaxed);
   atomic_store_explicit(&t->state, MGPU__T_PENDING, memory_order_relaxed);
-  atomic_store_explicit(&t->pending, 1, memory_order_relaxed);
+  /* The submitter's guard, needed only while edges are being added. */
+  atomic_store_explicit(&t->pending, d->ndeps > 0, memory_order_relaxed);
   uint64_t h = mgpu__task_handle(t);
   /* Release: a scan that sees the new hold also sees the reset state. */
   atomic_store_explicit(&t->hold, out ? h : 0, memory_order_release);
   atomic_store_explicit(&t->refs, out ? 2 : 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
   if (out) *out = h;
+  if (d->ndeps == 0) {
+    /* Nothing else can reach t yet: ready without the guard's atomic. */
+    mgpu__sched_ready(p, t, mgpu__sched_self(p));
+    return 0;
+  }
 
   for (int i = 0; i < d->ndeps; i++)
     add_edge(t, &edges[i], mgpu__task_at(p, (uint32_t)d->deps[i] - 1));
@@ -385,7 +391,7 @@ static int claim_hold(mgpu__pool *p, mgpu_task h, mgpu__task **out) {
 static int pool_wait(mgpu__pool *p, mgpu_task h) {
   int rc = check_not_worker(p, "mgpu_pool_wait");
   if (rc != 0) return rc;
-  mgpu__task *t;
+  mgpu__task *t = NULL;
   rc = claim_hold(p, h, &t);
   if (rc != 0) return rc;
   wait_done(t);
@@ -408,7 +414,7 @@ int mgpu_pool_release(mgpu_pool *ph, mgpu_task h) {
   mgpu__pool *p;
   int rc = mgpu__pool_get(ph, &p);
   if (rc != 0) return rc;
-  mgpu__task *t;
+  mgpu__task *t = NULL;
   rc = claim_hold(p, h, &t);
   if (rc == 0) mgpu__task_unref(p, t, NULL);
   mgpu__pool_put(p);
