@@ -46,42 +46,44 @@ TEST_IMPL(generation_never_wraps) {
 
 /* ---- a destroy racing calls ---- */
 
-typedef struct racer {
-  void *handle;
-  int dev;
-  _Atomic int go, stop;
-  _Atomic int bad;     /* a result other than success or "gone" */
-  _Atomic int calls;
-  mgpu_stream *stream; /* a stream of dev the racer may use */
-} racer;
+typedef struct racer racer;
+/* One call (or a few) on r->handle: 0, MGPU_EFREED once the handle is
+ * gone, or any code listed in also_ok. */
+typedef int (*racer_call)(racer *r);
 
-static void *buffer_racer(void *p) {
+struct racer {
+  void *handle;
+  racer_call call;
+  int also_ok;         /* one more code a call may return (0: none) */
+  _Atomic int go, stop;
+  _Atomic int bad;     /* a result other than those */
+  _Atomic int calls;
+  mgpu_stream *stream; /* a stream of device 0 the calls may use */
+};
+
+static void *racer_main(void *p) {
   racer *r = p;
-  unsigned char host[256];
   while (!atomic_load(&r->go)) sched_yield();
   while (!atomic_load(&r->stop)) {
-    int rc = mgpu_memcpy_htod(r->handle, 0, host, sizeof host);
-    if (ok_or_gone(rc)) rc = mgpu_memcpy_dtoh(host, r->handle, 0, sizeof host);
-    if (!ok_or_gone(rc)) atomic_store(&r->bad, rc);
-    if (mgpu_buffer_size(r->handle) != 0 &&
-        mgpu_buffer_size(r->handle) != sizeof host)
-      atomic_store(&r->bad, 1);
+    int rc = r->call(r);
+    if (!ok_or_gone(rc) && rc != r->also_ok) atomic_store(&r->bad, rc);
     atomic_fetch_add(&r->calls, 1);
     if (rc == MGPU_EFREED) break;
   }
   return NULL;
 }
 
-/* Runs fn against r->handle on a thread, lets it call a few times, destroys
- * the handle with destroy, and checks the thread saw nothing but success
- * and MGPU_EFREED. */
-static int race(racer *r, void *(*fn)(void *), int (*destroy)(void *)) {
+/* Runs r->call against r->handle on a thread, lets it call a few times,
+ * destroys the handle with destroy, and checks the thread saw nothing but
+ * the results allowed. */
+static int race(racer *r, racer_call call, int (*destroy)(void *)) {
   pthread_t t;
+  r->call = call;
   atomic_store(&r->go, 0);
   atomic_store(&r->stop, 0);
   atomic_store(&r->bad, 0);
   atomic_store(&r->calls, 0);
-  ASSERT(pthread_create(&t, NULL, fn, r) == 0);
+  ASSERT(pthread_create(&t, NULL, racer_main, r) == 0);
   atomic_store(&r->go, 1);
   while (atomic_load(&r->calls) < 2) sched_yield();
   int rc = destroy(r->handle);
@@ -92,60 +94,54 @@ static int race(racer *r, void *(*fn)(void *), int (*destroy)(void *)) {
   return 0;
 }
 
+static int copy_call(racer *r) {
+  unsigned char host[256] = {0};
+  int rc = mgpu_memcpy_htod(r->handle, 0, host, sizeof host);
+  if (rc == 0) rc = mgpu_memcpy_dtoh(host, r->handle, 0, sizeof host);
+  size_t size = mgpu_buffer_size(r->handle);
+  if (rc == 0 && size != 0 && size != sizeof host) rc = MGPU_EINVAL;
+  return rc;
+}
+
 static int free_buffer(void *h) { return mgpu_free(h); }
 
 TEST_IMPL(free_races_copies) {
   test_init();
-  racer r = {.dev = 0};
+  racer r = {0};
   for (int i = 0; i < ROUNDS; i++) {
     ASSERT_OK(mgpu_malloc((mgpu_buffer **)&r.handle, 0, 256));
-    race(&r, buffer_racer, free_buffer);
+    race(&r, copy_call, free_buffer);
     ASSERT_ERR(MGPU_EFREED, mgpu_free(r.handle));
   }
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
 
-static void *stream_racer(void *p) {
-  racer *r = p;
-  while (!atomic_load(&r->go)) sched_yield();
-  while (!atomic_load(&r->stop)) {
-    int rc = mgpu_stream_synchronize(r->handle);
-    if (ok_or_gone(rc)) rc = mgpu_stream_query(r->handle);
-    if (!ok_or_gone(rc) && rc != MGPU_EAGAIN) atomic_store(&r->bad, rc);
-    atomic_fetch_add(&r->calls, 1);
-    if (rc == MGPU_EFREED) break;
-  }
-  return NULL;
+static int stream_call(racer *r) {
+  int rc = mgpu_stream_synchronize(r->handle);
+  return rc == 0 ? mgpu_stream_query(r->handle) : rc;
 }
 
 static int destroy_stream(void *h) { return mgpu_stream_destroy(h); }
 
-static void *event_racer(void *p) {
-  racer *r = p;
-  while (!atomic_load(&r->go)) sched_yield();
-  while (!atomic_load(&r->stop)) {
-    int rc = mgpu_event_record(r->handle, r->stream);
-    if (ok_or_gone(rc)) rc = mgpu_event_synchronize(r->handle);
-    if (!ok_or_gone(rc)) atomic_store(&r->bad, rc);
-    atomic_fetch_add(&r->calls, 1);
-    if (rc == MGPU_EFREED) break;
-  }
-  return NULL;
+static int event_call(racer *r) {
+  int rc = mgpu_event_record(r->handle, r->stream);
+  return rc == 0 ? mgpu_event_synchronize(r->handle) : rc;
 }
 
 static int destroy_event(void *h) { return mgpu_event_destroy(h); }
 
 TEST_IMPL(destroy_races_streams_and_events) {
   test_init();
-  racer r = {.dev = 0};
+  racer r = {0};
+  r.also_ok = MGPU_EAGAIN; /* a stream query of work not yet done */
   ASSERT_OK(mgpu_stream_create(&r.stream, 0));
   for (int i = 0; i < ROUNDS; i++) {
     ASSERT_OK(mgpu_stream_create((mgpu_stream **)&r.handle, 0));
-    race(&r, stream_racer, destroy_stream);
+    race(&r, stream_call, destroy_stream);
     ASSERT_ERR(MGPU_EFREED, mgpu_stream_destroy(r.handle));
     ASSERT_OK(mgpu_event_create((mgpu_event **)&r.handle, 0));
-    race(&r, event_racer, destroy_event);
+    race(&r, event_call, destroy_event);
     ASSERT_ERR(MGPU_EFREED, mgpu_event_destroy(r.handle));
   }
   ASSERT_OK(mgpu_stream_destroy(r.stream));
@@ -153,48 +149,23 @@ TEST_IMPL(destroy_races_streams_and_events) {
   return 0;
 }
 
-static void *comm_racer(void *p) {
-  racer *r = p;
-  while (!atomic_load(&r->go)) sched_yield();
-  while (!atomic_load(&r->stop)) {
-    int rc = mgpu_comm_size(r->handle);
-    if (rc > 0) rc = mgpu_comm_device(r->handle, 0);
-    if (rc > 0) rc = 0;
-    if (!ok_or_gone(rc)) atomic_store(&r->bad, rc);
-    atomic_fetch_add(&r->calls, 1);
-    if (rc == MGPU_EFREED) break;
-  }
-  return NULL;
+static int comm_call(racer *r) {
+  int rc = mgpu_comm_size(r->handle);
+  if (rc > 0) rc = mgpu_comm_device(r->handle, 0);
+  return rc > 0 ? 0 : rc;
 }
 
 static int destroy_comm(void *h) { return mgpu_comm_destroy(h); }
 
-static void *barrier_racer(void *p) {
-  racer *r = p;
-  while (!atomic_load(&r->go)) sched_yield();
-  while (!atomic_load(&r->stop)) {
-    /* Rank 1 never comes: the wait either times out or is woken by the
-     * destroy. */
-    int rc = mgpu_barrier_wait(r->handle, 0, 1);
-    if (!ok_or_gone(rc) && rc != MGPU_ETIMEDOUT) atomic_store(&r->bad, rc);
-    atomic_fetch_add(&r->calls, 1);
-    if (rc == MGPU_EFREED) break;
-  }
-  return NULL;
+/* Rank 1 never comes: the wait times out or is woken by the destroy. */
+static int barrier_call(racer *r) {
+  return mgpu_barrier_wait(r->handle, 0, 1);
 }
 
 static int destroy_barrier(void *h) { return mgpu_barrier_destroy(h); }
 
-static void *sbarrier_racer(void *p) {
-  racer *r = p;
-  while (!atomic_load(&r->go)) sched_yield();
-  while (!atomic_load(&r->stop)) {
-    int rc = mgpu_stream_barrier_wait(r->handle);
-    if (!ok_or_gone(rc)) atomic_store(&r->bad, rc);
-    atomic_fetch_add(&r->calls, 1);
-    if (rc == MGPU_EFREED) break;
-  }
-  return NULL;
+static int sbarrier_call(racer *r) {
+  return mgpu_stream_barrier_wait(r->handle);
 }
 
 static int destroy_sbarrier(void *h) { return mgpu_stream_barrier_destroy(h); }
@@ -203,20 +174,21 @@ TEST_IMPL(destroy_races_comms_and_barriers) {
   int ndev = test_init();
   int devs[2] = {0, ndev > 1 ? 1 : 0};
   int n = ndev > 1 ? 2 : 1;
-  racer r = {.dev = 0};
+  racer r = {0};
+  r.also_ok = MGPU_ETIMEDOUT;
   mgpu_stream *streams[2];
   for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_create(&streams[i], devs[i]));
   for (int i = 0; i < ROUNDS; i++) {
     ASSERT_OK(mgpu_comm_create(devs, n, (mgpu_comm **)&r.handle));
-    race(&r, comm_racer, destroy_comm);
+    race(&r, comm_call, destroy_comm);
     ASSERT_ERR(MGPU_EFREED, mgpu_comm_size(r.handle));
     int two[2] = {0, 0};
     ASSERT_OK(mgpu_barrier_create(two, 2, (mgpu_barrier **)&r.handle));
-    race(&r, barrier_racer, destroy_barrier);
+    race(&r, barrier_call, destroy_barrier);
     ASSERT_ERR(MGPU_EFREED, mgpu_barrier_wait(r.handle, 0, 0));
     ASSERT_OK(mgpu_stream_barrier_create(streams, n,
                                          (mgpu_stream_barrier **)&r.handle));
-    race(&r, sbarrier_racer, destroy_sbarrier);
+    race(&r, sbarrier_call, destroy_sbarrier);
     ASSERT_ERR(MGPU_EFREED, mgpu_stream_barrier_wait(r.handle));
   }
   for (int i = 0; i < n; i++) ASSERT_OK(mgpu_stream_destroy(streams[i]));
@@ -285,28 +257,20 @@ static int nothing(int dev, mgpu_stream *s, void *arg) {
   return 0;
 }
 
-static void *pool_racer(void *p) {
-  racer *r = p;
-  while (!atomic_load(&r->go)) sched_yield();
-  while (!atomic_load(&r->stop)) {
-    mgpu_task t = 0;
-    int rc = mgpu_pool_submit_fn(r->handle, nothing, NULL, &t);
-    if (rc == 0) rc = mgpu_pool_wait(r->handle, t);
-    if (!ok_or_gone(rc)) atomic_store(&r->bad, rc);
-    atomic_fetch_add(&r->calls, 1);
-    if (rc == MGPU_EFREED) break;
-  }
-  return NULL;
+static int pool_call(racer *r) {
+  mgpu_task t = 0;
+  int rc = mgpu_pool_submit_fn(r->handle, nothing, NULL, &t);
+  return rc == 0 ? mgpu_pool_wait(r->handle, t) : rc;
 }
 
 static int destroy_pool(void *h) { return mgpu_pool_destroy(h); }
 
 TEST_IMPL(pool_destroy_races_submit) {
   test_init();
-  racer r = {.dev = 0};
+  racer r = {0};
   for (int i = 0; i < ROUNDS / 4; i++) {
     ASSERT_OK(mgpu_pool_create((mgpu_pool **)&r.handle, NULL));
-    race(&r, pool_racer, destroy_pool);
+    race(&r, pool_call, destroy_pool);
     ASSERT_ERR(MGPU_EFREED, mgpu_pool_destroy(r.handle));
     ASSERT_ERR(MGPU_EFREED, mgpu_pool_submit_fn(r.handle, nothing, NULL,
                                                  NULL));
