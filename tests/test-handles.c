@@ -530,6 +530,7 @@ typedef struct sender {
   mgpu_buffer *src;
   mgpu_stream *stream;
   int rc;
+  _Atomic int freed; /* 1 once mgpu_free(src) returned 0 */
 } sender;
 
 static void *send_one(void *p) {
@@ -540,7 +541,7 @@ static void *send_one(void *p) {
 
 static void *free_src(void *p) {
   sender *s = p;
-  mgpu_free(s->src);
+  atomic_store(&s->freed, mgpu_free(s->src) == 0 ? 1 : -1);
   return NULL;
 }
 
@@ -556,33 +557,33 @@ TEST_IMPL(channel_source_freed_while_send_waits) {
   ASSERT_OK(mgpu_malloc(&first, 0, 64));
   ASSERT_OK(mgpu_malloc(&out, dst, 64));
   unsigned char got[64];
-  int waited = 0;
   for (int i = 0; i < 20; i++) {
-    sender s = {ch, NULL, ss, -1};
+    sender s = {ch, NULL, ss, -1, 0};
     ASSERT_OK(mgpu_malloc(&s.src, 0, 64));
     ASSERT_OK(mgpu_memset_async(first, 0, 1, 64, ss));
     ASSERT_OK(mgpu_memset_async(s.src, 0, 2, 64, ss));
     ASSERT_OK(mgpu_channel_send(ch, first, 0, 64, ss)); /* now full */
     pthread_t ts, tf;
     ASSERT(pthread_create(&ts, NULL, send_one, &s) == 0);
-    usleep(10000); /* the send waits for room (most rounds) */
+    /* Until the send holds its source (it then waits for room). */
+    while (mgpu__handle_users((uintptr_t)s.src, MGPU__H_BUFFER) < 1)
+      usleep(100);
     ASSERT(pthread_create(&tf, NULL, free_src, &s) == 0);
     usleep(2000);
+    /* The free waits for the send. */
+    ASSERT_EQ(atomic_load(&s.freed), 0);
     size_t len;
     ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
     pthread_join(ts, NULL);
     pthread_join(tf, NULL);
-    /* Either the free came first and the send found its source gone, or
-     * the free waited for the send, which copied the bytes it was given. */
-    if (s.rc == MGPU_EFREED) continue;
+    /* The send copied the bytes it was given, then the free went on. */
     ASSERT_OK(s.rc);
-    waited++;
+    ASSERT_EQ(atomic_load(&s.freed), 1);
     ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
     ASSERT_OK(mgpu_stream_synchronize(ds));
     ASSERT_OK(mgpu_memcpy_dtoh(got, out, 0, sizeof got));
     for (int k = 0; k < 64; k++) ASSERT_EQ(got[k], 2);
   }
-  ASSERT(waited > 0);
   ASSERT_OK(mgpu_channel_destroy(ch));
   ASSERT_OK(mgpu_free(first));
   ASSERT_OK(mgpu_free(out));

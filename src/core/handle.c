@@ -263,3 +263,11 @@ void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
     fn(s->obj, arg); /* must retire the object's handle */
   }
 }
+
+int mgpu__handle_users(uintptr_t h, mgpu__htype type) {
+  int code = 0;
+  slot *s = slot_of(h, type, &code);
+  if (s == NULL) return -1;
+  return (int)(atomic_load_explicit(&s->state, memory_order_acquire) &
+               ST_USERS);
+}

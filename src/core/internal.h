@@ -162,6 +162,8 @@ void mgpu__handle_retire(uintptr_t h);
 /* Close and retire: for objects whose calls never wait on anything. */
 void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
                            int *err);
+/* How many calls hold h now (tests and diagnostics; -1: not a handle). */
+int mgpu__handle_users(uintptr_t h, mgpu__htype type);
 /* Closes every live object of the type and calls fn on it, which must free
  * it and retire its handle (used by shutdown; one pass over the table). */
 void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
