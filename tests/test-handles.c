@@ -663,6 +663,26 @@ TEST_IMPL(shutdown_from_device_function_refused) {
   return 0;
 }
 
+static int task_calls_shutdown(int dev, mgpu_stream *s, void *arg) {
+  (void)s;
+  return call_shutdown(dev, arg);
+}
+
+TEST_IMPL(shutdown_from_pool_task_refused) {
+  test_init();
+  mgpu_pool *p;
+  ASSERT_OK(mgpu_pool_create(&p, NULL));
+  inner_call c = {0, ""};
+  ASSERT_OK(mgpu_pool_submit_fn(p, task_calls_shutdown, &c, NULL));
+  ASSERT_OK(mgpu_pool_wait_all(p));
+  ASSERT_EQ(c.rc, MGPU_EINVAL);
+  ASSERT(strstr(c.detail, "task pool") != NULL);
+  ASSERT(mgpu_is_initialized());
+  ASSERT_OK(mgpu_pool_destroy(p));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(generation_never_wraps)
 TEST_ENTRY(free_races_copies)
@@ -679,4 +699,5 @@ TEST_ENTRY(rank_buffer_freed_while_waiting)
 TEST_ENTRY(channel_source_freed_while_send_waits)
 TEST_ENTRY(shutdown_races_calls)
 TEST_ENTRY(shutdown_from_device_function_refused)
+TEST_ENTRY(shutdown_from_pool_task_refused)
 TEST_LIST_END

@@ -93,9 +93,9 @@ MGPU_EXTERN int mgpu_init(const mgpu_config *config);
  * or refused (MGPU_ENOINIT, or MGPU_EFREED for a handle shutdown closed);
  * nothing is freed under a caller. Every handle of the old session is
  * MGPU_EFREED afterwards, also after a new mgpu_init; work handles stay
- * valid and must still be waited. Called from a device function or from
- * inside another mgpu call it returns MGPU_EINVAL (it would wait for
- * itself). */
+ * valid and must still be waited. Called from a device function, a task of
+ * a task pool, or from inside another mgpu call it returns MGPU_EINVAL (it
+ * would wait for itself). */
 MGPU_EXTERN int mgpu_shutdown(void);
 
 /* 1 between a successful mgpu_init and mgpu_shutdown, else 0. */

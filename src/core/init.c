@@ -81,6 +81,9 @@ static _Atomic uintptr_t library;
 static _Thread_local int gate_depth;
 static _Thread_local uintptr_t gate_held;
 static _Thread_local int shutdown_thread;
+static _Thread_local const char *thread_owner; /* see mgpu__thread_owned_by */
+
+void mgpu__thread_owned_by(const char *what) { thread_owner = what; }
 
 int mgpu__lib_enter(const char *what) {
   if (gate_depth > 0 || shutdown_thread) {
@@ -343,6 +346,10 @@ int mgpu_shutdown(void) {
   if (gate_depth > 0)
     return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called from inside another "
                        "mgpu call (a callback): it would wait for itself");
+  if (thread_owner != NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called on %s: shutdown "
+                       "joins that thread, it would wait for itself",
+                       thread_owner);
   mgpu__mutex_lock(&init_lock);
   if (!initialized) {
     mgpu__mutex_unlock(&init_lock);

@@ -98,6 +98,10 @@ int mgpu__device_check(int id, mgpu__device **out);
  * enters on one thread pass. */
 int mgpu__lib_enter(const char *what);
 void mgpu__lib_leave(void);
+/* Marks the calling thread as one the library joins at shutdown (what
+ * names it): mgpu_shutdown called on it is refused, it would wait for
+ * itself. */
+void mgpu__thread_owned_by(const char *what);
 /* mgpu__lib_enter, then mgpu__device_check; leaves again on failure. */
 int mgpu__device_enter(int id, mgpu__device **out);
 int mgpu__ndevices(void);

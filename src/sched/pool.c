@@ -259,6 +259,7 @@ static void *worker_main(void *arg) {
   mgpu__worker *w = arg;
   mgpu__pool *p = w->pool;
   tls_worker = w;
+  mgpu__thread_owned_by("a task pool's worker"); /* shutdown would join it */
   if (mgpu_set_device(w->dev) != 0)
     mgpu__log(MGPU_LOG_WARN, "task pool: worker of device %d could not make "
               "it current: %s", w->dev, mgpu_error_detail());
