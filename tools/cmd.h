@@ -13,6 +13,8 @@ int mgpu_cmd_devices(int argc, char **argv);
 int mgpu_cmd_demo(int argc, char **argv);
 int mgpu_cmd_bench(int argc, char **argv);
 int mgpu_cmd_trace(int argc, char **argv);
+/* mgpu demo mandelbrot (tools/demo-mandelbrot.c); argv[1] is "mandelbrot". */
+int mgpu_demo_mandelbrot(int argc, char **argv);
 /* Provided by tools/cmd-topo.c when the topology layer is built. */
 int mgpu_cmd_topo(int argc, char **argv) __attribute__((weak));
 
