@@ -87,9 +87,9 @@ TEST_IMPL(recorder_writes_chrome_json) {
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   mgpu__trace_name_device(0, "device 0: host device 0");
   mgpu__trace_name_device(1, "device 1: host device 1");
-  uint32_t s0 = mgpu__trace_stream_track(0, 7), s1 = mgpu__trace_stream_track(1, 8);
-  mgpu__trace_name_track(0, s0, "stream 7");
-  mgpu__trace_name_track(1, s1, "stream 8");
+  uint32_t s0 = mgpu__trace_stream_track_new(0, "stream 7");
+  uint32_t s1 = mgpu__trace_stream_track_new(1, NULL);
+  ASSERT(s0 != s1);
 
   /* Off: nothing is kept. */
   mgpu__trace_span(0, s0, "kernel early", 1, 2, NULL, 0);
@@ -101,7 +101,14 @@ TEST_IMPL(recorder_writes_chrome_json) {
   mgpu__trace_arg args[] = {MGPU__TARG_I("bytes", 4096),
                             MGPU__TARG_S("path", "peer direct")};
   mgpu__trace_span(0, s0, "kernel mandel", t + 1000, t + 2500, args, 0);
-  mgpu__trace_span(1, s1, "copy.peer", t + 3001, t + 4002, args, 2);
+  /* A tag set for the next operation, taken by the backend, recorded when
+   * the operation ran. */
+  ASSERT(mgpu__trace_tag_take() == NULL);
+  mgpu__trace_tag_set("copy.peer", args, 2);
+  mgpu__trace_tag *tag = mgpu__trace_tag_take();
+  ASSERT(tag != NULL && mgpu__trace_tag_take() == NULL);
+  mgpu__trace_span_tag(1, s1, tag, t + 3001, t + 4002);
+  free(tag);
   mgpu__trace_flow("event wait", (mgpu__trace_point){0, s0, t + 2400},
                    (mgpu__trace_point){1, s1, t + 3001});
   mgpu__trace_counter(1, "memory in use", t + 500, 1 << 20);
@@ -160,7 +167,9 @@ TEST_IMPL(recorder_writes_chrome_json) {
       named0 = 1;
     if (strcmp(n, "process_name") == 0 && strcmp(v, "device 1: host device 1") == 0)
       named1 = 1;
-    if (strcmp(n, "thread_name") == 0 && strcmp(v, "stream 7") == 0) stream7 = 1;
+    if (strcmp(n, "thread_name") == 0 && strcmp(v, "stream 7") == 0 &&
+        json_get_number(e, "tid", 0) == s0)
+      stream7 = 1;
     if (strcmp(n, "thread_name") == 0 && strcmp(v, "main thread") == 0 &&
         json_get_number(e, "pid", 0) == MGPU__TRACE_HOST)
       host_thread = 1;

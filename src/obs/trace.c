@@ -169,9 +169,49 @@ void mgpu__trace_name_thread(int dev, const char *name) {
   set_name(dev, mgpu__trace_thread_track(), name);
 }
 
-uint32_t mgpu__trace_stream_track(int dev, uint32_t stream_no) {
-  (void)dev;
-  return 1 + stream_no % (THREAD_TRACK0 - 1);
+static _Atomic uint32_t stream_tracks;
+
+uint32_t mgpu__trace_stream_track_new(int dev, const char *name) {
+  uint32_t track = 1 + atomic_fetch_add(&stream_tracks, 1) % (THREAD_TRACK0 - 1);
+  char def[32];
+  if (name == NULL) {
+    snprintf(def, sizeof def, "stream %u", track);
+    name = def;
+  }
+  set_name(dev, track, name);
+  return track;
+}
+
+/* ---- tags ---- */
+
+static _Thread_local mgpu__trace_tag my_tag;
+static _Thread_local int my_tag_set;
+
+void mgpu__trace_tag_set(const char *name, const mgpu__trace_arg *args,
+                         int nargs) {
+  size_t i = 0;
+  for (; i < MGPU__TRACE_NAME - 1 && name[i] != '\0'; i++) my_tag.name[i] = name[i];
+  my_tag.name[i] = '\0';
+  if (nargs > MGPU__TRACE_ARGS) nargs = MGPU__TRACE_ARGS;
+  my_tag.nargs = nargs > 0 ? nargs : 0;
+  for (int k = 0; k < my_tag.nargs; k++) my_tag.args[k] = args[k];
+  my_tag_set = 1;
+}
+
+void mgpu__trace_tag_clear(void) { my_tag_set = 0; }
+
+mgpu__trace_tag *mgpu__trace_tag_take(void) {
+  if (!my_tag_set) return NULL;
+  my_tag_set = 0;
+  mgpu__trace_tag *t = malloc(sizeof *t);
+  if (t != NULL) *t = my_tag;
+  return t;
+}
+
+void mgpu__trace_span_tag(int dev, uint32_t track, const mgpu__trace_tag *tag,
+                          uint64_t start_ns, uint64_t end_ns) {
+  mgpu__trace_span(dev, track, tag->name, start_ns, end_ns, tag->args,
+                   tag->nargs);
 }
 
 /* ---- buffers ---- */

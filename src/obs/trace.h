@@ -15,7 +15,7 @@
  * Processes and tracks: trace process d is device d (named with its
  * properties by mgpu__trace_name_device), MGPU__TRACE_HOST is the host
  * process of threads that belong to no device. A track is a stream
- * (mgpu__trace_stream_track) or a host thread (mgpu__trace_thread_track).
+ * (mgpu__trace_stream_track_new) or a host thread (mgpu__trace_thread_track).
  *
  * Memory: each recording thread appends to its own buffer, grown in chunks
  * of MGPU__TRACE_CHUNK events up to MGPU__TRACE_CAP events per thread and
@@ -96,10 +96,33 @@ uint32_t mgpu__trace_thread_track(void);
  * recordings. */
 void mgpu__trace_name_thread(int dev, const char *name);
 
-/* The track of stream number stream_no (any number unique per device, such
- * as the stream's handle slot) and its name. Kept across recordings. */
-uint32_t mgpu__trace_stream_track(int dev, uint32_t stream_no);
+/* A new track for a stream of device dev, named name, or "stream N" when
+ * name is NULL (N counts the streams of the process). Kept across
+ * recordings. */
+uint32_t mgpu__trace_stream_track_new(int dev, const char *name);
 void mgpu__trace_name_track(int dev, uint32_t track, const char *name);
+
+/* What the next operation a thread hands to a backend is (its span's name
+ * and arguments), for the span the backend records when the operation
+ * really runs: on a host device's worker, or between CUDA events. The
+ * caller sets it just before the backend call and clears it just after;
+ * the backend takes it when it queues the operation. Set and take only
+ * while mgpu__trace_enabled(). */
+typedef struct mgpu__trace_tag {
+  char name[MGPU__TRACE_NAME];
+  int nargs;
+  mgpu__trace_arg args[MGPU__TRACE_ARGS];
+} mgpu__trace_tag;
+
+void mgpu__trace_tag_set(const char *name, const mgpu__trace_arg *args,
+                         int nargs);
+void mgpu__trace_tag_clear(void);
+/* The calling thread's tag, moved into a new allocation the caller frees,
+ * or NULL when none is set (or memory is short). */
+mgpu__trace_tag *mgpu__trace_tag_take(void);
+/* Records a span described by tag. */
+void mgpu__trace_span_tag(int dev, uint32_t track, const mgpu__trace_tag *tag,
+                          uint64_t start_ns, uint64_t end_ns);
 
 /* Names trace process dev ("device 1: host device 1"); copied. */
 void mgpu__trace_name_device(int dev, const char *name);

@@ -538,10 +538,10 @@ static void draw(canvas *cv, model *m, const char *title, int width,
 
   /* Title, axis, legend, the merge note. */
   draw_text(cv, 8, 8, title, 0x101010, 2);
-  format_time(line, sizeof line, m->t1 - m->t0, m->t1 - m->t0);
-  char info_line[256];
+  char span_time[48], info_line[160];
+  format_time(span_time, sizeof span_time, m->t1 - m->t0, m->t1 - m->t0);
   snprintf(info_line, sizeof info_line,
-           "%zu spans over %s on %d processes, %zu arrows", m->nspans, line,
+           "%zu spans over %s on %d processes, %zu arrows", m->nspans, span_time,
            devices, flows);
   draw_text(cv, 8, 30, info_line, 0x404040, 1);
   draw_axis(cv, m, x0, x1, width);
