@@ -2,10 +2,11 @@
  * trace-event shape, names, flows, counters, relative timestamps, the cap),
  * its errors, and the timeline picture read back pixel by pixel. */
 #include <math.h>
+#include <time.h>
 #include <pthread.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "util/thread.h"
 #include "image.h"
 #include "json.h"
 #include "obs/trace.h"
@@ -87,8 +88,8 @@ TEST_IMPL(recorder_writes_chrome_json) {
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   mgpu__trace_name_device(0, "device 0: host device 0");
   mgpu__trace_name_device(1, "device 1: host device 1");
-  uint32_t s0 = mgpu__trace_stream_track_new(0, "stream 7");
-  uint32_t s1 = mgpu__trace_stream_track_new(1, NULL);
+  uint32_t s0 = mgpu__trace_track_new(0, "stream 7");
+  uint32_t s1 = mgpu__trace_track_new(1, NULL);
   ASSERT(s0 != s1);
 
   /* Off: nothing is kept. */
@@ -101,12 +102,15 @@ TEST_IMPL(recorder_writes_chrome_json) {
   mgpu__trace_arg args[] = {MGPU__TARG_I("bytes", 4096),
                             MGPU__TARG_S("path", "peer direct")};
   mgpu__trace_span(0, s0, "kernel mandel", t + 1000, t + 2500, args, 0);
-  /* A tag set for the next operation, taken by the backend, recorded when
+  /* A tag pushed around the backend calls, copied by the backend, recorded when
    * the operation ran. */
-  ASSERT(mgpu__trace_tag_take() == NULL);
-  mgpu__trace_tag_set("copy.peer", args, 2);
-  mgpu__trace_tag *tag = mgpu__trace_tag_take();
-  ASSERT(tag != NULL && mgpu__trace_tag_take() == NULL);
+  ASSERT(mgpu__trace_tag_copy() == NULL);
+  int pushed = mgpu__trace_tag_push("copy.peer", args, 2);
+  ASSERT(pushed);
+  ASSERT(!mgpu__trace_tag_push("copy.d2d", NULL, 0)); /* the outer one wins */
+  mgpu__trace_tag *tag = mgpu__trace_tag_copy();
+  mgpu__trace_tag_pop(pushed);
+  ASSERT(tag != NULL && mgpu__trace_tag_copy() == NULL);
   mgpu__trace_span_tag(1, s1, tag, t + 3001, t + 4002);
   free(tag);
   mgpu__trace_flow("event wait", (mgpu__trace_point){0, s0, t + 2400},
@@ -182,8 +186,6 @@ TEST_IMPL(recorder_writes_chrome_json) {
 }
 
 TEST_IMPL(recorder_errors) {
-  test_init();
-  mgpu__obs_set_reporters(mgpu__error, mgpu__log);
   char path[512];
   temp_path(path, sizeof path, "errors.json");
   ASSERT_ERR(MGPU_EINVAL, mgpu_trace_start(NULL));
@@ -372,6 +374,290 @@ TEST_IMPL(timeline_svg_and_errors) {
   return 0;
 }
 
+
+/* ---- a traced run over every layer ---- */
+
+static int sleepy_task(int dev, mgpu_stream *s, void *arg) {
+  (void)dev;
+  (void)s;
+  (void)arg;
+  struct timespec ts = {0, 2 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  return 0;
+}
+
+static void tiny_kernel(const mgpu_kernel_ctx *ctx, const void *args) {
+  (void)ctx;
+  (void)args;
+}
+
+static void noop_callback(void *arg) { (void)arg; }
+
+static int noop_on_device(int dev, void *arg) {
+  (void)dev;
+  (void)arg;
+  return 0;
+}
+
+/* How many events of ph whose name starts with prefix, on process pid
+ * (any when pid < 0). */
+static size_t count_named(const json *trace, const char *ph, const char *prefix,
+                          int pid) {
+  const json *ev = json_get(trace, "traceEvents");
+  size_t n = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *e = &ev->items[i];
+    const char *p = json_get_string(e, "ph"), *nm = json_get_string(e, "name");
+    if (p && nm && strcmp(p, ph) == 0 && strncmp(nm, prefix, strlen(prefix)) == 0 &&
+        (pid < 0 || (int)json_get_number(e, "pid", -1) == pid))
+      n++;
+  }
+  return n;
+}
+
+/* Every flow start has one end with its id, name and category. */
+static void assert_flows_paired(const json *trace, const char *name) {
+  const json *ev = json_get(trace, "traceEvents");
+  size_t starts = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *s = &ev->items[i];
+    const char *p = json_get_string(s, "ph"), *nm = json_get_string(s, "name");
+    if (!p || !nm || strcmp(p, "s") != 0 || strcmp(nm, name) != 0) continue;
+    starts++;
+    int ends = 0;
+    for (size_t k = 0; k < ev->n; k++) {
+      const json *f = &ev->items[k];
+      const char *q = json_get_string(f, "ph"), *fn = json_get_string(f, "name");
+      if (q && fn && strcmp(q, "f") == 0 && strcmp(fn, name) == 0 &&
+          json_get_number(f, "id", -1) == json_get_number(s, "id", -2))
+        ends++;
+    }
+    ASSERT_EQ(ends, 1);
+  }
+  ASSERT(starts > 0);
+}
+
+TEST_IMPL(trace_of_every_layer) {
+  char path[512], metrics[512];
+  temp_path(path, sizeof path, "run.json");
+  temp_path(metrics, sizeof metrics, "metrics.json");
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.trace = path;     /* as MGPU_TRACE would */
+  cfg.metrics = metrics; /* as MGPU_METRICS would */
+  ASSERT_OK(mgpu_init(&cfg));
+  int n = mgpu_device_count();
+  if (n < 2) return TEST_SKIP;
+  mgpu_device_props p0 = {.size = sizeof p0};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  ASSERT_EQ(mgpu_trace_active(), 1);
+  enum { N = 1 << 16 };
+  static float host[N];
+  mgpu_stream *s[2];
+  mgpu_buffer *a[2];
+  for (int d = 0; d < 2; d++) {
+    ASSERT_OK(mgpu_stream_create(&s[d], d));
+    ASSERT_OK(mgpu_malloc(&a[d], d, N * sizeof(float)));
+  }
+  /* Kernels, copies of every path, memset, callback. */
+  const mgpu_kernel k = {"tiny", tiny_kernel, NULL};
+  ASSERT_OK(mgpu_memcpy_htod_async(a[0], 0, host, sizeof host, s[0]));
+  ASSERT_OK(mgpu_launch(s[0], &k, MGPU_DIM3(2, 1, 1), MGPU_DIM3(32, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_memset_async(a[0], 0, 0, sizeof host, s[0]));
+  ASSERT_OK(mgpu_scale(s[0], a[0], 0, N, MGPU_FLOAT32, 2.0));
+  ASSERT_OK(mgpu_stream_add_callback(s[0], noop_callback, NULL));
+  ASSERT_OK(mgpu_memcpy_async(a[1], 0, a[0], 0, sizeof host, s[0])); /* peer */
+  ASSERT_OK(mgpu_peer_disable(0, 1));
+  ASSERT_OK(mgpu_memcpy_async(a[1], 0, a[0], 0, sizeof host, s[0])); /* staged */
+  ASSERT_OK(mgpu_peer_enable(0, 1));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(host, a[0], 0, sizeof host, s[0]));
+  /* An event recorded on device 0 that device 1's stream waits for. */
+  mgpu_event *ev;
+  ASSERT_OK(mgpu_event_create(&ev, 0));
+  ASSERT_OK(mgpu_launch(s[0], &k, MGPU_DIM3(64, 1, 1), MGPU_DIM3(1, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_event_record(ev, s[0]));
+  ASSERT_OK(mgpu_stream_wait_event(s[1], ev));
+  ASSERT_OK(mgpu_launch(s[1], &k, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), NULL, 0));
+  for (int d = 0; d < 2; d++) ASSERT_OK(mgpu_stream_synchronize(s[d]));
+  ASSERT_OK(mgpu_event_destroy(ev));
+  ASSERT_OK(mgpu_run_on_device(1, noop_on_device, NULL));
+  /* The stream-ordered pool keeps a freed block. */
+  mgpu_buffer *pooled;
+  ASSERT_OK(mgpu_malloc_async(&pooled, 1 << 20, s[1]));
+  ASSERT_OK(mgpu_free_async(pooled, s[1]));
+  ASSERT_OK(mgpu_stream_synchronize(s[1]));
+
+  /* A collective, a barrier, a channel. */
+  int devs[2] = {0, 1};
+  mgpu_comm *comm;
+  ASSERT_OK(mgpu_comm_create(devs, 2, &comm));
+  ASSERT_OK(mgpu_group_begin());
+  for (int r = 0; r < 2; r++)
+    ASSERT_OK(mgpu_allreduce(comm, r, a[r], a[r], 1024, MGPU_FLOAT32, MGPU_SUM, s[r]));
+  ASSERT_OK(mgpu_group_end());
+  for (int d = 0; d < 2; d++) ASSERT_OK(mgpu_stream_synchronize(s[d]));
+  ASSERT_OK(mgpu_comm_destroy(comm));
+  mgpu_barrier *bar;
+  ASSERT_OK(mgpu_barrier_create(devs, 1, &bar));
+  ASSERT_OK(mgpu_barrier_wait(bar, 0, 1000));
+  ASSERT_OK(mgpu_barrier_destroy(bar));
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_channel_create(0, 1, 4096, 2, &ch));
+  ASSERT_OK(mgpu_channel_send(ch, a[0], 0, 4096, s[0]));
+  size_t got = 0;
+  ASSERT_OK(mgpu_channel_recv(ch, a[1], 0, &got, s[1]));
+  ASSERT_EQ(got, 4096);
+  for (int d = 0; d < 2; d++) ASSERT_OK(mgpu_stream_synchronize(s[d]));
+  ASSERT_OK(mgpu_channel_destroy(ch));
+
+  /* Pool tasks that all prefer device 0: the others steal. */
+  mgpu_pool_opts po = MGPU_POOL_OPTS_INITIALIZER;
+  mgpu_pool *pool;
+  ASSERT_OK(mgpu_pool_create(&pool, &po));
+  for (int i = 0; i < 40; i++) {
+    mgpu_task_desc td = MGPU_TASK_DESC_INITIALIZER;
+    td.fn = sleepy_task;
+    td.device = 0;
+    ASSERT_OK(mgpu_pool_submit(pool, &td, NULL));
+  }
+  ASSERT_OK(mgpu_pool_wait_all(pool));
+  mgpu_pool_stats ps = {.size = sizeof ps};
+  ASSERT_OK(mgpu_pool_stats_get(pool, &ps));
+  uint64_t stolen = 0;
+  for (int i = 0; i < ps.ndevices; i++) stolen += ps.dev[i].tasks_stolen;
+  ASSERT_OK(mgpu_pool_destroy(pool));
+
+  /* Metrics with time, before the buffers go. */
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT(m.wall_ns > 0);
+  ASSERT(m.dev[0].utilization > 0);
+  ASSERT(m.dev[0].copy_ns[MGPU_METRIC_PATH_H2D] > 0);
+  ASSERT_EQ(m.dev[0].copy_bytes[MGPU_METRIC_PATH_H2D], sizeof host);
+  ASSERT(m.dev[0].copy_gbps[MGPU_METRIC_PATH_H2D] > 0);
+  ASSERT(m.dev[0].copy_bytes[MGPU_METRIC_PATH_PEER_DIRECT] >= sizeof host);
+  /* The staged copy's halves: device to host on 0, host to device on 1. */
+  ASSERT(m.dev[0].copy_bytes[MGPU_METRIC_PATH_PEER_STAGED] >= sizeof host);
+  ASSERT(m.dev[1].copy_bytes[MGPU_METRIC_PATH_PEER_STAGED] >= sizeof host);
+  ASSERT_EQ(m.dev[1].mem_pool_cached, 1 << 20);
+  ASSERT(m.dev[1].mem_in_use >= m.dev[1].mem_pool_cached + N * sizeof(float));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_metrics_print(NULL, MGPU_METRICS_TABLE));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_metrics_print(stdout, (mgpu_metrics_format)7));
+  for (int d = 0; d < 2; d++) {
+    ASSERT_OK(mgpu_free(a[d]));
+    ASSERT_OK(mgpu_stream_destroy(s[d]));
+  }
+  ASSERT_OK(mgpu_shutdown()); /* writes the trace and the metrics */
+  ASSERT_EQ(mgpu_trace_active(), 0);
+
+  json *j = read_trace(path);
+  ASSERT_EQ(json_get_number(json_get(j, "otherData"), "dropped_events", -1), 0);
+  /* One process per device, named with its properties. */
+  char want[160];
+  snprintf(want, sizeof want, "device 0: %s", p0.name);
+  const json *evs = json_get(j, "traceEvents");
+  int named = 0;
+  for (size_t i = 0; i < evs->n; i++) {
+    const char *v = json_get_string(json_get(&evs->items[i], "args"), "name");
+    if (v != NULL && strcmp(v, want) == 0) named = 1;
+  }
+  ASSERT(named);
+  ASSERT(count_named(j, "X", "kernel tiny", 0) >= 2);
+  ASSERT(count_named(j, "X", "kernel tiny", 1) == 1);
+  ASSERT(count_named(j, "X", "kernel scale", 0) == 1);
+  ASSERT(count_named(j, "X", "copy.h2d", 0) == 1);
+  ASSERT(count_named(j, "X", "copy.d2h", 0) == 1);
+  ASSERT(count_named(j, "X", "copy.peer", -1) >= 1);
+  ASSERT(count_named(j, "X", "copy.staged", 0) >= 1); /* its d2h halves */
+  ASSERT(count_named(j, "X", "copy.staged", 1) >= 1); /* its h2d halves */
+  ASSERT(count_named(j, "X", "memset", 0) == 1);
+  ASSERT(count_named(j, "X", "callback", 0) == 1);
+  /* Ours, and the one mgpu_shutdown queues to drain each device. */
+  ASSERT_EQ(count_named(j, "X", "run_on_device", 1), 2);
+  /* A small all-reduce on host devices is one kernel on one rank's
+   * stream, which the others wait for. */
+  ASSERT(count_named(j, "X", "coll.allreduce", -1) >= 1);
+  ASSERT(count_named(j, "X", "barrier", -1) == 1);
+  ASSERT(count_named(j, "X", "chan.send", 0) >= 1);
+  ASSERT(count_named(j, "X", "chan.recv", 1) >= 1);
+  ASSERT(count_named(j, "X", "alloc", -1) >= 2);
+  ASSERT(count_named(j, "X", "free", -1) >= 2);
+  ASSERT_EQ(count_named(j, "X", "task", -1), 40);
+  ASSERT(count_named(j, "C", "memory in use", 0) >= 2);
+  ASSERT(count_named(j, "C", "memory in use", 1) >= 2);
+  ASSERT(count_named(j, "C", "memory cached by the pool", 1) >= 1);
+  assert_flows_paired(j, "event");
+  assert_flows_paired(j, "chan");
+  ASSERT_EQ(count_named(j, "s", "steal", -1), stolen);
+  if (stolen > 0) assert_flows_paired(j, "steal");
+  /* The event's arrow goes from device 0 to device 1. */
+  int across = 0;
+  for (size_t i = 0; i < evs->n; i++) {
+    const json *e = &evs->items[i];
+    const char *p = json_get_string(e, "ph"), *nm = json_get_string(e, "name");
+    if (p && nm && strcmp(p, "f") == 0 && strcmp(nm, "event") == 0 &&
+        json_get_number(e, "pid", -1) == 1)
+      across = 1;
+  }
+  ASSERT(across);
+  json_free(j);
+  remove(path);
+
+  /* MGPU_METRICS wrote JSON at shutdown. */
+  json *mj = read_trace(metrics);
+  const json *devices = json_get(mj, "devices");
+  ASSERT(devices != NULL && devices->type == JSON_ARRAY && (int)devices->n == n);
+  const json *d0 = &devices->items[0];
+  ASSERT(json_get_number(d0, "utilization", -1) > 0);
+  ASSERT(json_get_number(json_get(json_get(d0, "copies"), "h2d"), "bytes", 0) ==
+         sizeof host);
+  ASSERT(json_get_number(d0, "tasks_run", -1) >= 0);
+  json_free(mj);
+  remove(metrics);
+  return 0;
+}
+
+TEST_IMPL(metrics_table_and_reset) {
+  test_init();
+  mgpu_buffer *b;
+  mgpu_stream *s;
+  static char host[1 << 20];
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&b, 0, sizeof host));
+  ASSERT_OK(mgpu_memcpy_htod_async(b, 0, host, sizeof host, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ASSERT(f != NULL);
+  ASSERT_OK(mgpu_metrics_print(f, MGPU_METRICS_TABLE));
+  fclose(f);
+  ASSERT(strstr(text, "util") != NULL);
+  ASSERT(strstr(text, "h2d") != NULL);
+  ASSERT(strstr(text, "load imbalance") != NULL);
+  free(text);
+  ASSERT_OK(mgpu_metrics_reset());
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[0].copy_ns[MGPU_METRIC_PATH_H2D], 0);
+  ASSERT_EQ(m.dev[0].copy_bytes[MGPU_METRIC_PATH_H2D], 0);
+  ASSERT(m.dev[0].copy_gbps[MGPU_METRIC_PATH_H2D] == 0);
+  ASSERT(m.wall_ns < 1000000000ull);
+  ASSERT(strcmp(mgpu_metric_path_name(MGPU_METRIC_PATH_PEER_STAGED), "peer_staged") == 0);
+  ASSERT(strcmp(mgpu_metric_path_name(99), "?") == 0);
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_ERR(MGPU_ENOINIT, mgpu_metrics_print(stderr, MGPU_METRICS_TABLE));
+  /* A trace path that cannot be created fails mgpu_init, with the name. */
+  cfg.trace = "/nonexistent-dir/t.json";
+  ASSERT_ERR(MGPU_EIO, mgpu_init(&cfg));
+  ASSERT_DETAIL_HAS("/nonexistent-dir/t.json");
+  ASSERT_EQ(mgpu_is_initialized(), 0);
+  ASSERT_EQ(mgpu_trace_active(), 0);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(json_reader)
 TEST_ENTRY(recorder_writes_chrome_json)
@@ -379,4 +665,6 @@ TEST_ENTRY(recorder_errors)
 TEST_ENTRY(recorder_threads_and_cap)
 TEST_ENTRY(timeline_png)
 TEST_ENTRY(timeline_svg_and_errors)
+TEST_ENTRY(trace_of_every_layer)
+TEST_ENTRY(metrics_table_and_reset)
 TEST_LIST_END

@@ -24,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mgpu/error.h"
+#include "obs/obs.h"
+#include "util/log.h"
 #include "util/thread.h"
 
 _Atomic int mgpu__trace_on;
@@ -75,19 +76,17 @@ static _Thread_local int my_dev;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t buf_key;
 
-static mgpu__obs_error_fn report_error;
-static mgpu__obs_log_fn report_log;
-
-void mgpu__obs_set_reporters(mgpu__obs_error_fn error, mgpu__obs_log_fn log) {
-  report_error = error;
-  report_log = log;
+/* Returns code with a detail: what, then 'arg' when given, then why. */
+static int fail(int code, const char *what, const char *arg, const char *why) {
+  return mgpu__error(code, "%s%s%s%s%s", what, arg ? " '" : "", arg ? arg : "",
+                     arg ? "'" : "", why ? why : "");
 }
 
-/* Returns code with a detail when the core gave the floor its setter. */
-static int fail(int code, const char *what, const char *arg, const char *why) {
-  if (report_error == NULL) return code;
-  return report_error(code, "%s%s%s%s%s", what, arg ? " '" : "", arg ? arg : "",
-                      arg ? "'" : "", why ? why : "");
+static void copy_name(char *dst, const char *src) {
+  size_t i = 0;
+  if (src != NULL)
+    for (; i < MGPU__TRACE_NAME - 1 && src[i] != '\0'; i++) dst[i] = src[i];
+  dst[i] = '\0';
 }
 
 /* ---- names ---- */
@@ -171,7 +170,7 @@ void mgpu__trace_name_thread(int dev, const char *name) {
 
 static _Atomic uint32_t stream_tracks;
 
-uint32_t mgpu__trace_stream_track_new(int dev, const char *name) {
+uint32_t mgpu__trace_track_new(int dev, const char *name) {
   uint32_t track = 1 + atomic_fetch_add(&stream_tracks, 1) % (THREAD_TRACK0 - 1);
   char def[32];
   if (name == NULL) {
@@ -182,27 +181,38 @@ uint32_t mgpu__trace_stream_track_new(int dev, const char *name) {
   return track;
 }
 
+void mgpu__trace_thread_adopt(int dev, uint32_t track) {
+  my_dev = dev;
+  my_dev_set = 1;
+  my_track = track;
+}
+
 /* ---- tags ---- */
 
 static _Thread_local mgpu__trace_tag my_tag;
 static _Thread_local int my_tag_set;
 
-void mgpu__trace_tag_set(const char *name, const mgpu__trace_arg *args,
+int mgpu__trace_tag_push(const char *name, const mgpu__trace_arg *args,
                          int nargs) {
-  size_t i = 0;
-  for (; i < MGPU__TRACE_NAME - 1 && name[i] != '\0'; i++) my_tag.name[i] = name[i];
-  my_tag.name[i] = '\0';
+  if (my_tag_set) return 0;
+  copy_name(my_tag.name, name);
   if (nargs > MGPU__TRACE_ARGS) nargs = MGPU__TRACE_ARGS;
   my_tag.nargs = nargs > 0 ? nargs : 0;
   for (int k = 0; k < my_tag.nargs; k++) my_tag.args[k] = args[k];
   my_tag_set = 1;
+  return 1;
 }
 
-void mgpu__trace_tag_clear(void) { my_tag_set = 0; }
+void mgpu__trace_tag_pop(int pushed) {
+  if (pushed) my_tag_set = 0;
+}
 
-mgpu__trace_tag *mgpu__trace_tag_take(void) {
+const char *mgpu__trace_tag_name(void) {
+  return my_tag_set ? my_tag.name : NULL;
+}
+
+mgpu__trace_tag *mgpu__trace_tag_copy(void) {
   if (!my_tag_set) return NULL;
-  my_tag_set = 0;
   mgpu__trace_tag *t = malloc(sizeof *t);
   if (t != NULL) *t = my_tag;
   return t;
@@ -267,13 +277,6 @@ static void commit(trace_buf *b) {
   atomic_store_explicit(&b->count, n + 1, memory_order_release);
 }
 
-static void copy_name(char *dst, const char *src) {
-  size_t i = 0;
-  if (src != NULL)
-    for (; i < MGPU__TRACE_NAME - 1 && src[i] != '\0'; i++) dst[i] = src[i];
-  dst[i] = '\0';
-}
-
 /* ---- recording ---- */
 
 void mgpu__trace_span(int dev, uint32_t track, const char *name,
@@ -336,10 +339,17 @@ void mgpu__trace_counter(int dev, const char *name, uint64_t ts,
   commit(b);
 }
 
-void mgpu_trace_span(const char *name, uint64_t start_ns, uint64_t end_ns) {
+void mgpu__trace_thread_span(const char *name, uint64_t start_ns,
+                             uint64_t end_ns, const mgpu__trace_arg *args,
+                             int nargs) {
   if (!mgpu__trace_enabled()) return;
-  mgpu__trace_span(thread_dev(), mgpu__trace_thread_track(),
-                   name != NULL ? name : "span", start_ns, end_ns, NULL, 0);
+  mgpu__trace_span(thread_dev(), mgpu__trace_thread_track(), name, start_ns,
+                   end_ns, args, nargs);
+}
+
+void mgpu_trace_span(const char *name, uint64_t start_ns, uint64_t end_ns) {
+  mgpu__trace_thread_span(name != NULL ? name : "span", start_ns, end_ns,
+                          NULL, 0);
 }
 
 uint64_t mgpu_trace_now_ns(void) { return mgpu__now_ns(); }
@@ -383,6 +393,7 @@ int mgpu_trace_start(const char *path) {
   base_ns = mgpu__now_ns();
   atomic_fetch_add_explicit(&session, 1, memory_order_release);
   atomic_store_explicit(&mgpu__trace_on, 1, memory_order_release);
+  mgpu__obs_trace_gauges(); /* the counters start where they stand */
   mgpu__mutex_unlock(&ctl_lock);
   return 0;
 }
@@ -583,6 +594,7 @@ int mgpu_trace_stop(void) {
     return fail(MGPU_EINVAL, "mgpu_trace_stop: no trace is being recorded",
                 NULL, NULL);
   }
+  mgpu__obs_trace_gauges(); /* and run to the end */
   atomic_store_explicit(&mgpu__trace_on, 0, memory_order_release);
   char *path = trace_path, tmp[4096];
   FILE *f = trace_file;
@@ -607,8 +619,8 @@ int mgpu_trace_stop(void) {
                                                         : strerror(errno));
     rc = fail(rc, "mgpu_trace_stop: writing", path, why);
     remove(tmp);
-  } else if (g.dropped > 0 && report_log != NULL) {
-    report_log(1, "trace %s: %llu events dropped at the cap of %d events per "
+  } else if (g.dropped > 0) {
+    mgpu__log(MGPU_LOG_WARN, "trace %s: %llu events dropped at the cap of %d events per "
                "thread", path, (unsigned long long)g.dropped, MGPU__TRACE_CAP);
   }
   free(g.ev);

@@ -15,7 +15,7 @@
  * Processes and tracks: trace process d is device d (named with its
  * properties by mgpu__trace_name_device), MGPU__TRACE_HOST is the host
  * process of threads that belong to no device. A track is a stream
- * (mgpu__trace_stream_track_new) or a host thread (mgpu__trace_thread_track).
+ * (mgpu__trace_track_new) or a host thread (mgpu__trace_thread_track).
  *
  * Memory: each recording thread appends to its own buffer, grown in chunks
  * of MGPU__TRACE_CHUNK events up to MGPU__TRACE_CAP events per thread and
@@ -78,6 +78,12 @@ void mgpu__trace_span(int dev, uint32_t track, const char *name,
                       uint64_t start_ns, uint64_t end_ns,
                       const mgpu__trace_arg *args, int nargs);
 
+/* Records a span on the calling thread's own track (its process: the one
+ * it was named in, else the host). */
+void mgpu__trace_thread_span(const char *name, uint64_t start_ns,
+                             uint64_t end_ns, const mgpu__trace_arg *args,
+                             int nargs);
+
 /* Records an arrow from `from` to `to`, named name (static; Perfetto pairs
  * both ends by name and id), with a fresh id. */
 void mgpu__trace_flow(const char *name, mgpu__trace_point from,
@@ -96,30 +102,37 @@ uint32_t mgpu__trace_thread_track(void);
  * recordings. */
 void mgpu__trace_name_thread(int dev, const char *name);
 
-/* A new track for a stream of device dev, named name, or "stream N" when
- * name is NULL (N counts the streams of the process). Kept across
- * recordings. */
-uint32_t mgpu__trace_stream_track_new(int dev, const char *name);
+/* A new track of trace process dev, named name, or "stream N" when name
+ * is NULL (N counts the tracks of the process's streams). Kept across
+ * recordings. Streams and the pool's workers get theirs this way. */
+uint32_t mgpu__trace_track_new(int dev, const char *name);
 void mgpu__trace_name_track(int dev, uint32_t track, const char *name);
+/* Makes (dev, track) the calling thread's own track (a pool worker takes
+ * the track its pool made for it). */
+void mgpu__trace_thread_adopt(int dev, uint32_t track);
 
-/* What the next operation a thread hands to a backend is (its span's name
- * and arguments), for the span the backend records when the operation
- * really runs: on a host device's worker, or between CUDA events. The
- * caller sets it just before the backend call and clears it just after;
- * the backend takes it when it queues the operation. Set and take only
- * while mgpu__trace_enabled(). */
+/* What the operations a thread hands to a backend are (their spans' name
+ * and arguments), for the spans the backend records when they really run:
+ * on a host device's worker, or between CUDA events. A layer pushes a tag
+ * before its backend calls and pops it after; the outermost tag wins, so
+ * the chunks a collective queues through the copy layer are named by the
+ * collective. The backend copies the tag when it queues an operation.
+ * Push only while mgpu__trace_enabled(). */
 typedef struct mgpu__trace_tag {
   char name[MGPU__TRACE_NAME];
   int nargs;
   mgpu__trace_arg args[MGPU__TRACE_ARGS];
 } mgpu__trace_tag;
 
-void mgpu__trace_tag_set(const char *name, const mgpu__trace_arg *args,
+/* Sets the tag unless one is set; returns 1 when it did (then pop it). */
+int mgpu__trace_tag_push(const char *name, const mgpu__trace_arg *args,
                          int nargs);
-void mgpu__trace_tag_clear(void);
-/* The calling thread's tag, moved into a new allocation the caller frees,
- * or NULL when none is set (or memory is short). */
-mgpu__trace_tag *mgpu__trace_tag_take(void);
+void mgpu__trace_tag_pop(int pushed);
+/* The name of the calling thread's tag, or NULL. */
+const char *mgpu__trace_tag_name(void);
+/* A new copy of the calling thread's tag that the caller frees, or NULL
+ * when none is set (or memory is short). */
+mgpu__trace_tag *mgpu__trace_tag_copy(void);
 /* Records a span described by tag. */
 void mgpu__trace_span_tag(int dev, uint32_t track, const mgpu__trace_tag *tag,
                           uint64_t start_ns, uint64_t end_ns);
@@ -130,12 +143,5 @@ void mgpu__trace_name_device(int dev, const char *name);
 /* Forgets every process and track name (mgpu_shutdown: the next init may
  * open other devices). */
 void mgpu__trace_forget_names(void);
-
-/* The hooks through which the floor reports: an error detail setter
- * (returns code) and a logger, both set by the core at init. Until then
- * errors return their code without a detail and nothing is logged. */
-typedef int (*mgpu__obs_error_fn)(int code, const char *fmt, ...);
-typedef void (*mgpu__obs_log_fn)(int level, const char *fmt, ...);
-void mgpu__obs_set_reporters(mgpu__obs_error_fn error, mgpu__obs_log_fn log);
 
 #endif /* MGPU_OBS_TRACE_H */
