@@ -118,9 +118,11 @@ void mgpu__obs_trace_gauges(void) {
     mgpu__trace_counter(i, "memory in use", now,
                         (int64_t)atomic_load_explicit(&obs_dev[i].mem_in_use,
                                                       memory_order_relaxed));
-    mgpu__trace_counter(i, "memory cached by the pool", now,
-                        (int64_t)atomic_load_explicit(&obs_dev[i].pool_cached,
-                                                      memory_order_relaxed));
+    /* The pool's counter appears once the pool holds something. */
+    uint64_t cached =
+        atomic_load_explicit(&obs_dev[i].pool_cached, memory_order_relaxed);
+    if (cached != 0)
+      mgpu__trace_counter(i, "memory cached by the pool", now, (int64_t)cached);
   }
 }
 

@@ -500,8 +500,9 @@ static void draw(canvas *cv, model *m, const char *title, int width,
     }
     int xa = (int)floor(a), xb = (int)ceil(b);
     draw_rect(cv, xa, y, xb - xa, BAR_H, c);
-    /* A dark edge on each side separates back-to-back spans. */
-    if (xb - xa >= 4) draw_rect(cv, xb - 1, y, 1, BAR_H, 0x202020);
+    /* A dark left edge separates back-to-back spans (the next span's
+     * edge covers this one's last column). */
+    if (xb - xa >= 4) draw_rect(cv, xa, y, 1, BAR_H, 0x202020);
   }
 
   /* Counters as steps. */
