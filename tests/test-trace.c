@@ -579,6 +579,7 @@ TEST_IMPL(trace_of_every_layer) {
   ASSERT(count_named(j, "X", "barrier", -1) == 1);
   ASSERT(count_named(j, "X", "chan.send", 0) >= 1);
   ASSERT(count_named(j, "X", "chan.recv", 1) >= 1);
+  ASSERT(count_named(j, "X", "wait stream", -1) >= 2);
   ASSERT(count_named(j, "X", "alloc", -1) >= 2);
   ASSERT(count_named(j, "X", "free", -1) >= 2);
   ASSERT_EQ(count_named(j, "X", "task", -1), 40);
