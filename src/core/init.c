@@ -269,6 +269,19 @@ static int print_metrics(void) {
   return rc;
 }
 
+/* Copies a string setting into the library's own buffer (the caller's may
+ * not outlive mgpu_init) and points the field at it. */
+static int keep_string(const char **field, char *buf, size_t size,
+                       const char *var) {
+  if (*field == NULL) return 0;
+  if (strlen(*field) >= size)
+    return mgpu__error(MGPU_EINVAL, "%s: longer than %zu characters", var,
+                       size - 1);
+  strcpy(buf, *field);
+  *field = buf;
+  return 0;
+}
+
 int mgpu_init(const mgpu_config *cfg) {
   mgpu__mutex_lock(&init_lock);
   int rc = 0;
@@ -279,33 +292,13 @@ int mgpu_init(const mgpu_config *cfg) {
   }
   rc = mgpu__config_resolve(cfg, &config);
   if (rc != 0) goto out;
-  if (config.devices != NULL) {
-    if (strlen(config.devices) >= sizeof devices_spec) {
-      rc = mgpu__error(MGPU_EINVAL, "MGPU_DEVICES: longer than %zu characters",
-                       sizeof devices_spec - 1);
-      goto out;
-    }
-    strcpy(devices_spec, config.devices);
-    config.devices = devices_spec;
-  }
-  if (config.plugin_path != NULL) {
-    if (strlen(config.plugin_path) >= sizeof plugin_path) {
-      rc = mgpu__error(MGPU_EINVAL, "MGPU_PLUGIN_PATH: longer than %zu "
-                       "characters", sizeof plugin_path - 1);
-      goto out;
-    }
-    strcpy(plugin_path, config.plugin_path);
-    config.plugin_path = plugin_path;
-  }
-  if (config.metrics != NULL) {
-    if (strlen(config.metrics) >= sizeof metrics_path) {
-      rc = mgpu__error(MGPU_EINVAL, "MGPU_METRICS: longer than %zu characters",
-                       sizeof metrics_path - 1);
-      goto out;
-    }
-    strcpy(metrics_path, config.metrics);
-    config.metrics = metrics_path;
-  }
+  if ((rc = keep_string(&config.devices, devices_spec, sizeof devices_spec,
+                        "MGPU_DEVICES")) != 0 ||
+      (rc = keep_string(&config.plugin_path, plugin_path, sizeof plugin_path,
+                        "MGPU_PLUGIN_PATH")) != 0 ||
+      (rc = keep_string(&config.metrics, metrics_path, sizeof metrics_path,
+                        "MGPU_METRICS")) != 0)
+    goto out;
   mgpu__log_set_level(config.log_level);
   if (config.devices == NULL) {
     rc = open_default();
