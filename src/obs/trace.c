@@ -279,19 +279,30 @@ static void commit(trace_buf *b) {
 
 /* ---- recording ---- */
 
+/* The calling thread's next event with its common fields filled, or NULL;
+ * publish it with commit(*b). */
+static trace_event *event_new(char ph, int dev, uint32_t track, uint64_t ts,
+                              const char *name, trace_buf **b) {
+  trace_event *e = reserve(b);
+  if (e == NULL) return NULL;
+  e->ph = ph;
+  e->nargs = 0;
+  e->dev = dev;
+  e->track = track;
+  e->ts = ts;
+  e->dur = 0;
+  copy_name(e->name, name);
+  return e;
+}
+
 void mgpu__trace_span(int dev, uint32_t track, const char *name,
                       uint64_t start_ns, uint64_t end_ns,
                       const mgpu__trace_arg *args, int nargs) {
   if (!mgpu__trace_enabled()) return;
   trace_buf *b;
-  trace_event *e = reserve(&b);
+  trace_event *e = event_new('X', dev, track, start_ns, name, &b);
   if (e == NULL) return;
-  e->ph = 'X';
-  e->dev = dev;
-  e->track = track;
-  e->ts = start_ns;
   e->dur = end_ns > start_ns ? end_ns - start_ns : 0;
-  copy_name(e->name, name);
   if (nargs > MGPU__TRACE_ARGS) nargs = MGPU__TRACE_ARGS;
   e->nargs = (uint8_t)(nargs > 0 ? nargs : 0);
   for (int i = 0; i < nargs; i++) e->args[i] = args[i];
@@ -301,16 +312,9 @@ void mgpu__trace_span(int dev, uint32_t track, const char *name,
 static void flow_end(char ph, const char *name, mgpu__trace_point p,
                      uint64_t id) {
   trace_buf *b;
-  trace_event *e = reserve(&b);
+  trace_event *e = event_new(ph, p.dev, p.track, p.ts, name, &b);
   if (e == NULL) return;
-  e->ph = ph;
-  e->nargs = 0;
-  e->dev = p.dev;
-  e->track = p.track;
-  e->ts = p.ts;
-  e->dur = 0;
   e->id = id;
-  copy_name(e->name, name);
   commit(b);
 }
 
@@ -326,14 +330,8 @@ void mgpu__trace_counter(int dev, const char *name, uint64_t ts,
                          int64_t value) {
   if (!mgpu__trace_enabled()) return;
   trace_buf *b;
-  trace_event *e = reserve(&b);
+  trace_event *e = event_new('C', dev, 0, ts, name, &b);
   if (e == NULL) return;
-  e->ph = 'C';
-  e->dev = dev;
-  e->track = 0;
-  e->ts = ts;
-  e->dur = 0;
-  copy_name(e->name, name);
   e->nargs = 1;
   e->args[0] = MGPU__TARG_I("value", value);
   commit(b);
