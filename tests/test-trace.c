@@ -650,6 +650,20 @@ TEST_IMPL(metrics_table_and_reset) {
   mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
   ASSERT_OK(mgpu_shutdown());
   ASSERT_ERR(MGPU_ENOINIT, mgpu_metrics_print(stderr, MGPU_METRICS_TABLE));
+  /* MGPU_TRACE records from init to shutdown. */
+  char path[512];
+  temp_path(path, sizeof path, "env.json");
+  setenv("MGPU_TRACE", path, 1);
+  ASSERT_OK(mgpu_init(NULL));
+  unsetenv("MGPU_TRACE");
+  ASSERT_EQ(mgpu_trace_active(), 1);
+  ASSERT_OK(mgpu_run_on_device(0, noop_on_device, NULL));
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_EQ(mgpu_trace_active(), 0);
+  json *j = read_trace(path);
+  ASSERT(count_named(j, "X", "run_on_device", 0) >= 1);
+  json_free(j);
+  remove(path);
   /* A trace path that cannot be created fails mgpu_init, with the name. */
   cfg.trace = "/nonexistent-dir/t.json";
   ASSERT_ERR(MGPU_EIO, mgpu_init(&cfg));
