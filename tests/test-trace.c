@@ -437,6 +437,33 @@ static void assert_flows_paired(const json *trace, const char *name) {
   ASSERT(starts > 0);
 }
 
+/* Every end of every flow named name lies inside a span of its track, where
+ * Perfetto binds it (within 1 ns: timestamps are written in whole ns). */
+static void assert_flows_bound(const json *trace, const char *name) {
+  const json *ev = json_get(trace, "traceEvents");
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *f = &ev->items[i];
+    const char *p = json_get_string(f, "ph"), *nm = json_get_string(f, "name");
+    if (!p || !nm || (strcmp(p, "s") != 0 && strcmp(p, "f") != 0) ||
+        strcmp(nm, name) != 0)
+      continue;
+    double ts = json_get_number(f, "ts", -1);
+    int inside = 0;
+    for (size_t k = 0; k < ev->n && !inside; k++) {
+      const json *x = &ev->items[k];
+      const char *q = json_get_string(x, "ph");
+      if (q == NULL || strcmp(q, "X") != 0 ||
+          json_get_number(x, "pid", -1) != json_get_number(f, "pid", -2) ||
+          json_get_number(x, "tid", -1) != json_get_number(f, "tid", -2))
+        continue;
+      double a = json_get_number(x, "ts", 0), d = json_get_number(x, "dur", 0);
+      inside = ts >= a - 0.001 && ts <= a + d + 0.001;
+    }
+    if (!inside) fprintf(stderr, "%s %s at %.3f us is in no span\n", name, p, ts);
+    ASSERT(inside);
+  }
+}
+
 TEST_IMPL(trace_of_every_layer) {
   char path[512], metrics[512];
   temp_path(path, sizeof path, "run.json");
@@ -588,8 +615,11 @@ TEST_IMPL(trace_of_every_layer) {
   ASSERT(count_named(j, "C", "memory cached by the pool", 1) >= 1);
   assert_flows_paired(j, "event");
   assert_flows_paired(j, "chan");
+  assert_flows_bound(j, "event");
+  assert_flows_bound(j, "chan");
   ASSERT_EQ(count_named(j, "s", "steal", -1), stolen);
   if (stolen > 0) assert_flows_paired(j, "steal");
+  assert_flows_bound(j, "steal");
   /* The event's arrow goes from device 0 to device 1. */
   int across = 0;
   for (size_t i = 0; i < evs->n; i++) {

@@ -108,6 +108,13 @@ struct mgpu__bevent {
 struct mgpu__bstream {
   mgpu__bdevice *dev;
   uint32_t track; /* the stream's track in the trace; set at creation */
+  /* Owned by the worker running the stream: when its last operation ran,
+   * and the arrow a wait left for the next operation (arrow_name NULL:
+   * none). An arrow starts inside the span before a record and ends
+   * inside the span after a wait, where Perfetto binds its ends. */
+  uint64_t last_t0, last_t1;
+  mgpu__trace_point arrow_from;
+  const char *arrow_name;
   /* Guarded by dev->lock. */
   op *head, *tail;
   int queued;               /* on the ready list */
@@ -232,7 +239,11 @@ static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   if (seq > e->completed) {
     e->completed = seq;
     e->time_ns = mgpu__now_ns();
-    e->recorded_at = (mgpu__trace_point){s->dev->id, s->track, e->time_ns};
+    /* The work before the record is the span that ended last. */
+    uint64_t at = s->last_t1 == 0             ? e->time_ns
+                  : s->last_t1 > s->last_t0 ? s->last_t1 - 1
+                                            : s->last_t0;
+    e->recorded_at = (mgpu__trace_point){s->dev->id, s->track, at};
   }
   e->ops--; /* after the unlock below, destroy may free e */
   mgpu__bstream *w = e->waiters;
@@ -262,23 +273,30 @@ static void run_launch(mgpu__bdevice *d, op *o) {
       }
 }
 
-/* The arrow from where event e was recorded to stream s, now: "chan" for
- * a channel's receive (tagged chan.recv), else "event". */
+/* A wait of stream s for event e ran: the arrow from where e was recorded
+ * goes to s's next operation ("chan" for a channel's receive, tagged
+ * chan.recv, else "event"). */
 static void trace_wait(mgpu__bevent *e, mgpu__bstream *s, const char *tag) {
   mgpu__mutex_lock(&e->lock);
   mgpu__trace_point from = e->recorded_at;
   mgpu__mutex_unlock(&e->lock);
-  const char *name = tag != NULL && strncmp(tag, "chan.", 5) == 0 ? "chan" : "event";
-  if (from.ts != 0)
-    mgpu__trace_flow(name, from,
-                     (mgpu__trace_point){s->dev->id, s->track, mgpu__now_ns()});
+  if (from.ts == 0) return;
+  s->arrow_from = from;
+  s->arrow_name = tag != NULL && strncmp(tag, "chan.", 5) == 0 ? "chan" : "event";
 }
 
 static const char *const copy_span[MGPU_METRIC_PATHS] = {
     "copy.h2d", "copy.d2h", "copy.d2d", "copy.peer", "copy.staged"};
 
-/* The span of an operation that ran from t0 to t1 on stream s. */
+/* The span of an operation that ran from t0 to t1 on stream s, and the
+ * arrow a wait before it left. */
 static void trace_op(mgpu__bstream *s, const op *o, uint64_t t0, uint64_t t1) {
+  if (s->arrow_name != NULL) {
+    mgpu__trace_flow(s->arrow_name, s->arrow_from,
+                     (mgpu__trace_point){s->dev->id, s->track,
+                                         t1 > t0 ? t0 + 1 : t0});
+    s->arrow_name = NULL;
+  }
   if (o->tag != NULL) {
     mgpu__trace_span_tag(s->dev->id, s->track, o->tag, t0, t1);
     return;
@@ -339,6 +357,8 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     }
   }
   uint64_t t1 = mgpu__now_ns();
+  s->last_t0 = t0;
+  s->last_t1 = t1;
   env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, t1 - t0);
   if (o->kind == OP_COPY && o->u.copy.path >= 0)
     mgpu__obs_copy_ran(d->id, o->u.copy.path, o->u.copy.size, t1 - t0);
@@ -645,10 +665,9 @@ static int host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
   uint64_t seq = e->recorded;
   int done = e->completed >= seq;
   mgpu__mutex_unlock(&e->lock);
-  if (done) { /* nothing to wait for */
-    if (mgpu__trace_enabled()) trace_wait(e, s, mgpu__trace_tag_name());
-    return 0;
-  }
+  /* Nothing to wait for; while tracing the wait is queued all the same,
+   * so that its arrow is drawn in order on the worker. */
+  if (done && !mgpu__trace_enabled()) return 0;
   op *o = op_new(OP_WAIT);
   if (o == NULL) return op_nomem(d);
   o->u.event.event = e;
