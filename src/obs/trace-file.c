@@ -173,7 +173,7 @@ static void put_names(FILE *f, const mgpu__trace_gathered *g) {
   for (size_t i = 0; i < g->n; i++) /* counters name their process too */
     if (g->ev[i]->ph == 'C') keys[n++] = (track_key){g->ev[i]->dev, UINT32_MAX};
   qsort(keys, n, sizeof *keys, by_track);
-  char name[80];
+  char name[128];
   for (size_t i = 0; i < n; i++) {
     if (i > 0 && by_track(&keys[i], &keys[i - 1]) == 0) continue;
     if (i == 0 || keys[i].dev != keys[i - 1].dev) {

@@ -64,7 +64,7 @@ static void copy_name(char *dst, const char *src) {
 typedef struct track_name {
   int dev;
   uint32_t track; /* UINT32_MAX: the process itself */
-  char name[64];
+  char name[128];
 } track_name;
 
 static track_name *names;        /* guarded by names_lock */
