@@ -2,8 +2,8 @@
  *
  * It reads the trace into lanes, spans, flows and counter samples, lays the
  * lanes out top to bottom (devices by number, then the host), and draws
- * everything twice over one set of drawing calls: into a raster for PNG and
- * PPM, or as SVG elements. Each lane keeps the last pixel column a narrow
+ * them through one set of drawing calls (canvas.h) into a raster for PNG
+ * and PPM, or as SVG elements. Each lane keeps the last pixel column a narrow
  * span was marked in, so thousands of short spans become a few marks. */
 #include "timeline.h"
 
@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "canvas.h"
 
 /* ---- kinds and their colours ---- */
 
@@ -247,70 +249,6 @@ static int by_flow(const void *a, const void *b) {
   return (x->ph == 'f') - (y->ph == 'f');
 }
 
-/* ---- drawing: one set of calls for the raster and for SVG ---- */
-
-typedef struct canvas {
-  image *img; /* raster, or NULL */
-  FILE *svg;  /* SVG, or NULL */
-} canvas;
-
-static void svg_color(FILE *f, rgb_t c) { fprintf(f, "#%06x", c & 0xffffffu); }
-
-static void draw_rect(canvas *cv, int x, int y, int w, int h, rgb_t c) {
-  if (w <= 0 || h <= 0) return;
-  if (cv->img != NULL) image_rect(cv->img, x, y, w, h, c);
-  if (cv->svg != NULL) {
-    fprintf(cv->svg, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"",
-            x, y, w, h);
-    svg_color(cv->svg, c);
-    fprintf(cv->svg, "\"/>\n");
-  }
-}
-
-static void draw_line(canvas *cv, int x0, int y0, int x1, int y1, rgb_t c) {
-  if (cv->img != NULL) image_line(cv->img, x0, y0, x1, y1, c);
-  if (cv->svg != NULL) {
-    fprintf(cv->svg, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"",
-            x0, y0, x1, y1);
-    svg_color(cv->svg, c);
-    fprintf(cv->svg, "\"/>\n");
-  }
-}
-
-static void draw_text(canvas *cv, int x, int y, const char *s, rgb_t c,
-                      int scale) {
-  if (cv->img != NULL) image_text(cv->img, x, y, s, c, scale);
-  if (cv->svg != NULL) {
-    fprintf(cv->svg, "<text x=\"%d\" y=\"%d\" font-family=\"monospace\" "
-            "font-size=\"%d\" fill=\"", x, y + 7 * scale, 10 * scale);
-    svg_color(cv->svg, c);
-    fprintf(cv->svg, "\">");
-    for (; *s != '\0'; s++) {
-      if (*s == '<') fputs("&lt;", cv->svg);
-      else if (*s == '>') fputs("&gt;", cv->svg);
-      else if (*s == '&') fputs("&amp;", cv->svg);
-      else fputc(*s, cv->svg);
-    }
-    fprintf(cv->svg, "</text>\n");
-  }
-}
-
-static void draw_arrow(canvas *cv, int x0, int y0, int x1, int y1, rgb_t c) {
-  draw_line(cv, x0, y0, x1, y1, c);
-  draw_line(cv, x0 + 1, y0, x1 + 1, y1, c); /* two pixels wide */
-  double dx = x1 - x0, dy = y1 - y0, len = sqrt(dx * dx + dy * dy);
-  if (len < 1) return;
-  dx /= len;
-  dy /= len;
-  for (int side = -1; side <= 1; side += 2) {
-    double a = 0.45 * side, ca = cos(a), sa = sin(a);
-    int hx = x1 - (int)lround(7 * (dx * ca - dy * sa));
-    int hy = y1 - (int)lround(7 * (dx * sa + dy * ca));
-    draw_line(cv, x1, y1, hx, hy, c);
-    draw_line(cv, x1 + 1, y1, hx + 1, hy, c);
-  }
-}
-
 /* ---- layout ---- */
 
 enum {
@@ -351,24 +289,24 @@ static void draw_axis(canvas *cv, const model *m, int x0, int x1, int width) {
   if (raw / mag >= 5) step = 5 * mag;
   else if (raw / mag >= 2) step = 2 * mag;
   int y = TOP - 12;
-  draw_line(cv, x0, y, x1, y, 0x404040);
+  canvas_line(cv, x0, y, x1, y, 0x404040);
   char label[48];
   for (double t = 0; t <= range * 1.0001; t += step) {
     int x = x0 + (int)lround(t / range * (x1 - x0));
-    draw_line(cv, x, y - 4, x, y, 0x404040);
+    canvas_line(cv, x, y - 4, x, y, 0x404040);
     format_time(label, sizeof label, t, step);
     int w = text_width(label, 1), lx = x - w / 2;
     if (lx + w > width - 2) lx = width - 2 - w;
-    draw_text(cv, lx, y - 14, label, 0x202020, 1);
+    canvas_text(cv, lx, y - 14, label, 0x202020, 1);
   }
-  draw_text(cv, 8, y - 14, "time since start", 0x606060, 1);
+  canvas_text(cv, 8, y - 14, "time since start", 0x606060, 1);
 }
 
 /* The legend names the kinds present (present[NKINDS]: other; [NKINDS+1]:
  * counters; [NKINDS+2]: steal arrows; [NKINDS+3]: other arrows). */
 static void draw_legend(canvas *cv, int y, int width, const int *present) {
   int x = 8;
-  draw_text(cv, x, y + 2, "legend:", 0x202020, 1);
+  canvas_text(cv, x, y + 2, "legend:", 0x202020, 1);
   x += 60;
   for (int i = 0; i < NKINDS + 4; i++) {
     const char *label;
@@ -407,10 +345,10 @@ static void draw_legend(canvas *cv, int y, int width, const int *present) {
       y += 16;
     }
     if (flow)
-      draw_arrow(cv, x, y + 4, x + 16, y + 4, c);
+      canvas_arrow(cv, x, y + 4, x + 16, y + 4, c);
     else
-      draw_rect(cv, x, y, 16, 10, c);
-    draw_text(cv, x + 22, y + 2, label, 0x202020, 1);
+      canvas_rect(cv, x, y, 16, 10, c);
+    canvas_text(cv, x + 22, y + 2, label, 0x202020, 1);
     x += w;
   }
 }
@@ -445,26 +383,37 @@ static void remap(model *m, const lane *before, int n) {
   free(map);
 }
 
-static void draw(canvas *cv, model *m, const char *title, int width,
-                 int height, timeline_info *info) {
-  int x0 = LABEL_W, x1 = width - RIGHT;
-  double scale = (x1 - x0) / (m->t1 - m->t0);
-#define XOF(t) ((double)x0 + ((t) - m->t0) * scale)
-  char line[256];
+/* What every drawing step needs: the canvas, the model, the plot's
+ * columns and the time scale. */
+typedef struct frame {
+  canvas *cv;
+  model *m;
+  int x0, x1, width;
+  double scale; /* pixels per us */
+} frame;
 
-  /* Names and lane backgrounds. */
-  int devices = 0;
+static double xof(const frame *fr, double t) {
+  return fr->x0 + (t - fr->m->t0) * fr->scale;
+}
+
+/* Device names on dark bands, lane backgrounds and lane names; returns the
+ * number of processes. */
+static int draw_names(const frame *fr) {
+  const model *m = fr->m;
+  char line[256];
+  int processes = 0;
   for (int i = 0; i < m->nlanes; i++) {
-    lane *l = &m->lanes[i];
+    const lane *l = &m->lanes[i];
     if (i == 0 || l->pid != m->lanes[i - 1].pid) {
       const char *pname = meta_name(m, "process_name", l->pid, -1);
       if (pname == NULL) snprintf(line, sizeof line, "process %d", l->pid);
       else snprintf(line, sizeof line, "%s", pname);
-      draw_rect(cv, 0, l->y - HEADER_H, width, HEADER_H - 2, 0x3b4252);
-      draw_text(cv, 6, l->y - HEADER_H + 4, line, 0xffffff, 1);
-      devices++;
+      canvas_rect(fr->cv, 0, l->y - HEADER_H, fr->width, HEADER_H - 2, 0x3b4252);
+      canvas_text(fr->cv, 6, l->y - HEADER_H + 4, line, 0xffffff, 1);
+      processes++;
     }
-    draw_rect(cv, x0, l->y + 1, x1 - x0, l->h - 2, i % 2 ? 0xf4f4f4 : 0xfafafa);
+    canvas_rect(fr->cv, fr->x0, l->y + 1, fr->x1 - fr->x0, l->h - 2,
+              i % 2 ? 0xf4f4f4 : 0xfafafa);
     if (l->tid >= 0) {
       const char *tname = meta_name(m, "thread_name", l->pid, l->tid);
       if (tname == NULL) snprintf(line, sizeof line, "  track %lld", l->tid);
@@ -475,37 +424,46 @@ static void draw(canvas *cv, model *m, const char *title, int width,
       snprintf(line, sizeof line, "  %s (max %s)", l->counter, v);
     }
     if ((int)strlen(line) > (LABEL_W - 8) / 6) line[(LABEL_W - 8) / 6] = '\0';
-    draw_text(cv, 4, l->y + (l->h - 8) / 2, line, 0x303030, 1);
+    canvas_text(fr->cv, 4, l->y + (l->h - 8) / 2, line, 0x303030, 1);
   }
+  return processes;
+}
 
-  /* Spans, merging those narrower than a pixel. */
-  size_t merged = 0, marks = 0;
+/* Spans in their kind's colour. In each lane, spans narrower than a pixel
+ * become one-pixel marks, one per column: *merged counts those spans,
+ * *marks the marks drawn. */
+static void draw_spans(const frame *fr, size_t *merged, size_t *marks) {
+  const model *m = fr->m;
   int last_lane = -1, last_col = -1;
+  *merged = *marks = 0;
   for (size_t i = 0; i < m->nspans; i++) {
     const span *s = &m->spans[i];
     const lane *l = &m->lanes[s->lane];
-    double a = XOF(s->ts), b = XOF(s->ts + s->dur);
+    double a = xof(fr, s->ts), b = xof(fr, s->ts + s->dur);
     rgb_t c = s->kind < 0 ? other_color : kinds[s->kind].color;
     int y = l->y + (l->h - BAR_H) / 2;
     if (s->lane != last_lane) last_col = -1;
     last_lane = s->lane;
     if (b - a < 1) {
-      merged++;
+      (*merged)++;
       int col = (int)floor(a);
       if (col == last_col) continue;
       last_col = col;
-      marks++;
-      draw_rect(cv, col, y, 1, BAR_H, c);
+      (*marks)++;
+      canvas_rect(fr->cv, col, y, 1, BAR_H, c);
       continue;
     }
     int xa = (int)floor(a), xb = (int)ceil(b);
-    draw_rect(cv, xa, y, xb - xa, BAR_H, c);
+    canvas_rect(fr->cv, xa, y, xb - xa, BAR_H, c);
     /* A dark left edge separates back-to-back spans (the next span's
      * edge covers this one's last column). */
-    if (xb - xa >= 4) draw_rect(cv, xa, y, 1, BAR_H, 0x202020);
+    if (xb - xa >= 4) canvas_rect(fr->cv, xa, y, 1, BAR_H, 0x202020);
   }
+}
 
-  /* Counters as steps. */
+/* Counters as steps, each up to the lane's maximum. */
+static void draw_counters(const frame *fr) {
+  const model *m = fr->m;
   for (size_t i = 0; i < m->nsamples; i++) {
     const sample *s = &m->samples[i];
     const lane *l = &m->lanes[s->lane];
@@ -517,13 +475,16 @@ static void draw(canvas *cv, model *m, const char *title, int width,
       }
     if (l->max_value <= 0) continue;
     int h = (int)lround(s->value / l->max_value * (l->h - 4));
-    int xa = (int)floor(XOF(s->ts)), xb = (int)ceil(XOF(end));
-    draw_rect(cv, xa, l->y + l->h - 2 - h, xb - xa > 0 ? xb - xa : 1, h,
+    int xa = (int)floor(xof(fr, s->ts)), xb = (int)ceil(xof(fr, end));
+    canvas_rect(fr->cv, xa, l->y + l->h - 2 - h, xb - xa > 0 ? xb - xa : 1, h,
               counter_color);
   }
+}
 
-  /* Flow arrows between lanes (a flow within one lane says nothing more
-   * than the order of its spans). */
+/* Arrows between lanes (a flow within one lane says nothing more than the
+ * order of its spans); returns how many were drawn. */
+static size_t draw_flows(const frame *fr) {
+  model *m = fr->m;
   size_t flows = 0;
   qsort(m->flows, m->nflows, sizeof *m->flows, by_flow);
   for (size_t i = 0; i + 1 < m->nflows; i++) {
@@ -532,56 +493,72 @@ static void draw(canvas *cv, model *m, const char *title, int width,
         strcmp(f->name, s->name) != 0 || f->lane == s->lane)
       continue;
     const lane *la = &m->lanes[s->lane], *lb = &m->lanes[f->lane];
-    draw_arrow(cv, (int)lround(XOF(s->ts)), la->y + la->h / 2,
-               (int)lround(XOF(f->ts)), lb->y + lb->h / 2, flow_color(s->name));
+    canvas_arrow(fr->cv, (int)lround(xof(fr, s->ts)), la->y + la->h / 2,
+               (int)lround(xof(fr, f->ts)), lb->y + lb->h / 2,
+               flow_color(s->name));
     flows++;
   }
+  return flows;
+}
 
-  /* Title, axis, legend, the merge note. */
-  draw_text(cv, 8, 8, title, 0x101010, 2);
-  char span_time[48], info_line[160];
+/* The title, its summary line, the axis, the merge note and the legend of
+ * the kinds present. */
+static void draw_frame_text(const frame *fr, const char *title, int height,
+                            int processes, size_t flows, size_t merged,
+                            size_t marks) {
+  const model *m = fr->m;
+  char line[256], span_time[48];
+  canvas_text(fr->cv, 8, 8, title, 0x101010, 2);
   format_time(span_time, sizeof span_time, m->t1 - m->t0, m->t1 - m->t0);
-  snprintf(info_line, sizeof info_line,
-           "%zu spans over %s on %d processes, %zu arrows", m->nspans, span_time,
-           devices, flows);
-  draw_text(cv, 8, 30, info_line, 0x404040, 1);
-  draw_axis(cv, m, x0, x1, width);
+  snprintf(line, sizeof line, "%zu spans over %s on %d processes, %zu arrows",
+           m->nspans, span_time, processes, flows);
+  canvas_text(fr->cv, 8, 30, line, 0x404040, 1);
+  draw_axis(fr->cv, m, fr->x0, fr->x1, fr->width);
   int ly = height - 52;
   if (merged > 0)
     snprintf(line, sizeof line, "%zu spans narrower than a pixel drawn as %zu "
              "one-pixel marks", merged, marks);
   else
     snprintf(line, sizeof line, "every span drawn to scale");
-  draw_text(cv, 8, ly, line, 0x404040, 1);
+  canvas_text(fr->cv, 8, ly, line, 0x404040, 1);
   int present[NKINDS + 4] = {0};
   for (size_t i = 0; i < m->nspans; i++)
     present[m->spans[i].kind < 0 ? NKINDS : m->spans[i].kind] = 1;
   present[NKINDS + 1] = m->nsamples > 0;
   for (size_t i = 0; i < m->nflows; i++)
     present[strstr(m->flows[i].name, "steal") ? NKINDS + 2 : NKINDS + 3] = 1;
-  draw_legend(cv, ly + 16, width, present);
-#undef XOF
+  draw_legend(fr->cv, ly + 16, fr->width, present);
+}
 
-  if (info != NULL) {
-    memset(info, 0, sizeof *info);
-    info->width = width;
-    info->height = height;
-    info->plot_x0 = x0;
-    info->plot_x1 = x1;
-    info->t0_us = m->t0;
-    info->t1_us = m->t1;
-    info->nlanes = m->nlanes;
-    for (int i = 0; i < m->nlanes; i++)
-      info->lanes[i] = (timeline_lane){m->lanes[i].pid, m->lanes[i].tid,
-                                       m->lanes[i].y + (m->lanes[i].h - BAR_H) / 2,
-                                       m->lanes[i].y + (m->lanes[i].h + BAR_H) / 2};
-    info->spans = m->nspans;
-    info->merged = merged;
-    info->merged_marks = marks;
-    info->flows = flows;
-    info->counters = m->nsamples;
-    info->devices = devices;
-  }
+static void draw(canvas *cv, model *m, const char *title, int width,
+                 int height, timeline_info *info) {
+  frame fr = {cv, m, LABEL_W, width - RIGHT, width, 0};
+  fr.scale = (fr.x1 - fr.x0) / (m->t1 - m->t0);
+  size_t merged, marks;
+  int processes = draw_names(&fr);
+  draw_spans(&fr, &merged, &marks);
+  draw_counters(&fr);
+  size_t flows = draw_flows(&fr);
+  draw_frame_text(&fr, title, height, processes, flows, merged, marks);
+  if (info == NULL) return;
+  memset(info, 0, sizeof *info);
+  info->width = width;
+  info->height = height;
+  info->plot_x0 = fr.x0;
+  info->plot_x1 = fr.x1;
+  info->t0_us = m->t0;
+  info->t1_us = m->t1;
+  info->nlanes = m->nlanes;
+  for (int i = 0; i < m->nlanes; i++)
+    info->lanes[i] = (timeline_lane){m->lanes[i].pid, m->lanes[i].tid,
+                                     m->lanes[i].y + (m->lanes[i].h - BAR_H) / 2,
+                                     m->lanes[i].y + (m->lanes[i].h + BAR_H) / 2};
+  info->spans = m->nspans;
+  info->merged = merged;
+  info->merged_marks = marks;
+  info->flows = flows;
+  info->counters = m->nsamples;
+  info->devices = processes;
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -632,7 +609,7 @@ int timeline_render(const json *trace, const char *title, int width,
     }
     fprintf(cv.svg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
             "height=\"%d\" viewBox=\"0 0 %d %d\">\n", width, height, width, height);
-    draw_rect(&cv, 0, 0, width, height, TIMELINE_BG);
+    canvas_rect(&cv, 0, 0, width, height, TIMELINE_BG);
   } else if (image_init(&img, width, height, TIMELINE_BG) != 0) {
     snprintf(err, (size_t)err_size, "out of memory for a %dx%d picture", width,
              height);
