@@ -229,6 +229,17 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
 static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
                         size_t *size, mgpu_stream *stream);
 
+/* While tracing, the copies of message k are spans named name, and the
+ * receive's wait for the send is an arrow named "chan". */
+static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
+                     size_t bytes) {
+  if (!mgpu__trace_enabled()) return 0;
+  mgpu__trace_arg a[] = {MGPU__TARG_I("bytes", bytes), MGPU__TARG_I("message", k),
+                         MGPU__TARG_I("src_dev", ch->src_dev),
+                         MGPU__TARG_I("dst_dev", ch->dst_dev)};
+  return mgpu__trace_tag_push(name, a, 4);
+}
+
 int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                       size_t offset, size_t size, mgpu_stream *stream) {
   mgpu__channel *ch;
@@ -280,6 +291,7 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   /* From the second round on, the slot's previous message must be copied
    * out first. */
+  int pushed = trace_tag("chan.send", ch, k, size);
   if (k >= (uint64_t)ch->capacity)
     rc = mgpu_stream_wait_event(stream, sl->consumed);
   /* The copy layer picks the path: direct where peer access is on for the
@@ -287,6 +299,7 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   if (rc == 0)
     rc = mgpu__copy_async(ch->slots_b, slot_off, b, offset, size, s);
   if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     sl->size = size;
     mgpu__mutex_lock(&ch->lock);
@@ -328,10 +341,12 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
+  int pushed = trace_tag("chan.recv", ch, k, n);
   rc = mgpu_stream_wait_event(stream, sl->filled);
   if (rc == 0)
     rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, n, s);
   if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);
     ch->received++;

@@ -94,20 +94,31 @@ static void missing_list(const mgpu__barrier *b, int self, char *out,
                               len ? ", " : "", b->devs[r], r);
 }
 
-static int barrier_wait(mgpu__barrier *b, int rank, int timeout_ms);
+static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms);
+static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms);
 
+/* While tracing, the wait is a span on the calling thread. */
 int mgpu_barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
+  if (!mgpu__trace_enabled()) return barrier_wait(barrier, rank, timeout_ms);
+  uint64_t t0 = mgpu__now_ns();
+  int rc = barrier_wait(barrier, rank, timeout_ms);
+  mgpu__trace_arg a[] = {MGPU__TARG_I("rank", rank), MGPU__TARG_I("result", rc)};
+  mgpu__trace_thread_span("barrier", t0, mgpu__now_ns(), a, 2);
+  return rc;
+}
+
+static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
   int err = 0;
   mgpu__barrier *b =
       mgpu__handle_get((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
   if (b == NULL) return err;
-  int rc = barrier_wait(b, rank, timeout_ms);
+  int rc = barrier_wait_on(b, rank, timeout_ms);
   mgpu__handle_put((uintptr_t)barrier);
   return rc;
 }
 
 /* The wait itself; the caller holds the barrier's handle. */
-static int barrier_wait(mgpu__barrier *b, int rank, int timeout_ms) {
+static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
   if (rank < 0 || rank >= b->n)
     return mgpu__error(MGPU_EINVAL, "barrier: rank %d of %d", rank, b->n);
   if (timeout_ms < -1)

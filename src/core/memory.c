@@ -79,6 +79,13 @@ static int new_handle(mgpu__buf *b, mgpu_buffer **out) {
   return 0;
 }
 
+/* An allocation or free as a span on the calling thread. */
+static void trace_mem(const char *name, int dev, size_t bytes, uint64_t t0) {
+  if (!mgpu__trace_enabled() || t0 == 0) return;
+  mgpu__trace_arg a[] = {MGPU__TARG_I("bytes", bytes), MGPU__TARG_I("device", dev)};
+  mgpu__trace_thread_span(name, t0, mgpu__now_ns(), a, 2);
+}
+
 static int alloc_kind_in(mgpu_buffer **out, int dev, size_t size,
                          mgpu_mem_kind kind) {
   mgpu__device *d;
@@ -91,6 +98,7 @@ static int alloc_kind_in(mgpu_buffer **out, int dev, size_t size,
   if (size == 0)
     return mgpu__error(MGPU_EINVAL, "device %d: %s buffer of size 0", dev,
                        kind_name(kind));
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   mgpu__buf *b = calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
@@ -107,6 +115,7 @@ static int alloc_kind_in(mgpu_buffer **out, int dev, size_t size,
   b->size = b->alloc_size = size;
   rc = new_handle(b, out);
   if (rc != 0) goto fail_mem;
+  trace_mem("alloc", dev, size, t0);
   return 0;
 fail_mem:
   d->ops->mem_free(d->bdev, kind, b->ptr);
@@ -182,10 +191,23 @@ static int buf_close(mgpu_buffer *h, const char *what, mgpu__buf **out) {
   return 0;
 }
 
+static int free_buffer(mgpu__buf *b);
+
 static int free_in(mgpu_buffer *h) {
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   mgpu__buf *b;
   int rc = buf_close(h, "mgpu_free", &b);
   if (rc != 0) return rc;
+  int dev = b->dev;
+  size_t bytes = b->size;
+  rc = free_buffer(b);
+  if (rc == 0) trace_mem("free", dev, bytes, t0);
+  return rc;
+}
+
+/* mgpu_free once the handle is resolved. */
+static int free_buffer(mgpu__buf *b) {
+  int rc;
   mgpu__device *d = mgpu__device_get(b->dev);
   /* As cudaFree does: work already queued may still use the memory. */
   mgpu_device_synchronize(b->dev);
@@ -229,7 +251,7 @@ int mgpu_free(mgpu_buffer *h) {
 void *mgpu_buffer_ptr(const mgpu_buffer *h) {
   mgpu__buf *b;
   if (mgpu__buf_get(h, "mgpu_buffer_ptr", &b) != 0) return NULL;
-  void * v = b->ptr;
+  void *v = b->ptr;
   mgpu__buf_put(b);
   return v;
 }
@@ -301,6 +323,7 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
     if (blk != NULL) {
       *link = blk->next;
       d->mempool_cached_bytes -= blk->size;
+      mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
       b->ptr = blk->ptr;
       if (blk->ready) free(blk);
       else blk->taken = 1; /* its callback frees the record */
@@ -367,6 +390,7 @@ static void pool_list(mgpu__device *d, mempool_block *blk) {
   blk->next = d->mempool_free[cls];
   d->mempool_free[cls] = blk;
   d->mempool_cached_bytes += blk->size;
+  mgpu__obs_pool_cached(d->id, (int64_t)blk->size);
   mgpu__mutex_unlock(&d->mempool_lock);
 }
 
@@ -457,6 +481,7 @@ static int pool_trim_in(int dev) {
       }
       *link = blk->next;
       d->mempool_cached_bytes -= blk->size;
+      mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
       blk->next = ready;
       ready = blk;
     }
