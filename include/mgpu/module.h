@@ -1,0 +1,34 @@
+/* mgpu module: what libraries built on top of libmgpu (libmgpu_mpi) use to
+ * report errors and log like the core does. Applications do not need it;
+ * mgpu.h does not include it.
+ */
+#ifndef MGPU_MODULE_H
+#define MGPU_MODULE_H
+
+#include <stdarg.h>
+
+#include "mgpu/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes the calling thread's error detail (what mgpu_error_detail()
+ * returns) from a printf format and returns code, so a module's failure
+ * reads like the core's: return mgpu_module_error(MGPU_EINVAL, "rank %d:
+ * ...", r). */
+MGPU_EXTERN int mgpu_module_error(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints one line on stderr, "mgpu <level>: ...", when the level set by
+ * mgpu_init (MGPU_LOG) allows it. level is an mgpu_log_level. */
+MGPU_EXTERN void mgpu_module_log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The log level mgpu_init set (an mgpu_log_level). */
+MGPU_EXTERN int mgpu_module_log_level(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MGPU_MODULE_H */
