@@ -10,6 +10,7 @@ int mgpu_bench_copy(int argc, char **argv) __attribute__((weak));
 int mgpu_bench_p2p(int argc, char **argv) __attribute__((weak));
 int mgpu_bench_sched(int argc, char **argv) __attribute__((weak));
 int mgpu_bench_allreduce(int argc, char **argv) __attribute__((weak));
+int mgpu_bench_mpi(int argc, char **argv) __attribute__((weak));
 
 typedef struct bench_entry {
   const char *name;
@@ -24,6 +25,7 @@ int mgpu_cmd_bench(int argc, char **argv) {
       {"p2p", mgpu_bench_p2p, "every ordered pair, direct and staged"},
       {"sched", mgpu_bench_sched, "task pool overhead and skewed makespan"},
       {"allreduce", mgpu_bench_allreduce, "all-reduce algbw and busbw"},
+      {"mpi", mgpu_bench_mpi, "all-reduce of device buffers across MPI ranks"},
   };
   size_t n = sizeof benches / sizeof benches[0];
   if (argc >= 2) {
