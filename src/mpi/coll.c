@@ -297,6 +297,8 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
     pl->n_out = recv_need == all && n > 1 ? n : 1;
   }
   pl->nranks = n;
+  pl->splittable = a->kind == C_ALLREDUCE || a->kind == C_REDUCE ||
+                   a->kind == C_BCAST;
   if (a->kind == C_BCAST) {
     /* The broadcast buffer is read on the root and written elsewhere. */
     if (is_root) {

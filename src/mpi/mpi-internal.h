@@ -45,6 +45,12 @@ typedef struct mpi_stage_pool {
  * k moves elements [k*c, (k+1)*c) of every piece: copied to the host (packed,
  * piece p at p*c), handed to fn, and fn's output (packed the same way)
  * copied back. */
+/* Open MPI allocates a temporary of the message's size per reduction (page
+ * faults on every call above glibc's mmap threshold) and its bandwidth falls
+ * from about 256 KiB up on the 2-core machines (docs/PERF.md): reductions of
+ * memory MPI reads directly go in pieces of this many bytes. */
+#define MPI_HOST_CHUNK ((size_t)256 << 10)
+
 typedef int (*mpi_chunk_fn)(void *ctx, void *in, void *out, size_t c,
                             int in_place);
 typedef struct mpi_plan {
@@ -58,6 +64,9 @@ typedef struct mpi_plan {
   size_t out_off, out_stride;
   int n_out;
   int in_place;   /* host path: in and out are one (fn uses MPI_IN_PLACE) */
+  int splittable; /* one piece each side, element-wise (all-reduce, reduce,
+                     broadcast): memory MPI reads directly is handed over in
+                     MPI_HOST_CHUNK pieces */
   mpi_chunk_fn fn;
   void *ctx;
 } mpi_plan;

@@ -64,7 +64,16 @@ static int run_direct(const mpi_plan *pl) {
   void *in = pl->in_place ? out
              : pl->in_buf != NULL ? mgpu__mpi_addr(pl->in_buf, pl->in_off)
                                   : NULL;
-  return pl->fn(pl->ctx, in, out, pl->count, pl->in_place);
+  size_t c = pl->count;
+  if (pl->splittable && pl->count * pl->esize > MPI_HOST_CHUNK)
+    c = MPI_HOST_CHUNK / pl->esize;
+  for (size_t e0 = 0; e0 < pl->count; e0 += c) {
+    size_t n = pl->count - e0 < c ? pl->count - e0 : c, at = e0 * pl->esize;
+    int rc = pl->fn(pl->ctx, in ? (unsigned char *)in + at : NULL,
+                    out ? (unsigned char *)out + at : NULL, n, pl->in_place);
+    if (rc != 0) return rc;
+  }
+  return 0;
 }
 
 /* Queues the copies of chunk k (elements [e0, e0 + c) of every piece). */
