@@ -11,7 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mgpu.h"
+#include "mgpu/coll.h"
+#include "mgpu/copy.h"
+#include "mgpu/core.h"
+#include "mgpu/error.h"
 #include "mgpu/module.h"
 #include "mgpu/mpi.h"
 

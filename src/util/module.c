@@ -2,7 +2,7 @@
  * libmgpu (include/mgpu/module.h). */
 #include <stdio.h>
 
-#include "core/internal.h"
+#include "util/log.h"
 #include "mgpu/module.h"
 
 int mgpu_module_error(int code, const char *fmt, ...) {
