@@ -36,6 +36,7 @@
 
 #include <mpi.h>
 
+#include "mgpu/coll.h"
 #include "mgpu/core.h"
 
 #ifdef __cplusplus
@@ -202,6 +203,28 @@ MGPU_EXTERN int mgpu_mpi_gather(const mgpu_buffer *send, size_t send_offset,
                                 mgpu_buffer *recv, size_t recv_offset,
                                 size_t count, mgpu_dtype dtype, int root,
                                 MPI_Comm comm, mgpu_stream *stream);
+
+/* ------------------------------------------------------------------------ */
+/* One communicator over every device of every rank                          */
+/* ------------------------------------------------------------------------ */
+
+/* Creates an mgpu_comm whose ranks are the devices of every rank of comm:
+ * rank p's devs come after those of ranks 0 .. p-1 (mgpu_mpi_info's
+ * first_device when every rank passes all its devices). mgpu_allreduce,
+ * mgpu_reduce, mgpu_broadcast, mgpu_allgather and mgpu_reduce_scatter then
+ * work across processes unchanged, each process calling for its own ranks
+ * (global rank numbers, global roots). Hierarchical: the local ranks'
+ * data meet on devs[0] (copies and the built-in reduction kernel), the
+ * processes exchange by MPI (this module's calls, staged where MPI cannot
+ * read device memory; a large all-reduce as reduce-scatter + all-gather),
+ * and the result goes back to every local rank. With NCCL built in and
+ * every device of every rank a whole CUDA GPU, one NCCL communicator over
+ * ranks x GPUs runs them instead. Across processes a collective has
+ * finished when its call (or the group) returns.
+ * Collective over comm. ndev devices, each once. The caller owns *out
+ * until mgpu_comm_destroy (before mgpu_mpi_finalize, on every rank). */
+MGPU_EXTERN int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
+                                     mgpu_comm **out);
 
 #ifdef __cplusplus
 }

@@ -118,8 +118,8 @@ int mgpu__coll_same_backend(const char *what, const int *devs, int n) {
   return 0;
 }
 
-int mgpu_comm_create_config(const int *devs, int n,
-                            const mgpu_comm_config *config, mgpu_comm **comm) {
+static int create(const int *devs, int n, const mgpu_comm_config *config,
+                  const mgpu_comm_remote *remote, mgpu_comm **comm) {
   if (comm == NULL) return mgpu__error(MGPU_EINVAL, "comm: NULL output");
   *comm = NULL;
   int rc = check_devices(devs, n);
@@ -129,7 +129,16 @@ int mgpu_comm_create_config(const int *devs, int n,
   rc = resolve_config(config, &c->cfg);
   if (rc != 0) goto fail_free;
   c->n = n;
+  c->nglobal = n;
   memcpy(c->devs, devs, (size_t)n * sizeof *devs);
+  if (remote != NULL) {
+    /* Across processes the module moves the data: no provider here. */
+    c->has_remote = 1;
+    c->remote = *remote;
+    c->nglobal = remote->nranks;
+    c->first = remote->first_rank;
+    c->cfg.provider = MGPU_COLL_PROVIDER_MGPU;
+  }
 
   const mgpu__backend_ops *nccl_ops = NULL;
   int want_nccl = c->cfg.provider != MGPU_COLL_PROVIDER_MGPU;
@@ -196,6 +205,25 @@ fail_free:
   return rc;
 }
 
+int mgpu_comm_create_config(const int *devs, int n,
+                            const mgpu_comm_config *config, mgpu_comm **comm) {
+  return create(devs, n, config, NULL, comm);
+}
+
+int mgpu_comm_create_remote(const int *devs, int n,
+                            const mgpu_comm_remote *remote, mgpu_comm **comm) {
+  if (remote == NULL || remote->size < sizeof *remote ||
+      remote->issue == NULL)
+    return mgpu__error(MGPU_EINVAL, "comm: remote needs size set to "
+                       "sizeof(mgpu_comm_remote) and an issue function");
+  if (remote->first_rank < 0 || n < 1 ||
+      remote->nranks < remote->first_rank + n)
+    return mgpu__error(MGPU_EINVAL, "comm: ranks %d..%d do not fit %d ranks",
+                       remote->first_rank, remote->first_rank + n - 1,
+                       remote->nranks);
+  return create(devs, n, NULL, remote, comm);
+}
+
 int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm) {
   return mgpu_comm_create_config(devs, n, NULL, comm);
 }
@@ -232,6 +260,8 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
     free(op);
   }
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
+  if (c->has_remote && c->remote.destroy != NULL)
+    c->remote.destroy(c->remote.ctx);
   mgpu__cond_destroy(&c->cond);
   mgpu__mutex_destroy(&c->lock);
   free(c);
@@ -241,16 +271,17 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
 int mgpu_comm_size(const mgpu_comm *comm) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
-  return rc != 0 ? rc : c->n;
+  return rc != 0 ? rc : c->nglobal;
 }
 
 int mgpu_comm_device(const mgpu_comm *comm, int rank) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
   if (rc != 0) return rc;
-  if (rank < 0 || rank >= c->n)
-    return mgpu__error(MGPU_EINVAL, "comm: rank %d of %d", rank, c->n);
-  return c->devs[rank];
+  if (rank < c->first || rank >= c->first + c->n)
+    return mgpu__error(MGPU_EINVAL, "comm: rank %d of %d%s", rank, c->nglobal,
+                       c->has_remote ? " is not in this process" : "");
+  return c->devs[rank - c->first];
 }
 
 int mgpu_comm_provider(const mgpu_comm *comm) {

@@ -46,6 +46,9 @@ int mgpu_reduce_to_host(mgpu_comm *comm, mgpu_buffer *const *bufs,
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
   if (rc != 0) return rc;
+  if (c->has_remote)
+    return mgpu__error(MGPU_ENOTSUP, "reduce_to_host: the communicator spans "
+                       "processes; use mgpu_allreduce");
   size_t esz = mgpu_dtype_size(dtype);
   if (bufs == NULL || counts == NULL || result == NULL)
     return mgpu__error(MGPU_EINVAL, "reduce_to_host: NULL argument");

@@ -529,6 +529,157 @@ static void run_missing_rank(void) {
   CHECK(mgpu_free(b));
 }
 
+/* ---- one mgpu_comm over the devices of every rank ---- */
+
+static double reduced_n(mgpu_op op, size_t i, int n) {
+  double acc = val(0, i);
+  for (int r = 1; r < n; r++) acc = combine(op, acc, val(r, i));
+  return acc;
+}
+
+/* Every local rank of the communicator issues, in one group. */
+static void run_comm(void) {
+  int ndev = mgpu_device_count();
+  int devs[MGPU_MAX_DEVICES];
+  for (int d = 0; d < ndev; d++) devs[d] = d;
+  mgpu_comm *comm;
+  CHECK(mgpu_mpi_comm_create(MPI_COMM_WORLD, ndev, devs, &comm));
+  mgpu_mpi_info in = {.size = sizeof in};
+  CHECK(mgpu_mpi_get_info(&in));
+  int total = mgpu_comm_size(comm), first = in.first_device;
+  if (total != in.total_devices) FAIL("comm of %d ranks, %d devices", total, in.total_devices);
+  if (mgpu_comm_device(comm, first + ndev - 1) != ndev - 1) FAIL("comm device");
+  if (mgpu_comm_device(comm, (first + ndev) % total) >= 0 && nranks > 1)
+    FAIL("a rank of another process has a device here");
+  mgpu_stream *s[MGPU_MAX_DEVICES];
+  for (int d = 0; d < ndev; d++) CHECK(mgpu_stream_create(&s[d], d));
+  static const size_t counts[] = {1, 7, 3001, 300000};
+  static const mgpu_dtype ctypes[] = {MGPU_FLOAT32, MGPU_FLOAT64, MGPU_INT32,
+                                      MGPU_INT64};
+  for (size_t ti = 0; ti < 4; ti++)
+    for (size_t ci = 0; ci < 4; ci++) {
+      mgpu_dtype t = ctypes[ti];
+      size_t n = counts[ci], es = mgpu_dtype_size(t), all = n * (size_t)total;
+      if (n == 300000 && ti > 0) continue; /* the large case once */
+      mgpu_buffer *sb[MGPU_MAX_DEVICES], *rb[MGPU_MAX_DEVICES];
+      for (int d = 0; d < ndev; d++) {
+        sb[d] = make(d, all * es);
+        rb[d] = make(d, all * es);
+      }
+      for (size_t oi = 0; oi < 4; oi++) {
+        mgpu_op op = ops[oi];
+        /* all-reduce, in place on odd local ranks */
+        for (int d = 0; d < ndev; d++) {
+          void *h = values(t, n, first + d, 0);
+          upload(d % 2 ? rb[d] : sb[d], h, n * es);
+          free(h);
+        }
+        CHECK(mgpu_group_begin());
+        for (int d = 0; d < ndev; d++)
+          CHECK(mgpu_allreduce(comm, first + d, d % 2 ? rb[d] : sb[d], rb[d],
+                               n, t, op, s[d]));
+        CHECK(mgpu_group_end());
+        for (int d = 0; d < ndev; d++) {
+          void *o = download(rb[d], n * es);
+          for (size_t i = 0; i < n; i++)
+            expect(o, t, i, reduced_n(op, i, total), "comm allreduce", n);
+          free(o);
+        }
+        /* reduce-scatter: rank g's block g of the sum of everyone's all */
+        for (int d = 0; d < ndev; d++) {
+          void *h = values(t, all, first + d, 0);
+          upload(sb[d], h, all * es);
+          free(h);
+        }
+        CHECK(mgpu_group_begin());
+        for (int d = 0; d < ndev; d++)
+          CHECK(mgpu_reduce_scatter(comm, first + d, sb[d], rb[d], n, t, op,
+                                    s[d]));
+        CHECK(mgpu_group_end());
+        for (int d = 0; d < ndev; d++) {
+          void *o = download(rb[d], n * es);
+          for (size_t i = 0; i < n; i++)
+            expect(o, t, i, reduced_n(op, (size_t)(first + d) * n + i, total),
+                   "comm reduce_scatter", n);
+          free(o);
+        }
+        /* reduce to the first and the last rank */
+        for (int root = 0; root < total; root += total - 1 > 0 ? total - 1 : 1) {
+          for (int d = 0; d < ndev; d++) {
+            void *h = values(t, n, first + d, 0);
+            upload(sb[d], h, n * es);
+            free(h);
+          }
+          CHECK(mgpu_group_begin());
+          for (int d = 0; d < ndev; d++)
+            CHECK(mgpu_reduce(comm, first + d, sb[d], first + d == root ? rb[d] : NULL,
+                              n, t, op, root, s[d]));
+          CHECK(mgpu_group_end());
+          if (root >= first && root < first + ndev) {
+            void *o = download(rb[root - first], n * es);
+            for (size_t i = 0; i < n; i++)
+              expect(o, t, i, reduced_n(op, i, total), "comm reduce", n);
+            free(o);
+          }
+          if (total == 1) break;
+        }
+      }
+      /* broadcast from the last rank, all-gather (in place on odd ranks) */
+      int root = total - 1;
+      for (int d = 0; d < ndev; d++) {
+        void *h = values(t, n, first + d == root ? root : -1, 0);
+        upload(sb[d], h, n * es);
+        free(h);
+      }
+      CHECK(mgpu_group_begin());
+      for (int d = 0; d < ndev; d++)
+        CHECK(mgpu_broadcast(comm, first + d, first + d == root ? sb[d] : NULL,
+                             rb[d], n, t, root, s[d]));
+      CHECK(mgpu_group_end());
+      for (int d = 0; d < ndev; d++) {
+        void *o = download(rb[d], n * es);
+        for (size_t i = 0; i < n; i++) expect(o, t, i, val(root, i), "comm broadcast", n);
+        free(o);
+      }
+      for (int d = 0; d < ndev; d++) {
+        void *h = values(t, n, first + d, 0);
+        if (d % 2) {
+          CHECK(mgpu_memcpy_htod(rb[d], (size_t)(first + d) * n * es, h, n * es));
+        } else {
+          upload(sb[d], h, n * es);
+        }
+        free(h);
+      }
+      CHECK(mgpu_group_begin());
+      for (int d = 0; d < ndev; d++)
+        CHECK(mgpu_allgather(comm, first + d, d % 2 ? rb[d] : sb[d], rb[d], n,
+                             t, s[d]));
+      CHECK(mgpu_group_end());
+      for (int d = 0; d < ndev; d++) {
+        void *o = download(rb[d], all * es);
+        for (int g = 0; g < total; g++)
+          for (size_t i = 0; i < n; i++)
+            expect(o, t, (size_t)g * n + i, val(g, i), "comm allgather", n);
+        free(o);
+      }
+      for (int d = 0; d < ndev; d++) {
+        CHECK(mgpu_free(sb[d]));
+        CHECK(mgpu_free(rb[d]));
+      }
+    }
+  /* a rank of another process is refused here */
+  if (nranks > 1) {
+    mgpu_buffer *b = make(0, 64);
+    int other = (first + ndev) % total;
+    int rc = mgpu_allreduce(comm, other, b, b, 4, MGPU_FLOAT32, MGPU_SUM, s[0]);
+    if (rc != MGPU_EINVAL || !strstr(mgpu_error_detail(), "not in this process"))
+      FAIL("rank of another process: %s (%s)", mgpu_err_name(rc), mgpu_error_detail());
+    CHECK(mgpu_free(b));
+  }
+  for (int d = 0; d < ndev; d++) CHECK(mgpu_stream_destroy(s[d]));
+  CHECK(mgpu_comm_destroy(comm));
+}
+
 /* ---- which devices each rank opened ---- */
 
 static void check_share(int expect_nodes) {
@@ -581,6 +732,8 @@ int main(int argc, char **argv) {
     run_coll();
   } else if (strcmp(name, "p2p") == 0) {
     run_p2p();
+  } else if (strcmp(name, "comm") == 0) {
+    run_comm();
   } else if (strcmp(name, "bad_input") == 0) {
     run_bad_input();
   } else if (strcmp(name, "missing_rank") == 0) {
