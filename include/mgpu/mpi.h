@@ -126,6 +126,21 @@ MGPU_EXTERN int mgpu_mpi_recv(mgpu_buffer *buf, size_t offset, size_t count,
                               mgpu_dtype dtype, int source, int tag,
                               MPI_Comm comm, mgpu_stream *stream);
 
+/* Pitched (2-D) transfers, as mgpu_memcpy_2d between ranks: height rows of
+ * width elements, row r at byte offset + r * pitch (pitch >= width * the
+ * element size). The rows are packed on the buffer's device (a pooled
+ * buffer, mgpu_memcpy_2d), moved as one message by mgpu_mpi_send / recv,
+ * and unpacked; the receiver's shape may differ from the sender's as long
+ * as width * height and the type agree. Blocking. */
+MGPU_EXTERN int mgpu_mpi_send_2d(const mgpu_buffer *buf, size_t offset,
+                                 size_t pitch, size_t width, size_t height,
+                                 mgpu_dtype dtype, int dest, int tag,
+                                 MPI_Comm comm, mgpu_stream *stream);
+MGPU_EXTERN int mgpu_mpi_recv_2d(mgpu_buffer *buf, size_t offset,
+                                 size_t pitch, size_t width, size_t height,
+                                 mgpu_dtype dtype, int source, int tag,
+                                 MPI_Comm comm, mgpu_stream *stream);
+
 typedef struct mgpu_mpi_request mgpu_mpi_request;
 
 /* Non-blocking forms: they check their arguments, post the exchange and

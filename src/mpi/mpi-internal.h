@@ -40,6 +40,8 @@ typedef struct mpi_stage_pool {
   mpi_bounce coll_in[MPI_STAGE_SLOTS], coll_out[MPI_STAGE_SLOTS];
   mpi_bounce send[MPI_STAGE_SLOTS], recv[MPI_STAGE_SLOTS];
   int send_busy, recv_busy; /* a request holds the send / recv slots */
+  mgpu_buffer *pack;        /* device memory: pitched transfers packed */
+  size_t pack_size;
 } mpi_stage_pool;
 
 /* A collective's data movement for the staged pipeline (and, in one step,

@@ -419,3 +419,71 @@ int mgpu_mpi_recv(mgpu_buffer *buf, size_t offset, size_t count,
                           stream, &r);
   return rc != 0 ? rc : mgpu_mpi_wait(r);
 }
+
+/* ---- pitched transfers: packed on the device, moved as one ---- */
+
+static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
+                   size_t pitch, size_t width, size_t height, mgpu_dtype dtype,
+                   mgpu_stream *stream, mpi_stage_pool **pool, size_t *wbytes) {
+  int rc = mgpu__mpi_ready(what);
+  if (rc != 0) return rc;
+  size_t es = mgpu_dtype_size(dtype);
+  if (es == 0)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: unknown dtype %d",
+                             mgpu__mpi.rank, what, (int)dtype);
+  if (width > SIZE_MAX / es / (height ? height : 1))
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: %zu x %zu overflows",
+                             mgpu__mpi.rank, what, width, height);
+  *wbytes = width * es;
+  if (pitch < *wbytes)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: pitch %zu is less "
+                             "than the row of %zu bytes", mgpu__mpi.rank,
+                             what, pitch, *wbytes);
+  int path;
+  size_t span = height ? (height - 1) * pitch + *wbytes : 0;
+  if ((rc = mgpu__mpi_check_buffer(what, buf, offset, span, stream, &path)))
+    return rc;
+  if ((rc = mgpu__mpi_pool(mgpu_buffer_device(buf), pool)) != 0) return rc;
+  size_t need = *wbytes * height;
+  if ((*pool)->pack_size < need) {
+    if ((*pool)->pack != NULL) mgpu_free((*pool)->pack);
+    (*pool)->pack = NULL;
+    (*pool)->pack_size = 0;
+    if ((rc = mgpu_malloc(&(*pool)->pack, mgpu_buffer_device(buf),
+                          need ? need : 1)) != 0)
+      return rc;
+    (*pool)->pack_size = need ? need : 1;
+  }
+  return mgpu__mpi_sync_before(buf, stream);
+}
+
+int mgpu_mpi_send_2d(const mgpu_buffer *buf, size_t offset, size_t pitch,
+                     size_t width, size_t height, mgpu_dtype dtype, int dest,
+                     int tag, MPI_Comm comm, mgpu_stream *stream) {
+  mpi_stage_pool *pool;
+  size_t wbytes;
+  int rc = pitched("mgpu_mpi_send_2d", buf, offset, pitch, width, height,
+                   dtype, stream, &pool, &wbytes);
+  if (rc != 0) return rc;
+  if (height > 0 && wbytes > 0)
+    rc = mgpu_memcpy_2d(pool->pack, 0, wbytes, buf, offset, pitch, wbytes,
+                        height);
+  if (rc != 0) return rc;
+  return mgpu_mpi_send(pool->pack, 0, width * height, dtype, dest, tag, comm,
+                       NULL);
+}
+
+int mgpu_mpi_recv_2d(mgpu_buffer *buf, size_t offset, size_t pitch,
+                     size_t width, size_t height, mgpu_dtype dtype, int source,
+                     int tag, MPI_Comm comm, mgpu_stream *stream) {
+  mpi_stage_pool *pool;
+  size_t wbytes;
+  int rc = pitched("mgpu_mpi_recv_2d", buf, offset, pitch, width, height,
+                   dtype, stream, &pool, &wbytes);
+  if (rc != 0) return rc;
+  rc = mgpu_mpi_recv(pool->pack, 0, width * height, dtype, source, tag, comm,
+                     NULL);
+  if (rc != 0 || height == 0 || wbytes == 0) return rc;
+  return mgpu_memcpy_2d(buf, offset, pitch, pool->pack, 0, wbytes, wbytes,
+                        height);
+}

@@ -18,6 +18,7 @@ static void bounce_free(mpi_bounce *b) {
 }
 
 static void pool_free(mpi_stage_pool *p) {
+  if (p->pack != NULL) mgpu_free(p->pack);
   if (p->d2h != NULL) mgpu_stream_destroy(p->d2h);
   if (p->h2d != NULL) mgpu_stream_destroy(p->h2d);
   for (int s = 0; s < MPI_STAGE_SLOTS; s++) {

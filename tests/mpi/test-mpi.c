@@ -392,6 +392,57 @@ static void run_p2p(void) {
     }
 }
 
+/* A 13 x 9 tile of floats from an image of pitch 64 floats on this rank to
+ * the next rank's image of pitch 40 floats, at another place. */
+static void run_p2p_2d(void) {
+  int ndev = mgpu_device_count();
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t tw = 13, th = 9, sp = 64, dp = 40;
+  float *img = malloc(sp * 20 * sizeof *img), *out = malloc(dp * 20 * sizeof *out);
+  for (size_t i = 0; i < sp * 20; i++) img[i] = (float)(rank * 10000 + (int)i);
+  for (size_t i = 0; i < dp * 20; i++) out[i] = -1;
+  mgpu_buffer *src = make(0, sp * 20 * sizeof(float));
+  mgpu_buffer *dst = make(ndev - 1, dp * 20 * sizeof(float));
+  upload(src, img, sp * 20 * sizeof(float));
+  upload(dst, out, dp * 20 * sizeof(float));
+  /* source tile at (3, 5), destination at (7, 2) */
+  size_t soff = (5 * sp + 3) * sizeof(float), doff = (2 * dp + 7) * sizeof(float);
+  if (nranks == 1) {
+    CHECK(mgpu_memcpy_2d(dst, doff, dp * sizeof(float), src, soff,
+                         sp * sizeof(float), tw * sizeof(float), th));
+  } else if (rank % 2 == 0) {
+    CHECK(mgpu_mpi_send_2d(src, soff, sp * sizeof(float), tw, th, MGPU_FLOAT32,
+                           next, 9, MPI_COMM_WORLD, NULL));
+    CHECK(mgpu_mpi_recv_2d(dst, doff, dp * sizeof(float), tw, th, MGPU_FLOAT32,
+                           prev, 9, MPI_COMM_WORLD, NULL));
+  } else {
+    CHECK(mgpu_mpi_recv_2d(dst, doff, dp * sizeof(float), tw, th, MGPU_FLOAT32,
+                           prev, 9, MPI_COMM_WORLD, NULL));
+    CHECK(mgpu_mpi_send_2d(src, soff, sp * sizeof(float), tw, th, MGPU_FLOAT32,
+                           next, 9, MPI_COMM_WORLD, NULL));
+  }
+  float *got = download(dst, dp * 20 * sizeof(float));
+  int from = nranks == 1 ? rank : prev;
+  for (size_t y = 0; y < 20; y++)
+    for (size_t x = 0; x < dp; x++) {
+      int in = x >= 7 && x < 7 + tw && y >= 2 && y < 2 + th;
+      float want = in ? (float)(from * 10000 + (int)((y - 2 + 5) * sp + (x - 7 + 3))) : -1;
+      if (got[y * dp + x] != want)
+        FAIL("2-D from rank %d: (%zu, %zu) is %g, expected %g", from, x, y,
+             got[y * dp + x], want);
+    }
+  EXPECT_RC(mgpu_mpi_send_2d(src, 0, 8, tw, th, MGPU_FLOAT32, next, 9,
+                             MPI_COMM_WORLD, NULL), MGPU_EINVAL);
+  EXPECT_RC(mgpu_mpi_send_2d(src, soff, sp * sizeof(float), tw, 40,
+                             MGPU_FLOAT32, next, 9, MPI_COMM_WORLD, NULL),
+            MGPU_ERANGE);
+  free(got);
+  free(img);
+  free(out);
+  CHECK(mgpu_free(src));
+  CHECK(mgpu_free(dst));
+}
+
 /* ---- bad input: an error on every rank, before any data moves ---- */
 
 static void run_bad_input(void) {
@@ -732,6 +783,7 @@ int main(int argc, char **argv) {
     run_coll();
   } else if (strcmp(name, "p2p") == 0) {
     run_p2p();
+    run_p2p_2d();
   } else if (strcmp(name, "comm") == 0) {
     run_comm();
   } else if (strcmp(name, "bad_input") == 0) {
