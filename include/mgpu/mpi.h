@@ -38,6 +38,7 @@
 
 #include "mgpu/coll.h"
 #include "mgpu/core.h"
+#include "mgpu/part.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -218,6 +219,39 @@ MGPU_EXTERN int mgpu_mpi_gather(const mgpu_buffer *send, size_t send_offset,
                                 mgpu_buffer *recv, size_t recv_offset,
                                 size_t count, mgpu_dtype dtype, int root,
                                 MPI_Comm comm, mgpu_stream *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Distributions over every device of every rank                             */
+/* ------------------------------------------------------------------------ */
+
+/* Creates a distribution of [0, n) whose parts are the devices of every
+ * rank of comm in rank order: rank p's local device d is part
+ * first_device(p) + d (mgpu_mpi_info.first_device for the init
+ * communicator). opts as for mgpu_dist_create, with ndevices 0 and devices
+ * NULL (the parts are given); a weighted one needs its weights. The ranges
+ * queries work for every part; mgpu_dist_device answers 0 for the parts of
+ * other ranks. Collective over comm; the caller owns *dist
+ * (mgpu_dist_destroy). */
+MGPU_EXTERN int mgpu_mpi_dist_create(MPI_Comm comm, size_t n,
+                                     const mgpu_dist_opts *opts,
+                                     mgpu_dist **dist);
+
+/* One call from the root's buffer to every part of every rank: root's src
+ * (n elements of elem_size bytes from src_offset, on any of its devices)
+ * is cut by dist and part first_device + i lands in bufs[i] of its rank (a
+ * buffer on local device i, in the part's local order, as mgpu_scatter
+ * writes). src is ignored on the other ranks. Collective over comm;
+ * elem_size even. Blocking. */
+MGPU_EXTERN int mgpu_mpi_dist_scatter(const mgpu_dist *dist,
+                                      const mgpu_buffer *src,
+                                      size_t src_offset, size_t elem_size,
+                                      int root, mgpu_buffer *const *bufs,
+                                      MPI_Comm comm);
+/* The reverse: every part of every rank back into the root's dst. */
+MGPU_EXTERN int mgpu_mpi_dist_gather(const mgpu_dist *dist, mgpu_buffer *dst,
+                                     size_t dst_offset, size_t elem_size,
+                                     int root, mgpu_buffer *const *bufs,
+                                     MPI_Comm comm);
 
 /* ------------------------------------------------------------------------ */
 /* One communicator over every device of every rank                          */

@@ -731,6 +731,76 @@ static void run_comm(void) {
   CHECK(mgpu_comm_destroy(comm));
 }
 
+/* ---- one scatter from rank 0 to every device of every rank ---- */
+
+static void run_dist(void) {
+  int ndev = mgpu_device_count();
+  static const mgpu_dist_kind kinds[] = {MGPU_DIST_BLOCK, MGPU_DIST_CYCLIC,
+                                         MGPU_DIST_BLOCK_CYCLIC};
+  size_t n = 10007;
+  for (int k = 0; k < 3; k++) {
+    mgpu_dist_opts o = MGPU_DIST_OPTS_INITIALIZER;
+    o.kind = kinds[k];
+    o.block = 5;
+    mgpu_dist *d;
+    CHECK(mgpu_mpi_dist_create(MPI_COMM_WORLD, n, &o, &d));
+    mgpu_mpi_info in = {.size = sizeof in};
+    CHECK(mgpu_mpi_get_info(&in));
+    if (mgpu_dist_nparts(d) != in.total_devices) FAIL("parts");
+    double *host = malloc(n * sizeof *host);
+    for (size_t i = 0; i < n; i++) host[i] = (double)i * 0.5 + 1;
+    int root = nranks - 1;
+    mgpu_buffer *arr = NULL;
+    if (rank == root) {
+      arr = make(ndev - 1, n * sizeof(double) + 16);
+      CHECK(mgpu_memcpy_htod(arr, 16, host, n * sizeof(double)));
+    }
+    mgpu_buffer *bufs[MGPU_MAX_DEVICES];
+    for (int i = 0; i < ndev; i++) {
+      size_t c = mgpu_dist_count(d, in.first_device + i);
+      bufs[i] = make(i, (c ? c : 1) * sizeof(double));
+    }
+    CHECK(mgpu_mpi_dist_scatter(d, arr, 16, sizeof(double), root, bufs,
+                                MPI_COMM_WORLD));
+    for (int i = 0; i < ndev; i++) {
+      int p = in.first_device + i;
+      size_t c = mgpu_dist_count(d, p);
+      if (c == 0) continue;
+      double *loc = download(bufs[i], c * sizeof(double)), two = 2.0;
+      size_t at = 0;
+      for (size_t r = 0; r < mgpu_dist_nranges(d, p); r++) {
+        mgpu_range rg = mgpu_dist_range(d, p, r);
+        for (size_t g = rg.begin; g < rg.end; g++, at++)
+          if (loc[at] != host[g]) FAIL("dist scatter part %d: %g at %zu", p, loc[at], g);
+      }
+      free(loc);
+      /* double each part on its device, then gather back */
+      mgpu_stream *s;
+      CHECK(mgpu_stream_create(&s, i));
+      CHECK(mgpu_scale(s, bufs[i], 0, c, MGPU_FLOAT64, two));
+      CHECK(mgpu_stream_destroy(s));
+    }
+    mgpu_buffer *back = rank == root ? make(0, n * sizeof(double)) : NULL;
+    CHECK(mgpu_mpi_dist_gather(d, back, 0, sizeof(double), root, bufs,
+                               MPI_COMM_WORLD));
+    if (rank == root) {
+      double *o = download(back, n * sizeof(double));
+      for (size_t i = 0; i < n; i++)
+        if (o[i] != 2 * host[i]) FAIL("dist gather: %g at %zu", o[i], i);
+      free(o);
+      CHECK(mgpu_free(back));
+      CHECK(mgpu_free(arr));
+    }
+    for (int i = 0; i < ndev; i++) CHECK(mgpu_free(bufs[i]));
+    free(host);
+    mgpu_dist_destroy(d);
+  }
+  mgpu_dist_opts bad = MGPU_DIST_OPTS_INITIALIZER;
+  bad.ndevices = 2;
+  mgpu_dist *d;
+  EXPECT_RC(mgpu_mpi_dist_create(MPI_COMM_WORLD, 10, &bad, &d), MGPU_EINVAL);
+}
+
 /* ---- which devices each rank opened ---- */
 
 static void check_share(int expect_nodes) {
@@ -786,6 +856,8 @@ int main(int argc, char **argv) {
     run_p2p_2d();
   } else if (strcmp(name, "comm") == 0) {
     run_comm();
+  } else if (strcmp(name, "dist") == 0) {
+    run_dist();
   } else if (strcmp(name, "bad_input") == 0) {
     run_bad_input();
   } else if (strcmp(name, "missing_rank") == 0) {
