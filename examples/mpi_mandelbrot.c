@@ -20,19 +20,11 @@
 #include <mgpu.h>
 #include <mgpu/mpi.h>
 
+#include "mpi_check.h"
+
 #define W 397
 #define H 301
 #define MAXITER 200
-
-#define CHECK(call)                                                        \
-  do {                                                                     \
-    int rc_ = (call);                                                      \
-    if (rc_ != 0) {                                                        \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,   \
-              mgpu_err_name(rc_), mgpu_error_detail());                    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                        \
-    }                                                                      \
-  } while (0)
 
 struct mandel_args {
   int32_t *pixels; /* rows [row0, row0 + gridDim.x) of the image */

@@ -18,17 +18,9 @@
 #include <mgpu.h>
 #include <mgpu/mpi.h>
 
-#define N ((size_t)100003) /* per rank, not a multiple of anything */
+#include "mpi_check.h"
 
-#define CHECK(call)                                                        \
-  do {                                                                     \
-    int rc_ = (call);                                                      \
-    if (rc_ != 0) {                                                        \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,   \
-              mgpu_err_name(rc_), mgpu_error_detail());                    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                        \
-    }                                                                      \
-  } while (0)
+#define N ((size_t)100003) /* per rank, not a multiple of anything */
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);

@@ -6,6 +6,7 @@
 #define MGPU_MODULE_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #include "mgpu/core.h"
 
@@ -24,6 +25,10 @@ MGPU_EXTERN int mgpu_module_error(int code, const char *fmt, ...)
  * mgpu_init (MGPU_LOG) allows it. level is an mgpu_log_level. */
 MGPU_EXTERN void mgpu_module_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Parses a size as the MGPU_* variables take it ("512M", "2G", "4096",
+ * K/M/G/T with an optional i and B): 0 or MGPU_EINVAL. */
+MGPU_EXTERN int mgpu_module_parse_size(const char *s, size_t *out);
 
 /* The log level mgpu_init set (an mgpu_log_level). */
 MGPU_EXTERN int mgpu_module_log_level(void);

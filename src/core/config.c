@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "core/internal.h"
+#include "mgpu/module.h"
 
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)
 #define DEFAULT_HOST_WORKERS 2
@@ -37,6 +38,10 @@ int mgpu__parse_size(const char *s, size_t *out) {
   if (shift && v > (~0ull >> shift)) return MGPU_EINVAL;
   *out = (size_t)(v << shift);
   return 0;
+}
+
+int mgpu_module_parse_size(const char *s, size_t *out) {
+  return mgpu__parse_size(s, out);
 }
 
 static int parse_int_range(const char *s, int lo, int hi, int *out) {

@@ -1,7 +1,6 @@
 /* mgpu_mpi_init: the node-local rank, this rank's share of the node's
  * devices, the path for device memory; and the helpers every call shares
  * (argument checks, deadlines, types and operators). */
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -265,27 +264,6 @@ void mgpu__mpi_count(int path, size_t bytes) {
 
 /* ---- environment ---- */
 
-static int parse_size(const char *s, size_t *out) {
-  if (s == NULL || !isdigit((unsigned char)*s)) return MGPU_EINVAL;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0) return MGPU_EINVAL;
-  unsigned shift = 0;
-  switch (toupper((unsigned char)*end)) {
-    case '\0': break;
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    default: return MGPU_EINVAL;
-  }
-  if (*end == 'i' || *end == 'I') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end != '\0' || (shift && v > (~0ull >> shift))) return MGPU_EINVAL;
-  *out = (size_t)(v << shift);
-  return 0;
-}
-
 static int parse_int(const char *s, long lo, long hi, int *out) {
   char *end;
   errno = 0;
@@ -328,7 +306,7 @@ static int read_env(mpi_env *env) {
     return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_TIMEOUT_MS: bad value "
                              "'%s' (expected milliseconds, -1 for none)", v);
   if ((v = getenv("MGPU_MPI_CHUNK")) && *v &&
-      (parse_size(v, &mgpu__mpi.chunk) || mgpu__mpi.chunk < 4096 ||
+      (mgpu_module_parse_size(v, &mgpu__mpi.chunk) || mgpu__mpi.chunk < 4096 ||
        mgpu__mpi.chunk > ((size_t)1 << 30)))
     return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_CHUNK: bad value '%s' "
                              "(expected 4K to 1G)", v);
