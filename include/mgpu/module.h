@@ -30,6 +30,10 @@ MGPU_EXTERN void mgpu_module_log(int level, const char *fmt, ...)
  * K/M/G/T with an optional i and B): 0 or MGPU_EINVAL. */
 MGPU_EXTERN int mgpu_module_parse_size(const char *s, size_t *out);
 
+/* Parses a decimal int in [lo, hi] (the whole string): 0 or MGPU_EINVAL. */
+MGPU_EXTERN int mgpu_module_parse_int(const char *s, int lo, int hi,
+                                      int *out);
+
 /* The log level mgpu_init set (an mgpu_log_level). */
 MGPU_EXTERN int mgpu_module_log_level(void);
 

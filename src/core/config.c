@@ -54,6 +54,10 @@ static int parse_int_range(const char *s, int lo, int hi, int *out) {
   return 0;
 }
 
+int mgpu_module_parse_int(const char *s, int lo, int hi, int *out) {
+  return parse_int_range(s, lo, hi, out);
+}
+
 /* The node-local rank (and, where it says, the node's rank count) from the
  * launcher's environment: Open MPI, Slurm, MPICH/Hydra, PMI. */
 static int launcher_local_rank(mgpu__devspec_entry *e) {

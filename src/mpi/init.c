@@ -1,7 +1,6 @@
 /* mgpu_mpi_init: the node-local rank, this rank's share of the node's
  * devices, the path for device memory; and the helpers every call shares
  * (argument checks, deadlines, types and operators). */
-#include <errno.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -264,16 +263,6 @@ void mgpu__mpi_count(int path, size_t bytes) {
 
 /* ---- environment ---- */
 
-static int parse_int(const char *s, long lo, long hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-    return MGPU_EINVAL;
-  *out = (int)v;
-  return 0;
-}
-
 typedef struct mpi_env {
   int ranks_per_node; /* 0: the machine is the node */
   int cuda_aware;     /* -1 auto, 0, 1 */
@@ -286,7 +275,7 @@ static int read_env(mpi_env *env) {
   mgpu__mpi.timeout_ms = DEFAULT_TIMEOUT_MS;
   mgpu__mpi.chunk = DEFAULT_CHUNK;
   if ((v = getenv("MGPU_MPI_RANKS_PER_NODE")) && *v &&
-      parse_int(v, 1, INT_MAX, &env->ranks_per_node))
+      mgpu_module_parse_int(v, 1, INT_MAX, &env->ranks_per_node))
     return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_RANKS_PER_NODE: bad value "
                              "'%s' (expected a count of at least 1)", v);
   if ((v = getenv("MGPU_MPI_CUDA_AWARE")) && *v) {
@@ -298,11 +287,11 @@ static int read_env(mpi_env *env) {
                                "'%s' (expected auto, 0 or 1)", v);
   }
   if ((v = getenv("MGPU_MPI_STAGE")) && *v &&
-      parse_int(v, 0, 1, &mgpu__mpi.force_stage))
+      mgpu_module_parse_int(v, 0, 1, &mgpu__mpi.force_stage))
     return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_STAGE: bad value '%s' "
                              "(expected 0 or 1)", v);
   if ((v = getenv("MGPU_MPI_TIMEOUT_MS")) && *v &&
-      parse_int(v, -1, INT_MAX / 2, &mgpu__mpi.timeout_ms))
+      mgpu_module_parse_int(v, -1, INT_MAX / 2, &mgpu__mpi.timeout_ms))
     return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_TIMEOUT_MS: bad value "
                              "'%s' (expected milliseconds, -1 for none)", v);
   if ((v = getenv("MGPU_MPI_CHUNK")) && *v &&
