@@ -36,7 +36,11 @@ extern "C" {
   XX(coll_ring, "collectives run by mgpu's ring")                             \
   XX(coll_nccl, "collectives run by NCCL")                                    \
   XX(chan_msgs_sent, "channel messages sent")                                 \
-  XX(chan_msgs_received, "channel messages received")
+  XX(chan_msgs_received, "channel messages received")                         \
+  XX(mpi_host, "MPI transfers handing this device's memory to MPI as is")     \
+  XX(mpi_direct, "MPI transfers of device pointers to a CUDA-aware MPI")      \
+  XX(mpi_staged, "MPI transfers staged through pinned bounce buffers")        \
+  XX(bytes_mpi, "bytes of this device's memory moved by MPI")
 
 typedef struct mgpu_device_metrics {
   uint64_t mem_in_use; /* bytes currently allocated on the device (gauge) */

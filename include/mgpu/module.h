@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mgpu/core.h"
 
@@ -33,6 +34,13 @@ MGPU_EXTERN int mgpu_module_parse_size(const char *s, size_t *out);
 /* Parses a decimal int in [lo, hi] (the whole string): 0 or MGPU_EINVAL. */
 MGPU_EXTERN int mgpu_module_parse_int(const char *s, int lo, int hi,
                                       int *out);
+
+/* Adds value to device dev's counter named name (a field of
+ * mgpu_device_metrics from MGPU_METRICS_MAP, e.g. "mpi_staged"), so that a
+ * module's work shows in mgpu_metrics_snapshot. MGPU_EINVAL for an unknown
+ * name; a device outside the open range is ignored, as in the core. */
+MGPU_EXTERN int mgpu_module_metric_add(int dev, const char *name,
+                                       uint64_t value);
 
 /* The log level mgpu_init set (an mgpu_log_level). */
 MGPU_EXTERN int mgpu_module_log_level(void);

@@ -353,7 +353,7 @@ static int coll_run(const coll_args *a) {
   int mrc = mgpu__mpi_run_plan(&pl);
   size_t bytes = a->count * pl.esize *
                  (size_t)(pl.n_in > pl.n_out ? pl.n_in : pl.n_out);
-  mgpu__mpi_count(pl.path, bytes);
+  mgpu__mpi_count(mgpu_buffer_device(dep), pl.path, bytes);
   return rc != 0 ? rc : mrc;
 }
 

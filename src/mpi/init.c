@@ -247,7 +247,11 @@ void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset) {
   return (unsigned char *)mgpu_buffer_ptr(buf) + offset;
 }
 
-void mgpu__mpi_count(int path, size_t bytes) {
+void mgpu__mpi_count(int dev, int path, size_t bytes) {
+  static const char *const counter[] = {"mpi_host", "mpi_direct",
+                                        "mpi_staged"};
+  mgpu_module_metric_add(dev, counter[path], 1);
+  mgpu_module_metric_add(dev, "bytes_mpi", bytes);
   mgpu_mpi_stats *s = &mgpu__mpi.stats;
   if (path == MPI_PATH_HOST) {
     s->calls_host++;

@@ -122,7 +122,9 @@ int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
 int mgpu__mpi_sync_before(const mgpu_buffer *buf, mgpu_stream *stream);
 /* Host-visible address of buf + offset (path host or direct). */
 void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset);
-void mgpu__mpi_count(int path, size_t bytes);
+/* Counts one transfer of dev's memory on its path: the module's stats and
+ * the device's metrics (mpi_host, mpi_direct, mpi_staged, bytes_mpi). */
+void mgpu__mpi_count(int dev, int path, size_t bytes);
 
 /* Waits for req until the deadline, calling MPI_Test; MGPU_ETIMEDOUT naming
  * peer (what says what was awaited). */

@@ -355,7 +355,7 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
     free(r);
     return rc;
   }
-  mgpu__mpi_count(path, r->bytes);
+  mgpu__mpi_count(r->dev, path, r->bytes);
   r->state = R_QUEUED;
   mgpu_mpi_request **tail = &outstanding;
   while (*tail != NULL) tail = &(*tail)->next;

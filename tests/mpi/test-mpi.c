@@ -323,6 +323,23 @@ static void run_coll(void) {
   CHECK(mgpu_mpi_get_stats(&st));
   const char *stage = getenv("MGPU_MPI_STAGE");
   int staged = stage != NULL && strcmp(stage, "1") == 0;
+  /* the same per device in mgpu's metrics */
+  mgpu_metrics m;
+  memset(&m, 0, sizeof m);
+  m.size = sizeof m;
+  CHECK(mgpu_metrics_snapshot(&m));
+  uint64_t host = 0, staged_m = 0, bytes = 0;
+  for (int d = 0; d < m.ndevices; d++) {
+    host += m.dev[d].mpi_host;
+    staged_m += m.dev[d].mpi_staged;
+    bytes += m.dev[d].bytes_mpi;
+  }
+  if (host != st.calls_host || staged_m != st.calls_staged ||
+      bytes != st.bytes_host + st.bytes_staged)
+    FAIL("metrics: host %llu staged %llu bytes %llu; stats %llu %llu",
+         (unsigned long long)host, (unsigned long long)staged_m,
+         (unsigned long long)bytes, (unsigned long long)st.calls_host,
+         (unsigned long long)st.calls_staged);
   if (staged ? (st.calls_staged == 0 || st.calls_host != 0 ||
                 (nranks > 1 && st.staged_chunks == 0))
              : (st.calls_host == 0 || st.calls_staged != 0))
