@@ -9,7 +9,9 @@
  *      direct or staged path);
  *   2. across processes, between the leaders, by MPI through this module's
  *      calls (staged in pipelined chunks where MPI cannot read the memory);
- *      a large all-reduce goes as reduce-scatter + all-gather;
+ *      a large all-reduce goes as reduce-scatter + all-gather, and in
+ *      chunks, so that the local reduction of chunk k+1 and the copies back
+ *      of chunk k-1 overlap MPI on chunk k;
  *   3. within the process again: the result copied to every local rank.
  * Where every device of every rank is a whole CUDA GPU and NCCL is built in,
  * one NCCL communicator spans ranks x GPUs instead (ncclCommInitRank, the
@@ -34,6 +36,9 @@ typedef struct mpi_comm_ctx {
                           number of devices */
   int equal;           /* every process has the same number of devices */
   int leader_dev;      /* local rank 0's device */
+  mgpu_stream *mpi_stream; /* idle stream of the leader's device handed to
+                              the MPI calls (they wait for nothing queued) */
+  mgpu_event *reduced[2];  /* a chunk's local reduction is done */
   mgpu_buffer *acc, *scratch; /* on the leader's device, grown as needed */
   size_t acc_size, scratch_size;
 #ifdef MGPU_HAVE_NCCL
@@ -101,26 +106,62 @@ static int local_spread(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n,
   return rc != 0 ? rc : src;
 }
 
+/* acc[off ..] all-reduced across the leaders (count elements). */
+static int leaders_allreduce(mpi_comm_ctx *x, size_t off, size_t count,
+                             mgpu_dtype t, mgpu_op op) {
+  size_t bytes = count * mgpu_dtype_size(t);
+  if (bytes >= SPLIT_ALLREDUCE_BYTES && count % (size_t)x->nprocs == 0) {
+    /* Each leader reduces one slice, then every slice goes to all. */
+    size_t part = count / (size_t)x->nprocs;
+    int rc = mgpu_mpi_reduce_scatter(x->acc, off, x->acc, off, part, t, op,
+                                     x->comm, x->mpi_stream);
+    return rc != 0 ? rc : mgpu_mpi_allgather(x->acc, off, x->acc, off, part,
+                                             t, x->comm, x->mpi_stream);
+  }
+  return mgpu_mpi_allreduce(x->acc, off, x->acc, off, count, t, op, x->comm,
+                            x->mpi_stream);
+}
+
+/* Chunk by chunk, so that the stages overlap: the local reduction of chunk
+ * k+1 runs on the leader's stream and the copies of chunk k-1 back to the
+ * local ranks on theirs while MPI moves chunk k. */
 static int hier_allreduce(mpi_comm_ctx *x, const mgpu_coll_call *c, int n) {
-  size_t es = mgpu_dtype_size(c[0].dtype), bytes = c[0].count * es;
+  size_t es = mgpu_dtype_size(c[0].dtype), count = c[0].count;
   mgpu_stream *s = c[0].stream;
-  int rc = local_reduce(x, c, n, bytes, s);
-  if (rc == 0 && x->nprocs > 1) {
-    size_t count = c[0].count;
-    if (bytes >= SPLIT_ALLREDUCE_BYTES && count % (size_t)x->nprocs == 0) {
-      /* Each leader reduces one slice, then every slice goes to all. */
-      size_t part = count / (size_t)x->nprocs;
-      rc = mgpu_mpi_reduce_scatter(x->acc, 0, x->acc, 0, part, c[0].dtype,
-                                   c[0].op, x->comm, s);
-      if (rc == 0)
-        rc = mgpu_mpi_allgather(x->acc, 0, x->acc, 0, part, c[0].dtype,
-                                x->comm, s);
-    } else {
-      rc = mgpu_mpi_allreduce(x->acc, 0, x->acc, 0, count, c[0].dtype,
-                              c[0].op, x->comm, s);
+  size_t chunk = mgpu__mpi.chunk / es;
+  if (chunk == 0) chunk = 1;
+  size_t nchunks = (count + chunk - 1) / chunk;
+  int rc = n > 1 ? grow(&x->scratch, &x->scratch_size, x->leader_dev,
+                        count * es)
+                 : 0;
+  for (size_t k = 0; k <= nchunks && rc == 0; k++) {
+    if (k < nchunks) { /* local reduction of chunk k, queued */
+      size_t e0 = k * chunk, m = count - e0 < chunk ? count - e0 : chunk;
+      size_t at = e0 * es;
+      rc = mgpu_memcpy_async(x->acc, at, c[0].send, c[0].send_offset + at,
+                             m * es, s);
+      for (int i = 1; i < n && rc == 0; i++) {
+        rc = mgpu_memcpy_async(x->scratch, at, c[i].send,
+                               c[i].send_offset + at, m * es, s);
+        if (rc == 0)
+          rc = mgpu_elementwise(s, x->acc, at, x->acc, at, x->scratch, at, m,
+                                c[0].dtype, c[0].op);
+      }
+      if (rc == 0) rc = mgpu_event_record(x->reduced[k % 2], s);
+    }
+    if (rc == 0 && k >= 1) { /* MPI on chunk k-1, then its copies back */
+      size_t j = k - 1, e0 = j * chunk;
+      size_t m = count - e0 < chunk ? count - e0 : chunk, at = e0 * es;
+      rc = mgpu_event_synchronize(x->reduced[j % 2]);
+      if (rc == 0 && x->nprocs > 1)
+        rc = leaders_allreduce(x, at, m, c[0].dtype, c[0].op);
+      for (int i = 0; i < n && rc == 0; i++)
+        rc = mgpu_memcpy_async(c[i].recv, c[i].recv_offset + at, x->acc, at,
+                               m * es, c[i].stream);
     }
   }
-  return rc != 0 ? rc : local_spread(x, c, n, 0, 0, bytes);
+  int src = sync_all(c, n);
+  return rc != 0 ? rc : src;
 }
 
 static int hier_reduce(mpi_comm_ctx *x, const mgpu_coll_call *c, int n) {
@@ -330,6 +371,9 @@ static void ctx_free(void *ctx) {
   for (int i = 0; x->nccl && i < x->nlocal; i++)
     ncclCommDestroy(x->nccl_comms[i]);
 #endif
+  for (int i = 0; i < 2; i++)
+    if (x->reduced[i] != NULL) mgpu_event_destroy(x->reduced[i]);
+  if (x->mpi_stream != NULL) mgpu_stream_destroy(x->mpi_stream);
   if (x->acc != NULL) mgpu_free(x->acc);
   if (x->scratch != NULL) mgpu_free(x->scratch);
   int fin = 0;
@@ -394,6 +438,10 @@ int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
     x->equal &= x->count[p] == ndev;
   }
   x->leader_dev = devs[0];
+  if ((rc = mgpu_stream_create(&x->mpi_stream, devs[0])) != 0 ||
+      (rc = mgpu_event_create(&x->reduced[0], devs[0])) != 0 ||
+      (rc = mgpu_event_create(&x->reduced[1], devs[0])) != 0)
+    goto fail;
   mgpu_comm_remote remote = MGPU_COMM_REMOTE_INITIALIZER;
   remote.nranks = x->first[x->nprocs - 1] + x->count[x->nprocs - 1];
   remote.first_rank = x->first[x->me];
