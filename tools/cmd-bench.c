@@ -12,6 +12,7 @@ int mgpu_bench_allreduce(int argc, char **argv);
 #ifdef MGPU_HAVE_MPI
 int mgpu_bench_mpi(int argc, char **argv); /* built when MPI is found */
 #endif
+int mgpu_bench_trace(int argc, char **argv);
 
 typedef struct bench_entry {
   const char *name;
@@ -29,6 +30,7 @@ int mgpu_cmd_bench(int argc, char **argv) {
 #ifdef MGPU_HAVE_MPI
       {"mpi", mgpu_bench_mpi, "all-reduce of device buffers across MPI ranks"},
 #endif
+      {"trace", mgpu_bench_trace, "cost of recording a trace, on next to off"},
   };
   size_t n = sizeof benches / sizeof benches[0];
   if (argc >= 2) {
