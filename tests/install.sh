@@ -43,3 +43,43 @@ cmake --build "$tmp/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:3 "$tmp/cm/build/app" | grep -q "3 devices"
 test -x "$tmp/prefix/bin/mgpu"
 echo "install: find_package ok"
+
+# The MPI module, where it was built: mgpu-mpi.pc and the mgpu::mpi target,
+# a program that runs as one rank without mpirun.
+if [ -f "$libdir/pkgconfig/mgpu-mpi.pc" ]; then
+  test -f "$tmp/prefix/include/mgpu/mpi.h"
+  cat > "$tmp/app-mpi.c" <<'C'
+#include <mgpu.h>
+#include <mgpu/mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  if (mgpu_mpi_init(MPI_COMM_WORLD, NULL) != 0) return 1;
+  mgpu_mpi_info info = {.size = sizeof info};
+  if (mgpu_mpi_get_info(&info) != 0) return 1;
+  printf("rank %d of %d: %d devices\n", info.rank, info.nranks, info.ndevices);
+  mgpu_mpi_finalize();
+  MPI_Finalize();
+  return 0;
+}
+C
+  if command -v pkg-config >/dev/null && command -v mpicc >/dev/null; then
+    mpicc -std=c11 -o "$tmp/app-mpi-pc" "$tmp/app-mpi.c" $(pkg-config --cflags --libs mgpu-mpi)
+    LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:2 OMPI_ALLOW_RUN_AS_ROOT=1 \
+      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$tmp/app-mpi-pc" | grep -q "rank 0 of 1: 2 devices"
+    echo "install: mgpu-mpi.pc ok"
+  fi
+  mkdir -p "$tmp/cm-mpi"
+  cat > "$tmp/cm-mpi/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.18)
+project(app_mpi C)
+find_package(mgpu REQUIRED)
+add_executable(app_mpi ../app-mpi.c)
+target_link_libraries(app_mpi PRIVATE mgpu::mpi)
+CM
+  cmake -S "$tmp/cm-mpi" -B "$tmp/cm-mpi/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+  cmake --build "$tmp/cm-mpi/build" >/dev/null
+  LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:3 OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$tmp/cm-mpi/build/app_mpi" | grep -q "rank 0 of 1: 3 devices"
+  echo "install: mgpu::mpi ok"
+fi

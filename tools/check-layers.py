@@ -40,6 +40,7 @@ PUBLIC = {
     "mgpu/metrics.h": "obs",
     "mgpu/trace.h": "obs",
     "mgpu/fault.h": "util",
+    "mgpu/module.h": "util",
 }
 SHARED_TYPES = {"mgpu/core.h", "mgpu/version.h", "mgpu/visibility.h"}
 

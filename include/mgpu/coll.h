@@ -110,6 +110,67 @@ MGPU_EXTERN int mgpu_reduce_scatter(mgpu_comm *comm, int rank,
                                     size_t count, mgpu_dtype dtype, mgpu_op op,
                                     mgpu_stream *stream);
 
+/* ------------------------------------------------------------------------ */
+/* Communicators that span processes                                        */
+/* ------------------------------------------------------------------------ */
+/* A module that joins processes (libmgpu_mpi: mgpu_mpi_comm_create) makes a
+ * communicator whose ranks are the devices of every process. This process
+ * holds ranks first_rank .. first_rank + n - 1 (its devs); the collectives
+ * above take those global ranks and roots. Each call is checked and the
+ * local ranks meet as in any communicator; once every local rank of a
+ * collective has called and they agree, the module's issue function runs
+ * it across the processes, and its result is every local rank's result. */
+
+/* What a collective asks of one local rank, as handed to issue. */
+typedef enum mgpu_coll_kind {
+  MGPU_COLL_ALLREDUCE = 0,
+  MGPU_COLL_REDUCE = 1,
+  MGPU_COLL_BROADCAST = 2,
+  MGPU_COLL_ALLGATHER = 3,
+  MGPU_COLL_REDUCE_SCATTER = 4
+} mgpu_coll_kind;
+
+typedef struct mgpu_coll_call {
+  int kind;                  /* mgpu_coll_kind */
+  int rank;                  /* global rank */
+  const mgpu_buffer *send;   /* NULL where the kind ignores it (non-root) */
+  size_t send_offset;        /* bytes; in place, the rank's own block */
+  mgpu_buffer *recv;         /* NULL where ignored */
+  size_t recv_offset;
+  int in_place;
+  size_t count;              /* per rank, as in the collectives above */
+  mgpu_dtype dtype;
+  mgpu_op op;
+  int root;                  /* global rank */
+  mgpu_stream *stream;       /* the rank's stream */
+} mgpu_coll_call;
+
+typedef struct mgpu_comm_remote {
+  size_t size;      /* sizeof(mgpu_comm_remote) */
+  int nranks;       /* ranks over every process */
+  int first_rank;   /* global rank of devs[0] */
+  /* Runs one collective across the processes: calls[i] is local rank i's
+   * call (n of them, already checked and consistent). Called once per
+   * collective, in order, by the thread that brought the last local rank,
+   * with the communicator held; returns 0 or a negative code (and a
+   * detail) that every local rank's call returns. */
+  int (*issue)(void *ctx, const mgpu_coll_call *calls, int n);
+  /* Called once by mgpu_comm_destroy, after the local work is done. */
+  void (*destroy)(void *ctx);
+  void *ctx;
+} mgpu_comm_remote;
+
+#define MGPU_COMM_REMOTE_INITIALIZER \
+  { sizeof(mgpu_comm_remote), 0, 0, NULL, NULL, NULL }
+
+/* Creates a communicator over this process's n devices as ranks
+ * remote->first_rank.. of remote->nranks, whose collectives run through
+ * remote->issue. MGPU_EINVAL when the ranks do not fit or issue is NULL.
+ * The caller owns it until mgpu_comm_destroy. */
+MGPU_EXTERN int mgpu_comm_create_remote(const int *devs, int n,
+                                        const mgpu_comm_remote *remote,
+                                        mgpu_comm **comm);
+
 /* Between these, the calling thread's collective calls only check their own
  * arguments and return; mgpu_group_end() hands them over together and waits
  * until every rank of each has called. Groups nest; the outermost end

@@ -53,6 +53,34 @@ MGPU_EXTERN int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
                                   const mgpu_buffer *src, size_t src_offset,
                                   size_t size, mgpu_stream *stream);
 
+/* Pitched (2-D) copies, as cudaMemcpy2DAsync: height rows of width bytes;
+ * row r starts at offset + r * pitch on each side (pitch >= width, else
+ * MGPU_EINVAL). Every path of mgpu_memcpy: within a device and to or from
+ * host memory one backend operation (one task on host devices, one
+ * cudaMemcpy2DAsync on CUDA); between devices row by row on the pair's
+ * path (direct or staged). Ranges are checked on the whole span;
+ * overlapping rows of one buffer are MGPU_EOVERLAP. Between ranks:
+ * mgpu_mpi_send_2d / mgpu_mpi_recv_2d (mgpu/mpi.h). */
+MGPU_EXTERN int mgpu_memcpy_2d(mgpu_buffer *dst, size_t dst_offset,
+                               size_t dst_pitch, const mgpu_buffer *src,
+                               size_t src_offset, size_t src_pitch,
+                               size_t width, size_t height);
+MGPU_EXTERN int mgpu_memcpy_2d_async(mgpu_buffer *dst, size_t dst_offset,
+                                     size_t dst_pitch, const mgpu_buffer *src,
+                                     size_t src_offset, size_t src_pitch,
+                                     size_t width, size_t height,
+                                     mgpu_stream *stream);
+/* Host memory on one side; the stream must be the buffer's device's. */
+MGPU_EXTERN int mgpu_memcpy_2d_htod_async(mgpu_buffer *dst, size_t dst_offset,
+                                          size_t dst_pitch, const void *host,
+                                          size_t host_pitch, size_t width,
+                                          size_t height, mgpu_stream *stream);
+MGPU_EXTERN int mgpu_memcpy_2d_dtoh_async(void *host, size_t host_pitch,
+                                          const mgpu_buffer *src,
+                                          size_t src_offset, size_t src_pitch,
+                                          size_t width, size_t height,
+                                          mgpu_stream *stream);
+
 /* Fills size bytes with the byte value. */
 MGPU_EXTERN int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value,
                                   size_t size, mgpu_stream *stream);

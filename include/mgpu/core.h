@@ -44,8 +44,12 @@ typedef enum mgpu_log_level {
 typedef struct mgpu_config {
   size_t size;              /* sizeof(mgpu_config): lets the struct grow */
   const char *devices;      /* MGPU_DEVICES: "host:4", "cuda", "cuda:1",
-                               "cuda:0/4", comma-separated. Default: every
-                               GPU if there is one, else "host:4" */
+                               "cuda:0/4", "local" (one device per
+                               process: GPU local rank mod GPUs, the local
+                               rank from the launcher's environment; one
+                               host device without a GPU),
+                               comma-separated. Default: every GPU if there
+                               is one, else "host:4" */
   size_t host_mem;          /* MGPU_HOST_MEM: memory budget of each host
                                device in bytes. Default 1 GiB */
   int log_level;            /* MGPU_LOG: none|warn|info|debug. -1: env */

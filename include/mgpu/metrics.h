@@ -37,7 +37,11 @@ extern "C" {
   XX(coll_ring, "collectives run by mgpu's ring")                             \
   XX(coll_nccl, "collectives run by NCCL")                                    \
   XX(chan_msgs_sent, "channel messages sent")                                 \
-  XX(chan_msgs_received, "channel messages received")
+  XX(chan_msgs_received, "channel messages received")                         \
+  XX(mpi_host, "MPI transfers handing this device's memory to MPI as is")     \
+  XX(mpi_direct, "MPI transfers of device pointers to a CUDA-aware MPI")      \
+  XX(mpi_staged, "MPI transfers staged through pinned bounce buffers")        \
+  XX(bytes_mpi, "bytes of this device's memory moved by MPI")
 
 /* The paths a copy takes, as the metrics time them. */
 typedef enum mgpu_metric_path {

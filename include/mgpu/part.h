@@ -119,6 +119,38 @@ MGPU_EXTERN int mgpu_gather(const mgpu_dist *dist, void *host,
                             size_t elem_size, mgpu_buffer *const *bufs,
                             mgpu_stream *const *streams);
 
+/* The same with the array in a buffer (device memory of any device, pinned
+ * or unified) at a byte offset instead of a host array: the copies go
+ * buffer to buffer (mgpu_memcpy's paths; the blocks of cyclic layouts as
+ * one pitched copy per part). With streams the copies are queued on
+ * streams[p] (a stream of part p's device or of the array's); NULL:
+ * synchronous. The array must hold n elements from offset (MGPU_ERANGE
+ * naming offset and sizes otherwise); a part's buffer that is missing or
+ * freed is MGPU_EBADHANDLE, on another device MGPU_EWRONGDEV, too small
+ * MGPU_ERANGE; a zero element size MGPU_EINVAL. */
+MGPU_EXTERN int mgpu_scatter_buffer(const mgpu_dist *dist,
+                                    const mgpu_buffer *src, size_t src_offset,
+                                    size_t elem_size,
+                                    mgpu_buffer *const *bufs,
+                                    mgpu_stream *const *streams);
+MGPU_EXTERN int mgpu_gather_buffer(const mgpu_dist *dist, mgpu_buffer *dst,
+                                   size_t dst_offset, size_t elem_size,
+                                   mgpu_buffer *const *bufs,
+                                   mgpu_stream *const *streams);
+
+/* One part's elements between the whole array (in global, from
+ * global_offset) and the part's local order (in local, from local_offset):
+ * to_local 1 copies array -> local, 0 local -> array. Queued on stream
+ * (NULL: synchronous). The building block of the two calls above and of
+ * scatter / gather across MPI ranks (mgpu_mpi_dist_scatter). A bad part
+ * or argument is MGPU_EINVAL; the copies' own errors (ranges, devices)
+ * are mgpu_memcpy's and mgpu_memcpy_2d's. */
+MGPU_EXTERN int mgpu_dist_copy_part(const mgpu_dist *dist, int part,
+                                    mgpu_buffer *global, size_t global_offset,
+                                    mgpu_buffer *local, size_t local_offset,
+                                    size_t elem_size, int to_local,
+                                    mgpu_stream *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -177,6 +177,12 @@ typedef struct mgpu__backend_ops {
                       const void *src, size_t size, mgpu__copy_kind kind);
   int (*memset_async)(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                       int value, size_t size);
+  /* Pitched copy on s (as cudaMemcpy2DAsync): height rows of width bytes,
+   * rows dpitch / spitch bytes apart; either side may also be a peer's
+   * memory this device reaches directly. */
+  int (*memcpy2d_async)(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                        size_t dpitch, const void *src, size_t spitch,
+                        size_t width, size_t height, mgpu__copy_kind kind);
   /* args (args_size bytes) must be copied before returning. */
   int (*launch)(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
                 mgpu_dim3 grid, mgpu_dim3 block, const void *args,

@@ -62,7 +62,12 @@ typedef struct mgpu__coll_op {
 } mgpu__coll_op;
 
 typedef struct mgpu__comm {
-  int n;
+  int n;                /* local ranks: devs[0 .. n) */
+  int nglobal, first;   /* ranks over every process; global rank of devs[0]
+                           (n and 0 unless remote) */
+  int has_remote;
+  mgpu_comm_remote remote; /* the module that runs collectives across
+                              processes (mgpu_comm_create_remote) */
   int devs[MGPU_MAX_DEVICES];
   mgpu_comm_config cfg; /* resolved: no field left at its default */
   int provider;         /* MGPU_COLL_PROVIDER_MGPU or _NCCL */

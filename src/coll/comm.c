@@ -122,8 +122,8 @@ int mgpu__coll_same_backend(const char *what, const int *devs, int n) {
   return 0;
 }
 
-int mgpu_comm_create_config(const int *devs, int n,
-                            const mgpu_comm_config *config, mgpu_comm **comm) {
+static int create(const int *devs, int n, const mgpu_comm_config *config,
+                  const mgpu_comm_remote *remote, mgpu_comm **comm) {
   if (comm == NULL) return mgpu__error(MGPU_EINVAL, "comm: NULL output");
   *comm = NULL;
   int rc = check_devices(devs, n);
@@ -133,7 +133,16 @@ int mgpu_comm_create_config(const int *devs, int n,
   rc = resolve_config(config, &c->cfg);
   if (rc != 0) goto fail_free;
   c->n = n;
+  c->nglobal = n;
   memcpy(c->devs, devs, (size_t)n * sizeof *devs);
+  if (remote != NULL) {
+    /* Across processes the module moves the data: no provider here. */
+    c->has_remote = 1;
+    c->remote = *remote;
+    c->nglobal = remote->nranks;
+    c->first = remote->first_rank;
+    c->cfg.provider = MGPU_COLL_PROVIDER_MGPU;
+  }
 
   const mgpu__backend_ops *nccl_ops = NULL;
   int want_nccl = c->cfg.provider != MGPU_COLL_PROVIDER_MGPU;
@@ -201,6 +210,25 @@ fail_free:
   return rc;
 }
 
+int mgpu_comm_create_config(const int *devs, int n,
+                            const mgpu_comm_config *config, mgpu_comm **comm) {
+  return create(devs, n, config, NULL, comm);
+}
+
+int mgpu_comm_create_remote(const int *devs, int n,
+                            const mgpu_comm_remote *remote, mgpu_comm **comm) {
+  if (remote == NULL || remote->size < sizeof *remote ||
+      remote->issue == NULL)
+    return mgpu__error(MGPU_EINVAL, "comm: remote needs size set to "
+                       "sizeof(mgpu_comm_remote) and an issue function");
+  if (remote->first_rank < 0 || n < 1 ||
+      remote->nranks < remote->first_rank + n)
+    return mgpu__error(MGPU_EINVAL, "comm: ranks %d..%d do not fit %d ranks",
+                       remote->first_rank, remote->first_rank + n - 1,
+                       remote->nranks);
+  return create(devs, n, NULL, remote, comm);
+}
+
 int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm) {
   return mgpu_comm_create_config(devs, n, NULL, comm);
 }
@@ -242,6 +270,8 @@ static int comm_free(mgpu__comm *c) {
     free(op);
   }
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
+  if (c->has_remote && c->remote.destroy != NULL)
+    c->remote.destroy(c->remote.ctx);
   mgpu__cond_destroy(&c->cond);
   mgpu__mutex_destroy(&c->lock);
   free(c);
@@ -264,7 +294,7 @@ int mgpu_comm_size(const mgpu_comm *comm) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
   if (rc != 0) return rc;
-  rc = c->n;
+  rc = c->nglobal;
   mgpu__comm_put(c);
   return rc;
 }
@@ -273,10 +303,11 @@ int mgpu_comm_device(const mgpu_comm *comm, int rank) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
   if (rc != 0) return rc;
-  if (rank < 0 || rank >= c->n)
-    rc = mgpu__error(MGPU_EINVAL, "comm: rank %d of %d", rank, c->n);
+  if (rank < c->first || rank >= c->first + c->n)
+    rc = mgpu__error(MGPU_EINVAL, "comm: rank %d of %d%s", rank, c->nglobal,
+                     c->has_remote ? " is not in this process" : "");
   else
-    rc = c->devs[rank];
+    rc = c->devs[rank - c->first];
   mgpu__comm_put(c);
   return rc;
 }

@@ -96,12 +96,16 @@ static void part_put(mgpu__coll_part *p) {
 }
 
 /* Checks a rank's call on its own and resolves its handles, which stay held
- * (also on failure) until part_put. */
+ * (also on failure) until part_put. rank is the local rank (devs[rank]);
+ * grank the global one, which roots, sizes and in-place blocks are counted
+ * in (the same unless the comm spans processes). */
 static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
   const char *what = kind_name(p->kind);
+  int grank = c->first + rank;
   if (rank < 0 || rank >= c->n)
-    return mgpu__error(MGPU_EINVAL, "%s: rank %d of a communicator of %d",
-                       what, rank, c->n);
+    return mgpu__error(MGPU_EINVAL, "%s: rank %d of a communicator of %d%s",
+                       what, grank, c->nglobal,
+                       c->has_remote ? " is not in this process" : "");
   int dev = c->devs[rank];
   int rc = mgpu__stream_get(p->stream_h, &p->stream);
   if (rc != 0) return rc;
@@ -109,28 +113,28 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
     return mgpu__error(MGPU_EWRONGDEV,
                        "%s rank %d: stream is on device %d, rank %d is device "
                        "%d",
-                       what, rank, p->stream->dev, rank, dev);
+                       what, grank, p->stream->dev, grank, dev);
   size_t esz = mgpu_dtype_size(p->dtype);
   if (esz == 0)
-    return mgpu__error(MGPU_EINVAL, "%s rank %d: unknown type %d", what, rank,
+    return mgpu__error(MGPU_EINVAL, "%s rank %d: unknown type %d", what, grank,
                        (int)p->dtype);
   if (is_reduction(p->kind) && (p->op < MGPU_SUM || p->op > MGPU_MAX))
-    return mgpu__error(MGPU_EINVAL, "%s rank %d: unknown op %d", what, rank,
+    return mgpu__error(MGPU_EINVAL, "%s rank %d: unknown op %d", what, grank,
                        (int)p->op);
-  if (has_root(p->kind) && (p->root < 0 || p->root >= c->n))
+  if (has_root(p->kind) && (p->root < 0 || p->root >= c->nglobal))
     return mgpu__error(MGPU_EINVAL, "%s rank %d: root %d of %d ranks", what,
-                       rank, p->root, c->n);
+                       grank, p->root, c->nglobal);
   if (esz == 2 && c->provider != MGPU_COLL_PROVIDER_NCCL &&
       mgpu__device_get(dev)->ops->kind == MGPU_BACKEND_HOST)
     return mgpu__error(MGPU_ENOTSUP, "%s rank %d: %s on host device %d", what,
                        rank, mgpu_dtype_name(p->dtype), dev);
-  size_t n = (size_t)c->n;
+  size_t n = (size_t)c->nglobal;
   if (p->count > SIZE_MAX / esz / n)
     return mgpu__error(MGPU_ERANGE, "%s rank %d: count %zu overflows", what,
                        rank, p->count);
   size_t bytes = p->count * esz, total = bytes * n;
   size_t need_send = 0, need_recv = 0;
-  int is_root = !has_root(p->kind) || rank == p->root;
+  int is_root = !has_root(p->kind) || grank == p->root;
   switch (p->kind) {
     case MGPU__COLL_ALLREDUCE: need_send = need_recv = bytes; break;
     case MGPU__COLL_REDUCE:
@@ -150,20 +154,20 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
   if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) need_send = total;
   if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) need_recv = total;
   void *send;
-  rc = check_buf(what, "send", rank, dev, p->send_h, need_send, &send,
+  rc = check_buf(what, "send", grank, dev, p->send_h, need_send, &send,
                  &p->send_b);
   if (rc != 0) return rc;
-  rc = check_buf(what, "recv", rank, dev, p->recv_h, need_recv, &p->recv,
+  rc = check_buf(what, "recv", grank, dev, p->recv_h, need_recv, &p->recv,
                  &p->recv_b);
   if (rc != 0) return rc;
   p->send = send;
   /* NCCL's in-place layouts: the rank's own block of the larger buffer. */
   if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) {
-    p->send_off = (size_t)rank * bytes;
+    p->send_off = (size_t)grank * bytes;
     p->send = (char *)p->recv + p->send_off;
   }
   if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) {
-    p->recv_off = (size_t)rank * bytes;
+    p->recv_off = (size_t)grank * bytes;
     p->recv = (char *)send + p->recv_off;
   }
   return 0;
@@ -216,6 +220,27 @@ static int issue_nccl(mgpu__comm *c, mgpu__coll_op *op) {
   return rc != 0 ? rc : erc;
 }
 
+_Static_assert((int)MGPU_COLL_ALLREDUCE == (int)MGPU__COLL_ALLREDUCE &&
+                   (int)MGPU_COLL_REDUCE == (int)MGPU__COLL_REDUCE &&
+                   (int)MGPU_COLL_BROADCAST == (int)MGPU__COLL_BROADCAST &&
+                   (int)MGPU_COLL_ALLGATHER == (int)MGPU__COLL_ALLGATHER &&
+                   (int)MGPU_COLL_REDUCE_SCATTER ==
+                       (int)MGPU__COLL_REDUCE_SCATTER,
+               "public and internal collective kinds agree");
+
+/* Across processes: the module's issue function runs it. */
+static int issue_remote(mgpu__comm *c, mgpu__coll_op *op) {
+  mgpu_coll_call calls[MGPU_MAX_DEVICES];
+  for (int r = 0; r < c->n; r++) {
+    const mgpu__coll_part *p = &op->part[r];
+    calls[r] = (mgpu_coll_call){(int)p->kind, c->first + r, p->send_h,
+                                p->send_off, p->recv_h, p->recv_off,
+                                p->in_place, p->count, p->dtype, p->op,
+                                p->root, p->stream_h};
+  }
+  return c->remote.issue(c->remote.ctx, calls, c->n);
+}
+
 /* While tracing: every operation the issue queues on the ranks' streams
  * (chunks, reductions, copies) is a span named by the collective. */
 static int trace_tag(const mgpu__comm *c, const mgpu__coll_op *op) {
@@ -223,7 +248,8 @@ static int trace_tag(const mgpu__comm *c, const mgpu__coll_op *op) {
                                       "coll.broadcast", "coll.allgather",
                                       "coll.reduce_scatter"};
   const mgpu__coll_part *p = &op->part[0];
-  const char *algo = c->provider == MGPU_COLL_PROVIDER_NCCL ? "nccl"
+  const char *algo = c->has_remote                          ? "remote"
+                     : c->provider == MGPU_COLL_PROVIDER_NCCL ? "nccl"
                      : c->algo == MGPU_COLL_ALGO_DIRECT     ? "direct"
                                                             : "ring";
   mgpu__trace_arg a[] = {
@@ -239,7 +265,9 @@ static void issue(mgpu__comm *c, mgpu__coll_op *op) {
   int pushed = rc == 0 && mgpu__trace_enabled() ? trace_tag(c, op) : 0;
   if (rc == 0) {
     for (int r = 0; r < c->n; r++) c->events_used[r] = 0;
-    if (c->provider == MGPU_COLL_PROVIDER_NCCL)
+    if (c->has_remote)
+      rc = issue_remote(c, op);
+    else if (c->provider == MGPU_COLL_PROVIDER_NCCL)
       rc = issue_nccl(c, op);
     else if (c->algo == MGPU_COLL_ALGO_DIRECT)
       rc = mgpu__coll_direct_issue(c, op);
@@ -429,7 +457,16 @@ static int submit(group_call *calls, int n) {
   return first;
 }
 
-static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
+static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
+  /* The caller names the global rank; a call is kept under its local rank
+   * (the same unless the communicator spans processes). A communicator
+   * that cannot be looked up fails in resolve with its detail. */
+  int rank = grank;
+  mgpu__comm *c;
+  if (mgpu__comm_get(comm, &c) == 0) {
+    rank = grank - c->first;
+    mgpu__comm_put(c);
+  }
   group_call g = {comm, rank, *p, NULL, NULL, NULL};
   if (group.depth == 0) return submit(&g, 1);
   /* In a group: checked now, for the caller's error, and again (from the

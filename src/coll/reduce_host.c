@@ -64,6 +64,9 @@ static int reduce_to_host(mgpu__comm *c, mgpu_buffer *const *bufs,
                           const size_t *counts, mgpu_dtype dtype, mgpu_op op,
                           void *result) {
   int rc = 0;
+  if (c->has_remote)
+    return mgpu__error(MGPU_ENOTSUP, "reduce_to_host: the communicator spans "
+                       "processes; use mgpu_allreduce");
   size_t esz = mgpu_dtype_size(dtype);
   if (bufs == NULL || counts == NULL || result == NULL)
     return mgpu__error(MGPU_EINVAL, "reduce_to_host: NULL argument");

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "core/internal.h"
+#include "mgpu/module.h"
 
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)
 #define DEFAULT_HOST_WORKERS 2
@@ -39,6 +40,10 @@ int mgpu__parse_size(const char *s, size_t *out) {
   return 0;
 }
 
+int mgpu_module_parse_size(const char *s, size_t *out) {
+  return mgpu__parse_size(s, out);
+}
+
 static int parse_int_range(const char *s, int lo, int hi, int *out) {
   char *end;
   errno = 0;
@@ -49,9 +54,43 @@ static int parse_int_range(const char *s, int lo, int hi, int *out) {
   return 0;
 }
 
-/* One token of MGPU_DEVICES: host[:N] | cuda[:K[/S]]. */
+int mgpu_module_parse_int(const char *s, int lo, int hi, int *out) {
+  return parse_int_range(s, lo, hi, out);
+}
+
+/* The node-local rank (and, where it says, the node's rank count) from the
+ * launcher's environment: Open MPI, Slurm, MPICH/Hydra, PMI. */
+static int launcher_local_rank(mgpu__devspec_entry *e) {
+  static const char *const rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "SLURM_LOCALID", "MPI_LOCALRANKID",
+                                          "PMI_LOCAL_RANK"};
+  static const char *const size_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", NULL,
+                                          "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"};
+  for (int i = 0; i < 4; i++) {
+    const char *v = getenv(rank_vars[i]);
+    if (v == NULL || *v == '\0') continue;
+    if (parse_int_range(v, 0, 1 << 20, &e->ordinal) != 0)
+      return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES=local: %s: bad value '%s' "
+                         "(expected a local rank)", rank_vars[i], v);
+    const char *sz = size_vars[i] ? getenv(size_vars[i]) : NULL;
+    if (sz == NULL || parse_int_range(sz, 1, 1 << 20, &e->local_size) != 0)
+      e->local_size = 0;
+    return 0;
+  }
+  return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES=local: no launcher local rank "
+                     "(OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, "
+                     "MPI_LOCALRANKID or PMI_LOCAL_RANK) is set");
+}
+
+/* One token of MGPU_DEVICES: host[:N] | cuda[:K[/S]] | local. */
 static int parse_device_token(const char *tok, mgpu__devspec_entry *e) {
   memset(e, 0, sizeof *e);
+  if (strcmp(tok, "local") == 0) {
+    e->local = 1;
+    e->split = 1;
+    e->count = 1;
+    return launcher_local_rank(e) == 0 ? 0 : 1;
+  }
   const char *colon = strchr(tok, ':');
   size_t name_len = colon ? (size_t)(colon - tok) : strlen(tok);
   const char *rest = colon ? colon + 1 : NULL;
@@ -101,10 +140,12 @@ int mgpu__parse_devices(const char *spec, mgpu__devspec_entry *out, int max,
     if (*n == max)
       return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES='%s': more than %d entries",
                          spec, max);
-    if (parse_device_token(tok, &out[*n]) != 0)
+    int prc = parse_device_token(tok, &out[*n]);
+    if (prc > 0) return MGPU_EINVAL; /* the detail is written */
+    if (prc != 0)
       return mgpu__error(MGPU_EINVAL,
                          "MGPU_DEVICES='%s': bad token '%s' (expected host:N, "
-                         "cuda, cuda:K or cuda:K/S)", spec, tok);
+                         "cuda, cuda:K, cuda:K/S or local)", spec, tok);
     (*n)++;
     if (comma == NULL) return 0;
     p = comma + 1;

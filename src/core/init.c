@@ -226,8 +226,31 @@ static int load_cuda(void) {
   return cuda_ops != NULL ? 0 : MGPU_EPLUGIN;
 }
 
+/* "local": GPU (local rank mod GPUs) when the CUDA plugin finds GPUs, else
+ * one host device. */
+static int open_local(const mgpu__devspec_entry *e) {
+  int count = 0;
+  int rc = load_cuda();
+  if (rc == 0) rc = cuda_ops->probe(&count);
+  if (rc != 0 || count == 0) {
+    mgpu__log(MGPU_LOG_INFO, "MGPU_DEVICES=local: local rank %d, no GPU in "
+              "use: one host device", e->ordinal);
+    mgpu_error_clear();
+    return open_device(mgpu__host_backend(&backend_env), ndevices, 0, 1);
+  }
+  int gpu = e->ordinal % count;
+  if (e->ordinal >= count || (e->local_size > count))
+    mgpu__log(MGPU_LOG_WARN, "MGPU_DEVICES=local: local rank %d of %d shares "
+              "GPU %d (%d GPUs)", e->ordinal, e->local_size, gpu, count);
+  else
+    mgpu__log(MGPU_LOG_INFO, "MGPU_DEVICES=local: local rank %d uses GPU %d",
+              e->ordinal, gpu);
+  return open_device(cuda_ops, gpu, 0, 1);
+}
+
 static int open_entry(const mgpu__devspec_entry *e) {
   const mgpu__backend_ops *host = mgpu__host_backend(&backend_env);
+  if (e->local) return open_local(e);
   if (e->backend == MGPU_BACKEND_HOST) {
     for (int i = 0; i < e->count; i++) {
       int rc = open_device(host, ndevices, 0, 1);

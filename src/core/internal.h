@@ -38,6 +38,9 @@ typedef struct mgpu__devspec_entry {
   int ordinal;     /* "cuda:1" */
   int count;       /* "host:4" */
   int split;       /* "cuda:0/4": 4 */
+  int local;       /* "local": one device picked by the launcher's local
+                      rank, which is in ordinal */
+  int local_size;  /* ranks on the node as the launcher says, 0 unknown */
 } mgpu__devspec_entry;
 
 /* Parses MGPU_DEVICES into at most max entries; the detail names a bad

@@ -2,6 +2,7 @@
  * so the public struct and the recorder share one definition. */
 #include <string.h>
 
+#include "mgpu/module.h"
 #include "obs/obs.h"
 #include "obs/trace.h"
 #include "util/log.h"
@@ -65,6 +66,21 @@ void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value) {
   obs_device *d = device_at(dev);
   if (d != NULL)
     atomic_fetch_add_explicit(&d->counters[m], value, memory_order_relaxed);
+}
+
+int mgpu_module_metric_add(int dev, const char *name, uint64_t value) {
+  static const char *const names[] = {
+#define MGPU__METRIC_NAME(n, doc) #n,
+      MGPU_METRICS_MAP(MGPU__METRIC_NAME)
+#undef MGPU__METRIC_NAME
+  };
+  for (int m = 0; name != NULL && m < MGPU__M_COUNT; m++)
+    if (strcmp(names[m], name) == 0) {
+      mgpu__metric_add(dev, (enum mgpu__metric)m, value);
+      return 0;
+    }
+  return mgpu__error(MGPU_EINVAL, "metrics: no counter named '%s'",
+                     name ? name : "(null)");
 }
 
 _Atomic uint64_t *mgpu__metric_counter(int dev, enum mgpu__metric m) {

@@ -165,6 +165,10 @@ int mgpu__cuda_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
                                 mgpu__bevent *end, float *ms);
 int mgpu__cuda_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
                                  mgpu__bdevice *ed, mgpu__bevent *e);
+int mgpu__cuda_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                              size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height,
+                              mgpu__copy_kind kind);
 int mgpu__cuda_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                             const void *src, size_t size,
                             mgpu__copy_kind kind);

@@ -318,6 +318,7 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .event_elapsed_ms = mgpu__cuda_event_elapsed_ms,                \
   .stream_wait_event = mgpu__cuda_stream_wait_event,              \
   .memcpy_async = mgpu__cuda_memcpy_async,                        \
+  .memcpy2d_async = mgpu__cuda_memcpy2d_async,                    \
   .memset_async = mgpu__cuda_memset_async,                        \
   .launch = mgpu__cuda_launch, .builtin = mgpu__cuda_builtin,     \
   .host_callback = mgpu__cuda_host_callback,                      \

@@ -247,6 +247,29 @@ int mgpu__cuda_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
 
 /* ---- work ---- */
 
+int mgpu__cuda_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                              size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height,
+                              mgpu__copy_kind kind) {
+  (void)kind; /* cudaMemcpyDefault reads the pointers' kinds */
+  mgpu__cuda_scope sc;
+  mgpu__cuda_enter(d, &sc);
+  pthread_mutex_lock(&s->lock);
+  busy_before(s);
+  cudaError_t err = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                      cudaMemcpyDefault, s->s);
+  if (err == cudaSuccess) busy_after(s);
+  pthread_mutex_unlock(&s->lock);
+  mgpu__cuda_leave(&sc);
+  if (err != cudaSuccess) {
+    char what[96];
+    snprintf(what, sizeof what, "pitched copy of %zu x %zu bytes "
+             "(cudaMemcpy2DAsync)", height, width);
+    return mgpu__cuda_fail(d->id, err, what);
+  }
+  return 0;
+}
+
 int mgpu__cuda_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                             const void *src, size_t size,
                             mgpu__copy_kind kind) {

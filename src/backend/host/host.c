@@ -46,6 +46,7 @@ static const mgpu__backend_env *env;
 
 typedef enum op_kind {
   OP_COPY,
+  OP_COPY2D,
   OP_MEMSET,
   OP_LAUNCH,
   OP_BUILTIN,
@@ -66,6 +67,11 @@ typedef struct op {
       int streaming; /* write dst with non-temporal stores */
       int path;      /* mgpu_metric_path, or -1 (host to host) */
     } copy;
+    struct {
+      unsigned char *dst;
+      const unsigned char *src;
+      size_t dpitch, spitch, width, height;
+    } copy2d;
     struct {
       void *dst;
       int value;
@@ -330,6 +336,11 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
         copy_streaming(o->u.copy.dst, o->u.copy.src, o->u.copy.size);
       else
         memmove(o->u.copy.dst, o->u.copy.src, o->u.copy.size);
+      break;
+    case OP_COPY2D:
+      for (size_t r = 0; r < o->u.copy2d.height; r++)
+        memmove(o->u.copy2d.dst + r * o->u.copy2d.dpitch,
+                o->u.copy2d.src + r * o->u.copy2d.spitch, o->u.copy2d.width);
       break;
     case OP_MEMSET:
       memset(o->u.memset.dst, o->u.memset.value, o->u.memset.size);
@@ -700,6 +711,23 @@ static int host_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
   return 0;
 }
 
+static int host_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                               size_t dpitch, const void *src, size_t spitch,
+                               size_t width, size_t height,
+                               mgpu__copy_kind kind) {
+  (void)kind;
+  op *o = op_new(OP_COPY2D);
+  if (o == NULL) return op_nomem(d);
+  o->u.copy2d.dst = dst;
+  o->u.copy2d.src = src;
+  o->u.copy2d.dpitch = dpitch;
+  o->u.copy2d.spitch = spitch;
+  o->u.copy2d.width = width;
+  o->u.copy2d.height = height;
+  enqueue(s, o);
+  return 0;
+}
+
 static int host_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                              int value, size_t size) {
   op *o = op_new(OP_MEMSET);
@@ -826,6 +854,7 @@ static const mgpu__backend_ops host_ops = {
     .event_elapsed_ms = host_event_elapsed_ms,
     .stream_wait_event = host_stream_wait_event,
     .memcpy_async = host_memcpy_async,
+    .memcpy2d_async = host_memcpy2d_async,
     .memset_async = host_memset_async,
     .launch = host_launch,
     .builtin = host_builtin,

@@ -1,0 +1,419 @@
+/* Collectives over the ranks of an MPI communicator, on mgpu buffers.
+ *
+ * Each call first checks its own arguments, then every rank's arguments are
+ * compared (check_all: each rank sends its call's description to every
+ * other, non-blocking, under the deadline), and only then does data move:
+ * a bad buffer on one rank, a mismatch, or a rank that never comes fails the
+ * call on every rank that is there, never hangs it. */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi/mpi-internal.h"
+
+enum { C_BCAST = 1, C_REDUCE, C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER,
+       C_SCATTER, C_GATHER };
+static const char *kind_name[] = {"", "bcast", "reduce", "allreduce",
+                                  "reduce_scatter", "allgather", "scatter",
+                                  "gather"};
+
+/* What every rank must agree on, and this rank's own verdict. */
+enum { V_KIND, V_COUNT, V_DTYPE, V_OP, V_ROOT, V_STATUS, V_PATH, V_LEN };
+
+/* Compares the V_LEN values of every rank of comm; *path becomes the
+ * widest path any rank needs (ranks must cut the data into the same MPI
+ * calls: if one stages, all do). */
+static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
+                     int *path) {
+  int n, me;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  *path = (int)mine[V_PATH];
+  if (n == 1) return local_rc;
+  /* The local detail is kept: a refused rank reports its own reason. */
+  char local_detail[512];
+  snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
+  long long *all = calloc((size_t)n * V_LEN, sizeof *all);
+  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
+  if (all == NULL || reqs == NULL) {
+    free(all);
+    free(reqs);
+    return mgpu_module_error(MGPU_ENOMEM, "rank %d: argument check",
+                             mgpu__mpi.rank);
+  }
+  for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
+  memcpy(all + (size_t)me * V_LEN, mine, V_LEN * sizeof *all);
+  int rc = 0;
+  for (int r = 0; r < n && rc == 0; r++) {
+    if (r == me) continue;
+    int m = MPI_Irecv(all + (size_t)r * V_LEN, V_LEN, MPI_LONG_LONG, r,
+                      MPI_TAG_CHECK, comm, &reqs[r]);
+    if (m == MPI_SUCCESS)
+      m = MPI_Isend(mine, V_LEN, MPI_LONG_LONG, r, MPI_TAG_CHECK, comm,
+                    &reqs[n + r]);
+    if (m != MPI_SUCCESS) rc = mgpu__mpi_err(m, "MPI_Isend");
+  }
+  double deadline = mgpu__mpi_deadline();
+  int pending = 1;
+  while (rc == 0 && pending) {
+    int done = 0;
+    int m = MPI_Testall(2 * n, reqs, &done, MPI_STATUSES_IGNORE);
+    if (m != MPI_SUCCESS) {
+      rc = mgpu__mpi_err(m, "MPI_Testall");
+      break;
+    }
+    if (done) {
+      pending = 0;
+      break;
+    }
+    if (MPI_Wtime() > deadline) break;
+    sched_yield();
+  }
+  if (rc == 0 && pending) {
+    char missing[256];
+    size_t len = 0;
+    missing[0] = '\0';
+    for (int r = 0; r < n; r++) {
+      if (r == me || reqs[r] == MPI_REQUEST_NULL) continue;
+      int got = 0;
+      MPI_Test(&reqs[r], &got, MPI_STATUS_IGNORE);
+      if (got) continue;
+      if (len < sizeof missing)
+        len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
+                                len ? ", " : "", r);
+      MPI_Cancel(&reqs[r]);
+      MPI_Request_free(&reqs[r]);
+    }
+    for (int r = n; r < 2 * n; r++)
+      if (reqs[r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[r]);
+    rc = mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
+                           "arrive within %d ms", mgpu__mpi.rank,
+                           kind_name[mine[V_KIND]], missing,
+                           mgpu__mpi.timeout_ms);
+  }
+  if (rc == 0 && local_rc != 0) {
+    rc = local_rc;
+    mgpu_module_error(local_rc, "%s", local_detail);
+  }
+  for (int r = 0; rc == 0 && r < n; r++) {
+    const long long *v = all + (size_t)r * V_LEN;
+    if (v[V_STATUS] != 0) {
+      rc = mgpu_module_error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
+                             "its arguments (%s); no data moved",
+                             mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
+                             mgpu_err_name((int)v[V_STATUS]));
+    }
+  }
+  for (int r = 0; rc == 0 && r < n; r++) {
+    const long long *v = all + (size_t)r * V_LEN;
+    if (memcmp(v, mine, V_STATUS * sizeof *v) == 0) continue;
+    if (v[V_KIND] != mine[V_KIND])
+      rc = mgpu_module_error(MGPU_EMISMATCH, "rank %d: called %s while rank "
+                             "%d called %s", mgpu__mpi.rank,
+                             kind_name[mine[V_KIND]], r,
+                             v[V_KIND] > 0 && v[V_KIND] <= C_GATHER
+                                 ? kind_name[v[V_KIND]] : "?");
+    else
+      rc = mgpu_module_error(
+          MGPU_EMISMATCH, "rank %d: %s: count %lld, dtype %s, op %s, root "
+          "%lld here but count %lld, dtype %s, op %s, root %lld on rank %d",
+          mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_COUNT],
+          mgpu_dtype_name((mgpu_dtype)mine[V_DTYPE]),
+          mgpu_op_name((mgpu_op)mine[V_OP]), mine[V_ROOT], v[V_COUNT],
+          mgpu_dtype_name((mgpu_dtype)v[V_DTYPE]),
+          mgpu_op_name((mgpu_op)v[V_OP]), v[V_ROOT], r);
+  }
+  for (int r = 0; rc == 0 && r < n; r++)
+    if (all[(size_t)r * V_LEN + V_PATH] > *path)
+      *path = (int)all[(size_t)r * V_LEN + V_PATH];
+  free(all);
+  free(reqs);
+  return rc;
+}
+
+/* ---- the MPI step of each collective ---- */
+
+typedef struct coll_ctx {
+  int kind, root, me, n;
+  MPI_Comm comm;
+  MPI_Datatype type;
+  MPI_Op op;
+  size_t esize;
+} coll_ctx;
+
+static int mpi_step(void *arg, void *in, void *out, size_t c, int in_place) {
+  coll_ctx *x = arg;
+  if (c > INT_MAX)
+    return mgpu_module_error(MGPU_ENOTSUP, "rank %d: %zu elements in one MPI "
+                             "call", x->me, c);
+  int n = (int)c, m = MPI_SUCCESS;
+  const char *call = "";
+  switch (x->kind) {
+    case C_BCAST:
+      call = "MPI_Bcast";
+      m = MPI_Bcast(x->me == x->root ? in : out, n, x->type, x->root, x->comm);
+      break;
+    case C_REDUCE:
+      call = "MPI_Reduce";
+      m = MPI_Reduce(in_place && x->me == x->root ? MPI_IN_PLACE : in, out, n,
+                     x->type, x->op, x->root, x->comm);
+      break;
+    case C_ALLREDUCE:
+      call = "MPI_Allreduce";
+      m = MPI_Allreduce(in_place ? MPI_IN_PLACE : in, out, n, x->type, x->op,
+                        x->comm);
+      break;
+    case C_REDUCE_SCATTER:
+      call = "MPI_Reduce_scatter_block";
+      m = MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : in, out, n,
+                                   x->type, x->op, x->comm);
+      /* In place, MPI leaves the result at the start; mgpu's convention is
+       * element r * count. */
+      if (m == MPI_SUCCESS && in_place && x->me != 0)
+        memmove((unsigned char *)out + (size_t)x->me * c * x->esize, out,
+                c * x->esize);
+      break;
+    case C_ALLGATHER:
+      call = "MPI_Allgather";
+      m = MPI_Allgather(in_place ? MPI_IN_PLACE : in, n, x->type, out, n,
+                        x->type, x->comm);
+      break;
+    case C_SCATTER:
+      call = "MPI_Scatter";
+      m = MPI_Scatter(in, n, x->type,
+                      in_place && x->me == x->root ? MPI_IN_PLACE : out, n,
+                      x->type, x->root, x->comm);
+      break;
+    case C_GATHER:
+      call = "MPI_Gather";
+      m = MPI_Gather(in_place && x->me == x->root ? MPI_IN_PLACE : in, n,
+                     x->type, out, n, x->type, x->root, x->comm);
+      break;
+  }
+  return m == MPI_SUCCESS ? 0 : mgpu__mpi_err(m, call);
+}
+
+/* One collective: local checks, the collective check, the plan. */
+typedef struct coll_args {
+  int kind;
+  const mgpu_buffer *send;
+  size_t send_off;
+  mgpu_buffer *recv;
+  size_t recv_off;
+  size_t count;
+  mgpu_dtype dtype;
+  mgpu_op op;
+  int has_op, root;
+  MPI_Comm comm;
+  mgpu_stream *stream;
+} coll_args;
+
+/* Staged, "in place" only says where the input sits and where the output
+ * goes: the bounce buffers are never one. */
+static void staged_in_place(const coll_args *a, int me, mpi_plan *pl) {
+  if (!pl->in_place) return;
+  size_t one = a->count * pl->esize;
+  if (a->kind == C_ALLGATHER || a->kind == C_GATHER) {
+    pl->n_in = 1;
+    pl->in_off = a->recv_off + (size_t)me * one;
+  }
+  if (a->kind == C_REDUCE_SCATTER)
+    pl->out_off = a->recv_off + (size_t)me * one;
+  if (a->kind == C_SCATTER) pl->n_out = 0; /* root's piece stays */
+  pl->in_place = 0;
+}
+
+static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
+                       coll_ctx *x) {
+  const char *name = kind_name[a->kind];
+  int rc = mgpu__mpi_type(a->dtype, &x->type);
+  if (rc != 0) return rc;
+  if (a->has_op && (rc = mgpu__mpi_op(a->dtype, a->op, &x->op)) != 0)
+    return rc;
+  size_t es = mgpu_dtype_size(a->dtype);
+  if (a->count > (SIZE_MAX / es) / (size_t)n)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
+                             me, name, a->count);
+  if (a->kind != C_ALLREDUCE && a->kind != C_REDUCE_SCATTER &&
+      a->kind != C_ALLGATHER && (a->root < 0 || a->root >= n))
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: root %d outside 0..%d",
+                             me, name, a->root, n - 1);
+  int is_root = me == a->root;
+  size_t one = a->count * es, all = one * (size_t)n;
+  /* Bytes each side needs, and whether this rank uses it at all. */
+  size_t send_need = one, recv_need = one;
+  int use_send = 1, use_recv = 1;
+  switch (a->kind) {
+    case C_BCAST: use_send = 0; break; /* one buffer, given as recv */
+    case C_REDUCE: use_recv = is_root; break;
+    case C_ALLREDUCE: break;
+    case C_REDUCE_SCATTER: send_need = all; break;
+    case C_ALLGATHER: recv_need = all; break;
+    case C_SCATTER: send_need = all; use_send = is_root; break;
+    case C_GATHER: recv_need = all; use_recv = is_root; break;
+  }
+  int in_place = use_send && use_recv && a->send == a->recv &&
+                 a->send_off == a->recv_off;
+  /* In place, the one buffer must hold the larger of the two. */
+  if (in_place && send_need < recv_need) send_need = recv_need;
+  int spath = MPI_PATH_HOST, rpath = MPI_PATH_HOST;
+  if (use_send && (rc = mgpu__mpi_check_buffer("send", a->send, a->send_off,
+                                              send_need, a->stream, &spath)))
+    return rc;
+  if (use_recv && (rc = mgpu__mpi_check_buffer(
+                       a->kind == C_BCAST ? "broadcast" : "recv", a->recv,
+                       a->recv_off, recv_need, a->stream, &rpath)))
+    return rc;
+  if (use_send && use_recv &&
+      mgpu_buffer_device(a->send) != mgpu_buffer_device(a->recv))
+    return mgpu_module_error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
+                             "device %d, recv buffer on device %d: both must "
+                             "be on one device", me, name,
+                             mgpu_buffer_device(a->send),
+                             mgpu_buffer_device(a->recv));
+  int path = spath > rpath ? spath : rpath;
+  /* MPI's own reductions cannot run the module's half-precision operators
+   * on device memory. */
+  if (path == MPI_PATH_DIRECT && a->has_op &&
+      (a->dtype == MGPU_FLOAT16 || a->dtype == MGPU_BFLOAT16))
+    path = MPI_PATH_STAGED;
+  memset(pl, 0, sizeof *pl);
+  pl->path = path;
+  pl->esize = es;
+  pl->count = a->count;
+  pl->in_place = in_place;
+  if (use_send) {
+    pl->in_buf = a->send;
+    pl->in_off = a->send_off;
+    pl->in_stride = one;
+    pl->n_in = send_need == all && n > 1 ? n : 1;
+  }
+  if (use_recv) {
+    pl->out_buf = a->recv;
+    pl->out_off = a->recv_off;
+    pl->out_stride = one;
+    pl->n_out = recv_need == all && n > 1 ? n : 1;
+  }
+  pl->nranks = n;
+  pl->splittable = a->kind == C_ALLREDUCE || a->kind == C_REDUCE ||
+                   a->kind == C_BCAST;
+  if (a->kind == C_BCAST) {
+    /* The broadcast buffer is read on the root and written elsewhere. */
+    if (is_root) {
+      pl->in_buf = a->recv;
+      pl->in_off = a->recv_off;
+      pl->n_in = 1;
+      pl->n_out = 0;
+      pl->in_stride = one;
+    } else {
+      pl->n_in = 0;
+    }
+  }
+  if (path == MPI_PATH_STAGED) staged_in_place(a, me, pl);
+  x->kind = a->kind;
+  x->root = a->root;
+  x->me = me;
+  x->n = n;
+  x->comm = a->comm;
+  x->esize = es;
+  pl->fn = mpi_step;
+  pl->ctx = x;
+  return 0;
+}
+
+static int coll_run(const coll_args *a) {
+  int rc = mgpu__mpi_ready(kind_name[a->kind]);
+  if (rc != 0) return rc;
+  int me, n;
+  if (MPI_Comm_rank(a->comm, &me) != MPI_SUCCESS ||
+      MPI_Comm_size(a->comm, &n) != MPI_SUCCESS)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
+                             mgpu__mpi.rank, kind_name[a->kind]);
+  mpi_plan pl;
+  coll_ctx x;
+  int local = local_check(a, me, n, &pl, &x);
+  long long v[V_LEN] = {a->kind, (long long)a->count, a->dtype,
+                        a->has_op ? (long long)a->op : -1LL, a->root, local,
+                        local == 0 ? pl.path : 0};
+  int path = 0;
+  rc = check_all(a->comm, v, local, &path);
+  if (rc != 0) return rc;
+  if (path == MPI_PATH_STAGED && pl.path != MPI_PATH_STAGED) {
+    /* Another rank stages: cut the data the same way, through this rank's
+     * bounce buffers too. */
+    pl.path = MPI_PATH_STAGED;
+    staged_in_place(a, me, &pl);
+  }
+  const mgpu_buffer *dep = pl.in_buf != NULL ? pl.in_buf : pl.out_buf;
+  rc = mgpu__mpi_sync_before(dep, a->stream);
+  /* Every rank goes on to the data movement; a rank whose wait failed still
+   * takes part, with its error reported after. */
+  int mrc = mgpu__mpi_run_plan(&pl);
+  size_t bytes = a->count * pl.esize *
+                 (size_t)(pl.n_in > pl.n_out ? pl.n_in : pl.n_out);
+  mgpu__mpi_count(mgpu_buffer_device(dep), pl.path, bytes);
+  return rc != 0 ? rc : mrc;
+}
+
+int mgpu_mpi_bcast(mgpu_buffer *buf, size_t offset, size_t count,
+                   mgpu_dtype dtype, int root, MPI_Comm comm,
+                   mgpu_stream *stream) {
+  coll_args a = {C_BCAST, NULL, 0, buf, offset, count, dtype, MGPU_SUM, 0,
+                 root, comm, stream};
+  return coll_run(&a);
+}
+
+int mgpu_mpi_reduce(const mgpu_buffer *send, size_t send_offset,
+                    mgpu_buffer *recv, size_t recv_offset, size_t count,
+                    mgpu_dtype dtype, mgpu_op op, int root, MPI_Comm comm,
+                    mgpu_stream *stream) {
+  coll_args a = {C_REDUCE, send, send_offset, recv, recv_offset, count, dtype,
+                 op, 1, root, comm, stream};
+  return coll_run(&a);
+}
+
+int mgpu_mpi_allreduce(const mgpu_buffer *send, size_t send_offset,
+                       mgpu_buffer *recv, size_t recv_offset, size_t count,
+                       mgpu_dtype dtype, mgpu_op op, MPI_Comm comm,
+                       mgpu_stream *stream) {
+  coll_args a = {C_ALLREDUCE, send, send_offset, recv, recv_offset, count,
+                 dtype, op, 1, 0, comm, stream};
+  return coll_run(&a);
+}
+
+int mgpu_mpi_reduce_scatter(const mgpu_buffer *send, size_t send_offset,
+                            mgpu_buffer *recv, size_t recv_offset,
+                            size_t count, mgpu_dtype dtype, mgpu_op op,
+                            MPI_Comm comm, mgpu_stream *stream) {
+  coll_args a = {C_REDUCE_SCATTER, send, send_offset, recv, recv_offset,
+                 count, dtype, op, 1, 0, comm, stream};
+  return coll_run(&a);
+}
+
+int mgpu_mpi_allgather(const mgpu_buffer *send, size_t send_offset,
+                       mgpu_buffer *recv, size_t recv_offset, size_t count,
+                       mgpu_dtype dtype, MPI_Comm comm, mgpu_stream *stream) {
+  coll_args a = {C_ALLGATHER, send, send_offset, recv, recv_offset, count,
+                 dtype, MGPU_SUM, 0, 0, comm, stream};
+  return coll_run(&a);
+}
+
+int mgpu_mpi_scatter(const mgpu_buffer *send, size_t send_offset,
+                     mgpu_buffer *recv, size_t recv_offset, size_t count,
+                     mgpu_dtype dtype, int root, MPI_Comm comm,
+                     mgpu_stream *stream) {
+  coll_args a = {C_SCATTER, send, send_offset, recv, recv_offset, count,
+                 dtype, MGPU_SUM, 0, root, comm, stream};
+  return coll_run(&a);
+}
+
+int mgpu_mpi_gather(const mgpu_buffer *send, size_t send_offset,
+                    mgpu_buffer *recv, size_t recv_offset, size_t count,
+                    mgpu_dtype dtype, int root, MPI_Comm comm,
+                    mgpu_stream *stream) {
+  coll_args a = {C_GATHER, send, send_offset, recv, recv_offset, count, dtype,
+                 MGPU_SUM, 0, root, comm, stream};
+  return coll_run(&a);
+}

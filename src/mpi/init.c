@@ -1,0 +1,618 @@
+/* mgpu_mpi_init: the node-local rank, this rank's share of the node's
+ * devices, the path for device memory; and the helpers every call shares
+ * (argument checks, deadlines, types and operators). */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "mpi/mpi-internal.h"
+
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+
+mpi_state mgpu__mpi;
+
+/* Backend of each open device, read once after mgpu_init. */
+static int device_is_host[MGPU_MAX_DEVICES];
+
+#define DEFAULT_TIMEOUT_MS 30000
+#define DEFAULT_CHUNK ((size_t)1 << 20)
+#define UUID_LEN 64 /* a device UUID and its split index */
+
+int mgpu__mpi_ready(const char *what) {
+  if (!mgpu__mpi.initialized)
+    return mgpu_module_error(MGPU_ENOINIT, "%s: mgpu_mpi_init has not run",
+                             what);
+  return 0;
+}
+
+int mgpu__mpi_err(int mpi_rc, const char *call) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(mpi_rc, msg, &len) != MPI_SUCCESS) len = 0;
+  msg[len] = '\0';
+  return mgpu_module_error(MGPU_EIO, "rank %d: %s failed: %s", mgpu__mpi.rank,
+                           call, msg);
+}
+
+double mgpu__mpi_deadline(void) {
+  if (mgpu__mpi.timeout_ms < 0) return 1e300;
+  return MPI_Wtime() + mgpu__mpi.timeout_ms / 1000.0;
+}
+
+int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
+                            const char *what) {
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Test");
+    if (done) return 0;
+    if (MPI_Wtime() > deadline)
+      return mgpu_module_error(MGPU_ETIMEDOUT,
+                               "rank %d: %s: rank %d did not answer within "
+                               "%d ms", mgpu__mpi.rank, what, peer,
+                               mgpu__mpi.timeout_ms);
+    /* Ranks oversubscribe the cores: let the peer run. */
+    sched_yield();
+  }
+}
+
+/* ---- types and operators ---- */
+
+int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type) {
+  switch (dtype) {
+    case MGPU_FLOAT32: *type = MPI_FLOAT; return 0;
+    case MGPU_FLOAT64: *type = MPI_DOUBLE; return 0;
+    case MGPU_INT32: *type = MPI_INT32_T; return 0;
+    case MGPU_INT64: *type = MPI_INT64_T; return 0;
+    case MGPU_FLOAT16:
+    case MGPU_BFLOAT16: *type = MPI_UINT16_T; return 0;
+  }
+  return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown dtype %d",
+                           mgpu__mpi.rank, (int)dtype);
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f,
+           man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else { /* subnormal: normalize */
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) {
+        man <<= 1;
+        exp--;
+      }
+      man &= 0x3ff;
+      bits = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+static uint16_t float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000, man = x & 0x7fffff;
+  int exp = (int)((x >> 23) & 0xff);
+  if (exp == 255) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+  exp = exp - 127 + 15;
+  if (exp >= 31) return (uint16_t)(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return (uint16_t)sign;
+    man |= 0x800000;
+    int shift = 14 - exp;
+    uint32_t half = man >> shift, rem = man & ((1u << shift) - 1),
+             mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = sign | ((uint32_t)exp << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+  return (uint16_t)half;
+}
+
+static float bf16_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+static uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+#define SUM_OF(a, b) ((a) + (b))
+#define PROD_OF(a, b) ((a) * (b))
+#define MIN_OF(a, b) ((b) < (a) ? (b) : (a))
+#define MAX_OF(a, b) ((b) > (a) ? (b) : (a))
+#define HALF_OP(name, to_f, from_f, OP)                                    \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *type) { \
+    (void)type;                                                            \
+    const uint16_t *a = in;                                                \
+    uint16_t *b = inout;                                                   \
+    for (int i = 0; i < *len; i++)                                         \
+      b[i] = from_f(OP(to_f(b[i]), to_f(a[i])));                           \
+  }
+HALF_OP(f16_sum, half_to_float, float_to_half, SUM_OF)
+HALF_OP(f16_prod, half_to_float, float_to_half, PROD_OF)
+HALF_OP(f16_min, half_to_float, float_to_half, MIN_OF)
+HALF_OP(f16_max, half_to_float, float_to_half, MAX_OF)
+HALF_OP(bf16_sum, bf16_to_float, float_to_bf16, SUM_OF)
+HALF_OP(bf16_prod, bf16_to_float, float_to_bf16, PROD_OF)
+HALF_OP(bf16_min, bf16_to_float, float_to_bf16, MIN_OF)
+HALF_OP(bf16_max, bf16_to_float, float_to_bf16, MAX_OF)
+
+int mgpu__mpi_ops_create(void) {
+  MPI_User_function *fns[2][4] = {
+      {f16_sum, f16_prod, f16_min, f16_max},
+      {bf16_sum, bf16_prod, bf16_min, bf16_max}};
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 4; o++) {
+      int rc = MPI_Op_create(fns[t][o], 1, &mgpu__mpi.half_ops[t][o]);
+      if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Op_create");
+    }
+  return 0;
+}
+
+void mgpu__mpi_ops_free(void) {
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 4; o++)
+      if (mgpu__mpi.half_ops[t][o] != MPI_OP_NULL)
+        MPI_Op_free(&mgpu__mpi.half_ops[t][o]);
+}
+
+int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
+  if ((int)op < 0 || op > MGPU_MAX)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown op %d",
+                             mgpu__mpi.rank, (int)op);
+  if (dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) {
+    *mop = mgpu__mpi.half_ops[dtype == MGPU_BFLOAT16][op];
+    return 0;
+  }
+  switch (op) {
+    case MGPU_SUM: *mop = MPI_SUM; break;
+    case MGPU_PROD: *mop = MPI_PROD; break;
+    case MGPU_MIN: *mop = MPI_MIN; break;
+    case MGPU_MAX: *mop = MPI_MAX; break;
+  }
+  return 0;
+}
+
+/* ---- buffers ---- */
+
+int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
+                           size_t offset, size_t bytes, mgpu_stream *stream,
+                           int *path) {
+  if (buf == NULL)
+    return mgpu_module_error(MGPU_EBADHANDLE, "rank %d: %s buffer is NULL",
+                             mgpu__mpi.rank, what);
+  size_t size = mgpu_buffer_size(buf);
+  int dev = mgpu_buffer_device(buf);
+  if (size == 0 || dev < 0)
+    return mgpu_module_error(MGPU_EBADHANDLE,
+                             "rank %d: %s buffer is invalid or freed",
+                             mgpu__mpi.rank, what);
+  if (offset > size || bytes > size - offset)
+    return mgpu_module_error(MGPU_ERANGE,
+                             "rank %d: %s buffer on device %d: offset %zu + "
+                             "%zu bytes exceeds its %zu bytes",
+                             mgpu__mpi.rank, what, dev, offset, bytes, size);
+  if (stream != NULL) {
+    int sdev = mgpu_stream_device(stream);
+    if (sdev < 0)
+      return mgpu_module_error(MGPU_EBADHANDLE,
+                               "rank %d: %s: invalid or destroyed stream",
+                               mgpu__mpi.rank, what);
+    if (sdev != dev)
+      return mgpu_module_error(MGPU_EWRONGDEV,
+                               "rank %d: %s buffer is on device %d but the "
+                               "stream on device %d", mgpu__mpi.rank, what,
+                               dev, sdev);
+  }
+  int kind = mgpu_buffer_kind(buf);
+  if (mgpu__mpi.force_stage)
+    *path = MPI_PATH_STAGED;
+  else if (kind == MGPU_MEM_PINNED || kind == MGPU_MEM_UNIFIED ||
+           dev >= MGPU_MAX_DEVICES || device_is_host[dev])
+    *path = MPI_PATH_HOST;
+  else
+    *path = mgpu__mpi.cuda_aware ? MPI_PATH_DIRECT : MPI_PATH_STAGED;
+  return 0;
+}
+
+int mgpu__mpi_sync_before(const mgpu_buffer *buf, mgpu_stream *stream) {
+  if (stream != NULL) return mgpu_stream_synchronize(stream);
+  return mgpu_device_synchronize(mgpu_buffer_device(buf));
+}
+
+void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset) {
+  return (unsigned char *)mgpu_buffer_ptr(buf) + offset;
+}
+
+void mgpu__mpi_count(int dev, int path, size_t bytes) {
+  static const char *const counter[] = {"mpi_host", "mpi_direct",
+                                        "mpi_staged"};
+  mgpu_module_metric_add(dev, counter[path], 1);
+  mgpu_module_metric_add(dev, "bytes_mpi", bytes);
+  mgpu_mpi_stats *s = &mgpu__mpi.stats;
+  if (path == MPI_PATH_HOST) {
+    s->calls_host++;
+    s->bytes_host += bytes;
+  } else if (path == MPI_PATH_DIRECT) {
+    s->calls_direct++;
+    s->bytes_direct += bytes;
+  } else {
+    s->calls_staged++;
+    s->bytes_staged += bytes;
+  }
+}
+
+/* ---- environment ---- */
+
+typedef struct mpi_env {
+  int ranks_per_node; /* 0: the machine is the node */
+  int cuda_aware;     /* -1 auto, 0, 1 */
+} mpi_env;
+
+static int read_env(mpi_env *env) {
+  const char *v;
+  env->ranks_per_node = 0;
+  env->cuda_aware = -1;
+  mgpu__mpi.timeout_ms = DEFAULT_TIMEOUT_MS;
+  mgpu__mpi.chunk = DEFAULT_CHUNK;
+  if ((v = getenv("MGPU_MPI_RANKS_PER_NODE")) && *v &&
+      mgpu_module_parse_int(v, 1, INT_MAX, &env->ranks_per_node))
+    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_RANKS_PER_NODE: bad value "
+                             "'%s' (expected a count of at least 1)", v);
+  if ((v = getenv("MGPU_MPI_CUDA_AWARE")) && *v) {
+    if (strcasecmp(v, "auto") == 0) env->cuda_aware = -1;
+    else if (strcmp(v, "0") == 0) env->cuda_aware = 0;
+    else if (strcmp(v, "1") == 0) env->cuda_aware = 1;
+    else
+      return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_CUDA_AWARE: bad value "
+                               "'%s' (expected auto, 0 or 1)", v);
+  }
+  if ((v = getenv("MGPU_MPI_STAGE")) && *v &&
+      mgpu_module_parse_int(v, 0, 1, &mgpu__mpi.force_stage))
+    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_STAGE: bad value '%s' "
+                             "(expected 0 or 1)", v);
+  if ((v = getenv("MGPU_MPI_TIMEOUT_MS")) && *v &&
+      mgpu_module_parse_int(v, -1, INT_MAX / 2, &mgpu__mpi.timeout_ms))
+    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_TIMEOUT_MS: bad value "
+                             "'%s' (expected milliseconds, -1 for none)", v);
+  if ((v = getenv("MGPU_MPI_CHUNK")) && *v &&
+      (mgpu_module_parse_size(v, &mgpu__mpi.chunk) || mgpu__mpi.chunk < 4096 ||
+       mgpu__mpi.chunk > ((size_t)1 << 30)))
+    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_CHUNK: bad value '%s' "
+                             "(expected 4K to 1G)", v);
+  return 0;
+}
+
+/* 1 when the MPI library takes CUDA device pointers, as it says itself. */
+static int query_cuda_aware(void) {
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+  return MPIX_Query_cuda_support() ? 1 : 0;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+  int yes = 0;
+  if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) != MPI_SUCCESS)
+    return 0;
+  return yes ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
+/* ---- the device share ---- */
+
+typedef struct dev_list {
+  int n;
+  int host[MGPU_MAX_DEVICES];
+  int ordinal[MGPU_MAX_DEVICES];
+  int split[MGPU_MAX_DEVICES];
+  char id[MGPU_MAX_DEVICES][UUID_LEN]; /* UUID, "host" on host devices */
+} dev_list;
+
+/* Opens what the configuration names, notes each device, closes again. */
+static int list_devices(const mgpu_config *cfg, dev_list *out) {
+  int rc = mgpu_init(cfg);
+  if (rc != 0) return rc;
+  memset(out, 0, sizeof *out);
+  out->n = mgpu_device_count();
+  for (int d = 0; d < out->n; d++) {
+    mgpu_device_props p;
+    memset(&p, 0, sizeof p);
+    p.size = sizeof p;
+    if ((rc = mgpu_device_get_props(d, &p)) != 0) break;
+    out->host[d] = p.backend_kind == MGPU_BACKEND_HOST;
+    out->ordinal[d] = p.ordinal;
+    out->split[d] = p.split_count > 0 ? p.split_count : 1;
+    if (out->host[d] || p.uuid[0] == '\0')
+      snprintf(out->id[d], UUID_LEN, "%s:%d", out->host[d] ? "host" : "dev",
+               out->host[d] ? 0 : p.ordinal);
+    else
+      snprintf(out->id[d], UUID_LEN, "%.40s/%d", p.uuid, p.split_index);
+  }
+  int rc2 = mgpu_shutdown();
+  return rc != 0 ? rc : rc2;
+}
+
+/* The MGPU_DEVICES spec of devices [lo, hi) of the list. */
+static int share_spec(const dev_list *l, int lo, int hi, char *spec,
+                      size_t cap) {
+  size_t len = 0;
+  int nhost = 0;
+  spec[0] = '\0';
+  for (int d = lo; d < hi; d++) nhost += l->host[d];
+  if (nhost > 0) len += (size_t)snprintf(spec, cap, "host:%d", nhost);
+  for (int d = lo; d < hi; d++) {
+    if (l->host[d]) continue;
+    int seen = 0, count = 0;
+    for (int e = lo; e < d; e++) seen |= !l->host[e] && l->ordinal[e] == l->ordinal[d];
+    if (seen) continue;
+    for (int e = d; e < hi; e++) count += !l->host[e] && l->ordinal[e] == l->ordinal[d];
+    if (len >= cap) break;
+    if (count > 1)
+      len += (size_t)snprintf(spec + len, cap - len, "%scuda:%d/%d",
+                              len ? "," : "", l->ordinal[d], count);
+    else
+      len += (size_t)snprintf(spec + len, cap - len, "%scuda:%d",
+                              len ? "," : "", l->ordinal[d]);
+  }
+  if (len >= cap)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: device share too long",
+                             mgpu__mpi.rank);
+  return 0;
+}
+
+/* Splits the devices among the ranks of the node that see the same ones:
+ * returns [lo, hi) and whether the device is shared with another rank. */
+static int choose_share(MPI_Comm node, const dev_list *l, int *lo, int *hi,
+                        int *shared) {
+  size_t keylen = (size_t)MGPU_MAX_DEVICES * UUID_LEN;
+  char *mine = calloc(1, keylen);
+  char *all = calloc((size_t)mgpu__mpi.local_size, keylen);
+  if (mine == NULL || all == NULL) {
+    free(mine);
+    free(all);
+    return mgpu_module_error(MGPU_ENOMEM, "rank %d: device key",
+                             mgpu__mpi.rank);
+  }
+  for (int d = 0; d < l->n; d++) memcpy(mine + (size_t)d * UUID_LEN, l->id[d], UUID_LEN);
+  int rc = MPI_Allgather(mine, (int)keylen, MPI_CHAR, all, (int)keylen,
+                         MPI_CHAR, node);
+  if (rc != MPI_SUCCESS) {
+    free(mine);
+    free(all);
+    return mgpu__mpi_err(rc, "MPI_Allgather");
+  }
+  int g = 0, group = 0;
+  for (int r = 0; r < mgpu__mpi.local_size; r++) {
+    if (memcmp(all + (size_t)r * keylen, mine, keylen) != 0) continue;
+    if (r < mgpu__mpi.local_rank) g++;
+    group++;
+  }
+  free(mine);
+  free(all);
+  int n = l->n;
+  if (n == 0) return mgpu_module_error(MGPU_ENODEV, "rank %d: no devices",
+                                       mgpu__mpi.rank);
+  if (group <= n) {
+    *lo = (int)((long)g * n / group);
+    *hi = (int)((long)(g + 1) * n / group);
+    *shared = 0;
+  } else {
+    *lo = (int)((long)g * n / group);
+    *hi = *lo + 1;
+    *shared = 1;
+  }
+  return 0;
+}
+
+static int split_node(MPI_Comm comm, int ranks_per_node, MPI_Comm *node) {
+  MPI_Comm shm;
+  int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, mgpu__mpi.rank,
+                               MPI_INFO_NULL, &shm);
+  if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Comm_split_type");
+  if (ranks_per_node <= 0) {
+    *node = shm;
+    return 0;
+  }
+  int shm_rank;
+  MPI_Comm_rank(shm, &shm_rank);
+  rc = MPI_Comm_split(shm, shm_rank / ranks_per_node, shm_rank, node);
+  MPI_Comm_free(&shm);
+  return rc == MPI_SUCCESS ? 0 : mgpu__mpi_err(rc, "MPI_Comm_split");
+}
+
+static int find_nodes(MPI_Comm node) {
+  MPI_Comm leaders;
+  int leader = mgpu__mpi.local_rank == 0;
+  int rc = MPI_Comm_split(mgpu__mpi.world, leader ? 0 : MPI_UNDEFINED,
+                          mgpu__mpi.rank, &leaders);
+  if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Comm_split");
+  int ids[2] = {0, 0};
+  if (leader) {
+    MPI_Comm_rank(leaders, &ids[0]);
+    MPI_Comm_size(leaders, &ids[1]);
+    MPI_Comm_free(&leaders);
+  }
+  rc = MPI_Bcast(ids, 2, MPI_INT, 0, node);
+  if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Bcast");
+  mgpu__mpi.node = ids[0];
+  mgpu__mpi.nnodes = ids[1];
+  return 0;
+}
+
+int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
+  if (mgpu__mpi.initialized)
+    return mgpu_module_error(MGPU_EALREADY, "mgpu_mpi_init: already done");
+  int flag = 0;
+  MPI_Initialized(&flag);
+  if (!flag)
+    return mgpu_module_error(MGPU_ENOINIT,
+                             "mgpu_mpi_init: call MPI_Init first");
+  memset(&mgpu__mpi, 0, sizeof mgpu__mpi);
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 4; o++) mgpu__mpi.half_ops[t][o] = MPI_OP_NULL;
+  mgpu__mpi.world = MPI_COMM_NULL;
+  mpi_env env;
+  int rc = read_env(&env);
+  if (rc != 0) return rc;
+  mgpu_config conf = MGPU_CONFIG_INITIALIZER;
+  if (cfg != NULL) {
+    size_t n = cfg->size < sizeof conf ? cfg->size : sizeof conf;
+    if (n < sizeof(size_t))
+      return mgpu_module_error(MGPU_EINVAL, "mgpu_mpi_init: mgpu_config.size "
+                               "is %zu", cfg->size);
+    memcpy(&conf, cfg, n);
+    conf.size = sizeof conf;
+  }
+  if ((rc = MPI_Comm_dup(comm, &mgpu__mpi.world)) != MPI_SUCCESS)
+    return mgpu__mpi_err(rc, "MPI_Comm_dup");
+  MPI_Comm_rank(mgpu__mpi.world, &mgpu__mpi.rank);
+  MPI_Comm_size(mgpu__mpi.world, &mgpu__mpi.nranks);
+
+  MPI_Comm node = MPI_COMM_NULL;
+  dev_list *devs = calloc(1, sizeof *devs);
+  char spec[512];
+  int lo = 0, hi = 0;
+  if (devs == NULL) {
+    rc = mgpu_module_error(MGPU_ENOMEM, "mgpu_mpi_init: device list");
+    goto fail;
+  }
+  if ((rc = split_node(mgpu__mpi.world, env.ranks_per_node, &node)) != 0)
+    goto fail;
+  MPI_Comm_rank(node, &mgpu__mpi.local_rank);
+  MPI_Comm_size(node, &mgpu__mpi.local_size);
+  if ((rc = find_nodes(node)) != 0) goto fail;
+  /* Every rank learns its device list, or all fail together. */
+  rc = list_devices(&conf, devs);
+  int worst = rc;
+  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MIN, mgpu__mpi.world);
+  if (rc != 0) goto fail;
+  if (worst != 0) {
+    rc = mgpu_module_error(worst, "rank %d: another rank could not open its "
+                           "devices", mgpu__mpi.rank);
+    goto fail;
+  }
+  if ((rc = choose_share(node, devs, &lo, &hi, &mgpu__mpi.shared)) != 0)
+    goto fail;
+  if ((rc = share_spec(devs, lo, hi, spec, sizeof spec)) != 0) goto fail;
+  conf.devices = spec;
+  if ((rc = mgpu_init(&conf)) != 0) goto fail;
+  mgpu__mpi.ndevices = mgpu_device_count();
+  for (int d = 0; d < mgpu__mpi.ndevices && d < MGPU_MAX_DEVICES; d++) {
+    mgpu_device_props p;
+    memset(&p, 0, sizeof p);
+    p.size = sizeof p;
+    device_is_host[d] = mgpu_device_get_props(d, &p) == 0 &&
+                        p.backend_kind == MGPU_BACKEND_HOST;
+  }
+  MPI_Exscan(&mgpu__mpi.ndevices, &mgpu__mpi.first_device, 1, MPI_INT,
+             MPI_SUM, mgpu__mpi.world);
+  if (mgpu__mpi.rank == 0) mgpu__mpi.first_device = 0;
+  MPI_Allreduce(&mgpu__mpi.ndevices, &mgpu__mpi.total_devices, 1, MPI_INT,
+                MPI_SUM, mgpu__mpi.world);
+  if (mgpu__mpi.shared)
+    mgpu_module_log(MGPU_LOG_WARN, "rank %d: %d ranks on node %d share its %d "
+                    "device(s); rank %d uses '%s' together with another rank",
+                    mgpu__mpi.rank, mgpu__mpi.local_size, mgpu__mpi.node,
+                    devs->n, mgpu__mpi.rank, spec);
+  int queried = query_cuda_aware();
+  mgpu__mpi.cuda_aware = env.cuda_aware >= 0 ? env.cuda_aware : queried;
+  if (mgpu__mpi.rank == 0)
+    mgpu_module_log(MGPU_LOG_INFO, "MPI device path: %s (MPI says %s; "
+                    "MGPU_MPI_CUDA_AWARE=%s)",
+                    mgpu__mpi.cuda_aware ? "device pointers straight to MPI"
+                                         : "staged through pinned buffers",
+                    queried ? "CUDA-aware" : "not CUDA-aware",
+                    env.cuda_aware < 0 ? "auto" : env.cuda_aware ? "1" : "0");
+  mgpu_module_log(MGPU_LOG_INFO, "rank %d: node %d/%d, local rank %d/%d, "
+                  "devices '%s'", mgpu__mpi.rank, mgpu__mpi.node,
+                  mgpu__mpi.nnodes, mgpu__mpi.local_rank,
+                  mgpu__mpi.local_size, spec);
+  if ((rc = mgpu__mpi_ops_create()) != 0) {
+    mgpu_shutdown();
+    goto fail;
+  }
+  mgpu__mpi.stats.size = sizeof mgpu__mpi.stats;
+  MPI_Comm_free(&node);
+  free(devs);
+  mgpu__mpi.initialized = 1;
+  return 0;
+
+fail:
+  mgpu__mpi_ops_free();
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  if (mgpu__mpi.world != MPI_COMM_NULL) MPI_Comm_free(&mgpu__mpi.world);
+  free(devs);
+  return rc;
+}
+
+int mgpu_mpi_finalize(void) {
+  if (!mgpu__mpi.initialized) return 0;
+  mgpu__mpi_pools_free();
+  mgpu__mpi_ops_free();
+  int rc = mgpu_shutdown();
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) MPI_Comm_free(&mgpu__mpi.world);
+  memset(&mgpu__mpi, 0, sizeof mgpu__mpi);
+  return rc;
+}
+
+int mgpu_mpi_get_info(mgpu_mpi_info *info) {
+  int rc = mgpu__mpi_ready("mgpu_mpi_get_info");
+  if (rc != 0) return rc;
+  if (info == NULL || info->size < sizeof *info)
+    return mgpu_module_error(MGPU_EINVAL, "mgpu_mpi_get_info: set info->size "
+                             "to sizeof(mgpu_mpi_info)");
+  info->rank = mgpu__mpi.rank;
+  info->nranks = mgpu__mpi.nranks;
+  info->local_rank = mgpu__mpi.local_rank;
+  info->local_size = mgpu__mpi.local_size;
+  info->node = mgpu__mpi.node;
+  info->nnodes = mgpu__mpi.nnodes;
+  info->ndevices = mgpu__mpi.ndevices;
+  info->first_device = mgpu__mpi.first_device;
+  info->total_devices = mgpu__mpi.total_devices;
+  info->shared = mgpu__mpi.shared;
+  info->cuda_aware = mgpu__mpi.cuda_aware;
+  return 0;
+}
+
+int mgpu_mpi_get_stats(mgpu_mpi_stats *stats) {
+  int rc = mgpu__mpi_ready("mgpu_mpi_get_stats");
+  if (rc != 0) return rc;
+  if (stats == NULL || stats->size < sizeof *stats)
+    return mgpu_module_error(MGPU_EINVAL, "mgpu_mpi_get_stats: set "
+                             "stats->size to sizeof(mgpu_mpi_stats)");
+  *stats = mgpu__mpi.stats;
+  return 0;
+}
+
+int mgpu_mpi_reset_stats(void) {
+  int rc = mgpu__mpi_ready("mgpu_mpi_reset_stats");
+  if (rc != 0) return rc;
+  memset(&mgpu__mpi.stats, 0, sizeof mgpu__mpi.stats);
+  mgpu__mpi.stats.size = sizeof mgpu__mpi.stats;
+  return 0;
+}

@@ -1,0 +1,141 @@
+/* Internal interface of libmgpu_mpi, shared by its files. The module uses
+ * only the public API of libmgpu (mgpu.h, mgpu/module.h) and MPI.
+ *
+ * Threads: the module's state is written by mgpu_mpi_init and
+ * mgpu_mpi_finalize on the calling thread and only read in between; the
+ * calls are made by one thread at a time (mgpu/mpi.h), so the bounce pool,
+ * the request list and the counters need no lock. */
+#ifndef MGPU_MPI_INTERNAL_H
+#define MGPU_MPI_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mgpu/coll.h"
+#include "mgpu/copy.h"
+#include "mgpu/core.h"
+#include "mgpu/error.h"
+#include "mgpu/module.h"
+#include "mgpu/mpi.h"
+
+#define MPI_TAG_CHECK (MGPU_MPI_TAG_RESERVED + 1)
+#define MPI_TAG_HANDSHAKE (MGPU_MPI_TAG_RESERVED + 2)
+#define MPI_TAG_ACK (MGPU_MPI_TAG_RESERVED + 3)
+
+/* Bounce buffers of one device, pinned and pre-touched, allocated on the
+ * first staged call of the device and kept until mgpu_mpi_finalize: three
+ * slots for collectives (what goes out to MPI, what comes back), three for
+ * sends and three for receives, so that a collective and a send and a
+ * receive in flight never wait for each other's buffers. */
+#define MPI_STAGE_SLOTS 3
+typedef struct mpi_bounce {
+  mgpu_buffer *buf;
+  unsigned char *host; /* host pointer of buf */
+  mgpu_event *done;    /* recorded after the copies into or out of it */
+} mpi_bounce;
+
+typedef struct mpi_stage_pool {
+  int ready;
+  mgpu_stream *d2h, *h2d;
+  mpi_bounce coll_in[MPI_STAGE_SLOTS], coll_out[MPI_STAGE_SLOTS];
+  mpi_bounce send[MPI_STAGE_SLOTS], recv[MPI_STAGE_SLOTS];
+  int send_busy, recv_busy; /* a request holds the send / recv slots */
+  mgpu_buffer *pack;        /* device memory: pitched transfers packed */
+  size_t pack_size;
+} mpi_stage_pool;
+
+/* A collective's data movement for the staged pipeline (and, in one step,
+ * for memory MPI reads directly). Pieces: n_in ranges of the input buffer,
+ * piece p at in_off + p * in_stride, and n_out ranges of the output; chunk
+ * k moves elements [k*c, (k+1)*c) of every piece: copied to the host (packed,
+ * piece p at p*c), handed to fn, and fn's output (packed the same way)
+ * copied back. */
+/* Open MPI allocates a temporary of the message's size per reduction (page
+ * faults on every call above glibc's mmap threshold) and its bandwidth falls
+ * from about 256 KiB up on the 2-core machines (docs/PERF.md): reductions of
+ * memory MPI reads directly go in pieces of this many bytes. */
+#define MPI_HOST_CHUNK ((size_t)256 << 10)
+
+typedef int (*mpi_chunk_fn)(void *ctx, void *in, void *out, size_t c,
+                            int in_place);
+typedef struct mpi_plan {
+  int path;
+  int nranks;     /* of the communicator: every rank cuts the same chunks */
+  size_t esize, count;
+  const mgpu_buffer *in_buf;
+  size_t in_off, in_stride;
+  int n_in;
+  mgpu_buffer *out_buf;
+  size_t out_off, out_stride;
+  int n_out;
+  int in_place;   /* host path: in and out are one (fn uses MPI_IN_PLACE) */
+  int splittable; /* one piece each side, element-wise (all-reduce, reduce,
+                     broadcast): memory MPI reads directly is handed over in
+                     MPI_HOST_CHUNK pieces */
+  mpi_chunk_fn fn;
+  void *ctx;
+} mpi_plan;
+
+/* Runs the plan: one call of fn on the buffers' own memory (paths host and
+ * direct), or the pipelined chunks through the bounce buffers (staged):
+ * the copy to the host of chunk k+1, fn on chunk k and the copy back of
+ * chunk k-1 overlap. */
+int mgpu__mpi_run_plan(const mpi_plan *plan);
+
+typedef struct mpi_state {
+  int initialized;
+  MPI_Comm world;         /* duplicate of the communicator given to init */
+  int rank, nranks, local_rank, local_size, node, nnodes;
+  int ndevices, first_device, total_devices, shared;
+  int cuda_aware;
+  int force_stage;        /* MGPU_MPI_STAGE=1: every buffer through the
+                             bounce buffers (tests the staged path on host
+                             devices) */
+  int timeout_ms;
+  size_t chunk;           /* bytes per bounce region */
+  MPI_Op half_ops[2][4];  /* [FLOAT16, BFLOAT16][op] */
+  mpi_stage_pool pools[MGPU_MAX_DEVICES];
+  mgpu_mpi_stats stats;
+} mpi_state;
+
+extern mpi_state mgpu__mpi;
+
+/* Paths a buffer takes to MPI. */
+enum { MPI_PATH_HOST = 0, MPI_PATH_DIRECT = 1, MPI_PATH_STAGED = 2 };
+
+/* MGPU_ENOINIT unless mgpu_mpi_init ran. */
+int mgpu__mpi_ready(const char *what);
+
+/* The MPI datatype and reduction of an mgpu type and op (FLOAT16 and
+ * BFLOAT16 use the module's operators over MPI_UINT16_T). */
+int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type);
+int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop);
+int mgpu__mpi_ops_create(void);
+void mgpu__mpi_ops_free(void);
+
+/* Checks a buffer range (what names the argument in the detail): handle,
+ * size, offset alignment, range; stream of the same device. Sets *path. */
+int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
+                           size_t offset, size_t bytes, mgpu_stream *stream,
+                           int *path);
+/* Waits for the work the data depends on: the stream, else the device. */
+int mgpu__mpi_sync_before(const mgpu_buffer *buf, mgpu_stream *stream);
+/* Host-visible address of buf + offset (path host or direct). */
+void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset);
+/* Counts one transfer of dev's memory on its path: the module's stats and
+ * the device's metrics (mpi_host, mpi_direct, mpi_staged, bytes_mpi). */
+void mgpu__mpi_count(int dev, int path, size_t bytes);
+
+/* Waits for req until the deadline, calling MPI_Test; MGPU_ETIMEDOUT naming
+ * peer (what says what was awaited). */
+int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
+                            const char *what);
+/* Absolute deadline (MPI_Wtime) for a wait starting now; huge if none. */
+double mgpu__mpi_deadline(void);
+int mgpu__mpi_err(int mpi_rc, const char *call);
+
+/* The bounce pool of dev, set up on first use. */
+int mgpu__mpi_pool(int dev, mpi_stage_pool **pool);
+void mgpu__mpi_pools_free(void);
+
+#endif /* MGPU_MPI_INTERNAL_H */

@@ -1,0 +1,489 @@
+/* Point to point between ranks on mgpu buffers.
+ *
+ * Every transfer starts with a handshake on the user's tag: the sender
+ * posts a header (count, type), the receiver answers with an
+ * acknowledgement that accepts it or says why not; data moves only after an
+ * accepted header. Requests to the same peer, tag and communicator in the
+ * same direction run one after the other, so a header can never be matched
+ * by another transfer's data. Requests are state machines progressed by
+ * mgpu_mpi_wait, all of them at once, so that two ranks sending to each
+ * other both finish. Staged data moves in chunks through the device's send
+ * or receive bounce slots: the copy to the host of chunk k+1 overlaps MPI's
+ * transfer of chunk k (and MPI's receive of chunk k+1 the copy to the
+ * device of chunk k). */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi/mpi-internal.h"
+
+enum { R_QUEUED, R_HANDSHAKE, R_WAIT_POOL, R_DATA, R_DONE };
+enum { S_FREE, S_COPYING, S_MPI };
+
+/* Header and acknowledgement. */
+enum { H_COUNT, H_DTYPE, H_BYTES, H_LEN };
+enum { A_STATUS, A_COUNT, A_DTYPE, A_CAPACITY, A_LEN };
+
+#define HOST_PIECE ((size_t)1 << 30) /* one MPI message at most, host path */
+
+struct mgpu_mpi_request {
+  int is_send, peer, tag, dev, path, state, result;
+  char detail[512];           /* the detail of result, written by finish */
+  MPI_Comm comm;
+  const mgpu_buffer *buf;
+  size_t offset, count, bytes, capacity;
+  mgpu_dtype dtype;
+  long long hdr[H_LEN], ack[A_LEN];
+  MPI_Request hdr_req, ack_req;
+  double deadline;
+  /* data phase */
+  size_t piece, npieces, next_post, next_mpi, done_pieces;
+  MPI_Request *data_reqs;     /* host path: one per piece */
+  mpi_stage_pool *pool;       /* staged */
+  int slot_state[MPI_STAGE_SLOTS];
+  size_t slot_piece[MPI_STAGE_SLOTS];
+  MPI_Request slot_req[MPI_STAGE_SLOTS];
+  struct mgpu_mpi_request *next; /* outstanding requests, in posting order */
+};
+
+/* Outstanding requests of this rank (one thread at a time, mgpu/mpi.h). */
+static mgpu_mpi_request *outstanding;
+
+static int same_stream(const mgpu_mpi_request *a, const mgpu_mpi_request *b) {
+  int cmp = MPI_UNEQUAL;
+  if (a->is_send != b->is_send || a->peer != b->peer || a->tag != b->tag)
+    return 0;
+  MPI_Comm_compare(a->comm, b->comm, &cmp);
+  return cmp == MPI_IDENT;
+}
+
+static const char *dir(const mgpu_mpi_request *r) {
+  return r->is_send ? "send to" : "recv from";
+}
+
+static int post_handshake(mgpu_mpi_request *r) {
+  int m;
+  r->deadline = mgpu__mpi_deadline();
+  if (r->is_send) {
+    r->hdr[H_COUNT] = (long long)r->count;
+    r->hdr[H_DTYPE] = r->dtype;
+    r->hdr[H_BYTES] = (long long)r->bytes;
+    m = MPI_Isend(r->hdr, H_LEN, MPI_LONG_LONG, r->peer, r->tag, r->comm,
+                  &r->hdr_req);
+    if (m == MPI_SUCCESS)
+      m = MPI_Irecv(r->ack, A_LEN, MPI_LONG_LONG, r->peer, MPI_TAG_ACK,
+                    r->comm, &r->ack_req);
+  } else {
+    m = MPI_Irecv(r->hdr, H_LEN, MPI_LONG_LONG, r->peer, r->tag, r->comm,
+                  &r->hdr_req);
+  }
+  r->state = R_HANDSHAKE;
+  return m == MPI_SUCCESS ? 0 : mgpu__mpi_err(m, "MPI_Isend/Irecv");
+}
+
+static void finish(mgpu_mpi_request *r, int rc) {
+  if (r->result == 0 && rc != 0) {
+    r->result = rc;
+    snprintf(r->detail, sizeof r->detail, "%s", mgpu_error_detail());
+  }
+  if (r->pool != NULL) {
+    if (r->is_send) r->pool->send_busy = 0;
+    else r->pool->recv_busy = 0;
+    r->pool = NULL;
+  }
+  r->state = R_DONE;
+}
+
+/* Gives up on what is still posted (a peer that never answered). */
+static void abandon(mgpu_mpi_request *r) {
+  MPI_Request *reqs[2] = {&r->hdr_req, &r->ack_req};
+  for (int i = 0; i < 2; i++) {
+    if (*reqs[i] == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(reqs[i]);
+    MPI_Request_free(reqs[i]);
+  }
+}
+
+static int start_data(mgpu_mpi_request *r) {
+  if (r->path == MPI_PATH_STAGED) {
+    if ((r->is_send && r->pool->send_busy) ||
+        (!r->is_send && r->pool->recv_busy)) {
+      r->state = R_WAIT_POOL;
+      return 0;
+    }
+    if (r->is_send) r->pool->send_busy = 1;
+    else r->pool->recv_busy = 1;
+    r->piece = mgpu__mpi.chunk;
+  } else {
+    r->piece = HOST_PIECE;
+  }
+  r->npieces = (r->bytes + r->piece - 1) / r->piece;
+  r->state = R_DATA;
+  if (r->path == MPI_PATH_STAGED) return 0;
+  r->data_reqs = malloc((r->npieces ? r->npieces : 1) * sizeof *r->data_reqs);
+  if (r->data_reqs == NULL)
+    return mgpu_module_error(MGPU_ENOMEM, "rank %d: requests",
+                             mgpu__mpi.rank);
+  unsigned char *p = mgpu__mpi_addr(r->buf, r->offset);
+  for (size_t k = 0; k < r->npieces; k++) {
+    size_t len = r->bytes - k * r->piece < r->piece ? r->bytes - k * r->piece
+                                                    : r->piece;
+    int m = r->is_send
+                ? MPI_Isend(p + k * r->piece, (int)len, MPI_BYTE, r->peer,
+                            r->tag, r->comm, &r->data_reqs[k])
+                : MPI_Irecv(p + k * r->piece, (int)len, MPI_BYTE, r->peer,
+                            r->tag, r->comm, &r->data_reqs[k]);
+    if (m != MPI_SUCCESS) {
+      r->npieces = k;
+      return mgpu__mpi_err(m, r->is_send ? "MPI_Isend" : "MPI_Irecv");
+    }
+  }
+  return 0;
+}
+
+static size_t piece_len(const mgpu_mpi_request *r, size_t k) {
+  size_t rest = r->bytes - k * r->piece;
+  return rest < r->piece ? rest : r->piece;
+}
+
+/* One step of the staged data phase; returns 0 or an error. */
+static int step_staged(mgpu_mpi_request *r) {
+  mpi_bounce *slots = r->is_send ? r->pool->send : r->pool->recv;
+  mgpu_stream *copy = r->is_send ? r->pool->d2h : r->pool->h2d;
+  for (int s = 0; s < MPI_STAGE_SLOTS; s++) {
+    mpi_bounce *b = &slots[s];
+    size_t k = r->slot_piece[s];
+    if (r->slot_state[s] == S_FREE && r->next_post < r->npieces) {
+      k = r->slot_piece[s] = r->next_post++;
+      int rc;
+      if (r->is_send) {
+        rc = mgpu_memcpy_dtoh_async(b->host, r->buf, r->offset + k * r->piece,
+                                    piece_len(r, k), copy);
+        if (rc == 0) rc = mgpu_event_record(b->done, copy);
+        r->slot_state[s] = S_COPYING;
+      } else {
+        rc = MPI_Irecv(b->host, (int)piece_len(r, k), MPI_BYTE, r->peer,
+                       r->tag, r->comm, &r->slot_req[s]);
+        rc = rc == MPI_SUCCESS ? 0 : mgpu__mpi_err(rc, "MPI_Irecv");
+        r->slot_state[s] = S_MPI;
+      }
+      if (rc != 0) return rc;
+    } else if (r->slot_state[s] == S_COPYING) {
+      int q = mgpu_event_query(b->done);
+      if (q == MGPU_EAGAIN) continue;
+      if (q != 0) return q;
+      if (r->is_send) {
+        /* Chunks leave in order: the receiver posts them in order. */
+        if (k != r->next_mpi) continue;
+        int m = MPI_Isend(b->host, (int)piece_len(r, k), MPI_BYTE, r->peer,
+                          r->tag, r->comm, &r->slot_req[s]);
+        if (m != MPI_SUCCESS) return mgpu__mpi_err(m, "MPI_Isend");
+        r->next_mpi++;
+        r->slot_state[s] = S_MPI;
+      } else {
+        r->slot_state[s] = S_FREE;
+        r->done_pieces++;
+        mgpu__mpi.stats.staged_chunks++;
+      }
+    } else if (r->slot_state[s] == S_MPI) {
+      int got = 0;
+      int m = MPI_Test(&r->slot_req[s], &got, MPI_STATUS_IGNORE);
+      if (m != MPI_SUCCESS) return mgpu__mpi_err(m, "MPI_Test");
+      if (!got) continue;
+      if (r->is_send) {
+        r->slot_state[s] = S_FREE;
+        r->done_pieces++;
+        mgpu__mpi.stats.staged_chunks++;
+      } else {
+        int rc = mgpu_memcpy_htod_async((mgpu_buffer *)r->buf,
+                                        r->offset + k * r->piece, b->host,
+                                        piece_len(r, k), copy);
+        if (rc == 0) rc = mgpu_event_record(b->done, copy);
+        if (rc != 0) return rc;
+        r->slot_state[s] = S_COPYING;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Advances r as far as it can without blocking. */
+static void progress(mgpu_mpi_request *r) {
+  int m, got = 0;
+  if (r->state == R_QUEUED) {
+    for (mgpu_mpi_request *o = outstanding; o != r; o = o->next)
+      if (o->state != R_DONE && same_stream(o, r)) return;
+    int rc = post_handshake(r);
+    if (rc != 0) finish(r, rc);
+    return;
+  }
+  if (r->state == R_HANDSHAKE) {
+    if (r->is_send) {
+      m = MPI_Test(&r->ack_req, &got, MPI_STATUS_IGNORE);
+      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Test"));
+      if (!got) goto deadline;
+      /* The receiver had the header, so the header send completes. */
+      MPI_Wait(&r->hdr_req, MPI_STATUS_IGNORE);
+      if (r->ack[A_STATUS] != 0) {
+        finish(r, mgpu_module_error(
+                      MGPU_EMISMATCH, "rank %d: send to rank %d tag %d: %zu "
+                      "elements of %s, but the receiver posted %lld elements "
+                      "of %s in a buffer of %lld bytes; no data moved",
+                      mgpu__mpi.rank, r->peer, r->tag, r->count,
+                      mgpu_dtype_name(r->dtype), r->ack[A_COUNT],
+                      mgpu_dtype_name((mgpu_dtype)r->ack[A_DTYPE]),
+                      r->ack[A_CAPACITY]));
+        return;
+      }
+    } else {
+      m = MPI_Test(&r->hdr_req, &got, MPI_STATUS_IGNORE);
+      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Test"));
+      if (!got) goto deadline;
+      int ok = r->hdr[H_COUNT] == (long long)r->count &&
+               r->hdr[H_DTYPE] == r->dtype;
+      r->ack[A_STATUS] = ok ? 0 : MGPU_EMISMATCH;
+      r->ack[A_COUNT] = (long long)r->count;
+      r->ack[A_DTYPE] = r->dtype;
+      r->ack[A_CAPACITY] = (long long)r->capacity;
+      m = MPI_Send(r->ack, A_LEN, MPI_LONG_LONG, r->peer, MPI_TAG_ACK,
+                   r->comm);
+      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Send"));
+      if (!ok) {
+        finish(r, mgpu_module_error(
+                      MGPU_EMISMATCH, "rank %d: recv from rank %d tag %d: "
+                      "posted %zu elements of %s, but the sender sends %lld "
+                      "elements of %s; no data moved", mgpu__mpi.rank,
+                      r->peer, r->tag, r->count, mgpu_dtype_name(r->dtype),
+                      r->hdr[H_COUNT],
+                      mgpu_dtype_name((mgpu_dtype)r->hdr[H_DTYPE])));
+        return;
+      }
+    }
+    int rc = start_data(r);
+    if (rc != 0) finish(r, rc);
+    return;
+  deadline:
+    if (MPI_Wtime() > r->deadline) {
+      abandon(r);
+      finish(r, mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s rank %d tag "
+                                  "%d: rank %d did not answer within %d ms",
+                                  mgpu__mpi.rank, dir(r), r->peer, r->tag,
+                                  r->peer, mgpu__mpi.timeout_ms));
+    }
+    return;
+  }
+  if (r->state == R_WAIT_POOL) {
+    int rc = start_data(r);
+    if (rc != 0) finish(r, rc);
+    return;
+  }
+  if (r->state == R_DATA) {
+    if (r->path == MPI_PATH_STAGED) {
+      int rc = step_staged(r);
+      if (rc != 0) {
+        mgpu_stream_synchronize(r->is_send ? r->pool->d2h : r->pool->h2d);
+        return finish(r, rc);
+      }
+      if (r->done_pieces == r->npieces) finish(r, 0);
+      return;
+    }
+    int all = 0;
+    m = MPI_Testall((int)r->npieces, r->data_reqs, &all, MPI_STATUSES_IGNORE);
+    if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Testall"));
+    if (all) finish(r, 0);
+  }
+}
+
+static int post(int is_send, const mgpu_buffer *buf, size_t offset,
+                size_t count, mgpu_dtype dtype, int peer, int tag,
+                MPI_Comm comm, mgpu_stream *stream, mgpu_mpi_request **out) {
+  const char *what = is_send ? "send" : "recv";
+  int rc = mgpu__mpi_ready(is_send ? "mgpu_mpi_send" : "mgpu_mpi_recv");
+  if (rc != 0) return rc;
+  if (out == NULL)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: request is NULL",
+                             mgpu__mpi.rank, what);
+  *out = NULL;
+  int n = 0;
+  if (MPI_Comm_size(comm, &n) != MPI_SUCCESS)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
+                             mgpu__mpi.rank, what);
+  if (peer < 0 || peer >= n)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: peer rank %d outside "
+                             "0..%d (MPI_ANY_SOURCE is not supported)",
+                             mgpu__mpi.rank, what, peer, n - 1);
+  if (tag < 0 || tag >= MGPU_MPI_TAG_RESERVED)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: tag %d outside 0..%d",
+                             mgpu__mpi.rank, what, tag,
+                             MGPU_MPI_TAG_RESERVED - 1);
+  MPI_Datatype type;
+  if ((rc = mgpu__mpi_type(dtype, &type)) != 0) return rc;
+  size_t es = mgpu_dtype_size(dtype);
+  if (count > SIZE_MAX / es)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
+                             mgpu__mpi.rank, what, count);
+  int path;
+  if ((rc = mgpu__mpi_check_buffer(what, buf, offset, count * es, stream,
+                                   &path)) != 0)
+    return rc;
+  mgpu_mpi_request *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return mgpu_module_error(MGPU_ENOMEM, "rank %d: %s request",
+                             mgpu__mpi.rank, what);
+  r->is_send = is_send;
+  r->peer = peer;
+  r->tag = tag;
+  r->comm = comm;
+  r->buf = buf;
+  r->offset = offset;
+  r->count = count;
+  r->dtype = dtype;
+  r->bytes = count * es;
+  r->capacity = mgpu_buffer_size(buf) - offset;
+  r->dev = mgpu_buffer_device(buf);
+  r->path = path;
+  r->hdr_req = r->ack_req = MPI_REQUEST_NULL;
+  if (path == MPI_PATH_STAGED &&
+      (rc = mgpu__mpi_pool(r->dev, &r->pool)) != 0) {
+    free(r);
+    return rc;
+  }
+  /* The data is read (or overwritten) after the work queued before. */
+  if ((rc = mgpu__mpi_sync_before(buf, stream)) != 0) {
+    free(r);
+    return rc;
+  }
+  mgpu__mpi_count(r->dev, path, r->bytes);
+  r->state = R_QUEUED;
+  mgpu_mpi_request **tail = &outstanding;
+  while (*tail != NULL) tail = &(*tail)->next;
+  *tail = r;
+  progress(r);
+  *out = r;
+  return 0;
+}
+
+int mgpu_mpi_isend(const mgpu_buffer *buf, size_t offset, size_t count,
+                   mgpu_dtype dtype, int dest, int tag, MPI_Comm comm,
+                   mgpu_stream *stream, mgpu_mpi_request **req) {
+  return post(1, buf, offset, count, dtype, dest, tag, comm, stream, req);
+}
+
+int mgpu_mpi_irecv(mgpu_buffer *buf, size_t offset, size_t count,
+                   mgpu_dtype dtype, int source, int tag, MPI_Comm comm,
+                   mgpu_stream *stream, mgpu_mpi_request **req) {
+  return post(0, buf, offset, count, dtype, source, tag, comm, stream, req);
+}
+
+int mgpu_mpi_wait(mgpu_mpi_request *req) {
+  mgpu_mpi_request **link = &outstanding;
+  while (*link != NULL && *link != req) link = &(*link)->next;
+  if (req == NULL || *link == NULL)
+    return mgpu_module_error(MGPU_EBADHANDLE, "rank %d: mgpu_mpi_wait: not "
+                             "an outstanding request", mgpu__mpi.rank);
+  while (req->state != R_DONE) {
+    for (mgpu_mpi_request *o = outstanding; o != NULL; o = o->next)
+      if (o->state != R_DONE) progress(o);
+    if (req->state != R_DONE) sched_yield();
+  }
+  *link = req->next;
+  int rc = req->result;
+  if (rc != 0) {
+    /* Progress of another request may have written the thread's detail
+     * since: report this request's own. */
+    mgpu_module_error(rc, "%s", req->detail);
+  } else if (!req->is_send && req->path == MPI_PATH_STAGED) {
+    rc = mgpu_stream_synchronize(mgpu__mpi.pools[req->dev].h2d);
+  }
+  free(req->data_reqs);
+  free(req);
+  return rc;
+}
+
+int mgpu_mpi_send(const mgpu_buffer *buf, size_t offset, size_t count,
+                  mgpu_dtype dtype, int dest, int tag, MPI_Comm comm,
+                  mgpu_stream *stream) {
+  mgpu_mpi_request *r;
+  int rc = mgpu_mpi_isend(buf, offset, count, dtype, dest, tag, comm, stream,
+                          &r);
+  return rc != 0 ? rc : mgpu_mpi_wait(r);
+}
+
+int mgpu_mpi_recv(mgpu_buffer *buf, size_t offset, size_t count,
+                  mgpu_dtype dtype, int source, int tag, MPI_Comm comm,
+                  mgpu_stream *stream) {
+  mgpu_mpi_request *r;
+  int rc = mgpu_mpi_irecv(buf, offset, count, dtype, source, tag, comm,
+                          stream, &r);
+  return rc != 0 ? rc : mgpu_mpi_wait(r);
+}
+
+/* ---- pitched transfers: packed on the device, moved as one ---- */
+
+static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
+                   size_t pitch, size_t width, size_t height, mgpu_dtype dtype,
+                   mgpu_stream *stream, mpi_stage_pool **pool, size_t *wbytes) {
+  int rc = mgpu__mpi_ready(what);
+  if (rc != 0) return rc;
+  size_t es = mgpu_dtype_size(dtype);
+  if (es == 0)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: unknown dtype %d",
+                             mgpu__mpi.rank, what, (int)dtype);
+  if (width > SIZE_MAX / es / (height ? height : 1))
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: %zu x %zu overflows",
+                             mgpu__mpi.rank, what, width, height);
+  *wbytes = width * es;
+  if (pitch < *wbytes)
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: pitch %zu is less "
+                             "than the row of %zu bytes", mgpu__mpi.rank,
+                             what, pitch, *wbytes);
+  int path;
+  size_t span = height ? (height - 1) * pitch + *wbytes : 0;
+  if ((rc = mgpu__mpi_check_buffer(what, buf, offset, span, stream, &path)))
+    return rc;
+  if ((rc = mgpu__mpi_pool(mgpu_buffer_device(buf), pool)) != 0) return rc;
+  size_t need = *wbytes * height;
+  if ((*pool)->pack_size < need) {
+    if ((*pool)->pack != NULL) mgpu_free((*pool)->pack);
+    (*pool)->pack = NULL;
+    (*pool)->pack_size = 0;
+    if ((rc = mgpu_malloc(&(*pool)->pack, mgpu_buffer_device(buf),
+                          need ? need : 1)) != 0)
+      return rc;
+    (*pool)->pack_size = need ? need : 1;
+  }
+  return mgpu__mpi_sync_before(buf, stream);
+}
+
+int mgpu_mpi_send_2d(const mgpu_buffer *buf, size_t offset, size_t pitch,
+                     size_t width, size_t height, mgpu_dtype dtype, int dest,
+                     int tag, MPI_Comm comm, mgpu_stream *stream) {
+  mpi_stage_pool *pool;
+  size_t wbytes;
+  int rc = pitched("mgpu_mpi_send_2d", buf, offset, pitch, width, height,
+                   dtype, stream, &pool, &wbytes);
+  if (rc != 0) return rc;
+  if (height > 0 && wbytes > 0)
+    rc = mgpu_memcpy_2d(pool->pack, 0, wbytes, buf, offset, pitch, wbytes,
+                        height);
+  if (rc != 0) return rc;
+  return mgpu_mpi_send(pool->pack, 0, width * height, dtype, dest, tag, comm,
+                       NULL);
+}
+
+int mgpu_mpi_recv_2d(mgpu_buffer *buf, size_t offset, size_t pitch,
+                     size_t width, size_t height, mgpu_dtype dtype, int source,
+                     int tag, MPI_Comm comm, mgpu_stream *stream) {
+  mpi_stage_pool *pool;
+  size_t wbytes;
+  int rc = pitched("mgpu_mpi_recv_2d", buf, offset, pitch, width, height,
+                   dtype, stream, &pool, &wbytes);
+  if (rc != 0) return rc;
+  rc = mgpu_mpi_recv(pool->pack, 0, width * height, dtype, source, tag, comm,
+                     NULL);
+  if (rc != 0 || height == 0 || wbytes == 0) return rc;
+  return mgpu_memcpy_2d(buf, offset, pitch, pool->pack, 0, wbytes, wbytes,
+                        height);
+}
