@@ -250,12 +250,12 @@ int mgpu_work_wait(mgpu_work *h) {
 
 int mgpu_set_device(int dev) {
   mgpu__device *d;
-  int rc = mgpu__device_check(dev, &d);
+  int rc = mgpu__device_enter(dev, &d); /* shutdown waits for it */
   if (rc != 0) return rc;
   rc = d->ops->make_current(d->bdev);
-  if (rc != 0) return rc;
-  current_device = dev;
-  return 0;
+  if (rc == 0) current_device = dev;
+  mgpu__lib_leave();
+  return rc;
 }
 
 int mgpu_get_device(int *dev) {
@@ -268,10 +268,19 @@ int mgpu_get_device(int *dev) {
   return 0;
 }
 
+static int get_props(mgpu__device *d, int dev, mgpu_device_props *p);
+
 int mgpu_device_get_props(int dev, mgpu_device_props *p) {
   mgpu__device *d;
-  int rc = mgpu__device_check(dev, &d);
+  int rc = mgpu__device_enter(dev, &d); /* shutdown waits for it */
   if (rc != 0) return rc;
+  rc = get_props(d, dev, p);
+  mgpu__lib_leave();
+  return rc;
+}
+
+static int get_props(mgpu__device *d, int dev, mgpu_device_props *p) {
+  int rc;
   if (p == NULL || p->size != sizeof *p)
     return mgpu__error(MGPU_EINVAL, "device %d: props is NULL or its size "
                        "field is not sizeof(mgpu_device_props)", dev);

@@ -1,12 +1,13 @@
 /* Internal interface of the core, shared by every layer of libmgpu.
  *
  * Handles: every public handle (buffer, stream, event, communicator,
- * barrier, channel...) is an encoded slot
- * number plus a generation, never a pointer. Looking a handle up checks the
- * generation, so a freed handle is reported as MGPU_EFREED and never
- * dereferenced, even when its slot was reused. Layers resolve handles to the
- * internal structs below with mgpu__buf_get and friends, which also write the
- * error detail.
+ * barrier, channel, pool, distribution, work) is an encoded slot number plus
+ * a generation, never a pointer. Looking a handle up checks the generation,
+ * so a freed handle is reported as MGPU_EFREED and never dereferenced, even
+ * when its slot was reused, and takes a use of it that a destroy waits for.
+ * Layers resolve handles to the internal structs below with mgpu__buf_get
+ * and friends, which also write the error detail, and give them back with
+ * the matching put (mgpu__buf_put...) when the call is done with them.
  */
 #ifndef MGPU_CORE_INTERNAL_H
 #define MGPU_CORE_INTERNAL_H
@@ -122,7 +123,8 @@ void mgpu__device_thread_stop(mgpu__device *d);
 /* Every kind of public handle, one line each: the enum name, the word the
  * error details use, and what happened to a stale one. Adding a kind of
  * handle is one line here; its layer then calls mgpu__handle_new, _get and
- * _release with its MGPU__H_ value. At most 255 kinds. */
+ * _put, and _close and _retire (or _release) to destroy, with its MGPU__H_
+ * value. At most 255 kinds. */
 #define MGPU__HANDLE_TYPES(XX)                        \
   XX(BUFFER, "buffer", "freed")                       \
   XX(STREAM, "stream", "destroyed")                   \
