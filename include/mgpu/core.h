@@ -74,8 +74,11 @@ typedef struct mgpu_config {
                                default 1 */
 } mgpu_config;
 
-#define MGPU_CONFIG_INITIALIZER \
-  { sizeof(mgpu_config), NULL, 0, -1, 0, -1, 0, 0, NULL, -1, -1 }
+#define MGPU_CONFIG_INITIALIZER                                              \
+  { .size = sizeof(mgpu_config), .devices = NULL, .host_mem = 0,            \
+    .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
+    .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
+    .cuda_green = -1, .cuda_busy = -1 }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after
@@ -305,41 +308,6 @@ MGPU_EXTERN int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst,
                                  size_t a_offset, const mgpu_buffer *b,
                                  size_t b_offset, size_t count,
                                  mgpu_dtype dtype, mgpu_op op);
-
-/* ------------------------------------------------------------------------ */
-/* Copies                                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* Host memory to a buffer and back. host may be any host pointer (pageable
- * or the pointer of a pinned buffer). The async forms run on the stream,
- * which must belong to the buffer's device; the host memory must stay valid
- * until the copy completes. */
-MGPU_EXTERN int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset,
-                                 const void *host, size_t size);
-MGPU_EXTERN int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src,
-                                 size_t src_offset, size_t size);
-MGPU_EXTERN int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
-                                       const void *host, size_t size,
-                                       mgpu_stream *stream);
-MGPU_EXTERN int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
-                                       size_t src_offset, size_t size,
-                                       mgpu_stream *stream);
-
-/* Buffer to buffer, any kinds, any devices. The one copy entry point: within
- * a device it is a device copy; between devices a direct peer copy where
- * peer access is enabled, else a pipelined host-staged copy. The stream may
- * belong to either buffer's device; the copy runs in that stream's order.
- * Overlapping ranges of one buffer are MGPU_EOVERLAP. */
-MGPU_EXTERN int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset,
-                            const mgpu_buffer *src, size_t src_offset,
-                            size_t size);
-MGPU_EXTERN int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
-                                  const mgpu_buffer *src, size_t src_offset,
-                                  size_t size, mgpu_stream *stream);
-
-/* Fills size bytes with the byte value. */
-MGPU_EXTERN int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value,
-                                  size_t size, mgpu_stream *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Stream-ordered pool                                                      */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "util/numa.h"
 
 static mgpu__mutex init_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__device *devices[MGPU_MAX_DEVICES];
@@ -37,7 +38,35 @@ static mgpu__backend_env backend_env = {
     .set_error = mgpu__error,
     .metric_add = env_metric_add,
     .config = &config,
+    .numa_node_of_bus_id = mgpu__numa_node_of_bus_id,
 };
+
+/* Shutdown hooks of the layers above (mgpu__on_shutdown). Registered from
+ * constructors or before mgpu_init; hooks_lock guards the list. */
+#define MAX_HOOKS 32
+static mgpu__mutex hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__hook_fn shutdown_hooks[MAX_HOOKS];
+static int nshutdown_hooks;
+
+void mgpu__on_shutdown(mgpu__hook_fn fn) {
+  mgpu__mutex_lock(&hooks_lock);
+  int known = 0;
+  for (int i = 0; i < nshutdown_hooks; i++) known |= shutdown_hooks[i] == fn;
+  if (!known && nshutdown_hooks < MAX_HOOKS)
+    shutdown_hooks[nshutdown_hooks++] = fn;
+  else if (!known)
+    abort(); /* a fixed table too small is a bug in mgpu, caught at load */
+  mgpu__mutex_unlock(&hooks_lock);
+}
+
+static void run_shutdown_hooks(void) {
+  mgpu__mutex_lock(&hooks_lock);
+  int n = nshutdown_hooks;
+  mgpu__hook_fn hooks[MAX_HOOKS];
+  for (int i = 0; i < n; i++) hooks[i] = shutdown_hooks[i];
+  mgpu__mutex_unlock(&hooks_lock);
+  for (int i = n - 1; i >= 0; i--) hooks[i]();
+}
 
 mgpu__device *mgpu__device_get(int id) {
   if (!initialized || id < 0 || id >= ndevices) return NULL;
@@ -70,7 +99,7 @@ int mgpu_device_count(void) {
 
 /* Frees the struct and the locks open_device made. */
 static void free_device(mgpu__device *d) {
-  mgpu__mutex_destroy(&d->pool_lock);
+  mgpu__mutex_destroy(&d->mempool_lock);
   mgpu__mutex_destroy(&d->spare_lock);
   mgpu__mutex_destroy(&d->streams_lock);
   mgpu__cond_destroy(&d->queue_cond);
@@ -98,14 +127,14 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   mgpu__cond_init(&d->queue_cond);
   mgpu__mutex_init(&d->streams_lock);
   mgpu__mutex_init(&d->spare_lock);
-  mgpu__mutex_init(&d->pool_lock);
-  int rc = ops->open(&d->spec, &d->b);
+  mgpu__mutex_init(&d->mempool_lock);
+  int rc = ops->open(&d->spec, &d->bdev);
   if (rc != 0) goto fail_locks;
   if (ops->kind == MGPU_BACKEND_HOST) {
     d->budget = config.host_mem;
   } else if (nsplit > 1) {
     size_t free_b = 0, total_b = 0;
-    if (ops->mem_info(d->b, &free_b, &total_b) == 0)
+    if (ops->mem_info(d->bdev, &free_b, &total_b) == 0)
       d->budget = total_b / (size_t)nsplit;
   }
   devices[id] = d;
@@ -118,7 +147,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
 fail_close:
   ndevices--;
   devices[id] = NULL;
-  ops->close(d->b);
+  ops->close(d->bdev);
 fail_locks:
   free_device(d);
   return rc;
@@ -126,7 +155,7 @@ fail_locks:
 
 static void close_device(mgpu__device *d) {
   mgpu__device_thread_stop(d);
-  d->ops->close(d->b);
+  d->ops->close(d->bdev);
   free_device(d);
 }
 
@@ -235,8 +264,8 @@ int mgpu_init(const mgpu_config *cfg) {
     unwind_devices();
     goto out;
   }
+  mgpu__obs_open(ndevices);
   initialized = 1;
-  mgpu_metrics_reset();
   mgpu__log(MGPU_LOG_INFO, "initialized %d device%s", ndevices,
             ndevices == 1 ? "" : "s");
 out:
@@ -265,15 +294,17 @@ int mgpu_shutdown(void) {
     int r = mgpu_device_synchronize(i);
     if (rc == 0) rc = r;
   }
-  mgpu__copy_shutdown();
+  run_shutdown_hooks();
   mgpu__streams_release_all(); /* events and user streams */
   mgpu__memory_release_all();
   for (int i = 0; i < ndevices; i++) {
     mgpu__spare_drain(devices[i]);
-    mgpu__pool_release(devices[i]);
+    mgpu__mempool_release(devices[i]);
   }
   initialized = 0;
+  mgpu__obs_close();
   unwind_devices();
+  mgpu__numa_release();
   mgpu__mutex_unlock(&init_lock);
   return rc;
 }

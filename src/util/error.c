@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "util/log.h"
 
 static _Thread_local char detail[512];
 
