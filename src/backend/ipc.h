@@ -39,9 +39,10 @@ struct mgpu__bdevice;
 int mgpu__host_ipc_alloc(struct mgpu__bdevice *d, size_t size,
                          mgpu__ipc_mem *out, void **alloc);
 void mgpu__host_ipc_free(struct mgpu__bdevice *d, void *alloc);
-/* A read-only descriptor of the same memory, for importers that must not
- * write (a new fd the caller closes), or -1 with errno. */
-int mgpu__host_ipc_readonly_fd(struct mgpu__bdevice *d, void *alloc);
+/* A new descriptor of the memory to send (the caller closes it): read-only
+ * (a reopen with O_RDONLY) unless writable, or -1 with errno. */
+int mgpu__host_ipc_export_fd(struct mgpu__bdevice *d, void *alloc,
+                             int writable);
 /* Import side: maps m (writable or read-only) or takes another reference
  * on the mapping of the same key. The caller keeps m->fd and closes it. */
 int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,

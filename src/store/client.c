@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "mgpu/copy.h"
 #include "mgpu/store.h"
 #include "store/store-internal.h"
 
@@ -50,6 +51,7 @@ struct mgpu_store_object {
   mgpu__ipc_mem mem;
   void *ptr;
   void *mirror;     /* host copy while a mirror is open */
+  mgpu_buffer *mirror_buf; /* its pinned buffer, when the object has one */
   mgpu_buffer *buffer;
   struct mgpu_store_object *next; /* registry (reg_lock) */
 };
@@ -349,8 +351,11 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
 }
 
 static void object_unmap(mgpu_store_object *o) {
+  /* mgpu_free waits for the work queued on the device, which may still
+   * read the mapping. After mgpu_shutdown the handles are stale: fine. */
   if (o->buffer != NULL) mgpu_free(o->buffer);
-  free(o->mirror);
+  if (o->mirror_buf != NULL) mgpu_free(o->mirror_buf);
+  else free(o->mirror);
   mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
   free(o);
 }
@@ -426,6 +431,18 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
   if (rc != 0) {
     free(o);
     return rc;
+  }
+  /* On a device of this process the object is a buffer like any other,
+   * read-only unless this process created it and has not sealed it. */
+  if (o->dev >= 0) {
+    rc = mgpu_buffer_wrap(&o->buffer, o->dev, MGPU_MEM_DEVICE, o->ptr,
+                          o->size, writable ? 0 : MGPU_BUFFER_READONLY, NULL,
+                          NULL);
+    if (rc != 0) {
+      mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
+      free(o);
+      return rc;
+    }
   }
   mgpu__mutex_lock(&reg_lock);
   o->next = objects;
@@ -550,6 +567,7 @@ int mgpu_store_seal(mgpu_store_object *obj) {
   if (rc == 0) {
     mgpu__store_msg_free(&m);
     obj->writable = 0;
+    if (obj->buffer != NULL) mgpu__buffer_set_readonly(obj->buffer);
     rc = mgpu__store_mem_protect(obj->dev, &obj->mem, obj->ptr);
   }
   mgpu__mutex_unlock(&st->lock);
@@ -652,22 +670,35 @@ int mgpu_store_mirror_begin(mgpu_store_object *obj, int fill, void **host) {
   if (host == NULL)
     return mgpu__error(MGPU_EINVAL, "object %llu: NULL mirror pointer",
                        (unsigned long long)obj->id);
-  *host = NULL;
   if (obj->mirror != NULL)
     return mgpu__error(MGPU_EALREADY, "object %llu already has a host "
                        "mirror", (unsigned long long)obj->id);
-  if (obj->mem.kind != MGPU__IPC_MEMFD)
-    return mgpu__error(MGPU_ENOTSUP, "object %llu: a host mirror of device "
-                       "memory needs the object's buffer",
+  *host = NULL;
+  if (obj->buffer != NULL) {
+    /* A pinned buffer of the object's device: copies at full speed. */
+    rc = mgpu_malloc_host(&obj->mirror_buf, obj->dev, obj->size);
+    if (rc != 0) return rc;
+    void *m = mgpu_buffer_ptr(obj->mirror_buf);
+    if (fill) rc = mgpu_memcpy_dtoh(m, obj->buffer, 0, obj->size);
+    if (rc != 0) {
+      mgpu_free(obj->mirror_buf);
+      obj->mirror_buf = NULL;
+      return rc;
+    }
+    obj->mirror = m;
+  } else if (obj->mem.kind == MGPU__IPC_MEMFD) {
+    obj->mirror = malloc(obj->size);
+    if (obj->mirror == NULL)
+      return mgpu__error(MGPU_ENOMEM, "object %llu: no host memory for a "
+                         "%zu-byte mirror", (unsigned long long)obj->id,
+                         obj->size);
+    if (fill) memcpy(obj->mirror, obj->ptr, obj->size);
+  } else {
+    return mgpu__error(MGPU_ENODEV, "object %llu: a mirror of device memory "
+                       "needs its device open in this process",
                        (unsigned long long)obj->id);
-  void *m = malloc(obj->size);
-  if (m == NULL)
-    return mgpu__error(MGPU_ENOMEM, "object %llu: no host memory for a "
-                       "%zu-byte mirror", (unsigned long long)obj->id,
-                       obj->size);
-  if (fill) memcpy(m, obj->ptr, obj->size);
-  obj->mirror = m;
-  *host = m;
+  }
+  *host = obj->mirror;
   return 0;
 }
 
@@ -677,10 +708,17 @@ int mgpu_store_mirror_end(mgpu_store_object *obj) {
   if (obj->mirror == NULL)
     return mgpu__error(MGPU_EINVAL, "object %llu has no host mirror open",
                        (unsigned long long)obj->id);
-  if (obj->writable) memcpy(obj->ptr, obj->mirror, obj->size);
-  free(obj->mirror);
+  if (obj->mirror_buf != NULL) {
+    if (obj->writable)
+      rc = mgpu_memcpy_htod(obj->buffer, 0, obj->mirror, obj->size);
+    mgpu_free(obj->mirror_buf);
+    obj->mirror_buf = NULL;
+  } else {
+    if (obj->writable) memcpy(obj->ptr, obj->mirror, obj->size);
+    free(obj->mirror);
+  }
   obj->mirror = NULL;
-  return 0;
+  return rc;
 }
 
 /* ---- list and stats ---- */

@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 #include "backend/ipc.h"
-#include "core/internal.h"
+#include "util/log.h"
+#include "util/thread.h"
 
 typedef struct host_alloc {
   int fd;
@@ -73,9 +74,11 @@ void mgpu__host_ipc_free(struct mgpu__bdevice *d, void *alloc) {
   free(a);
 }
 
-int mgpu__host_ipc_readonly_fd(struct mgpu__bdevice *d, void *alloc) {
+int mgpu__host_ipc_export_fd(struct mgpu__bdevice *d, void *alloc,
+                             int writable) {
   (void)d;
   host_alloc *a = alloc;
+  if (writable) return fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", a->fd);
   return open(path, O_RDONLY | O_CLOEXEC);
