@@ -738,6 +738,144 @@ TEST_IMPL(malformed_messages) {
   return 0;
 }
 
+
+/* ---- a got object is a buffer every mgpu call accepts, read-only ---- */
+
+static void release_count(void *ptr, size_t size, void *arg) {
+  (void)ptr;
+  (void)size;
+  (*(int *)arg)++;
+}
+
+TEST_IMPL(buffer_wrap) {
+  test_init();
+  static int32_t mem[256];
+  int released = 0;
+  mgpu_buffer *w, *r, *src;
+  ASSERT_OK(mgpu_buffer_wrap(&w, 0, MGPU_MEM_DEVICE, mem, sizeof mem, 0,
+                             release_count, &released));
+  ASSERT_EQ(mgpu_buffer_is_readonly(w), 0);
+  ASSERT(mgpu_buffer_ptr(w) == mem);
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  int32_t seven = 7;
+  ASSERT_OK(mgpu_fill(s, w, 0, 256, MGPU_INT32, &seven));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(mem[255], 7);
+  ASSERT_OK(mgpu_buffer_wrap(&r, 0, MGPU_MEM_DEVICE, mem, sizeof mem,
+                             MGPU_BUFFER_READONLY, NULL, NULL));
+  ASSERT_EQ(mgpu_buffer_is_readonly(r), 1);
+  ASSERT_OK(mgpu_malloc(&src, 0, sizeof mem));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_fill(s, r, 0, 1, MGPU_INT32, &seven));
+  ASSERT_DETAIL_HAS("read-only");
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_memcpy_htod(r, 0, &seven, 4));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_memcpy(r, 0, src, 0, 4));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_memset_async(r, 0, 0, 4, s));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_scale(s, r, 0, 1, MGPU_INT32, 2.0));
+  ASSERT_OK(mgpu_memcpy(src, 0, r, 0, sizeof mem)); /* reading is fine */
+  int32_t back[256];
+  ASSERT_OK(mgpu_memcpy_dtoh(back, src, 0, sizeof back));
+  ASSERT_EQ(back[100], 7);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_wrap(&r, 0, MGPU_MEM_DEVICE, NULL, 4,
+                                           0, NULL, NULL));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_wrap(&r, 0, MGPU_MEM_DEVICE, mem, 4,
+                                           0x80, NULL, NULL));
+  ASSERT_OK(mgpu_free(w));
+  ASSERT_EQ(released, 1);
+  ASSERT_ERR(MGPU_EFREED, mgpu_free(w));
+  ASSERT_EQ(released, 1);
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return 0;
+}
+
+TEST_IMPL(object_buffers) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  int ndev = test_init();
+  if (ndev < 2) {
+    store_daemon_stop(&env);
+    store_env_cleanup(&env);
+    return TEST_SKIP;
+  }
+  mgpu_store *a, *b;
+  ASSERT_OK(mgpu_store_connect(&a, env.path));
+  ASSERT_OK(mgpu_store_connect(&b, env.path));
+  enum { N = 4096 };
+  mgpu_store_object *o, *g;
+  ASSERT_OK(mgpu_store_create(a, 1, N * sizeof(float), "vec", &o));
+  mgpu_buffer *ob = mgpu_store_object_buffer(o);
+  ASSERT(ob != NULL);
+  ASSERT_EQ(mgpu_buffer_device(ob), 1);
+  ASSERT_EQ(mgpu_buffer_is_readonly(ob), 0);
+  mgpu_stream *s1, *s0;
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  float three = 3.0f;
+  ASSERT_OK(mgpu_fill(s1, ob, 0, N, MGPU_FLOAT32, &three));
+  ASSERT_OK(mgpu_scale(s1, ob, 0, N, MGPU_FLOAT32, 2.0));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  ASSERT_OK(mgpu_store_seal(o));
+  ASSERT_EQ(mgpu_buffer_is_readonly(ob), 1);
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_fill(s1, ob, 0, N, MGPU_FLOAT32, &three));
+  ASSERT_OK(mgpu_store_get_by_name(b, "vec", &g));
+  mgpu_buffer *gb = mgpu_store_object_buffer(g);
+  ASSERT_EQ(mgpu_buffer_device(gb), 1);
+  ASSERT_EQ(mgpu_buffer_size(gb), N * sizeof(float));
+  /* Read by a copy to another device, a kernel and a copy to the host. */
+  mgpu_buffer *d0, *acc;
+  ASSERT_OK(mgpu_malloc(&d0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&acc, 1, N * sizeof(float)));
+  ASSERT_OK(mgpu_memcpy(d0, 0, gb, 0, N * sizeof(float)));
+  float zero = 0.0f;
+  ASSERT_OK(mgpu_fill(s1, acc, 0, N, MGPU_FLOAT32, &zero));
+  ASSERT_OK(mgpu_axpy(s1, acc, 0, gb, 0, N, MGPU_FLOAT32, 0.5));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  static float h[N];
+  ASSERT_OK(mgpu_memcpy_dtoh(h, d0, 0, sizeof h));
+  ASSERT(h[0] == 6.0f && h[N - 1] == 6.0f);
+  ASSERT_OK(mgpu_memcpy_dtoh(h, acc, 0, sizeof h));
+  ASSERT(h[0] == 3.0f && h[N / 2] == 3.0f);
+  ASSERT_OK(mgpu_memcpy_dtoh(h, gb, 0, sizeof h));
+  ASSERT(h[N - 1] == 6.0f);
+  /* A collective reads it as a send buffer and refuses it as recv. */
+  int devs[2] = {1, 0};
+  mgpu_comm *comm;
+  ASSERT_OK(mgpu_comm_create(devs, 2, &comm));
+  mgpu_buffer *r1;
+  ASSERT_OK(mgpu_malloc(&r1, 1, N * sizeof(float)));
+  ASSERT_OK(mgpu_group_begin());
+  ASSERT_OK(mgpu_allreduce(comm, 0, gb, r1, N, MGPU_FLOAT32, MGPU_SUM, s1));
+  ASSERT_OK(mgpu_allreduce(comm, 1, d0, d0, N, MGPU_FLOAT32, MGPU_SUM, s0));
+  ASSERT_OK(mgpu_group_end());
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_OK(mgpu_memcpy_dtoh(h, r1, 0, sizeof h));
+  ASSERT(h[0] == 12.0f && h[N - 1] == 12.0f);
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_allreduce(comm, 0, r1, gb, N, MGPU_FLOAT32,
+                                            MGPU_SUM, s1));
+  ASSERT_OK(mgpu_comm_destroy(comm));
+  /* Writes are refused; the bytes are untouched. */
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_memcpy(gb, 0, d0, 0, 4));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_memcpy_htod(gb, 0, h, 4));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_elementwise(s1, gb, 0, acc, 0, acc, 0, N,
+                                              MGPU_FLOAT32, MGPU_SUM));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_free(d0));
+  ASSERT_OK(mgpu_free(acc));
+  ASSERT_OK(mgpu_free(r1));
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_delete_by_name(a, "vec", NULL));
+  ASSERT_OK(mgpu_store_disconnect(a));
+  ASSERT_OK(mgpu_store_disconnect(b)); /* releases g */
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(proto_roundtrip)
 TEST_ENTRY(proto_rejects)
@@ -750,4 +888,6 @@ TEST_ENTRY(kill_clients)
 TEST_ENTRY(daemon_restart)
 TEST_ENTRY(other_user_refused)
 TEST_ENTRY(malformed_messages)
+TEST_ENTRY(buffer_wrap)
+TEST_ENTRY(object_buffers)
 TEST_LIST_END
