@@ -343,6 +343,7 @@ void mgpu__store_put_u32(mgpu__store_wbuf *w, uint32_t v) { put_le(w, v, 4); }
 void mgpu__store_put_u64(mgpu__store_wbuf *w, uint64_t v) { put_le(w, v, 8); }
 
 void mgpu__store_put_bytes(mgpu__store_wbuf *w, const void *p, size_t n) {
+  if (n == 0) return;
   reserve(w, n);
   if (w->failed) return;
   memcpy(w->data + w->len, p, n);
