@@ -100,27 +100,11 @@ static int poll_one(int fd, short events, int timeout_ms) {
   }
 }
 
-int mgpu__store_send_all(int sock, const void *buf, size_t len, int fd,
-                         int timeout_ms) {
+static int send_all(int sock, const void *buf, size_t len,
+                    int timeout_ms) {
   const char *p = buf;
   while (len > 0) {
-    struct iovec iov = {(void *)p, len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    if (fd >= 0) {
-      memset(&ctl, 0, sizeof ctl);
-      mh.msg_control = ctl.buf;
-      mh.msg_controllen = sizeof ctl.buf;
-      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    }
-    ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = send(sock, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -132,7 +116,6 @@ int mgpu__store_send_all(int sock, const void *buf, size_t len, int fd,
       }
       return -1;
     }
-    fd = -1;
     p += w;
     len -= (size_t)w;
   }
@@ -210,7 +193,7 @@ static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
   if (st->dead) return mgpu__error(MGPU_ESTORE, "%s", st->dead_why);
   uint32_t seq = st->seq;
   int timeout = REPLY_TIMEOUT_MS, send_errno = 0;
-  if (mgpu__store_send_all(st->fd, w->data, w->len, -1, REPLY_TIMEOUT_MS) !=
+  if (send_all(st->fd, w->data, w->len, REPLY_TIMEOUT_MS) !=
       0) {
     /* The daemon may have said why it closed (a refusal): read that. */
     send_errno = errno;
@@ -463,6 +446,44 @@ static void drop_remote(mgpu_store *st, uint64_t id) {
   mgpu__store_wbuf_free(&w);
 }
 
+/* Sends the CREATE or GET request in w (freed here), maps the object its
+ * reply describes, and gives the daemon its reference back when mapping
+ * fails. st->lock held. */
+static int request_object(mgpu_store *st, mgpu__store_wbuf *w, int writable,
+                          mgpu_store_object **obj) {
+  mgpu__store_msg m;
+  int fd = -1;
+  int rc = end(w);
+  if (rc == 0) rc = roundtrip(st, w, &m, &fd);
+  mgpu__store_wbuf_free(w);
+  if (rc != 0) return rc;
+  rc = object_map(st, &m.obj, fd, writable, obj);
+  if (rc != 0) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+    drop_remote(st, m.obj.id);
+    mgpu__error(rc, "%s", detail);
+  }
+  mgpu__store_msg_free(&m);
+  return rc;
+}
+
+/* A key is an id (name NULL) or a valid name. */
+static int check_key(uint64_t id, const char *name) {
+  if (name != NULL && !mgpu__store_name_valid(name, strlen(name)))
+    return mgpu__error(MGPU_EINVAL, "object name '%.40s' must be 1..%d bytes "
+                       "without control characters", name,
+                       MGPU__STORE_NAME_MAX);
+  if (name == NULL && id == 0)
+    return mgpu__error(MGPU_EINVAL, "object id 0 names no object");
+  return 0;
+}
+
+static void put_key(mgpu__store_wbuf *w, uint64_t id, const char *name) {
+  mgpu__store_put_u64(w, name ? 0 : id);
+  mgpu__store_put_str(w, name, MGPU__STORE_NAME_MAX);
+}
+
 int mgpu_store_create(mgpu_store *st, int dev, size_t size, const char *name,
                       mgpu_store_object **obj) {
   int rc = check_store(st);
@@ -486,21 +507,7 @@ int mgpu_store_create(mgpu_store *st, int dev, size_t size, const char *name,
   mgpu__store_put_str(&w, uuid, MGPU__STORE_UUID_MAX);
   mgpu__store_put_u64(&w, size);
   mgpu__store_put_str(&w, name, MGPU__STORE_NAME_MAX);
-  mgpu__store_msg m;
-  int fd = -1;
-  rc = end(&w);
-  if (rc == 0) rc = roundtrip(st, &w, &m, &fd);
-  mgpu__store_wbuf_free(&w);
-  if (rc == 0) {
-    rc = object_map(st, &m.obj, fd, 1, obj);
-    if (rc != 0) {
-      char detail[512];
-      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
-      drop_remote(st, m.obj.id);
-      mgpu__error(rc, "%s", detail);
-    }
-    mgpu__store_msg_free(&m);
-  }
+  rc = request_object(st, &w, 1, obj);
   mgpu__mutex_unlock(&st->lock);
   return rc;
 }
@@ -511,32 +518,13 @@ static int get_key(mgpu_store *st, uint64_t id, const char *name,
   if (rc != 0) return rc;
   if (obj == NULL) return mgpu__error(MGPU_EINVAL, "mgpu_store_get: NULL output");
   *obj = NULL;
-  if (name != NULL && !mgpu__store_name_valid(name, strlen(name)))
-    return mgpu__error(MGPU_EINVAL, "object name '%.40s' must be 1..%d bytes "
-                       "without control characters", name,
-                       MGPU__STORE_NAME_MAX);
-  if (name == NULL && id == 0)
-    return mgpu__error(MGPU_EINVAL, "object id 0 names no object");
+  rc = check_key(id, name);
+  if (rc != 0) return rc;
   mgpu__mutex_lock(&st->lock);
   mgpu__store_wbuf w;
   begin(st, &w, MGPU__SM_GET);
-  mgpu__store_put_u64(&w, name ? 0 : id);
-  mgpu__store_put_str(&w, name, MGPU__STORE_NAME_MAX);
-  mgpu__store_msg m;
-  int fd = -1;
-  rc = end(&w);
-  if (rc == 0) rc = roundtrip(st, &w, &m, &fd);
-  mgpu__store_wbuf_free(&w);
-  if (rc == 0) {
-    rc = object_map(st, &m.obj, fd, 0, obj);
-    if (rc != 0) {
-      char detail[512];
-      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
-      drop_remote(st, m.obj.id);
-      mgpu__error(rc, "%s", detail);
-    }
-    mgpu__store_msg_free(&m);
-  }
+  put_key(&w, id, name);
+  rc = request_object(st, &w, 0, obj);
   mgpu__mutex_unlock(&st->lock);
   return rc;
 }
@@ -608,17 +596,12 @@ static int delete_key(mgpu_store *st, uint64_t id, const char *name,
                       int *deferred) {
   int rc = check_store(st);
   if (rc != 0) return rc;
-  if (name != NULL && !mgpu__store_name_valid(name, strlen(name)))
-    return mgpu__error(MGPU_EINVAL, "object name '%.40s' must be 1..%d bytes "
-                       "without control characters", name,
-                       MGPU__STORE_NAME_MAX);
-  if (name == NULL && id == 0)
-    return mgpu__error(MGPU_EINVAL, "object id 0 names no object");
+  rc = check_key(id, name);
+  if (rc != 0) return rc;
   mgpu__mutex_lock(&st->lock);
   mgpu__store_wbuf w;
   begin(st, &w, MGPU__SM_DELETE);
-  mgpu__store_put_u64(&w, name ? 0 : id);
-  mgpu__store_put_str(&w, name, MGPU__STORE_NAME_MAX);
+  put_key(&w, id, name);
   mgpu__store_msg m;
   rc = end(&w);
   if (rc == 0) rc = roundtrip(st, &w, &m, NULL);

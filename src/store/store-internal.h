@@ -28,9 +28,4 @@ int mgpu__store_mem_import(int dev, const mgpu__ipc_mem *m, int writable,
 int mgpu__store_mem_protect(int dev, const mgpu__ipc_mem *m, void *ptr);
 void mgpu__store_mem_unimport(int dev, const mgpu__ipc_mem *m, void *ptr);
 
-/* Sends the bytes and, with the first of them, fd (when >= 0). Blocks up
- * to timeout_ms. Returns 0 or -1 (errno). */
-int mgpu__store_send_all(int sock, const void *buf, size_t len, int fd,
-                         int timeout_ms);
-
 #endif /* MGPU_STORE_INTERNAL_H */
