@@ -16,6 +16,7 @@
 #include "mgpu/sched.h"
 #include "mgpu/coll.h"
 #include "mgpu/chan.h"
+#include "mgpu/trace.h"
 #include "mgpu/store.h"
 
 #endif /* MGPU_H */
