@@ -23,6 +23,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -811,6 +812,8 @@ static int devices_init(size_t capacity) {
   return 0;
 }
 
+static int serve(mgpu_store_server_config *cfg);
+
 int mgpu_store_serve(const mgpu_store_server_config *config) {
   mgpu_store_server_config cfg = MGPU_STORE_SERVER_CONFIG_INITIALIZER;
   if (config != NULL) {
@@ -821,6 +824,18 @@ int mgpu_store_serve(const mgpu_store_server_config *config) {
   }
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "mgpu_store_serve needs mgpu_init");
+  /* The daemon's state is this file's: one daemon per process. */
+  static atomic_flag serving = ATOMIC_FLAG_INIT;
+  if (atomic_flag_test_and_set(&serving))
+    return mgpu__error(MGPU_EALREADY, "mgpu_store_serve is already running "
+                       "in this process");
+  int rc = serve(&cfg);
+  atomic_flag_clear(&serving);
+  return rc;
+}
+
+static int serve(mgpu_store_server_config *cfgp) {
+  mgpu_store_server_config cfg = *cfgp;
   memset(&S, 0, sizeof S);
   S.listen_fd = -1;
   if (cfg.capacity == 0) {
