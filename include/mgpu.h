@@ -17,5 +17,6 @@
 #include "mgpu/coll.h"
 #include "mgpu/chan.h"
 #include "mgpu/trace.h"
+#include "mgpu/store.h"
 
 #endif /* MGPU_H */

@@ -17,7 +17,7 @@ import sys
 # The layers, from the top (the floor every layer may use) down. A file may
 # include headers of its own folder and of the folders of the rows above its
 # own; folders of one row do not include each other. src/mpi and src/store
-# are modules still to come; tools/, bench/, examples/ and tests/ are outside
+# are the modules; tools/, bench/, examples/ and tests/ are outside
 # src/ and use the public headers only.
 LAYERS = [
     ("util",),                          # platform: threads, errors, log, NUMA

@@ -13,6 +13,7 @@ int mgpu_bench_allreduce(int argc, char **argv);
 int mgpu_bench_mpi(int argc, char **argv); /* built when MPI is found */
 #endif
 int mgpu_bench_trace(int argc, char **argv);
+int mgpu_bench_store(int argc, char **argv);
 
 typedef struct bench_entry {
   const char *name;
@@ -31,6 +32,7 @@ int mgpu_cmd_bench(int argc, char **argv) {
       {"mpi", mgpu_bench_mpi, "all-reduce of device buffers across MPI ranks"},
 #endif
       {"trace", mgpu_bench_trace, "cost of recording a trace, on next to off"},
+      {"store", mgpu_bench_store, "store round trips and a 256 MiB get"},
   };
   size_t n = sizeof benches / sizeof benches[0];
   if (argc >= 2) {

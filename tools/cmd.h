@@ -16,6 +16,7 @@ int mgpu_cmd_trace(int argc, char **argv);
 /* mgpu demo mandelbrot (tools/demo-mandelbrot.c); argv[1] is "mandelbrot". */
 int mgpu_demo_mandelbrot(int argc, char **argv);
 int mgpu_cmd_topo(int argc, char **argv);
+int mgpu_cmd_store(int argc, char **argv);
 
 /* Draws the timeline of trace file in into out (.png or .svg); prints a
  * line saying what it drew unless quiet. Returns 0 or 1 (message printed). */

@@ -16,6 +16,8 @@ static const command commands[] = {
     {"bench", mgpu_cmd_bench, "run a benchmark: mgpu bench NAME [--json]"},
     {"demo", mgpu_cmd_demo, "run a demo: mgpu demo NAME"},
     {"trace", mgpu_cmd_trace, "draw a trace: mgpu trace view T.json -o T.png"},
+    {"store", mgpu_cmd_store,
+     "share buffers between processes: serve|ls|put|get|rm|stat"},
 };
 
 static int usage(FILE *out) {

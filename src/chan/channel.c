@@ -321,6 +321,7 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   mgpu__stream *s = NULL;
   int rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size,
                      stream, &b, &s);
+  if (rc == 0) rc = mgpu__buf_check_writable(b, "mgpu_channel_recv dst");
   if (rc != 0) {
     mgpu__stream_put(s);
     mgpu__buf_put(b);

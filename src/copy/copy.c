@@ -36,6 +36,7 @@ int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
   mgpu__buf *buf = NULL;
   mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(dst, "htod dst", &buf);
+  if (rc == 0) rc = mgpu__buf_check_writable(buf, "htod dst");
   if (rc == 0) rc = stream_for(stream, buf, "htod dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "htod dst", dst_offset, size);
   if (rc == 0 && host == NULL && size > 0)
@@ -86,9 +87,10 @@ static int run_sync(int dev, mgpu__stream *s, int rc) {
 
 int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
                      size_t size) {
-  mgpu__buf *buf;
+  mgpu__buf *buf = NULL;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "htod dst", &buf);
+  if (rc == 0) rc = mgpu__buf_check_writable(buf, "htod dst");
   if (rc == 0) rc = mgpu__spare_get(buf->dev, &s);
   if (rc != 0) {
     mgpu__buf_put(buf);
@@ -112,7 +114,7 @@ int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
 
 int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
                      size_t size) {
-  mgpu__buf *buf;
+  mgpu__buf *buf = NULL;
   mgpu__stream *s;
   int rc = mgpu__buf_get(src, "dtoh src", &buf);
   if (rc == 0) rc = mgpu__spare_get(buf->dev, &s);
@@ -217,6 +219,7 @@ int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
   mgpu__buf *db = NULL, *sb = NULL;
   mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(dst, "copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "copy dst");
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
   if (rc == 0) rc = mgpu__stream_get(stream, &s);
   if (rc == 0) rc = mgpu__copy_async(db, dst_offset, sb, src_offset, size, s);
@@ -231,6 +234,7 @@ int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src,
   mgpu__buf *db = NULL, *sb = NULL;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "copy dst");
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
   if (rc == 0) rc = check_pair(db, dst_offset, sb, src_offset, size);
   if (rc == 0 && size > 0) {
@@ -252,6 +256,7 @@ int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
   mgpu__buf *buf = NULL;
   mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(dst, "memset dst", &buf);
+  if (rc == 0) rc = mgpu__buf_check_writable(buf, "memset dst");
   if (rc == 0) rc = stream_for(stream, buf, "memset dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "memset dst", offset, size);
   if (rc == 0 && size > 0) {

@@ -140,6 +140,7 @@ int mgpu_memcpy_2d_async(mgpu_buffer *dst, size_t dst_offset,
   mgpu__buf *db = NULL, *sb = NULL;
   mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(dst, "2-D copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "2-D copy dst");
   if (rc == 0) rc = mgpu__buf_get(src, "2-D copy src", &sb);
   if (rc == 0) rc = mgpu__stream_get(stream, &s);
   if (rc == 0)
@@ -173,6 +174,7 @@ int mgpu_memcpy_2d(mgpu_buffer *dst, size_t dst_offset, size_t dst_pitch,
                    size_t width, size_t height) {
   mgpu__buf *db = NULL, *sb = NULL;
   int rc = mgpu__buf_get(dst, "2-D copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "2-D copy dst");
   if (rc == 0) rc = mgpu__buf_get(src, "2-D copy src", &sb);
   if (rc == 0)
     rc = copy_2d_sync(db, dst_offset, dst_pitch, sb, src_offset, src_pitch,
@@ -217,6 +219,7 @@ static int host_2d(mgpu_buffer *h, size_t off, size_t pitch, void *host,
   mgpu__buf *b = NULL;
   mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(h, to_device ? "2-D htod dst" : "2-D dtoh src", &b);
+  if (rc == 0 && to_device) rc = mgpu__buf_check_writable(b, "2-D htod dst");
   if (rc == 0) rc = mgpu__stream_get(stream, &s);
   if (rc == 0)
     rc = host_2d_on(b, off, pitch, host, host_pitch, width, height, s,

@@ -189,6 +189,12 @@ typedef struct mgpu__buf {
   size_t size;       /* the size the user asked for */
   size_t alloc_size; /* what was taken (pool blocks round up) */
   int pooled;        /* 1: from a stream-ordered pool */
+  /* Wrapped memory (mgpu_buffer_wrap): the core did not allocate it and
+   * does not free it; release (may be NULL) is called instead. */
+  int wrapped;
+  _Atomic int readonly; /* writes refused with MGPU_EREADONLY */
+  mgpu_buffer_release_fn release;
+  void *release_arg;
 } mgpu__buf;
 
 typedef struct mgpu__stream {
@@ -214,6 +220,11 @@ int mgpu__event_get(mgpu_event *h, mgpu__event **out);
 void mgpu__buf_put(mgpu__buf *b);
 void mgpu__stream_put(mgpu__stream *s); /* internal streams (handle 0) too */
 void mgpu__event_put(mgpu__event *e);
+/* MGPU_EREADONLY with a detail naming what would have written, when the
+ * buffer is read-only; else 0. Every call that writes into a buffer asks. */
+int mgpu__buf_check_writable(const mgpu__buf *b, const char *what);
+/* Makes a buffer read-only from now on (a store object once sealed). */
+int mgpu__buffer_set_readonly(mgpu_buffer *h);
 /* Checks that [offset, offset+size) lies in the buffer. */
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size);

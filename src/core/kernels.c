@@ -136,6 +136,7 @@ int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_fill", &s, &d, &es);
   if (rc == 0) rc = operand(buf, "mgpu_fill dst", offset, count, es, s, &dst);
+  if (rc == 0) rc = mgpu__buf_check_writable(dst, "mgpu_fill dst");
   if (rc == 0 && value == NULL)
     rc = mgpu__error(MGPU_EINVAL, "mgpu_fill: NULL value for %zu %s "
                      "elements on device %d", count, mgpu_dtype_name(dtype),
@@ -166,6 +167,7 @@ int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_scale", &s, &d, &es);
   if (rc == 0) rc = operand(x, "mgpu_scale x", offset, count, es, s, &xb);
+  if (rc == 0) rc = mgpu__buf_check_writable(xb, "mgpu_scale x");
   if (rc == 0) {
     mgpu__builtin b = {.kind = MGPU__BUILTIN_SCALE, .dtype = dtype,
                        .count = count, .dst = (char *)xb->ptr + offset,
@@ -186,6 +188,7 @@ int mgpu_axpy(mgpu_stream *stream, mgpu_buffer *y, size_t y_offset,
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_axpy", &s, &d, &es);
   if (rc == 0) rc = operand(y, "mgpu_axpy y", y_offset, count, es, s, &yb);
+  if (rc == 0) rc = mgpu__buf_check_writable(yb, "mgpu_axpy y");
   if (rc == 0) rc = operand(x, "mgpu_axpy x", x_offset, count, es, s, &xb);
   if (rc == 0) {
     mgpu__builtin b = {.kind = MGPU__BUILTIN_AXPY, .dtype = dtype,
@@ -212,6 +215,7 @@ int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst, size_t dst_offset,
     rc = mgpu__error(MGPU_EINVAL, "device %d: mgpu_elementwise with unknown "
                      "op %d", s->dev, (int)op);
   if (rc == 0) rc = operand(dst, "mgpu_elementwise dst", dst_offset, count, es, s, &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "mgpu_elementwise dst");
   if (rc == 0) rc = operand(a, "mgpu_elementwise a", a_offset, count, es, s, &ab);
   if (rc == 0) rc = operand(b, "mgpu_elementwise b", b_offset, count, es, s, &bb);
   if (rc == 0) {

@@ -200,6 +200,16 @@ int mgpu__cuda_pool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
 int mgpu__cuda_pool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
 int mgpu__cuda_pool_trim(mgpu__bdevice *d);
 
+/* Memory other processes map (ipc.c): the ipc slots of the table. */
+int mgpu__cuda_ipc_alloc(mgpu__bdevice *d, size_t size, mgpu__ipc_mem *out,
+                         void **alloc);
+void mgpu__cuda_ipc_free(mgpu__bdevice *d, void *alloc);
+int mgpu__cuda_ipc_export_fd(mgpu__bdevice *d, void *alloc, int writable);
+int mgpu__cuda_ipc_import(mgpu__bdevice *d, const mgpu__ipc_mem *m,
+                          int writable, void **ptr);
+int mgpu__cuda_ipc_protect(mgpu__bdevice *d, void *ptr);
+void mgpu__cuda_ipc_unimport(mgpu__bdevice *d, void *ptr);
+
 /* SM partition of a split device (green.c): sets d->green, d->ctx and
  * d->sm_count, or leaves d on the primary context and says why in the
  * log. Never fails the open. */

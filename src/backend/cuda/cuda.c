@@ -328,7 +328,12 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .memcpy_peer_async = mgpu__cuda_memcpy_peer_async,              \
   .pool_alloc_async = mgpu__cuda_pool_alloc_async,                \
   .pool_free_async = mgpu__cuda_pool_free_async,                  \
-  .pool_trim = mgpu__cuda_pool_trim
+  .pool_trim = mgpu__cuda_pool_trim,                              \
+  .ipc_alloc = mgpu__cuda_ipc_alloc, .ipc_free = mgpu__cuda_ipc_free, \
+  .ipc_export_fd = mgpu__cuda_ipc_export_fd,                      \
+  .ipc_import = mgpu__cuda_ipc_import,                            \
+  .ipc_protect = mgpu__cuda_ipc_protect,                          \
+  .ipc_unimport = mgpu__cuda_ipc_unimport
 
 static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
 
