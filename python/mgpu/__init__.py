@@ -26,5 +26,7 @@ from mgpu._core import (  # noqa: F401
     Array, empty, zeros, full, asarray,
     peer_can_access, peer_enable, peer_disable, copy_path,
     metrics, reset_metrics,
+    Comm, allreduce, broadcast, Channel, Pool, Task,
 )
+from mgpu import dist  # noqa: F401
 from mgpu._core import __version__  # noqa: F401

@@ -1098,3 +1098,414 @@ def metrics():
 def reset_metrics():
     """Sets every counter to 0 (and every peak to the current value)."""
     _check(mgpu_metrics_reset())
+
+
+# ---------------------------------------------------------------------------
+# Collectives
+
+_OPS = {"sum": MGPU_SUM, "prod": MGPU_PROD, "min": MGPU_MIN, "max": MGPU_MAX}
+
+
+cdef mgpu_dtype _mgpu_dtype(object dt) except *:
+    k = _MGPU_DTYPES.get(dt.name)
+    if k is None:
+        raise TypeError("collectives take float32, float64, int32, int64 or "
+                        "float16 (CUDA), not %s" % dt)
+    return k
+
+
+cdef class Comm:
+    """A communicator over a list of devices (``mgpu_comm``): rank r is
+    ``devices[r]``. Its collectives take one array per rank, in rank order,
+    and return once the data has moved (the GIL is released meanwhile)."""
+    cdef mgpu_comm *c
+    cdef readonly tuple devices
+
+    def __init__(self, devices=None):
+        cdef int devs[64]
+        if devices is None:
+            devices = range(device_count())
+        devices = tuple(_devno(d) for d in devices)
+        if not 1 <= len(devices) <= 64:
+            raise ValueError("a communicator spans 1 to 64 devices")
+        for i, d in enumerate(devices):
+            devs[i] = d
+        _check(mgpu_comm_create(devs, len(devices), &self.c))
+        self.devices = devices
+
+    def __dealloc__(self):
+        if self.c != NULL and mgpu_is_initialized():
+            mgpu_comm_destroy(self.c)
+
+    def close(self):
+        """Destroys the communicator."""
+        if self.c != NULL and mgpu_is_initialized():
+            _check(mgpu_comm_destroy(self.c))
+        self.c = NULL
+
+    cdef list _arrays(self, object arrays, str what):
+        if isinstance(arrays, Array):
+            raise TypeError("%s: pass a list of arrays, one per rank" % what)
+        arrays = list(arrays)
+        if len(arrays) != len(self.devices):
+            raise ValueError("%s: %d arrays for %d ranks" %
+                             (what, len(arrays), len(self.devices)))
+        for a in arrays:
+            if not isinstance(a, Array):
+                raise TypeError("%s: expected mgpu.Array, got %s" %
+                                (what, type(a).__name__))
+        return arrays
+
+    cdef _run(self, int which, list send, list recv, size_t count,
+              mgpu_dtype dt, mgpu_op op, int root):
+        cdef int n = len(self.devices), r, rc = 0, rc2
+        cdef mgpu_buffer *sb[64]
+        cdef mgpu_buffer *rb[64]
+        cdef mgpu_stream *ss[64]
+        if self.c == NULL:
+            raise ValueError("the communicator was closed")
+        for r in range(n):
+            sb[r] = (<Array>send[r]).buf
+            rb[r] = (<Array>recv[r]).buf
+            ss[r] = _default_stream(self.devices[r]).s
+        with nogil:
+            mgpu_group_begin()
+            for r in range(n):
+                if which == 0:
+                    rc2 = mgpu_allreduce(self.c, r, sb[r], rb[r], count, dt, op, ss[r])
+                elif which == 1:
+                    rc2 = mgpu_broadcast(self.c, r, sb[r], rb[r], count, dt, root, ss[r])
+                elif which == 2:
+                    rc2 = mgpu_allgather(self.c, r, sb[r], rb[r], count, dt, ss[r])
+                else:
+                    rc2 = mgpu_reduce_scatter(self.c, r, sb[r], rb[r], count, dt, op, ss[r])
+                if rc == 0:
+                    rc = rc2
+            rc2 = mgpu_group_end()
+            if rc == 0:
+                rc = rc2
+            for r in range(n):
+                rc2 = mgpu_stream_synchronize(ss[r])
+                if rc == 0:
+                    rc = rc2
+        _check(rc)
+
+    def allreduce(self, arrays, out=None, op="sum"):
+        """Every rank's out = op over every rank's array (in place when out
+        is None). Returns out."""
+        send = self._arrays(arrays, "allreduce")
+        recv = send if out is None else self._arrays(out, "allreduce")
+        if op not in _OPS:
+            raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        a = <Array>send[0]
+        self._run(0, send, recv, a.size, _mgpu_dtype(a.dtype), _OPS[op], 0)
+        return recv
+
+    def broadcast(self, arrays, root=0):
+        """Every rank's array = root's (in place). Returns arrays."""
+        arrs = self._arrays(arrays, "broadcast")
+        a = <Array>arrs[0]
+        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a.dtype), MGPU_SUM,
+                  _index(root, "root"))
+        return arrs
+
+    def allgather(self, arrays, out):
+        """out[r] (n times the elements) = every rank's array, in rank
+        order. Returns out."""
+        send = self._arrays(arrays, "allgather")
+        recv = self._arrays(out, "allgather")
+        a = <Array>send[0]
+        self._run(2, send, recv, a.size, _mgpu_dtype(a.dtype), MGPU_SUM, 0)
+        return recv
+
+    def reduce_scatter(self, arrays, out, op="sum"):
+        """Rank r's out = op over every rank's elements [r*k, (r+1)*k) with
+        k = out[r].size. Returns out."""
+        send = self._arrays(arrays, "reduce_scatter")
+        recv = self._arrays(out, "reduce_scatter")
+        if op not in _OPS:
+            raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        a = <Array>recv[0]
+        self._run(3, send, recv, a.size, _mgpu_dtype(a.dtype), _OPS[op], 0)
+        return recv
+
+
+cdef Comm _comm_of(list arrays):
+    devs = tuple((<Array>a).device if isinstance(a, Array) else -1 for a in arrays)
+    comms = _state["comms"]
+    c = comms.get(devs)
+    if c is None:
+        c = Comm(devs)
+        with _state_lock:
+            _state["comms"][devs] = c
+    return <Comm>c
+
+
+def allreduce(arrays, out=None, op="sum"):
+    """All-reduce over a list of per-device arrays (rank r: arrays[r]'s
+    device), through a communicator kept for that list of devices."""
+    arrays = list(arrays)
+    for a in arrays:
+        if not isinstance(a, Array):
+            raise TypeError("allreduce: expected mgpu.Array, got %s" % type(a).__name__)
+    return _comm_of(arrays).allreduce(arrays, out, op)
+
+
+def broadcast(arrays, root=0):
+    """Broadcast over a list of per-device arrays (see Comm.broadcast)."""
+    arrays = list(arrays)
+    for a in arrays:
+        if not isinstance(a, Array):
+            raise TypeError("broadcast: expected mgpu.Array, got %s" % type(a).__name__)
+    return _comm_of(arrays).broadcast(arrays, root)
+
+
+# ---------------------------------------------------------------------------
+# Channels
+
+cdef class Channel:
+    """A bounded queue of messages from one device's memory to another's
+    (``mgpu_channel``). send and recv block (GIL released) while the channel
+    is full or empty; recv raises ClosedError once it is closed and
+    drained."""
+    cdef mgpu_channel *ch
+    cdef readonly int src, dst
+    cdef readonly size_t msg_size
+
+    def __init__(self, src, dst, msg_size, capacity=4):
+        self.src = _devno(src)
+        self.dst = _devno(dst)
+        self.msg_size = _index(msg_size, "msg_size")
+        _check(mgpu_channel_create(self.src, self.dst, self.msg_size,
+                                   _index(capacity, "capacity"), &self.ch))
+
+    def send(self, Array a not None, nbytes=None):
+        """Sends the array's first nbytes (default: all) bytes."""
+        cdef size_t n = a.nbytes if nbytes is None else _index(nbytes, "nbytes")
+        cdef mgpu_stream *s = _default_stream(a.device).s
+        cdef int rc
+        with nogil:
+            rc = mgpu_channel_send(self.ch, a.buf, 0, n, s)
+            if rc == 0:
+                rc = mgpu_stream_synchronize(s)
+        _check(rc)
+
+    def recv(self, Array a not None):
+        """Receives the next message into the array; returns its size in
+        bytes."""
+        cdef size_t n = 0
+        cdef mgpu_stream *s = _default_stream(a.device).s
+        cdef int rc
+        with nogil:
+            rc = mgpu_channel_recv(self.ch, a.buf, 0, &n, s)
+            if rc == 0:
+                rc = mgpu_stream_synchronize(s)
+        _check(rc)
+        return n
+
+    def close(self):
+        """Ends the messages: blocked senders and receivers wake."""
+        _check(mgpu_channel_close(self.ch))
+
+    def __dealloc__(self):
+        if self.ch != NULL and mgpu_is_initialized():
+            mgpu_channel_close(self.ch)
+            with nogil:
+                mgpu_channel_destroy(self.ch)
+
+
+# ---------------------------------------------------------------------------
+# The task pool
+
+cdef int _task_trampoline(int dev, mgpu_stream *stream, void *arg) noexcept nogil:
+    with gil:
+        call = <list>arg
+        try:
+            call[2] = call[0](dev, *call[1])
+        except BaseException as e:
+            call[3] = e
+            return -15  # MGPU_ECANCELED: the exception is raised by wait()
+    return 0
+
+
+cdef class Task:
+    """A submitted task: ``wait()`` returns its function's result or raises
+    its exception."""
+    cdef Pool pool
+    cdef mgpu_task t
+    cdef list call
+    cdef bint done
+
+    def wait(self):
+        cdef int rc
+        if self.done:
+            raise ValueError("the task was already waited for")
+        self.done = True
+        with nogil:
+            rc = mgpu_pool_wait(self.pool.p, self.t)
+        if self.call[3] is not None:
+            raise self.call[3]
+        _check(rc)
+        return self.call[2]
+
+
+cdef class Pool:
+    """The task pool (``mgpu_pool``): Python functions run on the devices'
+    threads, spread by work stealing. ``submit(fn, *args)`` calls
+    ``fn(device, *args)`` on some device."""
+    cdef mgpu_pool *p
+    cdef set calls
+
+    def __init__(self, devices=None):
+        cdef mgpu_pool_opts o = mgpu_py_pool_opts_init()
+        cdef int devs[64]
+        if devices is not None:
+            devices = [_devno(d) for d in devices]
+            if not 1 <= len(devices) <= 64:
+                raise ValueError("a pool spans 1 to 64 devices")
+            for i, d in enumerate(devices):
+                devs[i] = d
+            o.ndevices = len(devices)
+            o.devices = devs
+        _check(mgpu_pool_create(&self.p, &o))
+        self.calls = set()
+
+    def submit(self, fn, *args):
+        """Queues fn(device, *args); returns a Task."""
+        if not callable(fn):
+            raise TypeError("fn must be callable")
+        if self.p == NULL:
+            raise ValueError("the pool was closed")
+        cdef Task t = Task.__new__(Task)
+        t.pool = self
+        t.call = [fn, args, None, None]
+        _check(mgpu_pool_submit_fn(self.p, _task_trampoline, <void *>t.call, &t.t))
+        return t
+
+    def map(self, fn, iterable):
+        """[fn(device, x) for x in iterable], run on the pool."""
+        tasks = [self.submit(fn, x) for x in iterable]
+        return [t.wait() for t in tasks]
+
+    def close(self):
+        """Runs the tasks submitted, then stops the pool."""
+        cdef int rc = 0
+        if self.p != NULL and mgpu_is_initialized():
+            with nogil:
+                rc = mgpu_pool_destroy(self.p)
+        self.p = NULL
+        if rc not in (0, -15):
+            _check(rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __dealloc__(self):
+        if self.p != NULL and mgpu_is_initialized():
+            with nogil:
+                mgpu_pool_destroy(self.p)
+
+
+# ---------------------------------------------------------------------------
+# Distributions (mgpu.dist)
+
+_DIST_KINDS = {"block": MGPU_DIST_BLOCK, "cyclic": MGPU_DIST_CYCLIC,
+               "block_cyclic": MGPU_DIST_BLOCK_CYCLIC,
+               "weighted": MGPU_DIST_WEIGHTED}
+
+
+cdef class Dist:
+    """A partition of the indices [0, n) over devices (``mgpu_dist``).
+
+    ``kind``: "block", "cyclic", "block_cyclic" (with ``block``) or
+    "weighted" (with ``weights``). ``parts`` lists, per part, its device and
+    its index ranges; ``scatter`` and ``gather`` move a host array to and
+    from per-part arrays.
+    """
+    cdef mgpu_dist *d
+    cdef readonly size_t n
+
+    def __init__(self, n, kind="block", devices=None, block=1, weights=None):
+        cdef mgpu_dist_opts o = mgpu_py_dist_opts_init()
+        cdef int devs[64]
+        cdef double w[64]
+        if kind not in _DIST_KINDS:
+            raise ValueError("kind must be one of %s" % ", ".join(_DIST_KINDS))
+        o.kind = _DIST_KINDS[kind]
+        o.block = _index(block, "block")
+        if devices is not None:
+            devices = [_devno(x) for x in devices]
+            if not 1 <= len(devices) <= 64:
+                raise ValueError("a distribution has 1 to 64 parts")
+            for i, x in enumerate(devices):
+                devs[i] = x
+            o.ndevices = len(devices)
+            o.devices = devs
+        if weights is not None:
+            weights = [float(x) for x in weights]
+            if len(weights) != (o.ndevices or device_count()):
+                raise ValueError("one weight per part")
+            for i, x in enumerate(weights):
+                w[i] = x
+            o.weights = w
+        self.n = _index(n, "n")
+        _check(mgpu_dist_create(&self.d, self.n, &o))
+
+    def __dealloc__(self):
+        if self.d != NULL:
+            mgpu_dist_destroy(self.d)
+
+    @property
+    def nparts(self):
+        return mgpu_dist_nparts(self.d)
+
+    @property
+    def parts(self):
+        """One (device, count, [(begin, end), ...]) per part."""
+        out = []
+        cdef mgpu_range r
+        for p in range(mgpu_dist_nparts(self.d)):
+            ranges = []
+            for k in range(mgpu_dist_nranges(self.d, p)):
+                r = mgpu_dist_range(self.d, p, k)
+                ranges.append((r.begin, r.end))
+            out.append((mgpu_dist_device(self.d, p), mgpu_dist_count(self.d, p), ranges))
+        return out
+
+    def scatter(self, host):
+        """Per-part arrays holding each part's elements of the host array
+        (1-d, n elements), in index order within each part."""
+        host = _np.ascontiguousarray(host)
+        if host.ndim != 1 or host.shape[0] != self.n:
+            raise ValueError("scatter: a 1-d array of %d elements" % self.n)
+        dt = _as_dtype(host.dtype)
+        arrays = []
+        for dev, count, _ in self.parts:
+            arrays.append(empty(count, dt, dev))
+        for a, (_, _, ranges) in zip(arrays, self.parts):
+            a.copy_from(_np.concatenate([host[b:e] for b, e in ranges]) if ranges
+                        else host[:0])
+        return arrays
+
+    def gather(self, arrays, out=None):
+        """The reverse of scatter: a host array of n elements."""
+        arrays = list(arrays)
+        parts = self.parts
+        if len(arrays) != len(parts):
+            raise ValueError("gather: one array per part")
+        dt = (<Array>arrays[0]).dtype if arrays else _np.float32
+        if out is None:
+            out = _np.empty(self.n, dt)
+        for a, (_, count, ranges) in zip(arrays, parts):
+            if not isinstance(a, Array):
+                raise TypeError("gather: expected mgpu.Array")
+            vals = (<Array>a).numpy(copy=True)
+            k = 0
+            for b, e in ranges:
+                out[b:e] = vals[k:k + e - b]
+                k += e - b
+        return out
