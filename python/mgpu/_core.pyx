@@ -852,6 +852,8 @@ cdef class Array:
         """Copies the array to another device (peer copy where peer access
         is on, host-staged otherwise) and returns the new array. With a
         stream the copy is queued on it (a stream of either device)."""
+        if device is None:
+            raise TypeError("copy_to needs a device (an int or mgpu.Device)")
         out = _new_array(self.shape, self.dtype, _devno(device), "device")
         if self.nbytes:
             _copy_bytes(out, self, self.nbytes, stream)
@@ -891,21 +893,14 @@ cdef class Array:
         return self
 
     def free(self):
-        """Frees the buffer now (exports keep its memory until they end)."""
-        self._release()
-
-    cdef _release(self):
-        cdef mgpu_buffer *b = self.buf
-        cdef DLManagedTensorVersioned *pin = self.pin
-        self.buf = NULL
-        self.pin = NULL
-        if b != NULL and mgpu_is_initialized():
+        """Frees the buffer now: later mgpu calls on the array raise
+        FreedError. Its memory stays while NumPy views or other exports of
+        it (and this object) are alive."""
+        cdef int rc
+        if mgpu_is_initialized():
             with nogil:
-                mgpu_free(b)
-            mgpu_error_clear()
-        with nogil:
-            _pin_release(pin)
-        self.owner = None
+                rc = mgpu_free(self.buf)
+            _check(rc)
 
     def __dealloc__(self):
         cdef mgpu_buffer *b = self.buf
