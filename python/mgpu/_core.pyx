@@ -69,6 +69,21 @@ cdef extern from *:
     object mgpu_py_metrics(const mgpu_metrics *m)
 
 
+cdef extern from *:
+    """
+    /* Called with the GIL held on a device's thread: the first time, keeps
+     * the thread's Python state for good (one more PyGILState_Ensure that
+     * is never released), so later callbacks on the thread only take the
+     * GIL instead of building and tearing down a thread state each time
+     * (about 8 us a call). The state is the thread's until it ends. */
+    static __thread int mgpu_py_kept;
+    static void mgpu_py_keep_thread_state(void) {
+      if (!mgpu_py_kept) { (void)PyGILState_Ensure(); mgpu_py_kept = 1; }
+    }
+    """
+    void mgpu_py_keep_thread_state()
+
+
 # ---------------------------------------------------------------------------
 # Errors
 
@@ -371,6 +386,7 @@ def set_device(device):
 
 cdef int _run_trampoline(int dev, void *arg) noexcept nogil:
     with gil:
+        mgpu_py_keep_thread_state()
         call = <list>arg
         try:
             call[2] = call[0](*call[1])
@@ -501,6 +517,7 @@ cdef class Stream:
 
 cdef void _stream_callback(void *arg) noexcept nogil:
     with gil:
+        mgpu_py_keep_thread_state()
         call = <tuple>arg
         try:
             call[0](*call[1])
@@ -663,6 +680,8 @@ cdef class Array:
     cdef readonly str kind
     cdef int dl_type, dl_id
     cdef object owner  # the object an imported array's memory belongs to
+    cdef size_t count  # elements
+    cdef int mdt       # the mgpu_dtype of dtype, -1 if it has none
     cdef object __weakref__
 
     def __init__(self):
@@ -675,10 +694,7 @@ cdef class Array:
 
     @property
     def size(self):
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return self.count
 
     @property
     def nbytes(self):
@@ -948,6 +964,10 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     a.shape = shape
     a.dtype = dt
     a.kind = kind
+    a.mdt = _MGPU_DTYPES.get(dt.name, -1)
+    a.count = 1
+    for x in shape:
+        a.count *= <size_t>x
     _check(mgpu_buffer_dlpack(b, 0, u8, 1, &n, NULL, &a.pin))
     _check(mgpu_buffer_dldevice(b, &where))
     a.dl_type = where.device_type
@@ -1101,12 +1121,11 @@ def reset_metrics():
 _OPS = {"sum": MGPU_SUM, "prod": MGPU_PROD, "min": MGPU_MIN, "max": MGPU_MAX}
 
 
-cdef mgpu_dtype _mgpu_dtype(object dt) except *:
-    k = _MGPU_DTYPES.get(dt.name)
-    if k is None:
+cdef mgpu_dtype _mgpu_dtype(Array a) except *:
+    if a.mdt < 0:
         raise TypeError("collectives take float32, float64, int32, int64 or "
-                        "float16 (CUDA), not %s" % dt)
-    return k
+                        "float16 (CUDA), not %s" % a.dtype)
+    return <mgpu_dtype>a.mdt
 
 
 cdef class Comm:
@@ -1162,7 +1181,7 @@ cdef class Comm:
         for r in range(n):
             sb[r] = (<Array>send[r]).buf
             rb[r] = (<Array>recv[r]).buf
-            ss[r] = _default_stream(self.devices[r]).s
+            ss[r] = _default_stream((<Array>send[r]).device).s
         with nogil:
             mgpu_group_begin()
             for r in range(n):
@@ -1193,14 +1212,14 @@ cdef class Comm:
         if op not in _OPS:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
         a = <Array>send[0]
-        self._run(0, send, recv, a.size, _mgpu_dtype(a.dtype), _OPS[op], 0)
+        self._run(0, send, recv, a.count, _mgpu_dtype(a), _OPS[op], 0)
         return recv
 
     def broadcast(self, arrays, root=0):
         """Every rank's array = root's (in place). Returns arrays."""
         arrs = self._arrays(arrays, "broadcast")
         a = <Array>arrs[0]
-        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a.dtype), MGPU_SUM,
+        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM,
                   _index(root, "root"))
         return arrs
 
@@ -1210,7 +1229,7 @@ cdef class Comm:
         send = self._arrays(arrays, "allgather")
         recv = self._arrays(out, "allgather")
         a = <Array>send[0]
-        self._run(2, send, recv, a.size, _mgpu_dtype(a.dtype), MGPU_SUM, 0)
+        self._run(2, send, recv, a.size, _mgpu_dtype(a), MGPU_SUM, 0)
         return recv
 
     def reduce_scatter(self, arrays, out, op="sum"):
@@ -1221,28 +1240,32 @@ cdef class Comm:
         if op not in _OPS:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
         a = <Array>recv[0]
-        self._run(3, send, recv, a.size, _mgpu_dtype(a.dtype), _OPS[op], 0)
+        self._run(3, send, recv, a.size, _mgpu_dtype(a), _OPS[op], 0)
         return recv
 
 
 cdef Comm _comm_of(list arrays):
-    devs = tuple((<Array>a).device if isinstance(a, Array) else -1 for a in arrays)
-    comms = _state["comms"]
-    c = comms.get(devs)
+    cdef list devs = []
+    for a in arrays:
+        if not isinstance(a, Array):
+            raise TypeError("expected mgpu.Array, got %s" % type(a).__name__)
+        devs.append((<Array>a).device)
+    key = tuple(devs)
+    c = _state["comms"].get(key)
     if c is None:
-        c = Comm(devs)
+        c = Comm(key)
         with _state_lock:
-            _state["comms"][devs] = c
+            _state["comms"][key] = c
     return <Comm>c
 
 
 def allreduce(arrays, out=None, op="sum"):
     """All-reduce over a list of per-device arrays (rank r: arrays[r]'s
     device), through a communicator kept for that list of devices."""
-    arrays = list(arrays)
-    for a in arrays:
-        if not isinstance(a, Array):
-            raise TypeError("allreduce: expected mgpu.Array, got %s" % type(a).__name__)
+    if not isinstance(arrays, list):
+        if isinstance(arrays, Array):
+            raise TypeError("allreduce: pass a list of arrays, one per rank")
+        arrays = list(arrays)
     return _comm_of(arrays).allreduce(arrays, out, op)
 
 
@@ -1314,6 +1337,7 @@ cdef class Channel:
 
 cdef int _task_trampoline(int dev, mgpu_stream *stream, void *arg) noexcept nogil:
     with gil:
+        mgpu_py_keep_thread_state()
         call = <list>arg
         try:
             call[2] = call[0](dev, *call[1])
@@ -1504,3 +1528,69 @@ cdef class Dist:
                 out[b:e] = vals[k:k + e - b]
                 k += e - b
         return out
+
+
+# ---------------------------------------------------------------------------
+# Baselines for mgpu.bench: the same library calls as the Python API makes,
+# looped in C, timed in the same run.
+
+cdef extern from *:
+    """
+    #include <time.h>
+    static int mgpu_py_noop(int dev, void *arg) { (void)dev; (void)arg; return 0; }
+    static double mgpu_py_now(void) {
+      struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+      return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec; }
+    """
+    int mgpu_py_noop(int dev, void *arg) noexcept nogil
+    double mgpu_py_now() noexcept nogil
+
+
+def _c_run_on_device(device, long iters):
+    """Seconds per mgpu_run_on_device of a C no-op, looped in C."""
+    cdef int d = _devno(device), rc = 0
+    cdef long i
+    cdef double t0, t1
+    with nogil:
+        t0 = mgpu_py_now()
+        for i in range(iters):
+            rc = mgpu_run_on_device(d, <mgpu_device_fn>mgpu_py_noop, NULL)
+            if rc != 0:
+                break
+        t1 = mgpu_py_now()
+    _check(rc)
+    return (t1 - t0) / iters
+
+
+def _c_allreduce(arrays, long iters):
+    """Seconds per in-place all-reduce over the arrays (one per device),
+    issued as mgpu.allreduce issues it (a group, then each rank's stream
+    synchronized), looped in C."""
+    arrays = list(arrays)
+    cdef Comm comm = _comm_of(arrays)
+    cdef int n = len(arrays), r, rc = 0
+    cdef long i
+    cdef mgpu_buffer *b[64]
+    cdef mgpu_stream *s[64]
+    cdef Array a0 = arrays[0]
+    cdef size_t count = a0.size
+    cdef mgpu_dtype dt = _mgpu_dtype(a0)
+    cdef double t0, t1
+    for r in range(n):
+        b[r] = (<Array>arrays[r]).buf
+        s[r] = _default_stream(comm.devices[r]).s
+    with nogil:
+        t0 = mgpu_py_now()
+        for i in range(iters):
+            mgpu_group_begin()
+            for r in range(n):
+                mgpu_allreduce(comm.c, r, b[r], b[r], count, dt, MGPU_SUM, s[r])
+            rc = mgpu_group_end()
+            for r in range(n):
+                if rc == 0:
+                    rc = mgpu_stream_synchronize(s[r])
+            if rc != 0:
+                break
+        t1 = mgpu_py_now()
+    _check(rc)
+    return (t1 - t0) / iters
