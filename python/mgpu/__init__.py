@@ -13,13 +13,11 @@ copies between devices, collectives, channels, a task pool and metrics.
 Every failure of the library raises a subclass of ``mgpu.Error`` carrying
 ``.code`` (the negative ``MGPU_E...`` value) and ``.detail``.
 """
-from mgpu._core import (  # noqa: F401
-    Error, ERRORS,
-    InvalidArgumentError, OutOfMemoryError, NoDeviceError, NotSupportedError,
-    NotInitializedError, AlreadyInitializedError, BadHandleError, FreedError,
-    WrongDeviceError, RangeError, OverlapError, BackendError, TimeoutError,
-    NotReadyError, CanceledError, ClosedError, DependencyError, MismatchError,
-    IOError, PluginError,
+from mgpu._core import ERRORS, Error  # noqa: F401
+# One class per MGPU_E code of the library (InvalidArgumentError,
+# OutOfMemoryError, NoDeviceError, ...), made from its own list of codes.
+globals().update({cls.__name__: cls for cls in ERRORS.values()})
+from mgpu._core import (  # noqa: F401,E402
     version, init, shutdown, is_initialized, device_count, devices, Device,
     get_device, set_device, run_on_device, synchronize,
     Stream, Event,

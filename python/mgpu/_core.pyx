@@ -126,6 +126,11 @@ _PY_NAMES = {
     "EMISMATCH": ("MismatchError", None),
     "EIO": ("IOError", OSError),
     "EPLUGIN": ("PluginError", None),
+    "EEXIST": ("ExistsError", None),
+    "ENOENT": ("NotFoundError", KeyError),
+    "EACCES": ("AccessError", PermissionError),
+    "EREADONLY": ("ReadOnlyError", None),
+    "ESTORE": ("StoreError", None),
 }
 
 ERRORS = {}  # code -> class
