@@ -180,6 +180,30 @@ MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
  * (as cudaFree does). A second free returns MGPU_EFREED. */
 MGPU_EXTERN int mgpu_free(mgpu_buffer *buf);
 
+/* What mgpu_free of a wrapped buffer calls (after the work queued on its
+ * device has finished): the memory is the caller's to free or unmap. */
+typedef void (*mgpu_buffer_release_fn)(void *ptr, size_t size, void *arg);
+
+/* Flags of mgpu_buffer_wrap. */
+#define MGPU_BUFFER_READONLY 1u /* every write into it is MGPU_EREADONLY */
+
+/* A buffer of device dev over size bytes at ptr that mgpu did not allocate
+ * (memory mapped from another process, imported through DLPack, ...): a
+ * device address on GPUs, a host address on host devices. Every mgpu call
+ * accepts it like a buffer of its own; with MGPU_BUFFER_READONLY each call
+ * that would write into it (copies, memset, kernels, collectives, channel
+ * receives) fails with MGPU_EREADONLY and touches nothing. It does not count
+ * against the device's budget. mgpu_free (or mgpu_shutdown) calls
+ * release(ptr, size, arg) when release is not NULL; the memory must stay
+ * valid until then. */
+MGPU_EXTERN int mgpu_buffer_wrap(mgpu_buffer **buf, int dev,
+                                 mgpu_mem_kind kind, void *ptr, size_t size,
+                                 unsigned flags,
+                                 mgpu_buffer_release_fn release, void *arg);
+
+/* 1 for a read-only buffer, 0 for a writable one, or a negative code. */
+MGPU_EXTERN int mgpu_buffer_is_readonly(const mgpu_buffer *buf);
+
 /* Accessors. On an invalid or freed handle they return NULL, 0 or -1 and set
  * the thread's error detail. */
 MGPU_EXTERN void *mgpu_buffer_ptr(const mgpu_buffer *buf);

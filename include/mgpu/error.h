@@ -37,7 +37,12 @@ extern "C" {
   XX(EDEPFAIL, -17, "a task this one depends on failed")                      \
   XX(EMISMATCH, -18, "arguments disagree across devices")                     \
   XX(EIO, -19, "input/output error")                                          \
-  XX(EPLUGIN, -20, "backend plugin could not be loaded")
+  XX(EPLUGIN, -20, "backend plugin could not be loaded")                     \
+  XX(EEXIST, -21, "name already taken")                                      \
+  XX(ENOENT, -22, "no such object")                                          \
+  XX(EACCES, -23, "permission denied")                                       \
+  XX(EREADONLY, -24, "buffer is read-only")                                  \
+  XX(ESTORE, -25, "store daemon unreachable, restarted or died")
 
 typedef enum mgpu_errno {
 #define MGPU__ERRNO_ENUM(name, value, msg) MGPU_##name = (value),

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/ipc.h"
 #include "mgpu/core.h"
 
 #define MGPU__BACKEND_ABI 2
@@ -190,6 +191,24 @@ typedef struct mgpu__backend_ops {
                           void **ptr);
   int (*pool_free_async)(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
   int (*pool_trim)(mgpu__bdevice *d);
+
+  /* Optional: memory other processes map (backend/ipc.h), for the store.
+   * NULL: this backend cannot share memory between processes.
+   * Export side: ipc_alloc makes exportable memory it never maps, described
+   * in *out (a descriptor owned by *alloc until ipc_free); ipc_export_fd
+   * gives a new descriptor to send (read-only where the kind allows when
+   * writable is 0), or -1 for kinds without one.
+   * Import side: ipc_import maps a description, reference-counted by its
+   * key (the caller keeps and closes m->fd); ipc_protect makes a mapping
+   * read-only; ipc_unimport drops a reference. */
+  int (*ipc_alloc)(mgpu__bdevice *d, size_t size, mgpu__ipc_mem *out,
+                   void **alloc);
+  void (*ipc_free)(mgpu__bdevice *d, void *alloc);
+  int (*ipc_export_fd)(mgpu__bdevice *d, void *alloc, int writable);
+  int (*ipc_import)(mgpu__bdevice *d, const mgpu__ipc_mem *m, int writable,
+                    void **ptr);
+  int (*ipc_protect)(mgpu__bdevice *d, void *ptr);
+  void (*ipc_unimport)(mgpu__bdevice *d, void *ptr);
 
   /* Optional collective provider (NCCL on CUDA). NULL: the core runs its
    * own ring. comm_create gets one device per rank (whole GPUs, distinct);

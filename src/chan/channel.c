@@ -256,6 +256,7 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   mgpu__stream *s;
   rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size, stream,
                  &b, &s);
+  if (rc == 0) rc = mgpu__buf_check_writable(b, "mgpu_channel_recv dst");
   if (rc != 0) return rc;
   enter(ch);
   mgpu__mutex_lock(&ch->recv_lock);

@@ -67,6 +67,8 @@ static int check_buf(const char *what, const char *arg, int rank, int dev,
   if (h == NULL && need == 0) return 0;
   mgpu__buf *b;
   int rc = mgpu__buf_get(h, arg, &b);
+  if (rc == 0 && strcmp(arg, "recv") == 0)
+    rc = mgpu__buf_check_writable(b, what);
   if (rc != 0) return rc;
   if (b->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,

@@ -36,6 +36,7 @@ int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
   mgpu__buf *buf;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "htod dst", &buf);
+  if (rc == 0) rc = mgpu__buf_check_writable(buf, "htod dst");
   if (rc == 0) rc = stream_for(stream, buf, "htod dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "htod dst", dst_offset, size);
   if (rc == 0 && host == NULL && size > 0)
@@ -83,6 +84,7 @@ int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
   mgpu__buf *buf;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "htod dst", &buf);
+  if (rc == 0) rc = mgpu__buf_check_writable(buf, "htod dst");
   if (rc == 0) rc = mgpu__spare_get(buf->dev, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(buf->dev);
@@ -190,6 +192,7 @@ int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
   mgpu__buf *db, *sb;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "copy dst");
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
   if (rc == 0) rc = mgpu__stream_get(stream, &s);
   if (rc != 0) return rc;
@@ -207,6 +210,7 @@ int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src,
   mgpu__buf *db, *sb;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "copy dst");
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
   if (rc == 0) rc = check_pair(db, dst_offset, sb, src_offset, size);
   if (rc != 0 || size == 0) return rc;
@@ -223,6 +227,7 @@ int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
   mgpu__buf *buf;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "memset dst", &buf);
+  if (rc == 0) rc = mgpu__buf_check_writable(buf, "memset dst");
   if (rc == 0) rc = stream_for(stream, buf, "memset dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "memset dst", offset, size);
   if (rc != 0 || size == 0) return rc;

@@ -158,6 +158,12 @@ typedef struct mgpu__buf {
   int exports;
   int freed, detached;
   void (*detached_free)(mgpu_mem_kind kind, void *ptr);
+  /* Wrapped memory (mgpu_buffer_wrap): the core did not allocate it and
+   * does not free it; release (may be NULL) is called instead. */
+  int wrapped;
+  _Atomic int readonly; /* writes refused with MGPU_EREADONLY */
+  mgpu_buffer_release_fn release;
+  void *release_arg;
 } mgpu__buf;
 
 typedef struct mgpu__stream {
@@ -178,6 +184,11 @@ typedef struct mgpu__event {
 int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out);
 int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out);
 int mgpu__event_get(mgpu_event *h, mgpu__event **out);
+/* MGPU_EREADONLY with a detail naming what would have written, when the
+ * buffer is read-only; else 0. Every call that writes into a buffer asks. */
+int mgpu__buf_check_writable(const mgpu__buf *b, const char *what);
+/* Makes a buffer read-only from now on (a store object once sealed). */
+int mgpu__buffer_set_readonly(mgpu_buffer *h);
 /* Checks that [offset, offset+size) lies in the buffer. */
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size);

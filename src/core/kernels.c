@@ -127,6 +127,7 @@ int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_fill", &s, &d, &es);
   if (rc == 0) rc = operand(buf, "mgpu_fill dst", offset, count, es, s, &dst);
+  if (rc == 0) rc = mgpu__buf_check_writable(dst, "mgpu_fill dst");
   if (rc != 0) return rc;
   if (value == NULL)
     return mgpu__error(MGPU_EINVAL, "mgpu_fill: NULL value for %zu %s "
@@ -153,6 +154,7 @@ int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_scale", &s, &d, &es);
   if (rc == 0) rc = operand(x, "mgpu_scale x", offset, count, es, s, &xb);
+  if (rc == 0) rc = mgpu__buf_check_writable(xb, "mgpu_scale x");
   if (rc != 0) return rc;
   mgpu__builtin b = {.kind = MGPU__BUILTIN_SCALE, .dtype = dtype,
                      .count = count, .dst = (char *)xb->ptr + offset,
@@ -169,6 +171,7 @@ int mgpu_axpy(mgpu_stream *stream, mgpu_buffer *y, size_t y_offset,
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_axpy", &s, &d, &es);
   if (rc == 0) rc = operand(y, "mgpu_axpy y", y_offset, count, es, s, &yb);
+  if (rc == 0) rc = mgpu__buf_check_writable(yb, "mgpu_axpy y");
   if (rc == 0) rc = operand(x, "mgpu_axpy x", x_offset, count, es, s, &xb);
   if (rc != 0) return rc;
   mgpu__builtin b = {.kind = MGPU__BUILTIN_AXPY, .dtype = dtype,
@@ -190,6 +193,7 @@ int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst, size_t dst_offset,
     rc = mgpu__error(MGPU_EINVAL, "device %d: mgpu_elementwise with unknown "
                      "op %d", s->dev, (int)op);
   if (rc == 0) rc = operand(dst, "mgpu_elementwise dst", dst_offset, count, es, s, &db);
+  if (rc == 0) rc = mgpu__buf_check_writable(db, "mgpu_elementwise dst");
   if (rc == 0) rc = operand(a, "mgpu_elementwise a", a_offset, count, es, s, &ab);
   if (rc == 0) rc = operand(b, "mgpu_elementwise b", b_offset, count, es, s, &bb);
   if (rc != 0) return rc;

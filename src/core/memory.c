@@ -135,6 +135,63 @@ int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out) {
   return *out != NULL ? 0 : err;
 }
 
+int mgpu_buffer_wrap(mgpu_buffer **out, int dev, mgpu_mem_kind kind,
+                     void *ptr, size_t size, unsigned flags,
+                     mgpu_buffer_release_fn release, void *arg) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_buffer_wrap: NULL output for a "
+                       "buffer of device %d", dev);
+  *out = NULL;
+  if (ptr == NULL || size == 0)
+    return mgpu__error(MGPU_EINVAL, "mgpu_buffer_wrap: device %d: memory %p "
+                       "of %zu bytes", dev, ptr, size);
+  if (kind != MGPU_MEM_DEVICE && kind != MGPU_MEM_PINNED &&
+      kind != MGPU_MEM_UNIFIED)
+    return mgpu__error(MGPU_EINVAL, "mgpu_buffer_wrap: device %d: unknown "
+                       "memory kind %d", dev, (int)kind);
+  if ((flags & ~(unsigned)MGPU_BUFFER_READONLY) != 0)
+    return mgpu__error(MGPU_EINVAL, "mgpu_buffer_wrap: device %d: unknown "
+                       "flags 0x%x", dev, flags);
+  mgpu__buf *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
+  b->dev = dev;
+  b->kind = kind;
+  b->ptr = ptr;
+  b->size = b->alloc_size = size;
+  b->wrapped = 1;
+  b->readonly = (flags & MGPU_BUFFER_READONLY) != 0;
+  b->release = release;
+  b->release_arg = arg;
+  rc = new_handle(b, out);
+  if (rc != 0) free(b);
+  return rc;
+}
+
+int mgpu_buffer_is_readonly(const mgpu_buffer *h) {
+  mgpu__buf *b;
+  int rc = mgpu__buf_get(h, "mgpu_buffer_is_readonly", &b);
+  return rc != 0 ? rc : b->readonly;
+}
+
+int mgpu__buffer_set_readonly(mgpu_buffer *h) {
+  mgpu__buf *b;
+  int rc = mgpu__buf_get(h, "set read-only", &b);
+  if (rc == 0) b->readonly = 1;
+  return rc;
+}
+
+int mgpu__buf_check_writable(const mgpu__buf *b, const char *what) {
+  if (!b->readonly) return 0;
+  return mgpu__error(MGPU_EREADONLY, "%s: buffer %p of device %d is "
+                     "read-only (%zu bytes of wrapped or shared memory): it "
+                     "cannot be written", what, (void *)b->handle, b->dev,
+                     b->size);
+}
+
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size) {
   if ((offset > b->size || size > b->size - offset) && offset + size < offset)
@@ -151,6 +208,11 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
 static void pool_list(mgpu__device *d, mempool_block *blk);
 
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
+  if (b->wrapped) {
+    if (b->release != NULL) b->release(b->ptr, b->size, b->release_arg);
+    free(b);
+    return;
+  }
   d->ops->mem_free(d->bdev, b->kind, b->ptr);
   unreserve(d, b->alloc_size, b->kind);
   free(b);
@@ -254,7 +316,11 @@ void mgpu__buf_unref(mgpu__buf *b) {
   mgpu__mutex_unlock(&refs_lock);
   if (!last) return;
   if (b->detached) {
-    if (b->detached_free != NULL) b->detached_free(b->kind, b->ptr);
+    /* Wrapped memory goes back to its owner; mgpu's own needs no device. */
+    if (b->wrapped && b->release != NULL)
+      b->release(b->ptr, b->size, b->release_arg);
+    else if (!b->wrapped && b->detached_free != NULL)
+      b->detached_free(b->kind, b->ptr);
     free(b);
     return;
   }

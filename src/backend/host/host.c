@@ -411,6 +411,7 @@ static int host_props(mgpu__bdevice *d, mgpu_device_props *p) {
   p->multiprocessors = d->nworkers;
   p->numa_node = -1;
   p->peer_capable = env->config->host_peer ? 1 : 0;
+  mgpu__host_uuid(p->ordinal, p->uuid, sizeof p->uuid);
   return 0;
 }
 
@@ -737,6 +738,12 @@ static const mgpu__backend_ops host_ops = {
     .peer_enable = host_peer_enable,
     .peer_disable = host_peer_disable,
     .memcpy_peer_async = host_memcpy_peer_async,
+    .ipc_alloc = mgpu__host_ipc_alloc,
+    .ipc_free = mgpu__host_ipc_free,
+    .ipc_export_fd = mgpu__host_ipc_export_fd,
+    .ipc_import = mgpu__host_ipc_import,
+    .ipc_protect = mgpu__host_ipc_protect,
+    .ipc_unimport = mgpu__host_ipc_unimport,
 };
 
 const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *e) {

@@ -1,0 +1,203 @@
+/* Host memory other processes can map (backend/ipc.h): a memfd made with
+ * MFD_ALLOW_SEALING and sealed against shrinking and growing, so that no
+ * process holding it can cut it under a reader (which would then fault with
+ * SIGBUS). Importers get a read-only descriptor (a reopen of the memfd with
+ * O_RDONLY through /proc/self/fd) unless they created the object, so a
+ * writable shared mapping of a sealed object cannot even be asked for.
+ *
+ * The import map: one mapping per (exporter instance, object id) per
+ * process, reference-counted; guarded by map_lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "backend/ipc.h"
+#include "util/log.h"
+#include "util/thread.h"
+
+typedef struct host_alloc {
+  int fd;
+  size_t size;
+} host_alloc;
+
+static size_t page_round(size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  return (n + page - 1) / page * page;
+}
+
+int mgpu__host_ipc_alloc(struct mgpu__bdevice *d, size_t size,
+                         mgpu__ipc_mem *out, void **alloc) {
+  (void)d;
+  size_t map_size = page_round(size);
+  if (size == 0 || map_size < size)
+    return mgpu__error(MGPU_EINVAL, "host memory of %zu bytes cannot be "
+                       "shared", size);
+  host_alloc *a = calloc(1, sizeof *a);
+  if (a == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  a->fd = memfd_create("mgpu-store", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+  if (a->fd < 0) {
+    int e = errno;
+    free(a);
+    return mgpu__error(MGPU_ENOMEM, "memfd_create of %zu bytes: %s", size,
+                       strerror(e));
+  }
+  if (ftruncate(a->fd, (off_t)map_size) != 0 ||
+      fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+          0) {
+    int e = errno;
+    close(a->fd);
+    free(a);
+    return mgpu__error(MGPU_ENOMEM, "memfd of %zu bytes: size or seals "
+                       "refused: %s", size, strerror(e));
+  }
+  a->size = map_size;
+  memset(out, 0, sizeof *out);
+  out->kind = MGPU__IPC_MEMFD;
+  out->fd = a->fd;
+  out->size = size;
+  out->map_size = map_size;
+  out->offset = 0;
+  *alloc = a;
+  return 0;
+}
+
+void mgpu__host_ipc_free(struct mgpu__bdevice *d, void *alloc) {
+  (void)d;
+  host_alloc *a = alloc;
+  if (a == NULL) return;
+  close(a->fd);
+  free(a);
+}
+
+int mgpu__host_ipc_export_fd(struct mgpu__bdevice *d, void *alloc,
+                             int writable) {
+  (void)d;
+  host_alloc *a = alloc;
+  if (writable) return fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", a->fd);
+  return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* ---- the import map ---- */
+
+typedef struct import_entry {
+  uint64_t key[2];
+  void *base;
+  size_t map_size;
+  int refs;
+  struct import_entry *next;
+} import_entry;
+
+static mgpu__mutex map_lock = PTHREAD_MUTEX_INITIALIZER;
+static import_entry *imports; /* map_lock */
+
+int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
+                          int writable, void **ptr) {
+  (void)d;
+  *ptr = NULL;
+  if (m->kind != MGPU__IPC_MEMFD || m->fd < 0 || m->map_size < m->size ||
+      m->offset > m->map_size - m->size)
+    return mgpu__error(MGPU_EINVAL, "object %llu: not a host memory "
+                       "description (kind %d, fd %d)",
+                       (unsigned long long)m->key[1], m->kind, m->fd);
+  mgpu__mutex_lock(&map_lock);
+  for (import_entry *e = imports; e != NULL; e = e->next) {
+    if (e->key[0] == m->key[0] && e->key[1] == m->key[1]) {
+      e->refs++;
+      *ptr = (char *)e->base + m->offset;
+      mgpu__mutex_unlock(&map_lock);
+      return 0;
+    }
+  }
+  mgpu__mutex_unlock(&map_lock);
+  /* The size the sender claims must be the file's: a smaller file would
+   * make reads past its end fault. */
+  off_t end = lseek(m->fd, 0, SEEK_END);
+  if (end < 0 || (size_t)end < m->map_size)
+    return mgpu__error(MGPU_EINVAL, "object %llu: shared memory of %lld "
+                       "bytes is smaller than the %zu bytes described",
+                       (unsigned long long)m->key[1], (long long)end,
+                       m->map_size);
+  int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+  void *base = mmap(NULL, m->map_size, prot, MAP_SHARED, m->fd, 0);
+  if (base == MAP_FAILED)
+    return mgpu__error(MGPU_ENOMEM, "object %llu: mmap of %zu bytes: %s",
+                       (unsigned long long)m->key[1], m->map_size,
+                       strerror(errno));
+  import_entry *e = calloc(1, sizeof *e);
+  if (e == NULL) {
+    munmap(base, m->map_size);
+    return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  }
+  e->key[0] = m->key[0];
+  e->key[1] = m->key[1];
+  e->base = base;
+  e->map_size = m->map_size;
+  e->refs = 1;
+  mgpu__mutex_lock(&map_lock);
+  e->next = imports;
+  imports = e;
+  mgpu__mutex_unlock(&map_lock);
+  *ptr = (char *)base + m->offset;
+  return 0;
+}
+
+/* The entry whose mapping holds ptr; map_lock held. */
+static import_entry **find(void *ptr) {
+  for (import_entry **p = &imports; *p != NULL; p = &(*p)->next) {
+    char *b = (*p)->base;
+    if ((char *)ptr >= b && (char *)ptr < b + (*p)->map_size) return p;
+  }
+  return NULL;
+}
+
+int mgpu__host_ipc_protect(struct mgpu__bdevice *d, void *ptr) {
+  (void)d;
+  mgpu__mutex_lock(&map_lock);
+  import_entry **p = find(ptr);
+  int rc = 0;
+  if (p == NULL)
+    rc = mgpu__error(MGPU_EINVAL, "%p is not imported shared memory", ptr);
+  else if (mprotect((*p)->base, (*p)->map_size, PROT_READ) != 0)
+    rc = mgpu__error(MGPU_EINVAL, "mprotect of shared memory: %s",
+                     strerror(errno));
+  mgpu__mutex_unlock(&map_lock);
+  return rc;
+}
+
+void mgpu__host_ipc_unimport(struct mgpu__bdevice *d, void *ptr) {
+  (void)d;
+  mgpu__mutex_lock(&map_lock);
+  import_entry **p = find(ptr);
+  import_entry *gone = NULL;
+  if (p != NULL && --(*p)->refs == 0) {
+    gone = *p;
+    *p = gone->next;
+  }
+  mgpu__mutex_unlock(&map_lock);
+  if (gone != NULL) {
+    munmap(gone->base, gone->map_size);
+    free(gone);
+  }
+}
+
+/* FNV-1a of the machine id (else the host name): stable per machine. */
+void mgpu__host_uuid(int ordinal, char *out, size_t n) {
+  char id[128] = "";
+  FILE *f = fopen("/etc/machine-id", "r");
+  if (f != NULL) {
+    if (fgets(id, sizeof id, f) == NULL) id[0] = '\0';
+    fclose(f);
+  }
+  if (id[0] == '\0') gethostname(id, sizeof id - 1);
+  uint32_t h = 2166136261u;
+  for (const char *c = id; *c != '\0' && *c != '\n'; c++)
+    h = (h ^ (uint8_t)*c) * 16777619u;
+  snprintf(out, n, "host-%08x-%d", h, ordinal);
+}

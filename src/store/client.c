@@ -1,0 +1,818 @@
+/* The store's client library (include/mgpu/store.h).
+ *
+ * A connection is a blocking request/reply exchange over the daemon's UNIX
+ * socket, serialized by the connection's lock. Every wait for the daemon is
+ * bounded (REPLY_TIMEOUT_MS), and a daemon that closes the socket, answers
+ * garbage or does not answer in time marks the connection dead: every later
+ * call returns MGPU_ESTORE with the first failure's detail, and never
+ * blocks. What is mapped stays mapped until released.
+ *
+ * Handles are checked before they are used: every live connection and every
+ * object held is listed in a registry (reg_lock), and a pointer that is not
+ * listed is reported as a bad handle, never dereferenced.
+ *
+ * Lock order: reg_lock, then a connection's lock; neither is held across
+ * the other's long waits (reg_lock is never held across a round trip).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "mgpu/copy.h"
+#include "mgpu/store.h"
+#include "store/store-internal.h"
+
+#define REPLY_TIMEOUT_MS 30000
+
+struct mgpu_store {
+  int fd;
+  char path[108];
+  mgpu__mutex lock; /* serializes round trips; guards everything below */
+  uint32_t seq;
+  int dead;
+  char dead_why[MGPU__STORE_DETAIL_MAX + 1];
+  uint64_t instance;
+  struct mgpu_store *next; /* registry (reg_lock) */
+};
+
+struct mgpu_store_object {
+  mgpu_store *store;
+  uint64_t id;
+  size_t size;
+  int dev;          /* local device, -1 none */
+  int writable;     /* created here and not sealed */
+  mgpu__ipc_mem mem;
+  void *ptr;
+  void *mirror;     /* host copy while a mirror is open */
+  mgpu_buffer *mirror_buf; /* its pinned buffer, when the object has one */
+  mgpu_buffer *buffer;
+  struct mgpu_store_object *next; /* registry (reg_lock) */
+};
+
+static mgpu__mutex reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu_store *stores;          /* reg_lock */
+static mgpu_store_object *objects;  /* reg_lock */
+
+static int store_listed(const mgpu_store *st) {
+  for (mgpu_store *s = stores; s != NULL; s = s->next)
+    if (s == st) return 1;
+  return 0;
+}
+
+static int check_store(const mgpu_store *st) {
+  mgpu__mutex_lock(&reg_lock);
+  int ok = st != NULL && store_listed(st);
+  mgpu__mutex_unlock(&reg_lock);
+  if (!ok)
+    return mgpu__error(MGPU_EBADHANDLE, "store connection %p is not open",
+                       (const void *)st);
+  return 0;
+}
+
+static int check_object(const mgpu_store_object *obj) {
+  mgpu__mutex_lock(&reg_lock);
+  int ok = 0;
+  for (mgpu_store_object *o = objects; o != NULL; o = o->next)
+    if (o == obj) ok = 1;
+  mgpu__mutex_unlock(&reg_lock);
+  if (!ok)
+    return mgpu__error(obj == NULL ? MGPU_EBADHANDLE : MGPU_EFREED,
+                       "store object %p is not held (released, or never "
+                       "returned by the store)", (const void *)obj);
+  return 0;
+}
+
+/* ---- the wire ---- */
+
+static int poll_one(int fd, short events, int timeout_ms) {
+  struct pollfd p = {fd, events, 0};
+  for (;;) {
+    int r = poll(&p, 1, timeout_ms);
+    if (r < 0 && errno == EINTR) continue;
+    return r;
+  }
+}
+
+int mgpu__store_send_all(int sock, const void *buf, size_t len, int fd,
+                         int timeout_ms) {
+  const char *p = buf;
+  while (len > 0) {
+    struct iovec iov = {(void *)p, len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    if (fd >= 0) {
+      memset(&ctl, 0, sizeof ctl);
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    }
+    ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (poll_one(sock, POLLOUT, timeout_ms) <= 0) {
+          errno = ETIMEDOUT;
+          return -1;
+        }
+        continue;
+      }
+      return -1;
+    }
+    fd = -1;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Reads exactly len bytes; a descriptor that comes along lands in *fd
+ * (extra ones are closed). Returns 0, or -1 with errno (0 for EOF). */
+static int recv_all(int sock, uint8_t *buf, size_t len, int *fd,
+                    int timeout_ms) {
+  while (len > 0) {
+    if (poll_one(sock, POLLIN, timeout_ms) <= 0) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    struct iovec iov = {buf, len};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return -1;
+    }
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
+         cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+        continue;
+      size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < nfd; i++) {
+        int got;
+        memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof got);
+        if (*fd < 0) *fd = got;
+        else close(got);
+      }
+    }
+    if (r == 0) {
+      errno = 0;
+      return -1;
+    }
+    buf += r;
+    len -= (size_t)r;
+  }
+  return 0;
+}
+
+static int store_dead(mgpu_store *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int store_dead(mgpu_store *st, const char *fmt, ...) {
+  if (!st->dead) {
+    char what[201];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(st->dead_why, sizeof st->dead_why, "store daemon at %.107s: %.200s; "
+             "objects already mapped stay readable until released; connect "
+             "again to reach a new daemon", st->path, what);
+    st->dead = 1;
+  }
+  return mgpu__error(MGPU_ESTORE, "%s", st->dead_why);
+}
+
+/* Sends the message in w and waits for its reply, decoded into *reply (free
+ * with mgpu__store_msg_free) with a descriptor in *fd (or -1). An error
+ * reply becomes its code and detail. st->lock held. */
+static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
+                     mgpu__store_msg *reply, int *fd) {
+  memset(reply, 0, sizeof *reply);
+  if (fd) *fd = -1;
+  if (st->dead) return mgpu__error(MGPU_ESTORE, "%s", st->dead_why);
+  uint32_t seq = st->seq;
+  int timeout = REPLY_TIMEOUT_MS, send_errno = 0;
+  if (mgpu__store_send_all(st->fd, w->data, w->len, -1, REPLY_TIMEOUT_MS) !=
+      0) {
+    /* The daemon may have said why it closed (a refusal): read that. */
+    send_errno = errno;
+    timeout = 1000;
+  }
+  uint8_t hdr[MGPU__STORE_HDR];
+  int got_fd = -1;
+  int rc = 0;
+  uint8_t *msg = NULL;
+  if (recv_all(st->fd, hdr, sizeof hdr, &got_fd, timeout) != 0) {
+    if (send_errno != 0)
+      rc = store_dead(st, "cannot send a request: %s",
+                      send_errno == EPIPE ? "the daemon closed the connection"
+                                          : strerror(send_errno));
+    else
+      rc = errno == 0 ? store_dead(st, "the daemon closed the connection "
+                                   "(it died or restarted)")
+                      : store_dead(st, "no reply: %s", strerror(errno));
+    goto out;
+  }
+  uint32_t plen;
+  char why[256];
+  if (mgpu__store_header_check(hdr, &plen, why, sizeof why) != 0) {
+    rc = store_dead(st, "bad reply: %s", why);
+    goto out;
+  }
+  msg = malloc(MGPU__STORE_HDR + (size_t)plen);
+  if (msg == NULL) {
+    rc = store_dead(st, "out of memory for a reply of %u bytes", plen);
+    goto out;
+  }
+  memcpy(msg, hdr, sizeof hdr);
+  if (recv_all(st->fd, msg + MGPU__STORE_HDR, plen, &got_fd,
+               REPLY_TIMEOUT_MS) != 0) {
+    rc = store_dead(st, "reply cut short: %s",
+                    errno == 0 ? "the daemon closed the connection"
+                               : strerror(errno));
+    goto out;
+  }
+  if (mgpu__store_decode(msg, MGPU__STORE_HDR + plen, reply, why,
+                         sizeof why) != 0) {
+    rc = store_dead(st, "malformed reply: %s", why);
+    goto out;
+  }
+  if (reply->seq != seq && reply->type != MGPU__SM_ERROR) {
+    rc = store_dead(st, "reply %u out of order (expected %u)", reply->seq,
+                    seq);
+    goto out;
+  }
+  if (reply->type == MGPU__SM_ERROR) {
+    rc = mgpu__error(reply->code, "%s", reply->detail);
+    if (reply->seq != seq) store_dead(st, "%s", reply->detail);
+    goto out;
+  }
+  if (reply->type != (uint16_t)(w->data[6] | w->data[7] << 8 | MGPU__SM_REPLY))
+    rc = store_dead(st, "reply of type 0x%04x to a request of type %u",
+                    reply->type, w->data[6] | w->data[7] << 8);
+out:
+  free(msg);
+  st->seq++;
+  if (rc != 0 || fd == NULL) {
+    if (got_fd >= 0) close(got_fd);
+  } else {
+    *fd = got_fd;
+  }
+  if (rc != 0) mgpu__store_msg_free(reply);
+  return rc;
+}
+
+static void begin(mgpu_store *st, mgpu__store_wbuf *w, uint16_t type) {
+  memset(w, 0, sizeof *w);
+  mgpu__store_wbuf_begin(w, type, st->seq);
+}
+
+static int end(mgpu__store_wbuf *w) {
+  int rc = mgpu__store_wbuf_end(w);
+  if (rc != 0)
+    return mgpu__error(rc, "store request cannot be encoded (%s)",
+                       mgpu_err_name(rc));
+  return 0;
+}
+
+/* ---- connections ---- */
+
+int mgpu_store_connect(mgpu_store **out, const char *path) {
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_store_connect: NULL output");
+  *out = NULL;
+  mgpu_store *st = calloc(1, sizeof *st);
+  if (st == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  int rc = 0;
+  if (path == NULL) {
+    rc = mgpu_store_default_path(st->path, sizeof st->path);
+  } else if (strlen(path) >= sizeof st->path) {
+    rc = mgpu__error(MGPU_EINVAL, "store socket path %s is longer than %zu "
+                     "bytes", path, sizeof st->path - 1);
+  } else {
+    snprintf(st->path, sizeof st->path, "%s", path);
+  }
+  if (rc != 0) {
+    free(st);
+    return rc;
+  }
+  st->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", st->path);
+  if (st->fd < 0 || connect(st->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    rc = mgpu__error(MGPU_ESTORE, "no store daemon answers at %s: %s "
+                     "(start one with mgpud or mgpu store serve)", st->path,
+                     strerror(errno));
+    if (st->fd >= 0) close(st->fd);
+    free(st);
+    return rc;
+  }
+  mgpu__mutex_init(&st->lock);
+  st->seq = 1;
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_HELLO);
+  mgpu__store_put_u32(&w, (uint32_t)getpid());
+  rc = end(&w);
+  mgpu__store_msg m;
+  if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
+  mgpu__store_wbuf_free(&w);
+  if (rc != 0) {
+    close(st->fd);
+    mgpu__mutex_destroy(&st->lock);
+    free(st);
+    return rc;
+  }
+  st->instance = m.instance;
+  mgpu__store_msg_free(&m);
+  mgpu__mutex_lock(&reg_lock);
+  st->next = stores;
+  stores = st;
+  mgpu__mutex_unlock(&reg_lock);
+  *out = st;
+  return 0;
+}
+
+static void object_unmap(mgpu_store_object *o) {
+  /* mgpu_free waits for the work queued on the device, which may still
+   * read the mapping. After mgpu_shutdown the handles are stale: fine. */
+  if (o->buffer != NULL) mgpu_free(o->buffer);
+  if (o->mirror_buf != NULL) mgpu_free(o->mirror_buf);
+  else free(o->mirror);
+  mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
+  free(o);
+}
+
+int mgpu_store_disconnect(mgpu_store *st) {
+  mgpu__mutex_lock(&reg_lock);
+  if (st == NULL || !store_listed(st)) {
+    mgpu__mutex_unlock(&reg_lock);
+    return mgpu__error(MGPU_EBADHANDLE, "store connection %p is not open",
+                       (void *)st);
+  }
+  for (mgpu_store **p = &stores; *p != NULL; p = &(*p)->next)
+    if (*p == st) {
+      *p = st->next;
+      break;
+    }
+  mgpu_store_object *mine = NULL;
+  for (mgpu_store_object **p = &objects; *p != NULL;) {
+    mgpu_store_object *o = *p;
+    if (o->store == st) {
+      *p = o->next;
+      o->next = mine;
+      mine = o;
+    } else {
+      p = &o->next;
+    }
+  }
+  mgpu__mutex_unlock(&reg_lock);
+  /* Closing the socket releases every reference at the daemon at once. */
+  close(st->fd);
+  while (mine != NULL) {
+    mgpu_store_object *o = mine;
+    mine = o->next;
+    object_unmap(o);
+  }
+  mgpu__mutex_destroy(&st->lock);
+  free(st);
+  return 0;
+}
+
+/* ---- objects ---- */
+
+/* Maps what a CREATE or GET reply describes and lists the object. */
+static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
+                      int writable, mgpu_store_object **out) {
+  mgpu_store_object *o = calloc(1, sizeof *o);
+  if (o == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  o->store = st;
+  o->id = d->id;
+  o->size = d->size;
+  o->writable = writable;
+  o->dev = mgpu_is_initialized() ? mgpu__store_device_of_uuid(d->uuid) : -1;
+  o->mem.kind = d->handle_kind;
+  o->mem.fd = fd;
+  o->mem.size = d->size;
+  o->mem.map_size = d->map_size;
+  o->mem.offset = d->offset;
+  memcpy(o->mem.legacy, d->legacy, sizeof o->mem.legacy);
+  o->mem.key[0] = d->instance;
+  o->mem.key[1] = d->id;
+  int rc = 0;
+  if ((d->handle_kind == MGPU__SH_MEMFD || d->handle_kind == MGPU__SH_CUMEM_FD)
+      && fd < 0)
+    rc = mgpu__error(MGPU_EIO, "object %llu: the daemon sent no descriptor "
+                     "of its memory", (unsigned long long)d->id);
+  else if (d->handle_kind != MGPU__SH_MEMFD && o->dev < 0)
+    rc = mgpu__error(MGPU_ENODEV, "object %llu lives on device %s, which this "
+                     "process has not opened", (unsigned long long)d->id,
+                     d->uuid);
+  if (rc == 0) rc = mgpu__store_mem_import(o->dev, &o->mem, writable, &o->ptr);
+  if (fd >= 0) close(fd);
+  o->mem.fd = -1;
+  if (rc != 0) {
+    free(o);
+    return rc;
+  }
+  /* On a device of this process the object is a buffer like any other,
+   * read-only unless this process created it and has not sealed it. */
+  if (o->dev >= 0) {
+    rc = mgpu_buffer_wrap(&o->buffer, o->dev, MGPU_MEM_DEVICE, o->ptr,
+                          o->size, writable ? 0 : MGPU_BUFFER_READONLY, NULL,
+                          NULL);
+    if (rc != 0) {
+      mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
+      free(o);
+      return rc;
+    }
+  }
+  mgpu__mutex_lock(&reg_lock);
+  o->next = objects;
+  objects = o;
+  mgpu__mutex_unlock(&reg_lock);
+  *out = o;
+  return 0;
+}
+
+/* Tells the daemon to drop a reference it gave (after a local failure). */
+static void drop_remote(mgpu_store *st, uint64_t id) {
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_RELEASE);
+  mgpu__store_put_u64(&w, id);
+  mgpu__store_msg m;
+  if (end(&w) == 0 && roundtrip(st, &w, &m, NULL) == 0)
+    mgpu__store_msg_free(&m);
+  mgpu__store_wbuf_free(&w);
+}
+
+int mgpu_store_create(mgpu_store *st, int dev, size_t size, const char *name,
+                      mgpu_store_object **obj) {
+  int rc = check_store(st);
+  if (rc != 0) return rc;
+  if (obj == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_store_create: NULL output");
+  *obj = NULL;
+  if (size == 0)
+    return mgpu__error(MGPU_EINVAL, "device %d: store object of size 0", dev);
+  if (name != NULL && name[0] != '\0' &&
+      !mgpu__store_name_valid(name, strlen(name)))
+    return mgpu__error(MGPU_EINVAL, "object name '%.40s' must be 1..%d bytes "
+                       "without control characters", name,
+                       MGPU__STORE_NAME_MAX);
+  char uuid[64];
+  rc = mgpu__store_device_uuid(dev, uuid, sizeof uuid);
+  if (rc != 0) return rc;
+  mgpu__mutex_lock(&st->lock);
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_CREATE);
+  mgpu__store_put_str(&w, uuid, MGPU__STORE_UUID_MAX);
+  mgpu__store_put_u64(&w, size);
+  mgpu__store_put_str(&w, name, MGPU__STORE_NAME_MAX);
+  mgpu__store_msg m;
+  int fd = -1;
+  rc = end(&w);
+  if (rc == 0) rc = roundtrip(st, &w, &m, &fd);
+  mgpu__store_wbuf_free(&w);
+  if (rc == 0) {
+    rc = object_map(st, &m.obj, fd, 1, obj);
+    if (rc != 0) {
+      char detail[512];
+      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+      drop_remote(st, m.obj.id);
+      mgpu__error(rc, "%s", detail);
+    }
+    mgpu__store_msg_free(&m);
+  }
+  mgpu__mutex_unlock(&st->lock);
+  return rc;
+}
+
+static int get_key(mgpu_store *st, uint64_t id, const char *name,
+                   mgpu_store_object **obj) {
+  int rc = check_store(st);
+  if (rc != 0) return rc;
+  if (obj == NULL) return mgpu__error(MGPU_EINVAL, "mgpu_store_get: NULL output");
+  *obj = NULL;
+  if (name != NULL && !mgpu__store_name_valid(name, strlen(name)))
+    return mgpu__error(MGPU_EINVAL, "object name '%.40s' must be 1..%d bytes "
+                       "without control characters", name,
+                       MGPU__STORE_NAME_MAX);
+  if (name == NULL && id == 0)
+    return mgpu__error(MGPU_EINVAL, "object id 0 names no object");
+  mgpu__mutex_lock(&st->lock);
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_GET);
+  mgpu__store_put_u64(&w, name ? 0 : id);
+  mgpu__store_put_str(&w, name, MGPU__STORE_NAME_MAX);
+  mgpu__store_msg m;
+  int fd = -1;
+  rc = end(&w);
+  if (rc == 0) rc = roundtrip(st, &w, &m, &fd);
+  mgpu__store_wbuf_free(&w);
+  if (rc == 0) {
+    rc = object_map(st, &m.obj, fd, 0, obj);
+    if (rc != 0) {
+      char detail[512];
+      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+      drop_remote(st, m.obj.id);
+      mgpu__error(rc, "%s", detail);
+    }
+    mgpu__store_msg_free(&m);
+  }
+  mgpu__mutex_unlock(&st->lock);
+  return rc;
+}
+
+int mgpu_store_get(mgpu_store *st, uint64_t id, mgpu_store_object **obj) {
+  return get_key(st, id, NULL, obj);
+}
+
+int mgpu_store_get_by_name(mgpu_store *st, const char *name,
+                           mgpu_store_object **obj) {
+  if (name == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_store_get_by_name: NULL name");
+  return get_key(st, 0, name, obj);
+}
+
+int mgpu_store_seal(mgpu_store_object *obj) {
+  int rc = check_object(obj);
+  if (rc != 0) return rc;
+  mgpu_store *st = obj->store;
+  mgpu__mutex_lock(&st->lock);
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_SEAL);
+  mgpu__store_put_u64(&w, obj->id);
+  mgpu__store_msg m;
+  rc = end(&w);
+  if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
+  mgpu__store_wbuf_free(&w);
+  if (rc == 0) {
+    mgpu__store_msg_free(&m);
+    obj->writable = 0;
+    if (obj->buffer != NULL) mgpu__buffer_set_readonly(obj->buffer);
+    rc = mgpu__store_mem_protect(obj->dev, &obj->mem, obj->ptr);
+  }
+  mgpu__mutex_unlock(&st->lock);
+  return rc;
+}
+
+int mgpu_store_release(mgpu_store_object *obj) {
+  mgpu__mutex_lock(&reg_lock);
+  int found = 0;
+  for (mgpu_store_object **p = &objects; *p != NULL; p = &(*p)->next)
+    if (*p == obj) {
+      *p = obj->next;
+      found = 1;
+      break;
+    }
+  mgpu__mutex_unlock(&reg_lock);
+  if (!found)
+    return mgpu__error(obj == NULL ? MGPU_EBADHANDLE : MGPU_EFREED,
+                       "store object %p is not held (released twice?)",
+                       (void *)obj);
+  mgpu_store *st = obj->store;
+  uint64_t id = obj->id;
+  object_unmap(obj);
+  mgpu__mutex_lock(&st->lock);
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_RELEASE);
+  mgpu__store_put_u64(&w, id);
+  mgpu__store_msg m;
+  int rc = end(&w);
+  if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
+  mgpu__store_wbuf_free(&w);
+  if (rc == 0) mgpu__store_msg_free(&m);
+  mgpu__mutex_unlock(&st->lock);
+  return rc;
+}
+
+static int delete_key(mgpu_store *st, uint64_t id, const char *name,
+                      int *deferred) {
+  int rc = check_store(st);
+  if (rc != 0) return rc;
+  if (name != NULL && !mgpu__store_name_valid(name, strlen(name)))
+    return mgpu__error(MGPU_EINVAL, "object name '%.40s' must be 1..%d bytes "
+                       "without control characters", name,
+                       MGPU__STORE_NAME_MAX);
+  if (name == NULL && id == 0)
+    return mgpu__error(MGPU_EINVAL, "object id 0 names no object");
+  mgpu__mutex_lock(&st->lock);
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_DELETE);
+  mgpu__store_put_u64(&w, name ? 0 : id);
+  mgpu__store_put_str(&w, name, MGPU__STORE_NAME_MAX);
+  mgpu__store_msg m;
+  rc = end(&w);
+  if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
+  mgpu__store_wbuf_free(&w);
+  if (rc == 0) {
+    if (deferred) *deferred = m.deferred;
+    mgpu__store_msg_free(&m);
+  }
+  mgpu__mutex_unlock(&st->lock);
+  return rc;
+}
+
+int mgpu_store_delete(mgpu_store *st, uint64_t id, int *deferred) {
+  return delete_key(st, id, NULL, deferred);
+}
+
+int mgpu_store_delete_by_name(mgpu_store *st, const char *name,
+                              int *deferred) {
+  if (name == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_store_delete_by_name: NULL name");
+  return delete_key(st, 0, name, deferred);
+}
+
+uint64_t mgpu_store_object_id(const mgpu_store_object *obj) {
+  return check_object(obj) == 0 ? obj->id : 0;
+}
+
+size_t mgpu_store_object_size(const mgpu_store_object *obj) {
+  return check_object(obj) == 0 ? obj->size : 0;
+}
+
+int mgpu_store_object_device(const mgpu_store_object *obj) {
+  return check_object(obj) == 0 ? obj->dev : -1;
+}
+
+void *mgpu_store_object_ptr(const mgpu_store_object *obj) {
+  return check_object(obj) == 0 ? obj->ptr : NULL;
+}
+
+mgpu_buffer *mgpu_store_object_buffer(const mgpu_store_object *obj) {
+  return check_object(obj) == 0 ? obj->buffer : NULL;
+}
+
+/* ---- host mirror ---- */
+
+int mgpu_store_mirror_begin(mgpu_store_object *obj, int fill, void **host) {
+  int rc = check_object(obj);
+  if (rc != 0) return rc;
+  if (host == NULL)
+    return mgpu__error(MGPU_EINVAL, "object %llu: NULL mirror pointer",
+                       (unsigned long long)obj->id);
+  if (obj->mirror != NULL)
+    return mgpu__error(MGPU_EALREADY, "object %llu already has a host "
+                       "mirror", (unsigned long long)obj->id);
+  *host = NULL;
+  if (obj->buffer != NULL) {
+    /* A pinned buffer of the object's device: copies at full speed. */
+    rc = mgpu_malloc_host(&obj->mirror_buf, obj->dev, obj->size);
+    if (rc != 0) return rc;
+    void *m = mgpu_buffer_ptr(obj->mirror_buf);
+    if (fill) rc = mgpu_memcpy_dtoh(m, obj->buffer, 0, obj->size);
+    if (rc != 0) {
+      mgpu_free(obj->mirror_buf);
+      obj->mirror_buf = NULL;
+      return rc;
+    }
+    obj->mirror = m;
+  } else if (obj->mem.kind == MGPU__IPC_MEMFD) {
+    obj->mirror = malloc(obj->size);
+    if (obj->mirror == NULL)
+      return mgpu__error(MGPU_ENOMEM, "object %llu: no host memory for a "
+                         "%zu-byte mirror", (unsigned long long)obj->id,
+                         obj->size);
+    if (fill) memcpy(obj->mirror, obj->ptr, obj->size);
+  } else {
+    return mgpu__error(MGPU_ENODEV, "object %llu: a mirror of device memory "
+                       "needs its device open in this process",
+                       (unsigned long long)obj->id);
+  }
+  *host = obj->mirror;
+  return 0;
+}
+
+int mgpu_store_mirror_end(mgpu_store_object *obj) {
+  int rc = check_object(obj);
+  if (rc != 0) return rc;
+  if (obj->mirror == NULL)
+    return mgpu__error(MGPU_EINVAL, "object %llu has no host mirror open",
+                       (unsigned long long)obj->id);
+  if (obj->mirror_buf != NULL) {
+    if (obj->writable)
+      rc = mgpu_memcpy_htod(obj->buffer, 0, obj->mirror, obj->size);
+    mgpu_free(obj->mirror_buf);
+    obj->mirror_buf = NULL;
+  } else {
+    if (obj->writable) memcpy(obj->ptr, obj->mirror, obj->size);
+    free(obj->mirror);
+  }
+  obj->mirror = NULL;
+  return rc;
+}
+
+/* ---- list and stats ---- */
+
+int mgpu_store_list(mgpu_store *st, mgpu_store_entry **entries,
+                    size_t *count) {
+  int rc = check_store(st);
+  if (rc != 0) return rc;
+  if (entries == NULL || count == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_store_list: NULL output");
+  *entries = NULL;
+  *count = 0;
+  mgpu_store_entry *all = NULL;
+  size_t n = 0;
+  uint64_t after = 0;
+  mgpu__mutex_lock(&st->lock);
+  for (;;) {
+    mgpu__store_wbuf w;
+    begin(st, &w, MGPU__SM_LIST);
+    mgpu__store_put_u64(&w, after);
+    mgpu__store_msg m;
+    rc = end(&w);
+    if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
+    mgpu__store_wbuf_free(&w);
+    if (rc != 0) break;
+    mgpu_store_entry *grown = realloc(all, (n + m.count + 1) * sizeof *all);
+    if (grown == NULL) {
+      mgpu__store_msg_free(&m);
+      rc = mgpu__error(MGPU_ENOMEM, "out of host memory for %zu entries",
+                       n + m.count);
+      break;
+    }
+    all = grown;
+    for (uint32_t i = 0; i < m.count; i++) {
+      mgpu_store_entry *e = &all[n++];
+      memset(e, 0, sizeof *e);
+      e->id = m.entries[i].id;
+      snprintf(e->name, sizeof e->name, "%s", m.entries[i].name);
+      snprintf(e->device_uuid, sizeof e->device_uuid, "%s",
+               m.entries[i].uuid);
+      e->bytes = m.entries[i].size;
+      e->sealed = m.entries[i].sealed;
+      e->deleted = m.entries[i].deleted;
+      e->refs = m.entries[i].refs;
+      after = e->id;
+    }
+    int more = m.more && m.count > 0;
+    mgpu__store_msg_free(&m);
+    if (!more) break;
+  }
+  mgpu__mutex_unlock(&st->lock);
+  if (rc != 0) {
+    free(all);
+    return rc;
+  }
+  *entries = all;
+  *count = n;
+  return 0;
+}
+
+void mgpu_store_list_free(mgpu_store_entry *entries) { free(entries); }
+
+int mgpu_store_stats_get(mgpu_store *st, mgpu_store_stats *stats) {
+  int rc = check_store(st);
+  if (rc != 0) return rc;
+  if (stats == NULL || stats->size < sizeof *stats)
+    return mgpu__error(MGPU_EINVAL, "mgpu_store_stats_get: stats->size must "
+                       "be sizeof(mgpu_store_stats)");
+  mgpu__mutex_lock(&st->lock);
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_STATS);
+  mgpu__store_msg m;
+  rc = end(&w);
+  if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
+  mgpu__store_wbuf_free(&w);
+  mgpu__mutex_unlock(&st->lock);
+  if (rc != 0) return rc;
+  size_t size = stats->size;
+  memset(stats, 0, sizeof *stats);
+  stats->size = size;
+  stats->clients = m.clients;
+  stats->objects = m.objects;
+  stats->refs = m.refs;
+  stats->evictions = m.evictions;
+  stats->ndevices = (int)m.count;
+  for (uint32_t i = 0; i < m.count && i < MGPU_MAX_DEVICES; i++) {
+    mgpu_store_device_stats *d = &stats->devices[i];
+    snprintf(d->uuid, sizeof d->uuid, "%s", m.devices[i].uuid);
+    d->backend_kind = m.devices[i].backend_kind;
+    d->capacity = m.devices[i].capacity;
+    d->in_use = m.devices[i].in_use;
+    d->held = m.devices[i].held;
+    d->objects = m.devices[i].objects;
+  }
+  mgpu__store_msg_free(&m);
+  return 0;
+}

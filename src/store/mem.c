@@ -1,0 +1,95 @@
+/* The store's memory goes through the backend table of its device (the ipc
+ * entries of backend/backend.h): a sealed memfd on host devices, exported
+ * cuMem allocations (or legacy IPC handles) on CUDA devices. The store never
+ * asks which backend it talks to. Host memory is mapped by the host
+ * backend's own entries whatever device it is opened as, also in a process
+ * that has not initialized mgpu or has shut it down. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "store/store-internal.h"
+
+int mgpu__store_device_uuid(int dev, char *out, size_t n) {
+  mgpu_device_props p = {.size = sizeof p};
+  int rc = mgpu_device_get_props(dev, &p);
+  if (rc != 0) return rc;
+  if (p.uuid[0] == '\0')
+    return mgpu__error(MGPU_ENOTSUP, "device %d has no UUID: it cannot be "
+                       "named to other processes", dev);
+  snprintf(out, n, "%s", p.uuid);
+  return 0;
+}
+
+int mgpu__store_device_of_uuid(const char *uuid) {
+  char u[64];
+  for (int d = 0; d < mgpu__ndevices(); d++)
+    if (mgpu__store_device_uuid(d, u, sizeof u) == 0 && strcmp(u, uuid) == 0)
+      return d;
+  return -1;
+}
+
+/* The device's table when it can share memory, else NULL with a detail. */
+static const mgpu__backend_ops *ipc_ops(int dev, mgpu__device **out) {
+  mgpu__device *d;
+  if (mgpu__device_check(dev, &d) != 0) return NULL;
+  if (d->ops->ipc_alloc == NULL) {
+    mgpu__error(MGPU_ENOTSUP, "device %d: its %s backend cannot share "
+                "memory with other processes", dev, d->ops->name);
+    return NULL;
+  }
+  *out = d;
+  return d->ops;
+}
+
+int mgpu__store_mem_alloc(int dev, size_t size, mgpu__ipc_mem *out,
+                          void **alloc) {
+  mgpu__device *d;
+  const mgpu__backend_ops *ops = ipc_ops(dev, &d);
+  if (ops == NULL) return MGPU_ENOTSUP;
+  return ops->ipc_alloc(d->bdev, size, out, alloc);
+}
+
+void mgpu__store_mem_free(int dev, void *alloc) {
+  mgpu__device *d;
+  const mgpu__backend_ops *ops = ipc_ops(dev, &d);
+  if (ops != NULL) ops->ipc_free(d->bdev, alloc);
+}
+
+int mgpu__store_mem_export_fd(int dev, void *alloc, const mgpu__ipc_mem *m,
+                              int writable) {
+  mgpu__device *d;
+  const mgpu__backend_ops *ops = ipc_ops(dev, &d);
+  if (ops == NULL || m->fd < 0) return -1;
+  return ops->ipc_export_fd(d->bdev, alloc, writable);
+}
+
+int mgpu__store_mem_import(int dev, const mgpu__ipc_mem *m, int writable,
+                           void **ptr) {
+  if (m->kind == MGPU__IPC_MEMFD)
+    return mgpu__host_ipc_import(NULL, m, writable, ptr);
+  mgpu__device *d;
+  const mgpu__backend_ops *ops = ipc_ops(dev, &d);
+  if (ops == NULL) return MGPU_ENOTSUP;
+  return ops->ipc_import(d->bdev, m, writable, ptr);
+}
+
+int mgpu__store_mem_protect(int dev, const mgpu__ipc_mem *m, void *ptr) {
+  if (m->kind == MGPU__IPC_MEMFD)
+    return mgpu__host_ipc_protect(NULL, ptr);
+  mgpu__device *d;
+  const mgpu__backend_ops *ops = ipc_ops(dev, &d);
+  if (ops == NULL) return MGPU_ENOTSUP;
+  return ops->ipc_protect(d->bdev, ptr);
+}
+
+void mgpu__store_mem_unimport(int dev, const mgpu__ipc_mem *m, void *ptr) {
+  if (m->kind == MGPU__IPC_MEMFD) {
+    mgpu__host_ipc_unimport(NULL, ptr);
+    return;
+  }
+  mgpu__device *d;
+  const mgpu__backend_ops *ops = ipc_ops(dev, &d);
+  if (ops != NULL) ops->ipc_unimport(d->bdev, ptr);
+}

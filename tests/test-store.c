@@ -1,0 +1,753 @@
+/* The store: a daemon process, client processes, the bytes they share, and
+ * what happens when any of them misbehaves or dies. Every test starts its
+ * own daemon (a child process, instrumented like the test) on a socket in a
+ * fresh private directory, and stops it at the end: the daemon must exit
+ * cleanly, which under ASan also means without leaks. */
+#include <pwd.h>
+
+#include "store-helpers.h"
+#include "store/proto.h"
+
+#define MIB (1024u * 1024u)
+
+/* The byte at offset i of pattern seed. */
+static uint8_t pat(unsigned seed, size_t i) {
+  return (uint8_t)(i * 131u + seed * 7u + (i >> 12));
+}
+
+static void fill_pattern(uint8_t *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) p[i] = pat(seed, i);
+}
+
+static int check_pattern(const uint8_t *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != pat(seed, i)) {
+      fprintf(stderr, "byte %zu is %u, expected %u\n", i, p[i], pat(seed, i));
+      return 0;
+    }
+  return 1;
+}
+
+/* ---- the protocol ---- */
+
+static size_t encode_sample(mgpu__store_wbuf *w, int which) {
+  mgpu__store_objdesc d = {.id = 7, .size = 100, .map_size = 4096,
+                           .offset = 0, .instance = 99,
+                           .handle_kind = MGPU__SH_MEMFD, .sealed = 1};
+  snprintf(d.uuid, sizeof d.uuid, "host-0011aabb-1");
+  snprintf(d.name, sizeof d.name, "weights");
+  switch (which) {
+    case 0:
+      mgpu__store_wbuf_begin(w, MGPU__SM_CREATE, 5);
+      mgpu__store_put_str(w, "host-0011aabb-1", 39);
+      mgpu__store_put_u64(w, 100);
+      mgpu__store_put_str(w, "weights", 255);
+      break;
+    case 1:
+      mgpu__store_wbuf_begin(w, MGPU__SM_GET | MGPU__SM_REPLY, 6);
+      mgpu__store_put_objdesc(w, &d);
+      break;
+    case 2:
+      mgpu__store_wbuf_begin(w, MGPU__SM_LIST | MGPU__SM_REPLY, 7);
+      mgpu__store_put_u32(w, 2);
+      mgpu__store_put_u8(w, 0);
+      for (int i = 0; i < 2; i++) {
+        mgpu__store_put_u64(w, (uint64_t)i + 1);
+        mgpu__store_put_u64(w, 4096);
+        mgpu__store_put_u32(w, 3);
+        mgpu__store_put_u8(w, 1);
+        mgpu__store_put_u8(w, 0);
+        mgpu__store_put_str(w, "host-0011aabb-0", 39);
+        mgpu__store_put_str(w, i ? "b" : "", 255);
+      }
+      break;
+    default:
+      mgpu__store_wbuf_begin(w, MGPU__SM_ERROR, 8);
+      mgpu__store_put_u32(w, (uint32_t)MGPU_ENOENT);
+      mgpu__store_put_str(w, "no object 5", 511);
+      break;
+  }
+  ASSERT_OK(mgpu__store_wbuf_end(w));
+  return w->len;
+}
+
+TEST_IMPL(proto_roundtrip) {
+  for (int which = 0; which < 4; which++) {
+    mgpu__store_wbuf w = {0};
+    size_t len = encode_sample(&w, which);
+    mgpu__store_msg m;
+    char why[256];
+    ASSERT_OK(mgpu__store_decode(w.data, len, &m, why, sizeof why));
+    switch (which) {
+      case 0:
+        ASSERT_EQ(m.type, MGPU__SM_CREATE);
+        ASSERT_EQ(m.seq, 5);
+        ASSERT_EQ(m.size, 100);
+        ASSERT(strcmp(m.uuid, "host-0011aabb-1") == 0);
+        ASSERT(strcmp(m.name, "weights") == 0);
+        break;
+      case 1:
+        ASSERT_EQ(m.obj.id, 7);
+        ASSERT_EQ(m.obj.map_size, 4096);
+        ASSERT_EQ(m.obj.instance, 99);
+        ASSERT(strcmp(m.obj.name, "weights") == 0);
+        break;
+      case 2:
+        ASSERT_EQ(m.count, 2);
+        ASSERT_EQ(m.entries[1].id, 2);
+        ASSERT_EQ(m.entries[1].refs, 3);
+        ASSERT(strcmp(m.entries[1].name, "b") == 0);
+        break;
+      default:
+        ASSERT_EQ(m.code, MGPU_ENOENT);
+        ASSERT(strcmp(m.detail, "no object 5") == 0);
+    }
+    mgpu__store_msg_free(&m);
+    /* Every truncation is refused, with a reason, and reads nothing past
+     * the end (ASan watches the copy). */
+    for (size_t cut = 0; cut < len; cut++) {
+      uint8_t *copy = malloc(cut ? cut : 1);
+      memcpy(copy, w.data, cut);
+      why[0] = '\0';
+      ASSERT_EQ(mgpu__store_decode(copy, cut, &m, why, sizeof why),
+                MGPU_EINVAL);
+      ASSERT(why[0] != '\0');
+      mgpu__store_msg_free(&m);
+      free(copy);
+    }
+    /* A payload one byte longer than its fields is refused too. */
+    uint8_t *longer = calloc(1, len + 1);
+    memcpy(longer, w.data, len);
+    longer[12]++;
+    ASSERT_EQ(mgpu__store_decode(longer, len + 1, &m, why, sizeof why),
+              MGPU_EINVAL);
+    ASSERT(strstr(why, "left over") != NULL);
+    mgpu__store_msg_free(&m);
+    free(longer);
+    mgpu__store_wbuf_free(&w);
+  }
+  return 0;
+}
+
+TEST_IMPL(proto_rejects) {
+  mgpu__store_wbuf w = {0};
+  mgpu__store_msg m;
+  char why[256];
+  /* Unknown version. */
+  size_t len = encode_sample(&w, 0);
+  w.data[4] = 9;
+  ASSERT_EQ(mgpu__store_decode(w.data, len, &m, why, sizeof why), MGPU_EINVAL);
+  ASSERT(strstr(why, "version 9") != NULL);
+  mgpu__store_msg_free(&m);
+  mgpu__store_wbuf_free(&w);
+  /* A name with a control character. */
+  mgpu__store_wbuf_begin(&w, MGPU__SM_GET, 1);
+  mgpu__store_put_u64(&w, 0);
+  mgpu__store_put_str(&w, "bad\nname", 255);
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  ASSERT_EQ(mgpu__store_decode(w.data, w.len, &m, why, sizeof why),
+            MGPU_EINVAL);
+  mgpu__store_msg_free(&m);
+  mgpu__store_wbuf_free(&w);
+  /* Both keys at once. */
+  mgpu__store_wbuf_begin(&w, MGPU__SM_DELETE, 1);
+  mgpu__store_put_u64(&w, 3);
+  mgpu__store_put_str(&w, "x", 255);
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  ASSERT_EQ(mgpu__store_decode(w.data, w.len, &m, why, sizeof why),
+            MGPU_EINVAL);
+  ASSERT(strstr(why, "exactly one") != NULL);
+  mgpu__store_msg_free(&m);
+  mgpu__store_wbuf_free(&w);
+  /* A list count far beyond the bytes allocates nothing and fails. */
+  mgpu__store_wbuf_begin(&w, MGPU__SM_LIST | MGPU__SM_REPLY, 1);
+  mgpu__store_put_u32(&w, 0xffffffffu);
+  mgpu__store_put_u8(&w, 0);
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  ASSERT_EQ(mgpu__store_decode(w.data, w.len, &m, why, sizeof why),
+            MGPU_EINVAL);
+  ASSERT(m.entries == NULL);
+  mgpu__store_msg_free(&m);
+  mgpu__store_wbuf_free(&w);
+  /* A header announcing more than the maximum. */
+  uint8_t hdr[16] = {'M', 'G', 'S', 'T', 1, 0, 1, 0, 0, 0, 0, 0,
+                     0xff, 0xff, 0xff, 0x7f};
+  uint32_t plen;
+  ASSERT_EQ(mgpu__store_header_check(hdr, &plen, why, sizeof why),
+            MGPU_EINVAL);
+  ASSERT(strstr(why, "maximum") != NULL);
+  /* Random bytes never crash the decoder. */
+  uint64_t seed = 12345;
+  uint8_t buf[300];
+  for (int i = 0; i < 20000; i++) {
+    size_t n = test_rand(&seed) % sizeof buf;
+    for (size_t k = 0; k < n; k++) buf[k] = (uint8_t)test_rand(&seed);
+    if (n >= 16) {
+      memcpy(buf, "MGST\1\0", 6);
+      buf[6] = (uint8_t)(test_rand(&seed) % 9);
+      buf[7] = (test_rand(&seed) & 1) ? 0x80 : 0;
+      uint32_t pl = (uint32_t)(n - 16);
+      memcpy(buf + 12, &pl, 4);
+    }
+    mgpu__store_decode(buf, n, &m, why, sizeof why);
+    mgpu__store_msg_free(&m);
+  }
+  return 0;
+}
+
+/* ---- two processes share bytes ---- */
+
+typedef struct share_args {
+  int to_parent, from_parent; /* pipe ends */
+  size_t size;
+  unsigned seed;
+  int dev;
+  const char *name;
+} share_args;
+
+static int creator_main(store_env *env, void *arg) {
+  share_args *a = arg;
+  ASSERT_OK(mgpu_init(NULL));
+  mgpu_store *st;
+  mgpu_store_object *obj;
+  ASSERT_OK(mgpu_store_connect(&st, env->path));
+  ASSERT_OK(mgpu_store_create(st, a->dev, a->size, a->name, &obj));
+  ASSERT_EQ(mgpu_store_object_size(obj), a->size);
+  ASSERT_EQ(mgpu_store_object_device(obj), a->dev);
+  fill_pattern(mgpu_store_object_ptr(obj), a->size, a->seed);
+  ASSERT_OK(mgpu_store_seal(obj));
+  ASSERT_OK(mgpu_store_release(obj));
+  ASSERT_OK(mgpu_store_disconnect(st));
+  return 0;
+}
+
+static int reader_main(store_env *env, void *arg) {
+  share_args *a = arg;
+  ASSERT_OK(mgpu_init(NULL));
+  mgpu_store *st;
+  mgpu_store_object *obj;
+  ASSERT_OK(mgpu_store_connect(&st, env->path));
+  ASSERT_OK(mgpu_store_get_by_name(st, a->name, &obj));
+  ASSERT_EQ(mgpu_store_object_size(obj), a->size);
+  ASSERT_EQ(mgpu_store_object_device(obj), a->dev);
+  ASSERT(check_pattern(mgpu_store_object_ptr(obj), a->size, a->seed));
+  /* The same object by id maps once and reads the same. */
+  mgpu_store_object *again;
+  ASSERT_OK(mgpu_store_get(st, mgpu_store_object_id(obj), &again));
+  ASSERT(mgpu_store_object_ptr(again) == mgpu_store_object_ptr(obj));
+  ASSERT_OK(mgpu_store_release(again));
+  ASSERT(check_pattern(mgpu_store_object_ptr(obj), a->size, a->seed));
+  /* A write into the mapping is refused by the hardware: try it in a
+   * grandchild, which must die of SIGSEGV. */
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    ((volatile uint8_t *)mgpu_store_object_ptr(obj))[0] = 1;
+    _exit(0);
+  }
+  int status = store_wait(pid, 10000);
+  ASSERT(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+  ASSERT_OK(mgpu_store_release(obj));
+  ASSERT_ERR(MGPU_EFREED, mgpu_store_release(obj));
+  ASSERT_OK(mgpu_store_disconnect(st));
+  return 0;
+}
+
+TEST_IMPL(share_two_processes) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  share_args a = {.size = 3 * MIB + 123, .seed = 5, .dev = 1, .name = "w"};
+  ASSERT_CHILD_OK(store_spawn(creator_main, &env, &a), 60000);
+  ASSERT_CHILD_OK(store_spawn(reader_main, &env, &a), 60000);
+  /* The sealed object outlives both, unreferenced. */
+  store_expect_counts(&env, 1, 0);
+  mgpu_store *st;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  mgpu_store_entry *e;
+  size_t n;
+  ASSERT_OK(mgpu_store_list(st, &e, &n));
+  ASSERT_EQ(n, 1);
+  ASSERT(strcmp(e[0].name, "w") == 0);
+  ASSERT_EQ(e[0].bytes, a.size);
+  ASSERT(e[0].sealed && !e[0].deleted);
+  mgpu_store_list_free(e);
+  int deferred = -1;
+  ASSERT_OK(mgpu_store_delete_by_name(st, "w", &deferred));
+  ASSERT_EQ(deferred, 0);
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- lifetimes in one process ---- */
+
+TEST_IMPL(lifetimes) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  mgpu_store *a, *b;
+  ASSERT_OK(mgpu_store_connect(&a, env.path));
+  ASSERT_OK(mgpu_store_connect(&b, env.path));
+  mgpu_store_object *o, *g, *x;
+  ASSERT_OK(mgpu_store_create(a, 0, 4096, "obj", &o));
+  ASSERT_ERR(MGPU_EEXIST, mgpu_store_create(a, 0, 10, "obj", &x));
+  ASSERT_DETAIL_HAS("obj");
+  /* Not gettable before the seal; only its creator seals it. */
+  ASSERT_ERR(MGPU_EAGAIN, mgpu_store_get_by_name(b, "obj", &g));
+  ASSERT_ERR(MGPU_ENOENT, mgpu_store_get_by_name(b, "nothing", &g));
+  ASSERT_ERR(MGPU_ENOENT, mgpu_store_get(b, 999, &g));
+  ASSERT_DETAIL_HAS("999");
+  memset(mgpu_store_object_ptr(o), 0x5a, 4096);
+  ASSERT_OK(mgpu_store_seal(o));
+  ASSERT_ERR(MGPU_EALREADY, mgpu_store_seal(o));
+  ASSERT_OK(mgpu_store_get_by_name(b, "obj", &g));
+  uint64_t id = mgpu_store_object_id(g);
+  ASSERT_EQ(id, mgpu_store_object_id(o));
+  /* Deleted while b maps it: deferred, no longer gettable, still
+   * readable, and its name is free again. */
+  int deferred = 0;
+  ASSERT_OK(mgpu_store_delete(a, id, &deferred));
+  ASSERT_EQ(deferred, 1);
+  ASSERT_ERR(MGPU_ENOENT, mgpu_store_get(a, id, &x));
+  ASSERT_DETAIL_HAS("deleted");
+  ASSERT_ERR(MGPU_ENOENT, mgpu_store_delete(a, id, NULL));
+  ASSERT_OK(mgpu_store_release(o));
+  uint8_t *p = mgpu_store_object_ptr(g);
+  for (int i = 0; i < 4096; i++) ASSERT_EQ(p[i], 0x5a);
+  mgpu_store_stats s = {.size = sizeof s};
+  ASSERT_OK(mgpu_store_stats_get(a, &s));
+  ASSERT_EQ(s.objects, 1);
+  ASSERT_EQ(s.refs, 1);
+  ASSERT_EQ(s.clients, 2);
+  ASSERT_EQ(s.ndevices, 4);
+  ASSERT_EQ(s.devices[0].in_use, 4096);
+  ASSERT_EQ(s.devices[0].held, 4096);
+  ASSERT_EQ(s.devices[0].objects, 1);
+  ASSERT_OK(mgpu_store_create(a, 0, 8, "obj", &x)); /* the name is free */
+  ASSERT_OK(mgpu_store_release(g));
+  /* An unsealed object released by its creator stays until deleted. */
+  ASSERT_OK(mgpu_store_release(x));
+  ASSERT_OK(mgpu_store_stats_get(a, &s));
+  ASSERT_EQ(s.objects, 1);
+  ASSERT_EQ(s.devices[0].in_use, 8);
+  ASSERT_OK(mgpu_store_delete_by_name(b, "obj", NULL));
+  /* Bad handles and arguments. */
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_store_release(NULL));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_store_create(a, 0, 0, NULL, &x));
+  ASSERT_ERR(MGPU_ENODEV, mgpu_store_create(a, 9, 10, NULL, &x));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_store_create(a, 0, 10, "bad\tname", &x));
+  ASSERT_EQ(mgpu_store_object_ptr(o), NULL);
+  ASSERT_OK(mgpu_store_disconnect(a));
+  ASSERT_OK(mgpu_store_disconnect(b));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_store_disconnect(b));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+TEST_IMPL(mirror) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  mgpu_store *st;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  mgpu_store_object *o, *g;
+  size_t n = 100000;
+  ASSERT_OK(mgpu_store_create(st, 2, n, "m", &o));
+  uint8_t *host;
+  ASSERT_OK(mgpu_store_mirror_begin(o, 0, (void **)&host));
+  void *second;
+  ASSERT_ERR(MGPU_EALREADY, mgpu_store_mirror_begin(o, 0, &second));
+  fill_pattern(host, n, 3);
+  ASSERT_OK(mgpu_store_mirror_end(o)); /* writable: written back */
+  ASSERT(check_pattern(mgpu_store_object_ptr(o), n, 3));
+  ASSERT_OK(mgpu_store_seal(o));
+  ASSERT_OK(mgpu_store_get_by_name(st, "m", &g));
+  ASSERT_OK(mgpu_store_mirror_begin(g, 1, (void **)&host));
+  ASSERT(check_pattern(host, n, 3));
+  host[0] ^= 0xff;
+  ASSERT_OK(mgpu_store_mirror_end(g)); /* read-only: dropped */
+  ASSERT(check_pattern(mgpu_store_object_ptr(g), n, 3));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_store_mirror_end(g));
+  /* A mirror still open is freed with its object. */
+  ASSERT_OK(mgpu_store_mirror_begin(g, 1, (void **)&host));
+  ASSERT_OK(mgpu_store_release(g));
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_delete_by_name(st, "m", NULL));
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- capacity and eviction ---- */
+
+TEST_IMPL(capacity_evicts_lru) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 1 * MIB);
+  test_init();
+  mgpu_store *st;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  mgpu_store_object *o[3], *held, *x;
+  const char *names[3] = {"a", "b", "c"};
+  for (int i = 0; i < 2; i++) {
+    ASSERT_OK(mgpu_store_create(st, 0, 400 * 1024, names[i], &o[i]));
+    ASSERT_OK(mgpu_store_seal(o[i]));
+    ASSERT_OK(mgpu_store_release(o[i]));
+  }
+  /* "a" is used again, so "b" is the least recently used. */
+  ASSERT_OK(mgpu_store_get_by_name(st, "a", &held));
+  ASSERT_OK(mgpu_store_release(held));
+  ASSERT_OK(mgpu_store_create(st, 0, 400 * 1024, names[2], &o[2]));
+  ASSERT_ERR(MGPU_ENOENT, mgpu_store_get_by_name(st, "b", &x));
+  ASSERT_OK(mgpu_store_get_by_name(st, "a", &held));
+  /* "a" is held and "c" unsealed: nothing can go, so 600 KiB does not
+   * fit, and the detail says why. Other devices are not touched. */
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_store_create(st, 0, 600 * 1024, NULL, &x));
+  ASSERT_DETAIL_HAS("capacity 1048576");
+  ASSERT_DETAIL_HAS("held");
+  ASSERT_OK(mgpu_store_create(st, 1, 600 * 1024, NULL, &x));
+  mgpu_store_stats s = {.size = sizeof s};
+  ASSERT_OK(mgpu_store_stats_get(st, &s));
+  ASSERT_EQ(s.evictions, 1);
+  ASSERT_EQ(s.devices[0].capacity, MIB);
+  ASSERT_EQ(s.devices[0].in_use, 800 * 1024);
+  ASSERT_OK(mgpu_store_disconnect(st)); /* aborts "c" and x, drops "a" */
+  store_expect_counts(&env, 1, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- eight clients at once ---- */
+
+static int busy_main(store_env *env, void *arg) {
+  int me = *(int *)arg;
+  ASSERT_OK(mgpu_init(NULL));
+  mgpu_store *st;
+  ASSERT_OK(mgpu_store_connect(&st, env->path));
+  char name[32];
+  for (int i = 0; i < 1000; i++) {
+    mgpu_store_object *o, *g;
+    snprintf(name, sizeof name, "c%d-%d", me, i % 5);
+    size_t size = 64 + (size_t)(i % 7) * 1000;
+    int rc = mgpu_store_create(st, (me + i) % 4, size, name, &o);
+    if (rc != 0) {
+      fprintf(stderr, "client %d op %d: %s %s\n", me, i, mgpu_err_name(rc),
+              mgpu_error_detail());
+      return 1;
+    }
+    uint8_t *p = mgpu_store_object_ptr(o);
+    memset(p, me * 16 + i % 16, size);
+    ASSERT_OK(mgpu_store_seal(o));
+    ASSERT_OK(mgpu_store_get_by_name(st, name, &g));
+    const uint8_t *q = mgpu_store_object_ptr(g);
+    ASSERT(q[0] == (uint8_t)(me * 16 + i % 16) &&
+           q[size - 1] == (uint8_t)(me * 16 + i % 16));
+    ASSERT_OK(mgpu_store_delete_by_name(st, name, NULL));
+    ASSERT_OK(mgpu_store_release(g));
+    ASSERT_OK(mgpu_store_release(o));
+  }
+  ASSERT_OK(mgpu_store_disconnect(st));
+  return 0;
+}
+
+TEST_IMPL(eight_clients) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  pid_t pids[8];
+  int ids[8];
+  for (int i = 0; i < 8; i++) {
+    ids[i] = i;
+    pids[i] = store_spawn(busy_main, &env, &ids[i]);
+  }
+  for (int i = 0; i < 8; i++) ASSERT_CHILD_OK(pids[i], 240000);
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- kill -9 of clients ---- */
+
+typedef struct victim_args {
+  int ready; /* pipe end: the victim says it is in place */
+  int what;  /* 0 in create (unsealed), 1 holding a get, 2 in a mirror,
+                3 looping creates and gets */
+} victim_args;
+
+static int victim_main(store_env *env, void *arg) {
+  victim_args *a = arg;
+  ASSERT_OK(mgpu_init(NULL));
+  mgpu_store *st;
+  mgpu_store_object *o, *g;
+  ASSERT_OK(mgpu_store_connect(&st, env->path));
+  void *host;
+  switch (a->what) {
+    case 0:
+      ASSERT_OK(mgpu_store_create(st, 1, MIB, "unsealed", &o));
+      break;
+    case 1:
+      ASSERT_OK(mgpu_store_get_by_name(st, "kept", &g));
+      break;
+    case 2:
+      ASSERT_OK(mgpu_store_get_by_name(st, "kept", &g));
+      ASSERT_OK(mgpu_store_mirror_begin(g, 1, &host));
+      break;
+    default:
+      store_signal(a->ready);
+      for (int i = 0;; i++) {
+        if (mgpu_store_create(st, i % 4, 4096, NULL, &o) != 0) return 1;
+        if (i % 2 == 0 && mgpu_store_seal(o) != 0) return 1;
+        if (i % 3 == 0 && mgpu_store_get_by_name(st, "kept", &g) != 0)
+          return 1;
+      }
+  }
+  store_signal(a->ready);
+  for (;;) pause();
+}
+
+TEST_IMPL(kill_clients) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  /* The victims are forked: this process stays uninitialized. */
+  share_args kept = {.size = 8192, .seed = 1, .dev = 0, .name = "kept"};
+  ASSERT_CHILD_OK(store_spawn(creator_main, &env, &kept), 60000);
+  mgpu_store *st;
+  for (int what = 0; what < 4; what++) {
+    int p[2];
+    ASSERT(pipe(p) == 0);
+    victim_args a = {p[1], what};
+    pid_t pid = store_spawn(victim_main, &env, &a);
+    ASSERT_OK(store_await(p[0], 30000));
+    if (what == 3) store_sleep_ms(50); /* in the middle of its loop */
+    kill(pid, SIGKILL);
+    int status = store_wait(pid, 10000);
+    ASSERT(status != -1 && WIFSIGNALED(status));
+    close(p[0]);
+    close(p[1]);
+    /* Everything it held or had not sealed is gone; "kept" and the
+     * objects it sealed (what == 3) stay, unreferenced. */
+    if (what < 3) store_expect_counts(&env, 1, 0);
+  }
+  mgpu_store_stats s = {.size = sizeof s};
+  for (int i = 0; i < 400; i++) {
+    ASSERT_OK(mgpu_store_connect(&st, env.path));
+    ASSERT_OK(mgpu_store_stats_get(st, &s));
+    if (s.refs == 0 && s.clients == 1) break;
+    ASSERT_OK(mgpu_store_disconnect(st));
+    store_sleep_ms(10);
+  }
+  ASSERT_EQ(s.refs, 0);
+  ASSERT_EQ(s.clients, 1);
+  mgpu_store_entry *e;
+  size_t n;
+  ASSERT_OK(mgpu_store_list(st, &e, &n));
+  for (size_t i = 0; i < n; i++) {
+    ASSERT(e[i].sealed); /* unsealed ones were aborted */
+    ASSERT_OK(mgpu_store_delete(st, e[i].id, NULL));
+  }
+  mgpu_store_list_free(e);
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  ASSERT(store_log_has(&env, "disconnected"));
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- the daemon dies under connected clients ---- */
+
+TEST_IMPL(daemon_restart) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  mgpu_store *st;
+  mgpu_store_object *o, *g, *x;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  ASSERT_OK(mgpu_store_create(st, 3, 65536, "survivor", &o));
+  fill_pattern(mgpu_store_object_ptr(o), 65536, 9);
+  ASSERT_OK(mgpu_store_seal(o));
+  ASSERT_OK(mgpu_store_get_by_name(st, "survivor", &g));
+  kill(env.daemon, SIGKILL);
+  ASSERT(store_wait(env.daemon, 10000) != -1);
+  env.daemon = 0;
+  /* Every call now says the daemon is gone, at once, and keeps saying it. */
+  ASSERT_ERR(MGPU_ESTORE, mgpu_store_get_by_name(st, "survivor", &x));
+  ASSERT_DETAIL_HAS(env.path);
+  ASSERT_ERR(MGPU_ESTORE, mgpu_store_create(st, 0, 10, NULL, &x));
+  mgpu_store_stats s = {.size = sizeof s};
+  ASSERT_ERR(MGPU_ESTORE, mgpu_store_stats_get(st, &s));
+  /* What was mapped stays readable until released. */
+  ASSERT(check_pattern(mgpu_store_object_ptr(g), 65536, 9));
+  ASSERT_ERR(MGPU_ESTORE, mgpu_store_release(g));
+  ASSERT(check_pattern(mgpu_store_object_ptr(o), 65536, 9));
+  /* A new daemon on the same path; the old connection stays dead. */
+  store_daemon_start(&env, 0);
+  ASSERT_ERR(MGPU_ESTORE, mgpu_store_get_by_name(st, "survivor", &x));
+  mgpu_store *st2;
+  ASSERT_OK(mgpu_store_connect(&st2, env.path));
+  ASSERT_ERR(MGPU_ENOENT, mgpu_store_get_by_name(st2, "survivor", &x));
+  ASSERT_OK(mgpu_store_create(st2, 3, 100, "survivor", &x));
+  ASSERT_OK(mgpu_store_disconnect(st)); /* releases o locally */
+  ASSERT_OK(mgpu_store_disconnect(st2));
+  /* A second daemon on a live path is refused. */
+  store_env other = env;
+  pid_t second = store_daemon_exec(&other, 0);
+  int status = store_wait(second, 30000);
+  ASSERT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  ASSERT(store_log_has(&env, "already serves"));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  /* No daemon at all: a clear error, no hang. */
+  ASSERT_ERR(MGPU_ESTORE, mgpu_store_connect(&st, env.path));
+  ASSERT_DETAIL_HAS("no store daemon");
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- another user ---- */
+
+static int stranger_main(store_env *env, void *arg) {
+  (void)arg;
+  struct passwd *pw = getpwnam("nobody");
+  if (pw == NULL || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0)
+    return 3;
+  mgpu_store *st;
+  int rc = mgpu_store_connect(&st, env->path);
+  if (rc != MGPU_EACCES) {
+    fprintf(stderr, "stranger: %s: %s\n", mgpu_err_name(rc),
+            mgpu_error_detail());
+    return 1;
+  }
+  return strstr(mgpu_error_detail(), "serves uid") != NULL ? 0 : 2;
+}
+
+TEST_IMPL(other_user_refused) {
+  if (geteuid() != 0 || getpwnam("nobody") == NULL) return TEST_SKIP;
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  /* Open the way on purpose: only the daemon's uid check stands. */
+  ASSERT(chmod(env.dir, 0755) == 0);
+  ASSERT(chmod(env.path, 0666) == 0);
+  ASSERT_CHILD_OK(store_spawn(stranger_main, &env, NULL), 30000);
+  ASSERT(store_log_has(&env, "refused client"));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- malformed and truncated messages ---- */
+
+static int raw_connect(store_env *env) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", env->path);
+  ASSERT(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+  return fd;
+}
+
+/* Sends the bytes and expects the daemon to close the connection. */
+static void expect_closed(store_env *env, const void *bytes, size_t n,
+                          const char *logged) {
+  int fd = raw_connect(env);
+  ASSERT(send(fd, bytes, n, MSG_NOSIGNAL) == (ssize_t)n);
+  struct pollfd p = {fd, POLLIN, 0};
+  char buf[4096];
+  for (;;) {
+    ASSERT(poll(&p, 1, 10000) == 1);
+    ssize_t r = recv(fd, buf, sizeof buf, 0);
+    if (r <= 0) break; /* closed */
+  }
+  close(fd);
+  for (int i = 0; i < 200 && !store_log_has(env, logged); i++)
+    store_sleep_ms(10);
+  if (!store_log_has(env, logged)) {
+    fprintf(stderr, "daemon log lacks \"%s\"\n", logged);
+    abort();
+  }
+}
+
+TEST_IMPL(malformed_messages) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  /* A good client holds an object throughout: nothing below may harm it. */
+  mgpu_store *good;
+  mgpu_store_object *o;
+  ASSERT_OK(mgpu_store_connect(&good, env.path));
+  ASSERT_OK(mgpu_store_create(good, 0, 4096, "good", &o));
+  expect_closed(&env, "GARBAGE-GARBAGE-GARBAGE", 23, "bad magic");
+  uint8_t v9[16] = {'M', 'G', 'S', 'T', 9, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0};
+  expect_closed(&env, v9, sizeof v9, "unknown protocol version 9");
+  uint8_t huge[16] = {'M', 'G', 'S', 'T', 1, 0, 1, 0, 1, 0, 0, 0,
+                      0, 0, 0, 0x40};
+  expect_closed(&env, huge, sizeof huge, "over the maximum");
+  /* Not a hello first. */
+  mgpu__store_wbuf w = {0};
+  mgpu__store_wbuf_begin(&w, MGPU__SM_STATS, 1);
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  expect_closed(&env, w.data, w.len, "not hello");
+  mgpu__store_wbuf_free(&w);
+  /* A hello, then a create whose field is cut short. */
+  mgpu__store_wbuf_begin(&w, MGPU__SM_HELLO, 1);
+  mgpu__store_put_u32(&w, 1);
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  mgpu__store_wbuf_begin(&w, MGPU__SM_CREATE, 2);
+  mgpu__store_put_u16(&w, 30); /* a 30-byte uuid that is not there */
+  mgpu__store_put_bytes(&w, "abc", 3);
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  expect_closed(&env, w.data, w.len, "bad or truncated field 'device uuid'");
+  mgpu__store_wbuf_free(&w);
+  /* A message cut short by the client's end: the daemon notices. */
+  mgpu__store_wbuf_begin(&w, MGPU__SM_HELLO, 1);
+  mgpu__store_put_u32(&w, 1);
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  int fd = raw_connect(&env);
+  ASSERT(send(fd, w.data, w.len - 2, MSG_NOSIGNAL) == (ssize_t)w.len - 2);
+  close(fd);
+  for (int i = 0; i < 200 && !store_log_has(&env, "middle of a message"); i++)
+    store_sleep_ms(10);
+  ASSERT(store_log_has(&env, "middle of a message"));
+  mgpu__store_wbuf_free(&w);
+  /* The good client never noticed. */
+  ASSERT_OK(mgpu_store_seal(o));
+  mgpu_store_object *g;
+  ASSERT_OK(mgpu_store_get_by_name(good, "good", &g));
+  ASSERT_OK(mgpu_store_release(g));
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_delete_by_name(good, "good", NULL));
+  ASSERT_OK(mgpu_store_disconnect(good));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+TEST_LIST_BEGIN
+TEST_ENTRY(proto_roundtrip)
+TEST_ENTRY(proto_rejects)
+TEST_ENTRY(share_two_processes)
+TEST_ENTRY(lifetimes)
+TEST_ENTRY(mirror)
+TEST_ENTRY(capacity_evicts_lru)
+TEST_ENTRY(eight_clients)
+TEST_ENTRY(kill_clients)
+TEST_ENTRY(daemon_restart)
+TEST_ENTRY(other_user_refused)
+TEST_ENTRY(malformed_messages)
+TEST_LIST_END
