@@ -254,6 +254,163 @@ TEST_IMPL(deleters_on_other_threads) {
   return 0;
 }
 
+/* A tensor over host memory of the test's own, counting its deleter. */
+typedef struct {
+  DLManagedTensorVersioned t;
+  int64_t shape[2], strides[2];
+  int deleted;
+  float data[64];
+} own_tensor;
+
+static void own_deleter(DLManagedTensorVersioned *self) {
+  ((own_tensor *)self->manager_ctx)->deleted++;
+}
+
+static void own_init(own_tensor *o, int64_t rows, int64_t cols) {
+  memset(o, 0, sizeof *o);
+  for (int i = 0; i < 64; i++) o->data[i] = (float)i;
+  o->shape[0] = rows;
+  o->shape[1] = cols;
+  o->strides[0] = cols;
+  o->strides[1] = 1;
+  o->t.version.major = 1;
+  o->t.version.minor = 1;
+  o->t.manager_ctx = o;
+  o->t.deleter = own_deleter;
+  o->t.dl_tensor.data = o->data;
+  o->t.dl_tensor.device.device_type = kDLCPU;
+  o->t.dl_tensor.ndim = 2;
+  o->t.dl_tensor.dtype = F32;
+  o->t.dl_tensor.shape = o->shape;
+  o->t.dl_tensor.strides = o->strides;
+}
+
+/* Host memory another library owns becomes a buffer without a copy; the
+ * owner's deleter runs exactly once, at mgpu_free. */
+TEST_IMPL(import_host_tensor) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2";
+  ASSERT_OK(mgpu_init(&cfg));
+  own_tensor o;
+  own_init(&o, 4, 8);
+  o.t.dl_tensor.byte_offset = 8 * sizeof(float); /* rows 1.. of 5 */
+  uint64_t before = mem_in_use(1);
+  mgpu_buffer *b;
+  ASSERT_OK(mgpu_set_device(1));
+  ASSERT_OK(mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  ASSERT_EQ(mgpu_buffer_device(b), 1);
+  ASSERT(mgpu_buffer_ptr(b) == &o.data[8]);
+  ASSERT_EQ(mgpu_buffer_size(b), 32 * sizeof(float));
+  ASSERT_EQ(mem_in_use(1), before); /* not counted: not mgpu's */
+  /* mgpu writes land in the owner's memory. */
+  mgpu_buffer *src;
+  ASSERT_OK(mgpu_malloc(&src, 0, 16));
+  float v[4] = {-1, -2, -3, -4};
+  ASSERT_OK(mgpu_memcpy_htod(src, 0, v, sizeof v));
+  ASSERT_OK(mgpu_memcpy(b, 4, src, 0, sizeof v));
+  ASSERT(o.data[9] == -1 && o.data[12] == -4 && o.data[13] == 13);
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_EQ(o.deleted, 0);
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_EQ(o.deleted, 1);
+  /* Put on device 0 explicitly; released by shutdown when never freed. */
+  own_init(&o, 2, 2);
+  o.t.dl_tensor.strides = NULL;
+  ASSERT_OK(mgpu_buffer_from_dlpack(&b, 0, &o.t));
+  ASSERT_EQ(mgpu_buffer_device(b), 0);
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_EQ(o.deleted, 1);
+  return 0;
+}
+
+/* A read-only tensor gives a read-only buffer. */
+TEST_IMPL(import_read_only) {
+  test_init();
+  own_tensor o;
+  own_init(&o, 2, 4);
+  o.t.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  mgpu_buffer *b, *dst;
+  ASSERT_OK(mgpu_buffer_from_dlpack(&b, 0, &o.t));
+  ASSERT_EQ(mgpu_buffer_is_readonly(b), 1);
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_memset_async(b, 0, 0, 8, s));
+  ASSERT(o.data[1] == 1.0f);
+  ASSERT_OK(mgpu_malloc(&dst, 0, 32));
+  ASSERT_OK(mgpu_memcpy(dst, 0, b, 0, 32)); /* reading is fine */
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_EQ(o.deleted, 1);
+  return 0;
+}
+
+TEST_IMPL(import_errors) {
+  test_init();
+  own_tensor o;
+  own_init(&o, 4, 8);
+  mgpu_buffer *b = (void *)&b;
+  o.strides[0] = 16; /* every other row: not contiguous */
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  ASSERT_DETAIL_HAS("not contiguous");
+  ASSERT(b == NULL);
+  o.strides[0] = 8;
+  o.shape[0] = 1;
+  o.strides[0] = 12345; /* an extent of 1 may have any stride */
+  ASSERT_OK(mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_EQ(o.deleted, 1);
+  own_init(&o, 4, 8);
+  o.t.dl_tensor.device.device_type = kDLCUDA;
+  o.t.dl_tensor.device.device_id = 7;
+  ASSERT_ERR(MGPU_ENODEV, mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  ASSERT_DETAIL_HAS("kDLCUDA");
+  ASSERT_ERR(MGPU_EWRONGDEV, mgpu_buffer_from_dlpack(&b, 0, &o.t));
+  o.t.dl_tensor.device.device_type = kDLOpenCL;
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  own_init(&o, 0, 8);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  ASSERT_DETAIL_HAS("empty");
+  own_init(&o, -1, 8);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  own_init(&o, 4, 8);
+  o.t.version.major = 2;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  o.t.version.major = 1;
+  ASSERT_ERR(MGPU_ENODEV, mgpu_buffer_from_dlpack(&b, 99, &o.t));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_from_dlpack(NULL, -1, &o.t));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_from_dlpack(&b, -1, NULL));
+  ASSERT_EQ(o.deleted, 0); /* a failed import leaves the tensor alone */
+  return 0;
+}
+
+/* An export imported again, and an import exported again: each memory is
+ * released once, by the last holder. */
+TEST_IMPL(import_export_chain) {
+  test_init();
+  own_tensor o;
+  own_init(&o, 4, 4);
+  mgpu_buffer *imp, *own, *back;
+  ASSERT_OK(mgpu_buffer_from_dlpack(&imp, 0, &o.t));
+  int64_t shape[1] = {16};
+  DLManagedTensorVersioned *t;
+  ASSERT_OK(mgpu_buffer_dlpack(imp, 0, F32, 1, shape, NULL, &t));
+  ASSERT_OK(mgpu_free(imp));
+  ASSERT_EQ(o.deleted, 0); /* the export still holds the memory */
+  ((float *)t->dl_tensor.data)[0] = 42;
+  t->deleter(t);
+  ASSERT_EQ(o.deleted, 1);
+  ASSERT(o.data[0] == 42);
+  /* mgpu's own buffer, exported and imported on another device. */
+  ASSERT_OK(mgpu_malloc(&own, 0, 64));
+  ASSERT_OK(mgpu_buffer_dlpack(own, 0, F32, 1, shape, NULL, &t));
+  ASSERT_OK(mgpu_buffer_from_dlpack(&back, 1, t));
+  ASSERT(mgpu_buffer_ptr(back) == mgpu_buffer_ptr(own));
+  ASSERT_OK(mgpu_free(own));
+  ASSERT_OK(mgpu_memcpy(back, 0, back, 32, 16)); /* still valid memory */
+  ASSERT_OK(mgpu_free(back)); /* calls the export's deleter: all freed */
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(export_view_shares_memory)
 TEST_ENTRY(export_device_of_each_kind)
@@ -261,4 +418,8 @@ TEST_ENTRY(export_errors)
 TEST_ENTRY(free_while_exported_defers)
 TEST_ENTRY(deleter_after_shutdown)
 TEST_ENTRY(deleters_on_other_threads)
+TEST_ENTRY(import_host_tensor)
+TEST_ENTRY(import_read_only)
+TEST_ENTRY(import_errors)
+TEST_ENTRY(import_export_chain)
 TEST_LIST_END

@@ -51,6 +51,36 @@ MGPU_EXTERN int mgpu_buffer_dlpack(mgpu_buffer *buf, size_t offset,
                                    const int64_t *strides,
                                    DLManagedTensorVersioned **managed);
 
+/* Makes *buf a buffer over the memory of a DLPack managed tensor another
+ * library owns (a NumPy array, a CuPy array, a PyTorch tensor), without a
+ * copy: every mgpu call takes it as a buffer of its own (it is
+ * mgpu_buffer_wrap'ed, so it does not count against the device's budget).
+ * On success the buffer owns managed: mgpu_free (or mgpu_shutdown, or the
+ * last deleter of an export of the buffer) calls managed->deleter exactly
+ * once. On failure managed stays the caller's, untouched.
+ *
+ * dev: the mgpu device to put it on, or -1 for the one its memory lives on.
+ * kDLCPU and kDLCUDAHost memory goes on a host device (dev -1: the calling
+ * thread's current device if it is a host device, else the first one);
+ * kDLCUDA and kDLCUDAManaged memory of CUDA GPU n on a device cut from GPU
+ * n (dev -1: the first such device). kDLCUDAHost memory may also go on a
+ * device of any CUDA GPU, as pinned memory.
+ *
+ * The buffer covers the tensor's elements from data + byte_offset, which
+ * must be compact row-major (strides NULL, or those of a C-order array;
+ * extents of 1 may have any stride). A tensor flagged
+ * DLPACK_FLAG_BITMASK_READ_ONLY gives a read-only buffer (MGPU_EREADONLY
+ * on writes).
+ *
+ * Errors: MGPU_EINVAL (NULL arguments, a version other than 1.x, a dtype
+ * that is not whole bytes, an empty or non-contiguous tensor, negative
+ * extents), MGPU_ENODEV (memory on a device mgpu did not open: a GPU with
+ * no open device, or no host device open for host memory), MGPU_EWRONGDEV
+ * (dev cannot reach that memory), MGPU_ENOTSUP (another device type);
+ * the detail names the device type and id, the shape or the stride. */
+MGPU_EXTERN int mgpu_buffer_from_dlpack(mgpu_buffer **buf, int dev,
+                                        DLManagedTensorVersioned *managed);
+
 /* The DLPack device of buf's memory (as mgpu_buffer_dlpack reports it). */
 MGPU_EXTERN int mgpu_buffer_dldevice(mgpu_buffer *buf, DLDevice *device);
 

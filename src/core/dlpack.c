@@ -148,3 +148,127 @@ int mgpu_buffer_dlpack(mgpu_buffer *h, size_t offset, DLDataType dtype,
   *managed = t;
   return 0;
 }
+
+/* ---- import ---- */
+
+static void release_managed(void *ptr, size_t size, void *arg) {
+  (void)ptr;
+  (void)size;
+  DLManagedTensorVersioned *t = arg;
+  if (t->deleter != NULL) t->deleter(t);
+}
+
+static const char *dl_type_name(int type) {
+  switch (type) {
+    case kDLCPU: return "kDLCPU";
+    case kDLCUDA: return "kDLCUDA";
+    case kDLCUDAHost: return "kDLCUDAHost";
+    case kDLCUDAManaged: return "kDLCUDAManaged";
+  }
+  return "an unsupported DLPack device type";
+}
+
+/* Picks the device for memory of type/id (want -1: any that fits) and the
+ * memory kind it is on that device. The backend kind is asked here (see
+ * dl_device_of). */
+static int import_device(int type, int id, int want, int *dev,
+                         mgpu_mem_kind *kind) {
+  int host_mem = type == kDLCPU || type == kDLCUDAHost;
+  int cuda_mem = type == kDLCUDA || type == kDLCUDAManaged;
+  if (!host_mem && !cuda_mem)
+    return mgpu__error(MGPU_ENOTSUP, "mgpu_buffer_from_dlpack: memory of "
+                       "DLPack device type %d (id %d) cannot be used by mgpu",
+                       type, id);
+  if (want >= 0) {
+    mgpu__device *d;
+    int rc = mgpu__device_check(want, &d);
+    if (rc != 0) return rc;
+    int is_cuda = d->ops->kind == MGPU_BACKEND_CUDA;
+    if (host_mem && !is_cuda) {
+      *dev = want;
+      *kind = MGPU_MEM_DEVICE;
+      return 0;
+    }
+    if (is_cuda && type == kDLCUDAHost) {
+      *dev = want;
+      *kind = MGPU_MEM_PINNED;
+      return 0;
+    }
+    if (is_cuda && cuda_mem && d->spec.ordinal == id) {
+      *dev = want;
+      *kind = type == kDLCUDA ? MGPU_MEM_DEVICE : MGPU_MEM_UNIFIED;
+      return 0;
+    }
+    return mgpu__error(MGPU_EWRONGDEV, "mgpu_buffer_from_dlpack: %s memory "
+                       "(id %d) cannot go on device %d (%s %d)",
+                       dl_type_name(type), id, want, is_cuda ? "CUDA GPU"
+                       : "host device", is_cuda ? d->spec.ordinal : want);
+  }
+  int n = mgpu__ndevices(), cur = 0;
+  if (host_mem && mgpu_get_device(&cur) == 0 && cur < n &&
+      mgpu__device_get(cur)->ops->kind != MGPU_BACKEND_CUDA)
+    return import_device(type, id, cur, dev, kind);
+  for (int i = 0; i < n; i++) {
+    mgpu__device *d = mgpu__device_get(i);
+    int is_cuda = d->ops->kind == MGPU_BACKEND_CUDA;
+    if ((host_mem && !is_cuda) || (cuda_mem && is_cuda && d->spec.ordinal == id))
+      return import_device(type, id, i, dev, kind);
+  }
+  return mgpu__error(MGPU_ENODEV, "mgpu_buffer_from_dlpack: %s memory (id "
+                     "%d) is on no device mgpu opened", dl_type_name(type),
+                     id);
+}
+
+int mgpu_buffer_from_dlpack(mgpu_buffer **out, int want,
+                            DLManagedTensorVersioned *t) {
+  if (out != NULL) *out = NULL;
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "mgpu_buffer_from_dlpack: mgpu_init has "
+                       "not been called");
+  if (out == NULL || t == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_buffer_from_dlpack: NULL %s",
+                       out == NULL ? "output pointer" : "managed tensor");
+  if (t->version.major != 1)
+    return mgpu__error(MGPU_EINVAL, "mgpu_buffer_from_dlpack: DLPack version "
+                       "%u.%u, not 1.x", t->version.major, t->version.minor);
+  const DLTensor *x = &t->dl_tensor;
+  const char *what = "mgpu_buffer_from_dlpack";
+  if (x->dtype.bits == 0 || x->dtype.bits % 8 != 0 || x->dtype.lanes == 0)
+    return mgpu__error(MGPU_EINVAL, "%s: dtype of %u bits x %u lanes is not "
+                       "whole bytes", what, x->dtype.bits, x->dtype.lanes);
+  if (x->ndim < 0 || x->ndim > MAX_DIMS || (x->ndim > 0 && x->shape == NULL))
+    return mgpu__error(MGPU_EINVAL, "%s: %d dimensions%s", what, x->ndim,
+                       x->ndim > 0 && x->shape == NULL ? " with NULL shape"
+                                                       : "");
+  uint64_t count = 1, expect = 1;
+  for (int i = x->ndim - 1; i >= 0; i--) {
+    if (x->shape[i] < 0)
+      return mgpu__error(MGPU_EINVAL, "%s: dimension %d has extent %lld",
+                         what, i, (long long)x->shape[i]);
+    if (x->strides != NULL && x->shape[i] > 1 &&
+        (uint64_t)x->strides[i] != expect)
+      return mgpu__error(MGPU_EINVAL, "%s: the tensor is not contiguous "
+                         "(dimension %d has stride %lld, C order needs %llu)",
+                         what, i, (long long)x->strides[i],
+                         (unsigned long long)expect);
+    if (__builtin_mul_overflow(count, (uint64_t)x->shape[i], &count) ||
+        __builtin_mul_overflow(expect, (uint64_t)x->shape[i], &expect))
+      return mgpu__error(MGPU_EINVAL, "%s: the tensor's size overflows", what);
+  }
+  uint64_t size;
+  if (__builtin_mul_overflow(count, (uint64_t)x->dtype.bits / 8 * x->dtype.lanes,
+                             &size) || size > SIZE_MAX)
+    return mgpu__error(MGPU_EINVAL, "%s: the tensor's size overflows", what);
+  if (size == 0 || x->data == NULL)
+    return mgpu__error(MGPU_EINVAL, "%s: an empty tensor (%s) has no memory "
+                       "to wrap", what, size == 0 ? "no elements" : "NULL data");
+  int dev;
+  mgpu_mem_kind kind;
+  int rc = import_device(x->device.device_type, x->device.device_id, want,
+                         &dev, &kind);
+  if (rc != 0) return rc;
+  unsigned flags = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY)
+                       ? MGPU_BUFFER_READONLY : 0;
+  return mgpu_buffer_wrap(out, dev, kind, (char *)x->data + x->byte_offset,
+                          (size_t)size, flags, release_managed, t);
+}
