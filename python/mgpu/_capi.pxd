@@ -60,6 +60,7 @@ cdef extern from "mgpu.h" nogil:
     void *mgpu_buffer_ptr(const mgpu_buffer *buf)
     size_t mgpu_buffer_size(const mgpu_buffer *buf)
     int mgpu_buffer_device(const mgpu_buffer *buf)
+    int mgpu_buffer_is_readonly(const mgpu_buffer *buf)
 
     ctypedef struct mgpu_stream:
         pass
@@ -210,6 +211,7 @@ cdef extern from "mgpu/dlpack.h" nogil:
 cdef extern from "mgpu/interop.h" nogil:
     int mgpu_buffer_dlpack(mgpu_buffer *buf, size_t offset, DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides, DLManagedTensorVersioned **managed)
     int mgpu_buffer_dldevice(mgpu_buffer *buf, DLDevice *device)
+    int mgpu_buffer_from_dlpack(mgpu_buffer **buf, int dev, DLManagedTensorVersioned *managed)
 
 # The headers' initializers, as values (Cython cannot use a braced
 # initializer macro directly).

@@ -1047,13 +1047,99 @@ def full(shape, value, dtype="float32", device=None, *, kind="device"):
     return empty(shape, dtype, device, kind=kind).fill(value)
 
 
+# -- import: memory another library owns, through DLPack
+
+cdef extern from *:
+    """
+    /* A legacy (unversioned) managed tensor seen as a versioned one: the
+     * wrapper's deleter calls the legacy deleter, then frees the wrapper. */
+    typedef struct mgpu_py_legacy {
+      DLManagedTensorVersioned v;
+      DLManagedTensor *legacy;
+    } mgpu_py_legacy;
+    static void mgpu_py_legacy_deleter(DLManagedTensorVersioned *self) {
+      mgpu_py_legacy *w = (mgpu_py_legacy *)self->manager_ctx;
+      DLManagedTensor *l = w->legacy;
+      free(w);
+      if (l->deleter != NULL) l->deleter(l);
+    }
+    static DLManagedTensorVersioned *mgpu_py_legacy_wrap(DLManagedTensor *l) {
+      mgpu_py_legacy *w = (mgpu_py_legacy *)calloc(1, sizeof *w);
+      if (w == NULL) return NULL;
+      w->legacy = l;
+      w->v.version.major = 1;
+      w->v.version.minor = 0;
+      w->v.manager_ctx = w;
+      w->v.deleter = mgpu_py_legacy_deleter;
+      w->v.dl_tensor = l->dl_tensor;
+      return &w->v;
+    }
+    """
+    DLManagedTensorVersioned *mgpu_py_legacy_wrap(DLManagedTensor *l) nogil
+
+
+def from_dlpack(obj, device=None):
+    """An mgpu Array over the memory of obj (anything with ``__dlpack__``:
+    a NumPy or CuPy array, a PyTorch tensor), without a copy.
+
+    The memory goes on device (default: the device it lives on: the current
+    host device for host memory, a device of the same GPU for CUDA memory)
+    and stays the producer's: it is released through its DLPack deleter
+    when the Array and its exports are gone. Raises BufferError for a
+    tensor mgpu cannot take in place (not C-contiguous, on a device mgpu did
+    not open) with the library's detail."""
+    cdef mgpu_buffer *b = NULL
+    cdef DLManagedTensorVersioned *t = NULL
+    cdef DLManagedTensor *legacy = NULL
+    cdef int dev = -1 if device is None else _devno(device)
+    cdef int rc
+    cdef bint versioned
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError("from_dlpack: %s does not speak DLPack"
+                        % type(obj).__name__)
+    try:
+        cap = obj.__dlpack__(max_version=(1, 1))
+    except TypeError:
+        cap = obj.__dlpack__()  # a producer from before DLPack 1.0
+    versioned = PyCapsule_IsValid(cap, b"dltensor_versioned")
+    if versioned:
+        t = <DLManagedTensorVersioned *>PyCapsule_GetPointer(cap, b"dltensor_versioned")
+    elif PyCapsule_IsValid(cap, b"dltensor"):
+        legacy = <DLManagedTensor *>PyCapsule_GetPointer(cap, b"dltensor")
+        t = mgpu_py_legacy_wrap(legacy)
+        if t == NULL:
+            raise MemoryError()
+    else:
+        raise TypeError("from_dlpack: __dlpack__ did not return a DLPack capsule")
+    x = &t.dl_tensor
+    try:
+        dt = _np_dtype_of(x.dtype.code, x.dtype.bits, x.dtype.lanes)
+    except TypeError:
+        if not versioned:
+            free(t.manager_ctx)
+        raise
+    shape = tuple(x.shape[i] for i in range(x.ndim))
+    rc = mgpu_buffer_from_dlpack(&b, dev, t)
+    if rc < 0:
+        err = _error(rc)
+        if not versioned:
+            free(t.manager_ctx)  # the wrapper only; the capsule keeps the tensor
+        raise BufferError(str(err)) from err
+    # The buffer owns the tensor now: the capsule must not delete it.
+    PyCapsule_SetName(cap, b"used_dltensor_versioned" if versioned else b"used_dltensor")
+    cdef Array a = _wrap_buffer(b, shape, dt, "device")
+    a.owner = None
+    return a
+
+
 def asarray(obj, dtype=None, device=None, *, copy=None):
     """An mgpu Array from obj.
 
     An mgpu Array on the requested device (and dtype) is returned as is.
-    Anything else is copied from host data NumPy can read (lists, NumPy
-    arrays, objects speaking DLPack on the CPU) into a new array on device.
-    copy=False refuses to copy.
+    Anything that speaks DLPack (NumPy, CuPy, PyTorch) is taken in place
+    when its memory can go on the device as it is (see from_dlpack);
+    otherwise, or with copy=True, its data is copied into a new array
+    (host data NumPy can read: lists, arrays). copy=False refuses to copy.
     """
     if isinstance(obj, Array):
         a = <Array>obj
@@ -1065,8 +1151,21 @@ def asarray(obj, dtype=None, device=None, *, copy=None):
             raise ValueError("asarray: a copy is needed and copy=False")
         out = a.copy(device) if same_type else asarray(a.numpy(), dtype, device)
         return out
+    if hasattr(obj, "__dlpack__") and copy is not True:
+        same_type = dtype is None
+        if not same_type:
+            try:
+                same_type = _as_dtype(dtype) == _np.dtype(getattr(obj, "dtype", None))
+            except TypeError:
+                same_type = False
+        if same_type:
+            try:
+                return from_dlpack(obj, device)
+            except BufferError:
+                if copy is False:
+                    raise
     if copy is False:
-        raise ValueError("asarray: %s is not an mgpu array and copy=False"
+        raise ValueError("asarray: %s cannot be used in place and copy=False"
                          % type(obj).__name__)
     host = _np.asarray(obj) if not hasattr(obj, "__dlpack__") else _np.from_dlpack(obj)
     dt = _as_dtype(host.dtype if dtype is None else dtype)

@@ -120,7 +120,7 @@ def test_numpy_view_and_copy(mg):
     assert a.numpy()[1, 1] == 1
 
 
-def test_asarray_copies_host_data_to_a_device(mg):
+def test_asarray_of_host_data(mg):
     src = np.arange(12, dtype=np.float64).reshape(3, 4)
     a = mgpu.asarray(src, device=3)
     assert a.device == 3 and a.shape == (3, 4) and a.dtype == np.float64
