@@ -22,6 +22,7 @@ cdef extern from "mgpu.h" nogil:
         const char *plugin_path
         int cuda_green
         int cuda_busy
+        const char *trace
     int mgpu_init(const mgpu_config *config)
     int mgpu_shutdown()
     int mgpu_is_initialized()
@@ -227,3 +228,16 @@ cdef extern from *:
     mgpu_config mgpu_py_config_init() nogil
     mgpu_pool_opts mgpu_py_pool_opts_init() nogil
     mgpu_dist_opts mgpu_py_dist_opts_init() nogil
+
+cdef extern from "mgpu/trace.h" nogil:
+    ctypedef struct mgpu_trace_stats:
+        size_t size
+        uint64_t events
+        uint64_t dropped
+        uint64_t threads
+    int mgpu_trace_start(const char *path)
+    int mgpu_trace_stop()
+    int mgpu_trace_active()
+    int mgpu_trace_stats_get(mgpu_trace_stats *out)
+    void mgpu_trace_span(const char *name, uint64_t start_ns, uint64_t end_ns)
+    uint64_t mgpu_trace_now_ns()

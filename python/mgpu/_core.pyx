@@ -188,13 +188,14 @@ def version():
 
 
 def init(devices=None, *, host_mem=None, host_workers=None, host_peer=None,
-         log=None):
+         log=None, trace=None):
     """Opens the devices (``mgpu_init``).
 
     ``devices`` is an ``MGPU_DEVICES`` spec: ``"host:4"``, ``"cuda"``,
     ``"cuda:0/4"``...; None takes ``MGPU_DEVICES`` from the environment,
     else every GPU, else ``"host:4"``. ``host_mem`` is each host device's
-    budget in bytes. The CUDA plugin is looked for beside the package
+    budget in bytes; ``trace`` a file to record a trace into until
+    shutdown (see mgpu.trace). The CUDA plugin is looked for beside the package
     first. Raises AlreadyInitializedError if already open.
     """
     cdef mgpu_config cfg = mgpu_py_config_init()
@@ -205,6 +206,9 @@ def init(devices=None, *, host_mem=None, host_workers=None, host_peer=None,
     plugin = (_os.environ.get("MGPU_PLUGIN_PATH", "") + ":" + _here).strip(":").encode()
     if spec is not None:
         cfg.devices = spec
+    trace_path = _os.fsencode(trace) if trace is not None else None
+    if trace_path is not None:
+        cfg.trace = trace_path
     cfg.plugin_path = plugin
     if host_mem is not None:
         cfg.host_mem = _index(host_mem, "host_mem")
@@ -1698,3 +1702,50 @@ def _c_allreduce(arrays, long iters):
         t1 = mgpu_py_now()
     _check(rc)
     return (t1 - t0) / iters
+
+
+# ---------------------------------------------------------------------------
+# Traces (mgpu.trace)
+
+def trace_start(path):
+    """Starts recording a trace into path (Chrome trace-event JSON, written
+    when recording stops)."""
+    cdef bytes p = _os.fsencode(path)
+    cdef const char *cp = p
+    cdef int rc
+    with nogil:
+        rc = mgpu_trace_start(cp)
+    _check(rc)
+
+
+def trace_stop():
+    """Stops recording and writes the file."""
+    cdef int rc
+    with nogil:
+        rc = mgpu_trace_stop()
+    _check(rc)
+
+
+def trace_active():
+    """True while recording."""
+    return bool(mgpu_trace_active())
+
+
+def trace_stats():
+    """(events, dropped, threads) of the current or last recording, as a
+    dict."""
+    cdef mgpu_trace_stats st
+    st.size = sizeof(st)
+    _check(mgpu_trace_stats_get(&st))
+    return {"events": st.events, "dropped": st.dropped, "threads": st.threads}
+
+
+def trace_now_ns():
+    """The trace clock (monotonic nanoseconds)."""
+    return mgpu_trace_now_ns()
+
+
+def trace_span(name, uint64_t start_ns, uint64_t end_ns):
+    """Records a span of the caller's own on its thread's track."""
+    b = name.encode() if isinstance(name, str) else bytes(name)
+    mgpu_trace_span(b, start_ns, end_ns)

@@ -200,3 +200,20 @@ def test_metrics(mg):
     assert m["devices"][1]["mem_in_use"] == before + 8192
     assert "chan_msgs_sent" in m["devices"][0]
     del a
+
+
+def test_trace(mg, tmp_path):
+    import json
+    path = tmp_path / "run.json"
+    mgpu.trace.start(str(path))
+    assert mgpu.trace.active()
+    with mgpu.trace.span("python phase"):
+        mgpu.full(1000, 1.0, device=1).copy_to(2)
+    mgpu.trace.stop()
+    assert not mgpu.trace.active()
+    assert mgpu.trace.stats()["events"] > 0
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    assert any(e.get("name") == "python phase" for e in events)
+    with pytest.raises(mgpu.InvalidArgumentError):
+        mgpu.trace.stop()
