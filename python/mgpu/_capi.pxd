@@ -6,6 +6,11 @@ cdef extern from "mgpu.h" nogil:
     const char *mgpu_err_name(int code)
     const char *mgpu_error_detail()
     void mgpu_error_clear()
+    enum:
+        MGPU_ENODEV
+        MGPU_EFREED
+        MGPU_EAGAIN
+        MGPU_ECANCELED
     unsigned mgpu_version()
     const char *mgpu_version_string()
 

@@ -283,7 +283,7 @@ cdef int _devno(object device) except -2:
                         % type(device).__name__)
     d = device.__index__()
     if d < 0 or d >= 1 << 30:
-        raise ERRORS[-3]("MGPU_ENODEV: device %d does not exist" % d)
+        raise ERRORS[MGPU_ENODEV]("MGPU_ENODEV: device %d does not exist" % d)
     return d
 
 
@@ -462,11 +462,7 @@ cdef class Stream:
 
     def query(self):
         """True when all work queued so far is done."""
-        rc = mgpu_stream_query(self.s)
-        if rc == ERRORS_EAGAIN:
-            return False
-        _check(rc)
-        return True
+        return _done(mgpu_stream_query(self.s))
 
     @property
     def native(self):
@@ -505,7 +501,7 @@ cdef class Stream:
             with nogil:
                 rc = mgpu_stream_destroy(self.s)
         self.owned = False
-        if rc != ERRORS_EFREED:
+        if rc != MGPU_EFREED:
             _check(rc)
 
     def __enter__(self):
@@ -536,9 +532,13 @@ cdef void _stream_callback(void *arg) noexcept nogil:
         Py_DECREF(call)
 
 
-cdef int ERRORS_EAGAIN = -14
-cdef int ERRORS_EFREED = -8
-cdef int ERRORS_ENOINIT = -5
+cdef bint _done(int rc) except -1:
+    """A query's answer: True when done, False while pending (MGPU_EAGAIN),
+    the exception of any other error."""
+    if rc == MGPU_EAGAIN:
+        return False
+    _check(rc)
+    return True
 
 
 cdef class Event:
@@ -564,11 +564,7 @@ cdef class Event:
 
     def query(self):
         """True when complete (or never recorded)."""
-        rc = mgpu_event_query(self.e)
-        if rc == ERRORS_EAGAIN:
-            return False
-        _check(rc)
-        return True
+        return _done(mgpu_event_query(self.e))
 
     def elapsed_ms(self, Event end not None):
         """Milliseconds from this event to end (both complete)."""
@@ -1451,7 +1447,7 @@ cdef int _task_trampoline(int dev, mgpu_stream *stream, void *arg) noexcept nogi
             call[2] = call[0](dev, *call[1])
         except BaseException as e:
             call[3] = e
-            return -15  # MGPU_ECANCELED: the exception is raised by wait()
+            return MGPU_ECANCELED  # the exception is raised by wait()
     return 0
 
 
@@ -1521,7 +1517,7 @@ cdef class Pool:
             with nogil:
                 rc = mgpu_pool_destroy(self.p)
         self.p = NULL
-        if rc not in (0, -15):
+        if rc != 0 and rc != MGPU_ECANCELED:
             _check(rc)
 
     def __enter__(self):
