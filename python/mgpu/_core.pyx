@@ -1253,13 +1253,17 @@ cdef class Comm:
 
     def __dealloc__(self):
         if self.c != NULL and mgpu_is_initialized():
-            mgpu_comm_destroy(self.c)
+            with nogil:
+                mgpu_comm_destroy(self.c)
 
     def close(self):
         """Destroys the communicator."""
+        cdef int rc = 0
         if self.c != NULL and mgpu_is_initialized():
-            _check(mgpu_comm_destroy(self.c))
+            with nogil:
+                rc = mgpu_comm_destroy(self.c)
         self.c = NULL
+        _check(rc)
 
     cdef list _arrays(self, object arrays, str what):
         if isinstance(arrays, Array):
