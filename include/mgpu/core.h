@@ -185,7 +185,9 @@ MGPU_EXTERN int mgpu_malloc_host(mgpu_buffer **buf, int dev, size_t size);
 MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
 
 /* Frees a buffer after the work already queued on its device has finished
- * (as cudaFree does). A second free returns MGPU_EFREED. */
+ * (as cudaFree does). A second free returns MGPU_EFREED. A buffer exported
+ * with mgpu_buffer_dlpack (mgpu/interop.h) loses its handle at once, and its
+ * memory is released by the last export's deleter. */
 MGPU_EXTERN int mgpu_free(mgpu_buffer *buf);
 
 /* What mgpu_free of a wrapped buffer calls (after the work queued on its
