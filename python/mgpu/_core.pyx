@@ -1238,6 +1238,8 @@ cdef class Comm:
     and return once the data has moved (the GIL is released meanwhile)."""
     cdef mgpu_comm *c
     cdef readonly tuple devices
+    cdef list streams        # the package's stream of each rank's device
+    cdef mgpu_stream *ss[64]  # their handles, in rank order
 
     def __init__(self, devices=None):
         cdef int devs[64]
@@ -1250,6 +1252,9 @@ cdef class Comm:
             devs[i] = d
         _check(mgpu_comm_create(devs, len(devices), &self.c))
         self.devices = devices
+        self.streams = [_default_stream(d) for d in devices]
+        for i, st in enumerate(self.streams):
+            self.ss[i] = (<Stream>st).s
 
     def __dealloc__(self):
         if self.c != NULL and mgpu_is_initialized():
@@ -1268,7 +1273,8 @@ cdef class Comm:
     cdef list _arrays(self, object arrays, str what):
         if isinstance(arrays, Array):
             raise TypeError("%s: pass a list of arrays, one per rank" % what)
-        arrays = list(arrays)
+        if not isinstance(arrays, list):
+            arrays = list(arrays)
         if len(arrays) != len(self.devices):
             raise ValueError("%s: %d arrays for %d ranks" %
                              (what, len(arrays), len(self.devices)))
@@ -1283,13 +1289,12 @@ cdef class Comm:
         cdef int n = len(self.devices), r, rc = 0, rc2
         cdef mgpu_buffer *sb[64]
         cdef mgpu_buffer *rb[64]
-        cdef mgpu_stream *ss[64]
+        cdef mgpu_stream **ss = self.ss
         if self.c == NULL:
             raise ValueError("the communicator was closed")
         for r in range(n):
             sb[r] = (<Array>send[r]).buf
             rb[r] = (<Array>recv[r]).buf
-            ss[r] = _default_stream((<Array>send[r]).device).s
         with nogil:
             mgpu_group_begin()
             for r in range(n):
@@ -1317,10 +1322,11 @@ cdef class Comm:
         is None). Returns out."""
         send = self._arrays(arrays, "allreduce")
         recv = send if out is None else self._arrays(out, "allreduce")
-        if op not in _OPS:
+        mop = _OPS.get(op)
+        if mop is None:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
         a = <Array>send[0]
-        self._run(0, send, recv, a.count, _mgpu_dtype(a), _OPS[op], 0)
+        self._run(0, send, recv, a.count, _mgpu_dtype(a), mop, 0)
         return recv
 
     def broadcast(self, arrays, root=0):
@@ -1686,7 +1692,7 @@ def _c_allreduce(arrays, long iters):
     cdef double t0, t1
     for r in range(n):
         b[r] = (<Array>arrays[r]).buf
-        s[r] = _default_stream(comm.devices[r]).s
+        s[r] = comm.ss[r]
     with nogil:
         t0 = mgpu_py_now()
         for i in range(iters):
