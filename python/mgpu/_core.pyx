@@ -1473,6 +1473,14 @@ cdef class Task:
         cdef int rc
         if self.done:
             raise ValueError("the task was already waited for")
+        if self.call is None:
+            raise ValueError("not a task made by Pool.submit")
+        if self.pool.p == NULL:
+            # Closed: the pool ran every task before it stopped.
+            self.done = True
+            if self.call[3] is not None:
+                raise self.call[3]
+            return self.call[2]
         self.done = True
         with nogil:
             rc = mgpu_pool_wait(self.pool.p, self.t)
@@ -1592,13 +1600,19 @@ cdef class Dist:
         if self.d != NULL:
             mgpu_dist_destroy(self.d)
 
+    cdef _live(self):
+        if self.d == NULL:
+            raise ValueError("not a distribution made by Dist(...)")
+
     @property
     def nparts(self):
+        self._live()
         return mgpu_dist_nparts(self.d)
 
     @property
     def parts(self):
         """One (device, count, [(begin, end), ...]) per part."""
+        self._live()
         out = []
         cdef mgpu_range r
         for p in range(mgpu_dist_nparts(self.d)):

@@ -217,3 +217,17 @@ def test_trace(mg, tmp_path):
     assert any(e.get("name") == "python phase" for e in events)
     with pytest.raises(mgpu.InvalidArgumentError):
         mgpu.trace.stop()
+
+
+def test_task_waited_after_its_pool_closed(mg):
+    pool = mgpu.Pool()
+    t = pool.submit(lambda dev: "ran")
+    bad = pool.submit(lambda dev: {}["missing"])
+    pool.close()
+    assert t.wait() == "ran"
+    with pytest.raises(KeyError):
+        bad.wait()
+    with pytest.raises(ValueError):
+        t.wait()
+    with pytest.raises(ValueError):
+        mgpu.Task.__new__(mgpu.Task).wait()
