@@ -553,10 +553,12 @@ cdef class Event:
         self.owned = True
 
     def record(self, Stream stream not None):
+        """Marks the current end of stream's work; returns self."""
         _check(mgpu_event_record(self.e, stream.s))
         return self
 
     def synchronize(self):
+        """Waits until the event completes (GIL released)."""
         cdef int rc
         with nogil:
             rc = mgpu_event_synchronize(self.e)
