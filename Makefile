@@ -2,14 +2,19 @@
 #   make run    builds, then runs the Mandelbrot demo on every device and writes
 #               its pictures and timeline to build/run/
 #   make test   builds, then runs the whole test suite with ctest
-# and a few more: make test-gpu, make install PREFIX=..., make asan, make tsan.
+# and a few more: make test-gpu, make install PREFIX=..., make asan, make tsan,
+# make python (pip install ./python: the Python package with the library in it).
+# make test also runs the Python suite (python/tests) when Python with
+# Cython, NumPy and pytest is found: the build stages the package for it.
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
 
-.PHONY: all build configure run test test-gpu install asan tsan clean
+PYTHON ?= python3
+
+.PHONY: all build configure run test test-gpu install asan tsan clean python
 
 all: build
 
@@ -61,6 +66,10 @@ test-gpu:
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
+# The Python package, built by scikit-build-core on this CMake project.
+python:
+	$(PYTHON) -m pip install ./python
+
 asan:
 	cmake -S . -B build-asan -DMGPU_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS)
@@ -72,4 +81,4 @@ tsan:
 	cd build-tsan && ctest $(CTEST_FLAGS)
 
 clean:
-	rm -rf $(BUILD) build-gpu build-asan build-tsan
+	rm -rf $(BUILD) build-gpu build-asan build-tsan python/build

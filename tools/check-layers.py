@@ -41,8 +41,10 @@ PUBLIC = {
     "mgpu/trace.h": "obs",
     "mgpu/fault.h": "util",
     "mgpu/module.h": "util",
+    "mgpu/interop.h": "core",
 }
-SHARED_TYPES = {"mgpu/core.h", "mgpu/version.h", "mgpu/visibility.h"}
+SHARED_TYPES = {"mgpu/core.h", "mgpu/version.h", "mgpu/visibility.h",
+                "mgpu/dlpack.h"}
 
 RANK = {folder: i for i, row in enumerate(LAYERS) for folder in row}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

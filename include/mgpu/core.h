@@ -204,7 +204,9 @@ MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
  * inside the buffer on other threads (a copy, a collective waiting for its
  * other ranks, a channel send waiting for room) finish first: the free
  * waits for them, so never free a buffer that the same thread still has in
- * a pending call. */
+ * a pending call. A buffer exported with mgpu_buffer_dlpack
+ * (mgpu/interop.h) loses its handle at once, and its memory is released by
+ * the last export's deleter. */
 MGPU_EXTERN int mgpu_free(mgpu_buffer *buf);
 
 /* What mgpu_free of a wrapped buffer calls (after the work queued on its

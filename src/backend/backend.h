@@ -151,6 +151,11 @@ typedef struct mgpu__backend_ops {
   int (*mem_alloc)(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
                    void **ptr);
   void (*mem_free)(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
+  /* Frees memory of mem_alloc after its device was closed (an exported
+   * buffer outliving mgpu_shutdown). Called on any thread, possibly after
+   * the backend's plugin was unloaded, so only a backend built into the
+   * library sets it; NULL: such memory is kept until the process ends. */
+  void (*mem_free_detached)(mgpu_mem_kind kind, void *ptr);
   /* Physical free and total memory (the core applies split budgets). */
   int (*mem_info)(mgpu__bdevice *d, size_t *free_bytes, size_t *total_bytes);
 

@@ -189,6 +189,14 @@ typedef struct mgpu__buf {
   size_t size;       /* the size the user asked for */
   size_t alloc_size; /* what was taken (pool blocks round up) */
   int pooled;        /* 1: from a stream-ordered pool */
+  /* Exports (mgpu_buffer_dlpack) alive, and what became of the handle
+   * while they were: freed (mgpu_free, the memory waits for the last
+   * export) or detached (mgpu_shutdown closed the device; the memory is
+   * released with detached_free, or kept when that is NULL). Guarded by
+   * the core's buffer reference lock (memory.c). */
+  int exports;
+  int freed, detached;
+  void (*detached_free)(mgpu_mem_kind kind, void *ptr);
   /* Wrapped memory (mgpu_buffer_wrap): the core did not allocate it and
    * does not free it; release (may be NULL) is called instead. */
   int wrapped;
@@ -228,6 +236,12 @@ int mgpu__buffer_set_readonly(mgpu_buffer *h);
 /* Checks that [offset, offset+size) lies in the buffer. */
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size);
+
+/* An export's reference on a buffer's memory: taken by mgpu_buffer_dlpack,
+ * dropped by its deleter on any thread, also after mgpu_shutdown. The last
+ * drop of a freed buffer releases its memory. */
+void mgpu__buf_ref(mgpu__buf *b);
+void mgpu__buf_unref(mgpu__buf *b);
 
 /* Borrow an internal stream of the device for a synchronous call; give it
  * back with mgpu__spare_put (after synchronizing it). */

@@ -282,14 +282,13 @@ static int free_in(mgpu_buffer *h) {
   return rc;
 }
 
-/* mgpu_free once the handle is resolved. */
-static int free_buffer(mgpu__buf *b) {
-  int rc;
+/* Gives a buffer whose handle is gone back to its pool or the system. The
+ * work queued on its device before was synchronized. */
+static int buf_release(mgpu__buf *b) {
   mgpu__device *d = mgpu__device_get(b->dev);
-  /* As cudaFree does: work already queued may still use the memory. */
-  mgpu_device_synchronize(b->dev);
+  int rc = 0;
   if (b->pooled) {
-    /* Synchronized above: the block can go straight back to its pool. */
+    /* Synchronized: the block can go straight back to its pool. */
     if (d->ops->pool_free_async != NULL) {
       mgpu__stream *s;
       rc = mgpu__spare_get(b->dev, &s);
@@ -315,6 +314,102 @@ static int free_buffer(mgpu__buf *b) {
   }
   buf_release_memory(d, b);
   return 0;
+}
+
+/* Exports' references (mgpu__buf_ref). refs_lock guards every buffer's
+ * exports, freed, detached and detached_free, and the list of freed buffers
+ * whose memory waits for their exports (linked through next_freed), which
+ * mgpu_shutdown detaches. */
+static mgpu__mutex refs_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct freed_entry {
+  mgpu__buf *b;
+  struct freed_entry *next;
+} freed_entry;
+static freed_entry *freed_exported;
+
+void mgpu__buf_ref(mgpu__buf *b) {
+  mgpu__mutex_lock(&refs_lock);
+  b->exports++;
+  mgpu__mutex_unlock(&refs_lock);
+}
+
+/* Detaches b from its device (closing now): b->refs_lock held. */
+static void detach_locked(mgpu__buf *b, mgpu__device *d) {
+  b->freed = b->detached = 1;
+  b->detached_free = d != NULL ? d->ops->mem_free_detached : NULL;
+}
+
+/* With its handle gone, 1 when exports still hold b: the last deleter
+ * releases it (detached: without the device, which mgpu_shutdown closes). */
+static int defer_while_exported(mgpu__buf *b, int detach) {
+  int held = 0;
+  mgpu__mutex_lock(&refs_lock);
+  if (b->exports > 0) {
+    held = 1;
+    if (detach) {
+      detach_locked(b, mgpu__device_get(b->dev));
+    } else {
+      freed_entry *e = malloc(sizeof *e);
+      if (e != NULL) {
+        b->freed = 1;
+        e->b = b;
+        e->next = freed_exported;
+        freed_exported = e;
+      } else {
+        /* Cannot list it for shutdown: keep it for good (never freed). */
+        detach_locked(b, NULL);
+      }
+    }
+  }
+  mgpu__mutex_unlock(&refs_lock);
+  return held;
+}
+
+void mgpu__buf_unref(mgpu__buf *b) {
+  mgpu__mutex_lock(&refs_lock);
+  int last = --b->exports == 0 && b->freed;
+  if (last && !b->detached) {
+    for (freed_entry **l = &freed_exported; *l != NULL; l = &(*l)->next) {
+      if ((*l)->b != b) continue;
+      freed_entry *e = *l;
+      *l = e->next;
+      free(e);
+      break;
+    }
+  }
+  mgpu__mutex_unlock(&refs_lock);
+  if (!last) return;
+  if (b->detached) {
+    /* Wrapped memory goes back to its owner; mgpu's own needs no device. */
+    if (b->wrapped && b->release != NULL)
+      b->release(b->ptr, b->size, b->release_arg);
+    else if (!b->wrapped && b->detached_free != NULL)
+      b->detached_free(b->kind, b->ptr);
+    free(b);
+    return;
+  }
+  buf_release(b);
+}
+
+/* Shutdown: buffers freed while exported lose their device now. */
+static void detach_freed_exported(void) {
+  mgpu__mutex_lock(&refs_lock);
+  while (freed_exported != NULL) {
+    freed_entry *e = freed_exported;
+    freed_exported = e->next;
+    detach_locked(e->b, mgpu__device_get(e->b->dev));
+    free(e);
+  }
+  mgpu__mutex_unlock(&refs_lock);
+}
+
+/* mgpu_free once the handle is closed: waits for the work queued on the
+ * device, then gives the memory back, or leaves it to the last export. */
+static int free_buffer(mgpu__buf *b) {
+  /* As cudaFree does: work already queued may still use the memory. */
+  mgpu_device_synchronize(b->dev);
+  if (defer_while_exported(b, 0)) return 0;
+  return buf_release(b);
 }
 
 int mgpu_free(mgpu_buffer *h) {
@@ -482,7 +577,7 @@ static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
   if (rc != 0) return rc;
   if (s->dev != dev || !pooled) {
     mgpu__stream_put(s);
-    if (!pooled) return mgpu_free(h);
+    if (!pooled) return free_in(h);
     return mgpu__error(MGPU_EWRONGDEV, "mgpu_free_async: buffer of device %d "
                        "freed on a stream of device %d", dev, s->dev);
   }
@@ -491,6 +586,13 @@ static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
   if (rc != 0) {
     mgpu__stream_put(s);
     return rc;
+  }
+  mgpu__mutex_lock(&refs_lock);
+  int exported = b->exports > 0;
+  mgpu__mutex_unlock(&refs_lock);
+  if (exported) { /* an exported block waits for its exports */
+    mgpu__stream_put(s);
+    return free_buffer(b);
   }
   mgpu__device *d = mgpu__device_get(b->dev);
   if (d->ops->pool_free_async == NULL) {
@@ -590,6 +692,7 @@ static void release_buffer(void *obj, void *arg) {
   (void)arg;
   mgpu__buf *b = obj;
   mgpu__handle_retire(b->handle);
+  if (defer_while_exported(b, 1)) return;
   mgpu__device *d = mgpu__device_get(b->dev);
   if (b->pooled && d->ops->pool_free_async != NULL) {
     unreserve(d, b->alloc_size, b->kind);
@@ -600,5 +703,6 @@ static void release_buffer(void *obj, void *arg) {
 }
 
 void mgpu__memory_release_all(void) {
+  detach_freed_exported();
   mgpu__handle_foreach(MGPU__H_BUFFER, release_buffer, NULL);
 }

@@ -539,6 +539,12 @@ static void host_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr) {
   free(ptr);
 }
 
+/* Host memory needs no device: free() is all. */
+static void host_mem_free_detached(mgpu_mem_kind kind, void *ptr) {
+  (void)kind;
+  free(ptr);
+}
+
 static int host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
                          size_t *total_bytes) {
   (void)d;
@@ -841,6 +847,7 @@ static const mgpu__backend_ops host_ops = {
     .make_current = host_make_current,
     .mem_alloc = host_mem_alloc,
     .mem_free = host_mem_free,
+    .mem_free_detached = host_mem_free_detached,
     .mem_info = host_mem_info,
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,

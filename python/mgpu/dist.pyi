@@ -1,0 +1,16 @@
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from mgpu import Array
+
+class Dist:
+    n: int
+    def __init__(self, n: int, kind: str = ..., devices: Optional[Sequence[int]] = ...,
+                 block: int = ..., weights: Optional[Sequence[float]] = ...) -> None: ...
+    @property
+    def nparts(self) -> int: ...
+    @property
+    def parts(self) -> List[Tuple[int, int, List[Tuple[int, int]]]]: ...
+    def scatter(self, host: Any) -> List[Array]: ...
+    def gather(self, arrays: Iterable[Array], out: Optional[np.ndarray] = ...) -> np.ndarray: ...

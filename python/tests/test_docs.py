@@ -1,0 +1,28 @@
+"""The Python example of README.md runs as it stands."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_readme_python_example():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        block = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", block], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[7. 7. 7. 7.]", "1"]
+
+
+def test_bench_runs_and_prints_json():
+    out = subprocess.run([sys.executable, "-m", "mgpu.bench", "--json",
+                          "--rounds", "1", "--iters", "20"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import json
+    res = json.loads(out.stdout)
+    assert res["bench"] == "python" and len(res["results"]) == 3
+    for r in res["results"]:
+        assert r["value"] > 0 and r["baseline"]["value"] > 0

@@ -1,0 +1,107 @@
+"""Who keeps the memory alive: exports outlive the array object, del in any
+order, gc, shutdown with live arrays and exports, interpreter exit."""
+import gc
+import itertools
+import subprocess
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import mgpu
+from conftest import mem_in_use
+
+N = 1 << 16
+
+
+def test_consumer_outlives_the_array(mg):
+    base = mem_in_use(1)
+    a = mgpu.full(N, 3, "int32", device=1)
+    x = np.from_dlpack(a)
+    ref = weakref.ref(a)
+    del a
+    gc.collect()
+    assert ref() is None
+    assert mem_in_use(1) >= base + 4 * N  # still held by x
+    x[:] = 5
+    assert x.sum() == 5 * N
+    del x
+    gc.collect()
+    assert mem_in_use(1) == base
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_del_in_every_order(mg, order):
+    base = mem_in_use(2)
+    a = mgpu.full(N, 1, "float32", device=2)
+    objs = [a, np.from_dlpack(a), a.__dlpack__(max_version=(1, 0)),
+            a.numpy()]
+    del a
+    for i in order:
+        objs[i] = None
+        gc.collect()
+    assert mem_in_use(2) == base
+
+
+def test_unconsumed_capsules_release(mg):
+    base = mem_in_use(0)
+    a = mgpu.zeros(N, device=0)
+    caps = [a.__dlpack__(), a.__dlpack__(max_version=(1, 0))]
+    a.free()
+    del a  # the capsules alone hold the memory now
+    gc.collect()
+    assert mem_in_use(0) >= base + 4 * N
+    del caps
+    gc.collect()
+    assert mem_in_use(0) == base
+
+
+def test_free_while_exported(mg):
+    a = mgpu.full(8, 6, "int64", device=3)
+    x = np.from_dlpack(a)
+    a.free()
+    x += 1
+    assert x.tolist() == [7] * 8
+    with pytest.raises(mgpu.FreedError):
+        a.copy_to(0)
+
+
+def test_shutdown_with_live_arrays_and_exports():
+    mgpu.init(devices="host:2")
+    a = mgpu.full(N, 2, "float64", device=1)
+    x = np.from_dlpack(a)
+    y = a.numpy()
+    cap = a.__dlpack__(max_version=(1, 0))
+    mgpu.shutdown()
+    assert x.sum() == 2 * N and y[0] == 2
+    x[0] = 9
+    assert a.numpy()[0] == 9
+    with pytest.raises(mgpu.NotInitializedError):
+        a.copy_to(0)
+    with pytest.raises(mgpu.NotInitializedError):
+        a.__dlpack__()
+    mgpu.init(devices="host:2")
+    with pytest.raises(mgpu.FreedError) as e:
+        a.copy_to(0)
+    assert e.value.code == mgpu.FreedError.code
+    del a, x, y, cap
+    gc.collect()
+    mgpu.shutdown()
+
+
+def test_interpreter_exit_with_exports_alive(tmp_path):
+    script = tmp_path / "exit.py"
+    script.write_text(
+        "import mgpu, numpy as np\n"
+        "mgpu.init(devices='host:2')\n"
+        "a = mgpu.full(1000, 4, 'int32', device=1)\n"
+        "x = np.from_dlpack(a)\n"
+        "cap = a.__dlpack__(max_version=(1, 0))\n"
+        "s = mgpu.Stream(0)\n"
+        "keep = [a, x, cap, s, mgpu.zeros(3, device=0)]\n"
+        "print(int(x.sum()))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "4000"
