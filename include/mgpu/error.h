@@ -37,7 +37,9 @@ extern "C" {
   XX(EDEPFAIL, -17, "a task this one depends on failed")                      \
   XX(EMISMATCH, -18, "arguments disagree across devices")                     \
   XX(EIO, -19, "input/output error")                                          \
-  XX(EPLUGIN, -20, "backend plugin could not be loaded")
+  XX(EPLUGIN, -20, "backend plugin could not be loaded")                     \
+  XX(EDEADLK, -21, "the wait would never end (a cycle of waits)")            \
+  XX(EBUSY, -22, "not allowed from this thread now")
 
 typedef enum mgpu_errno {
 #define MGPU__ERRNO_ENUM(name, value, msg) MGPU_##name = (value),

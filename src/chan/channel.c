@@ -207,8 +207,35 @@ static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
   return mgpu__trace_tag_push(name, a, 4);
 }
 
+/* Waits on ch->cond (ch->lock held) until the deadline (0: never); returns
+ * nonzero once it passed. */
+static int wait_until(mgpu__channel *ch, uint64_t deadline) {
+  if (deadline == 0) {
+    mgpu__cond_wait(&ch->cond, &ch->lock);
+    return 0;
+  }
+  return mgpu__cond_timedwait(&ch->cond, &ch->lock, deadline) != 0;
+}
+
+/* The detail of a wait that ran out: the other end's device and its last
+ * operations. */
+static int timed_out(const mgpu__channel *ch, const char *what, int timeout_ms,
+                     int other_dev) {
+  char who[768];
+  mgpu__flight_list(&other_dev, 1, who, sizeof who);
+  return mgpu__error(MGPU_ETIMEDOUT, "channel %d -> %d: %s for %d ms; the "
+                     "other end is %s", ch->src_dev, ch->dst_dev, what,
+                     timeout_ms, who);
+}
+
 int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                       size_t offset, size_t size, mgpu_stream *stream) {
+  return mgpu_channel_send_timeout(chan, src, offset, size, stream, 0);
+}
+
+int mgpu_channel_send_timeout(mgpu_channel *chan, const mgpu_buffer *src,
+                              size_t offset, size_t size, mgpu_stream *stream,
+                              int timeout_ms) {
   mgpu__channel *ch;
   int rc = chan_get(chan, &ch);
   if (rc != 0) return rc;
@@ -220,14 +247,30 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
     return mgpu__error(MGPU_ERANGE,
                        "channel %d -> %d: message of %zu bytes (1 to %zu)",
                        ch->src_dev, ch->dst_dev, size, ch->msg_size);
+  if (timeout_ms < -1)
+    return mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
+                       ch->src_dev, ch->dst_dev, timeout_ms);
+  timeout_ms = mgpu__timeout_ms(timeout_ms);
+  mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
   enter(ch);
+  /* The deadline counts from the call: waiting behind another sender is
+   * part of the wait. */
+  uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->send_lock);
   mgpu__mutex_lock(&ch->lock);
-  while (!ch->closed && ch->sent - ch->received == (uint64_t)ch->capacity)
-    mgpu__cond_wait(&ch->cond, &ch->lock);
+  int late = 0;
+  while (!ch->closed && ch->sent - ch->received == (uint64_t)ch->capacity &&
+         !late)
+    late = wait_until(ch, deadline);
   int closed = ch->closed;
+  late = late && !closed && ch->sent - ch->received == (uint64_t)ch->capacity;
   uint64_t k = ch->sent;
   mgpu__mutex_unlock(&ch->lock);
+  if (late) {
+    rc = timed_out(ch, "no room (every slot holds a message not yet "
+                   "received)", timeout_ms, ch->dst_dev);
+    goto out;
+  }
   if (closed) {
     rc = mgpu__error(MGPU_ECLOSED, "channel %d -> %d: closed", ch->src_dev,
                      ch->dst_dev);
@@ -262,6 +305,12 @@ out:
 
 int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
                       size_t *size, mgpu_stream *stream) {
+  return mgpu_channel_recv_timeout(chan, dst, offset, size, stream, 0);
+}
+
+int mgpu_channel_recv_timeout(mgpu_channel *chan, mgpu_buffer *dst,
+                              size_t offset, size_t *size,
+                              mgpu_stream *stream, int timeout_ms) {
   mgpu__channel *ch;
   int rc = chan_get(chan, &ch);
   if (rc != 0) return rc;
@@ -270,14 +319,27 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size, stream,
                  &b, &s);
   if (rc != 0) return rc;
+  if (timeout_ms < -1)
+    return mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
+                       ch->src_dev, ch->dst_dev, timeout_ms);
+  timeout_ms = mgpu__timeout_ms(timeout_ms);
+  mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
+                      (uintptr_t)stream);
   enter(ch);
+  uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->recv_lock);
   mgpu__mutex_lock(&ch->lock);
-  while (!ch->closed && ch->received == ch->sent)
-    mgpu__cond_wait(&ch->cond, &ch->lock);
+  int late = 0;
+  while (!ch->closed && ch->received == ch->sent && !late)
+    late = wait_until(ch, deadline);
   int drained = ch->received == ch->sent;
+  late = late && drained && !ch->closed;
   uint64_t k = ch->received;
   mgpu__mutex_unlock(&ch->lock);
+  if (late) {
+    rc = timed_out(ch, "no message", timeout_ms, ch->src_dev);
+    goto out;
+  }
   if (drained) {
     rc = mgpu__error(MGPU_ECLOSED, "channel %d -> %d: closed and drained",
                      ch->src_dev, ch->dst_dev);

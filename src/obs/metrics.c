@@ -2,6 +2,7 @@
  * so the public struct and the recorder share one definition. */
 #include <string.h>
 
+#include "obs/flight.h"
 #include "obs/obs.h"
 #include "obs/trace.h"
 #include "util/log.h"
@@ -54,6 +55,7 @@ void mgpu__obs_open(int ndevices) {
     atomic_store_explicit(&obs_dev[i].pool_cached, 0, memory_order_relaxed);
   }
   reset_counters(ndevices);
+  mgpu__flight_reset();
   atomic_store_explicit(&obs_ndevices, ndevices, memory_order_release);
 }
 
