@@ -20,6 +20,9 @@ struct mgpu__work_item {
   int dev;
   int result;
   int done;       /* guarded by the device's queue_lock */
+  int waiter;     /* the device whose host thread waits for it, or -1
+                     (queue_lock) */
+  char detail[512]; /* the host thread's error detail when fn failed */
   mgpu__work_item *next;
 };
 
@@ -29,6 +32,9 @@ struct mgpu_work {
 };
 
 static _Thread_local int current_device; /* 0 for a new thread, as in CUDA */
+/* The mgpu_init that current_device was set under: after a shutdown and a
+ * new init (maybe with fewer devices) the thread starts over at 0. */
+static _Thread_local unsigned current_generation;
 static _Thread_local int host_thread_of = -1;
 
 int mgpu__current_host_thread_device(void) { return host_thread_of; }
@@ -64,6 +70,9 @@ static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
   current_device = d->id;
+  current_generation = mgpu__init_generation();
+  mgpu__thread_role_set("a device's host thread (a function run by "
+                        "mgpu_run_on_device)");
   mgpu__trace_name_thread(d->id, "host thread");
   bind_host_thread(d);
   int rc = d->ops->make_current(d->bdev);
@@ -83,11 +92,20 @@ static void *host_thread_main(void *arg) {
     mgpu__mutex_unlock(&d->queue_lock);
     current_device = d->id; /* fn may have moved it */
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
+    mgpu_error_clear();
     int result = w->fn(d->id, w->arg);
+    /* The failure's detail was written on this thread: hand it over. */
+    if (result < 0)
+      snprintf(w->detail, sizeof w->detail, "%s", mgpu_error_detail());
     if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
     mgpu__mutex_lock(&d->queue_lock);
     w->result = result;
     w->done = 1;
+    /* The waiter no longer waits for this device: clear its mark before it
+     * wakes, so a later call of this device for it is not taken for a
+     * cycle. */
+    mgpu__device *waiter = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
+    if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
     mgpu__cond_broadcast(&d->queue_cond);
   }
   mgpu__mutex_unlock(&d->queue_lock);
@@ -95,6 +113,7 @@ static void *host_thread_main(void *arg) {
 }
 
 int mgpu__device_thread_start(mgpu__device *d) {
+  atomic_store(&d->waits_for, -1);
   int rc = mgpu__thread_create(&d->host_thread, host_thread_main, d);
   if (rc != 0)
     return mgpu__error(MGPU_ENOMEM, "device %d: cannot start its host thread "
@@ -118,6 +137,54 @@ static void queue_push(mgpu__device *d, mgpu__work_item *w) {
   mgpu__cond_broadcast(&d->queue_cond);
 }
 
+/* Called by the host thread of a device (self) before it waits for w on
+ * device d (d->queue_lock held): marks the wait, then follows the chain of
+ * host threads waiting for each other from d. Reaching self again means
+ * the wait would never end: the mark is withdrawn and the call fails with
+ * MGPU_EDEADLK naming the cycle. The mark is a sequentially consistent
+ * store before the loads of the others' marks, so of two threads closing
+ * one cycle at once at least one sees the other. */
+static int wait_mark(mgpu__device *d, mgpu__work_item *w) {
+  w->waiter = host_thread_of;
+  if (host_thread_of < 0) return 0;
+  mgpu__device *self = mgpu__device_get(host_thread_of);
+  atomic_store(&self->waits_for, d->id);
+  char chain[256];
+  int len = snprintf(chain, sizeof chain, "%d -> %d", self->id, d->id);
+  int cur = d->id;
+  for (int steps = 0; steps < MGPU_MAX_DEVICES; steps++) {
+    mgpu__device *c = mgpu__device_get(cur);
+    cur = c != NULL ? atomic_load(&c->waits_for) : -1;
+    if (cur < 0) return 0;
+    if (len > 0 && (size_t)len < sizeof chain)
+      len += snprintf(chain + len, sizeof chain - (size_t)len, " -> %d", cur);
+    if (cur == self->id) {
+      atomic_store(&self->waits_for, -1);
+      w->waiter = -1;
+      return mgpu__error(MGPU_EDEADLK, "device %d: its host thread would wait "
+                         "for device %d's, closing a cycle of host threads "
+                         "waiting for each other (%s): mgpu_run_on_device "
+                         "calls in a cycle never end", self->id, d->id,
+                         chain);
+    }
+  }
+  return 0;
+}
+
+/* The wait of the host thread for w ended (d->queue_lock held). */
+static void wait_unmark(mgpu__work_item *w) {
+  mgpu__device *self = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
+  if (self != NULL) atomic_store(&self->waits_for, -1);
+  w->waiter = -1;
+}
+
+/* The result of a finished item, with its detail on the calling thread. */
+static int hand_over(const mgpu__work_item *w) {
+  if (w->result < 0 && w->detail[0] != '\0')
+    mgpu__error(w->result, "%s", w->detail);
+  return w->result;
+}
+
 static int check_fn(int dev, mgpu_device_fn fn) {
   if (fn == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL function to run", dev);
@@ -136,16 +203,23 @@ int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
     current_device = saved;
     return rc;
   }
-  mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev};
+  mgpu__flight_record(dev, "run_on_device", 0, 0);
+  mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev, .waiter = -1};
   mgpu__mutex_lock(&d->queue_lock);
   if (d->stopping) {
     mgpu__mutex_unlock(&d->queue_lock);
     return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
   }
+  rc = wait_mark(d, &w);
+  if (rc != 0) {
+    mgpu__mutex_unlock(&d->queue_lock);
+    return rc;
+  }
   queue_push(d, &w);
   while (!w.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+  wait_unmark(&w);
   mgpu__mutex_unlock(&d->queue_lock);
-  return w.result;
+  return hand_over(&w);
 }
 
 int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
@@ -163,6 +237,7 @@ int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
   h->item.fn = fn;
   h->item.arg = arg;
   h->item.dev = dev;
+  h->item.waiter = -1;
   if (host_thread_of == dev) {
     /* Queued behind itself it could never be waited on from fn: run now. */
     int saved = current_device;
@@ -191,10 +266,19 @@ int mgpu_work_wait(mgpu_work *work) {
   mgpu__device *d = mgpu__device_get(work->item.dev);
   if (d != NULL) {
     mgpu__mutex_lock(&d->queue_lock);
+    if (!work->item.done) {
+      int rc = wait_mark(d, &work->item);
+      if (rc != 0) {
+        /* The handle stays valid: wait again once the cycle is broken. */
+        mgpu__mutex_unlock(&d->queue_lock);
+        return rc;
+      }
+    }
     while (!work->item.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+    wait_unmark(&work->item);
     mgpu__mutex_unlock(&d->queue_lock);
   }
-  int result = work->item.result;
+  int result = hand_over(&work->item);
   free(work);
   return result;
 }
@@ -206,6 +290,7 @@ int mgpu_set_device(int dev) {
   rc = d->ops->make_current(d->bdev);
   if (rc != 0) return rc;
   current_device = dev;
+  current_generation = mgpu__init_generation();
   return 0;
 }
 
@@ -215,6 +300,10 @@ int mgpu_get_device(int *dev) {
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "mgpu_get_device: mgpu_init has not been "
                        "called");
+  if (current_generation != mgpu__init_generation()) {
+    current_device = 0;
+    current_generation = mgpu__init_generation();
+  }
   *dev = current_device;
   return 0;
 }

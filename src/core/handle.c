@@ -128,18 +128,22 @@ void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
   return obj != NULL ? obj : failed(code, h, type, what, err);
 }
 
-void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
-                          void *arg) {
-  /* Collect first, then call without the lock: fn releases handles. */
-  for (;;) {
+size_t mgpu__handle_foreach(mgpu__htype type,
+                            void (*fn)(void *obj, void *arg), void *arg) {
+  /* Find one, then call without the lock: fn releases handles. The scan
+   * goes on from the slot after the one found, so every slot is looked at
+   * once (starting over each time made shutdown quadratic in the handles
+   * left open). */
+  size_t looked = 0;
+  for (uint32_t next = 0;;) {
     void *obj = NULL;
     mgpu__mutex_lock(&table_lock);
-    for (uint32_t i = 0; i < nslots && obj == NULL; i++) {
-      slot *s = slot_at(i);
+    for (; next < nslots && obj == NULL; next++, looked++) {
+      slot *s = slot_at(next);
       if (s->obj != NULL && s->type == type) obj = s->obj;
     }
     mgpu__mutex_unlock(&table_lock);
-    if (obj == NULL) return;
+    if (obj == NULL) return looked;
     fn(obj, arg); /* must release the object's handle */
   }
 }

@@ -103,6 +103,12 @@ const mgpu_config *mgpu__config(void) { return &config; }
 
 int mgpu_is_initialized(void) { return initialized; }
 
+/* mgpu_init calls so far: a thread's current device is reset
+ * when it was set under another one (device.c). */
+static _Atomic unsigned init_generation;
+
+unsigned mgpu__init_generation(void) { return atomic_load(&init_generation); }
+
 int mgpu_device_count(void) {
   if (!initialized)
     return mgpu__error(MGPU_ENOINIT, "mgpu_device_count: mgpu_init has not "
@@ -114,6 +120,7 @@ int mgpu_device_count(void) {
 static void free_device(mgpu__device *d) {
   mgpu__mutex_destroy(&d->mempool_lock);
   mgpu__mutex_destroy(&d->spare_lock);
+  mgpu__cond_destroy(&d->streams_cond);
   mgpu__mutex_destroy(&d->streams_lock);
   mgpu__cond_destroy(&d->queue_cond);
   mgpu__mutex_destroy(&d->queue_lock);
@@ -139,6 +146,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   mgpu__mutex_init(&d->queue_lock);
   mgpu__cond_init(&d->queue_cond);
   mgpu__mutex_init(&d->streams_lock);
+  mgpu__cond_init(&d->streams_cond);
   mgpu__mutex_init(&d->spare_lock);
   mgpu__mutex_init(&d->mempool_lock);
   int rc = ops->open(&d->spec, &d->bdev);
@@ -290,6 +298,8 @@ int mgpu_init(const mgpu_config *cfg) {
                      "devices; call mgpu_shutdown first", ndevices);
     goto out;
   }
+  /* Before the host threads start: each takes this generation. */
+  atomic_fetch_add(&init_generation, 1);
   rc = mgpu__config_resolve(cfg, &config);
   if (rc != 0) goto out;
   if ((rc = keep_string(&config.devices, devices_spec, sizeof devices_spec,
@@ -338,6 +348,13 @@ static int drain_noop(int dev, void *arg) {
 }
 
 int mgpu_shutdown(void) {
+  /* Shutdown waits for every device and stops the library's threads: from
+   * one of them it would wait for itself, then free what it is running. */
+  const char *role = mgpu__thread_role();
+  if (role != NULL)
+    return mgpu__error(MGPU_EBUSY, "mgpu_shutdown called from %s: it waits "
+                       "for that thread's own work; call it from a thread of "
+                       "the program", role);
   mgpu__mutex_lock(&init_lock);
   if (!initialized) {
     mgpu__mutex_unlock(&init_lock);

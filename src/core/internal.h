@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "mgpu/error.h"
+#include "obs/flight.h"
 #include "obs/obs.h"
 #include "obs/trace.h"
 #include "util/log.h"
@@ -69,10 +70,17 @@ typedef struct mgpu__device {
   mgpu__cond queue_cond;
   mgpu__work_item *queue_head, *queue_tail;
   int stopping;
+  /* The device whose host thread this device's host thread waits for (in
+   * mgpu_run_on_device or mgpu_work_wait), or -1: written by this host
+   * thread when it starts a wait and by the thread that completes the work
+   * it waits for, read by any host thread checking for a cycle (device.c). */
+  _Atomic int waits_for;
 
   /* Every stream of the device, for mgpu_device_synchronize and shutdown.
-   * streams_lock guards the list. */
+   * streams_lock guards the list; it is never held across a wait for a
+   * stream (streams_cond: a stream's syncs fell to 0). */
   mgpu__mutex streams_lock;
+  mgpu__cond streams_cond;
   struct mgpu__stream *streams;
 
   /* Internal streams lent to synchronous calls (mgpu_memcpy_htod ...).
@@ -94,10 +102,17 @@ mgpu__device *mgpu__device_get(int id);
 /* The same, setting MGPU_ENOINIT / MGPU_ENODEV with a detail naming id. */
 int mgpu__device_check(int id, mgpu__device **out);
 int mgpu__ndevices(void);
+/* Counts the mgpu_init calls (init.c). */
+unsigned mgpu__init_generation(void);
 /* The device whose host thread is calling, or -1. */
 int mgpu__current_host_thread_device(void);
 /* The resolved configuration (valid while initialized). */
 const mgpu_config *mgpu__config(void);
+/* Per-call timeouts in milliseconds: 0 is MGPU_TIMEOUT (mgpu_config's
+ * timeout_ms), -1 forever. mgpu__timeout_ms resolves 0 to that value;
+ * mgpu__deadline gives the mgpu__now_ns time the wait ends, 0 for never. */
+int mgpu__timeout_ms(int timeout_ms);
+uint64_t mgpu__deadline(int timeout_ms);
 /* Starts and stops a device's host thread (device.c). */
 int mgpu__device_thread_start(mgpu__device *d);
 void mgpu__device_thread_stop(mgpu__device *d);
@@ -137,9 +152,11 @@ void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
  * object; NULL with *err and the detail set as mgpu__handle_get. */
 void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
                            int *err);
-/* Calls fn on every live object of the type (used by shutdown). */
-void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
-                          void *arg);
+/* Calls fn on every live object of the type (used by shutdown); fn must
+ * release the object's handle. Each slot is looked at once: returns how
+ * many were (the work is linear in the slots, whatever fn releases). */
+size_t mgpu__handle_foreach(mgpu__htype type,
+                            void (*fn)(void *obj, void *arg), void *arg);
 
 /* ---- buffers, streams, events (memory.c, stream.c) ---- */
 
@@ -159,6 +176,9 @@ typedef struct mgpu__stream {
   mgpu__bstream *bstream; /* the backend's stream */
   /* Links in the device's stream list (device streams_lock). */
   struct mgpu__stream *prev, *next;
+  /* mgpu_device_synchronize calls waiting on it (streams_lock): the stream
+   * stays on the list until they are done. */
+  int syncs;
 } mgpu__stream;
 
 typedef struct mgpu__event {
