@@ -179,8 +179,8 @@ MGPU_EXTERN int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
 
 /* Waits for the work, frees the handle and returns fn's result. From a
  * device's host thread, a wait that would close a cycle of host threads
- * waiting for each other returns MGPU_EDEADLK and keeps the handle (wait
- * on it again later). */
+ * waiting for each other returns MGPU_EDEADLK at once instead: the handle
+ * is spent all the same, and the work still runs (its result is dropped). */
 MGPU_EXTERN int mgpu_work_wait(mgpu_work *work);
 
 /* ------------------------------------------------------------------------ */

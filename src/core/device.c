@@ -23,6 +23,8 @@ struct mgpu__work_item {
   int waiter;     /* the device whose host thread waits for it, or -1
                      (queue_lock) */
   char detail[512]; /* the host thread's error detail when fn failed */
+  int abandoned;    /* an async item nobody will wait for: the host thread
+                       frees it once run (queue_lock) */
   mgpu__work_item *next;
 };
 
@@ -107,6 +109,7 @@ static void *host_thread_main(void *arg) {
     mgpu__device *waiter = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
     if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
     mgpu__cond_broadcast(&d->queue_cond);
+    if (w->abandoned) free(w); /* its mgpu_work, whose first member it is */
   }
   mgpu__mutex_unlock(&d->queue_lock);
   return NULL;
@@ -269,7 +272,9 @@ int mgpu_work_wait(mgpu_work *work) {
     if (!work->item.done) {
       int rc = wait_mark(d, &work->item);
       if (rc != 0) {
-        /* The handle stays valid: wait again once the cycle is broken. */
+        /* The wait is refused, but the handle is spent as by any wait:
+         * the work still runs, and the host thread frees it after. */
+        work->item.abandoned = 1;
         mgpu__mutex_unlock(&d->queue_lock);
         return rc;
       }
