@@ -656,7 +656,7 @@ TEST_IMPL(shutdown_from_device_function_refused) {
   test_init();
   inner_call c = {0, ""};
   ASSERT_OK(mgpu_run_on_device(0, call_shutdown, &c));
-  ASSERT_EQ(c.rc, MGPU_EINVAL);
+  ASSERT_EQ(c.rc, MGPU_EBUSY);
   ASSERT(strstr(c.detail, "host thread") != NULL);
   ASSERT(mgpu_is_initialized());
   ASSERT_OK(mgpu_shutdown());
@@ -675,7 +675,7 @@ TEST_IMPL(shutdown_from_pool_task_refused) {
   inner_call c = {0, ""};
   ASSERT_OK(mgpu_pool_submit_fn(p, task_calls_shutdown, &c, NULL));
   ASSERT_OK(mgpu_pool_wait_all(p));
-  ASSERT_EQ(c.rc, MGPU_EINVAL);
+  ASSERT_EQ(c.rc, MGPU_EBUSY);
   ASSERT(strstr(c.detail, "task pool") != NULL);
   ASSERT(mgpu_is_initialized());
   ASSERT_OK(mgpu_pool_destroy(p));

@@ -42,18 +42,34 @@ MGPU_EXTERN int mgpu_channel_destroy(mgpu_channel *chan);
 
 /* Sends size bytes (1 .. msg_size) of src from offset, ordered on stream
  * (a stream of the source device). The caller may reuse src for work queued
- * on stream after this call. Blocks while the channel is full; src is held
- * meanwhile, so a mgpu_free of it on another thread waits for the send. */
+ * on stream after this call. Blocks while the channel is full, at most
+ * MGPU_TIMEOUT (mgpu_config.timeout_ms, default 30 s): then MGPU_ETIMEDOUT
+ * with a detail naming the destination device and its last operations, and
+ * nothing was sent (the channel stays usable). src is held meanwhile, so a
+ * mgpu_free of it on another thread waits for the send. */
 MGPU_EXTERN int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                                   size_t offset, size_t size,
                                   mgpu_stream *stream);
 /* Receives the next message into dst at offset, ordered on stream (a stream
  * of the destination device); *size (may be NULL) is set to its length.
- * Blocks until a message is there; MGPU_ECLOSED once the channel is closed
- * and drained. dst must have room for msg_size bytes from offset. */
+ * Blocks until a message is there, at most MGPU_TIMEOUT: then
+ * MGPU_ETIMEDOUT naming the source device and its last operations, and
+ * nothing was received. MGPU_ECLOSED once the channel is closed and
+ * drained. dst must have room for msg_size bytes from offset. */
 MGPU_EXTERN int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst,
                                   size_t offset, size_t *size,
                                   mgpu_stream *stream);
+/* The same with the call's own limit on the wait: timeout_ms milliseconds,
+ * 0 for MGPU_TIMEOUT, -1 for no limit (below -1: MGPU_EINVAL). */
+MGPU_EXTERN int mgpu_channel_send_timeout(mgpu_channel *chan,
+                                          const mgpu_buffer *src,
+                                          size_t offset, size_t size,
+                                          mgpu_stream *stream,
+                                          int timeout_ms);
+MGPU_EXTERN int mgpu_channel_recv_timeout(mgpu_channel *chan, mgpu_buffer *dst,
+                                          size_t offset, size_t *size,
+                                          mgpu_stream *stream,
+                                          int timeout_ms);
 /* Ends the stream of messages and wakes every blocked sender and receiver. */
 MGPU_EXTERN int mgpu_channel_close(mgpu_channel *chan);
 

@@ -51,8 +51,11 @@ typedef struct mgpu_comm_config {
   int algo;           /* mgpu_coll_algo; AUTO by default */
   size_t chunk_bytes; /* ring pipeline chunk; 0: 1 MiB */
   int timeout_ms;     /* how long a call waits for the other ranks before it
-                         returns MGPU_ETIMEDOUT naming the missing devices;
-                         0: 30000; -1: forever */
+                         returns MGPU_ETIMEDOUT naming the missing devices
+                         and their last operations (the flight recorder,
+                         mgpu/trace.h); the communicator is then aborted.
+                         0: MGPU_TIMEOUT when created (default 30000);
+                         -1: forever */
 } mgpu_comm_config;
 
 #define MGPU_COMM_CONFIG_INITIALIZER                                       \
@@ -207,8 +210,10 @@ MGPU_EXTERN int mgpu_barrier_create(const int *devs, int n,
  * still open. */
 MGPU_EXTERN int mgpu_barrier_destroy(mgpu_barrier *barrier);
 /* Blocks until every rank has arrived in this generation. After timeout_ms
- * (-1: forever) it returns MGPU_ETIMEDOUT with a detail naming the devices
- * that did not arrive, and withdraws the caller, so the barrier stays usable.
+ * (0: MGPU_TIMEOUT, default 30000; -1: forever) it returns MGPU_ETIMEDOUT
+ * with a detail naming the devices that did not arrive and their last
+ * operations (the flight recorder, mgpu/trace.h), and withdraws the caller,
+ * so the barrier stays usable.
  * Two threads waiting as one rank at once is MGPU_EINVAL. */
 MGPU_EXTERN int mgpu_barrier_wait(mgpu_barrier *barrier, int rank,
                                   int timeout_ms);

@@ -84,13 +84,20 @@ typedef struct mgpu_config {
                                mgpu_metrics_print's table (JSON for a name
                                ending in .json) at mgpu_shutdown. NULL: env,
                                default none */
+  int timeout_ms;           /* MGPU_TIMEOUT: how long, in milliseconds, a
+                               call waits for another party (collectives'
+                               ranks, barriers, channel room and messages)
+                               before it returns MGPU_ETIMEDOUT naming who did
+                               not come (docs/faults.md). A call's own timeout
+                               of 0 means this one. 0: env, default 30000 */
 } mgpu_config;
 
 #define MGPU_CONFIG_INITIALIZER                                              \
   { .size = sizeof(mgpu_config), .devices = NULL, .host_mem = 0,            \
     .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
     .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
-    .cuda_green = -1, .cuda_busy = -1, .trace = NULL, .metrics = NULL }
+    .cuda_green = -1, .cuda_busy = -1, .trace = NULL, .metrics = NULL,     \
+    .timeout_ms = 0 }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after
@@ -105,9 +112,10 @@ MGPU_EXTERN int mgpu_init(const mgpu_config *config);
  * or refused (MGPU_ENOINIT, or MGPU_EFREED for a handle shutdown closed);
  * nothing is freed under a caller. Every handle of the old session is
  * MGPU_EFREED afterwards, also after a new mgpu_init; work handles stay
- * valid and must still be waited. Called from a device function, a task of
- * a task pool, or from inside another mgpu call it returns MGPU_EINVAL (it
- * would wait for itself). */
+ * valid and must still be waited. Called from a thread of the library (a
+ * function run by mgpu_run_on_device, a stream callback, a task of a pool)
+ * or from inside another mgpu call it returns MGPU_EBUSY naming the thread
+ * and changes nothing: it would wait for itself. */
 MGPU_EXTERN int mgpu_shutdown(void);
 
 /* 1 between a successful mgpu_init and mgpu_shutdown, else 0. */
@@ -159,12 +167,17 @@ MGPU_EXTERN int mgpu_get_device(int *dev);
 MGPU_EXTERN int mgpu_device_synchronize(int dev);
 
 /* A function run on a device's own host thread, with that device current.
- * Its return value is handed back to the caller. */
+ * Its return value is handed back to the caller, and with a negative one
+ * the host thread's error detail (mgpu_error_detail). */
 typedef int (*mgpu_device_fn)(int dev, void *arg);
 
 /* Runs fn(dev, arg) on the device's host thread and returns its result once
  * it has run. Called from that same host thread (fn calling back for its own
- * device), fn runs inline instead of deadlocking. */
+ * device), fn runs inline instead of deadlocking. Called from another
+ * device's host thread whose wait would close a cycle (fn on device 0 runs
+ * something on device 1 whose function runs something on device 0), it
+ * returns MGPU_EDEADLK naming the devices of the cycle instead of hanging,
+ * and fn is not run. */
 MGPU_EXTERN int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg);
 
 typedef struct mgpu_work mgpu_work;
@@ -176,7 +189,10 @@ MGPU_EXTERN int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
                                          mgpu_work **work);
 
 /* Waits for the work, frees the handle and returns fn's result. A second
- * wait (even one racing the first) is MGPU_EFREED. */
+ * wait (even one racing the first) is MGPU_EFREED. From a device's host
+ * thread, a wait that would close a cycle of host threads waiting for each
+ * other returns MGPU_EDEADLK at once instead: the handle is spent all the
+ * same, and the work still runs (its result is dropped). */
 MGPU_EXTERN int mgpu_work_wait(mgpu_work *work);
 
 /* ------------------------------------------------------------------------ */

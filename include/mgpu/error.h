@@ -42,7 +42,9 @@ extern "C" {
   XX(ENOENT, -22, "no such object")                                          \
   XX(EACCES, -23, "permission denied")                                       \
   XX(EREADONLY, -24, "buffer is read-only")                                  \
-  XX(ESTORE, -25, "store daemon unreachable, restarted or died")
+  XX(ESTORE, -25, "store daemon unreachable, restarted or died")             \
+  XX(EDEADLK, -26, "the wait would never end (a cycle of waits)")            \
+  XX(EBUSY, -27, "not allowed from this thread now")
 
 typedef enum mgpu_errno {
 #define MGPU__ERRNO_ENUM(name, value, msg) MGPU_##name = (value),

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "mgpu/visibility.h"
 
@@ -71,6 +72,18 @@ MGPU_EXTERN void mgpu_trace_span(const char *name, uint64_t start_ns,
 
 /* The clock of every timestamp in a trace (monotonic, nanoseconds). */
 MGPU_EXTERN uint64_t mgpu_trace_now_ns(void);
+
+/* The flight recorder: every device keeps its last MGPU_FLIGHT_RECORDER_OPS
+ * operations (launches, copies, memsets, event records and waits,
+ * collectives, barriers, channel messages, device functions, pool tasks),
+ * recorded where they are issued, always, whether or not a trace is being
+ * recorded. A wait that runs out (MGPU_ETIMEDOUT) names the first few in
+ * its detail. This call prints them to f, oldest first, one a line (the
+ * operation, its bytes, its stream, how long ago): for device dev, or for
+ * every device that recorded something when dev is -1. The ring is emptied
+ * by mgpu_init. Errors: MGPU_EINVAL (f NULL, dev out of range), MGPU_EIO. */
+#define MGPU_FLIGHT_RECORDER_OPS 64
+MGPU_EXTERN int mgpu_flight_recorder_dump(FILE *f, int dev);
 
 #ifdef __cplusplus
 }

@@ -225,9 +225,10 @@ static int ended(const mgpu__channel *ch, int destroyed, const char *how) {
 }
 
 static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
-                        size_t offset, size_t size, mgpu_stream *stream);
+                        size_t offset, size_t size, mgpu_stream *stream,
+                        int timeout_ms);
 static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
-                        size_t *size, mgpu_stream *stream);
+                        size_t *size, mgpu_stream *stream, int timeout_ms);
 
 /* While tracing, the copies of message k are spans named name, and the
  * receive's wait for the send is an arrow named "chan". */
@@ -240,28 +241,62 @@ static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
   return mgpu__trace_tag_push(name, a, 4);
 }
 
+/* Waits on ch->cond (ch->lock held) until the deadline (0: never); returns
+ * nonzero once it passed. */
+static int wait_until(mgpu__channel *ch, uint64_t deadline) {
+  if (deadline == 0) {
+    mgpu__cond_wait(&ch->cond, &ch->lock);
+    return 0;
+  }
+  return mgpu__cond_timedwait(&ch->cond, &ch->lock, deadline) != 0;
+}
+
+/* The detail of a wait that ran out: the other end's device and its last
+ * operations. */
+static int timed_out(const mgpu__channel *ch, const char *what, int timeout_ms,
+                     int other_dev) {
+  char who[768];
+  mgpu__flight_list(&other_dev, 1, who, sizeof who);
+  return mgpu__error(MGPU_ETIMEDOUT, "channel %d -> %d: %s for %d ms; the "
+                     "other end is %s", ch->src_dev, ch->dst_dev, what,
+                     timeout_ms, who);
+}
+
 int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                       size_t offset, size_t size, mgpu_stream *stream) {
+  return mgpu_channel_send_timeout(chan, src, offset, size, stream, 0);
+}
+
+int mgpu_channel_send_timeout(mgpu_channel *chan, const mgpu_buffer *src,
+                              size_t offset, size_t size, mgpu_stream *stream,
+                              int timeout_ms) {
   mgpu__channel *ch;
   int rc = chan_get(chan, &ch);
   if (rc != 0) return rc;
-  rc = channel_send(ch, src, offset, size, stream);
+  rc = channel_send(ch, src, offset, size, stream, timeout_ms);
   chan_put(chan);
   return rc;
 }
 
 int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
                       size_t *size, mgpu_stream *stream) {
+  return mgpu_channel_recv_timeout(chan, dst, offset, size, stream, 0);
+}
+
+int mgpu_channel_recv_timeout(mgpu_channel *chan, mgpu_buffer *dst,
+                              size_t offset, size_t *size,
+                              mgpu_stream *stream, int timeout_ms) {
   mgpu__channel *ch;
   int rc = chan_get(chan, &ch);
   if (rc != 0) return rc;
-  rc = channel_recv(ch, dst, offset, size, stream);
+  rc = channel_recv(ch, dst, offset, size, stream, timeout_ms);
   chan_put(chan);
   return rc;
 }
 
 static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
-                        size_t offset, size_t size, mgpu_stream *stream) {
+                        size_t offset, size_t size, mgpu_stream *stream,
+                        int timeout_ms) {
   mgpu__buf *b = NULL;
   mgpu__stream *s = NULL;
   int rc = check_end(ch, "src", ch->src_dev, src, offset, size, stream, &b,
@@ -270,19 +305,34 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
     rc = mgpu__error(MGPU_ERANGE,
                      "channel %d -> %d: message of %zu bytes (1 to %zu)",
                      ch->src_dev, ch->dst_dev, size, ch->msg_size);
+  if (rc == 0 && timeout_ms < -1)
+    rc = mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
+                     ch->src_dev, ch->dst_dev, timeout_ms);
   if (rc != 0) {
     mgpu__stream_put(s);
     mgpu__buf_put(b);
     return rc;
   }
+  timeout_ms = mgpu__timeout_ms(timeout_ms);
+  mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
+  /* The deadline counts from the call: waiting behind another sender is
+   * part of the wait. */
+  uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->send_lock);
   mgpu__mutex_lock(&ch->lock);
+  int late = 0;
   while (!ch->closed && !ch->destroyed &&
-         ch->sent - ch->received == (uint64_t)ch->capacity)
-    mgpu__cond_wait(&ch->cond, &ch->lock);
+         ch->sent - ch->received == (uint64_t)ch->capacity && !late)
+    late = wait_until(ch, deadline);
   int closed = ch->closed || ch->destroyed, destroyed = ch->destroyed;
+  late = late && !closed && ch->sent - ch->received == (uint64_t)ch->capacity;
   uint64_t k = ch->sent;
   mgpu__mutex_unlock(&ch->lock);
+  if (late) {
+    rc = timed_out(ch, "no room (every slot holds a message not yet "
+                   "received)", timeout_ms, ch->dst_dev);
+    goto out;
+  }
   if (closed) {
     rc = ended(ch, destroyed, "closed");
     goto out;
@@ -316,25 +366,38 @@ out:
 }
 
 static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
-                        size_t *size, mgpu_stream *stream) {
+                        size_t *size, mgpu_stream *stream, int timeout_ms) {
   mgpu__buf *b = NULL;
   mgpu__stream *s = NULL;
   int rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size,
                      stream, &b, &s);
   if (rc == 0) rc = mgpu__buf_check_writable(b, "mgpu_channel_recv dst");
+  if (rc == 0 && timeout_ms < -1)
+    rc = mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
+                     ch->src_dev, ch->dst_dev, timeout_ms);
   if (rc != 0) {
     mgpu__stream_put(s);
     mgpu__buf_put(b);
     return rc;
   }
+  timeout_ms = mgpu__timeout_ms(timeout_ms);
+  mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
+                      (uintptr_t)stream);
+  uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->recv_lock);
   mgpu__mutex_lock(&ch->lock);
-  while (!ch->closed && !ch->destroyed && ch->received == ch->sent)
-    mgpu__cond_wait(&ch->cond, &ch->lock);
+  int late = 0;
+  while (!ch->closed && !ch->destroyed && ch->received == ch->sent && !late)
+    late = wait_until(ch, deadline);
   int drained = ch->received == ch->sent || ch->destroyed;
   int destroyed = ch->destroyed;
+  late = late && drained && !ch->closed && !destroyed;
   uint64_t k = ch->received;
   mgpu__mutex_unlock(&ch->lock);
+  if (late) {
+    rc = timed_out(ch, "no message", timeout_ms, ch->src_dev);
+    goto out;
+  }
   if (drained) {
     rc = ended(ch, destroyed, "closed and drained");
     goto out;

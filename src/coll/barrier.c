@@ -82,16 +82,22 @@ int mgpu_barrier_destroy(mgpu_barrier *barrier) {
   return 0;
 }
 
-/* Names the devices that have not arrived (the caller excepted). Called
- * with b->lock held. */
+/* Names the devices that have not arrived (the caller excepted), then
+ * their last operations. Called with b->lock held. */
 static void missing_list(const mgpu__barrier *b, int self, char *out,
                          size_t size) {
   size_t len = 0;
+  int missing[MGPU_MAX_DEVICES], n = 0;
   out[0] = '\0';
   for (int r = 0; r < b->n && len + 16 < size; r++)
-    if (!b->arrived[r] && r != self)
+    if (!b->arrived[r] && r != self) {
       len += (size_t)snprintf(out + len, size - len, "%s%d (rank %d)",
                               len ? ", " : "", b->devs[r], r);
+      missing[n++] = b->devs[r];
+    }
+  if (len + 32 >= size) return;
+  len += (size_t)snprintf(out + len, size - len, " did not arrive; ");
+  mgpu__flight_list(missing, n, out + len, size - len);
 }
 
 static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms);
@@ -123,6 +129,8 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
     return mgpu__error(MGPU_EINVAL, "barrier: rank %d of %d", rank, b->n);
   if (timeout_ms < -1)
     return mgpu__error(MGPU_EINVAL, "barrier: timeout %d ms", timeout_ms);
+  timeout_ms = mgpu__timeout_ms(timeout_ms);
+  mgpu__flight_record(b->devs[rank], "barrier_wait", 0, 0);
   int rc = 0;
   mgpu__mutex_lock(&b->lock);
   if (b->destroyed) {
@@ -145,8 +153,7 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
     return 0;
   }
   uint64_t gen = b->generation;
-  uint64_t deadline =
-      timeout_ms < 0 ? 0 : mgpu__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  uint64_t deadline = mgpu__deadline(timeout_ms);
   b->waiting[rank] = 1;
   while (b->generation == gen) {
     if (b->destroyed) {
@@ -159,13 +166,13 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
       mgpu__cond_wait(&b->cond, &b->lock);
     } else if (mgpu__cond_timedwait(&b->cond, &b->lock, deadline) != 0 &&
                b->generation == gen) {
-      char missing[512];
+      char missing[900];
       missing_list(b, rank, missing, sizeof missing);
       b->arrived[rank] = 0;
       b->count--;
       rc = mgpu__error(MGPU_ETIMEDOUT,
                        "barrier: rank %d (device %d) waited %d ms; device(s) "
-                       "%s did not arrive",
+                       "%s",
                        rank, b->devs[rank], timeout_ms, missing);
       break;
     }

@@ -27,6 +27,10 @@
 #include "mgpu/coll.h"
 #include "mgpu/copy.h"
 
+/* Bytes of a collective's error detail (a timeout names the missing
+ * devices and their last operations). */
+#define MGPU__COLL_DETAIL 1024
+
 /* One rank's call, checked against its own device. */
 typedef struct mgpu__coll_part {
   int present;
@@ -55,7 +59,7 @@ typedef struct mgpu__coll_op {
   int arrived;      /* ranks whose part is present */
   int done;         /* 1 once issued or failed */
   int rc;           /* result for every rank */
-  char detail[256]; /* the detail of a failure, handed to every rank */
+  char detail[MGPU__COLL_DETAIL]; /* a failure's, handed to every rank */
   int pickups;      /* calls that still have to collect the result */
   struct mgpu__coll_op *next;
   mgpu__coll_part part[]; /* n */
@@ -84,7 +88,7 @@ typedef struct mgpu__comm {
   uint64_t next_seq[MGPU_MAX_DEVICES]; /* per rank: its next call's seq */
   mgpu__coll_op *ops;                  /* pending and done, seq order */
   int aborted;                         /* 1 after a timeout */
-  char abort_detail[256];
+  char abort_detail[MGPU__COLL_DETAIL];
   /* Set by destroy after it closed the handle: a call inside (holding a
    * use of the handle, which destroy waits for) leaves with MGPU_EFREED. */
   int destroying;

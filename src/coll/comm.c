@@ -8,7 +8,6 @@
 #include "coll/coll_internal.h"
 
 #define DEFAULT_CHUNK (1u << 20)
-#define DEFAULT_TIMEOUT_MS 30000
 
 int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out) {
   int err = 0;
@@ -81,7 +80,7 @@ static int resolve_config(const mgpu_comm_config *in, mgpu_comm_config *out) {
                        out->algo);
   if (out->chunk_bytes == 0) out->chunk_bytes = DEFAULT_CHUNK;
   if (out->chunk_bytes < 64) out->chunk_bytes = 64;
-  if (out->timeout_ms == 0) out->timeout_ms = DEFAULT_TIMEOUT_MS;
+  if (out->timeout_ms == 0) out->timeout_ms = mgpu__timeout_ms(0);
   if (out->timeout_ms < -1)
     return mgpu__error(MGPU_EINVAL, "comm config: timeout %d ms",
                        out->timeout_ms);

@@ -37,8 +37,23 @@ static _Thread_local struct {
   group_call *calls;
   int ncalls, cap;
   int first_rc;         /* the first error of a call inside the group */
-  char first_detail[256];
+  char first_detail[MGPU__COLL_DETAIL];
 } group;
+
+/* A thread that ends inside a group leaves its recorded calls behind: the
+ * key's value is the group's array of calls, freed at thread exit. */
+static pthread_once_t calls_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t calls_key;
+
+static void make_calls_key(void) {
+  if (pthread_key_create(&calls_key, free) != 0) abort();
+}
+
+static void set_calls(group_call *calls) {
+  pthread_once(&calls_key_once, make_calls_key);
+  group.calls = calls;
+  pthread_setspecific(calls_key, calls);
+}
 
 static const char *kind_name(mgpu__coll_kind k) {
   switch (k) {
@@ -325,14 +340,20 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
 static void abort_comm(mgpu__comm *c, mgpu__coll_op *late) {
   char missing[160] = "";
   size_t len = 0;
+  int devs[MGPU_MAX_DEVICES], n = 0;
   for (int r = 0; r < c->n && len < sizeof missing - 16; r++)
-    if (!late->part[r].present)
+    if (!late->part[r].present) {
       len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
                               len ? ", " : "", c->devs[r]);
+      devs[n++] = c->devs[r];
+    }
+  /* What each missing device did last (the flight recorder). */
+  char who[sizeof c->abort_detail - 256];
+  mgpu__flight_list(devs, n, who, sizeof who);
   snprintf(c->abort_detail, sizeof c->abort_detail,
            "collective #%llu timed out after %d ms: device(s) %s never "
-           "called it; the communicator is aborted",
-           (unsigned long long)late->seq, c->cfg.timeout_ms, missing);
+           "called it; the communicator is aborted. Last operations: %s",
+           (unsigned long long)late->seq, c->cfg.timeout_ms, missing, who);
   c->aborted = 1;
   for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
     if (op->done) continue;
@@ -365,6 +386,9 @@ static void unresolve(group_call *g) {
 static int join(group_call *g) {
   mgpu__comm *c = g->held;
   int rc = 0;
+  mgpu__flight_record(c->devs[g->rank], kind_name(g->part.kind),
+                      g->part.count * mgpu_dtype_size(g->part.dtype),
+                      (uintptr_t)g->part.stream_h);
   mgpu__mutex_lock(&c->lock);
   if (c->destroying) {
     rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
@@ -402,7 +426,7 @@ static int collect(group_call *g, uint64_t deadline) {
     }
   }
   int rc = g->op->done ? g->op->rc : MGPU_EFREED;
-  char detail[256];
+  char detail[sizeof g->op->detail];
   snprintf(detail, sizeof detail, "%s",
            g->op->done ? g->op->detail : "comm: destroyed during the call");
   if (g->op->done && --g->op->pickups == 0 && g->op->arrived == c->n) {
@@ -427,7 +451,7 @@ static int collect(group_call *g, uint64_t deadline) {
  * returns the first error. */
 static int submit(group_call *calls, int n) {
   int first = 0;
-  char detail[256] = "";
+  char detail[MGPU__COLL_DETAIL] = "";
   for (int i = 0; i < n && first == 0; i++) {
     first = resolve(&calls[i]);
     if (first != 0) {
@@ -487,7 +511,7 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
       rc = mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
                        "(rank %d)", group.ncalls, rank);
     } else {
-      group.calls = calls;
+      set_calls(calls);
       group.cap = cap;
     }
   }
@@ -518,7 +542,7 @@ int mgpu_group_end(void) {
                ? mgpu__error(group.first_rc, "%s", group.first_detail)
                : submit(group.calls, group.ncalls);
   free(group.calls);
-  group.calls = NULL;
+  set_calls(NULL);
   group.ncalls = group.cap = 0;
   group.first_rc = 0;
   return rc;

@@ -43,6 +43,7 @@ int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
     rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
                      "device %d", size, buf->dev);
   if (rc == 0 && size > 0) {
+    mgpu__flight_record(buf->dev, "memcpy_htod_async", size, (uintptr_t)stream);
     mgpu__device *d = mgpu__device_get(buf->dev);
     mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
     rc = d->ops->memcpy_async(d->bdev, s->bstream,
@@ -66,6 +67,7 @@ int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
     rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
                      "device %d", size, buf->dev);
   if (rc == 0 && size > 0) {
+    mgpu__flight_record(buf->dev, "memcpy_dtoh_async", size, (uintptr_t)stream);
     mgpu__device *d = mgpu__device_get(buf->dev);
     mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
     rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
@@ -102,6 +104,7 @@ int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
     rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
                      "device %d", size, buf->dev);
   if (rc == 0 && size > 0) {
+    mgpu__flight_record(buf->dev, "memcpy_htod", size, 0);
     rc = d->ops->memcpy_async(d->bdev, s->bstream, (char *)buf->ptr + dst_offset, host,
                               size, host_visible(buf) ? MGPU__COPY_H2H
                                                     : MGPU__COPY_H2D);
@@ -128,6 +131,7 @@ int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
     rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
                      "device %d", size, buf->dev);
   if (rc == 0 && size > 0) {
+    mgpu__flight_record(buf->dev, "memcpy_dtoh", size, 0);
     rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
                               (const char *)buf->ptr + src_offset, size,
                               host_visible(buf) ? MGPU__COPY_H2H
@@ -209,6 +213,8 @@ int mgpu__copy_async(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
                        "issued on a stream of device %d", sb->dev, db->dev,
                        s->dev);
   int rc = check_pair(db, dst_offset, sb, src_offset, size);
+  if (rc == 0 && size > 0)
+    mgpu__flight_record(s->dev, "memcpy_async", size, s->handle);
   if (rc == 0) rc = copy_on(db, dst_offset, sb, src_offset, size, s);
   return rc;
 }
@@ -242,6 +248,7 @@ int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src,
     int dev = host_visible(sb) && !host_visible(db) ? db->dev : sb->dev;
     rc = mgpu__spare_get(dev, &s);
     if (rc == 0) {
+      mgpu__flight_record(dev, "memcpy", size, 0);
       rc = copy_on(db, dst_offset, sb, src_offset, size, s);
       rc = run_sync(dev, s, rc);
     }
@@ -260,6 +267,7 @@ int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
   if (rc == 0) rc = stream_for(stream, buf, "memset dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "memset dst", offset, size);
   if (rc == 0 && size > 0) {
+    mgpu__flight_record(buf->dev, "memset_async", size, (uintptr_t)stream);
     mgpu__device *d = mgpu__device_get(buf->dev);
     rc = d->ops->memset_async(d->bdev, s->bstream, (char *)buf->ptr + offset,
                               value, size);

@@ -5,6 +5,7 @@
  * and for checking the fields a caller set. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)
 #define DEFAULT_HOST_WORKERS 2
 #define DEFAULT_STAGING_DEPTH 3
+#define DEFAULT_TIMEOUT_MS 30000
 
 int mgpu__parse_size(const char *s, size_t *out) {
   if (s == NULL || !isdigit((unsigned char)*s)) return MGPU_EINVAL;
@@ -199,6 +201,8 @@ static const config_var vars[] = {
     VAR("MGPU_CUDA_BUSY", cuda_busy, V_INT, 0, 1, -1, 1, "0 or 1"),
     VAR("MGPU_TRACE", trace, V_STRING, 0, 0, 0, 0, NULL),
     VAR("MGPU_METRICS", metrics, V_STRING, 0, 0, 0, 0, NULL),
+    VAR("MGPU_TIMEOUT", timeout_ms, V_INT, 1, INT_MAX, 0, DEFAULT_TIMEOUT_MS,
+        "milliseconds, 1 to 2147483647"),
 };
 
 /* Parses an environment value of an int-valued variable into *out. */
@@ -268,4 +272,20 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
     if (rc != 0) return rc;
   }
   return 0;
+}
+
+/* MGPU_TIMEOUT as resolved by mgpu_init (its default before the first). */
+static int config_timeout(void) {
+  int t = mgpu__config()->timeout_ms;
+  return t > 0 ? t : DEFAULT_TIMEOUT_MS;
+}
+
+uint64_t mgpu__deadline(int timeout_ms) {
+  if (timeout_ms == 0) timeout_ms = config_timeout();
+  if (timeout_ms < 0) return 0;
+  return mgpu__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+int mgpu__timeout_ms(int timeout_ms) {
+  return timeout_ms == 0 ? config_timeout() : timeout_ms;
 }

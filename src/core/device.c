@@ -21,6 +21,11 @@ struct mgpu__work_item {
   int dev;
   int result;
   _Atomic int done; /* written under the device's queue_lock */
+  int waiter;       /* the device whose host thread waits for it, or -1
+                       (queue_lock) */
+  char detail[512]; /* the host thread's error detail when fn failed */
+  int abandoned;    /* an async item whose wait was refused: the host thread
+                       frees it once run (queue_lock) */
   mgpu__work_item *next;
 };
 
@@ -33,6 +38,9 @@ typedef struct mgpu__work {
 } mgpu__work;
 
 static _Thread_local int current_device; /* 0 for a new thread, as in CUDA */
+/* The mgpu_init that current_device was set under: after a shutdown and a
+ * new init (maybe with fewer devices) the thread starts over at 0. */
+static _Thread_local unsigned current_generation;
 static _Thread_local int host_thread_of = -1;
 
 int mgpu__current_host_thread_device(void) { return host_thread_of; }
@@ -68,6 +76,9 @@ static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
   current_device = d->id;
+  current_generation = mgpu__init_generation();
+  mgpu__thread_role_set("a device's host thread (a function run by "
+                        "mgpu_run_on_device)");
   mgpu__trace_name_thread(d->id, "host thread");
   bind_host_thread(d);
   int rc = d->ops->make_current(d->bdev);
@@ -87,18 +98,29 @@ static void *host_thread_main(void *arg) {
     mgpu__mutex_unlock(&d->queue_lock);
     current_device = d->id; /* fn may have moved it */
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
+    mgpu_error_clear();
     int result = w->fn(d->id, w->arg);
+    /* The failure's detail was written on this thread: hand it over. */
+    if (result < 0)
+      snprintf(w->detail, sizeof w->detail, "%s", mgpu_error_detail());
     if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
     mgpu__mutex_lock(&d->queue_lock);
     w->result = result;
     w->done = 1;
+    /* The waiter no longer waits for this device: clear its mark before it
+     * wakes, so a later call of this device for it is not taken for a
+     * cycle. */
+    mgpu__device *waiter = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
+    if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
     mgpu__cond_broadcast(&d->queue_cond);
+    if (w->abandoned) free(w); /* its mgpu_work, whose first member it is */
   }
   mgpu__mutex_unlock(&d->queue_lock);
   return NULL;
 }
 
 int mgpu__device_thread_start(mgpu__device *d) {
+  atomic_store(&d->waits_for, -1);
   int rc = mgpu__thread_create(&d->host_thread, host_thread_main, d);
   if (rc != 0)
     return mgpu__error(MGPU_ENOMEM, "device %d: cannot start its host thread "
@@ -122,6 +144,54 @@ static void queue_push(mgpu__device *d, mgpu__work_item *w) {
   mgpu__cond_broadcast(&d->queue_cond);
 }
 
+/* Called by the host thread of a device (self) before it waits for w on
+ * device d (d->queue_lock held): marks the wait, then follows the chain of
+ * host threads waiting for each other from d. Reaching self again means
+ * the wait would never end: the mark is withdrawn and the call fails with
+ * MGPU_EDEADLK naming the cycle. The mark is a sequentially consistent
+ * store before the loads of the others' marks, so of two threads closing
+ * one cycle at once at least one sees the other. */
+static int wait_mark(mgpu__device *d, mgpu__work_item *w) {
+  w->waiter = host_thread_of;
+  if (host_thread_of < 0) return 0;
+  mgpu__device *self = mgpu__device_get(host_thread_of);
+  atomic_store(&self->waits_for, d->id);
+  char chain[256];
+  int len = snprintf(chain, sizeof chain, "%d -> %d", self->id, d->id);
+  int cur = d->id;
+  for (int steps = 0; steps < MGPU_MAX_DEVICES; steps++) {
+    mgpu__device *c = mgpu__device_get(cur);
+    cur = c != NULL ? atomic_load(&c->waits_for) : -1;
+    if (cur < 0) return 0;
+    if (len > 0 && (size_t)len < sizeof chain)
+      len += snprintf(chain + len, sizeof chain - (size_t)len, " -> %d", cur);
+    if (cur == self->id) {
+      atomic_store(&self->waits_for, -1);
+      w->waiter = -1;
+      return mgpu__error(MGPU_EDEADLK, "device %d: its host thread would wait "
+                         "for device %d's, closing a cycle of host threads "
+                         "waiting for each other (%s): mgpu_run_on_device "
+                         "calls in a cycle never end", self->id, d->id,
+                         chain);
+    }
+  }
+  return 0;
+}
+
+/* The wait of the host thread for w ended (d->queue_lock held). */
+static void wait_unmark(mgpu__work_item *w) {
+  mgpu__device *self = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
+  if (self != NULL) atomic_store(&self->waits_for, -1);
+  w->waiter = -1;
+}
+
+/* The result of a finished item, with its detail on the calling thread. */
+static int hand_over(const mgpu__work_item *w) {
+  if (w->result < 0 && w->detail[0] != '\0')
+    mgpu__error(w->result, "%s", w->detail);
+  return w->result;
+}
+
 static int check_fn(int dev, mgpu_device_fn fn) {
   if (fn == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL function to run", dev);
@@ -140,16 +210,23 @@ static int run_on_device_in(int dev, mgpu_device_fn fn, void *arg) {
     current_device = saved;
     return rc;
   }
-  mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev};
+  mgpu__flight_record(dev, "run_on_device", 0, 0);
+  mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev, .waiter = -1};
   mgpu__mutex_lock(&d->queue_lock);
   if (d->stopping) {
     mgpu__mutex_unlock(&d->queue_lock);
     return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
   }
+  rc = wait_mark(d, &w);
+  if (rc != 0) {
+    mgpu__mutex_unlock(&d->queue_lock);
+    return rc;
+  }
   queue_push(d, &w);
   while (!w.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+  wait_unmark(&w);
   mgpu__mutex_unlock(&d->queue_lock);
-  return w.result;
+  return hand_over(&w);
 }
 
 int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
@@ -175,6 +252,7 @@ static int run_async(int dev, mgpu_device_fn fn, void *arg,
   w->item.fn = fn;
   w->item.arg = arg;
   w->item.dev = dev;
+  w->item.waiter = -1;
   w->handle = mgpu__handle_new(MGPU__H_WORK, w);
   if (w->handle == 0) {
     free(w);
@@ -214,11 +292,23 @@ int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
 }
 
 /* Waits for a work item's function (the caller holds its handle). */
-static int work_done(mgpu__work *w) {
+static int work_done(mgpu__work *w, int *refused) {
   if (mgpu__lib_enter("mgpu_work_wait") == 0) {
     mgpu__device *d = mgpu__device_get(w->item.dev);
     mgpu__mutex_lock(&d->queue_lock);
+    if (!w->item.done) {
+      int rc = wait_mark(d, &w->item);
+      if (rc != 0) {
+        /* Refused: mgpu_work_wait spends the handle all the same, and the
+         * work still runs (see abandon). */
+        mgpu__mutex_unlock(&d->queue_lock);
+        mgpu__lib_leave();
+        *refused = 1;
+        return rc;
+      }
+    }
     while (!w->item.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+    wait_unmark(&w->item);
     mgpu__mutex_unlock(&d->queue_lock);
     mgpu__lib_leave();
   } else {
@@ -228,7 +318,21 @@ static int work_done(mgpu__work *w) {
     while (!atomic_load_explicit(&w->item.done, memory_order_acquire))
       sched_yield();
   }
-  return w->item.result;
+  return hand_over(&w->item);
+}
+
+/* A work item whose wait was refused: freed now if it already ran, else by
+ * the host thread once it has. */
+static void abandon(mgpu__work *w) {
+  mgpu__device *d = mgpu__device_get(w->item.dev);
+  int done = 1;
+  if (d != NULL) {
+    mgpu__mutex_lock(&d->queue_lock);
+    done = w->item.done;
+    if (!done) w->item.abandoned = 1;
+    mgpu__mutex_unlock(&d->queue_lock);
+  }
+  if (done) free(w);
 }
 
 int mgpu_work_wait(mgpu_work *h) {
@@ -236,13 +340,16 @@ int mgpu_work_wait(mgpu_work *h) {
   mgpu__work *w =
       mgpu__handle_get((uintptr_t)h, MGPU__H_WORK, "mgpu_work_wait", &err);
   if (w == NULL) return err;
-  int rc = work_done(w);
+  int refused = 0;
+  int rc = work_done(w, &refused);
   mgpu__handle_put((uintptr_t)h);
   /* Of two waits racing on one handle, one frees it; the other (and any
    * later one) is MGPU_EFREED. */
   if (mgpu__handle_release((uintptr_t)h, MGPU__H_WORK, "mgpu_work_wait",
                            &err) == NULL)
     rc = err;
+  else if (refused)
+    abandon(w);
   else
     free(w);
   return rc;
@@ -253,7 +360,10 @@ int mgpu_set_device(int dev) {
   int rc = mgpu__device_enter(dev, &d); /* shutdown waits for it */
   if (rc != 0) return rc;
   rc = d->ops->make_current(d->bdev);
-  if (rc == 0) current_device = dev;
+  if (rc == 0) {
+    current_device = dev;
+    current_generation = mgpu__init_generation();
+  }
   mgpu__lib_leave();
   return rc;
 }
@@ -264,6 +374,10 @@ int mgpu_get_device(int *dev) {
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "mgpu_get_device: mgpu_init has not been "
                        "called");
+  if (current_generation != mgpu__init_generation()) {
+    current_device = 0;
+    current_generation = mgpu__init_generation();
+  }
   *dev = current_device;
   return 0;
 }

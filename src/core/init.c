@@ -152,6 +152,12 @@ const mgpu_config *mgpu__config(void) { return &config; }
 
 int mgpu_is_initialized(void) { return initialized; }
 
+/* mgpu_init calls so far: a thread's current device is reset
+ * when it was set under another one (device.c). */
+static _Atomic unsigned init_generation;
+
+unsigned mgpu__init_generation(void) { return atomic_load(&init_generation); }
+
 int mgpu_device_count(void) {
   if (!initialized)
     return mgpu__error(MGPU_ENOINIT, "mgpu_device_count: mgpu_init has not "
@@ -163,6 +169,7 @@ int mgpu_device_count(void) {
 static void free_device(mgpu__device *d) {
   mgpu__mutex_destroy(&d->mempool_lock);
   mgpu__mutex_destroy(&d->spare_lock);
+  mgpu__cond_destroy(&d->streams_cond);
   mgpu__mutex_destroy(&d->streams_lock);
   mgpu__cond_destroy(&d->queue_cond);
   mgpu__mutex_destroy(&d->queue_lock);
@@ -188,6 +195,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   mgpu__mutex_init(&d->queue_lock);
   mgpu__cond_init(&d->queue_cond);
   mgpu__mutex_init(&d->streams_lock);
+  mgpu__cond_init(&d->streams_cond);
   mgpu__mutex_init(&d->spare_lock);
   mgpu__mutex_init(&d->mempool_lock);
   int rc = ops->open(&d->spec, &d->bdev);
@@ -362,6 +370,8 @@ int mgpu_init(const mgpu_config *cfg) {
                      "devices; call mgpu_shutdown first", ndevices);
     goto out;
   }
+  /* Before the host threads start: each takes this generation. */
+  atomic_fetch_add(&init_generation, 1);
   rc = mgpu__config_resolve(cfg, &config);
   if (rc != 0) goto out;
   if ((rc = keep_string(&config.devices, devices_spec, sizeof devices_spec,
@@ -423,16 +433,23 @@ static int drain_noop(int dev, void *arg) {
 }
 
 int mgpu_shutdown(void) {
+  /* Shutdown waits for every device and stops the library's threads: from
+   * one of them it would wait for itself, then free what it is running. */
+  const char *role = mgpu__thread_role();
+  if (role != NULL)
+    return mgpu__error(MGPU_EBUSY, "mgpu_shutdown called from %s: it waits "
+                       "for that thread's own work; call it from a thread of "
+                       "the program", role);
   int self = mgpu__current_host_thread_device();
   if (self >= 0)
-    return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called on device %d's host "
+    return mgpu__error(MGPU_EBUSY, "mgpu_shutdown called on device %d's host "
                        "thread (from a device function): it would wait for "
                        "itself", self);
   if (gate_depth > 0)
-    return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called from inside another "
+    return mgpu__error(MGPU_EBUSY, "mgpu_shutdown called from inside another "
                        "mgpu call (a callback): it would wait for itself");
   if (thread_owner != NULL)
-    return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called on %s: shutdown "
+    return mgpu__error(MGPU_EBUSY, "mgpu_shutdown called on %s: shutdown "
                        "joins that thread, it would wait for itself",
                        thread_owner);
   mgpu__mutex_lock(&init_lock);

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "mgpu/error.h"
+#include "obs/flight.h"
 #include "obs/obs.h"
 #include "obs/trace.h"
 #include "util/log.h"
@@ -73,10 +74,17 @@ typedef struct mgpu__device {
   mgpu__cond queue_cond;
   mgpu__work_item *queue_head, *queue_tail;
   int stopping;
+  /* The device whose host thread this device's host thread waits for (in
+   * mgpu_run_on_device or mgpu_work_wait), or -1: written by this host
+   * thread when it starts a wait and by the thread that completes the work
+   * it waits for, read by any host thread checking for a cycle (device.c). */
+  _Atomic int waits_for;
 
   /* Every stream of the device, for mgpu_device_synchronize and shutdown.
-   * streams_lock guards the list. */
+   * streams_lock guards the list; it is never held across a wait for a
+   * stream (streams_cond: a stream's syncs fell to 0). */
   mgpu__mutex streams_lock;
+  mgpu__cond streams_cond;
   struct mgpu__stream *streams;
 
   /* Internal streams lent to synchronous calls (mgpu_memcpy_htod ...).
@@ -110,10 +118,17 @@ void mgpu__thread_owned_by(const char *what);
 /* mgpu__lib_enter, then mgpu__device_check; leaves again on failure. */
 int mgpu__device_enter(int id, mgpu__device **out);
 int mgpu__ndevices(void);
+/* Counts the mgpu_init calls (init.c). */
+unsigned mgpu__init_generation(void);
 /* The device whose host thread is calling, or -1. */
 int mgpu__current_host_thread_device(void);
 /* The resolved configuration (valid while initialized). */
 const mgpu_config *mgpu__config(void);
+/* Per-call timeouts in milliseconds: 0 is MGPU_TIMEOUT (mgpu_config's
+ * timeout_ms), -1 forever. mgpu__timeout_ms resolves 0 to that value;
+ * mgpu__deadline gives the mgpu__now_ns time the wait ends, 0 for never. */
+int mgpu__timeout_ms(int timeout_ms);
+uint64_t mgpu__deadline(int timeout_ms);
 /* Starts and stops a device's host thread (device.c). */
 int mgpu__device_thread_start(mgpu__device *d);
 void mgpu__device_thread_stop(mgpu__device *d);
@@ -211,6 +226,9 @@ typedef struct mgpu__stream {
   mgpu__bstream *bstream; /* the backend's stream */
   /* Links in the device's stream list (device streams_lock). */
   struct mgpu__stream *prev, *next;
+  /* mgpu_device_synchronize calls waiting on it (streams_lock): the stream
+   * stays on the list until they are done. */
+  int syncs;
 } mgpu__stream;
 
 typedef struct mgpu__event {

@@ -21,6 +21,7 @@ static void list_add(mgpu__device *d, mgpu__stream *s) {
 
 static void list_remove(mgpu__device *d, mgpu__stream *s) {
   mgpu__mutex_lock(&d->streams_lock);
+  while (s->syncs > 0) mgpu__cond_wait(&d->streams_cond, &d->streams_lock);
   if (s->prev) s->prev->next = s->next;
   else d->streams = s->next;
   if (s->next) s->next->prev = s->prev;
@@ -160,13 +161,23 @@ static int device_synchronize_in(int dev) {
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
-  /* Streams may be created meanwhile; those are not waited for. The list
-   * lock is held across the waits so that no stream is freed under us;
-   * nothing a stream worker runs takes it. */
+  /* Streams created meanwhile join the head of the list and are not waited
+   * for. The list lock is not held across a wait (stream creation, and a
+   * callback waiting for a thread that creates a stream, would wait for
+   * it): the stream waited on is pinned instead (syncs), which keeps it
+   * and its link to the next on the list. */
   mgpu__mutex_lock(&d->streams_lock);
-  for (mgpu__stream *s = d->streams; s != NULL; s = s->next) {
+  mgpu__stream *s = d->streams;
+  if (s != NULL) s->syncs++;
+  while (s != NULL) {
+    mgpu__mutex_unlock(&d->streams_lock);
     int r = d->ops->stream_synchronize(d->bdev, s->bstream);
     if (rc == 0) rc = r;
+    mgpu__mutex_lock(&d->streams_lock);
+    mgpu__stream *next = s->next;
+    if (next != NULL) next->syncs++;
+    if (--s->syncs == 0) mgpu__cond_broadcast(&d->streams_cond);
+    s = next;
   }
   mgpu__mutex_unlock(&d->streams_lock);
   if (t0 != 0) trace_wait("wait device", dev, t0);
@@ -321,8 +332,10 @@ int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
   if (e->dev != s->dev)
     rc = mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
                      "stream of device %d", e->dev, s->dev);
-  else
+  else {
+    mgpu__flight_record(s->dev, "event_record", 0, (uintptr_t)sh);
     rc = d->ops->event_record(d->bdev, e->bevent, s->bstream);
+  }
   event_stream_put(e, s);
   return rc;
 }
@@ -337,8 +350,10 @@ int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
     rc = mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
                      "on an event of device %d (%s): different backends",
                      s->dev, d->ops->name, e->dev, ed->ops->name);
-  else
+  else {
+    mgpu__flight_record(s->dev, "stream_wait_event", 0, (uintptr_t)sh);
     rc = d->ops->stream_wait_event(d->bdev, s->bstream, ed->bdev, e->bevent);
+  }
   event_stream_put(e, s);
   return rc;
 }
@@ -395,6 +410,7 @@ int mgpu_stream_add_callback(mgpu_stream *h, void (*fn)(void *), void *arg) {
   if (fn == NULL) {
     rc = mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
   } else {
+    mgpu__flight_record(s->dev, "stream_callback", 0, (uintptr_t)h);
     mgpu__device *d = mgpu__device_get(s->dev);
     rc = d->ops->host_callback(d->bdev, s->bstream, fn, arg);
   }
@@ -424,6 +440,7 @@ static int launch_on(mgpu__stream *s, const mgpu_kernel *k, mgpu_dim3 grid,
       (d->ops->kind == MGPU_BACKEND_CUDA && k->cuda_fn == NULL))
     return mgpu__error(MGPU_ENOTSUP, "device %d: kernel %s has no %s variant",
                        s->dev, name, d->ops->name);
+  mgpu__flight_record(s->dev, "launch", args_size, s->handle);
   rc = d->ops->launch(d->bdev, s->bstream, k, grid, block, args, args_size);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_kernels_launched, 1);
   return rc;

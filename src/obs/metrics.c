@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "mgpu/module.h"
+#include "obs/flight.h"
 #include "obs/obs.h"
 #include "obs/trace.h"
 #include "util/log.h"
@@ -55,6 +56,7 @@ void mgpu__obs_open(int ndevices) {
     atomic_store_explicit(&obs_dev[i].pool_cached, 0, memory_order_relaxed);
   }
   reset_counters(ndevices);
+  mgpu__flight_reset();
   atomic_store_explicit(&obs_ndevices, ndevices, memory_order_release);
 }
 

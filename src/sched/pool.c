@@ -262,6 +262,7 @@ static void *worker_main(void *arg) {
   tls_worker = w;
   mgpu__thread_owned_by("a task pool's worker"); /* shutdown would join it */
   mgpu__trace_thread_adopt(w->dev, w->trace_track);
+  mgpu__thread_role_set("a task pool worker (a task)");
   if (mgpu_set_device(w->dev) != 0)
     mgpu__log(MGPU_LOG_WARN, "task pool: worker of device %d could not make "
               "it current: %s", w->dev, mgpu_error_detail());

@@ -158,6 +158,7 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
     uint64_t stream_busy0 =
         atomic_load_explicit(w->device_busy, memory_order_relaxed);
     mgpu_error_clear();
+    mgpu__flight_record(w->dev, "pool task", 0, (uintptr_t)w->stream);
     if (t->fn != NULL)
       r = t->fn(w->dev, w->stream, t->arg);
     else

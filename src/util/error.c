@@ -8,7 +8,9 @@
 
 #include "util/log.h"
 
-static _Thread_local char detail[512];
+/* Large enough for a timeout's list of missing devices and their last
+ * operations. */
+static _Thread_local char detail[1024];
 
 const char *mgpu_strerror(int code) {
   switch (code) {

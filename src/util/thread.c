@@ -70,3 +70,18 @@ uint64_t mgpu__now_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+uint64_t mgpu__now_coarse_ns(void) {
+  struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#else
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static _Thread_local const char *thread_role;
+
+void mgpu__thread_role_set(const char *role) { thread_role = role; }
+const char *mgpu__thread_role(void) { return thread_role; }

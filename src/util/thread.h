@@ -27,7 +27,17 @@ void mgpu__cond_broadcast(mgpu__cond *c);
 int mgpu__thread_create(mgpu__thread *t, void *(*fn)(void *), void *arg);
 void mgpu__thread_join(mgpu__thread t);
 
+/* What the calling thread is to the library, for calls it must not make
+ * (mgpu_shutdown would wait for the thread itself): a static phrase such
+ * as "a device's host thread", set by the thread when it starts; NULL for
+ * every thread the library did not start. */
+void mgpu__thread_role_set(const char *role);
+const char *mgpu__thread_role(void);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t mgpu__now_ns(void);
+/* The same clock read coarsely (to a few milliseconds) and cheaply, where
+ * a record must cost next to nothing (the flight recorder). */
+uint64_t mgpu__now_coarse_ns(void);
 
 #endif /* MGPU_UTIL_THREAD_H */

@@ -417,6 +417,8 @@ static int watch_for_work(mgpu__bdevice *d) {
 static void *worker_main(void *arg) {
   mgpu__bdevice *d = arg;
   mgpu__trace_name_thread(d->id, "host worker");
+  mgpu__thread_role_set("a host device's stream worker (a stream callback "
+                        "or host kernel)");
   mgpu__mutex_lock(&d->lock);
   for (;;) {
     mgpu__bstream *s = ready_pop(d);
