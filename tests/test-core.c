@@ -67,6 +67,20 @@ TEST_IMPL(config_from_environment) {
   expect_bad_env("MGPU_LOG", "loud");
   expect_bad_env("MGPU_HOST_PEER", "some");
   expect_bad_env("MGPU_STAGING_DEPTH", "1");
+  expect_bad_env("MGPU_STAGING_DEPTH", "65");
+  /* A chunk of 1 byte cuts a 1 MiB copy into a million pieces; 2G pins
+   * gigabytes per copy. */
+  expect_bad_env("MGPU_STAGING_CHUNK", "1");
+  expect_bad_env("MGPU_STAGING_CHUNK", "4095");
+  expect_bad_env("MGPU_STAGING_CHUNK", "2G");
+  expect_bad_env("MGPU_STAGING_CHUNK", "65M");
+  setenv("MGPU_STAGING_CHUNK", "64M", 1);
+  ASSERT_OK(mgpu_init(NULL));
+  size_t chunk = 0;
+  ASSERT_OK(mgpu_staging_get(&chunk, NULL));
+  ASSERT_EQ(chunk, (size_t)64 << 20);
+  ASSERT_OK(mgpu_shutdown());
+  unsetenv("MGPU_STAGING_CHUNK");
   expect_bad_env("MGPU_CUDA_BUSY", "sometimes");
   expect_bad_env("MGPU_CUDA_GREEN", "2");
   /* A config field wins over the environment. */

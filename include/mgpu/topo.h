@@ -62,7 +62,13 @@ MGPU_EXTERN const char *mgpu_copy_path_name(mgpu_copy_path path);
  * left unset there is chosen per pair of devices (8 MiB between GPUs, 1 MiB
  * between host devices), and mgpu_staging_get reports it as 0. A change
  * applies to copies issued after it. chunk 0 or depth 0 leaves that value as
- * it is. */
+ * it is. A chunk lies between MGPU_STAGING_CHUNK_MIN and _MAX bytes (smaller
+ * ones cut a copy into too many pieces, larger ones pin too much memory), a
+ * depth between 2 and MGPU_STAGING_DEPTH_MAX: others are MGPU_EINVAL, here
+ * and in the environment variables. */
+#define MGPU_STAGING_CHUNK_MIN ((size_t)4 << 10)
+#define MGPU_STAGING_CHUNK_MAX ((size_t)64 << 20)
+#define MGPU_STAGING_DEPTH_MAX 64
 MGPU_EXTERN int mgpu_staging_set(size_t chunk, int depth);
 MGPU_EXTERN int mgpu_staging_get(size_t *chunk, int *depth);
 

@@ -44,7 +44,7 @@
 #include "copy/copy-internal.h"
 
 #define HELPERS_PER_DEVICE 4
-#define MAX_DEPTH 64 /* as MGPU_STAGING_DEPTH allows */
+#define MAX_DEPTH MGPU_STAGING_DEPTH_MAX
 /* Automatic chunk sizes (docs/PERF.md has the measurements). Between
  * GPUs a chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
  * small against its time. Between host devices both halves are memcpy on
@@ -120,9 +120,11 @@ int mgpu_staging_set(size_t chunk, int depth) {
   if (depth != 0 && (depth < 2 || depth > MAX_DEPTH))
     return mgpu__error(MGPU_EINVAL, "staging depth %d: it must lie between 2 "
                        "and %d bounce buffers", depth, MAX_DEPTH);
-  if (chunk != 0 && chunk < 4096)
-    return mgpu__error(MGPU_EINVAL, "staging chunk of %zu bytes: it must be "
-                       "at least 4096 bytes", chunk);
+  if (chunk != 0 &&
+      (chunk < MGPU_STAGING_CHUNK_MIN || chunk > MGPU_STAGING_CHUNK_MAX))
+    return mgpu__error(MGPU_EINVAL, "staging chunk of %zu bytes: it must lie "
+                       "between %zu and %zu bytes", chunk,
+                       MGPU_STAGING_CHUNK_MIN, MGPU_STAGING_CHUNK_MAX);
   if (chunk != 0) staging_chunk_set = chunk;
   if (depth != 0) staging_depth_set = depth;
   return 0;

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "core/internal.h"
+#include "mgpu/topo.h" /* the staging bounds */
 
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)
 #define DEFAULT_HOST_WORKERS 2
@@ -169,12 +170,15 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
   }
   if (out->host_peer < 0) out->host_peer = 1;
   if (out->staging_chunk == 0 && (env = getenv("MGPU_STAGING_CHUNK")) && *env) {
-    if (mgpu__parse_size(env, &out->staging_chunk) || out->staging_chunk == 0)
-      return mgpu__error(MGPU_EINVAL, "MGPU_STAGING_CHUNK: bad size '%s'", env);
+    if (mgpu__parse_size(env, &out->staging_chunk) ||
+        out->staging_chunk < MGPU_STAGING_CHUNK_MIN ||
+        out->staging_chunk > MGPU_STAGING_CHUNK_MAX)
+      return mgpu__error(MGPU_EINVAL, "MGPU_STAGING_CHUNK: bad size '%s' "
+                         "(expected 4K to 64M)", env);
   }
   /* staging_chunk left 0: the copy layer picks it per pair of devices. */
   if (out->staging_depth <= 0 && (env = getenv("MGPU_STAGING_DEPTH")) && *env) {
-    if (parse_int_range(env, 2, 64, &out->staging_depth))
+    if (parse_int_range(env, 2, MGPU_STAGING_DEPTH_MAX, &out->staging_depth))
       return mgpu__error(MGPU_EINVAL, "MGPU_STAGING_DEPTH: bad value '%s' "
                          "(expected 2 to 64)", env);
   }
