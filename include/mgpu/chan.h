@@ -46,7 +46,10 @@ MGPU_EXTERN int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
 /* Receives the next message into dst at offset, ordered on stream (a stream
  * of the destination device); *size (may be NULL) is set to its length.
  * Blocks until a message is there; MGPU_ECLOSED once the channel is closed
- * and drained. dst must have room for msg_size bytes from offset. */
+ * and drained. dst must have room for msg_size bytes from offset, else
+ * MGPU_ERANGE and the message stays for the next call; the range is checked
+ * only when a message is there, so the call that finds the channel closed
+ * and drained is MGPU_ECLOSED whatever its offset. */
 MGPU_EXTERN int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst,
                                   size_t offset, size_t *size,
                                   mgpu_stream *stream);

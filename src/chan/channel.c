@@ -229,6 +229,9 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                      ch->dst_dev);
     goto out;
   }
+  /* A bad range leaves the message in place for the next call. */
+  if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
+    goto out;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   /* From the second round on, the slot's previous message must be copied
@@ -274,8 +277,10 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   if (rc != 0) return rc;
   mgpu__buf *b;
   mgpu__stream *s;
-  rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size, stream,
-                 &b, &s);
+  /* The range of dst is checked once a message is there: the call that
+   * finds the channel closed and drained is MGPU_ECLOSED whatever its
+   * offset, so a loop that advances its offset per message ends cleanly. */
+  rc = check_end(ch, "dst", ch->dst_dev, dst, 0, 0, stream, &b, &s);
   if (rc != 0) return rc;
   enter(ch);
   mgpu__mutex_lock(&ch->recv_lock);
@@ -290,6 +295,9 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
                      ch->src_dev, ch->dst_dev);
     goto out;
   }
+  /* A bad range leaves the message in place for the next call. */
+  if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
+    goto out;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
