@@ -56,6 +56,8 @@ static int run_forked(const test_entry *t) {
   }
   if (pid == 0) {
     setpgid(0, 0);
+    /* What the test printed before a crash is part of its report. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int rc = run_here(t);
     fflush(stdout);
     _exit(rc < 0 || rc > 255 ? 1 : rc);

@@ -172,6 +172,15 @@ static mgpu__task *take_shared(mgpu_pool *p, mgpu__worker *w) {
   return t;
 }
 
+/* A device that starts a task with more tasks preferring it queued behind
+ * is busy with a backlog that the idle devices may take (last resort in
+ * find_task). Nobody else would wake them: a submitter only wakes the
+ * preferred device. So whoever takes from a prefer deque that still holds
+ * tasks wakes one sleeper, which in turn wakes the next when it steals. */
+static void backlog_wake(mgpu_pool *p, mgpu__worker *self, mgpu__worker *v) {
+  if (p->n > 1 && mgpu__deque_size(&v->prefer) > 0) notify_any(p, self);
+}
+
 static mgpu__task *find_task(mgpu_pool *p, mgpu__worker *w, int *stolen) {
   mgpu__task *t;
   *stolen = 0;
@@ -185,7 +194,10 @@ again:
    * them from the top, as a thief would (static tasks, in the owner FIFO
    * above, too). Under work stealing the owner pops its deque at the
    * bottom, newest first, where what it just produced is still in cache. */
-  if ((t = mgpu__deque_steal(&w->prefer)) != NULL) return t;
+  if ((t = mgpu__deque_steal(&w->prefer)) != NULL) {
+    backlog_wake(p, w, w);
+    return t;
+  }
   if (p->policy == MGPU_SCHED_WS ? (t = mgpu__deque_pop(&w->deque)) != NULL
                                  : (t = mgpu__deque_steal(&w->deque)) != NULL)
     return t;
@@ -209,6 +221,7 @@ again:
         mgpu__deque_size(&v->prefer) > 0 &&
         (t = mgpu__deque_steal(&v->prefer)) != NULL) {
       *stolen = 1;
+      backlog_wake(p, w, v);
       return t;
     }
   }
@@ -223,9 +236,15 @@ static int has_work(mgpu_pool *p, mgpu__worker *w) {
     return 1;
   if (p->policy == MGPU_SCHED_STATIC) return 0;
   if (!mgpu__ring_empty(&p->shared)) return 1;
-  if (p->policy == MGPU_SCHED_WS)
-    for (int k = 0; k < p->n - 1; k++)
-      if (mgpu__deque_size(&p->workers[w->victims[k]].deque) > 0) return 1;
+  for (int k = 0; k < p->n - 1; k++) {
+    mgpu__worker *v = &p->workers[w->victims[k]];
+    if (p->policy == MGPU_SCHED_WS && mgpu__deque_size(&v->deque) > 0)
+      return 1;
+    /* The last resort of find_task: a busy device's preferred backlog. */
+    if (atomic_load_explicit(&v->running, memory_order_relaxed) &&
+        mgpu__deque_size(&v->prefer) > 0)
+      return 1;
+  }
   return 0;
 }
 
