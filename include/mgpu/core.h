@@ -291,7 +291,9 @@ MGPU_EXTERN const char *mgpu_op_name(mgpu_op op);
  * dtype (a double for MGPU_FLOAT16/BFLOAT16). */
 MGPU_EXTERN int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
                           size_t count, mgpu_dtype dtype, const void *value);
-/* x *= alpha (alpha as a double). */
+/* x *= alpha (alpha as a double). For scale and axpy the result is taken in
+ * double; an integer result outside its type's range saturates to the
+ * type's minimum or maximum, and NaN gives 0 (as CUDA's conversions do). */
 MGPU_EXTERN int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
                            size_t count, mgpu_dtype dtype, double alpha);
 /* y += alpha * x. */
