@@ -80,7 +80,14 @@ typedef struct mgpu_config {
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after
  * mgpu_shutdown() it may be called again. A bad device spec returns
- * MGPU_EINVAL with a detail naming the bad token. */
+ * MGPU_EINVAL with a detail naming the bad token.
+ *
+ * fork: a child forked after mgpu_init has none of the library's threads, so
+ * mgpu cannot work there. In such a child every mgpu call that needs the
+ * library (mgpu_init and mgpu_shutdown included) returns MGPU_EFORK with a
+ * detail naming the parent, instead of waiting on threads that do not
+ * exist; the child's copies of buffers and handles are left alone. Fork
+ * before mgpu_init, or exec, to use mgpu in a second process. */
 MGPU_EXTERN int mgpu_init(const mgpu_config *config);
 
 /* Waits for all work, frees every buffer, stream and event still open, stops

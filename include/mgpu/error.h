@@ -37,7 +37,8 @@ extern "C" {
   XX(EDEPFAIL, -17, "a task this one depends on failed")                      \
   XX(EMISMATCH, -18, "arguments disagree across devices")                     \
   XX(EIO, -19, "input/output error")                                          \
-  XX(EPLUGIN, -20, "backend plugin could not be loaded")
+  XX(EPLUGIN, -20, "backend plugin could not be loaded")                     \
+  XX(EFORK, -21, "mgpu was initialized before this process was forked")
 
 typedef enum mgpu_errno {
 #define MGPU__ERRNO_ENUM(name, value, msg) MGPU_##name = (value),

@@ -40,7 +40,23 @@ const char *mgpu_error_detail(void) { return detail; }
 
 void mgpu_error_clear(void) { detail[0] = '\0'; }
 
+int mgpu__fork_error(const char *what) {
+  snprintf(detail, sizeof detail, "%s: this process was forked from process "
+           "%d after it called mgpu_init; mgpu cannot be used in the child "
+           "(fork before mgpu_init, or exec)", what, mgpu__forked_from());
+  return MGPU_EFORK;
+}
+
 int mgpu__verror(int code, const char *fmt, va_list ap) {
+  /* In a child forked after mgpu_init the library looks uninitialized and
+   * the handle table refuses every handle: say why, once, here. */
+  if ((code == MGPU_ENOINIT || code == MGPU_EFORK) && mgpu__forked_from()) {
+    char what[160];
+    vsnprintf(what, sizeof what, fmt, ap);
+    char *colon = strchr(what, ':');
+    if (colon != NULL) *colon = '\0';
+    return mgpu__fork_error(what);
+  }
   vsnprintf(detail, sizeof detail, fmt, ap);
   mgpu__log(MGPU_LOG_DEBUG, "%s: %s", mgpu_err_name(code), detail);
   return code;
@@ -49,7 +65,7 @@ int mgpu__verror(int code, const char *fmt, va_list ap) {
 int mgpu__error(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  mgpu__verror(code, fmt, ap);
+  code = mgpu__verror(code, fmt, ap);
   va_end(ap);
   return code;
 }

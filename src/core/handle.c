@@ -74,6 +74,10 @@ static slot *lookup(uintptr_t h, mgpu__htype type, int *err) {
 }
 
 void *mgpu__handle_get(uintptr_t h, mgpu__htype type, int *err) {
+  if (mgpu__forked_from()) { /* the objects' threads are in the parent */
+    *err = MGPU_EFORK;
+    return NULL;
+  }
   mgpu__mutex_lock(&table_lock);
   slot *s = lookup(h, type, err);
   void *obj = s ? s->obj : NULL;
@@ -82,6 +86,10 @@ void *mgpu__handle_get(uintptr_t h, mgpu__htype type, int *err) {
 }
 
 void *mgpu__handle_release(uintptr_t h, mgpu__htype type, int *err) {
+  if (mgpu__forked_from()) {
+    *err = MGPU_EFORK;
+    return NULL;
+  }
   mgpu__mutex_lock(&table_lock);
   slot *s = lookup(h, type, err);
   void *obj = NULL;

@@ -10,9 +10,18 @@
  * init_lock guards the table while it is built and torn down; between the
  * two, `devices` and `ndevices` are read-only and `initialized` (an atomic)
  * tells readers the table is complete.
+ *
+ * fork: a child forked after mgpu_init has none of the library's threads.
+ * pthread_atfork handlers (registered at the first mgpu_init) hold
+ * init_lock across fork, so the table is never copied half-built, and mark
+ * the child: `initialized` drops to 0 and `forked_from` names the parent,
+ * which turns every later call into MGPU_EFORK (error.c, handle.c). Nothing
+ * is freed in the child: the copies belong to threads that are not there.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 
@@ -20,6 +29,24 @@ static mgpu__mutex init_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__device *devices[MGPU_MAX_DEVICES];
 static int ndevices;
 static _Atomic int initialized;
+static pid_t initialized_by;      /* getpid() of the mgpu_init that worked */
+static _Atomic int forked_from;   /* see the top of the file */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_prepare(void) { mgpu__mutex_lock(&init_lock); }
+static void atfork_parent(void) { mgpu__mutex_unlock(&init_lock); }
+static void atfork_child(void) {
+  if (initialized) {
+    forked_from = (int)initialized_by;
+    initialized = 0;
+  }
+  mgpu__mutex_unlock(&init_lock); /* this thread took it in prepare */
+}
+static void atfork_register(void) {
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+int mgpu__forked_from(void) { return forked_from; }
 
 static mgpu_config config;      /* resolved, valid while initialized */
 static char devices_spec[256];  /* config.devices points here */
@@ -195,6 +222,8 @@ static void unwind_devices(void) {
 }
 
 int mgpu_init(const mgpu_config *cfg) {
+  if (forked_from) return mgpu__fork_error("mgpu_init");
+  pthread_once(&atfork_once, atfork_register);
   mgpu__mutex_lock(&init_lock);
   int rc = 0;
   if (initialized) {
@@ -235,6 +264,7 @@ int mgpu_init(const mgpu_config *cfg) {
     unwind_devices();
     goto out;
   }
+  initialized_by = getpid();
   initialized = 1;
   mgpu_metrics_reset();
   mgpu__log(MGPU_LOG_INFO, "initialized %d device%s", ndevices,
@@ -251,6 +281,7 @@ static int drain_noop(int dev, void *arg) {
 }
 
 int mgpu_shutdown(void) {
+  if (forked_from) return mgpu__fork_error("mgpu_shutdown");
   mgpu__mutex_lock(&init_lock);
   if (!initialized) {
     mgpu__mutex_unlock(&init_lock);

@@ -36,6 +36,14 @@ int mgpu__log_level(void);
 /* Copies *in (or the defaults for NULL), fills every field left at its
  * initializer from the environment and then the defaults. */
 int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out);
+
+/* The pid of the process that called mgpu_init, when this process is a child
+ * forked from it after mgpu_init (every call then fails with MGPU_EFORK);
+ * 0 otherwise. */
+int mgpu__forked_from(void);
+/* MGPU_EFORK with its detail, for an entry point that checks by itself (one
+ * whose handles are not in the handle table). */
+int mgpu__fork_error(const char *what);
 /* Parses "512M", "2G", "1048576". Returns 0 or MGPU_EINVAL. */
 int mgpu__parse_size(const char *s, size_t *out);
 

@@ -515,6 +515,7 @@ fail:
 
 int mgpu_pool_destroy(mgpu_pool *p) {
   if (p == NULL) return 0;
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_pool_destroy");
   mgpu__worker *self = mgpu__sched_self(p);
   if (self != NULL)
     return mgpu__error(MGPU_EINVAL, "task pool: destroyed from its own task "
@@ -557,6 +558,7 @@ int mgpu_pool_stats_get(mgpu_pool *p, mgpu_pool_stats *out) {
 }
 
 int mgpu_pool_stats_reset(mgpu_pool *p) {
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_pool_stats_reset");
   if (p == NULL) return mgpu__error(MGPU_EINVAL, "task pool: pool is NULL");
   for (int i = 0; i < p->n; i++) {
     mgpu__worker *w = &p->workers[i];

@@ -244,6 +244,8 @@ static int add_edge(mgpu__task *t, mgpu__edge *e, mgpu__task *dep) {
 }
 
 int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
+  /* A pool is not in the handle table: it checks for fork by itself. */
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_pool_submit");
   if (p == NULL)
     return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
   int rc = check_desc(p, d);
@@ -359,6 +361,7 @@ static int release_hold(mgpu_pool *p, mgpu__task *t, mgpu_task h) {
 }
 
 int mgpu_pool_wait(mgpu_pool *p, mgpu_task h) {
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_pool_wait");
   int rc = check_not_worker(p, "mgpu_pool_wait");
   if (rc != 0) return rc;
   int code;
@@ -372,6 +375,7 @@ int mgpu_pool_wait(mgpu_pool *p, mgpu_task h) {
 }
 
 int mgpu_pool_release(mgpu_pool *p, mgpu_task h) {
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_pool_release");
   if (p == NULL)
     return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
   int code;
@@ -415,6 +419,7 @@ int mgpu__pool_take_error(mgpu_pool *p) {
 }
 
 int mgpu_pool_wait_all(mgpu_pool *p) {
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_pool_wait_all");
   int rc = check_not_worker(p, "mgpu_pool_wait_all");
   if (rc != 0) return rc;
   mgpu__pool_drain(p);
