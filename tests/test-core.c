@@ -463,6 +463,52 @@ TEST_IMPL(fork_child_gets_efork) {
   return 0;
 }
 
+static void *get_device_in_thread(void *arg) {
+  int *dev = arg;
+  ASSERT_OK(mgpu_get_device(dev));
+  return NULL;
+}
+
+static int report_current(int dev, void *arg) {
+  (void)dev;
+  return mgpu_get_device(arg);
+}
+
+/* After mgpu_shutdown and an init with fewer devices, a thread's current
+ * device no longer names a device of the old init (it named device 3 of 1). */
+TEST_IMPL(current_device_after_reinit) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:4";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_OK(mgpu_set_device(3));
+  int dev = -1;
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 3);
+  ASSERT_OK(mgpu_shutdown());
+  cfg.devices = "host:1";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 0);
+  /* Inside mgpu_run_on_device the target is current, also after re-init. */
+  ASSERT_OK(mgpu_run_on_device(0, report_current, &dev));
+  ASSERT_EQ(dev, 0);
+  ASSERT_OK(mgpu_shutdown());
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_OK(mgpu_set_device(2));
+  ASSERT_OK(mgpu_run_on_device(1, report_current, &dev));
+  ASSERT_EQ(dev, 1);
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 2);
+  pthread_t t;
+  dev = -1;
+  ASSERT_EQ(pthread_create(&t, NULL, get_device_in_thread, &dev), 0);
+  pthread_join(t, NULL);
+  ASSERT_EQ(dev, 0);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(init_shutdown_twice)
 TEST_ENTRY(bad_device_spec_names_token)
@@ -481,4 +527,5 @@ TEST_ENTRY(devices_run_concurrently)
 TEST_ENTRY(calls_before_init_fail_cleanly)
 TEST_ENTRY(version)
 TEST_ENTRY(fork_child_gets_efork)
+TEST_ENTRY(current_device_after_reinit)
 TEST_LIST_END

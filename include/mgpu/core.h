@@ -133,7 +133,8 @@ MGPU_EXTERN int mgpu_device_count(void);
 MGPU_EXTERN int mgpu_device_get_props(int dev, mgpu_device_props *props);
 
 /* The calling thread's current device. A thread that never called
- * mgpu_set_device is on device 0, as in CUDA. Inside mgpu_run_on_device the
+ * mgpu_set_device is on device 0, as in CUDA, and so is every thread again
+ * after mgpu_shutdown and a new mgpu_init (which may open fewer devices). Inside mgpu_run_on_device the
  * current device is the target device, and the caller's is restored after. */
 MGPU_EXTERN int mgpu_set_device(int dev);
 MGPU_EXTERN int mgpu_get_device(int *dev);

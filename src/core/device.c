@@ -27,7 +27,22 @@ struct mgpu_work {
   mgpu__work_item item;
 };
 
-static _Thread_local int current_device; /* 0 for a new thread, as in CUDA */
+/* The calling thread's current device, valid for the mgpu_init numbered
+ * current_epoch: a device chosen before a shutdown names nothing after the
+ * next init (which may open fewer devices), so a thread starts again from
+ * device 0 then, as a new thread does (as in CUDA). */
+static _Thread_local int current_device;
+static _Thread_local unsigned current_epoch;
+
+static void set_current(int dev) {
+  current_device = dev;
+  current_epoch = mgpu__init_epoch();
+}
+
+static int get_current(void) {
+  if (current_epoch != mgpu__init_epoch()) set_current(0);
+  return current_device;
+}
 static _Thread_local int host_thread_of = -1;
 
 int mgpu__current_host_thread_device(void) { return host_thread_of; }
@@ -35,7 +50,7 @@ int mgpu__current_host_thread_device(void) { return host_thread_of; }
 static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
-  current_device = d->id;
+  set_current(d->id);
   mgpu__topo_bind_current_thread(d);
   int rc = d->ops->make_current(d->b);
   if (rc != 0)
@@ -52,7 +67,7 @@ static void *host_thread_main(void *arg) {
     d->queue_head = w->next;
     if (d->queue_head == NULL) d->queue_tail = NULL;
     mgpu__mutex_unlock(&d->queue_lock);
-    current_device = d->id; /* fn may have moved it */
+    set_current(d->id); /* fn may have moved it */
     int result = w->fn(d->id, w->arg);
     mgpu__mutex_lock(&d->queue_lock);
     w->result = result;
@@ -99,10 +114,10 @@ int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
   if (rc == 0) rc = check_fn(dev, fn);
   if (rc != 0) return rc;
   if (host_thread_of == dev) {
-    int saved = current_device;
-    current_device = dev;
+    int saved = get_current();
+    set_current(dev);
     rc = fn(dev, arg);
-    current_device = saved;
+    set_current(saved);
     return rc;
   }
   mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev};
@@ -134,10 +149,10 @@ int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
   h->item.dev = dev;
   if (host_thread_of == dev) {
     /* Queued behind itself it could never be waited on from fn: run now. */
-    int saved = current_device;
-    current_device = dev;
+    int saved = get_current();
+    set_current(dev);
     h->item.result = fn(dev, arg);
-    current_device = saved;
+    set_current(saved);
     h->item.done = 1;
     *work = h;
     return 0;
@@ -174,7 +189,7 @@ int mgpu_set_device(int dev) {
   if (rc != 0) return rc;
   rc = d->ops->make_current(d->b);
   if (rc != 0) return rc;
-  current_device = dev;
+  set_current(dev);
   return 0;
 }
 
@@ -184,7 +199,7 @@ int mgpu_get_device(int *dev) {
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "mgpu_get_device: mgpu_init has not been "
                        "called");
-  *dev = current_device;
+  *dev = get_current();
   return 0;
 }
 

@@ -48,6 +48,9 @@ static void atfork_register(void) {
 
 int mgpu__forked_from(void) { return forked_from; }
 
+static _Atomic unsigned init_epoch;
+unsigned mgpu__init_epoch(void) { return init_epoch; }
+
 static mgpu_config config;      /* resolved, valid while initialized */
 static char devices_spec[256];  /* config.devices points here */
 static char plugin_path[1024];  /* config.plugin_path points here */
@@ -233,6 +236,7 @@ int mgpu_init(const mgpu_config *cfg) {
   }
   rc = mgpu__config_resolve(cfg, &config);
   if (rc != 0) goto out;
+  init_epoch++; /* before the device threads start: they set theirs */
   if (config.devices != NULL) {
     if (strlen(config.devices) >= sizeof devices_spec) {
       rc = mgpu__error(MGPU_EINVAL, "MGPU_DEVICES: longer than %zu characters",

@@ -41,6 +41,9 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out);
  * forked from it after mgpu_init (every call then fails with MGPU_EFORK);
  * 0 otherwise. */
 int mgpu__forked_from(void);
+/* Counts the successful mgpu_init calls: state kept per thread from an
+ * earlier one (the current device) is stale when this has moved. */
+unsigned mgpu__init_epoch(void);
 /* MGPU_EFORK with its detail, for an entry point that checks by itself (one
  * whose handles are not in the handle table). */
 int mgpu__fork_error(const char *what);
