@@ -163,6 +163,10 @@ static int bufs_make(measure_bufs *m, int n, size_t size) {
 
 int mgpu_topology_measure(size_t size) {
   if (size == 0) size = (size_t)16 << 20;
+  if (size > MGPU_TOPO_MEASURE_MAX)
+    return mgpu__error(MGPU_EINVAL, "topology measurement: %zu bytes per copy "
+                       "is more than the %zu allowed", size,
+                       MGPU_TOPO_MEASURE_MAX);
   int n = mgpu_device_count();
   if (n < 0) return n;
   measure_bufs *m = calloc(1, sizeof *m);
