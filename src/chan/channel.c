@@ -23,6 +23,7 @@
 #include "coll/handles.h"
 #include "core/internal.h"
 #include "mgpu/chan.h"
+#include "util/fault.h"
 
 typedef struct slot {
   mgpu_event *filled;   /* on the source device */
@@ -54,10 +55,10 @@ static void chan_free(mgpu__channel *ch) {
       if (ch->slots[i].filled) mgpu_event_destroy(ch->slots[i].filled);
       if (ch->slots[i].consumed) mgpu_event_destroy(ch->slots[i].consumed);
     }
-    free(ch->slots);
+    mgpu__free(ch->slots);
   }
   if (ch->slots_buf != NULL) mgpu_free(ch->slots_buf);
-  free(ch);
+  mgpu__free(ch);
 }
 
 int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
@@ -82,7 +83,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   if (msg_size > SIZE_MAX / (size_t)capacity)
     return mgpu__error(MGPU_ERANGE, "channel %d -> %d: %d slots of %zu bytes",
                        src_dev, dst_dev, capacity, msg_size);
-  mgpu__channel *ch = calloc(1, sizeof *ch);
+  mgpu__channel *ch = mgpu__calloc(1, sizeof *ch);
   if (ch == NULL) return mgpu__error(MGPU_ENOMEM, "channel: out of memory");
   ch->src_dev = src_dev;
   ch->dst_dev = dst_dev;
@@ -96,7 +97,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   mgpu_error_clear();
   rc = mgpu_malloc(&ch->slots_buf, dst_dev, msg_size * (size_t)capacity);
   if (rc != 0) goto fail;
-  ch->slots = calloc((size_t)capacity, sizeof *ch->slots);
+  ch->slots = mgpu__calloc((size_t)capacity, sizeof *ch->slots);
   if (ch->slots == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "channel: out of memory");
     goto fail;

@@ -7,6 +7,7 @@
 
 #include "coll/coll_internal.h"
 #include "coll/handles.h"
+#include "util/fault.h"
 
 #define DEFAULT_CHUNK (1u << 20)
 #define DEFAULT_TIMEOUT_MS 30000
@@ -125,7 +126,7 @@ int mgpu_comm_create_config(const int *devs, int n,
   *comm = NULL;
   int rc = check_devices(devs, n);
   if (rc != 0) return rc;
-  mgpu__comm *c = calloc(1, sizeof *c);
+  mgpu__comm *c = mgpu__calloc(1, sizeof *c);
   if (c == NULL) return mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
   rc = resolve_config(config, &c->cfg);
   if (rc != 0) goto fail_free;
@@ -193,7 +194,7 @@ fail_sync:
   mgpu__mutex_destroy(&c->lock);
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
 fail_free:
-  free(c);
+  mgpu__free(c);
   return rc;
 }
 
@@ -223,19 +224,19 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
     int src = mgpu_device_synchronize(c->devs[r]);
     if (src != 0 && first == 0) first = src;
     for (int i = 0; i < c->nevents[r]; i++) mgpu_event_destroy(c->events[r][i]);
-    free(c->events[r]);
+    mgpu__free(c->events[r]);
     if (c->scratch[r] != NULL) mgpu_free(c->scratch[r]);
     for (int i = 0; i < c->nretired[r]; i++) mgpu_free(c->retired[r][i]);
     if (c->streams[r] != NULL) mgpu_stream_destroy(c->streams[r]);
   }
   for (mgpu__coll_op *op = c->ops, *next; op != NULL; op = next) {
     next = op->next;
-    free(op);
+    mgpu__free(op);
   }
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
   mgpu__cond_destroy(&c->cond);
   mgpu__mutex_destroy(&c->lock);
-  free(c);
+  mgpu__free(c);
   return first;
 }
 
@@ -273,7 +274,7 @@ int mgpu__comm_event(mgpu__comm *c, int r, mgpu_event **out) {
   int i = c->events_used[r];
   if (i == c->nevents[r]) {
     int cap = c->nevents[r] ? c->nevents[r] * 2 : 16;
-    mgpu_event **evs = realloc(c->events[r], (size_t)cap * sizeof *evs);
+    mgpu_event **evs = mgpu__realloc(c->events[r], (size_t)cap * sizeof *evs);
     if (evs == NULL) return mgpu__error(MGPU_ENOMEM, "comm: event pool");
     c->events[r] = evs;
     for (int k = c->nevents[r]; k < cap; k++) {

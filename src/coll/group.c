@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "util/fault.h"
 
 typedef struct group_call {
   mgpu_comm *comm;
@@ -247,7 +248,7 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
     if ((*link)->seq > seq) break;
   }
   mgpu__coll_op *op =
-      calloc(1, sizeof *op + (size_t)c->n * sizeof(mgpu__coll_part));
+      mgpu__calloc(1, sizeof *op + (size_t)c->n * sizeof(mgpu__coll_part));
   if (op == NULL) return NULL;
   op->seq = seq;
   op->next = *link;
@@ -328,7 +329,7 @@ static int collect(group_call *g, uint64_t deadline) {
          link = &(*link)->next) {
       if (*link == g->op) {
         *link = g->op->next;
-        free(g->op);
+        mgpu__free(g->op);
         break;
       }
     }
@@ -379,7 +380,7 @@ static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
   }
   if (rc == 0 && group.ncalls == group.cap) {
     int cap = group.cap ? group.cap * 2 : 16;
-    group_call *calls = realloc(group.calls, (size_t)cap * sizeof *calls);
+    group_call *calls = mgpu__realloc(group.calls, (size_t)cap * sizeof *calls);
     if (calls == NULL) {
       /* Recorded like a failed check: mgpu_group_end must not issue the
        * group's other calls, which would wait for this one in vain. */
@@ -416,7 +417,7 @@ int mgpu_group_end(void) {
   int rc = group.first_rc != 0
                ? mgpu__error(group.first_rc, "%s", group.first_detail)
                : submit(group.calls, group.ncalls);
-  free(group.calls);
+  mgpu__free(group.calls);
   group.calls = NULL;
   group.ncalls = group.cap = 0;
   group.first_rc = 0;

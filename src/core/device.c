@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 struct mgpu__work_item {
   mgpu_device_fn fn;
@@ -140,7 +141,7 @@ int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
   if (rc == 0 && work == NULL)
     rc = mgpu__error(MGPU_EINVAL, "device %d: NULL work handle pointer", dev);
   if (rc != 0) return rc;
-  mgpu_work *h = calloc(1, sizeof *h);
+  mgpu_work *h = mgpu__calloc(1, sizeof *h);
   if (h == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a work "
                        "item", dev);
@@ -160,7 +161,7 @@ int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
   mgpu__mutex_lock(&d->queue_lock);
   if (d->stopping) {
     mgpu__mutex_unlock(&d->queue_lock);
-    free(h);
+    mgpu__free(h);
     return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
   }
   queue_push(d, &h->item);
@@ -179,7 +180,7 @@ int mgpu_work_wait(mgpu_work *work) {
     mgpu__mutex_unlock(&d->queue_lock);
   }
   int result = work->item.result;
-  free(work);
+  mgpu__free(work);
   return result;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 #define CHUNK_SLOTS 4096u
 #define MAX_CHUNKS 1024u
@@ -42,7 +43,7 @@ uintptr_t mgpu__handle_new(mgpu__htype type, void *obj) {
   } else {
     if (nslots == CHUNK_SLOTS * MAX_CHUNKS) goto out;
     if (chunks[nslots / CHUNK_SLOTS] == NULL) {
-      chunks[nslots / CHUNK_SLOTS] = calloc(CHUNK_SLOTS, sizeof(slot));
+      chunks[nslots / CHUNK_SLOTS] = mgpu__calloc(CHUNK_SLOTS, sizeof(slot));
       if (chunks[nslots / CHUNK_SLOTS] == NULL) goto out;
     }
     i = nslots++;

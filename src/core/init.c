@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 static mgpu__mutex init_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__device *devices[MGPU_MAX_DEVICES];
@@ -105,7 +106,7 @@ static void free_device(mgpu__device *d) {
   mgpu__mutex_destroy(&d->streams_lock);
   mgpu__cond_destroy(&d->queue_cond);
   mgpu__mutex_destroy(&d->queue_lock);
-  free(d);
+  mgpu__free(d);
 }
 
 /* Opens one device as table entry `id`. */
@@ -115,7 +116,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   if (id == MGPU_MAX_DEVICES)
     return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES='%s' names more than %d "
                        "devices", config.devices, MGPU_MAX_DEVICES);
-  mgpu__device *d = calloc(1, sizeof *d);
+  mgpu__device *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", id);
   d->id = id;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 /* A cached block. A block freed with mgpu_free_async is listed at once but
  * not `ready` until the work queued before the free is done; until then only
@@ -90,7 +91,7 @@ static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
   if (size == 0)
     return mgpu__error(MGPU_EINVAL, "device %d: %s buffer of size 0", dev,
                        kind_name(kind));
-  mgpu__buf *b = calloc(1, sizeof *b);
+  mgpu__buf *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
   rc = reserve(d, size, kind);
@@ -112,7 +113,7 @@ fail_mem:
 fail_reserve:
   unreserve(d, size, kind);
 fail_struct:
-  free(b);
+  mgpu__free(b);
   return rc;
 }
 
@@ -160,7 +161,7 @@ static void pool_list(mgpu__device *d, pool_block *blk);
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   d->ops->mem_free(d->b, b->kind, b->ptr);
   unreserve(d, b->alloc_size, b->kind);
-  free(b);
+  mgpu__free(b);
 }
 
 int mgpu_free(mgpu_buffer *h) {
@@ -185,17 +186,17 @@ int mgpu_free(mgpu_buffer *h) {
         mgpu__spare_put(s);
       }
       unreserve(d, b->alloc_size, b->kind);
-      free(b);
+      mgpu__free(b);
       return rc;
     }
-    pool_block *blk = calloc(1, sizeof *blk);
+    pool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk != NULL) {
       blk->dev = d;
       blk->ptr = b->ptr;
       blk->size = b->alloc_size;
       blk->ready = 1;
       pool_list(d, blk);
-      free(b);
+      mgpu__free(b);
       return 0;
     }
   }
@@ -245,7 +246,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
   if ((size >> 60) != 0)
     return mgpu__error(MGPU_ENOMEM, "device %d: %zu bytes is more than any "
                        "device holds", s->dev, size);
-  mgpu__buf *b = calloc(1, sizeof *b);
+  mgpu__buf *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", s->dev);
   b->dev = s->dev;
@@ -268,7 +269,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
       *link = blk->next;
       d->pool_cached_bytes -= blk->size;
       b->ptr = blk->ptr;
-      if (blk->ready) free(blk);
+      if (blk->ready) mgpu__free(blk);
       else blk->taken = 1; /* its callback frees the record */
     }
     mgpu__mutex_unlock(&d->pool_lock);
@@ -296,7 +297,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
 fail_reserve:
   unreserve(d, b->alloc_size, MGPU_MEM_DEVICE);
 fail_struct:
-  free(b);
+  mgpu__free(b);
   return rc;
 }
 
@@ -308,7 +309,7 @@ static void pool_return_cb(void *arg) {
   mgpu__mutex_lock(&d->pool_lock);
   if (blk->taken) {
     mgpu__mutex_unlock(&d->pool_lock);
-    free(blk);
+    mgpu__free(blk);
     return;
   }
   blk->ready = 1;
@@ -340,7 +341,7 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     return mgpu_free(h);
   mgpu__device *d = mgpu__device_get(b->dev);
   if (d->ops->pool_free_async == NULL) {
-    pool_block *blk = calloc(1, sizeof *blk);
+    pool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk == NULL)
       return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", b->dev);
     blk->dev = d;
@@ -363,7 +364,7 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
   }
   int err = 0;
   mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err);
-  free(b);
+  mgpu__free(b);
   return 0;
 }
 
@@ -398,7 +399,7 @@ int mgpu_pool_trim(int dev) {
       ready = blk->next;
       d->ops->mem_free(d->b, MGPU_MEM_DEVICE, blk->ptr);
       unreserve(d, blk->size, MGPU_MEM_DEVICE);
-      free(blk);
+      mgpu__free(blk);
     }
   }
   return 0;
@@ -414,7 +415,7 @@ static void release_buffer(void *obj, void *arg) {
   mgpu__device *d = mgpu__device_get(b->dev);
   if (b->pooled && d->ops->pool_free_async != NULL) {
     unreserve(d, b->alloc_size, b->kind);
-    free(b); /* the backend's pool is destroyed with the device */
+    mgpu__free(b); /* the backend's pool is destroyed with the device */
     return;
   }
   buf_release_memory(d, b);

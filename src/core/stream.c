@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 static void list_add(mgpu__device *d, mgpu__stream *s) {
   mgpu__mutex_lock(&d->streams_lock);
@@ -28,14 +29,14 @@ static void list_remove(mgpu__device *d, mgpu__stream *s) {
 }
 
 static int stream_new(mgpu__device *d, mgpu__stream **out) {
-  mgpu__stream *s = calloc(1, sizeof *s);
+  mgpu__stream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
                        "stream", d->id);
   s->dev = d->id;
   int rc = d->ops->stream_create(d->b, &s->b);
   if (rc != 0) {
-    free(s);
+    mgpu__free(s);
     return rc;
   }
   list_add(d, s);
@@ -46,7 +47,7 @@ static int stream_new(mgpu__device *d, mgpu__stream **out) {
 static void stream_free(mgpu__device *d, mgpu__stream *s) {
   list_remove(d, s);
   d->ops->stream_destroy(d->b, s->b);
-  free(s);
+  mgpu__free(s);
 }
 
 int mgpu_stream_create(mgpu_stream **out, int dev) {
@@ -187,7 +188,7 @@ int mgpu_event_create(mgpu_event **out, int dev) {
   if (out == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL output pointer for an "
                        "event", dev);
-  mgpu__event *e = calloc(1, sizeof *e);
+  mgpu__event *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for an "
                        "event", dev);
@@ -204,7 +205,7 @@ int mgpu_event_create(mgpu_event **out, int dev) {
 fail_destroy:
   d->ops->event_destroy(d->b, e->b);
 fail_free:
-  free(e);
+  mgpu__free(e);
   return rc;
 }
 
@@ -225,7 +226,7 @@ int mgpu__event_get(mgpu_event *h, mgpu__event **out) {
 static void event_free(mgpu__event *e) {
   mgpu__device *d = mgpu__device_get(e->dev);
   d->ops->event_destroy(d->b, e->b);
-  free(e);
+  mgpu__free(e);
 }
 
 int mgpu_event_destroy(mgpu_event *h) {

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "sched/internal.h"
+#include "util/fault.h"
 
 static _Thread_local mgpu__worker *tls_worker;
 
@@ -352,7 +353,7 @@ static int build_static_table(mgpu_pool *p, const double *weights) {
     total += w[i];
   }
   p->static_len = 64 * p->n;
-  p->static_table = malloc((size_t)p->static_len * sizeof *p->static_table);
+  p->static_table = mgpu__malloc((size_t)p->static_len * sizeof *p->static_table);
   if (p->static_table == NULL) return MGPU_ENOMEM;
   for (int k = 0; k < p->static_len; k++) {
     int best = 0;
@@ -410,9 +411,9 @@ static void pool_free(mgpu_pool *p) {
   }
   mgpu__ring_destroy(&p->shared);
   mgpu__task_table_destroy(p);
-  free(p->static_table);
-  free(p->workers);
-  free(p);
+  mgpu__free(p->static_table);
+  mgpu__free(p->workers);
+  mgpu__free(p);
 }
 
 static void stop_workers(mgpu_pool *p) {
@@ -437,14 +438,14 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
   if (rc != 0) return rc;
   int n = o->ndevices ? o->ndevices : ndev;
 
-  mgpu_pool *p = aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
+  mgpu_pool *p = mgpu__aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
   if (p == NULL)
     return mgpu__error(MGPU_ENOMEM, "task pool: out of memory");
   memset(p, 0, sizeof *p);
-  p->workers = aligned_alloc(64, ((size_t)n * sizeof *p->workers + 63) &
+  p->workers = mgpu__aligned_alloc(64, ((size_t)n * sizeof *p->workers + 63) &
                                      ~(size_t)63);
   if (p->workers == NULL) {
-    free(p);
+    mgpu__free(p);
     return mgpu__error(MGPU_ENOMEM, "task pool: out of memory for %d "
                        "workers", n);
   }
@@ -460,8 +461,8 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     p->dev_to_worker[p->workers[i].dev] = i;
   }
   if ((rc = mgpu__task_table_init(p)) != 0) {
-    free(p->workers);
-    free(p);
+    mgpu__free(p->workers);
+    mgpu__free(p);
     return rc;
   }
   /* From here on pool_free undoes whatever was made. */

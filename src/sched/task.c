@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "sched/internal.h"
+#include "util/fault.h"
 
 /* The task a held handle names, or NULL with *code set to
  * MGPU_EBADHANDLE (not a handle of this pool) or MGPU_EFREED (waited or
@@ -50,7 +51,7 @@ static char *dup_printf(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  return strdup(buf);
+  return mgpu__strdup(buf);
 }
 
 static void record_failure(mgpu_pool *p, int r, const char *detail) {
@@ -264,13 +265,13 @@ int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   t->args_size = d->kernel ? d->args_size : 0;
   if (t->args_size > 0) {
     t->args = t->args_size <= MGPU__TASK_INLINE_ARGS ? t->args_inline
-                                                     : malloc(t->args_size);
+                                                     : mgpu__malloc(t->args_size);
     if (t->args == NULL) goto nomem;
     memcpy(t->args, d->args, t->args_size);
   }
   mgpu__edge *edges = t->edges_inline;
   if (d->ndeps > MGPU__TASK_INLINE_EDGES) {
-    edges = t->edges_heap = malloc((size_t)d->ndeps * sizeof *edges);
+    edges = t->edges_heap = mgpu__malloc((size_t)d->ndeps * sizeof *edges);
     if (edges == NULL) goto nomem;
   }
   t->home = d->device >= 0 ? p->dev_to_worker[d->device] : -1;

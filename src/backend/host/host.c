@@ -27,6 +27,7 @@
 
 #include "backend/host/host.h"
 #include "core/internal.h"
+#include "util/fault.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -164,7 +165,7 @@ static void enqueue(mgpu__bstream *s, op *o) {
 }
 
 static op *op_new(op_kind kind) {
-  op *o = calloc(1, sizeof *o);
+  op *o = mgpu__calloc(1, sizeof *o);
   if (o != NULL) o->kind = kind;
   return o;
 }
@@ -285,8 +286,8 @@ static void run_op(mgpu__bdevice *d, op *o) {
 }
 
 static void op_free(op *o) {
-  if (o->kind == OP_LAUNCH) free(o->u.launch.args);
-  free(o);
+  if (o->kind == OP_LAUNCH) mgpu__free(o->u.launch.args);
+  mgpu__free(o);
 }
 
 /* With d->lock held: 1 if s must park on the event of its head wait. */
@@ -370,18 +371,18 @@ static void host_close(mgpu__bdevice *d) {
   mgpu__cond_broadcast(&d->work);
   mgpu__mutex_unlock(&d->lock);
   for (int i = 0; i < d->nworkers; i++) mgpu__thread_join(d->workers[i]);
-  free(d->workers);
+  mgpu__free(d->workers);
   mgpu__cond_destroy(&d->idle);
   mgpu__cond_destroy(&d->work);
   mgpu__mutex_destroy(&d->lock);
-  free(d);
+  mgpu__free(d);
 }
 
 static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
-  mgpu__bdevice *d = calloc(1, sizeof *d);
+  mgpu__bdevice *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL) goto fail_nomem;
   d->id = spec->id;
-  d->workers = calloc((size_t)env->config->host_workers, sizeof *d->workers);
+  d->workers = mgpu__calloc((size_t)env->config->host_workers, sizeof *d->workers);
   if (d->workers == NULL) goto fail_free;
   mgpu__mutex_init(&d->lock);
   mgpu__cond_init(&d->work);
@@ -398,7 +399,7 @@ static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   *out = d;
   return 0;
 fail_free:
-  free(d);
+  mgpu__free(d);
 fail_nomem:
   return env->set_error(MGPU_ENOMEM, "host device %d: out of host memory",
                         spec->id);
@@ -441,7 +442,7 @@ static int host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
 static void host_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr) {
   (void)d;
   (void)kind;
-  free(ptr);
+  mgpu__free(ptr);
 }
 
 static int host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
@@ -455,7 +456,7 @@ static int host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
 /* ---- streams ---- */
 
 static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
-  mgpu__bstream *s = calloc(1, sizeof *s);
+  mgpu__bstream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL) return op_nomem(d);
   s->dev = d;
   *out = s;
@@ -479,7 +480,7 @@ static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
   mgpu__mutex_unlock(&d->lock);
-  free(s);
+  mgpu__free(s);
 }
 
 static int host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
@@ -498,7 +499,7 @@ static void *host_stream_native(mgpu__bstream *s) {
 /* ---- events ---- */
 
 static int host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
-  mgpu__bevent *e = calloc(1, sizeof *e);
+  mgpu__bevent *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL) return op_nomem(d);
   e->dev = d;
   mgpu__mutex_init(&e->lock);
@@ -517,7 +518,7 @@ static void host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   mgpu__mutex_unlock(&e->lock);
   mgpu__cond_destroy(&e->done);
   mgpu__mutex_destroy(&e->lock);
-  free(e);
+  mgpu__free(e);
 }
 
 static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
@@ -626,9 +627,9 @@ static int host_launch(mgpu__bdevice *d, mgpu__bstream *s,
   op *o = op_new(OP_LAUNCH);
   if (o == NULL) return op_nomem(d);
   if (args_size > 0) {
-    o->u.launch.args = malloc(args_size);
+    o->u.launch.args = mgpu__malloc(args_size);
     if (o->u.launch.args == NULL) {
-      free(o);
+      mgpu__free(o);
       return op_nomem(d);
     }
     memcpy(o->u.launch.args, args, args_size);
