@@ -209,6 +209,38 @@ TEST_IMPL(fault_thread_site) {
   return 0;
 }
 
+/* Every fallible backend call is a site named after its operation: a copy
+ * whose backend call is made to fail returns MGPU_EBACKEND with a detail
+ * naming the operation, and the next one works. */
+TEST_IMPL(fault_backend_site) {
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  test_init();
+  mgpu_stream *s;
+  mgpu_buffer *b;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&b, 0, 64));
+  char host[64] = "abc", back[64] = "";
+  ASSERT_OK(mgpu__fault_set("backend:memcpy_async:1", NULL, 0));
+  ASSERT_ERR(MGPU_EBACKEND, mgpu_memcpy_htod_async(b, 0, host, 64, s));
+  ASSERT_DETAIL_HAS("memcpy_async");
+  ASSERT_DETAIL_HAS("injected");
+  ASSERT_EQ(mgpu__fault_fired(MGPU__FAULT_BACKEND), 1);
+  ASSERT_OK(mgpu_memcpy_htod_async(b, 0, host, 64, s));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(back, b, 0, 64, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT(strcmp(back, "abc") == 0);
+  ASSERT(mgpu__fault_calls(MGPU__FAULT_BACKEND) >= 3);
+  /* A failed stream creation leaves nothing behind. */
+  ASSERT_OK(mgpu__fault_set("backend:stream_create:1", NULL, 0));
+  mgpu_stream *s2;
+  ASSERT_ERR(MGPU_EBACKEND, mgpu_stream_create(&s2, 1 % mgpu_device_count()));
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(fault_spec_syntax)
 TEST_ENTRY(fault_alloc_nth)
@@ -217,4 +249,5 @@ TEST_ENTRY(fault_random_seed)
 TEST_ENTRY(fault_device_after)
 TEST_ENTRY(fault_threads_count)
 TEST_ENTRY(fault_thread_site)
+TEST_ENTRY(fault_backend_site)
 TEST_LIST_END

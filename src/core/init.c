@@ -112,6 +112,7 @@ static void free_device(mgpu__device *d) {
 /* Opens one device as table entry `id`. */
 static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
                        int nsplit) {
+  ops = mgpu__backend_fault_wrap(ops); /* every backend call is a fault site */
   int id = ndevices;
   if (id == MGPU_MAX_DEVICES)
     return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES='%s' names more than %d "

@@ -44,6 +44,11 @@ int mgpu__forked_from(void);
 /* Counts the successful mgpu_init calls: state kept per thread from an
  * earlier one (the current device) is stale when this has moved. */
 unsigned mgpu__init_epoch(void);
+
+/* The backend table a device uses: real's, with a fault site in front of
+ * every fallible entry (backend_fault.c). One per backend kind. */
+const mgpu__backend_ops *mgpu__backend_fault_wrap(
+    const mgpu__backend_ops *real);
 /* MGPU_EFORK with its detail, for an entry point that checks by itself (one
  * whose handles are not in the handle table). */
 int mgpu__fork_error(const char *what);
