@@ -342,10 +342,37 @@ static int collect(group_call *g, uint64_t deadline) {
   return rc;
 }
 
+/* Makes sure every operation the calls will join exists before any joins,
+ * so that an allocation failure fails the whole group with nothing issued:
+ * a rank that joined alone would leave the others' streams untouched and
+ * wait for them until the communicator's timeout aborted it. An operation
+ * made here and not joined stays in place for the rank's next call of it. */
+static int reserve(const group_call *calls, int n) {
+  for (int i = 0; i < n; i++) {
+    mgpu__comm *c;
+    int rc = mgpu__comm_get(calls[i].comm, &c);
+    if (rc != 0) return rc;
+    uint64_t later = 0; /* this rank's calls on c earlier in the group */
+    for (int j = 0; j < i; j++)
+      later += calls[j].comm == calls[i].comm && calls[j].rank == calls[i].rank;
+    mgpu__mutex_lock(&c->lock);
+    int missing = !c->destroying && !c->aborted &&
+                  find_op(c, c->next_seq[calls[i].rank] + later) == NULL;
+    mgpu__mutex_unlock(&c->lock);
+    if (missing)
+      return mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
+                         "(rank %d); no call of the group was issued", i,
+                         calls[i].rank);
+  }
+  return 0;
+}
+
 /* Joins every call, then collects every result; returns the first error. */
 static int submit(group_call *calls, int n) {
   int first = 0;
   char detail[256] = "";
+  int rc = reserve(calls, n);
+  if (rc != 0) return rc;
   for (int i = 0; i < n; i++) {
     int rc = join(&calls[i]);
     if (rc != 0 && first == 0) {
