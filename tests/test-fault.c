@@ -241,6 +241,47 @@ TEST_IMPL(fault_backend_site) {
   return 0;
 }
 
+/* A channel send whose publishing event cannot be recorded is not sent and
+ * leaves no copy in flight: destroying the channel right after must not
+ * free the slots under the copy (a use after free under ASan before). The
+ * same for a receive. */
+TEST_IMPL(fault_channel_record) {
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  int n = test_init();
+  int dst = n > 1 ? 1 : 0;
+  mgpu_stream *ss, *ds;
+  mgpu_buffer *src, *out;
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_stream_create(&ss, 0));
+  ASSERT_OK(mgpu_stream_create(&ds, dst));
+  ASSERT_OK(mgpu_malloc(&src, 0, 1 << 20));
+  ASSERT_OK(mgpu_malloc(&out, dst, 1 << 20));
+  for (int round = 0; round < 2; round++) {
+    ASSERT_OK(mgpu_channel_create(0, dst, 1 << 20, 2, &ch));
+    if (round == 1) { /* one message in, so the receive has one to take */
+      ASSERT_OK(mgpu_channel_send(ch, src, 0, 1 << 20, ss));
+      ASSERT_OK(mgpu_stream_synchronize(ss));
+    }
+    ASSERT_OK(mgpu__fault_set("backend:event_record:1", NULL, 0));
+    if (round == 0) {
+      ASSERT_ERR(MGPU_EBACKEND, mgpu_channel_send(ch, src, 0, 1 << 20, ss));
+    } else {
+      size_t got = 0;
+      ASSERT_ERR(MGPU_EBACKEND, mgpu_channel_recv(ch, out, 0, &got, ds));
+      ASSERT_EQ(got, 0);
+    }
+    ASSERT_DETAIL_HAS(round == 0 ? "not sent" : "not taken");
+    ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+    ASSERT_OK(mgpu_channel_destroy(ch));
+  }
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_free(out));
+  ASSERT_OK(mgpu_stream_destroy(ss));
+  ASSERT_OK(mgpu_stream_destroy(ds));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(fault_spec_syntax)
 TEST_ENTRY(fault_alloc_nth)
@@ -250,4 +291,5 @@ TEST_ENTRY(fault_device_after)
 TEST_ENTRY(fault_threads_count)
 TEST_ENTRY(fault_thread_site)
 TEST_ENTRY(fault_backend_site)
+TEST_ENTRY(fault_channel_record)
 TEST_LIST_END

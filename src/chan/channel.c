@@ -18,6 +18,7 @@
  * Locking: send_lock serializes senders (messages keep the order of the send
  * calls), recv_lock serializes receivers; lock guards the counts, closed and
  * users. Lock order: send_lock or recv_lock, then lock. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "coll/handles.h"
@@ -191,6 +192,17 @@ static int check_end(const mgpu__channel *ch, const char *what, int dev,
   return mgpu__buf_check_range(*b, what, offset, size);
 }
 
+/* A copy was queued but the event that publishes it could not be recorded:
+ * the message is not sent (or not taken), and nothing may stay in flight
+ * that a later destroy or free would not wait for. Waits for the stream,
+ * keeping the first failure's code and detail. */
+static void settle(mgpu_stream *stream, int rc, const char *what) {
+  char detail[256];
+  snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+  mgpu_stream_synchronize(stream);
+  mgpu__error(rc, "%s (the message was not %s)", detail, what);
+}
+
 /* Enter/leave: count the threads inside, so destroy can refuse. */
 static void enter(mgpu__channel *ch) {
   mgpu__mutex_lock(&ch->lock);
@@ -230,9 +242,6 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                      ch->dst_dev);
     goto out;
   }
-  /* A bad range leaves the message in place for the next call. */
-  if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
-    goto out;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   /* From the second round on, the slot's previous message must be copied
@@ -256,7 +265,10 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   } else if (rc == 0) {
     rc = mgpu_memcpy_async(ch->slots_buf, slot_off, src, offset, size, stream);
   }
-  if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
+  if (rc == 0) {
+    rc = mgpu_event_record(sl->filled, stream);
+    if (rc != 0) settle(stream, rc, "sent");
+  }
   if (rc == 0) {
     sl->size = size;
     mgpu__mutex_lock(&ch->lock);
@@ -299,13 +311,19 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   /* A bad range leaves the message in place for the next call. */
   if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
     goto out;
+  /* A bad range leaves the message in place for the next call. */
+  if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
+    goto out;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
   rc = mgpu_stream_wait_event(stream, sl->filled);
   if (rc == 0)
     rc = mgpu_memcpy_async(dst, offset, ch->slots_buf, slot_off, n, stream);
-  if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
+  if (rc == 0) {
+    rc = mgpu_event_record(sl->consumed, stream);
+    if (rc != 0) settle(stream, rc, "taken");
+  }
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);
     ch->received++;
