@@ -321,7 +321,9 @@ static const char *run_child(const char *spec, uint64_t *counts) {
   return status_text;
 }
 
-static int sweep(mgpu__fault_kind kind, const char *rule) {
+/* rule "alloc" fails the Nth site only; "alloc+" the Nth and every later
+ * one (harder on the unwinding paths, which then fail too). */
+static int sweep(mgpu__fault_kind kind, const char *rule, int from_on) {
   uint64_t counts[MGPU__FAULT_KINDS];
   const char *st = run_child("", counts);
   if (strcmp(st, "ok") != 0) {
@@ -329,8 +331,9 @@ static int sweep(mgpu__fault_kind kind, const char *rule) {
     return 1;
   }
   uint64_t total = counts[kind];
-  printf("sweep %s: the workload has %llu %s sites (alloc %llu, backend "
-         "%llu, thread %llu)\n", rule, (unsigned long long)total,
+  printf("sweep %s%s: the workload has %llu %s sites (alloc %llu, backend "
+         "%llu, thread %llu)\n", rule, from_on ? "+" : "",
+         (unsigned long long)total,
          mgpu__fault_kind_name(kind), (unsigned long long)counts[0],
          (unsigned long long)counts[1], (unsigned long long)counts[2]);
   ASSERT(total > 0);
@@ -343,7 +346,8 @@ static int sweep(mgpu__fault_kind kind, const char *rule) {
   char slowest_spec[64] = "";
   for (uint64_t n = 1; n <= total; n += stride) {
     char spec[64];
-    snprintf(spec, sizeof spec, "%s:%llu", rule, (unsigned long long)n);
+    snprintf(spec, sizeof spec, "%s:%llu%s", rule, (unsigned long long)n,
+             from_on ? "+" : "");
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     st = run_child(spec, NULL);
@@ -360,14 +364,19 @@ static int sweep(mgpu__fault_kind kind, const char *rule) {
       bad++;
     }
   }
-  printf("sweep %s: %llu runs, %d failed; slowest %s (%.2f s)\n", rule,
-         (unsigned long long)runs, bad, slowest_spec, slowest);
+  printf("sweep %s%s: %llu runs, %d failed; slowest %s (%.2f s)\n", rule,
+         from_on ? "+" : "", (unsigned long long)runs, bad, slowest_spec,
+         slowest);
   return bad != 0;
 }
 
-TEST_IMPL(sweep_alloc) { return sweep(MGPU__FAULT_ALLOC, "alloc"); }
-TEST_IMPL(sweep_backend) { return sweep(MGPU__FAULT_BACKEND, "backend"); }
-TEST_IMPL(sweep_thread) { return sweep(MGPU__FAULT_THREAD, "thread"); }
+TEST_IMPL(sweep_alloc) { return sweep(MGPU__FAULT_ALLOC, "alloc", 0); }
+TEST_IMPL(sweep_alloc_from) { return sweep(MGPU__FAULT_ALLOC, "alloc", 1); }
+TEST_IMPL(sweep_backend) { return sweep(MGPU__FAULT_BACKEND, "backend", 0); }
+TEST_IMPL(sweep_backend_from) {
+  return sweep(MGPU__FAULT_BACKEND, "backend", 1);
+}
+TEST_IMPL(sweep_thread) { return sweep(MGPU__FAULT_THREAD, "thread", 0); }
 
 /* One run, for a closer look: MGPU_SWEEP_SPEC=alloc:17 MGPU_SWEEP_VERBOSE=1
  * bin/test-sweep sweep_one. */
@@ -381,6 +390,8 @@ TEST_IMPL(sweep_one) {
 TEST_LIST_BEGIN
 TEST_HELPER(sweep_one)
 TEST_ENTRY(sweep_alloc)
+TEST_ENTRY(sweep_alloc_from)
 TEST_ENTRY(sweep_backend)
+TEST_ENTRY(sweep_backend_from)
 TEST_ENTRY(sweep_thread)
 TEST_LIST_END

@@ -20,11 +20,9 @@
   XX(mem_alloc, (mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,          \
                  void **ptr), (d, kind, size, ptr))                          \
   XX(stream_create, (mgpu__bdevice *d, mgpu__bstream **s), (d, s))           \
-  XX(stream_synchronize, (mgpu__bdevice *d, mgpu__bstream *s), (d, s))       \
   XX(event_create, (mgpu__bdevice *d, mgpu__bevent **e), (d, e))             \
   XX(event_record, (mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s),    \
      (d, e, s))                                                              \
-  XX(event_synchronize, (mgpu__bdevice *d, mgpu__bevent *e), (d, e))         \
   XX(stream_wait_event, (mgpu__bdevice *d, mgpu__bstream *s,                 \
                          mgpu__bdevice *ed, mgpu__bevent *e), (d, s, ed, e)) \
   XX(memcpy_async, (mgpu__bdevice *d, mgpu__bstream *s, void *dst,           \
@@ -55,6 +53,14 @@
   XX(coll_run, (void *comm, int rank, const mgpu__coll_args *args,           \
                 mgpu__bstream *s), (comm, rank, args, s))
 
+/* The waits: a driver that reports an error from a synchronize has still
+ * waited (the error is a sticky one of earlier work), and callers rely on
+ * that to free what the work used. Their injected failure comes after the
+ * real wait. */
+#define MGPU__FAULT_WAITS(XX)                                                \
+  XX(stream_synchronize, (mgpu__bdevice *d, mgpu__bstream *s), (d, s))       \
+  XX(event_synchronize, (mgpu__bdevice *d, mgpu__bevent *e), (d, e))
+
 enum { KIND_HOST, KIND_CUDA, NKINDS };
 
 static mgpu__mutex wrap_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -78,6 +84,18 @@ static int injected(int kind, const char *op) {
   MGPU__FAULT_WRAP_KIND(KIND_CUDA, cuda, op, params, args)
 MGPU__FAULT_OPS(MGPU__FAULT_WRAP)
 
+#define MGPU__FAULT_WAIT_KIND(kind, prefix, op, params, args)               \
+  static int prefix##_##op params {                                          \
+    int rc = real_ops[kind]->op args;                                        \
+    if (mgpu__fault_hit(MGPU__FAULT_BACKEND, #op) && rc == 0)                \
+      rc = injected(kind, #op);                                              \
+    return rc;                                                               \
+  }
+#define MGPU__FAULT_WAIT(op, params, args)                                   \
+  MGPU__FAULT_WAIT_KIND(KIND_HOST, host, op, params, args)                   \
+  MGPU__FAULT_WAIT_KIND(KIND_CUDA, cuda, op, params, args)
+MGPU__FAULT_WAITS(MGPU__FAULT_WAIT)
+
 /* An optional entry the backend leaves NULL stays NULL. */
 #define MGPU__FAULT_SET(op, params, args)                                    \
   if (real->op != NULL) w->op = kind == KIND_HOST ? host_##op : cuda_##op;
@@ -93,6 +111,7 @@ const mgpu__backend_ops *mgpu__backend_fault_wrap(
     mgpu__backend_ops *w = &wrapped_ops[kind];
     *w = *real;
     MGPU__FAULT_OPS(MGPU__FAULT_SET)
+    MGPU__FAULT_WAITS(MGPU__FAULT_SET)
   }
   mgpu__mutex_unlock(&wrap_lock);
   return &wrapped_ops[kind];
