@@ -10,6 +10,7 @@
 #include "mgpu/error.h"
 #include "mgpu/core.h"
 #include "mgpu/metrics.h"
+#include "mgpu/copy.h"
 #include "mgpu/topo.h"
 #include "mgpu/part.h"
 #include "mgpu/sched.h"

@@ -414,8 +414,36 @@ TEST_IMPL(recv_loop_ends_closed) {
   return 0;
 }
 
+/* Channels copy through the copy layer: a pair whose peer access the user
+ * turned off sends host-staged, and direct again once it is back on. The
+ * messages arrive whole either way (the receiver checks each one). */
+TEST_IMPL(peer_disabled) {
+  test_init();
+  int a = 0, b = peer_of(0);
+  if (b == a) return TEST_SKIP;
+  ASSERT_OK(mgpu_peer_disable(a, b));
+  ASSERT_OK(mgpu_metrics_reset());
+  run_channel(a, b, 256, 4, 1, 1, 20);
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[a].copies_peer_staged, 20);
+  ASSERT_EQ(m.dev[a].copies_peer_direct, 0);
+  ASSERT_EQ(m.dev[a].chan_msgs_sent, 20);
+
+  mgpu_copy_path path;
+  ASSERT_OK(mgpu_peer_enable(a, b));
+  ASSERT_OK(mgpu_copy_path_get(a, b, &path));
+  ASSERT_OK(mgpu_metrics_reset());
+  run_channel(a, b, 256, 4, 1, 1, 20);
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[a].copies_peer_staged, path == MGPU_PATH_STAGED ? 20 : 0);
+  ASSERT_EQ(m.dev[a].copies_peer_direct, path == MGPU_PATH_DIRECT ? 20 : 0);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(basic)
+TEST_ENTRY(peer_disabled)
 TEST_ENTRY(stream_order)
 TEST_ENTRY(full_and_close)
 TEST_ENTRY(close_wakes_receiver)

@@ -91,6 +91,16 @@ TEST_IMPL(config_from_environment) {
   ASSERT_OK(mgpu_init(&cfg));
   ASSERT_EQ(mgpu_device_count(), 1);
   ASSERT_OK(mgpu_shutdown());
+  /* A field the caller set is held to the variable's bounds. */
+  cfg.host_workers = 100;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));
+  ASSERT_DETAIL_HAS("host_workers is 100");
+  cfg.host_workers = 0;
+  cfg.staging_depth = 1;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));
+  ASSERT_DETAIL_HAS("staging_depth is 1");
+  cfg.staging_depth = 0;
+  expect_bad_env("MGPU_HOST_WORKERS", "65");
   /* A config with a wrong size field is refused. */
   cfg.size = 3;
   ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));

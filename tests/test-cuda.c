@@ -538,7 +538,7 @@ TEST_IMPL(cuda_nccl_provider) {
     return TEST_SKIP;
   }
   mgpu__bdevice *devs[MGPU_MAX_DEVICES];
-  for (int i = 0; i < n; i++) devs[i] = mgpu__device_get(i)->b;
+  for (int i = 0; i < n; i++) devs[i] = mgpu__device_get(i)->bdev;
   void *comm = NULL;
   ASSERT_OK(ops->coll_comm_create(devs, n, &comm));
   const size_t count = 1 << 16;
@@ -561,7 +561,7 @@ TEST_IMPL(cuda_nccl_provider) {
           .send = mgpu_buffer_ptr(send[r]), .recv = mgpu_buffer_ptr(recv[r]),
           .count = count, .dtype = MGPU_FLOAT32, .op = MGPU_SUM,
           .root = n - 1};
-      ASSERT_OK(ops->coll_run(comm, r, &a, is->b));
+      ASSERT_OK(ops->coll_run(comm, r, &a, is->bstream));
     }
     ASSERT_OK(ops->coll_group_end());
     float want = kind == 0 ? (float)(n * (n + 1) / 2) : (float)n;

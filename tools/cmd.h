@@ -12,8 +12,7 @@ int mgpu_cmd_version(int argc, char **argv);
 int mgpu_cmd_devices(int argc, char **argv);
 int mgpu_cmd_demo(int argc, char **argv);
 int mgpu_cmd_bench(int argc, char **argv);
-/* Provided by tools/cmd-topo.c when the topology layer is built. */
-int mgpu_cmd_topo(int argc, char **argv) __attribute__((weak));
+int mgpu_cmd_topo(int argc, char **argv);
 
 /* Prints "mgpu: what: MGPU_EXXX (message): detail" to stderr; returns 1. */
 int mgpu_cmd_fail(const char *what, int rc);

@@ -20,8 +20,7 @@ static const command commands[] = {
 static int usage(FILE *out) {
   fprintf(out, "usage: mgpu COMMAND [ARGS]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (commands[i].fn != NULL)
-      fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].help);
   fprintf(out, "\nenvironment: MGPU_DEVICES (host:4, cuda, cuda:1, cuda:0/4),"
                " MGPU_HOST_MEM, MGPU_LOG\n");
   return 2;
@@ -49,7 +48,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    if (commands[i].fn != NULL && strcmp(argv[1], commands[i].name) == 0) {
+    if (strcmp(argv[1], commands[i].name) == 0) {
       int rc = commands[i].fn(argc - 1, argv + 1);
       mgpu_shutdown();
       return rc;

@@ -55,9 +55,9 @@ typedef struct mgpu_comm_config {
                          0: 30000; -1: forever */
 } mgpu_comm_config;
 
-#define MGPU_COMM_CONFIG_INITIALIZER                                  \
-  { sizeof(mgpu_comm_config), MGPU_COLL_PROVIDER_AUTO, MGPU_COLL_ALGO_AUTO, \
-    0, 0 }
+#define MGPU_COMM_CONFIG_INITIALIZER                                       \
+  { .size = sizeof(mgpu_comm_config), .provider = MGPU_COLL_PROVIDER_AUTO,  \
+    .algo = MGPU_COLL_ALGO_AUTO, .chunk_bytes = 0, .timeout_ms = 0 }
 
 /* Creates a communicator over n distinct devices of one backend (rank r =
  * devs[r]); devices of two backends are MGPU_ENOTSUP. The caller owns it

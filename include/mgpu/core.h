@@ -37,6 +37,13 @@ typedef enum mgpu_log_level {
   MGPU_LOG_DEBUG = 3
 } mgpu_log_level;
 
+/* Bounds of the staged copy's chunk and depth (MGPU_STAGING_CHUNK and
+ * _DEPTH, the fields below, mgpu_staging_set): smaller chunks cut a copy
+ * into too many pieces, larger ones pin too much memory. */
+#define MGPU_STAGING_CHUNK_MIN ((size_t)4 << 10)
+#define MGPU_STAGING_CHUNK_MAX ((size_t)64 << 20)
+#define MGPU_STAGING_DEPTH_MAX 64
+
 /* Every environment variable is also a field here. A field left at its
  * initializer value (NULL, 0 or -1) is taken from the environment variable
  * named beside it, and from the default when that is unset too. Environment
@@ -60,7 +67,7 @@ typedef struct mgpu_config {
                                pair: 8 MiB between GPUs, 1 MiB between host
                                devices (docs/copy.md) */
   int staging_depth;        /* MGPU_STAGING_DEPTH: bounce buffers per staged
-                               copy (at least 2). 0: env, default 3 */
+                               copy (2 to 64). 0: env, default 3 */
   const char *plugin_path;  /* MGPU_PLUGIN_PATH: folders (':'-separated)
                                searched first for libmgpu-cuda.so. NULL: env,
                                then only the default places */
@@ -72,10 +79,18 @@ typedef struct mgpu_config {
                                with events for the busy_ns metric (about
                                1 us per launch), 0 does not. -1: env,
                                default 1 */
+  const char *fault;        /* MGPU_FAULT: failures to inject, for testing
+                               (docs/faults.md): "alloc:17",
+                               "backend:memcpy_async:3", "thread:2",
+                               "seed:S@p:0.01", "device:2@after:100",
+                               comma-separated. NULL: env, default none */
 } mgpu_config;
 
-#define MGPU_CONFIG_INITIALIZER \
-  { sizeof(mgpu_config), NULL, 0, -1, 0, -1, 0, 0, NULL, -1, -1 }
+#define MGPU_CONFIG_INITIALIZER                                              \
+  { .size = sizeof(mgpu_config), .devices = NULL, .host_mem = 0,            \
+    .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
+    .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
+    .cuda_green = -1, .cuda_busy = -1, .fault = NULL }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after
@@ -315,41 +330,6 @@ MGPU_EXTERN int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst,
                                  size_t a_offset, const mgpu_buffer *b,
                                  size_t b_offset, size_t count,
                                  mgpu_dtype dtype, mgpu_op op);
-
-/* ------------------------------------------------------------------------ */
-/* Copies                                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* Host memory to a buffer and back. host may be any host pointer (pageable
- * or the pointer of a pinned buffer). The async forms run on the stream,
- * which must belong to the buffer's device; the host memory must stay valid
- * until the copy completes. */
-MGPU_EXTERN int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset,
-                                 const void *host, size_t size);
-MGPU_EXTERN int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src,
-                                 size_t src_offset, size_t size);
-MGPU_EXTERN int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
-                                       const void *host, size_t size,
-                                       mgpu_stream *stream);
-MGPU_EXTERN int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
-                                       size_t src_offset, size_t size,
-                                       mgpu_stream *stream);
-
-/* Buffer to buffer, any kinds, any devices. The one copy entry point: within
- * a device it is a device copy; between devices a direct peer copy where
- * peer access is enabled, else a pipelined host-staged copy. The stream may
- * belong to either buffer's device; the copy runs in that stream's order.
- * Overlapping ranges of one buffer are MGPU_EOVERLAP. */
-MGPU_EXTERN int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset,
-                            const mgpu_buffer *src, size_t src_offset,
-                            size_t size);
-MGPU_EXTERN int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
-                                  const mgpu_buffer *src, size_t src_offset,
-                                  size_t size, mgpu_stream *stream);
-
-/* Fills size bytes with the byte value. */
-MGPU_EXTERN int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value,
-                                  size_t size, mgpu_stream *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Stream-ordered pool                                                      */

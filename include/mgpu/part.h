@@ -51,8 +51,9 @@ typedef struct mgpu_dist_opts {
                              NULL: measured (mgpu_device_speed) */
 } mgpu_dist_opts;
 
-#define MGPU_DIST_OPTS_INITIALIZER \
-  { sizeof(mgpu_dist_opts), MGPU_DIST_BLOCK, 1, 0, NULL, NULL }
+#define MGPU_DIST_OPTS_INITIALIZER                                        \
+  { .size = sizeof(mgpu_dist_opts), .kind = MGPU_DIST_BLOCK, .block = 1,   \
+    .ndevices = 0, .devices = NULL, .weights = NULL }
 
 typedef struct mgpu_dist mgpu_dist;
 

@@ -64,9 +64,10 @@ typedef struct mgpu_pool_opts {
   void *distance_arg;
 } mgpu_pool_opts;
 
-#define MGPU_POOL_OPTS_INITIALIZER \
-  { sizeof(mgpu_pool_opts), MGPU_SCHED_WS, 0, NULL, NULL, MGPU_POOL_WAIT, \
-    NULL, NULL }
+#define MGPU_POOL_OPTS_INITIALIZER                                         \
+  { .size = sizeof(mgpu_pool_opts), .policy = MGPU_SCHED_WS, .ndevices = 0, \
+    .devices = NULL, .weights = NULL, .on_destroy = MGPU_POOL_WAIT,         \
+    .distance = NULL, .distance_arg = NULL }
 
 typedef struct mgpu_pool mgpu_pool;
 
@@ -92,9 +93,10 @@ typedef struct mgpu_task_desc {
   int device;                  /* preferred device (mgpu id), -1: none */
 } mgpu_task_desc;
 
-#define MGPU_TASK_DESC_INITIALIZER                                          \
-  { sizeof(mgpu_task_desc), NULL, NULL, NULL, {1, 1, 1}, {1, 1, 1}, NULL, \
-    0, NULL, 0, -1 }
+#define MGPU_TASK_DESC_INITIALIZER                                         \
+  { .size = sizeof(mgpu_task_desc), .fn = NULL, .arg = NULL,               \
+    .kernel = NULL, .grid = {1, 1, 1}, .block = {1, 1, 1}, .args = NULL,   \
+    .args_size = 0, .deps = NULL, .ndeps = 0, .device = -1 }
 
 /* Creates a pool; the caller owns it until mgpu_pool_destroy. */
 MGPU_EXTERN int mgpu_pool_create(mgpu_pool **pool, const mgpu_pool_opts *opts);

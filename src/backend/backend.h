@@ -20,7 +20,7 @@
 
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 1
+#define MGPU__BACKEND_ABI 2
 #define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
 
 /* Each backend defines these structs for itself; the core only holds
@@ -47,6 +47,9 @@ typedef struct mgpu__backend_env {
    * neither the caller nor MGPU_STAGING_CHUNK set it (the copy layer then
    * picks a size per pair of devices). */
   const mgpu_config *config;
+  /* The NUMA node of a PCI bus id, or -1 (the platform's one NUMA reader,
+   * src/util/numa.c). */
+  int (*numa_node_of_bus_id)(const char *bus_id);
 } mgpu__backend_env;
 
 /* What a device is opened as. */

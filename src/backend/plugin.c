@@ -25,7 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "backend/backend.h"
+#include "mgpu/error.h"
 
 #define PLUGIN_FILE "libmgpu-cuda.so"
 #define PLUGIN_ABI_SYMBOL "mgpu_backend_plugin_abi"
@@ -37,8 +38,10 @@
 #define MGPU_INSTALL_LIBDIR ""
 #endif
 
-/* Owned by init/shutdown (serialized by the core). */
+/* Owned by init/shutdown (serialized by the core). penv is the environment
+ * of the load in progress: its logger, error setter and configuration. */
 static void *plugin_handle;
+static const mgpu__backend_env *penv;
 
 /* Why the search failed, for the detail: the first dlerror of a file that
  * exists, else the list of places searched. */
@@ -72,13 +75,13 @@ static void *try_path(search_state *st, const char *where) {
     snprintf(st->failure, sizeof st->failure, "%.500s", e ? e : path);
     st->found_broken = 1;
   }
-  if (h != NULL) mgpu__log(MGPU_LOG_DEBUG, "cuda: opened plugin %s", path);
+  if (h != NULL) penv->log(MGPU_LOG_DEBUG, "cuda: opened plugin %s", path);
   return h;
 }
 
 static void *search_plugin(search_state *st) {
   void *h = NULL;
-  const char *env = mgpu__config()->plugin_path;
+  const char *env = penv->config->plugin_path;
   if (env != NULL && env[0] != '\0') {
     char list[2048];
     snprintf(list, sizeof list, "%s", env);
@@ -122,18 +125,19 @@ static void *search_plugin(search_state *st) {
 const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env) {
   search_state st;
   memset(&st, 0, sizeof st);
+  penv = env;
   /* A plugin opened by an earlier mgpu_init stays open (see unload); its
    * entry is called again so that it takes this init's environment. */
   void *h = plugin_handle != NULL ? plugin_handle : search_plugin(&st);
   if (h == NULL) {
     if (st.found_broken) {
-      mgpu__log(MGPU_LOG_INFO, "cuda: plugin refused: %s", st.failure);
-      mgpu__error(MGPU_EPLUGIN, "the CUDA backend plugin %s could not be "
+      penv->log(MGPU_LOG_INFO, "cuda: plugin refused: %s", st.failure);
+      penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s could not be "
                   "opened: %s", PLUGIN_FILE, st.failure);
     } else {
-      mgpu__log(MGPU_LOG_INFO, "cuda: plugin %s not found (searched %s)",
+      penv->log(MGPU_LOG_INFO, "cuda: plugin %s not found (searched %s)",
                 PLUGIN_FILE, st.searched);
-      mgpu__error(MGPU_EPLUGIN, "the CUDA backend plugin %s was not found "
+      penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s was not found "
                   "(searched %s; set MGPU_PLUGIN_PATH, or build with the "
                   "CUDA toolkit)", PLUGIN_FILE, st.searched);
     }
@@ -145,18 +149,18 @@ const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env) {
   /* dlsym returns an object pointer; POSIX guarantees it converts. */
   *(void **)&entry = dlsym(h, MGPU__PLUGIN_ENTRY);
   if (abi == NULL || entry == NULL) {
-    mgpu__log(MGPU_LOG_WARN, "cuda: plugin refused: %s lacks the entry "
+    penv->log(MGPU_LOG_WARN, "cuda: plugin refused: %s lacks the entry "
               "symbol %s", PLUGIN_FILE, MGPU__PLUGIN_ENTRY);
-    mgpu__error(MGPU_EPLUGIN, "the CUDA backend plugin %s lacks the entry "
+    penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s lacks the entry "
                 "symbol %s (built for another mgpu version?)", PLUGIN_FILE,
                 MGPU__PLUGIN_ENTRY);
     dlclose(h);
     return NULL;
   }
   if (*abi != MGPU__BACKEND_ABI) {
-    mgpu__log(MGPU_LOG_WARN, "cuda: plugin refused: %s has backend ABI %d, "
+    penv->log(MGPU_LOG_WARN, "cuda: plugin refused: %s has backend ABI %d, "
               "libmgpu has %d", PLUGIN_FILE, *abi, MGPU__BACKEND_ABI);
-    mgpu__error(MGPU_EPLUGIN, "the CUDA backend plugin %s has backend ABI %d, "
+    penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s has backend ABI %d, "
                 "this libmgpu needs %d: install matching versions",
                 PLUGIN_FILE, *abi, MGPU__BACKEND_ABI);
     dlclose(h);
@@ -167,9 +171,9 @@ const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env) {
   const mgpu__backend_ops *ops = entry(env);
   if (ops == NULL || ops->kind != MGPU_BACKEND_CUDA) {
     if (ops != NULL)
-      mgpu__error(MGPU_EPLUGIN, "the CUDA backend plugin %s returned a "
+      penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s returned a "
                   "backend of another kind (%s)", PLUGIN_FILE, ops->name);
-    mgpu__log(MGPU_LOG_WARN, "cuda: plugin refused: %s", mgpu_error_detail());
+    penv->log(MGPU_LOG_WARN, "cuda: plugin refused: %s", mgpu_error_detail());
     if (h != plugin_handle) dlclose(h);
     return NULL;
   }

@@ -21,9 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "coll/handles.h"
 #include "core/internal.h"
 #include "mgpu/chan.h"
+#include "mgpu/copy.h"
 #include "util/fault.h"
 
 typedef struct slot {
@@ -37,7 +37,6 @@ typedef struct mgpu__channel {
   int src_dev, dst_dev;
   size_t msg_size;
   int capacity;
-  int direct; /* the source device writes the destination's memory itself */
   mgpu_buffer *slots_buf;
   slot *slots;
 
@@ -90,12 +89,6 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   ch->dst_dev = dst_dev;
   ch->msg_size = msg_size;
   ch->capacity = capacity;
-  int yes = 0;
-  if (src_dev != dst_dev && sd->ops == dd->ops && sd->ops->peer_can_access &&
-      sd->ops->peer_can_access(sd->b, dd->b, &yes) == 0 && yes &&
-      (sd->ops->peer_enable == NULL || sd->ops->peer_enable(sd->b, dd->b) == 0))
-    ch->direct = 1;
-  mgpu_error_clear();
   rc = mgpu_malloc(&ch->slots_buf, dst_dev, msg_size * (size_t)capacity);
   if (rc != 0) goto fail;
   ch->slots = mgpu__calloc((size_t)capacity, sizeof *ch->slots);
@@ -112,7 +105,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   mgpu__mutex_init(&ch->recv_lock);
   mgpu__mutex_init(&ch->lock);
   mgpu__cond_init(&ch->cond);
-  uintptr_t h = mgpu__obj_new(MGPU__OBJ_CHANNEL, ch);
+  uintptr_t h = mgpu__handle_new(MGPU__H_CHANNEL, ch);
   if (h == 0) {
     rc = mgpu__error(MGPU_ENOMEM, "channel: too many open handles");
     goto fail_locks;
@@ -132,7 +125,7 @@ fail:
 
 static int chan_get(mgpu_channel *h, mgpu__channel **out) {
   int err = 0;
-  *out = mgpu__obj_get((uintptr_t)h, MGPU__OBJ_CHANNEL, "channel", &err);
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_CHANNEL, "channel", &err);
   return *out ? 0 : err;
 }
 
@@ -148,7 +141,7 @@ int mgpu_channel_destroy(mgpu_channel *chan) {
                        "channel %d -> %d: %d thread(s) still send or receive",
                        ch->src_dev, ch->dst_dev, users);
   int err = 0;
-  if (mgpu__obj_release((uintptr_t)chan, MGPU__OBJ_CHANNEL, "channel",
+  if (mgpu__handle_release((uintptr_t)chan, MGPU__H_CHANNEL, "channel",
                         &err) == NULL)
     return err;
   /* The sends' copies run on the source device's streams: wait for them
@@ -248,23 +241,10 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
    * out first. */
   if (k >= (uint64_t)ch->capacity)
     rc = mgpu_stream_wait_event(stream, sl->consumed);
-  if (rc == 0 && ch->direct) {
-    /* The source device writes the slot itself: one copy, no staging. */
-    mgpu__device *sd = mgpu__device_get(ch->src_dev);
-    mgpu__device *dd = mgpu__device_get(ch->dst_dev);
-    mgpu__buf *slots;
-    rc = mgpu__buf_get(ch->slots_buf, "slots", &slots);
-    if (rc == 0)
-      rc = sd->ops->memcpy_peer_async(dd->b, (char *)slots->ptr + slot_off,
-                                      sd->b, (const char *)b->ptr + offset,
-                                      size, sd->b, s->b);
-    if (rc == 0) {
-      mgpu__metric_add(ch->src_dev, MGPU__M_bytes_peer_direct, size);
-      mgpu__metric_add(ch->src_dev, MGPU__M_copies_peer_direct, 1);
-    }
-  } else if (rc == 0) {
+  /* The copy layer picks the path: direct where peer access is on for the
+   * pair, host-staged where it is off (mgpu_peer_disable). */
+  if (rc == 0)
     rc = mgpu_memcpy_async(ch->slots_buf, slot_off, src, offset, size, stream);
-  }
   if (rc == 0) {
     rc = mgpu_event_record(sl->filled, stream);
     if (rc != 0) settle(stream, rc, "sent");
@@ -308,9 +288,6 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
                      ch->src_dev, ch->dst_dev);
     goto out;
   }
-  /* A bad range leaves the message in place for the next call. */
-  if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
-    goto out;
   /* A bad range leaves the message in place for the next call. */
   if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
     goto out;

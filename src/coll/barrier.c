@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
-#include "coll/handles.h"
 #include "util/fault.h"
 
 typedef struct mgpu__barrier {
@@ -48,7 +47,7 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
   memcpy(b->devs, devs, (size_t)n * sizeof *devs);
   mgpu__mutex_init(&b->lock);
   mgpu__cond_init(&b->cond);
-  uintptr_t h = mgpu__obj_new(MGPU__OBJ_BARRIER, b);
+  uintptr_t h = mgpu__handle_new(MGPU__H_BARRIER, b);
   if (h == 0) {
     mgpu__cond_destroy(&b->cond);
     mgpu__mutex_destroy(&b->lock);
@@ -62,7 +61,7 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
 int mgpu_barrier_destroy(mgpu_barrier *barrier) {
   int err = 0;
   mgpu__barrier *b =
-      mgpu__obj_get((uintptr_t)barrier, MGPU__OBJ_BARRIER, "barrier", &err);
+      mgpu__handle_get((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
   if (b == NULL) return err;
   mgpu__mutex_lock(&b->lock);
   int waiters = b->waiters;
@@ -70,7 +69,7 @@ int mgpu_barrier_destroy(mgpu_barrier *barrier) {
   if (waiters > 0)
     return mgpu__error(MGPU_EAGAIN, "barrier: %d thread(s) still wait in it",
                        waiters);
-  if (mgpu__obj_release((uintptr_t)barrier, MGPU__OBJ_BARRIER, "barrier",
+  if (mgpu__handle_release((uintptr_t)barrier, MGPU__H_BARRIER, "barrier",
                         &err) == NULL)
     return err;
   mgpu__cond_destroy(&b->cond);
@@ -94,7 +93,7 @@ static void missing_list(const mgpu__barrier *b, int self, char *out,
 int mgpu_barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
   int err = 0;
   mgpu__barrier *b =
-      mgpu__obj_get((uintptr_t)barrier, MGPU__OBJ_BARRIER, "barrier", &err);
+      mgpu__handle_get((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
   if (b == NULL) return err;
   if (rank < 0 || rank >= b->n)
     return mgpu__error(MGPU_EINVAL, "barrier: rank %d of %d", rank, b->n);
@@ -187,7 +186,7 @@ int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
   }
   uintptr_t h = 0;
   if (rc == 0) {
-    h = mgpu__obj_new(MGPU__OBJ_STREAM_BARRIER, sb);
+    h = mgpu__handle_new(MGPU__H_STREAM_BARRIER, sb);
     if (h == 0)
       rc = mgpu__error(MGPU_ENOMEM, "stream barrier: too many open handles");
   }
@@ -202,7 +201,7 @@ int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
 int mgpu_stream_barrier_destroy(mgpu_stream_barrier *barrier) {
   int err = 0;
   mgpu__stream_barrier *sb =
-      mgpu__obj_release((uintptr_t)barrier, MGPU__OBJ_STREAM_BARRIER,
+      mgpu__handle_release((uintptr_t)barrier, MGPU__H_STREAM_BARRIER,
                         "stream barrier", &err);
   if (sb == NULL) return err;
   sb_free(sb);
@@ -211,8 +210,8 @@ int mgpu_stream_barrier_destroy(mgpu_stream_barrier *barrier) {
 
 int mgpu_stream_barrier_wait(mgpu_stream_barrier *barrier) {
   int err = 0;
-  mgpu__stream_barrier *sb = mgpu__obj_get(
-      (uintptr_t)barrier, MGPU__OBJ_STREAM_BARRIER, "stream barrier", &err);
+  mgpu__stream_barrier *sb = mgpu__handle_get(
+      (uintptr_t)barrier, MGPU__H_STREAM_BARRIER, "stream barrier", &err);
   if (sb == NULL) return err;
   for (int i = 0; i < sb->n; i++) {
     int rc = mgpu_event_record(sb->events[i], sb->streams[i]);

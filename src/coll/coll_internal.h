@@ -25,6 +25,7 @@
 
 #include "core/internal.h"
 #include "mgpu/coll.h"
+#include "mgpu/copy.h"
 
 /* One rank's call, checked against its own device. */
 typedef struct mgpu__coll_part {
@@ -112,10 +113,6 @@ int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op);
 int mgpu__coll_same_backend(const char *what, const int *devs, int n);
 /* 1 when the direct algorithm can serve every device of the list. */
 int mgpu__coll_direct_possible(const int *devs, int n);
-
-/* Element-wise helpers over raw host memory (direct.c): dst = a op b. */
-void mgpu__coll_reduce_host(void *dst, const void *a, const void *b,
-                            size_t count, mgpu_dtype dtype, mgpu_op op);
 
 /* Splits count elements into n near-equal slices; slice i is
  * [lo(i), lo(i+1)). */

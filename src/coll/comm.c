@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
-#include "coll/handles.h"
 #include "util/fault.h"
 
 #define DEFAULT_CHUNK (1u << 20)
@@ -14,7 +13,7 @@
 
 int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out) {
   int err = 0;
-  *out = mgpu__obj_get((uintptr_t)h, MGPU__OBJ_COMM, "comm", &err);
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_COMM, "comm", &err);
   return *out ? 0 : err;
 }
 
@@ -43,8 +42,8 @@ static int can_read(int dev, int peer) {
   mgpu__device *d = mgpu__device_get(dev), *p = mgpu__device_get(peer);
   if (d->ops != p->ops || d->ops->peer_can_access == NULL) return 0;
   int yes = 0;
-  if (d->ops->peer_can_access(d->b, p->b, &yes) != 0 || !yes) return 0;
-  if (d->ops->peer_enable != NULL && d->ops->peer_enable(d->b, p->b) != 0) {
+  if (d->ops->peer_can_access(d->bdev, p->bdev, &yes) != 0 || !yes) return 0;
+  if (d->ops->peer_enable != NULL && d->ops->peer_enable(d->bdev, p->bdev) != 0) {
     mgpu_error_clear();
     return 0;
   }
@@ -137,7 +136,7 @@ int mgpu_comm_create_config(const int *devs, int n,
   int want_nccl = c->cfg.provider != MGPU_COLL_PROVIDER_MGPU;
   if (want_nccl && n > 1 && nccl_possible(devs, n, &nccl_ops)) {
     mgpu__bdevice *bdevs[MGPU_MAX_DEVICES];
-    for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->b;
+    for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->bdev;
     rc = nccl_ops->coll_comm_create(bdevs, n, &c->nccl);
     if (rc == 0) {
       c->provider = MGPU_COLL_PROVIDER_NCCL;
@@ -176,7 +175,7 @@ int mgpu_comm_create_config(const int *devs, int n,
   }
   mgpu__mutex_init(&c->lock);
   mgpu__cond_init(&c->cond);
-  uintptr_t h = mgpu__obj_new(MGPU__OBJ_COMM, c);
+  uintptr_t h = mgpu__handle_new(MGPU__H_COMM, c);
   if (h == 0) {
     rc = mgpu__error(MGPU_ENOMEM, "comm: too many open communicators");
     goto fail_sync;
@@ -209,7 +208,7 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
   /* Retire the handle first: calls that start from now on see EFREED. Calls
    * already inside see 'destroying' and leave; wait for them. */
   int err = 0;
-  if (mgpu__obj_release((uintptr_t)comm, MGPU__OBJ_COMM, "comm", &err) == NULL)
+  if (mgpu__handle_release((uintptr_t)comm, MGPU__H_COMM, "comm", &err) == NULL)
     return err;
   mgpu__mutex_lock(&c->lock);
   c->destroying = 1;

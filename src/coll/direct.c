@@ -21,6 +21,7 @@
 #endif
 
 #include "coll/coll_internal.h"
+#include "util/elementwise.h"
 #include "util/fault.h"
 
 /* Elements of one pass through the cache-resident buffer. */
@@ -44,83 +45,6 @@ typedef struct job_args {
 
 #define SRC(j, k) ((j)->ptr[(k)])
 #define DST(j, k) ((j)->ptr[(j)->nsrc + (k)])
-
-/* dst = a op b and dst op= b over count elements, for each type and op.
- * Integer sums and products wrap (computed unsigned), as on GPUs. */
-#define DEF_OPS(T, U, NAME)                                                  \
-  static void first_##NAME(T *restrict d, const T *restrict a,               \
-                           const T *restrict b, size_t n, mgpu_op op) {      \
-    switch (op) {                                                            \
-      case MGPU_SUM:                                                         \
-        for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] + (U)b[i]);        \
-        break;                                                               \
-      case MGPU_PROD:                                                        \
-        for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] * (U)b[i]);        \
-        break;                                                               \
-      case MGPU_MIN:                                                         \
-        for (size_t i = 0; i < n; i++) d[i] = b[i] < a[i] ? b[i] : a[i];     \
-        break;                                                               \
-      case MGPU_MAX:                                                         \
-        for (size_t i = 0; i < n; i++) d[i] = b[i] > a[i] ? b[i] : a[i];     \
-        break;                                                               \
-    }                                                                        \
-  }                                                                          \
-  static void acc_##NAME(T *restrict d, const T *restrict b, size_t n,       \
-                         mgpu_op op) {                                       \
-    switch (op) {                                                            \
-      case MGPU_SUM:                                                         \
-        for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)b[i]);        \
-        break;                                                               \
-      case MGPU_PROD:                                                        \
-        for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] * (U)b[i]);        \
-        break;                                                               \
-      case MGPU_MIN:                                                         \
-        for (size_t i = 0; i < n; i++) d[i] = b[i] < d[i] ? b[i] : d[i];     \
-        break;                                                               \
-      case MGPU_MAX:                                                         \
-        for (size_t i = 0; i < n; i++) d[i] = b[i] > d[i] ? b[i] : d[i];     \
-        break;                                                               \
-    }                                                                        \
-  }
-
-DEF_OPS(float, float, f32)
-DEF_OPS(double, double, f64)
-DEF_OPS(int32_t, uint32_t, i32)
-DEF_OPS(int64_t, uint64_t, i64)
-
-static void first(void *d, const void *a, const void *b, size_t n,
-                  mgpu_dtype t, mgpu_op op) {
-  switch (t) {
-    case MGPU_FLOAT32: first_f32(d, a, b, n, op); break;
-    case MGPU_FLOAT64: first_f64(d, a, b, n, op); break;
-    case MGPU_INT32: first_i32(d, a, b, n, op); break;
-    case MGPU_INT64: first_i64(d, a, b, n, op); break;
-    default: break; /* 16-bit types are refused before reaching here */
-  }
-}
-
-static void acc(void *d, const void *b, size_t n, mgpu_dtype t, mgpu_op op) {
-  switch (t) {
-    case MGPU_FLOAT32: acc_f32(d, b, n, op); break;
-    case MGPU_FLOAT64: acc_f64(d, b, n, op); break;
-    case MGPU_INT32: acc_i32(d, b, n, op); break;
-    case MGPU_INT64: acc_i64(d, b, n, op); break;
-    default: break;
-  }
-}
-
-void mgpu__coll_reduce_host(void *dst, const void *a, const void *b,
-                            size_t count, mgpu_dtype dtype, mgpu_op op) {
-  if (dst == a) {
-    acc(dst, b, count, dtype, op);
-  } else if (dst == b) {
-    acc(dst, a, count, dtype, op);
-  } else {
-    /* dst may still overlap a or b partially only through misuse; the
-     * restrict loops are safe for disjoint or identical ranges. */
-    first(dst, a, b, count, dtype, op);
-  }
-}
 
 /* Copies size bytes, with non-temporal stores where asked and possible. */
 static void copy_out(void *dst, const void *src, size_t size, int nt) {
@@ -168,10 +92,11 @@ static void job_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
     if (a->nsrc == 1) {
       res = (const char *)SRC(a, 0) + off;
     } else {
-      first(tile, (const char *)SRC(a, 0) + off, (const char *)SRC(a, 1) + off,
-            m, a->dtype, a->op);
+      mgpu__elementwise_host(tile, (const char *)SRC(a, 0) + off,
+                             (const char *)SRC(a, 1) + off, m, a->dtype, a->op);
       for (int k = 2; k < a->nsrc; k++)
-        acc(tile, (const char *)SRC(a, k) + off, m, a->dtype, a->op);
+        mgpu__elementwise_host(tile, tile, (const char *)SRC(a, k) + off, m,
+                               a->dtype, a->op);
       res = tile;
     }
     /* Every source of this tile was read before any destination is written,

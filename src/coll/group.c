@@ -195,7 +195,7 @@ static int issue_nccl(mgpu__comm *c, mgpu__coll_op *op) {
     const mgpu__coll_part *p = &op->part[r];
     mgpu__coll_args a = {p->kind, p->send, p->recv, p->count,
                          p->dtype, p->op, p->root};
-    rc = ops->coll_run(c->nccl, r, &a, p->stream->b);
+    rc = ops->coll_run(c->nccl, r, &a, p->stream->bstream);
   }
   int erc = ops->coll_group_end ? ops->coll_group_end() : 0;
   return rc != 0 ? rc : erc;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "util/elementwise.h"
 
 /* Queues the folds of rank r and the copy of its result into *out. */
 static int fold(mgpu__comm *c, int r, mgpu_buffer *buf, size_t m,
@@ -98,7 +99,7 @@ int mgpu_reduce_to_host(mgpu_comm *comm, mgpu_buffer *const *bufs,
     if (!have)
       memcpy(result, &partial[r], esz);
     else
-      mgpu__coll_reduce_host(result, result, &partial[r], 1, dtype, op);
+      mgpu__elementwise_host(result, result, &partial[r], 1, dtype, op);
     have = 1;
   }
   return 0;

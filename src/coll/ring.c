@@ -98,9 +98,10 @@ static int copy(ring *g, int r, loc dst, loc src, size_t elems) {
   int sdev = mgpu_buffer_device(src.h), ddev = g->c->devs[r];
   if (sdev != ddev && g->c->peer_read[r]) {
     /* The device reads the peer directly: one copy, no staging. */
-    mgpu__device *d = mgpu__device_get(ddev), *s = mgpu__device_get(sdev);
-    int rc = d->ops->memcpy_peer_async(d->b, dst.ptr, s->b, src.ptr, bytes,
-                                       d->b, g->op->part[r].stream->b);
+    mgpu__device *dd = mgpu__device_get(ddev), *sd = mgpu__device_get(sdev);
+    int rc = dd->ops->memcpy_peer_async(dd->bdev, dst.ptr, sd->bdev, src.ptr,
+                                        bytes, dd->bdev,
+                                        g->op->part[r].stream->bstream);
     if (rc != 0) return rc;
     mgpu__metric_add(sdev, MGPU__M_bytes_peer_direct, bytes);
     mgpu__metric_add(sdev, MGPU__M_copies_peer_direct, 1);
@@ -125,7 +126,7 @@ static int elementwise(ring *g, int r, void *dst, const void *a,
   k.dst = dst;
   k.a = a;
   k.b = b;
-  return d->ops->builtin(d->b, g->op->part[r].stream->b, &k);
+  return d->ops->builtin(d->bdev, g->op->part[r].stream->bstream, &k);
 }
 
 /* dst = mine op peer on rank r, all three elems long. */

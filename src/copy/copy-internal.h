@@ -1,13 +1,13 @@
 /* Internal interface of the copy layer (src/copy): the pieces that peer.c
  * (path choice, peer state) and staged.c (the pipelined host-staged path,
  * helper streams, pooled events and bounce buffers) share, and what the
- * topology layer asks of them.
+ * layers below it (topo, chan) ask of them.
  */
 #ifndef MGPU_COPY_INTERNAL_H
 #define MGPU_COPY_INTERNAL_H
 
 #include "core/internal.h"
-#include "mgpu/topo.h"
+#include "mgpu/copy.h"
 
 /* The path a copy of device memory from device src to device dst takes now;
  * turns peer access on first where it was never set for the pair. */
@@ -26,6 +26,15 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
  * time, or the config's, or (chunk) chosen by src's backend. src NULL: the
  * chunk is 0 when it is chosen per backend. */
 void mgpu__staging_params(const mgpu__device *src, size_t *chunk, int *depth);
+
+/* Copies size bytes between two device buffers of different devices of one
+ * backend, ordered on s (which belongs to dst->dev or src->dev): it starts
+ * after the work queued on s before it, and work queued on s after it (or
+ * waiting on an event recorded on s after it) sees the data. Ranges and
+ * overlap are already checked. Counts its metrics. */
+int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
+                               const mgpu__buf *src, size_t src_offset,
+                               size_t size, mgpu__stream *s);
 
 /* Releases helper streams, pooled events and bounce buffers (shutdown). */
 void mgpu__staged_shutdown(void);

@@ -9,10 +9,10 @@
  * device copy (logical devices of one GPU), the direct or the host-staged
  * path. Metrics are counted where the path is chosen.
  */
-#include "core/internal.h"
+#include "copy/copy-internal.h"
 
-static int host_visible(const mgpu__buf *b) {
-  return b->kind != MGPU_MEM_DEVICE;
+static int host_visible(const mgpu__buf *buf) {
+  return buf->kind != MGPU_MEM_DEVICE;
 }
 
 static void count(int dev, enum mgpu__metric bytes_m, enum mgpu__metric n_m,
@@ -21,104 +21,104 @@ static void count(int dev, enum mgpu__metric bytes_m, enum mgpu__metric n_m,
   mgpu__metric_add(dev, n_m, 1);
 }
 
-static int stream_for(mgpu_stream *h, const mgpu__buf *b, const char *what,
+static int stream_for(mgpu_stream *h, const mgpu__buf *buf, const char *what,
                       mgpu__stream **s) {
   int rc = mgpu__stream_get(h, s);
   if (rc != 0) return rc;
-  if ((*s)->dev != b->dev)
+  if ((*s)->dev != buf->dev)
     return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of device %d used on a "
-                       "stream of device %d", what, b->dev, (*s)->dev);
+                       "stream of device %d", what, buf->dev, (*s)->dev);
   return 0;
 }
 
 int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
                            const void *host, size_t size, mgpu_stream *stream) {
-  mgpu__buf *b;
+  mgpu__buf *buf;
   mgpu__stream *s;
-  int rc = mgpu__buf_get(dst, "htod dst", &b);
-  if (rc == 0) rc = stream_for(stream, b, "htod dst", &s);
-  if (rc == 0) rc = mgpu__buf_check_range(b, "htod dst", dst_offset, size);
+  int rc = mgpu__buf_get(dst, "htod dst", &buf);
+  if (rc == 0) rc = stream_for(stream, buf, "htod dst", &s);
+  if (rc == 0) rc = mgpu__buf_check_range(buf, "htod dst", dst_offset, size);
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
-                     "device %d", size, b->dev);
+                     "device %d", size, buf->dev);
   if (rc != 0 || size == 0) return rc;
-  mgpu__device *d = mgpu__device_get(b->dev);
-  mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
-  rc = d->ops->memcpy_async(d->b, s->b, (char *)b->ptr + dst_offset, host,
+  mgpu__device *d = mgpu__device_get(buf->dev);
+  mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
+  rc = d->ops->memcpy_async(d->bdev, s->bstream, (char *)buf->ptr + dst_offset, host,
                             size, kind);
-  if (rc == 0) count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
+  if (rc == 0) count(buf->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
   return rc;
 }
 
 int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
                            size_t src_offset, size_t size,
                            mgpu_stream *stream) {
-  mgpu__buf *b;
+  mgpu__buf *buf;
   mgpu__stream *s;
-  int rc = mgpu__buf_get(src, "dtoh src", &b);
-  if (rc == 0) rc = stream_for(stream, b, "dtoh src", &s);
-  if (rc == 0) rc = mgpu__buf_check_range(b, "dtoh src", src_offset, size);
+  int rc = mgpu__buf_get(src, "dtoh src", &buf);
+  if (rc == 0) rc = stream_for(stream, buf, "dtoh src", &s);
+  if (rc == 0) rc = mgpu__buf_check_range(buf, "dtoh src", src_offset, size);
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
-                     "device %d", size, b->dev);
+                     "device %d", size, buf->dev);
   if (rc != 0 || size == 0) return rc;
-  mgpu__device *d = mgpu__device_get(b->dev);
-  mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
-  rc = d->ops->memcpy_async(d->b, s->b, host,
-                            (const char *)b->ptr + src_offset, size, kind);
-  if (rc == 0) count(b->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
+  mgpu__device *d = mgpu__device_get(buf->dev);
+  mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
+  rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
+                            (const char *)buf->ptr + src_offset, size, kind);
+  if (rc == 0) count(buf->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
   return rc;
 }
 
 /* Waits for a spare stream's copy and gives the stream back. */
 static int run_sync(int dev, mgpu__stream *s, int rc) {
   mgpu__device *d = mgpu__device_get(dev);
-  int r = d->ops->stream_synchronize(d->b, s->b);
+  int r = d->ops->stream_synchronize(d->bdev, s->bstream);
   mgpu__spare_put(s);
   return rc != 0 ? rc : r;
 }
 
 int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
                      size_t size) {
-  mgpu__buf *b;
+  mgpu__buf *buf;
   mgpu__stream *s;
-  int rc = mgpu__buf_get(dst, "htod dst", &b);
-  if (rc == 0) rc = mgpu__spare_get(b->dev, &s);
+  int rc = mgpu__buf_get(dst, "htod dst", &buf);
+  if (rc == 0) rc = mgpu__spare_get(buf->dev, &s);
   if (rc != 0) return rc;
-  mgpu__device *d = mgpu__device_get(b->dev);
-  rc = mgpu__buf_check_range(b, "htod dst", dst_offset, size);
+  mgpu__device *d = mgpu__device_get(buf->dev);
+  rc = mgpu__buf_check_range(buf, "htod dst", dst_offset, size);
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
-                     "device %d", size, b->dev);
+                     "device %d", size, buf->dev);
   if (rc == 0 && size > 0) {
-    rc = d->ops->memcpy_async(d->b, s->b, (char *)b->ptr + dst_offset, host,
-                              size, host_visible(b) ? MGPU__COPY_H2H
+    rc = d->ops->memcpy_async(d->bdev, s->bstream, (char *)buf->ptr + dst_offset, host,
+                              size, host_visible(buf) ? MGPU__COPY_H2H
                                                     : MGPU__COPY_H2D);
-    if (rc == 0) count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
+    if (rc == 0) count(buf->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
   }
-  return run_sync(b->dev, s, rc);
+  return run_sync(buf->dev, s, rc);
 }
 
 int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
                      size_t size) {
-  mgpu__buf *b;
+  mgpu__buf *buf;
   mgpu__stream *s;
-  int rc = mgpu__buf_get(src, "dtoh src", &b);
-  if (rc == 0) rc = mgpu__spare_get(b->dev, &s);
+  int rc = mgpu__buf_get(src, "dtoh src", &buf);
+  if (rc == 0) rc = mgpu__spare_get(buf->dev, &s);
   if (rc != 0) return rc;
-  mgpu__device *d = mgpu__device_get(b->dev);
-  rc = mgpu__buf_check_range(b, "dtoh src", src_offset, size);
+  mgpu__device *d = mgpu__device_get(buf->dev);
+  rc = mgpu__buf_check_range(buf, "dtoh src", src_offset, size);
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
-                     "device %d", size, b->dev);
+                     "device %d", size, buf->dev);
   if (rc == 0 && size > 0) {
-    rc = d->ops->memcpy_async(d->b, s->b, host,
-                              (const char *)b->ptr + src_offset, size,
-                              host_visible(b) ? MGPU__COPY_H2H
+    rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
+                              (const char *)buf->ptr + src_offset, size,
+                              host_visible(buf) ? MGPU__COPY_H2H
                                               : MGPU__COPY_D2H);
-    if (rc == 0) count(b->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
+    if (rc == 0) count(buf->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
   }
-  return run_sync(b->dev, s, rc);
+  return run_sync(buf->dev, s, rc);
 }
 
 /* Checks both sides of a buffer-to-buffer copy. */
@@ -161,7 +161,7 @@ static int copy_on(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
                            : host_visible(sb)                   ? MGPU__COPY_H2D
                            : host_visible(db)                   ? MGPU__COPY_D2H
                                                                 : MGPU__COPY_D2D;
-    rc = d->ops->memcpy_async(d->b, s->b, dst, src, size, kind);
+    rc = d->ops->memcpy_async(d->bdev, s->bstream, dst, src, size, kind);
     if (rc != 0) return rc;
     switch (kind) {
       case MGPU__COPY_H2D:
@@ -220,12 +220,12 @@ int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src,
 
 int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
                       mgpu_stream *stream) {
-  mgpu__buf *b;
+  mgpu__buf *buf;
   mgpu__stream *s;
-  int rc = mgpu__buf_get(dst, "memset dst", &b);
-  if (rc == 0) rc = stream_for(stream, b, "memset dst", &s);
-  if (rc == 0) rc = mgpu__buf_check_range(b, "memset dst", offset, size);
+  int rc = mgpu__buf_get(dst, "memset dst", &buf);
+  if (rc == 0) rc = stream_for(stream, buf, "memset dst", &s);
+  if (rc == 0) rc = mgpu__buf_check_range(buf, "memset dst", offset, size);
   if (rc != 0 || size == 0) return rc;
-  mgpu__device *d = mgpu__device_get(b->dev);
-  return d->ops->memset_async(d->b, s->b, (char *)b->ptr + offset, value, size);
+  mgpu__device *d = mgpu__device_get(buf->dev);
+  return d->ops->memset_async(d->bdev, s->bstream, (char *)buf->ptr + offset, value, size);
 }

@@ -1,9 +1,9 @@
 /* Copies between two devices: choosing the path, and the peer access state.
  *
- * mgpu_memcpy_async checks handles, ranges and overlap, and hands a copy
- * between two different devices to mgpu__copy_between_devices. It picks:
- * copies with a host-visible side stay in the core (they are ordinary copies
- * on the stream's device). Here the path is a device copy between logical
+ * mgpu_memcpy_async (copy.c) checks handles, ranges and overlap; a copy with
+ * a host-visible side stays there (an ordinary copy on the stream's device),
+ * and a copy of device memory between two different devices comes here, to
+ * mgpu__copy_between_devices. Here the path is a device copy between logical
  * devices of one GPU (one memory), the backend's direct peer copy where peer
  * access is on for the pair, and otherwise the pipelined host-staged copy of
  * staged.c. Turning a pair of one GPU off sends its copies through the host
@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "copy/copy-internal.h"
-#include "topo/topo-internal.h"
 
 enum peer_state {
   PEER_UNSET = 0, /* never asked: the first copy decides */
@@ -56,8 +55,8 @@ static int can_access(mgpu__device *a, mgpu__device *b, int *yes) {
   }
   if (a->ops != b->ops) return 0; /* different backends: through the host */
   int ab = 0, ba = 0;
-  int rc = a->ops->peer_can_access(a->b, b->b, &ab);
-  if (rc == 0) rc = b->ops->peer_can_access(b->b, a->b, &ba);
+  int rc = a->ops->peer_can_access(a->bdev, b->bdev, &ab);
+  if (rc == 0) rc = b->ops->peer_can_access(b->bdev, a->bdev, &ba);
   if (rc != 0) return rc;
   *yes = ab && ba;
   return 0;
@@ -78,14 +77,14 @@ int mgpu_peer_can_access(int a, int b, int *yes) {
 static int backend_peer_set(mgpu__device *a, mgpu__device *b, int on) {
   if (mgpu__same_physical(a, b)) return 0; /* one memory: nothing to do */
   if (on) {
-    int rc = a->ops->peer_enable(a->b, b->b);
+    int rc = a->ops->peer_enable(a->bdev, b->bdev);
     if (rc != 0) return rc;
-    rc = b->ops->peer_enable(b->b, a->b);
-    if (rc != 0) a->ops->peer_disable(a->b, b->b);
+    rc = b->ops->peer_enable(b->bdev, a->bdev);
+    if (rc != 0) a->ops->peer_disable(a->bdev, b->bdev);
     return rc;
   }
-  int rc = a->ops->peer_disable(a->b, b->b);
-  int rc2 = b->ops->peer_disable(b->b, a->b);
+  int rc = a->ops->peer_disable(a->bdev, b->bdev);
+  int rc2 = b->ops->peer_disable(b->bdev, a->bdev);
   return rc != 0 ? rc : rc2;
 }
 
@@ -217,7 +216,7 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
   int rc = mgpu__peer_path(src->dev, dst->dev, &path);
   if (rc != 0) return rc;
   if (path == MGPU_PATH_DEVICE) { /* logical devices of one GPU */
-    rc = xd->ops->memcpy_async(xd->b, s->b, dp, sp, size, MGPU__COPY_D2D);
+    rc = xd->ops->memcpy_async(xd->bdev, s->bstream, dp, sp, size, MGPU__COPY_D2D);
     if (rc == 0) {
       mgpu__metric_add(s->dev, MGPU__M_bytes_d2d, size);
       mgpu__metric_add(s->dev, MGPU__M_copies_d2d, 1);
@@ -227,13 +226,15 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
   if (path == MGPU_PATH_STAGED)
     rc = mgpu__copy_staged(dd, dp, sd, sp, size, s);
   else
-    rc = xd->ops->memcpy_peer_async(dd->b, dp, sd->b, sp, size, xd->b, s->b);
+    rc = xd->ops->memcpy_peer_async(dd->bdev, dp, sd->bdev, sp, size, xd->bdev, s->bstream);
   if (rc == 0) count(src->dev, path == MGPU_PATH_STAGED, size);
   return rc;
 }
 
-void mgpu__copy_shutdown(void) {
+/* mgpu_shutdown's hook: the copy layer gives back its helper streams,
+ * pooled events and bounce buffers, and forgets the peer state. */
+static void copy_shutdown(void) {
   mgpu__staged_shutdown();
   mgpu__peer_reset();
-  mgpu__topo_reset();
 }
+MGPU__ON_SHUTDOWN(copy_shutdown)

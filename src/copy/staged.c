@@ -25,10 +25,10 @@
  *
  * Nothing is allocated per call in the steady state: helper streams are
  * created once per device; events, bounce buffers and the records of copies
- * in flight come from pools. A copy
- * records a "done" event on s after itself and goes on a pending list; later
- * copies (and shutdown) give back what finished copies borrowed once their
- * done event has completed. That costs one event record per copy, where a
+ * in flight are reused from free lists under staging_lock. A copy records
+ * a "done" event on s after itself and goes on a pending list; later copies
+ * (and shutdown) give back what finished copies borrowed once their done
+ * event has completed. That costs one event record per copy, where a
  * host callback would cost a trip through the driver's callback thread.
  * Bounce buffers are pre-touched when they are made, because the first touch
  * of fresh pages costs more than the copy itself.
@@ -78,8 +78,8 @@ typedef struct copy_op {
   bounce *bounce[MAX_DEPTH];
 } copy_op;
 
-/* pool_lock guards everything in this block. */
-static mgpu__mutex pool_lock = PTHREAD_MUTEX_INITIALIZER;
+/* staging_lock guards everything in this block. */
+static mgpu__mutex staging_lock = PTHREAD_MUTEX_INITIALIZER;
 static bounce *bounce_free;     /* idle bounce buffers */
 static int bounce_alive;        /* idle + lent */
 static copy_op *pending;        /* queued copies, newest first */
@@ -143,29 +143,29 @@ int mgpu_staging_get(size_t *chunk, int *depth) {
   return 0;
 }
 
-/* ---- pools ---- */
+/* ---- staging resources ---- */
 
 static int helper_get(mgpu__device *d, mgpu__bstream **out) {
   int rc = 0;
   mgpu__stream *hs = NULL;
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   unsigned i = helper_next[d->id]++ % HELPERS_PER_DEVICE;
   if (helpers[d->id][i] == NULL)
     rc = mgpu_stream_create(&helpers[d->id][i], d->id);
   if (rc == 0) rc = mgpu__stream_get(helpers[d->id][i], &hs);
-  mgpu__mutex_unlock(&pool_lock);
-  if (rc == 0) *out = hs->b;
+  mgpu__mutex_unlock(&staging_lock);
+  if (rc == 0) *out = hs->bstream;
   return rc;
 }
 
 /* Takes an idle event of device d or makes one; appends it to op. */
 static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
   mgpu__bevent *e = NULL;
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   if (event_nfree[d->id] > 0) e = event_free[d->id][--event_nfree[d->id]];
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   if (e == NULL) {
-    int rc = d->ops->event_create(d->b, &e);
+    int rc = d->ops->event_create(d->bdev, &e);
     if (rc != 0) return rc;
   }
   op->events[op->nevents].dev = d;
@@ -175,7 +175,7 @@ static int event_take(copy_op *op, mgpu__device *d, mgpu__bevent **out) {
   return 0;
 }
 
-/* Called under pool_lock. Returns 0, or -1 when the free list could not grow
+/* Called under staging_lock. Returns 0, or -1 when the free list could not grow
  * (the caller then destroys the event). */
 static int event_put_locked(mgpu__device *d, mgpu__bevent *e) {
   int id = d->id;
@@ -195,7 +195,7 @@ static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: no memory for a bounce "
                        "buffer record", owner->id);
-  int rc = owner->ops->mem_alloc(owner->b, MGPU_MEM_PINNED, size, &b->ptr);
+  int rc = owner->ops->mem_alloc(owner->bdev, MGPU_MEM_PINNED, size, &b->ptr);
   if (rc != 0) {
     mgpu__free(b);
     return rc;
@@ -208,12 +208,12 @@ static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
 }
 
 static void bounce_destroy(bounce *b) {
-  b->owner->ops->mem_free(b->owner->b, MGPU_MEM_PINNED, b->ptr);
+  b->owner->ops->mem_free(b->owner->bdev, MGPU_MEM_PINNED, b->ptr);
   mgpu__free(b);
 }
 
 /* Gives back what op borrowed (every stream it touched is past it), and op
- * itself. Called under pool_lock. An event that cannot be pooled is
+ * itself. Called under staging_lock. An event that cannot be pooled is
  * destroyed. */
 static void release_locked(copy_op *op) {
   for (int i = 0; i < op->nbounce; i++) {
@@ -223,7 +223,7 @@ static void release_locked(copy_op *op) {
   for (int i = 0; i < op->nevents; i++) {
     pooled_event *pe = &op->events[i];
     if (event_put_locked(pe->dev, pe->ev) != 0)
-      pe->dev->ops->event_destroy(pe->dev->b, pe->ev);
+      pe->dev->ops->event_destroy(pe->dev->bdev, pe->ev);
   }
   op->next = op_records;
   op_records = op;
@@ -231,10 +231,10 @@ static void release_locked(copy_op *op) {
 
 /* An idle copy_op record, cleared, or NULL when out of memory. */
 static copy_op *op_take(void) {
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   copy_op *op = op_records;
   if (op != NULL) op_records = op->next;
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   if (op == NULL) return mgpu__calloc(1, sizeof *op);
   op->next = NULL;
   op->nevents = op->nbounce = 0;
@@ -242,19 +242,19 @@ static copy_op *op_take(void) {
 }
 
 static void release_op(copy_op *op) {
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   release_locked(op);
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
 }
 
-/* Gives back what finished copies borrowed. Called under pool_lock. */
+/* Gives back what finished copies borrowed. Called under staging_lock. */
 static void reap_locked(void) {
   copy_op **p = &pending;
   while (*p != NULL) {
     copy_op *op = *p;
     pooled_event *done = &op->events[0];
     /* Any answer but "pending" ends it: a failed copy is over too. */
-    if (done->dev->ops->event_query(done->dev->b, done->ev) != MGPU_EAGAIN) {
+    if (done->dev->ops->event_query(done->dev->bdev, done->ev) != MGPU_EAGAIN) {
       *p = op->next;
       release_locked(op);
     } else {
@@ -264,18 +264,18 @@ static void reap_locked(void) {
 }
 
 /* Waits for the oldest pending copy (outside the lock), then reaps. Returns
- * 0 when nothing was pending. Called under pool_lock. */
+ * 0 when nothing was pending. Called under staging_lock. */
 static int wait_oldest_locked(void) {
   copy_op *oldest = pending;
   if (oldest == NULL) return 0;
   while (oldest->next != NULL) oldest = oldest->next;
   pooled_event done = oldest->events[0];
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   /* The event stays alive while pooled. Another thread may reap the copy
    * meanwhile and a third reuse the event; then this waits for that later
    * copy too, which only costs time. */
-  done.dev->ops->event_synchronize(done.dev->b, done.ev);
-  mgpu__mutex_lock(&pool_lock);
+  done.dev->ops->event_synchronize(done.dev->bdev, done.ev);
+  mgpu__mutex_lock(&staging_lock);
   reap_locked();
   return 1;
 }
@@ -287,7 +287,7 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
   int cap = BOUNCE_CAP_MIN > 4 * n ? BOUNCE_CAP_MIN : 4 * n;
   bounce *stale = NULL;
   int rc = 0;
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   reap_locked();
   while (op->nbounce < n) {
     bounce **p = &bounce_free;
@@ -305,17 +305,17 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
     if (op->nbounce == n) break;
     if (bounce_alive >= cap && wait_oldest_locked()) continue;
     bounce_alive++;
-    mgpu__mutex_unlock(&pool_lock);
+    mgpu__mutex_unlock(&staging_lock);
     bounce *b = NULL;
     rc = bounce_make(owner, size, &b);
-    mgpu__mutex_lock(&pool_lock);
+    mgpu__mutex_lock(&staging_lock);
     if (rc != 0) {
       bounce_alive--;
       break;
     }
     op->bounce[op->nbounce++] = b;
   }
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   while (stale != NULL) {
     bounce *next = stale->next;
     bounce_destroy(stale);
@@ -328,8 +328,8 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
  * everything back. */
 static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
                        mgpu__device *hd, mgpu__bstream *h) {
-  if (h != NULL) hd->ops->stream_synchronize(hd->b, h);
-  int rc = xd->ops->stream_synchronize(xd->b, s->b);
+  if (h != NULL) hd->ops->stream_synchronize(hd->bdev, h);
+  int rc = xd->ops->stream_synchronize(xd->bdev, s->bstream);
   (void)rc; /* the stream's own error stays the caller's next report */
   release_op(op);
 }
@@ -338,15 +338,15 @@ static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
  * pending list. */
 static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
                      mgpu__device *hd, mgpu__bstream *h) {
-  int rc = xd->ops->event_record(xd->b, op->events[0].ev, s->b);
+  int rc = xd->ops->event_record(xd->bdev, op->events[0].ev, s->bstream);
   if (rc != 0) {
     abandon_op(op, xd, s, hd, h);
     return rc;
   }
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   op->next = pending;
   pending = op;
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   return 0;
 }
 
@@ -399,20 +399,20 @@ static int queue_pieces(staged_plan *p, copy_op *op, char *dst,
     void *bounce = op->bounce[slot]->ptr;
     int rc = 0;
     if (i >= (size_t)p->slots)
-      rc = sd->ops->stream_wait_event(sd->b, p->src_stream, dd->b,
+      rc = sd->ops->stream_wait_event(sd->bdev, p->src_stream, dd->bdev,
                                       p->drained[slot]);
     if (rc == 0)
-      rc = sd->ops->memcpy_async(sd->b, p->src_stream, bounce, src + off, n,
+      rc = sd->ops->memcpy_async(sd->bdev, p->src_stream, bounce, src + off, n,
                                  MGPU__COPY_D2H);
-    if (rc == 0) rc = sd->ops->event_record(sd->b, p->filled[slot], p->src_stream);
+    if (rc == 0) rc = sd->ops->event_record(sd->bdev, p->filled[slot], p->src_stream);
     if (rc == 0)
-      rc = dd->ops->stream_wait_event(dd->b, p->dst_stream, sd->b,
+      rc = dd->ops->stream_wait_event(dd->bdev, p->dst_stream, sd->bdev,
                                       p->filled[slot]);
     if (rc == 0)
-      rc = dd->ops->memcpy_async(dd->b, p->dst_stream, dst + off, bounce, n,
+      rc = dd->ops->memcpy_async(dd->bdev, p->dst_stream, dst + off, bounce, n,
                                  MGPU__COPY_H2D);
     if (rc == 0)
-      rc = dd->ops->event_record(dd->b, p->drained[slot], p->dst_stream);
+      rc = dd->ops->event_record(dd->bdev, p->drained[slot], p->dst_stream);
     if (rc != 0) return rc;
     *last = slot;
     off += n;
@@ -455,17 +455,17 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
     release_op(op);
     return rc;
   }
-  p.src_stream = on_src ? s->b : h;
-  p.dst_stream = on_src ? h : s->b;
+  p.src_stream = on_src ? s->bstream : h;
+  p.dst_stream = on_src ? h : s->bstream;
 
   int last = 0;
   if (!on_src) { /* the source's helper starts after earlier work on s */
-    rc = dd->ops->event_record(dd->b, start, s->b);
-    if (rc == 0) rc = sd->ops->stream_wait_event(sd->b, h, dd->b, start);
+    rc = dd->ops->event_record(dd->bdev, start, s->bstream);
+    if (rc == 0) rc = sd->ops->stream_wait_event(sd->bdev, h, dd->bdev, start);
   }
   if (rc == 0) rc = queue_pieces(&p, op, dst, src, &last);
   if (rc == 0 && on_src) /* later work on s waits for the last piece */
-    rc = sd->ops->stream_wait_event(sd->b, s->b, dd->b, p.drained[last]);
+    rc = sd->ops->stream_wait_event(sd->bdev, s->bstream, dd->bdev, p.drained[last]);
   if (rc != 0) {
     abandon_op(op, xd, s, hd, h);
     return rc;
@@ -476,13 +476,13 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
 /* ---- shutdown ---- */
 
 void mgpu__staged_shutdown(void) {
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   while (wait_oldest_locked()) {
   } /* every device is idle by now: this only collects */
   bounce *b = bounce_free;
   bounce_free = NULL;
   bounce_alive = 0;
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   /* Helpers first: once they are idle, nothing uses a pooled object. */
   for (int id = 0; id < MGPU_MAX_DEVICES; id++) {
     mgpu__device *d = mgpu__device_get(id);
@@ -493,7 +493,7 @@ void mgpu__staged_shutdown(void) {
     }
     helper_next[id] = 0;
     for (int i = 0; i < event_nfree[id]; i++)
-      if (d != NULL) d->ops->event_destroy(d->b, event_free[id][i]);
+      if (d != NULL) d->ops->event_destroy(d->bdev, event_free[id][i]);
     mgpu__free(event_free[id]);
     event_free[id] = NULL;
     event_nfree[id] = event_cap[id] = 0;
@@ -503,13 +503,13 @@ void mgpu__staged_shutdown(void) {
     bounce_destroy(b);
     b = next;
   }
-  mgpu__mutex_lock(&pool_lock);
+  mgpu__mutex_lock(&staging_lock);
   while (op_records != NULL) {
     copy_op *next = op_records->next;
     mgpu__free(op_records);
     op_records = next;
   }
-  mgpu__mutex_unlock(&pool_lock);
+  mgpu__mutex_unlock(&staging_lock);
   staging_chunk_set = 0;
   staging_depth_set = 0;
 }

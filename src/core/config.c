@@ -1,14 +1,16 @@
 /* Configuration: the mgpu_config given to mgpu_init, completed from the
  * environment and then from the defaults. Environment variables are read
- * here, once, and nowhere else. */
+ * here, once, and nowhere else: every one is a line of `vars` below (name,
+ * field, parser, bounds, default), which serves both for the environment
+ * and for checking the fields a caller set. */
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "core/internal.h"
-#include "mgpu/topo.h" /* the staging bounds */
 
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)
 #define DEFAULT_HOST_WORKERS 2
@@ -35,23 +37,6 @@ int mgpu__parse_size(const char *s, size_t *out) {
   if (shift && v > (~0ull >> shift)) return MGPU_EINVAL;
   *out = (size_t)(v << shift);
   return 0;
-}
-
-static int parse_log_level(const char *s, int *out) {
-  static const char *names[] = {"none", "warn", "info", "debug"};
-  for (int i = 0; i < 4; i++) {
-    if (strcasecmp(s, names[i]) == 0) {
-      *out = i;
-      return 0;
-    }
-  }
-  if (strcmp(s, "0") == 0 || strcmp(s, "") == 0) {
-    *out = 0;
-    return 0;
-  }
-  return mgpu__error(MGPU_EINVAL,
-                     "MGPU_LOG: bad value '%s' (expected none, warn, info or "
-                     "debug)", s);
 }
 
 static int parse_int_range(const char *s, int lo, int hi, int *out) {
@@ -126,6 +111,116 @@ int mgpu__parse_devices(const char *spec, mgpu__devspec_entry *out, int max,
   }
 }
 
+/* ---- the variables ---- */
+
+typedef enum var_kind {
+  V_STRING, /* const char *, taken as it is */
+  V_SIZE,   /* size_t, "512M", "2G"; at least lo, at most hi (0: no hi) */
+  V_INT,    /* int, decimal, lo to hi */
+  V_LOG,    /* int, none|warn|info|debug (or 0) */
+  V_PEER    /* int, none|0 or all|1 */
+} var_kind;
+
+/* One configuration variable: its environment name, its mgpu_config field,
+ * how it is parsed and its bounds. A field at or below `unset` (NULL for
+ * strings) is taken from the environment, then from def. A value the caller
+ * set in the field is held to the same bounds as one from the environment. */
+typedef struct config_var {
+  const char *env;
+  const char *field;
+  size_t offset;
+  var_kind kind;
+  long long lo, hi; /* bounds of a set value (V_SIZE: hi 0 is none) */
+  long long unset;  /* the field's value meaning "not set" */
+  long long def;    /* the default; V_SIZE 0 leaves the field 0 */
+  const char *expect;
+} config_var;
+
+#define VAR(env, field, kind, lo, hi, unset, def, expect) \
+  {env, #field, offsetof(mgpu_config, field), kind, lo, hi, unset, def, expect}
+
+static const config_var vars[] = {
+    VAR("MGPU_DEVICES", devices, V_STRING, 0, 0, 0, 0, NULL),
+    VAR("MGPU_HOST_MEM", host_mem, V_SIZE, 1, 0, 0, DEFAULT_HOST_MEM,
+        "a size such as 512M or 2G"),
+    VAR("MGPU_LOG", log_level, V_LOG, MGPU_LOG_NONE, MGPU_LOG_DEBUG, -1,
+        MGPU_LOG_NONE, "none, warn, info or debug"),
+    VAR("MGPU_HOST_WORKERS", host_workers, V_INT, 1, 64, 0,
+        DEFAULT_HOST_WORKERS, "1 to 64"),
+    VAR("MGPU_HOST_PEER", host_peer, V_PEER, 0, 1, -1, 1, "none or all"),
+    /* staging_chunk left 0: the copy layer picks it per pair of devices. */
+    /* A chunk of 1 byte cut a 1 MiB copy into a million pieces; 2G pinned
+     * gigabytes per copy. */
+    VAR("MGPU_STAGING_CHUNK", staging_chunk, V_SIZE,
+        (long long)MGPU_STAGING_CHUNK_MIN, (long long)MGPU_STAGING_CHUNK_MAX,
+        0, 0, "a size from 4K to 64M"),
+    VAR("MGPU_STAGING_DEPTH", staging_depth, V_INT, 2, MGPU_STAGING_DEPTH_MAX,
+        0, DEFAULT_STAGING_DEPTH, "2 to 64"),
+    VAR("MGPU_PLUGIN_PATH", plugin_path, V_STRING, 0, 0, 0, 0, NULL),
+    VAR("MGPU_CUDA_GREEN", cuda_green, V_INT, 0, 1, -1, 1, "0 or 1"),
+    VAR("MGPU_CUDA_BUSY", cuda_busy, V_INT, 0, 1, -1, 1, "0 or 1"),
+    /* Checked by mgpu_init, which hands it to util/fault.c. */
+    VAR("MGPU_FAULT", fault, V_STRING, 0, 0, 0, 0, NULL),
+};
+
+/* Parses an environment value of an int-valued variable into *out. */
+static int parse_int_var(const config_var *v, const char *s, int *out) {
+  if (v->kind == V_INT) return parse_int_range(s, (int)v->lo, (int)v->hi, out);
+  static const char *const log_names[] = {"none", "warn", "info", "debug"};
+  if (v->kind == V_LOG) {
+    for (int i = 0; i < 4; i++)
+      if (strcasecmp(s, log_names[i]) == 0) return *out = i, 0;
+    if (strcmp(s, "0") == 0) return *out = 0, 0;
+    return MGPU_EINVAL;
+  }
+  if (strcasecmp(s, "none") == 0 || strcmp(s, "0") == 0) return *out = 0, 0;
+  if (strcasecmp(s, "all") == 0 || strcmp(s, "1") == 0) return *out = 1, 0;
+  return MGPU_EINVAL;
+}
+
+/* Fills one field from the environment and the default, or checks the
+ * caller's value against the bounds. */
+static int resolve_var(const config_var *v, mgpu_config *out) {
+  char *field = (char *)out + v->offset;
+  const char *env = getenv(v->env);
+  if (env != NULL && *env == '\0') env = NULL;
+  if (v->kind == V_STRING) {
+    const char **f = (const char **)(void *)field;
+    if (*f == NULL) *f = env;
+    return 0;
+  }
+  if (v->kind == V_SIZE) {
+    size_t *f = (size_t *)(void *)field;
+    if (*f != 0) {
+      if (*f < (size_t)v->lo || (v->hi != 0 && *f > (size_t)v->hi))
+        return mgpu__error(MGPU_EINVAL, "mgpu_config.%s is %zu (expected %s, "
+                           "or 0 to take %s)", v->field, *f, v->expect,
+                           v->env);
+      return 0;
+    }
+    if (env != NULL && (mgpu__parse_size(env, f) != 0 ||
+                        *f < (size_t)v->lo ||
+                        (v->hi != 0 && *f > (size_t)v->hi)))
+      return mgpu__error(MGPU_EINVAL, "%s: bad value '%s' (expected %s)",
+                         v->env, env, v->expect);
+    if (*f == 0) *f = (size_t)v->def;
+    return 0;
+  }
+  int *f = (int *)(void *)field;
+  if (*f > v->unset) {
+    if (*f < v->lo || *f > v->hi)
+      return mgpu__error(MGPU_EINVAL, "mgpu_config.%s is %d (expected %s, "
+                         "or %lld to take %s)", v->field, *f, v->expect,
+                         v->unset, v->env);
+    return 0;
+  }
+  *f = (int)v->def;
+  if (env != NULL && parse_int_var(v, env, f) != 0)
+    return mgpu__error(MGPU_EINVAL, "%s: bad value '%s' (expected %s)",
+                       v->env, env, v->expect);
+  return 0;
+}
+
 int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
   mgpu_config init = MGPU_CONFIG_INITIALIZER;
   *out = init;
@@ -137,68 +232,9 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
     memcpy(out, in, in->size);
     out->size = sizeof *out;
   }
-  const char *env;
-  if (out->devices == NULL && (env = getenv("MGPU_DEVICES")) && *env)
-    out->devices = env;
-  if (out->host_mem == 0 && (env = getenv("MGPU_HOST_MEM")) && *env) {
-    if (mgpu__parse_size(env, &out->host_mem) != 0 || out->host_mem == 0)
-      return mgpu__error(MGPU_EINVAL,
-                         "MGPU_HOST_MEM: bad size '%s' (expected e.g. 512M, 2G)",
-                         env);
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    int rc = resolve_var(&vars[i], out);
+    if (rc != 0) return rc;
   }
-  if (out->host_mem == 0) out->host_mem = DEFAULT_HOST_MEM;
-  if (out->log_level < 0) {
-    out->log_level = MGPU_LOG_NONE;
-    if ((env = getenv("MGPU_LOG")) && parse_log_level(env, &out->log_level))
-      return MGPU_EINVAL;
-  }
-  if (out->log_level > MGPU_LOG_DEBUG) out->log_level = MGPU_LOG_DEBUG;
-  if (out->host_workers <= 0 && (env = getenv("MGPU_HOST_WORKERS")) && *env) {
-    if (parse_int_range(env, 1, 64, &out->host_workers))
-      return mgpu__error(MGPU_EINVAL, "MGPU_HOST_WORKERS: bad value '%s' "
-                         "(expected 1 to 64)", env);
-  }
-  if (out->host_workers <= 0) out->host_workers = DEFAULT_HOST_WORKERS;
-  if (out->host_peer < 0 && (env = getenv("MGPU_HOST_PEER")) && *env) {
-    if (strcasecmp(env, "none") == 0 || strcmp(env, "0") == 0)
-      out->host_peer = 0;
-    else if (strcasecmp(env, "all") == 0 || strcmp(env, "1") == 0)
-      out->host_peer = 1;
-    else
-      return mgpu__error(MGPU_EINVAL, "MGPU_HOST_PEER: bad value '%s' "
-                         "(expected none or all)", env);
-  }
-  if (out->host_peer < 0) out->host_peer = 1;
-  if (out->staging_chunk == 0 && (env = getenv("MGPU_STAGING_CHUNK")) && *env) {
-    if (mgpu__parse_size(env, &out->staging_chunk) ||
-        out->staging_chunk < MGPU_STAGING_CHUNK_MIN ||
-        out->staging_chunk > MGPU_STAGING_CHUNK_MAX)
-      return mgpu__error(MGPU_EINVAL, "MGPU_STAGING_CHUNK: bad size '%s' "
-                         "(expected 4K to 64M)", env);
-  }
-  /* staging_chunk left 0: the copy layer picks it per pair of devices. */
-  if (out->staging_depth <= 0 && (env = getenv("MGPU_STAGING_DEPTH")) && *env) {
-    if (parse_int_range(env, 2, MGPU_STAGING_DEPTH_MAX, &out->staging_depth))
-      return mgpu__error(MGPU_EINVAL, "MGPU_STAGING_DEPTH: bad value '%s' "
-                         "(expected 2 to 64)", env);
-  }
-  if (out->staging_depth <= 0) out->staging_depth = DEFAULT_STAGING_DEPTH;
-  if (out->plugin_path == NULL && (env = getenv("MGPU_PLUGIN_PATH")) && *env)
-    out->plugin_path = env;
-  if (out->cuda_green < 0 && (env = getenv("MGPU_CUDA_GREEN")) && *env) {
-    if (parse_int_range(env, 0, 1, &out->cuda_green))
-      return mgpu__error(MGPU_EINVAL, "MGPU_CUDA_GREEN: bad value '%s' "
-                         "(expected 0 or 1)", env);
-  }
-  if (out->cuda_green < 0) out->cuda_green = 1;
-  if (out->cuda_busy < 0 && (env = getenv("MGPU_CUDA_BUSY")) && *env) {
-    if (parse_int_range(env, 0, 1, &out->cuda_busy))
-      return mgpu__error(MGPU_EINVAL, "MGPU_CUDA_BUSY: bad value '%s' "
-                         "(expected 0 or 1)", env);
-  }
-  if (out->cuda_busy < 0) out->cuda_busy = 1;
-  if (out->staging_depth < 2)
-    return mgpu__error(MGPU_EINVAL, "staging_depth %d: at least 2 bounce "
-                       "buffers are needed", out->staging_depth);
   return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "core/internal.h"
 #include "util/fault.h"
+#include "util/numa.h"
 
 struct mgpu__work_item {
   mgpu_device_fn fn;
@@ -48,12 +49,39 @@ static _Thread_local int host_thread_of = -1;
 
 int mgpu__current_host_thread_device(void) { return host_thread_of; }
 
+int mgpu__device_numa_node(mgpu__device *d) {
+  /* Host devices are placed, not asked (their backend is still being set
+   * up by mgpu_init while their host threads start and call here): device i
+   * on node i modulo the node count, which spreads them over the sockets. */
+  if (d->ops->kind == MGPU_BACKEND_HOST) return d->id % mgpu__numa_count();
+  mgpu_device_props p;
+  memset(&p, 0, sizeof p);
+  p.size = sizeof p;
+  p.numa_node = -1;
+  if (d->ops->props(d->bdev, &p) != 0) {
+    mgpu_error_clear(); /* an unknown node is an answer, not an error */
+    return -1;
+  }
+  if (p.numa_node >= 0) return p.numa_node;
+  if (p.pci_bus_id[0] != '\0') return mgpu__numa_node_of_bus_id(p.pci_bus_id);
+  return -1;
+}
+
+/* Pins the calling host thread near its device (hwloc only), so that what
+ * it allocates and touches lives near the device. */
+static void bind_host_thread(mgpu__device *d) {
+  int node = mgpu__device_numa_node(d);
+  if (mgpu__numa_bind_thread(node) == 0)
+    mgpu__log(MGPU_LOG_DEBUG, "device %d: host thread bound to NUMA node %d",
+              d->id, node);
+}
+
 static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
   set_current(d->id);
-  mgpu__topo_bind_current_thread(d);
-  int rc = d->ops->make_current(d->b);
+  bind_host_thread(d);
+  int rc = d->ops->make_current(d->bdev);
   if (rc != 0)
     mgpu__log(MGPU_LOG_WARN, "device %d: host thread could not make its device "
               "current: %s", d->id, mgpu_error_detail());
@@ -188,7 +216,7 @@ int mgpu_set_device(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
-  rc = d->ops->make_current(d->b);
+  rc = d->ops->make_current(d->bdev);
   if (rc != 0) return rc;
   set_current(dev);
   return 0;
@@ -218,7 +246,7 @@ int mgpu_device_get_props(int dev, mgpu_device_props *p) {
   p->ordinal = d->spec.ordinal;
   p->split_index = d->spec.split_index;
   p->split_count = d->spec.split_count;
-  rc = d->ops->props(d->b, p);
+  rc = d->ops->props(d->bdev, p);
   if (rc != 0) return rc;
   size_t in_use = (size_t)d->mem_in_use;
   if (d->budget != 0) {
@@ -226,7 +254,7 @@ int mgpu_device_get_props(int dev, mgpu_device_props *p) {
     p->free_mem = in_use < d->budget ? d->budget - in_use : 0;
   } else {
     size_t free_b = 0, total_b = 0;
-    rc = d->ops->mem_info(d->b, &free_b, &total_b);
+    rc = d->ops->mem_info(d->bdev, &free_b, &total_b);
     if (rc != 0) return rc;
     p->total_mem = total_b;
     p->free_mem = free_b;

@@ -1,4 +1,5 @@
-/* The handle table: public handles are slot numbers plus a generation.
+/* The handle table: every public handle (the kinds of MGPU__HANDLE_TYPES,
+ * core/internal.h) is a slot number plus a generation; one lookup for all.
  *
  * A handle is ((generation << 40) | (type << 32) | (slot + 1)). Releasing a
  * handle bumps its slot's generation, so a stale handle never matches again,
@@ -74,25 +75,53 @@ static slot *lookup(uintptr_t h, mgpu__htype type, int *err) {
   return s;
 }
 
-void *mgpu__handle_get(uintptr_t h, mgpu__htype type, int *err) {
-  if (mgpu__forked_from()) { /* the objects' threads are in the parent */
-    *err = MGPU_EFORK;
-    return NULL;
-  }
-  mgpu__mutex_lock(&table_lock);
-  slot *s = lookup(h, type, err);
-  void *obj = s ? s->obj : NULL;
-  mgpu__mutex_unlock(&table_lock);
-  return obj;
+static const char *const type_word[MGPU__H_COUNT] = {
+#define MGPU__HTYPE_WORD(name, word, gone) [MGPU__H_##name] = word,
+    MGPU__HANDLE_TYPES(MGPU__HTYPE_WORD)
+#undef MGPU__HTYPE_WORD
+};
+static const char *const type_gone[MGPU__H_COUNT] = {
+#define MGPU__HTYPE_GONE(name, word, gone) [MGPU__H_##name] = gone,
+    MGPU__HANDLE_TYPES(MGPU__HTYPE_GONE)
+#undef MGPU__HTYPE_GONE
+};
+
+/* Writes the detail of a failed lookup; returns NULL. */
+static void *failed(int code, uintptr_t h, mgpu__htype type, const char *what,
+                    int *err) {
+  const char *word = type_word[type];
+  if (code == MGPU_EFORK) /* the detail says why (util/error.c) */
+    *err = mgpu__error(MGPU_EFORK, "%s", what);
+  else if (h == 0)
+    *err = mgpu__error(MGPU_EBADHANDLE, "%s: NULL %s handle", what, word);
+  else if (code == MGPU_EFREED)
+    *err = mgpu__error(MGPU_EFREED, "%s: %s %p was already %s", what, word,
+                       (void *)h, type_gone[type]);
+  else
+    *err = mgpu__error(MGPU_EBADHANDLE, "%s: %p is not a valid %s handle",
+                       what, (void *)h, word);
+  return NULL;
 }
 
-void *mgpu__handle_release(uintptr_t h, mgpu__htype type, int *err) {
-  if (mgpu__forked_from()) {
-    *err = MGPU_EFORK;
-    return NULL;
-  }
+void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
+                       int *err) {
+  int code = 0;
+  /* In a child forked after mgpu_init the objects' threads are in the
+   * parent: refuse before the lock (its holder may not exist here). */
+  if (mgpu__forked_from()) return failed(MGPU_EFORK, h, type, what, err);
   mgpu__mutex_lock(&table_lock);
-  slot *s = lookup(h, type, err);
+  slot *s = lookup(h, type, &code);
+  void *obj = s ? s->obj : NULL;
+  mgpu__mutex_unlock(&table_lock);
+  return obj != NULL ? obj : failed(code, h, type, what, err);
+}
+
+void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
+                           int *err) {
+  int code = 0;
+  if (mgpu__forked_from()) return failed(MGPU_EFORK, h, type, what, err);
+  mgpu__mutex_lock(&table_lock);
+  slot *s = lookup(h, type, &code);
   void *obj = NULL;
   if (s != NULL) {
     obj = s->obj;
@@ -103,7 +132,7 @@ void *mgpu__handle_release(uintptr_t h, mgpu__htype type, int *err) {
     free_head = i;
   }
   mgpu__mutex_unlock(&table_lock);
-  return obj;
+  return obj != NULL ? obj : failed(code, h, type, what, err);
 }
 
 void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),

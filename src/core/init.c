@@ -14,8 +14,8 @@
  * fork: a child forked after mgpu_init has none of the library's threads.
  * pthread_atfork handlers (registered at the first mgpu_init) hold
  * init_lock across fork, so the table is never copied half-built, and mark
- * the child: `initialized` drops to 0 and `forked_from` names the parent,
- * which turns every later call into MGPU_EFORK (error.c, handle.c). Nothing
+ * the child: `initialized` drops to 0 and mgpu__forked_set names the parent,
+ * which turns every later call into MGPU_EFORK (util/error.c, handle.c). Nothing
  * is freed in the child: the copies belong to threads that are not there.
  */
 #include <pthread.h>
@@ -25,20 +25,20 @@
 
 #include "core/internal.h"
 #include "util/fault.h"
+#include "util/numa.h"
 
 static mgpu__mutex init_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__device *devices[MGPU_MAX_DEVICES];
 static int ndevices;
 static _Atomic int initialized;
 static pid_t initialized_by;      /* getpid() of the mgpu_init that worked */
-static _Atomic int forked_from;   /* see the top of the file */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void atfork_prepare(void) { mgpu__mutex_lock(&init_lock); }
 static void atfork_parent(void) { mgpu__mutex_unlock(&init_lock); }
 static void atfork_child(void) {
   if (initialized) {
-    forked_from = (int)initialized_by;
+    mgpu__forked_set((int)initialized_by);
     initialized = 0;
   }
   mgpu__mutex_unlock(&init_lock); /* this thread took it in prepare */
@@ -47,7 +47,6 @@ static void atfork_register(void) {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
-int mgpu__forked_from(void) { return forked_from; }
 
 static _Atomic unsigned init_epoch;
 unsigned mgpu__init_epoch(void) { return init_epoch; }
@@ -68,7 +67,35 @@ static mgpu__backend_env backend_env = {
     .set_error = mgpu__error,
     .metric_add = env_metric_add,
     .config = &config,
+    .numa_node_of_bus_id = mgpu__numa_node_of_bus_id,
 };
+
+/* Shutdown hooks of the layers above (mgpu__on_shutdown). Registered from
+ * constructors or before mgpu_init; hooks_lock guards the list. */
+#define MAX_HOOKS 32
+static mgpu__mutex hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__hook_fn shutdown_hooks[MAX_HOOKS];
+static int nshutdown_hooks;
+
+void mgpu__on_shutdown(mgpu__hook_fn fn) {
+  mgpu__mutex_lock(&hooks_lock);
+  int known = 0;
+  for (int i = 0; i < nshutdown_hooks; i++) known |= shutdown_hooks[i] == fn;
+  if (!known && nshutdown_hooks < MAX_HOOKS)
+    shutdown_hooks[nshutdown_hooks++] = fn;
+  else if (!known)
+    abort(); /* a fixed table too small is a bug in mgpu, caught at load */
+  mgpu__mutex_unlock(&hooks_lock);
+}
+
+static void run_shutdown_hooks(void) {
+  mgpu__mutex_lock(&hooks_lock);
+  int n = nshutdown_hooks;
+  mgpu__hook_fn hooks[MAX_HOOKS];
+  for (int i = 0; i < n; i++) hooks[i] = shutdown_hooks[i];
+  mgpu__mutex_unlock(&hooks_lock);
+  for (int i = n - 1; i >= 0; i--) hooks[i]();
+}
 
 mgpu__device *mgpu__device_get(int id) {
   if (!initialized || id < 0 || id >= ndevices) return NULL;
@@ -101,7 +128,7 @@ int mgpu_device_count(void) {
 
 /* Frees the struct and the locks open_device made. */
 static void free_device(mgpu__device *d) {
-  mgpu__mutex_destroy(&d->pool_lock);
+  mgpu__mutex_destroy(&d->mempool_lock);
   mgpu__mutex_destroy(&d->spare_lock);
   mgpu__mutex_destroy(&d->streams_lock);
   mgpu__cond_destroy(&d->queue_cond);
@@ -130,14 +157,14 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   mgpu__cond_init(&d->queue_cond);
   mgpu__mutex_init(&d->streams_lock);
   mgpu__mutex_init(&d->spare_lock);
-  mgpu__mutex_init(&d->pool_lock);
-  int rc = ops->open(&d->spec, &d->b);
+  mgpu__mutex_init(&d->mempool_lock);
+  int rc = ops->open(&d->spec, &d->bdev);
   if (rc != 0) goto fail_locks;
   if (ops->kind == MGPU_BACKEND_HOST) {
     d->budget = config.host_mem;
   } else if (nsplit > 1) {
     size_t free_b = 0, total_b = 0;
-    if (ops->mem_info(d->b, &free_b, &total_b) == 0)
+    if (ops->mem_info(d->bdev, &free_b, &total_b) == 0)
       d->budget = total_b / (size_t)nsplit;
   }
   devices[id] = d;
@@ -150,7 +177,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
 fail_close:
   ndevices--;
   devices[id] = NULL;
-  ops->close(d->b);
+  ops->close(d->bdev);
 fail_locks:
   free_device(d);
   return rc;
@@ -158,7 +185,7 @@ fail_locks:
 
 static void close_device(mgpu__device *d) {
   mgpu__device_thread_stop(d);
-  d->ops->close(d->b);
+  d->ops->close(d->bdev);
   free_device(d);
 }
 
@@ -227,7 +254,7 @@ static void unwind_devices(void) {
 }
 
 int mgpu_init(const mgpu_config *cfg) {
-  if (forked_from) return mgpu__fork_error("mgpu_init");
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_init");
   pthread_once(&atfork_once, atfork_register);
   mgpu__mutex_lock(&init_lock);
   int rc = 0;
@@ -239,6 +266,13 @@ int mgpu_init(const mgpu_config *cfg) {
   rc = mgpu__config_resolve(cfg, &config);
   if (rc != 0) goto out;
   init_epoch++; /* before the device threads start: they set theirs */
+  if (config.fault != NULL) {
+    char why[200];
+    if (mgpu__fault_set(config.fault, why, sizeof why) != 0) {
+      rc = mgpu__error(MGPU_EINVAL, "MGPU_FAULT='%s': %s", config.fault, why);
+      goto out;
+    }
+  }
   if (config.devices != NULL) {
     if (strlen(config.devices) >= sizeof devices_spec) {
       rc = mgpu__error(MGPU_EINVAL, "MGPU_DEVICES: longer than %zu characters",
@@ -271,8 +305,8 @@ int mgpu_init(const mgpu_config *cfg) {
     goto out;
   }
   initialized_by = getpid();
+  mgpu__obs_open(ndevices);
   initialized = 1;
-  mgpu_metrics_reset();
   mgpu__log(MGPU_LOG_INFO, "initialized %d device%s", ndevices,
             ndevices == 1 ? "" : "s");
 out:
@@ -287,7 +321,7 @@ static int drain_noop(int dev, void *arg) {
 }
 
 int mgpu_shutdown(void) {
-  if (forked_from) return mgpu__fork_error("mgpu_shutdown");
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_shutdown");
   mgpu__mutex_lock(&init_lock);
   if (!initialized) {
     mgpu__mutex_unlock(&init_lock);
@@ -302,15 +336,17 @@ int mgpu_shutdown(void) {
     int r = mgpu_device_synchronize(i);
     if (rc == 0) rc = r;
   }
-  mgpu__copy_shutdown();
+  run_shutdown_hooks();
   mgpu__streams_release_all(); /* events and user streams */
   mgpu__memory_release_all();
   for (int i = 0; i < ndevices; i++) {
     mgpu__spare_drain(devices[i]);
-    mgpu__pool_release(devices[i]);
+    mgpu__mempool_release(devices[i]);
   }
   initialized = 0;
+  mgpu__obs_close();
   unwind_devices();
+  mgpu__numa_release();
   mgpu__mutex_unlock(&init_lock);
   return rc;
 }

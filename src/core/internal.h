@@ -1,6 +1,7 @@
 /* Internal interface of the core, shared by every layer of libmgpu.
  *
- * Handles: every public handle (buffer, stream, event) is an encoded slot
+ * Handles: every public handle (buffer, stream, event, communicator,
+ * barrier, channel...) is an encoded slot
  * number plus a generation, never a pointer. Looking a handle up checks the
  * generation, so a freed handle is reported as MGPU_EFREED and never
  * dereferenced, even when its slot was reused. Layers resolve handles to the
@@ -17,19 +18,9 @@
 
 #include "backend/backend.h"
 #include "mgpu/error.h"
-#include "mgpu/metrics.h"
+#include "obs/obs.h"
+#include "util/log.h"
 #include "util/thread.h"
-
-/* ---- errors and logging (error.c, log.c) ---- */
-
-/* Writes the thread's detail ("device 2: ...") and returns code. */
-int mgpu__error(int code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-int mgpu__verror(int code, const char *fmt, va_list ap);
-void mgpu__log(int level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void mgpu__log_set_level(int level);
-int mgpu__log_level(void);
 
 /* ---- configuration (config.c) ---- */
 
@@ -37,21 +28,15 @@ int mgpu__log_level(void);
  * initializer from the environment and then the defaults. */
 int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out);
 
-/* The pid of the process that called mgpu_init, when this process is a child
- * forked from it after mgpu_init (every call then fails with MGPU_EFORK);
- * 0 otherwise. */
-int mgpu__forked_from(void);
-/* Counts the successful mgpu_init calls: state kept per thread from an
- * earlier one (the current device) is stale when this has moved. */
+/* Counts the mgpu_init calls: state kept per thread from an earlier one
+ * (the current device) is stale when this has moved. */
 unsigned mgpu__init_epoch(void);
 
 /* The backend table a device uses: real's, with a fault site in front of
  * every fallible entry (backend_fault.c). One per backend kind. */
 const mgpu__backend_ops *mgpu__backend_fault_wrap(
     const mgpu__backend_ops *real);
-/* MGPU_EFORK with its detail, for an entry point that checks by itself (one
- * whose handles are not in the handle table). */
-int mgpu__fork_error(const char *what);
+
 /* Parses "512M", "2G", "1048576". Returns 0 or MGPU_EINVAL. */
 int mgpu__parse_size(const char *s, size_t *out);
 
@@ -78,15 +63,13 @@ typedef struct mgpu__device {
    * read-only afterwards. */
   int id;
   const mgpu__backend_ops *ops;
-  mgpu__bdevice *b;
+  mgpu__bdevice *bdev; /* the backend's device */
   mgpu__device_spec spec;
   size_t budget;             /* bytes; 0: no budget of mgpu's own */
 
-  /* Memory accounting: atomics, updated by any thread. */
+  /* Memory counted against the budget: an atomic, updated by any thread.
+   * (The mgpu_metrics gauge and its peak are obs's, src/obs/.) */
   _Atomic uint64_t mem_in_use;
-  _Atomic uint64_t mem_peak;
-  /* Counters of mgpu_metrics, indexed by enum mgpu__metric. */
-  _Atomic uint64_t counters[32];
 
   /* The device's host thread and its queue. queue_lock guards queue_head,
    * queue_tail and stopping; the host thread is the only consumer. */
@@ -107,11 +90,12 @@ typedef struct mgpu__device {
   struct mgpu__stream *spare_streams[8];
   int spare_count;
 
-  /* The core's stream-ordered pool (used when the backend has none).
-   * pool_lock guards the free lists. */
-  mgpu__mutex pool_lock;
-  struct mgpu__pool_block *pool_free[64]; /* by power-of-two size class */
-  uint64_t pool_cached_bytes;
+  /* The core's stream-ordered memory pool, the mempool (used when the
+   * backend has none).
+   * mempool_lock guards the free lists. */
+  mgpu__mutex mempool_lock;
+  struct mgpu__mempool_block *mempool_free[64]; /* by power-of-two size class */
+  uint64_t mempool_cached_bytes;
 } mgpu__device;
 
 /* NULL when not initialized or out of range; sets no error. */
@@ -127,38 +111,41 @@ const mgpu_config *mgpu__config(void);
 int mgpu__device_thread_start(mgpu__device *d);
 void mgpu__device_thread_stop(mgpu__device *d);
 
-/* ---- metrics (metrics.c) ---- */
-
-enum mgpu__metric {
-#define MGPU__METRIC_ENUM(name, doc) MGPU__M_##name,
-  MGPU_METRICS_MAP(MGPU__METRIC_ENUM)
-#undef MGPU__METRIC_ENUM
-  MGPU__M_COUNT
-};
-
-void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value);
-
 /* ---- handles (handle.c) ---- */
 
+/* Every kind of public handle, one line each: the enum name, the word the
+ * error details use, and what happened to a stale one. Adding a kind of
+ * handle is one line here; its layer then calls mgpu__handle_new, _get and
+ * _release with its MGPU__H_ value. At most 255 kinds. */
+#define MGPU__HANDLE_TYPES(XX)                        \
+  XX(BUFFER, "buffer", "freed")                       \
+  XX(STREAM, "stream", "destroyed")                   \
+  XX(EVENT, "event", "destroyed")                     \
+  XX(COMM, "communicator", "destroyed")               \
+  XX(BARRIER, "barrier", "destroyed")                 \
+  XX(STREAM_BARRIER, "stream barrier", "destroyed")   \
+  XX(CHANNEL, "channel", "destroyed")
+
 typedef enum mgpu__htype {
-  MGPU__H_BUFFER = 1,
-  MGPU__H_STREAM = 2,
-  MGPU__H_EVENT = 3,
-  /* The coll and chan layers' objects (src/coll/handles.c). */
-  MGPU__H_COMM = 4,
-  MGPU__H_BARRIER = 5,
-  MGPU__H_STREAM_BARRIER = 6,
-  MGPU__H_CHANNEL = 7
+  MGPU__H_NONE = 0,
+#define MGPU__HTYPE_ENUM(name, word, gone) MGPU__H_##name,
+  MGPU__HANDLE_TYPES(MGPU__HTYPE_ENUM)
+#undef MGPU__HTYPE_ENUM
+  MGPU__H_COUNT
 } mgpu__htype;
 
 /* Stores obj and returns its new handle (0 when out of slots). */
 uintptr_t mgpu__handle_new(mgpu__htype type, void *obj);
-/* The object of a live handle, or NULL with MGPU_EBADHANDLE / MGPU_EFREED in
- * *err. */
-void *mgpu__handle_get(uintptr_t h, mgpu__htype type, int *err);
-/* Retires the handle; later lookups give MGPU_EFREED. Returns the object,
- * or NULL with *err set. */
-void *mgpu__handle_release(uintptr_t h, mgpu__htype type, int *err);
+/* The one lookup of every public handle: the object of a live handle of the
+ * type, or NULL with the code in *err (MGPU_EBADHANDLE for NULL or not a
+ * handle of the type, MGPU_EFREED for a stale one) and the detail written;
+ * what names the argument ("dst", "comm"). */
+void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
+                       int *err);
+/* Retires the handle (later lookups give MGPU_EFREED) and returns its
+ * object; NULL with *err and the detail set as mgpu__handle_get. */
+void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
+                           int *err);
 /* Calls fn on every live object of the type (used by shutdown). */
 void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
                           void *arg);
@@ -178,7 +165,7 @@ typedef struct mgpu__buf {
 typedef struct mgpu__stream {
   uintptr_t handle; /* 0 for internal streams */
   int dev;
-  mgpu__bstream *b;
+  mgpu__bstream *bstream; /* the backend's stream */
   /* Links in the device's stream list (device streams_lock). */
   struct mgpu__stream *prev, *next;
 } mgpu__stream;
@@ -186,7 +173,7 @@ typedef struct mgpu__stream {
 typedef struct mgpu__event {
   uintptr_t handle;
   int dev;
-  mgpu__bevent *b;
+  mgpu__bevent *bevent; /* the backend's event */
 } mgpu__event;
 
 /* Resolve public handles. what names the argument in the detail ("dst"). */
@@ -206,25 +193,30 @@ void mgpu__spare_drain(mgpu__device *d);
 /* Frees every buffer, stream and event still open (shutdown). */
 void mgpu__memory_release_all(void);
 void mgpu__streams_release_all(void);
-void mgpu__pool_release(mgpu__device *d);
+void mgpu__mempool_release(mgpu__device *d);
 
-/* ---- copies across devices (copy/peer.c) ---- */
+/* ---- hooks (init.c) ---- */
 
-/* Copies size bytes between two device buffers of different devices of one
- * backend, ordered on s (which belongs to dst->dev or src->dev): it starts
- * after the work queued on s before it, and work queued on s after it (or
- * waiting on an event recorded on s after it) sees the data. Ranges and
- * overlap are already checked. Counts its metrics. */
-int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
-                               const mgpu__buf *src, size_t src_offset,
-                               size_t size, mgpu__stream *s);
-/* Called by mgpu_shutdown before the devices close. */
-void mgpu__copy_shutdown(void);
+/* A layer above the core that keeps state of its own across mgpu_init and
+ * mgpu_shutdown registers a hook here, so the core never calls up into it.
+ * Shutdown hooks run in mgpu_shutdown after every device was synchronized
+ * and before streams, buffers and devices are released, in the reverse
+ * order of registration (the last layer registered is torn down first).
+ * Register from a constructor (MGPU__ON_SHUTDOWN) or before mgpu_init;
+ * registering the same function twice is a no-op. */
+typedef void (*mgpu__hook_fn)(void);
+void mgpu__on_shutdown(mgpu__hook_fn fn);
 
-/* ---- topology (topo/) ---- */
+/* Registers fn as a shutdown hook when the library is loaded. */
+#define MGPU__ON_SHUTDOWN(fn)                                             \
+  __attribute__((constructor)) static void mgpu__register_##fn(void) {     \
+    mgpu__on_shutdown(fn);                                                \
+  }
 
-/* Pins the calling thread (a device host thread, started before mgpu_init
- * returns) near device d. */
-void mgpu__topo_bind_current_thread(mgpu__device *d);
+/* The NUMA node nearest device d (device.c): the backend's answer when it
+ * has one, else the node of its PCI bus id, else for host devices
+ * id % mgpu__numa_count(). -1 when unknown. Works before mgpu_init has
+ * returned (each device's host thread asks while it starts). */
+int mgpu__device_numa_node(mgpu__device *d);
 
 #endif /* MGPU_CORE_INTERNAL_H */

@@ -7,11 +7,12 @@
  * never disturbed. Pinned host memory is the host's, not the device's, and is
  * not counted.
  *
- * The core's pool (for backends without one of their own): freed blocks go to
- * per-size-class free lists of the device once the work queued before the
- * free is done (a stream callback puts them there), so any stream may take a
- * block from a list at once. Blocks stay counted as in use while cached;
- * mgpu_pool_trim and a failing allocation give them back.
+ * The core's mempool (for backends without one of their own): a block freed
+ * on stream S goes to a per-size-class free list of the device at once, but
+ * only allocations on S may take it until the work queued before the free is
+ * done (a stream callback then marks it ready for every stream). Blocks stay
+ * counted as in use while cached; mgpu_pool_trim and a failing allocation
+ * give them back.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +25,15 @@
  * an allocation on the same stream may take it (its uses are ordered after
  * the free), as cudaMallocAsync does. A block taken before it is ready is
  * marked `taken`, and the stream callback frees the record. All fields but
- * ptr and size are guarded by the device's pool_lock. */
-typedef struct mgpu__pool_block {
+ * ptr and size are guarded by the device's mempool_lock. */
+typedef struct mgpu__mempool_block {
   mgpu__device *dev;
   void *ptr;
   size_t size;
   const mgpu__stream *freed_on; /* NULL once ready */
   int ready, taken;
-  struct mgpu__pool_block *next;
-} pool_block;
+  struct mgpu__mempool_block *next;
+} mempool_block;
 
 #define POOL_MIN_SHIFT 8 /* 256 bytes */
 
@@ -61,14 +62,14 @@ static int reserve(mgpu__device *d, size_t size, mgpu_mem_kind kind) {
                          d->budget);
     if (atomic_compare_exchange_weak(&d->mem_in_use, &cur, cur + size)) break;
   }
-  uint64_t peak = d->mem_peak, now = cur + size;
-  while (now > peak && !atomic_compare_exchange_weak(&d->mem_peak, &peak, now)) {
-  }
+  mgpu__obs_mem(d->id, (int64_t)size);
   return 0;
 }
 
 static void unreserve(mgpu__device *d, size_t size, mgpu_mem_kind kind) {
-  if (counts_against_budget(kind)) atomic_fetch_sub(&d->mem_in_use, size);
+  if (!counts_against_budget(kind)) return;
+  atomic_fetch_sub(&d->mem_in_use, size);
+  mgpu__obs_mem(d->id, -(int64_t)size);
 }
 
 static int new_handle(mgpu__buf *b, mgpu_buffer **out) {
@@ -100,7 +101,7 @@ static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
     rc = reserve(d, size, kind);
   }
   if (rc != 0) goto fail_struct;
-  rc = d->ops->mem_alloc(d->b, kind, size, &b->ptr);
+  rc = d->ops->mem_alloc(d->bdev, kind, size, &b->ptr);
   if (rc != 0) goto fail_reserve;
   b->dev = dev;
   b->kind = kind;
@@ -109,7 +110,7 @@ static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
   if (rc != 0) goto fail_mem;
   return 0;
 fail_mem:
-  d->ops->mem_free(d->b, kind, b->ptr);
+  d->ops->mem_free(d->bdev, kind, b->ptr);
 fail_reserve:
   unreserve(d, size, kind);
 fail_struct:
@@ -131,16 +132,8 @@ int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "%s: mgpu_init has not been called", what);
-  if (h == NULL)
-    return mgpu__error(MGPU_EBADHANDLE, "%s: NULL buffer", what);
-  mgpu__buf *b = mgpu__handle_get((uintptr_t)h, MGPU__H_BUFFER, &err);
-  if (b == NULL)
-    return mgpu__error(err, err == MGPU_EFREED
-                                ? "%s: buffer %p was already freed"
-                                : "%s: %p is not a buffer handle",
-                       what, (const void *)h);
-  *out = b;
-  return 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_BUFFER, what, &err);
+  return *out != NULL ? 0 : err;
 }
 
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
@@ -156,10 +149,10 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
   return 0;
 }
 
-static void pool_list(mgpu__device *d, pool_block *blk);
+static void pool_list(mgpu__device *d, mempool_block *blk);
 
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
-  d->ops->mem_free(d->b, b->kind, b->ptr);
+  d->ops->mem_free(d->bdev, b->kind, b->ptr);
   unreserve(d, b->alloc_size, b->kind);
   mgpu__free(b);
 }
@@ -172,7 +165,7 @@ int mgpu_free(mgpu_buffer *h) {
   /* As cudaFree does: work already queued may still use the memory. */
   mgpu_device_synchronize(b->dev);
   int err = 0;
-  if (mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err) == NULL)
+  if (mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err) == NULL)
     return mgpu__error(err, "mgpu_free: buffer %p was already freed",
                        (void *)h);
   if (b->pooled) {
@@ -181,15 +174,15 @@ int mgpu_free(mgpu_buffer *h) {
       mgpu__stream *s;
       rc = mgpu__spare_get(b->dev, &s);
       if (rc == 0) {
-        rc = d->ops->pool_free_async(d->b, s->b, b->ptr);
-        if (rc == 0) rc = d->ops->stream_synchronize(d->b, s->b);
+        rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
+        if (rc == 0) rc = d->ops->stream_synchronize(d->bdev, s->bstream);
         mgpu__spare_put(s);
       }
       unreserve(d, b->alloc_size, b->kind);
       mgpu__free(b);
       return rc;
     }
-    pool_block *blk = mgpu__calloc(1, sizeof *blk);
+    mempool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk != NULL) {
       blk->dev = d;
       blk->ptr = b->ptr;
@@ -257,22 +250,22 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
     b->alloc_size = size;
     rc = reserve(d, size, MGPU_MEM_DEVICE);
     if (rc != 0) goto fail_struct;
-    rc = d->ops->pool_alloc_async(d->b, s->b, size, &b->ptr);
+    rc = d->ops->pool_alloc_async(d->bdev, s->bstream, size, &b->ptr);
     if (rc != 0) goto fail_reserve;
   } else {
     int cls = size_class(size, &b->alloc_size);
-    mgpu__mutex_lock(&d->pool_lock);
-    pool_block **link = &d->pool_free[cls], *blk;
+    mgpu__mutex_lock(&d->mempool_lock);
+    mempool_block **link = &d->mempool_free[cls], *blk;
     while ((blk = *link) != NULL && !blk->ready && blk->freed_on != s)
       link = &blk->next;
     if (blk != NULL) {
       *link = blk->next;
-      d->pool_cached_bytes -= blk->size;
+      d->mempool_cached_bytes -= blk->size;
       b->ptr = blk->ptr;
       if (blk->ready) mgpu__free(blk);
       else blk->taken = 1; /* its callback frees the record */
     }
-    mgpu__mutex_unlock(&d->pool_lock);
+    mgpu__mutex_unlock(&d->mempool_lock);
     if (blk == NULL) {
       rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
       if (rc != 0) {
@@ -280,7 +273,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
         rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
       }
       if (rc != 0) goto fail_struct;
-      rc = d->ops->mem_alloc(d->b, MGPU_MEM_DEVICE, b->alloc_size, &b->ptr);
+      rc = d->ops->mem_alloc(d->bdev, MGPU_MEM_DEVICE, b->alloc_size, &b->ptr);
       if (rc != 0) goto fail_reserve;
     }
   }
@@ -288,9 +281,9 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
   if (rc != 0) {
     /* The block has not been used yet: back to the system. */
     if (d->ops->pool_free_async != NULL)
-      d->ops->pool_free_async(d->b, s->b, b->ptr);
+      d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
     else
-      d->ops->mem_free(d->b, MGPU_MEM_DEVICE, b->ptr);
+      d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, b->ptr);
     goto fail_reserve;
   }
   return 0;
@@ -304,28 +297,28 @@ fail_struct:
 /* Runs on a stream worker once the work before the free is done: the block
  * (allocated by mgpu_free_async) goes on its size class's free list. */
 static void pool_return_cb(void *arg) {
-  pool_block *blk = arg;
+  mempool_block *blk = arg;
   mgpu__device *d = blk->dev;
-  mgpu__mutex_lock(&d->pool_lock);
+  mgpu__mutex_lock(&d->mempool_lock);
   if (blk->taken) {
-    mgpu__mutex_unlock(&d->pool_lock);
+    mgpu__mutex_unlock(&d->mempool_lock);
     mgpu__free(blk);
     return;
   }
   blk->ready = 1;
   blk->freed_on = NULL;
-  mgpu__mutex_unlock(&d->pool_lock);
+  mgpu__mutex_unlock(&d->mempool_lock);
 }
 
 /* Lists a freed block in its size class (ready, or pending on a stream). */
-static void pool_list(mgpu__device *d, pool_block *blk) {
+static void pool_list(mgpu__device *d, mempool_block *blk) {
   int cls = 0;
   while (((size_t)1 << (cls + POOL_MIN_SHIFT)) < blk->size) cls++;
-  mgpu__mutex_lock(&d->pool_lock);
-  blk->next = d->pool_free[cls];
-  d->pool_free[cls] = blk;
-  d->pool_cached_bytes += blk->size;
-  mgpu__mutex_unlock(&d->pool_lock);
+  mgpu__mutex_lock(&d->mempool_lock);
+  blk->next = d->mempool_free[cls];
+  d->mempool_free[cls] = blk;
+  d->mempool_cached_bytes += blk->size;
+  mgpu__mutex_unlock(&d->mempool_lock);
 }
 
 int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
@@ -341,7 +334,7 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     return mgpu_free(h);
   mgpu__device *d = mgpu__device_get(b->dev);
   if (d->ops->pool_free_async == NULL) {
-    pool_block *blk = mgpu__calloc(1, sizeof *blk);
+    mempool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk == NULL)
       return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", b->dev);
     blk->dev = d;
@@ -351,19 +344,19 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     /* Listed before the callback is queued, so the callback always finds
      * it listed or taken. */
     pool_list(d, blk);
-    rc = d->ops->host_callback(d->b, s->b, pool_return_cb, blk);
+    rc = d->ops->host_callback(d->bdev, s->bstream, pool_return_cb, blk);
     if (rc != 0) {
       /* Not queued: synchronize instead, then the block is ready. */
-      d->ops->stream_synchronize(d->b, s->b);
+      d->ops->stream_synchronize(d->bdev, s->bstream);
       pool_return_cb(blk);
     }
   } else {
-    rc = d->ops->pool_free_async(d->b, s->b, b->ptr);
+    rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
     if (rc != 0) return rc;
     unreserve(d, b->alloc_size, b->kind);
   }
   int err = 0;
-  mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err);
+  mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err);
   mgpu__free(b);
   return 0;
 }
@@ -373,31 +366,31 @@ int mgpu_pool_trim(int dev) {
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
   if (d->ops->pool_trim != NULL) {
-    rc = d->ops->pool_trim(d->b);
+    rc = d->ops->pool_trim(d->bdev);
     if (rc != 0) return rc;
   }
   /* Only ready blocks go: a pending one may still be used by its stream. */
-  pool_block *ready = NULL;
-  mgpu__mutex_lock(&d->pool_lock);
+  mempool_block *ready = NULL;
+  mgpu__mutex_lock(&d->mempool_lock);
   for (int c = 0; c < 64; c++) {
-    pool_block **link = &d->pool_free[c], *blk;
+    mempool_block **link = &d->mempool_free[c], *blk;
     while ((blk = *link) != NULL) {
       if (!blk->ready) {
         link = &blk->next;
         continue;
       }
       *link = blk->next;
-      d->pool_cached_bytes -= blk->size;
+      d->mempool_cached_bytes -= blk->size;
       blk->next = ready;
       ready = blk;
     }
   }
-  mgpu__mutex_unlock(&d->pool_lock);
+  mgpu__mutex_unlock(&d->mempool_lock);
   {
     while (ready != NULL) {
-      pool_block *blk = ready;
+      mempool_block *blk = ready;
       ready = blk->next;
-      d->ops->mem_free(d->b, MGPU_MEM_DEVICE, blk->ptr);
+      d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, blk->ptr);
       unreserve(d, blk->size, MGPU_MEM_DEVICE);
       mgpu__free(blk);
     }
@@ -405,13 +398,13 @@ int mgpu_pool_trim(int dev) {
   return 0;
 }
 
-void mgpu__pool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }
+void mgpu__mempool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }
 
 static void release_buffer(void *obj, void *arg) {
   (void)arg;
   mgpu__buf *b = obj;
   int err = 0;
-  mgpu__handle_release(b->handle, MGPU__H_BUFFER, &err);
+  mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err);
   mgpu__device *d = mgpu__device_get(b->dev);
   if (b->pooled && d->ops->pool_free_async != NULL) {
     unreserve(d, b->alloc_size, b->kind);

@@ -34,7 +34,7 @@ static int stream_new(mgpu__device *d, mgpu__stream **out) {
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
                        "stream", d->id);
   s->dev = d->id;
-  int rc = d->ops->stream_create(d->b, &s->b);
+  int rc = d->ops->stream_create(d->bdev, &s->bstream);
   if (rc != 0) {
     mgpu__free(s);
     return rc;
@@ -46,7 +46,7 @@ static int stream_new(mgpu__device *d, mgpu__stream **out) {
 
 static void stream_free(mgpu__device *d, mgpu__stream *s) {
   list_remove(d, s);
-  d->ops->stream_destroy(d->b, s->b);
+  d->ops->stream_destroy(d->bdev, s->bstream);
   mgpu__free(s);
 }
 
@@ -73,14 +73,8 @@ int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
-  if (h == NULL) return mgpu__error(MGPU_EBADHANDLE, "NULL stream");
-  mgpu__stream *s = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, &err);
-  if (s == NULL)
-    return mgpu__error(err, err == MGPU_EFREED
-                                ? "stream %p was already destroyed"
-                                : "%p is not a stream handle", (void *)h);
-  *out = s;
-  return 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
+  return *out != NULL ? 0 : err;
 }
 
 int mgpu_stream_destroy(mgpu_stream *h) {
@@ -89,9 +83,9 @@ int mgpu_stream_destroy(mgpu_stream *h) {
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   int err = 0;
-  if (mgpu__handle_release(s->handle, MGPU__H_STREAM, &err) == NULL)
+  if (mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err) == NULL)
     return mgpu__error(err, "stream %p was already destroyed", (void *)h);
-  rc = d->ops->stream_synchronize(d->b, s->b);
+  rc = d->ops->stream_synchronize(d->bdev, s->bstream);
   stream_free(d, s);
   return rc;
 }
@@ -101,7 +95,7 @@ int mgpu_stream_synchronize(mgpu_stream *h) {
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_synchronize(d->b, s->b);
+  return d->ops->stream_synchronize(d->bdev, s->bstream);
 }
 
 int mgpu_stream_query(mgpu_stream *h) {
@@ -109,7 +103,7 @@ int mgpu_stream_query(mgpu_stream *h) {
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_query(d->b, s->b);
+  return d->ops->stream_query(d->bdev, s->bstream);
 }
 
 int mgpu_stream_device(const mgpu_stream *h) {
@@ -120,7 +114,7 @@ int mgpu_stream_device(const mgpu_stream *h) {
 void *mgpu_stream_native(const mgpu_stream *h) {
   mgpu__stream *s;
   if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return NULL;
-  return mgpu__device_get(s->dev)->ops->stream_native(s->b);
+  return mgpu__device_get(s->dev)->ops->stream_native(s->bstream);
 }
 
 int mgpu_device_synchronize(int dev) {
@@ -132,7 +126,7 @@ int mgpu_device_synchronize(int dev) {
    * nothing a stream worker runs takes it. */
   mgpu__mutex_lock(&d->streams_lock);
   for (mgpu__stream *s = d->streams; s != NULL; s = s->next) {
-    int r = d->ops->stream_synchronize(d->b, s->b);
+    int r = d->ops->stream_synchronize(d->bdev, s->bstream);
     if (rc == 0) rc = r;
   }
   mgpu__mutex_unlock(&d->streams_lock);
@@ -193,7 +187,7 @@ int mgpu_event_create(mgpu_event **out, int dev) {
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for an "
                        "event", dev);
   e->dev = dev;
-  rc = d->ops->event_create(d->b, &e->b);
+  rc = d->ops->event_create(d->bdev, &e->bevent);
   if (rc != 0) goto fail_free;
   e->handle = mgpu__handle_new(MGPU__H_EVENT, e);
   if (e->handle == 0) {
@@ -203,7 +197,7 @@ int mgpu_event_create(mgpu_event **out, int dev) {
   *out = (mgpu_event *)e->handle;
   return 0;
 fail_destroy:
-  d->ops->event_destroy(d->b, e->b);
+  d->ops->event_destroy(d->bdev, e->bevent);
 fail_free:
   mgpu__free(e);
   return rc;
@@ -213,19 +207,13 @@ int mgpu__event_get(mgpu_event *h, mgpu__event **out) {
   int err = 0;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
-  if (h == NULL) return mgpu__error(MGPU_EBADHANDLE, "NULL event");
-  mgpu__event *e = mgpu__handle_get((uintptr_t)h, MGPU__H_EVENT, &err);
-  if (e == NULL)
-    return mgpu__error(err, err == MGPU_EFREED
-                                ? "event %p was already destroyed"
-                                : "%p is not an event handle", (void *)h);
-  *out = e;
-  return 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_EVENT, "event", &err);
+  return *out != NULL ? 0 : err;
 }
 
 static void event_free(mgpu__event *e) {
   mgpu__device *d = mgpu__device_get(e->dev);
-  d->ops->event_destroy(d->b, e->b);
+  d->ops->event_destroy(d->bdev, e->bevent);
   mgpu__free(e);
 }
 
@@ -234,7 +222,7 @@ int mgpu_event_destroy(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   int err = 0;
-  if (mgpu__handle_release(e->handle, MGPU__H_EVENT, &err) == NULL)
+  if (mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err) == NULL)
     return mgpu__error(err, "event %p was already destroyed", (void *)h);
   event_free(e);
   return 0;
@@ -250,7 +238,7 @@ int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
     return mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
                        "stream of device %d", e->dev, s->dev);
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->event_record(d->b, e->b, s->b);
+  return d->ops->event_record(d->bdev, e->bevent, s->bstream);
 }
 
 int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
@@ -264,7 +252,7 @@ int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
     return mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
                        "on an event of device %d (%s): different backends",
                        s->dev, d->ops->name, e->dev, ed->ops->name);
-  return d->ops->stream_wait_event(d->b, s->b, ed->b, e->b);
+  return d->ops->stream_wait_event(d->bdev, s->bstream, ed->bdev, e->bevent);
 }
 
 int mgpu_event_synchronize(mgpu_event *h) {
@@ -272,7 +260,7 @@ int mgpu_event_synchronize(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  return d->ops->event_synchronize(d->b, e->b);
+  return d->ops->event_synchronize(d->bdev, e->bevent);
 }
 
 int mgpu_event_query(mgpu_event *h) {
@@ -280,7 +268,7 @@ int mgpu_event_query(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  return d->ops->event_query(d->b, e->b);
+  return d->ops->event_query(d->bdev, e->bevent);
 }
 
 int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end, float *ms) {
@@ -294,7 +282,7 @@ int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end, float *ms) {
     return mgpu__error(MGPU_EWRONGDEV, "elapsed time between events of device "
                        "%d and device %d", a->dev, b->dev);
   mgpu__device *d = mgpu__device_get(a->dev);
-  return d->ops->event_elapsed_ms(d->b, a->b, b->b, ms);
+  return d->ops->event_elapsed_ms(d->bdev, a->bevent, b->bevent, ms);
 }
 
 int mgpu_stream_add_callback(mgpu_stream *h, void (*fn)(void *), void *arg) {
@@ -304,7 +292,7 @@ int mgpu_stream_add_callback(mgpu_stream *h, void (*fn)(void *), void *arg) {
   if (fn == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->host_callback(d->b, s->b, fn, arg);
+  return d->ops->host_callback(d->bdev, s->bstream, fn, arg);
 }
 
 /* ---- kernels ---- */
@@ -331,7 +319,7 @@ int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
       (d->ops->kind == MGPU_BACKEND_CUDA && k->cuda_fn == NULL))
     return mgpu__error(MGPU_ENOTSUP, "device %d: kernel %s has no %s variant",
                        s->dev, name, d->ops->name);
-  rc = d->ops->launch(d->b, s->b, k, grid, block, args, args_size);
+  rc = d->ops->launch(d->bdev, s->bstream, k, grid, block, args, args_size);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_kernels_launched, 1);
   return rc;
 }
@@ -342,7 +330,7 @@ static void release_event(void *obj, void *arg) {
   (void)arg;
   mgpu__event *e = obj;
   int err = 0;
-  mgpu__handle_release(e->handle, MGPU__H_EVENT, &err);
+  mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err);
   event_free(e);
 }
 
@@ -350,7 +338,7 @@ static void release_stream(void *obj, void *arg) {
   (void)arg;
   mgpu__stream *s = obj;
   int err = 0;
-  mgpu__handle_release(s->handle, MGPU__H_STREAM, &err);
+  mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err);
   stream_free(mgpu__device_get(s->dev), s);
 }
 

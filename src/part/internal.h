@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "mgpu/copy.h"
 #include "mgpu/part.h"
 
 struct mgpu_dist {

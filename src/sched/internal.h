@@ -1,4 +1,5 @@
-/* Internal state of the task pool (pool.c, task.c, queue.c).
+/* Internal state of the task pool (pool.c, task.c, slots.c, queue.c, with
+ * the deque of deque.c).
  *
  * A pool has one worker per device. Each worker owns:
  *   inbox   a lock-free LIFO stack any thread pushes onto (submitters,

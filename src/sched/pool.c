@@ -490,9 +490,9 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     if ((rc = mgpu__stream_get(w->stream, &s)) != 0) goto fail;
     mgpu__device *dev = mgpu__device_get(w->dev);
     w->sync_ops = dev->ops;
-    w->sync_dev = dev->b;
-    w->sync_stream = s->b;
-    w->device_busy = &dev->counters[MGPU__M_busy_ns];
+    w->sync_dev = dev->bdev;
+    w->sync_stream = s->bstream;
+    w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
   }
   for (int i = 0; i < n; i++) {
     mgpu__worker *w = &p->workers[i];
@@ -540,7 +540,7 @@ int mgpu_pool_stats_get(mgpu_pool *p, mgpu_pool_stats *out) {
     return mgpu__error(MGPU_EINVAL, "task pool: stats.size %zu is not "
                        "sizeof(mgpu_pool_stats)", out->size);
   out->ndevices = p->n;
-  double max = 0, sum = 0;
+  uint64_t busy[MGPU_MAX_DEVICES];
   for (int i = 0; i < p->n; i++) {
     mgpu__worker *w = &p->workers[i];
     mgpu_pool_dev_stats *s = &out->dev[i];
@@ -551,10 +551,9 @@ int mgpu_pool_stats_get(mgpu_pool *p, mgpu_pool_stats *out) {
     s->tasks_failed =
         atomic_load_explicit(&w->tasks_failed, memory_order_relaxed);
     s->busy_ns = atomic_load_explicit(&w->busy_ns, memory_order_relaxed);
-    sum += (double)s->busy_ns;
-    if ((double)s->busy_ns > max) max = (double)s->busy_ns;
+    busy[i] = s->busy_ns;
   }
-  out->load_imbalance = sum > 0 ? max / (sum / p->n) - 1.0 : 0.0;
+  out->load_imbalance = mgpu__load_imbalance(busy, p->n);
   return 0;
 }
 

@@ -12,8 +12,9 @@
 #include <string.h>
 
 #include "copy/copy-internal.h"
-#include "topo/topo-internal.h"
+#include "mgpu/topo.h"
 #include "util/fault.h"
+#include "util/numa.h"
 
 typedef struct measured_link {
   double bandwidth_gbps, latency_us;
@@ -78,7 +79,7 @@ int mgpu_topology(mgpu_topo **out) {
   t->numa_nodes = mgpu__numa_count();
   int rc = 0;
   for (int a = 0; a < n; a++) {
-    t->numa_node[a] = mgpu__numa_node_of(mgpu__device_get(a));
+    t->numa_node[a] = mgpu__device_numa_node(mgpu__device_get(a));
     for (int b = 0; b < n && rc == 0; b++) {
       mgpu_link *l = MGPU_TOPO_LINK(t, a, b);
       rc = link_kind(a, b, &l->kind);
@@ -201,10 +202,11 @@ int mgpu_topology_measure(size_t size) {
   return rc;
 }
 
-void mgpu__topo_reset(void) {
+/* mgpu_shutdown's hook: forgets the measured figures. */
+static void topo_shutdown(void) {
   mgpu__mutex_lock(&measure_lock);
   memset(measured, 0, sizeof measured);
   is_measured = 0;
   mgpu__mutex_unlock(&measure_lock);
-  mgpu__numa_release();
 }
+MGPU__ON_SHUTDOWN(topo_shutdown)

@@ -150,18 +150,6 @@ static int cuda_probe(int *count) {
   return 0;
 }
 
-/* NUMA node of a PCI device from sysfs, or -1. */
-static int numa_node_of(const char *bus_id) {
-  char path[128];
-  snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", bus_id);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return -1;
-  int node = -1;
-  if (fscanf(f, "%d", &node) != 1) node = -1;
-  fclose(f);
-  return node < 0 ? -1 : node;
-}
-
 static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   *out = NULL;
   int rc = mgpu__cuda_driver_load();
@@ -204,7 +192,9 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
     d->pci_bus_id[0] = '\0';
   }
   for (char *c = d->pci_bus_id; *c; c++) *c = (char)tolower((unsigned char)*c);
-  d->numa_node = d->pci_bus_id[0] ? numa_node_of(d->pci_bus_id) : -1;
+  d->numa_node = d->pci_bus_id[0]
+                    ? mgpu__cuda_env->numa_node_of_bus_id(d->pci_bus_id)
+                    : -1;
 
   /* This device's own pool: freed blocks stay cached (release threshold
    * at its maximum) until pool_trim. */

@@ -2,7 +2,7 @@
  * element-wise sum, prod, min and max for float, double, int32, int64, half
  * and bfloat16.
  *
- * They compute exactly what the host versions (src/kernels/host_kernels.c)
+ * They compute exactly what the host versions (src/backend/host/kernels.c)
  * compute: scale and axpy in double precision and then converted to the
  * element type, so a result is the same on every backend. half and bfloat16
  * exist only here; they compute in float. Every kernel is a grid-stride loop

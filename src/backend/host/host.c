@@ -23,10 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 
 #include "backend/host/host.h"
-#include "core/internal.h"
+#include "mgpu/error.h"
+#include "util/thread.h"
 #include "util/fault.h"
 
 #if defined(__SSE2__)

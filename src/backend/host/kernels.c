@@ -3,11 +3,12 @@
  *
  * One macro writes each loop once per type, so the four types cannot drift
  * apart. The loops are plain and contiguous, which lets the compiler
- * vectorize them; the element-wise form reads a and b and writes dst in one
- * pass, since the collectives lean on it. */
+ * vectorize them. The element-wise loops are the platform's
+ * (src/util/elementwise.c), shared with the collectives' host reductions. */
 #include <stdint.h>
 
 #include "backend/host/host.h"
+#include "util/elementwise.h"
 
 /* The result of scale and axpy is computed in double and converted back.
  * For integers a value outside the type's range would be undefined
@@ -29,11 +30,7 @@ static inline int64_t to_i64(double x) {
   return (int64_t)x;
 }
 
-/* U is the type sums and products are taken in: T itself for floating
- * point, the unsigned type of the same width for integers, so that an
- * integer sum that overflows wraps as it does on a GPU instead of being
- * undefined behaviour. */
-#define DEFINE_KERNELS(T, SUFFIX, U)                                         \
+#define DEFINE_KERNELS(T, SUFFIX)                                         \
   static void fill_##SUFFIX(T *dst, size_t n, T v) {                         \
     for (size_t i = 0; i < n; i++) dst[i] = v;                               \
   }                                                                          \
@@ -43,24 +40,6 @@ static inline int64_t to_i64(double x) {
   static void axpy_##SUFFIX(T *y, const T *x, size_t n, double alpha) {      \
     for (size_t i = 0; i < n; i++)                                           \
       y[i] = to_##SUFFIX((double)y[i] + alpha * (double)x[i]);               \
-  }                                                                          \
-  static void ew_##SUFFIX(T *restrict_dst, const T *a, const T *b, size_t n,  \
-                          mgpu_op op) {                                      \
-    T *dst = restrict_dst;                                                   \
-    switch (op) {                                                            \
-      case MGPU_SUM:                                                         \
-        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] + (U)b[i]);      \
-        break;                                                               \
-      case MGPU_PROD:                                                        \
-        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] * (U)b[i]);      \
-        break;                                                               \
-      case MGPU_MIN:                                                         \
-        for (size_t i = 0; i < n; i++) dst[i] = b[i] < a[i] ? b[i] : a[i];   \
-        break;                                                               \
-      case MGPU_MAX:                                                         \
-        for (size_t i = 0; i < n; i++) dst[i] = b[i] > a[i] ? b[i] : a[i];   \
-        break;                                                               \
-    }                                                                        \
   }                                                                          \
   static void run_##SUFFIX(const mgpu__builtin *k, T value) {                \
     switch (k->kind) {                                                       \
@@ -74,15 +53,16 @@ static inline int64_t to_i64(double x) {
         axpy_##SUFFIX(k->dst, k->a, k->count, k->alpha);                     \
         break;                                                               \
       case MGPU__BUILTIN_ELEMENTWISE:                                        \
-        ew_##SUFFIX(k->dst, k->a, k->b, k->count, k->op);                    \
+        mgpu__elementwise_host(k->dst, k->a, k->b, k->count, k->dtype,     \
+                               k->op);                                       \
         break;                                                               \
     }                                                                        \
   }
 
-DEFINE_KERNELS(float, f32, float)
-DEFINE_KERNELS(double, f64, double)
-DEFINE_KERNELS(int32_t, i32, uint32_t)
-DEFINE_KERNELS(int64_t, i64, uint64_t)
+DEFINE_KERNELS(float, f32)
+DEFINE_KERNELS(double, f64)
+DEFINE_KERNELS(int32_t, i32)
+DEFINE_KERNELS(int64_t, i64)
 
 void mgpu__host_builtin_run(const mgpu__builtin *b) {
   switch (b->dtype) {

@@ -1,7 +1,7 @@
 /* The built-in kernels' public entry points: fill, scale, axpy and
  * element-wise ops. The checks (device, ranges, type) are made here, once,
  * for every backend; each backend then runs its own variant (host loops in
- * host_kernels.c, CUDA kernels in the plugin). Offsets are in bytes. */
+ * src/backend/host/kernels.c, CUDA kernels in the plugin). Offsets are in bytes. */
 #include <math.h>
 #include <string.h>
 
@@ -114,7 +114,7 @@ static int operand(const mgpu_buffer *h, const char *what, size_t offset,
 
 static int submit(mgpu__device *d, mgpu__stream *s, mgpu__builtin *b) {
   if (b->count == 0) return 0;
-  int rc = d->ops->builtin(d->b, s->b, b);
+  int rc = d->ops->builtin(d->bdev, s->bstream, b);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_kernels_launched, 1);
   return rc;
 }

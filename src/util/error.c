@@ -3,10 +3,11 @@
  * The detail is written where a failure is found and names what was wrong
  * (device, buffer, offset, size). It lives in thread-local storage, so two
  * threads failing at once never overwrite each other's message. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "util/log.h"
 
 static _Thread_local char detail[512];
 
@@ -39,6 +40,14 @@ const char *mgpu_err_name(int code) {
 const char *mgpu_error_detail(void) { return detail; }
 
 void mgpu_error_clear(void) { detail[0] = '\0'; }
+
+/* The pid of the process that initialized mgpu, in a child forked from it
+ * after mgpu_init (set by the core's fork handler); 0 otherwise. Kept here,
+ * on the floor, because the error path itself asks for it. */
+static _Atomic int forked_from;
+
+void mgpu__forked_set(int pid) { forked_from = pid; }
+int mgpu__forked_from(void) { return forked_from; }
 
 int mgpu__fork_error(const char *what) {
   snprintf(detail, sizeof detail, "%s: this process was forked from process "

@@ -1,8 +1,9 @@
 /* The library's only printer. It prints nothing unless MGPU_LOG (or the
  * config's log_level) asks; the level is set once by mgpu_init. */
+#include <stdatomic.h>
 #include <stdio.h>
 
-#include "core/internal.h"
+#include "util/log.h"
 
 static _Atomic int log_level = MGPU_LOG_NONE;
 

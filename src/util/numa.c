@@ -1,4 +1,4 @@
-/* NUMA locality of devices.
+/* NUMA locality: a platform service below the core (see util/numa.h).
  *
  * Where hwloc was found at build time (MGPU_HAVE_HWLOC) the machine's
  * topology is loaded once to count the nodes and to bind threads to a node's
@@ -9,9 +9,9 @@
  * counted in sysfs, a GPU's node is /sys/bus/pci/devices/<bus id>/numa_node
  * and threads stay where the OS puts them.
  *
- * Host devices have no PCI device: host device i is placed on node i modulo
- * the node count, which spreads them over the sockets, and its host thread
- * is bound there (hwloc).
+ * This is the one place that reads NUMA from hwloc or sysfs; the core asks
+ * it for the node of each device (core/device.c) and the CUDA plugin gets
+ * the bus-id lookup through its backend environment.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topo/topo-internal.h"
+#include "util/log.h"
+#include "util/numa.h"
+#include "util/thread.h"
 
 #ifdef MGPU_HAVE_HWLOC
 #include <hwloc.h>
@@ -97,7 +99,7 @@ static int normalize_bus_id(const char *in, char *out, size_t outsz) {
   return 0;
 }
 
-static int node_of_bus_id(const char *bus_id) {
+int mgpu__numa_node_of_bus_id(const char *bus_id) {
   char id[32];
   if (normalize_bus_id(bus_id, id, sizeof id) != 0) return -1;
   int node = -1;
@@ -121,23 +123,6 @@ static int node_of_bus_id(const char *bus_id) {
   /* A machine with one node says -1 in sysfs: the device is on node 0. */
   if (node < 0 && f != NULL && mgpu__numa_count() == 1) node = 0;
   return node;
-}
-
-int mgpu__numa_node_of(mgpu__device *d) {
-  /* Host devices are placed, not asked: their backend is still being set up
-   * by mgpu_init while their host threads start and call here. */
-  if (d->ops->kind == MGPU_BACKEND_HOST) return d->id % mgpu__numa_count();
-  mgpu_device_props p;
-  memset(&p, 0, sizeof p);
-  p.size = sizeof p;
-  p.numa_node = -1;
-  if (d->ops->props(d->b, &p) != 0) {
-    mgpu_error_clear(); /* an unknown node is an answer, not an error */
-    return -1;
-  }
-  if (p.numa_node >= 0) return p.numa_node;
-  if (p.pci_bus_id[0] != '\0') return node_of_bus_id(p.pci_bus_id);
-  return -1;
 }
 
 int mgpu__numa_bind_thread(int node) {

@@ -1,0 +1,47 @@
+/* The recording floor: per-device counters that every layer above records
+ * into (metrics.c).
+ *
+ * obs depends on nothing of mgpu but src/util/ and its own public header
+ * (mgpu/metrics.h), so the core, copy, sched, coll and chan record into it
+ * without a call running back up. It owns its counters, indexed by the mgpu
+ * device number; the core opens it for n devices at mgpu_init and closes it
+ * at mgpu_shutdown, and a record for a device outside [0, n) is dropped.
+ *
+ * Threads: counters and gauges are relaxed atomics written by any thread;
+ * obs_open and obs_close are called by mgpu_init and mgpu_shutdown only,
+ * which the core serializes. Recording never steers the runtime.
+ */
+#ifndef MGPU_OBS_OBS_H
+#define MGPU_OBS_OBS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "mgpu/metrics.h"
+
+enum mgpu__metric {
+#define MGPU__METRIC_ENUM(name, doc) MGPU__M_##name,
+  MGPU_METRICS_MAP(MGPU__METRIC_ENUM)
+#undef MGPU__METRIC_ENUM
+  MGPU__M_COUNT
+};
+
+/* Opens the floor for devices 0 to ndevices - 1, every counter at 0. */
+void mgpu__obs_open(int ndevices);
+/* Closes it: later records are dropped, snapshots are MGPU_ENOINIT. */
+void mgpu__obs_close(void);
+
+/* Adds value to counter m of device dev. */
+void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value);
+/* The counter itself, for a reader that polls it (the task pool watches
+ * busy_ns); NULL when dev is out of range. */
+_Atomic uint64_t *mgpu__metric_counter(int dev, enum mgpu__metric m);
+/* Memory of device dev that counts against its budget grew (delta > 0) or
+ * shrank; keeps the mem_in_use gauge and its peak. */
+void mgpu__obs_mem(int dev, int64_t delta);
+
+/* max / mean - 1 over n busy times: 0 when every device was idle. The one
+ * definition of load imbalance (metrics and pool statistics). */
+double mgpu__load_imbalance(const uint64_t *busy_ns, int n);
+
+#endif /* MGPU_OBS_OBS_H */
