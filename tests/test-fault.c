@@ -282,6 +282,37 @@ TEST_IMPL(fault_channel_record) {
   return 0;
 }
 
+/* MGPU_FAULT (and mgpu_config.fault) is read by mgpu_init: a bad rule is
+ * refused naming the variable, a good one applies from init on. */
+TEST_IMPL(fault_env_variable) {
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  setenv("MGPU_FAULT", "alloc:0", 1);
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(NULL));
+  ASSERT_DETAIL_HAS("MGPU_FAULT");
+  ASSERT_DETAIL_HAS("alloc:0");
+  ASSERT_EQ(mgpu_is_initialized(), 0);
+  setenv("MGPU_FAULT", "thread:1", 1);
+  int rc = mgpu_init(NULL);
+  ASSERT(rc < 0);
+  ASSERT(mgpu_error_detail()[0] != '\0');
+  ASSERT_EQ(mgpu__fault_fired(MGPU__FAULT_THREAD), 1);
+  unsetenv("MGPU_FAULT");
+  /* The field wins over the environment; "" clears the rules. */
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.fault = "backend:stream_create:1";
+  ASSERT_OK(mgpu_init(&cfg));
+  mgpu_stream *st;
+  ASSERT_ERR(MGPU_EBACKEND, mgpu_stream_create(&st, 0));
+  ASSERT_OK(mgpu_stream_create(&st, 0));
+  ASSERT_OK(mgpu_stream_destroy(st));
+  ASSERT_OK(mgpu_shutdown());
+  cfg.fault = "";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_EQ(mgpu__fault_armed(), 0);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(fault_spec_syntax)
 TEST_ENTRY(fault_alloc_nth)
@@ -292,4 +323,5 @@ TEST_ENTRY(fault_threads_count)
 TEST_ENTRY(fault_thread_site)
 TEST_ENTRY(fault_backend_site)
 TEST_ENTRY(fault_channel_record)
+TEST_ENTRY(fault_env_variable)
 TEST_LIST_END
