@@ -147,6 +147,18 @@ MGPU_EXTERN int mgpu_device_count(void);
 /* Fills *props (props->size must be set, e.g. to sizeof *props). */
 MGPU_EXTERN int mgpu_device_get_props(int dev, mgpu_device_props *props);
 
+/* Whether a device still works. A device is lost when a GPU reports a
+ * sticky error (its context is poisoned until the process ends) or, for
+ * testing, when MGPU_FAULT=device:N@after:K says so. A lost device fails its
+ * queued work (synchronizing returns MGPU_EDEVLOST) and refuses later work
+ * with MGPU_EDEVLOST naming it; the other devices go on. Freeing its buffers,
+ * streams and events still works. */
+typedef enum mgpu_device_state {
+  MGPU_DEVICE_OK = 0,
+  MGPU_DEVICE_LOST = 1
+} mgpu_device_state;
+MGPU_EXTERN int mgpu_device_status(int dev, mgpu_device_state *state);
+
 /* The calling thread's current device. A thread that never called
  * mgpu_set_device is on device 0, as in CUDA, and so is every thread again
  * after mgpu_shutdown and a new mgpu_init (which may open fewer devices). Inside mgpu_run_on_device the

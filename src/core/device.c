@@ -212,6 +212,29 @@ int mgpu_work_wait(mgpu_work *work) {
   return result;
 }
 
+int mgpu_device_status(int dev, mgpu_device_state *state) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (state == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL state pointer", dev);
+  *state = d->ops->lost != NULL && d->ops->lost(d->bdev, NULL, 0)
+               ? MGPU_DEVICE_LOST
+               : MGPU_DEVICE_OK;
+  return 0;
+}
+
+int mgpu__device_lose(int dev, const char *why) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (d->ops->lose == NULL)
+    return mgpu__error(MGPU_ENOTSUP, "device %d: its %s backend cannot lose "
+                       "a device on request", dev, d->ops->name);
+  d->ops->lose(d->bdev, why);
+  return 0;
+}
+
 int mgpu_set_device(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);

@@ -32,6 +32,11 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out);
  * (the current device) is stale when this has moved. */
 unsigned mgpu__init_epoch(void);
 
+/* Marks device dev lost (why: the reason the details give), as a GPU's
+ * sticky error would: the test call for lost devices. MGPU_ENOTSUP for a
+ * backend that cannot. */
+int mgpu__device_lose(int dev, const char *why);
+
 /* The backend table a device uses: real's, with a fault site in front of
  * every fallible entry (backend_fault.c). One per backend kind. */
 const mgpu__backend_ops *mgpu__backend_fault_wrap(

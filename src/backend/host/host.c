@@ -129,6 +129,13 @@ struct mgpu__bdevice {
   _Atomic int nready;
   /* Peer access this device has enabled, by mgpu device id (lock). */
   unsigned char peer_enabled[MGPU_MAX_DEVICES];
+  /* A lost device (host_lose, or MGPU_FAULT's device:N@after:K counted by
+   * the workers) runs no more work: its queued operations fail the stream
+   * with MGPU_EDEVLOST, events still complete so nobody waits for ever, and
+   * host callbacks still run (they free what the work used). lost_why is
+   * written once, under lock, before lost is set. */
+  _Atomic int lost;
+  char lost_why[96];
 };
 
 /* ---- the ready list (dev->lock held) ---- */
@@ -324,6 +331,30 @@ static int watch_for_work(mgpu__bdevice *d) {
   return 0;
 }
 
+/* d->lock held. */
+static void lose_locked(mgpu__bdevice *d, const char *why) {
+  if (atomic_load_explicit(&d->lost, memory_order_relaxed)) return;
+  snprintf(d->lost_why, sizeof d->lost_why, "%s", why);
+  atomic_store_explicit(&d->lost, 1, memory_order_release);
+  env->log(MGPU_LOG_WARN, "host device %d lost: %s", d->id, why);
+}
+
+/* d->lock held. Whether the worker must skip o instead of running it: the
+ * device is lost, or o is the operation after which MGPU_FAULT loses it.
+ * Events and waits always run; so do host callbacks. */
+static int skip_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
+  if (o->kind == OP_RECORD || o->kind == OP_WAIT) return 0;
+  if (!atomic_load_explicit(&d->lost, memory_order_relaxed) &&
+      mgpu__fault_device_op(d->id)) {
+    char why[64];
+    snprintf(why, sizeof why, "MGPU_FAULT device:%d@after", d->id);
+    lose_locked(d, why);
+  }
+  if (!atomic_load_explicit(&d->lost, memory_order_relaxed)) return 0;
+  if (s->error == 0) s->error = MGPU_EDEVLOST;
+  return o->kind != OP_CALLBACK;
+}
+
 static void *worker_main(void *arg) {
   mgpu__bdevice *d = arg;
   mgpu__mutex_lock(&d->lock);
@@ -340,9 +371,10 @@ static void *worker_main(void *arg) {
     }
     op *o = s->head;
     if (o->kind == OP_WAIT && must_park(s, o)) continue;
+    int skip = skip_op(d, s, o);
     s->running = 1;
     mgpu__mutex_unlock(&d->lock);
-    run_op(d, o);
+    if (!skip) run_op(d, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
     s->nfinished++;
@@ -474,6 +506,9 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   int err = s->error;
   s->error = 0;
   mgpu__mutex_unlock(&d->lock);
+  if (err == MGPU_EDEVLOST)
+    return env->set_error(err, "host device %d was lost (%s): work queued on "
+                          "the stream did not run", d->id, d->lost_why);
   return err;
 }
 
@@ -542,6 +577,10 @@ static int host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
   uint64_t target = e->recorded;
   while (e->completed < target) mgpu__cond_wait(&e->done, &e->lock);
   mgpu__mutex_unlock(&e->lock);
+  if (atomic_load_explicit(&e->dev->lost, memory_order_acquire))
+    return env->set_error(MGPU_EDEVLOST, "host device %d was lost (%s): the "
+                          "work before the event may not have run",
+                          e->dev->id, e->dev->lost_why);
   return 0;
 }
 
@@ -699,6 +738,18 @@ static int host_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
   return host_memcpy_async(s_dev, s, dst, src, size, MGPU__COPY_D2D);
 }
 
+static void host_lose(mgpu__bdevice *d, const char *why) {
+  mgpu__mutex_lock(&d->lock);
+  lose_locked(d, why);
+  mgpu__mutex_unlock(&d->lock);
+}
+
+static int host_lost(mgpu__bdevice *d, char *why, size_t why_size) {
+  if (!atomic_load_explicit(&d->lost, memory_order_acquire)) return 0;
+  if (why != NULL && why_size > 0) snprintf(why, why_size, "%s", d->lost_why);
+  return 1;
+}
+
 static const mgpu__backend_ops host_ops = {
     .name = "host",
     .kind = MGPU_BACKEND_HOST,
@@ -731,6 +782,8 @@ static const mgpu__backend_ops host_ops = {
     .peer_enable = host_peer_enable,
     .peer_disable = host_peer_disable,
     .memcpy_peer_async = host_memcpy_peer_async,
+    .lose = host_lose,
+    .lost = host_lost,
 };
 
 const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *e) {
