@@ -116,7 +116,172 @@ TEST_IMPL(lost_device_by_fault_rule) {
   return 0;
 }
 
+/* ---- the task pool ---- */
+
+enum { NTASKS = 60, LOSE = 1 };
+
+typedef struct pool_case {
+  mgpu_buffer *scratch[4]; /* one per device */
+  atomic_int lost_once;
+  atomic_int ran_on_lost_after;
+  long result[NTASKS + 1];
+  int where[NTASKS + 1];
+} pool_case;
+
+typedef struct task_arg {
+  pool_case *pc;
+  int i;
+} task_arg;
+
+/* Doubles i through the device: host -> device -> host on the task's
+ * stream. The first task to run on device LOSE loses it first (as if the
+ * GPU died under it), so its own copies fail. */
+static int double_task(int dev, mgpu_stream *s, void *arg) {
+  task_arg *a = arg;
+  pool_case *pc = a->pc;
+  if (dev == LOSE) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&pc->lost_once, &expected, 1)) {
+      int rc = mgpu__device_lose(LOSE, "lost under a running task");
+      if (rc != 0) return rc;
+    } else {
+      atomic_store(&pc->ran_on_lost_after, 1);
+    }
+  }
+  long in = a->i, out = 0;
+  int rc = mgpu_memcpy_htod_async(pc->scratch[dev], 0, &in, sizeof in, s);
+  if (rc == 0) rc = mgpu_scale(s, pc->scratch[dev], 0, 1, MGPU_INT64, 2.0);
+  if (rc == 0) rc = mgpu_memcpy_dtoh_async(&out, pc->scratch[dev], 0,
+                                           sizeof out, s);
+  if (rc == 0) rc = mgpu_stream_synchronize(s);
+  if (rc != 0) return rc;
+  pc->result[a->i] = out;
+  pc->where[a->i] = dev;
+  return 0;
+}
+
+/* Reads task 0's result, which exists only once task 0 succeeded. */
+static int after_first(int dev, mgpu_stream *s, void *arg) {
+  (void)s;
+  task_arg *a = arg;
+  a->pc->result[NTASKS] = a->pc->result[0] + 1;
+  a->pc->where[NTASKS] = dev;
+  return 0;
+}
+
+static const mgpu_sched_policy lost_policies[] = {
+    MGPU_SCHED_WS, MGPU_SCHED_DYNAMIC, MGPU_SCHED_STATIC};
+
+/* Device 1 is lost under a running re-runnable task: that task and every
+ * task queued on device 1 run on the others, with correct results; a task
+ * depending on the lost one waits for its re-run; nothing runs on device 1
+ * afterwards. Under each policy. */
+TEST_IMPL(pool_reruns_lost_device_tasks) {
+  static pool_case pc;
+  static task_arg args[NTASKS + 1];
+  for (int k = 0; k < 3; k++) {
+    mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+    cfg.devices = "host:3";
+    ASSERT_OK(mgpu_init(&cfg));
+    memset(&pc, 0, sizeof pc);
+    for (int d = 0; d < 3; d++)
+      ASSERT_OK(mgpu_malloc(&pc.scratch[d], d, sizeof(long)));
+    mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
+    o.policy = lost_policies[k];
+    mgpu_pool *pool;
+    ASSERT_OK(mgpu_pool_create(&pool, &o));
+    mgpu_task first;
+    for (int i = 0; i < NTASKS; i++) {
+      args[i] = (task_arg){&pc, i};
+      mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
+      t.fn = double_task;
+      t.arg = &args[i];
+      t.rerunnable = 1;
+      /* Task 0 and a third of the rest prefer the device that is lost. */
+      if (i % 3 == 0) t.device = LOSE;
+      ASSERT_OK(mgpu_pool_submit(pool, &t, i == 0 ? &first : NULL));
+      if (i == 0) {
+        args[NTASKS] = (task_arg){&pc, NTASKS};
+        mgpu_task_desc dep = MGPU_TASK_DESC_INITIALIZER;
+        dep.fn = after_first;
+        dep.arg = &args[NTASKS];
+        dep.deps = &first;
+        dep.ndeps = 1;
+        ASSERT_OK(mgpu_pool_submit(pool, &dep, NULL));
+      }
+    }
+    ASSERT_OK(mgpu_pool_wait_all(pool));
+    ASSERT_EQ(atomic_load(&pc.lost_once), 1);
+    ASSERT_EQ(atomic_load(&pc.ran_on_lost_after), 0);
+    for (int i = 0; i < NTASKS; i++) {
+      ASSERT_EQ(pc.result[i], 2L * i);
+      ASSERT(pc.where[i] != LOSE);
+    }
+    ASSERT_EQ(pc.result[NTASKS], 1); /* after task 0's re-run */
+    mgpu_device_state st;
+    ASSERT_OK(mgpu_device_status(LOSE, &st));
+    ASSERT_EQ(st, MGPU_DEVICE_LOST);
+    /* A task preferring the lost device, submitted now, runs elsewhere. */
+    mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
+    t.fn = double_task;
+    args[5] = (task_arg){&pc, 5};
+    t.arg = &args[5];
+    t.device = LOSE;
+    pc.where[5] = -1;
+    mgpu_task h;
+    ASSERT_OK(mgpu_pool_submit(pool, &t, &h));
+    ASSERT_OK(mgpu_pool_wait(pool, h));
+    ASSERT(pc.where[5] != LOSE && pc.where[5] >= 0);
+    ASSERT_OK(mgpu_pool_destroy(pool));
+    for (int d = 0; d < 3; d++) ASSERT_OK(mgpu_free(pc.scratch[d]));
+    mgpu_shutdown();
+  }
+  return 0;
+}
+
+/* A task that is not re-runnable fails with MGPU_EDEVLOST naming the
+ * device when its device is lost under it; its dependents fail too. */
+TEST_IMPL(pool_lost_task_not_rerunnable_fails) {
+  static pool_case pc;
+  static task_arg arg, dep_arg;
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2";
+  ASSERT_OK(mgpu_init(&cfg));
+  memset(&pc, 0, sizeof pc);
+  for (int d = 0; d < 2; d++)
+    ASSERT_OK(mgpu_malloc(&pc.scratch[d], d, sizeof(long)));
+  mgpu_pool *pool;
+  mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
+  o.policy = MGPU_SCHED_STATIC;
+  ASSERT_OK(mgpu_pool_create(&pool, &o));
+  arg = (task_arg){&pc, 3};
+  mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
+  t.fn = double_task;
+  t.arg = &arg;
+  t.device = LOSE;
+  mgpu_task h, hd;
+  ASSERT_OK(mgpu_pool_submit(pool, &t, &h));
+  dep_arg = (task_arg){&pc, NTASKS};
+  mgpu_task_desc dep = MGPU_TASK_DESC_INITIALIZER;
+  dep.fn = after_first;
+  dep.arg = &dep_arg;
+  dep.deps = &h;
+  dep.ndeps = 1;
+  ASSERT_OK(mgpu_pool_submit(pool, &dep, &hd));
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_pool_wait(pool, h));
+  ASSERT_DETAIL_HAS("device 1");
+  ASSERT_ERR(MGPU_EDEPFAIL, mgpu_pool_wait(pool, hd));
+  ASSERT_EQ(pc.result[NTASKS], 0);
+  mgpu_pool_wait_all(pool); /* returns the failure once more */
+  ASSERT_OK(mgpu_pool_destroy(pool));
+  for (int d = 0; d < 2; d++) ASSERT_OK(mgpu_free(pc.scratch[d]));
+  mgpu_shutdown();
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(lost_device_fails_queued_and_later_work)
 TEST_ENTRY(lost_device_by_fault_rule)
+TEST_ENTRY(pool_reruns_lost_device_tasks)
+TEST_ENTRY(pool_lost_task_not_rerunnable_fails)
 TEST_LIST_END

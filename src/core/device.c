@@ -224,6 +224,11 @@ int mgpu_device_status(int dev, mgpu_device_state *state) {
   return 0;
 }
 
+int mgpu__device_is_lost(int dev) {
+  mgpu__device *d = mgpu__device_get(dev);
+  return d != NULL && d->ops->lost != NULL && d->ops->lost(d->bdev, NULL, 0);
+}
+
 int mgpu__device_lose(int dev, const char *why) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);

@@ -36,6 +36,8 @@ unsigned mgpu__init_epoch(void);
  * sticky error would: the test call for lost devices. MGPU_ENOTSUP for a
  * backend that cannot. */
 int mgpu__device_lose(int dev, const char *why);
+/* 1 when device dev is lost (mgpu_device_status says MGPU_DEVICE_LOST). */
+int mgpu__device_is_lost(int dev);
 
 /* The backend table a device uses: real's, with a fault site in front of
  * every fallible entry (backend_fault.c). One per backend kind. */

@@ -22,6 +22,7 @@
  * then reads nsleeping with an RMW. One of the two sees the other.
  */
 #include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,7 +100,66 @@ static void to_inbox(mgpu_pool *p, int i, mgpu__task *t) {
   notify_worker(p, &p->workers[i]);
 }
 
+/* ---- lost devices ---- */
+
+int mgpu__worker_lost(const mgpu__worker *w) {
+  return mgpu__device_is_lost(w->dev);
+}
+
+static int retired(const mgpu_pool *p, int i) {
+  return atomic_load_explicit(&p->workers[i].retired, memory_order_seq_cst);
+}
+
+/* The first worker after `from` whose device works, or -1. */
+static int working_after(const mgpu_pool *p, int from) {
+  for (int k = 1; k <= p->n; k++) {
+    int i = (from + k) % p->n;
+    if (!retired(p, i) && !mgpu__worker_lost(&p->workers[i])) return i;
+  }
+  return -1;
+}
+
+/* A task whose preferred (or, static, placed) worker was retired goes
+ * elsewhere: the preference is void, the static placement moves on. The
+ * caller holds t (it is in no queue). Returns 0, or -1 when no worker of
+ * the pool works any more. */
+static int redirect(mgpu_pool *p, mgpu__task *t) {
+  if (p->policy == MGPU_SCHED_STATIC) {
+    int target = t->home >= 0 ? t->home : t->place;
+    if (!retired(p, target)) return 0;
+    int i = working_after(p, target);
+    if (i < 0) return -1;
+    t->home = -1;
+    t->place = i;
+    return 0;
+  }
+  if (t->home >= 0 && retired(p, t->home)) t->home = -1;
+  return 0;
+}
+
+void mgpu__sched_elsewhere(mgpu_pool *p, mgpu__task *t, mgpu__worker *w) {
+  if (t->home == w->index) t->home = -1;
+  int i = working_after(p, w->index);
+  if (i < 0) {
+    mgpu__error(MGPU_EDEVLOST, "task pool: device %d was lost and no other "
+                "device of the pool works", w->dev);
+    mgpu__free(t->detail);
+    t->detail = mgpu__strdup(mgpu_error_detail());
+    mgpu__task_complete(p, t, MGPU_EDEVLOST, NULL);
+    return;
+  }
+  if (p->policy == MGPU_SCHED_STATIC) t->place = i;
+  mgpu__free(t->detail);
+  t->detail = NULL;
+  mgpu__sched_ready(p, t, NULL);
+}
+
 void mgpu__sched_ready(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
+  if (redirect(p, t) != 0) {
+    mgpu__worker *w = &p->workers[t->home >= 0 ? t->home : 0];
+    mgpu__sched_elsewhere(p, t, w);
+    return;
+  }
   if (p->policy == MGPU_SCHED_STATIC) {
     int target = t->home >= 0 ? t->home : t->place;
     if (self != NULL && self->index == target) {
@@ -275,6 +335,35 @@ static void park(mgpu_pool *p, mgpu__worker *w) {
 #endif
 #define SPIN_YIELDS 2
 
+/* The worker's device was lost: nothing more runs here. Its queued tasks
+ * go to the working devices, and so does whatever lands in its queues
+ * afterwards (a submitter that read `retired` just before it was set), so
+ * it keeps looking, every millisecond, until the pool stops. */
+static void retire(mgpu_pool *p, mgpu__worker *w) {
+  atomic_store_explicit(&w->retired, 1, memory_order_seq_cst);
+  mgpu__log(MGPU_LOG_WARN, "task pool: device %d was lost; its tasks move to "
+            "the other devices", w->dev);
+  mgpu__worker_flush(w);
+  while (!atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+    mgpu__task *t;
+    while ((t = w->pinned_head) != NULL) {
+      w->pinned_head = atomic_load_explicit(&t->next, memory_order_relaxed);
+      if (w->pinned_head == NULL) w->pinned_tail = NULL;
+      mgpu__sched_elsewhere(p, t, w);
+    }
+    while ((t = mgpu__deque_steal(&w->prefer)) != NULL ||
+           (t = mgpu__deque_pop(&w->deque)) != NULL)
+      mgpu__sched_elsewhere(p, t, w);
+    for (t = mgpu__inbox_take(&w->inbox); t != NULL;) {
+      mgpu__task *next = atomic_load_explicit(&t->next, memory_order_relaxed);
+      mgpu__sched_elsewhere(p, t, w);
+      t = next;
+    }
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+}
+
 static void *worker_main(void *arg) {
   mgpu__worker *w = arg;
   mgpu_pool *p = w->pool;
@@ -287,6 +376,11 @@ static void *worker_main(void *arg) {
   for (;;) {
     int stolen;
     mgpu__task *t = find_task(p, w, &stolen);
+    if (t != NULL && mgpu__worker_lost(w)) {
+      mgpu__sched_elsewhere(p, t, w);
+      retire(p, w);
+      break;
+    }
     if (t != NULL) {
       idle = 0;
       if (stolen) {

@@ -175,6 +175,12 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
         atomic_load_explicit(w->device_busy, memory_order_relaxed) -
         stream_busy0;
     w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
+    /* Its device was lost under it: a re-runnable task starts again on
+     * another device, and its dependents wait for that run. */
+    if (r != 0 && t->rerunnable && mgpu__worker_lost(w)) {
+      mgpu__sched_elsewhere(p, t, w);
+      return;
+    }
     if (r > 0) { /* a task must return 0 or a negative code */
       mgpu__error(MGPU_EINVAL, "the task returned %d, which is neither 0 nor "
                   "a negative MGPU_E... code", r);
@@ -276,6 +282,7 @@ int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   }
   t->home = d->device >= 0 ? p->dev_to_worker[d->device] : -1;
   t->place = -1;
+  t->rerunnable = d->rerunnable != 0;
   if (p->policy == MGPU_SCHED_STATIC && t->home < 0) {
     /* Placed now, in submit order, whatever the dependencies. */
     uint64_t k = atomic_fetch_add_explicit(&p->place_next, 1,
