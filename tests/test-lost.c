@@ -169,6 +169,27 @@ static int after_first(int dev, mgpu_stream *s, void *arg) {
   return 0;
 }
 
+/* mgpu_init on n host devices and a scratch buffer on each. */
+static void open_case(pool_case *pc, const char *devices, int n) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = devices;
+  ASSERT_OK(mgpu_init(&cfg));
+  memset(pc, 0, sizeof *pc);
+  for (int d = 0; d < n; d++)
+    ASSERT_OK(mgpu_malloc(&pc->scratch[d], d, sizeof(long)));
+}
+
+/* Submits after_first, depending on dep. */
+static void submit_after(mgpu_pool *pool, mgpu_task dep, task_arg *arg,
+                         mgpu_task *out) {
+  mgpu_task_desc d = MGPU_TASK_DESC_INITIALIZER;
+  d.fn = after_first;
+  d.arg = arg;
+  d.deps = &dep;
+  d.ndeps = 1;
+  ASSERT_OK(mgpu_pool_submit(pool, &d, out));
+}
+
 static const mgpu_sched_policy lost_policies[] = {
     MGPU_SCHED_WS, MGPU_SCHED_DYNAMIC, MGPU_SCHED_STATIC};
 
@@ -180,12 +201,7 @@ TEST_IMPL(pool_reruns_lost_device_tasks) {
   static pool_case pc;
   static task_arg args[NTASKS + 1];
   for (int k = 0; k < 3; k++) {
-    mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
-    cfg.devices = "host:3";
-    ASSERT_OK(mgpu_init(&cfg));
-    memset(&pc, 0, sizeof pc);
-    for (int d = 0; d < 3; d++)
-      ASSERT_OK(mgpu_malloc(&pc.scratch[d], d, sizeof(long)));
+    open_case(&pc, "host:3", 3);
     mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
     o.policy = lost_policies[k];
     mgpu_pool *pool;
@@ -202,12 +218,7 @@ TEST_IMPL(pool_reruns_lost_device_tasks) {
       ASSERT_OK(mgpu_pool_submit(pool, &t, i == 0 ? &first : NULL));
       if (i == 0) {
         args[NTASKS] = (task_arg){&pc, NTASKS};
-        mgpu_task_desc dep = MGPU_TASK_DESC_INITIALIZER;
-        dep.fn = after_first;
-        dep.arg = &args[NTASKS];
-        dep.deps = &first;
-        dep.ndeps = 1;
-        ASSERT_OK(mgpu_pool_submit(pool, &dep, NULL));
+        submit_after(pool, first, &args[NTASKS], NULL);
       }
     }
     ASSERT_OK(mgpu_pool_wait_all(pool));
@@ -244,12 +255,7 @@ TEST_IMPL(pool_reruns_lost_device_tasks) {
 TEST_IMPL(pool_lost_task_not_rerunnable_fails) {
   static pool_case pc;
   static task_arg arg, dep_arg;
-  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
-  cfg.devices = "host:2";
-  ASSERT_OK(mgpu_init(&cfg));
-  memset(&pc, 0, sizeof pc);
-  for (int d = 0; d < 2; d++)
-    ASSERT_OK(mgpu_malloc(&pc.scratch[d], d, sizeof(long)));
+  open_case(&pc, "host:2", 2);
   mgpu_pool *pool;
   mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
   o.policy = MGPU_SCHED_STATIC;
@@ -262,12 +268,7 @@ TEST_IMPL(pool_lost_task_not_rerunnable_fails) {
   mgpu_task h, hd;
   ASSERT_OK(mgpu_pool_submit(pool, &t, &h));
   dep_arg = (task_arg){&pc, NTASKS};
-  mgpu_task_desc dep = MGPU_TASK_DESC_INITIALIZER;
-  dep.fn = after_first;
-  dep.arg = &dep_arg;
-  dep.deps = &h;
-  dep.ndeps = 1;
-  ASSERT_OK(mgpu_pool_submit(pool, &dep, &hd));
+  submit_after(pool, h, &dep_arg, &hd);
   ASSERT_ERR(MGPU_EDEVLOST, mgpu_pool_wait(pool, h));
   ASSERT_DETAIL_HAS("device 1");
   ASSERT_ERR(MGPU_EDEPFAIL, mgpu_pool_wait(pool, hd));
