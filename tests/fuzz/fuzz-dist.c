@@ -13,6 +13,10 @@
 #define DEVICES 4
 #define RANGE_BUDGET 4096 /* ranges walked per input, so each run is fast */
 
+/* The devices' threads must be gone before the process's own exit handlers
+ * run (hwloc's libraries have some). */
+static void shutdown_at_exit(void) { mgpu_shutdown(); }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
@@ -22,6 +26,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fprintf(stderr, "fuzz-dist: mgpu_init: %s\n", mgpu_error_detail());
     abort();
   }
+  atexit(shutdown_at_exit);
   return 0;
 }
 
