@@ -209,6 +209,17 @@ static void leave(mgpu__channel *ch) {
   mgpu__mutex_unlock(&ch->lock);
 }
 
+/* While tracing, the copies of message k are spans named name, and the
+ * receive's wait for the send is an arrow named "chan". */
+static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
+                     size_t bytes) {
+  if (!mgpu__trace_enabled()) return 0;
+  mgpu__trace_arg a[] = {MGPU__TARG_I("bytes", bytes), MGPU__TARG_I("message", k),
+                         MGPU__TARG_I("src_dev", ch->src_dev),
+                         MGPU__TARG_I("dst_dev", ch->dst_dev)};
+  return mgpu__trace_tag_push(name, a, 4);
+}
+
 int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                       size_t offset, size_t size, mgpu_stream *stream) {
   mgpu__channel *ch;
@@ -239,6 +250,7 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   /* From the second round on, the slot's previous message must be copied
    * out first. */
+  int pushed = trace_tag("chan.send", ch, k, size);
   if (k >= (uint64_t)ch->capacity)
     rc = mgpu_stream_wait_event(stream, sl->consumed);
   /* The copy layer picks the path: direct where peer access is on for the
@@ -249,6 +261,7 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
     rc = mgpu_event_record(sl->filled, stream);
     if (rc != 0) settle(stream, rc, "sent");
   }
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     sl->size = size;
     mgpu__mutex_lock(&ch->lock);
@@ -294,6 +307,7 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
+  int pushed = trace_tag("chan.recv", ch, k, n);
   rc = mgpu_stream_wait_event(stream, sl->filled);
   if (rc == 0)
     rc = mgpu_memcpy_async(dst, offset, ch->slots_buf, slot_off, n, stream);
@@ -301,6 +315,7 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
     rc = mgpu_event_record(sl->consumed, stream);
     if (rc != 0) settle(stream, rc, "taken");
   }
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);
     ch->received++;

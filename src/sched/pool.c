@@ -242,9 +242,10 @@ static void backlog_wake(mgpu_pool *p, mgpu__worker *self, mgpu__worker *v) {
   if (p->n > 1 && mgpu__deque_size(&v->prefer) > 0) notify_any(p, self);
 }
 
+/* *stolen: the index of the worker the task was stolen from, or -1. */
 static mgpu__task *find_task(mgpu_pool *p, mgpu__worker *w, int *stolen) {
   mgpu__task *t;
-  *stolen = 0;
+  *stolen = -1;
 again:
   if ((t = w->pinned_head) != NULL) {
     w->pinned_head = atomic_load_explicit(&t->next, memory_order_relaxed);
@@ -270,7 +271,7 @@ again:
       mgpu__worker *v = &p->workers[w->victims[k]];
       if (mgpu__deque_size(&v->deque) > 0 &&
           (t = mgpu__deque_steal(&v->deque)) != NULL) {
-        *stolen = 1;
+        *stolen = w->victims[k];
         return t;
       }
     }
@@ -281,7 +282,7 @@ again:
     if (atomic_load_explicit(&v->running, memory_order_relaxed) &&
         mgpu__deque_size(&v->prefer) > 0 &&
         (t = mgpu__deque_steal(&v->prefer)) != NULL) {
-      *stolen = 1;
+      *stolen = w->victims[k];
       backlog_wake(p, w, v);
       return t;
     }
@@ -368,6 +369,7 @@ static void *worker_main(void *arg) {
   mgpu__worker *w = arg;
   mgpu_pool *p = w->pool;
   tls_worker = w;
+  mgpu__trace_thread_adopt(w->dev, w->trace_track);
   if (mgpu_set_device(w->dev) != 0)
     mgpu__log(MGPU_LOG_WARN, "task pool: worker of device %d could not make "
               "it current: %s", w->dev, mgpu_error_detail());
@@ -383,7 +385,9 @@ static void *worker_main(void *arg) {
     }
     if (t != NULL) {
       idle = 0;
-      if (stolen) {
+      w->stolen_from = stolen;
+      if (stolen >= 0) {
+        if (mgpu__trace_enabled()) w->stolen_ns = mgpu__now_ns();
         atomic_store_explicit(
             &w->tasks_stolen,
             atomic_load_explicit(&w->tasks_stolen, memory_order_relaxed) + 1,
@@ -587,6 +591,7 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     w->sync_dev = dev->bdev;
     w->sync_stream = s->bstream;
     w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
+    w->trace_track = mgpu__trace_track_new(w->dev, "pool worker");
   }
   for (int i = 0; i < n; i++) {
     mgpu__worker *w = &p->workers[i];
