@@ -3,7 +3,9 @@
  * refuses later work with MGPU_EDEVLOST naming it, mgpu_device_status says
  * so, the other devices go on, and the library shuts down and starts again
  * cleanly. */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "core/internal.h"
 #include "task.h"
@@ -280,9 +282,124 @@ TEST_IMPL(pool_lost_task_not_rerunnable_fails) {
   return 0;
 }
 
+/* ---- collectives and channels ---- */
+
+typedef struct rank_arg {
+  mgpu_comm *comm;
+  int rank;
+  mgpu_buffer *buf;
+  mgpu_stream *stream;
+  int rc;
+  char detail[256];
+} rank_arg;
+
+static void *allreduce_rank(void *p) {
+  rank_arg *a = p;
+  a->rc = mgpu_allreduce(a->comm, a->rank, a->buf, a->buf, 16, MGPU_FLOAT32,
+                         MGPU_SUM, a->stream);
+  snprintf(a->detail, sizeof a->detail, "%s", mgpu_error_detail());
+  return NULL;
+}
+
+/* A collective whose device 2 is lost ends on the other ranks with
+ * MGPU_EDEVLOST naming it, at once, not at the communicator's 30 s timeout;
+ * later calls on the communicator say so too. */
+TEST_IMPL(collective_with_lost_device_ends) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  int devs[3] = {0, 1, 2};
+  mgpu_comm *comm;
+  ASSERT_OK(mgpu_comm_create(devs, 3, &comm));
+  rank_arg ranks[2];
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) {
+    ranks[r] = (rank_arg){.comm = comm, .rank = r};
+    ASSERT_OK(mgpu_malloc(&ranks[r].buf, r, 64));
+    ASSERT_OK(mgpu_stream_create(&ranks[r].stream, r));
+  }
+  ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+  uint64_t t0 = mgpu__now_ns();
+  for (int r = 0; r < 2; r++)
+    ASSERT_EQ(pthread_create(&th[r], NULL, allreduce_rank, &ranks[r]), 0);
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  ASSERT((mgpu__now_ns() - t0) < 5000000000ull); /* not the 30 s timeout */
+  for (int r = 0; r < 2; r++) {
+    ASSERT_EQ(ranks[r].rc, MGPU_EDEVLOST);
+    ASSERT(strstr(ranks[r].detail, "device 2 was lost") != NULL);
+  }
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_allreduce(comm, 0, ranks[0].buf, ranks[0].buf,
+                                           16, MGPU_FLOAT32, MGPU_SUM,
+                                           ranks[0].stream));
+  ASSERT_OK(mgpu_comm_destroy(comm));
+  for (int r = 0; r < 2; r++) {
+    ASSERT_OK(mgpu_free(ranks[r].buf));
+    ASSERT_OK(mgpu_stream_destroy(ranks[r].stream));
+  }
+  mgpu_shutdown();
+  return 0;
+}
+
+typedef struct recv_arg {
+  mgpu_channel *ch;
+  mgpu_buffer *dst;
+  mgpu_stream *stream;
+  int rc;
+} recv_arg;
+
+static void *recv_thread(void *p) {
+  recv_arg *a = p;
+  a->rc = mgpu_channel_recv(a->ch, a->dst, 0, NULL, a->stream);
+  return NULL;
+}
+
+/* A receiver waiting on a channel whose source device is lost ends with
+ * MGPU_EDEVLOST naming it; so does a sender waiting for room that a lost
+ * receiving device will never make. */
+TEST_IMPL(channel_with_lost_device_ends) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  mgpu_channel *ch, *full;
+  mgpu_stream *s0, *s1;
+  mgpu_buffer *b0, *b1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  ASSERT_OK(mgpu_malloc(&b0, 0, 64));
+  ASSERT_OK(mgpu_malloc(&b1, 1, 64));
+  ASSERT_OK(mgpu_channel_create(2, 1, 64, 2, &ch));
+  /* 0 -> 2 with one slot, full: the next send waits for room that the
+   * receiving device, once lost, never makes. */
+  ASSERT_OK(mgpu_channel_create(0, 2, 64, 1, &full));
+  ASSERT_OK(mgpu_channel_send(full, b0, 0, 64, s0));
+  recv_arg ra = {ch, b1, s1, 0};
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, NULL, recv_thread, &ra), 0);
+  struct timespec nap = {0, 20000000};
+  nanosleep(&nap, NULL); /* the receiver is waiting */
+  ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+  pthread_join(th, NULL);
+  ASSERT_EQ(ra.rc, MGPU_EDEVLOST);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_channel_recv(ch, b1, 0, NULL, s1));
+  ASSERT_DETAIL_HAS("device 2 was lost");
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_channel_send(full, b0, 0, 64, s0));
+  ASSERT_DETAIL_HAS("device 2 was lost");
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_OK(mgpu_channel_destroy(full));
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_OK(mgpu_free(b0));
+  ASSERT_OK(mgpu_free(b1));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  mgpu_shutdown();
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(lost_device_fails_queued_and_later_work)
 TEST_ENTRY(lost_device_by_fault_rule)
 TEST_ENTRY(pool_reruns_lost_device_tasks)
 TEST_ENTRY(pool_lost_task_not_rerunnable_fails)
+TEST_ENTRY(collective_with_lost_device_ends)
+TEST_ENTRY(channel_with_lost_device_ends)
 TEST_LIST_END

@@ -196,6 +196,19 @@ static void settle(mgpu_stream *stream, int rc, const char *what) {
   mgpu__error(rc, "%s (the message was not %s)", detail, what);
 }
 
+/* With ch->lock held: waits for a signal, at most LOST_POLL_NS, and returns
+ * peer when that device was lost (it will never signal), else -1. */
+#define LOST_POLL_NS 10000000u
+static int wait_on(mgpu__channel *ch, int peer) {
+  mgpu__cond_timedwait(&ch->cond, &ch->lock, mgpu__now_ns() + LOST_POLL_NS);
+  return mgpu__device_is_lost(peer) ? peer : -1;
+}
+
+static int peer_lost(const mgpu__channel *ch, int lost) {
+  return mgpu__error(MGPU_EDEVLOST, "channel %d -> %d: device %d was lost",
+                     ch->src_dev, ch->dst_dev, lost);
+}
+
 /* Enter/leave: count the threads inside, so destroy can refuse. */
 static void enter(mgpu__channel *ch) {
   mgpu__mutex_lock(&ch->lock);
@@ -236,11 +249,18 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   enter(ch);
   mgpu__mutex_lock(&ch->send_lock);
   mgpu__mutex_lock(&ch->lock);
-  while (!ch->closed && ch->sent - ch->received == (uint64_t)ch->capacity)
-    mgpu__cond_wait(&ch->cond, &ch->lock);
+  /* Room comes from the receiver: it never comes from a lost device. */
+  int lost = -1;
+  while (!ch->closed && ch->sent - ch->received == (uint64_t)ch->capacity &&
+         lost < 0)
+    lost = wait_on(ch, ch->dst_dev);
   int closed = ch->closed;
   uint64_t k = ch->sent;
   mgpu__mutex_unlock(&ch->lock);
+  if (lost >= 0 && !closed) {
+    rc = peer_lost(ch, lost);
+    goto out;
+  }
   if (closed) {
     rc = mgpu__error(MGPU_ECLOSED, "channel %d -> %d: closed", ch->src_dev,
                      ch->dst_dev);
@@ -291,11 +311,18 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   enter(ch);
   mgpu__mutex_lock(&ch->recv_lock);
   mgpu__mutex_lock(&ch->lock);
-  while (!ch->closed && ch->received == ch->sent)
-    mgpu__cond_wait(&ch->cond, &ch->lock);
+  /* A lost source sends nothing more, and what it sent may not have been
+   * copied: the receive fails rather than hand over such a message. */
+  int lost = mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
+  while (!ch->closed && ch->received == ch->sent && lost < 0)
+    lost = wait_on(ch, ch->src_dev);
   int drained = ch->received == ch->sent;
   uint64_t k = ch->received;
   mgpu__mutex_unlock(&ch->lock);
+  if (lost >= 0) {
+    rc = peer_lost(ch, lost);
+    goto out;
+  }
   if (drained) {
     rc = mgpu__error(MGPU_ECLOSED, "channel %d -> %d: closed and drained",
                      ch->src_dev, ch->dst_dev);

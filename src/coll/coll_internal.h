@@ -75,7 +75,9 @@ typedef struct mgpu__comm {
   mgpu__cond cond;
   uint64_t next_seq[MGPU_MAX_DEVICES]; /* per rank: its next call's seq */
   mgpu__coll_op *ops;                  /* pending and done, seq order */
-  int aborted;                         /* 1 after a timeout */
+  int aborted;                         /* 0, or the code every call gets
+                                          after an abort: MGPU_ETIMEDOUT,
+                                          MGPU_EDEVLOST */
   char abort_detail[256];
   int callers; /* threads inside a call; destroy waits for 0 */
   int destroying;

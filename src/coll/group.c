@@ -276,27 +276,45 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
   return op;
 }
 
-/* Called with c->lock held, when a wait ran out. */
-static void abort_comm(mgpu__comm *c, mgpu__coll_op *late) {
+/* Called with c->lock held, when a wait ran out (lost_dev -1) or a device
+ * of the communicator was lost (it will never call). */
+static void abort_comm(mgpu__comm *c, mgpu__coll_op *late, int lost_dev) {
   char missing[160] = "";
   size_t len = 0;
   for (int r = 0; r < c->n && len < sizeof missing - 16; r++)
     if (!late->part[r].present)
       len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
                               len ? ", " : "", c->devs[r]);
-  snprintf(c->abort_detail, sizeof c->abort_detail,
-           "collective #%llu timed out after %d ms: device(s) %s never "
-           "called it; the communicator is aborted",
-           (unsigned long long)late->seq, c->cfg.timeout_ms, missing);
-  c->aborted = 1;
+  if (lost_dev >= 0)
+    snprintf(c->abort_detail, sizeof c->abort_detail,
+             "collective #%llu: device %d was lost (device(s) %s had not "
+             "called it); the communicator is aborted",
+             (unsigned long long)late->seq, lost_dev, missing);
+  else
+    snprintf(c->abort_detail, sizeof c->abort_detail,
+             "collective #%llu timed out after %d ms: device(s) %s never "
+             "called it; the communicator is aborted",
+             (unsigned long long)late->seq, c->cfg.timeout_ms, missing);
+  c->aborted = lost_dev >= 0 ? MGPU_EDEVLOST : MGPU_ETIMEDOUT;
   for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
     if (op->done) continue;
     op->done = 1;
-    op->rc = MGPU_ETIMEDOUT;
+    op->rc = c->aborted;
     snprintf(op->detail, sizeof op->detail, "%s", c->abort_detail);
   }
   mgpu__cond_broadcast(&c->cond);
 }
+
+/* The first device of c that was lost, or -1. */
+static int lost_device(const mgpu__comm *c) {
+  for (int r = 0; r < c->n; r++)
+    if (mgpu__device_is_lost(c->devs[r])) return c->devs[r];
+  return -1;
+}
+
+/* A wait for the other ranks looks at their devices this often: a lost
+ * device never calls, and nobody signals for it. */
+#define LOST_POLL_NS 10000000u
 
 /* Joins one call to its operation. */
 static int join(group_call *g) {
@@ -307,7 +325,7 @@ static int join(group_call *g) {
   if (c->destroying) {
     rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
   } else if (c->aborted) {
-    rc = mgpu__error(MGPU_ETIMEDOUT, "%s", c->abort_detail);
+    rc = mgpu__error(c->aborted, "%s", c->abort_detail);
   } else {
     mgpu__coll_op *op = find_op(c, c->next_seq[g->rank]);
     if (op == NULL) {
@@ -333,12 +351,15 @@ static int collect(group_call *g, uint64_t deadline) {
   mgpu__comm *c = g->c;
   mgpu__mutex_lock(&c->lock);
   while (!g->op->done && !c->destroying) {
-    if (deadline == 0) {
-      mgpu__cond_wait(&c->cond, &c->lock);
-    } else if (mgpu__cond_timedwait(&c->cond, &c->lock, deadline) != 0 &&
-               !g->op->done) {
-      abort_comm(c, g->op);
-    }
+    uint64_t until = mgpu__now_ns() + LOST_POLL_NS;
+    if (deadline != 0 && deadline < until) until = deadline;
+    if (mgpu__cond_timedwait(&c->cond, &c->lock, until) == 0 || g->op->done)
+      continue;
+    int lost = lost_device(c);
+    if (lost >= 0)
+      abort_comm(c, g->op, lost);
+    else if (deadline != 0 && mgpu__now_ns() >= deadline)
+      abort_comm(c, g->op, -1);
   }
   int rc = g->op->done ? g->op->rc : MGPU_EFREED;
   char detail[256];
