@@ -279,7 +279,7 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
 /* Called with c->lock held, when a wait ran out (lost_dev -1) or a device
  * of the communicator was lost (it will never call). */
 static void abort_comm(mgpu__comm *c, mgpu__coll_op *late, int lost_dev) {
-  char missing[160] = "";
+  char missing[96] = ""; /* what fits the detail after the sentence */
   size_t len = 0;
   for (int r = 0; r < c->n && len < sizeof missing - 16; r++)
     if (!late->part[r].present)
