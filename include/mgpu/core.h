@@ -185,7 +185,10 @@ typedef int (*mgpu_device_fn)(int dev, void *arg);
 
 /* Runs fn(dev, arg) on the device's host thread and returns its result once
  * it has run. Called from that same host thread (fn calling back for its own
- * device), fn runs inline instead of deadlocking. */
+ * device), fn runs inline instead of deadlocking. Called from another
+ * device's host thread that the target is itself waiting for (device
+ * functions calling each other in a cycle), it returns MGPU_EDEADLK naming
+ * the cycle instead of waiting for ever. */
 MGPU_EXTERN int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg);
 
 typedef struct mgpu_work mgpu_work;

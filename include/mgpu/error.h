@@ -39,7 +39,8 @@ extern "C" {
   XX(EIO, -19, "input/output error")                                          \
   XX(EPLUGIN, -20, "backend plugin could not be loaded")                     \
   XX(EFORK, -21, "mgpu was initialized before this process was forked")      \
-  XX(EDEVLOST, -22, "the device was lost")
+  XX(EDEVLOST, -22, "the device was lost")                                   \
+  XX(EDEADLK, -23, "the wait would never end")
 
 typedef enum mgpu_errno {
 #define MGPU__ERRNO_ENUM(name, value, msg) MGPU_##name = (value),

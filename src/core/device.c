@@ -140,6 +140,42 @@ static int check_fn(int dev, mgpu_device_fn fn) {
   return 0;
 }
 
+/* Which device each device's host thread waits for in mgpu_run_on_device
+ * (dev + 1; 0: none). wait_graph_lock makes looking for a cycle and adding
+ * the edge one step, so two host threads calling each other at once cannot
+ * both miss the cycle. */
+static mgpu__mutex wait_graph_lock = PTHREAD_MUTEX_INITIALIZER;
+static int waits_for[MGPU_MAX_DEVICES];
+
+/* Host thread of `from` is about to wait for device `to`: MGPU_EDEADLK if
+ * `to` already waits, through others, for `from`; else records the edge. */
+static int wait_edge_add(int from, int to) {
+  char chain[160];
+  int len = snprintf(chain, sizeof chain, "%d -> %d", from, to);
+  mgpu__mutex_lock(&wait_graph_lock);
+  for (int x = to, steps = 0; steps < MGPU_MAX_DEVICES; steps++) {
+    if (waits_for[x] == 0) break;
+    x = waits_for[x] - 1;
+    if (len > 0 && (size_t)len < sizeof chain - 8)
+      len += snprintf(chain + len, sizeof chain - (size_t)len, " -> %d", x);
+    if (x == from) {
+      mgpu__mutex_unlock(&wait_graph_lock);
+      return mgpu__error(MGPU_EDEADLK, "device %d: mgpu_run_on_device(%d) "
+                         "from its host thread would wait in a cycle (%s) "
+                         "that never ends", from, to, chain);
+    }
+  }
+  waits_for[from] = to + 1;
+  mgpu__mutex_unlock(&wait_graph_lock);
+  return 0;
+}
+
+static void wait_edge_remove(int from) {
+  mgpu__mutex_lock(&wait_graph_lock);
+  waits_for[from] = 0;
+  mgpu__mutex_unlock(&wait_graph_lock);
+}
+
 int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
@@ -152,15 +188,19 @@ int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
     set_current(saved);
     return rc;
   }
+  int from = host_thread_of; /* -1 on threads that are no device's */
+  if (from >= 0 && (rc = wait_edge_add(from, dev)) != 0) return rc;
   mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev};
   mgpu__mutex_lock(&d->queue_lock);
   if (d->stopping) {
     mgpu__mutex_unlock(&d->queue_lock);
+    if (from >= 0) wait_edge_remove(from);
     return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
   }
   queue_push(d, &w);
   while (!w.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
   mgpu__mutex_unlock(&d->queue_lock);
+  if (from >= 0) wait_edge_remove(from);
   return w.result;
 }
 
