@@ -1,7 +1,9 @@
 /* The failure-injection registry (src/util/fault.c): the spec syntax, which
  * call of each kind fails, the counters a sweep reads, thread safety, and
  * the library's own thread-creation site. */
+#include <malloc.h>
 #include <pthread.h>
+#include <sys/types.h>
 
 #include "task.h"
 #include "util/fault.h"
@@ -313,6 +315,55 @@ TEST_IMPL(fault_env_variable) {
   return 0;
 }
 
+typedef struct group_exit_arg {
+  mgpu_comm *comm;
+  mgpu_buffer *buf;
+  mgpu_stream *stream;
+  int rc;
+} group_exit_arg;
+
+static void *group_then_exit(void *p) {
+  group_exit_arg *a = p;
+  mgpu_group_begin();
+  a->rc = mgpu_allreduce(a->comm, 0, a->buf, a->buf, 4, MGPU_FLOAT32,
+                         MGPU_SUM, a->stream);
+  return NULL; /* exits inside the group */
+}
+
+/* A thread that exits between mgpu_group_begin and mgpu_group_end does not
+ * leak the calls it recorded: 200 such threads leaked about 350 KB of the
+ * heap before (LeakSanitizer misses it: the pointer stays in the dead
+ * thread's cached TLS). Nothing of the group was issued. */
+TEST_IMPL(fault_group_thread_exit) {
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  int n = test_init();
+  if (n < 2) return TEST_SKIP;
+  int devs[2] = {0, 1};
+  mgpu_comm *comm;
+  ASSERT_OK(mgpu_comm_create(devs, 2, &comm));
+  group_exit_arg a = {comm, NULL, NULL, -1};
+  ASSERT_OK(mgpu_malloc(&a.buf, 0, 64));
+  ASSERT_OK(mgpu_stream_create(&a.stream, 0));
+  size_t before = 0;
+  for (int i = 0; i < 201; i++) {
+    if (i == 1) before = mallinfo2().uordblks; /* after first-use setup */
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, group_then_exit, &a), 0);
+    pthread_join(th, NULL);
+    ASSERT_OK(a.rc);
+  }
+  size_t after = mallinfo2().uordblks; /* 0 under ASan: no check there */
+  printf("heap in use grew by %zd bytes over 200 threads\n",
+         (ssize_t)(after - before));
+  ASSERT(after < before + 64 * 1024);
+  ASSERT_OK(mgpu_stream_synchronize(a.stream)); /* nothing was queued */
+  ASSERT_OK(mgpu_comm_destroy(comm));
+  ASSERT_OK(mgpu_free(a.buf));
+  ASSERT_OK(mgpu_stream_destroy(a.stream));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(fault_spec_syntax)
 TEST_ENTRY(fault_alloc_nth)
@@ -324,4 +375,5 @@ TEST_ENTRY(fault_thread_site)
 TEST_ENTRY(fault_backend_site)
 TEST_ENTRY(fault_channel_record)
 TEST_ENTRY(fault_env_variable)
+TEST_ENTRY(fault_group_thread_exit)
 TEST_LIST_END

@@ -40,6 +40,28 @@ static _Thread_local struct {
   char first_detail[256];
 } group;
 
+/* A thread that exits between mgpu_group_begin and mgpu_group_end leaves
+ * its recorded calls behind: a key's destructor (run at thread exit, while
+ * the thread's storage is still there) frees them. The key holds a pointer
+ * to the thread's own group only while it has calls. */
+static pthread_once_t group_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t group_key;
+static int group_key_ok;
+
+static void group_at_exit(void *arg) {
+  (void)arg;
+  mgpu__free(group.calls);
+  group.calls = NULL;
+  group.ncalls = group.cap = group.depth = 0;
+}
+
+static void group_key_make(void) {
+  group_key_ok = pthread_key_create(&group_key, group_at_exit) == 0;
+  if (!group_key_ok)
+    mgpu__log(MGPU_LOG_WARN, "group: no thread key: a thread that exits "
+              "inside a group leaks its calls");
+}
+
 static const char *kind_name(mgpu__coll_kind k) {
   switch (k) {
     case MGPU__COLL_ALLREDUCE: return "allreduce";
@@ -455,6 +477,10 @@ static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
       rc = mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
                        "(rank %d)", group.ncalls, rank);
     } else {
+      if (group.calls == NULL) { /* arm the exit hook for this thread */
+        pthread_once(&group_key_once, group_key_make);
+        if (group_key_ok) pthread_setspecific(group_key, &group);
+      }
       group.calls = calls;
       group.cap = cap;
     }
@@ -487,6 +513,8 @@ int mgpu_group_end(void) {
                : submit(group.calls, group.ncalls);
   mgpu__free(group.calls);
   group.calls = NULL;
+  pthread_once(&group_key_once, group_key_make);
+  if (group_key_ok) pthread_setspecific(group_key, NULL);
   group.ncalls = group.cap = 0;
   group.first_rc = 0;
   return rc;
