@@ -364,6 +364,43 @@ TEST_IMPL(fault_group_thread_exit) {
   return 0;
 }
 
+static void fail_in_block_2(const mgpu_kernel_ctx *ctx, const void *args) {
+  int *ran = *(int *const *)args;
+  ran[ctx->block_idx.x] = 1;
+  if (ctx->block_idx.x == 2)
+    mgpu_kernel_fail(ctx, MGPU_ERANGE, "index 42 out of bounds");
+}
+static const mgpu_kernel failing_kernel = {"failing", fail_in_block_2, NULL};
+
+/* A host kernel variant can fail: the launch call succeeds (it is
+ * asynchronous), the blocks after the failing one do not run, and the next
+ * synchronize returns the code with a detail naming device, kernel, block and
+ * message; the stream works again afterwards. */
+TEST_IMPL(fault_host_kernel_fails) {
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  static int ran[5];
+  int *ptr = ran;
+  ASSERT_OK(mgpu_launch(s, &failing_kernel, MGPU_DIM3(5, 1, 1),
+                        MGPU_DIM3(1, 1, 1), &ptr, sizeof ptr));
+  ASSERT_ERR(MGPU_ERANGE, mgpu_stream_synchronize(s));
+  ASSERT_DETAIL_HAS("kernel 'failing' failed in block (2, 0, 0)");
+  ASSERT_DETAIL_HAS("index 42 out of bounds");
+  ASSERT_EQ(ran[0] + ran[1] + ran[2], 3);
+  ASSERT_EQ(ran[3] + ran[4], 0);
+  ASSERT_OK(mgpu_stream_synchronize(s)); /* reported once */
+  mgpu_kernel_ctx none = {{0, 0, 0}, {1, 1, 1}, {1, 1, 1}, 0};
+  ASSERT_ERR(MGPU_EINVAL, mgpu_kernel_fail(&none, MGPU_ERANGE, "outside"));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(fault_spec_syntax)
 TEST_ENTRY(fault_alloc_nth)
@@ -376,4 +413,5 @@ TEST_ENTRY(fault_backend_site)
 TEST_ENTRY(fault_channel_record)
 TEST_ENTRY(fault_env_variable)
 TEST_ENTRY(fault_group_thread_exit)
+TEST_ENTRY(fault_host_kernel_fails)
 TEST_LIST_END

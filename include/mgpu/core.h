@@ -309,6 +309,16 @@ MGPU_EXTERN int mgpu_launch(mgpu_stream *stream, const mgpu_kernel *kernel,
                             mgpu_dim3 grid, mgpu_dim3 block, const void *args,
                             size_t args_size);
 
+/* Called from inside a host kernel variant: the launch fails with code (a
+ * negative MGPU_E... code) and detail (copied). The blocks after the calling
+ * one do not run, and the stream's next synchronize returns code with a
+ * detail naming the device, the kernel, the block and detail; as on a GPU,
+ * an asynchronous failure surfaces at the next synchronize. The first
+ * failure of a launch is the one kept. Returns 0, or MGPU_EINVAL outside a
+ * host kernel or for a code that is not negative. */
+MGPU_EXTERN int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code,
+                                 const char *detail);
+
 /* ------------------------------------------------------------------------ */
 /* Built-in kernels, implemented for every backend                          */
 /* ------------------------------------------------------------------------ */

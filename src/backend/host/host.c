@@ -76,6 +76,7 @@ typedef struct op {
       void (*fn)(const mgpu_kernel_ctx *, const void *);
       mgpu_dim3 grid, block;
       void *args;
+      char name[40]; /* the kernel's, for a failure's detail */
     } launch;
     mgpu__builtin builtin;
     struct {
@@ -122,6 +123,7 @@ struct mgpu__bstream {
   int running;              /* a worker runs its head */
   int parked;               /* waiting on an event */
   int error;                /* first asynchronous error, 0 if none */
+  char error_detail[200];   /* its detail, when a kernel set one */
   /* Operations queued and finished since creation: synchronize waits for
    * the count queued at its call, not for the queue to run dry, which a
    * thread that keeps queueing could put off for ever. syncs: threads in
@@ -268,17 +270,56 @@ static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   }
 }
 
-static void run_launch(mgpu__bdevice *d, op *o) {
+/* The failure a host kernel reports with mgpu_kernel_fail, for the launch
+ * the calling worker runs (NULL outside a launch). */
+typedef struct launch_failure {
+  int code;
+  char detail[160];
+} launch_failure;
+static _Thread_local launch_failure *running_launch;
+
+int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code, const char *detail) {
+  (void)ctx;
+  if (running_launch == NULL || code >= 0)
+    return env->set_error(MGPU_EINVAL, "mgpu_kernel_fail: %s",
+                          running_launch == NULL
+                              ? "called outside a host kernel"
+                              : "the code is not a negative MGPU_E... code");
+  if (running_launch->code == 0) {
+    running_launch->code = code;
+    snprintf(running_launch->detail, sizeof running_launch->detail, "%s",
+             detail != NULL ? detail : "");
+  }
+  return 0;
+}
+
+/* Runs every block, in order, until one reports a failure: that ends the
+ * launch, and the stream's next synchronize returns it (a GPU kernel's
+ * trap ends the same way). */
+static void run_launch(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   mgpu_kernel_ctx ctx;
   ctx.grid_dim = o->u.launch.grid;
   ctx.block_dim = o->u.launch.block;
   ctx.device = d->id;
-  for (unsigned z = 0; z < ctx.grid_dim.z; z++)
-    for (unsigned y = 0; y < ctx.grid_dim.y; y++)
-      for (unsigned x = 0; x < ctx.grid_dim.x; x++) {
+  launch_failure failure = {0, ""};
+  running_launch = &failure;
+  for (unsigned z = 0; z < ctx.grid_dim.z && !failure.code; z++)
+    for (unsigned y = 0; y < ctx.grid_dim.y && !failure.code; y++)
+      for (unsigned x = 0; x < ctx.grid_dim.x && !failure.code; x++) {
         ctx.block_idx = MGPU_DIM3(x, y, z);
         o->u.launch.fn(&ctx, o->u.launch.args);
       }
+  running_launch = NULL;
+  if (failure.code == 0) return;
+  mgpu__mutex_lock(&d->lock);
+  if (s->error == 0) {
+    s->error = failure.code;
+    snprintf(s->error_detail, sizeof s->error_detail,
+             "host device %d: kernel '%s' failed in block (%u, %u, %u): %s",
+             d->id, o->u.launch.name, ctx.block_idx.x, ctx.block_idx.y,
+             ctx.block_idx.z, failure.detail);
+  }
+  mgpu__mutex_unlock(&d->lock);
 }
 
 /* A wait of stream s for event e ran: the arrow from where e was recorded
@@ -343,7 +384,7 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       memset(o->u.memset.dst, o->u.memset.value, o->u.memset.size);
       break;
     case OP_LAUNCH:
-      run_launch(d, o);
+      run_launch(d, s, o);
       break;
     case OP_BUILTIN:
       mgpu__host_builtin_run(&o->u.builtin);
@@ -586,11 +627,14 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   while (s->nfinished < target) mgpu__cond_wait(&d->idle, &d->lock);
   s->syncs--;
   int err = s->error;
+  char detail[sizeof s->error_detail];
+  memcpy(detail, s->error_detail, sizeof detail);
   s->error = 0;
   mgpu__mutex_unlock(&d->lock);
   if (err == MGPU_EDEVLOST)
     return env->set_error(err, "host device %d was lost (%s): work queued on "
                           "the stream did not run", d->id, d->lost_why);
+  if (err != 0) return env->set_error(err, "%s", detail);
   return err;
 }
 
@@ -765,6 +809,8 @@ static int host_launch(mgpu__bdevice *d, mgpu__bstream *s,
     memcpy(o->u.launch.args, args, args_size);
   }
   o->u.launch.fn = k->host_fn;
+  snprintf(o->u.launch.name, sizeof o->u.launch.name, "%s",
+           k->name != NULL ? k->name : "?");
   if (mgpu__trace_enabled() && o->tag == NULL) {
     mgpu__trace_arg a[] = {MGPU__TARG_I("grid_x", grid.x),
                            MGPU__TARG_I("grid_y", grid.y),
