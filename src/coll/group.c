@@ -27,6 +27,7 @@ typedef struct group_call {
   mgpu_comm *comm;
   int rank;
   mgpu__coll_part part;
+  mgpu__comm *held;    /* looked up and held, from resolve to collect */
   mgpu__comm *c;       /* set while joined */
   mgpu__coll_op *op;
 } group_call;
@@ -85,12 +86,15 @@ static int has_root(mgpu__coll_kind k) {
 /* Resolves one buffer argument: on the rank's device and at least need
  * bytes. NULL is allowed only when need is 0. */
 static int check_buf(const char *what, const char *arg, int rank, int dev,
-                     mgpu_buffer *h, size_t need, void **ptr) {
+                     mgpu_buffer *h, size_t need, void **ptr,
+                     mgpu__buf **held) {
   *ptr = NULL;
+  *held = NULL;
   if (h == NULL && need == 0) return 0;
   mgpu__buf *b;
   int rc = mgpu__buf_get(h, arg, &b);
   if (rc != 0) return rc;
+  *held = b; /* given back by part_put, even when a check below fails */
   if (b->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,
                        "%s rank %d: %s buffer is on device %d, rank %d is "
@@ -105,7 +109,17 @@ static int check_buf(const char *what, const char *arg, int rank, int dev,
   return 0;
 }
 
-/* Checks a rank's call on its own and resolves its handles. */
+/* Gives back the handles check_part held. */
+static void part_put(mgpu__coll_part *p) {
+  mgpu__stream_put(p->stream);
+  mgpu__buf_put(p->send_b);
+  mgpu__buf_put(p->recv_b);
+  p->stream = NULL;
+  p->send_b = p->recv_b = NULL;
+}
+
+/* Checks a rank's call on its own and resolves its handles, which stay held
+ * (also on failure) until part_put. */
 static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
   const char *what = kind_name(p->kind);
   if (rank < 0 || rank >= c->n)
@@ -159,9 +173,11 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
   if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) need_send = total;
   if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) need_recv = total;
   void *send;
-  rc = check_buf(what, "send", rank, dev, p->send_h, need_send, &send);
+  rc = check_buf(what, "send", rank, dev, p->send_h, need_send, &send,
+                 &p->send_b);
   if (rc != 0) return rc;
-  rc = check_buf(what, "recv", rank, dev, p->recv_h, need_recv, &p->recv);
+  rc = check_buf(what, "recv", rank, dev, p->recv_h, need_recv, &p->recv,
+                 &p->recv_b);
   if (rc != 0) return rc;
   p->send = send;
   /* NCCL's in-place layouts: the rank's own block of the larger buffer. */
@@ -338,11 +354,28 @@ static int lost_device(const mgpu__comm *c) {
  * device never calls, and nobody signals for it. */
 #define LOST_POLL_NS 10000000u
 
-/* Joins one call to its operation. */
+/* Looks up and checks one call; what it holds stays held until unresolve
+ * (after its result was collected), so no buffer, stream or communicator
+ * of it can be freed while another rank's thread may issue its work. */
+static int resolve(group_call *g) {
+  g->part.stream = NULL;
+  g->part.send_b = g->part.recv_b = NULL;
+  g->held = NULL;
+  int rc = mgpu__comm_get(g->comm, &g->held);
+  if (rc == 0) rc = check_part(g->held, g->rank, &g->part);
+  return rc;
+}
+
+static void unresolve(group_call *g) {
+  part_put(&g->part);
+  mgpu__comm_put(g->held);
+  g->held = NULL;
+}
+
+/* Joins one resolved call to its operation. */
 static int join(group_call *g) {
-  mgpu__comm *c;
-  int rc = mgpu__comm_get(g->comm, &c);
-  if (rc != 0) return rc;
+  mgpu__comm *c = g->held;
+  int rc = 0;
   mgpu__mutex_lock(&c->lock);
   if (c->destroying) {
     rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
@@ -358,7 +391,6 @@ static int join(group_call *g) {
       op->arrived++;
       op->pickups++;
       c->next_seq[g->rank]++;
-      c->callers++;
       g->c = c;
       g->op = op;
       if (op->arrived == c->n) issue_ready(c);
@@ -397,7 +429,6 @@ static int collect(group_call *g, uint64_t deadline) {
       }
     }
   }
-  if (--c->callers == 0 && c->destroying) mgpu__cond_broadcast(&c->cond);
   mgpu__mutex_unlock(&c->lock);
   g->c = NULL;
   g->op = NULL;
@@ -409,15 +440,14 @@ static int collect(group_call *g, uint64_t deadline) {
  * so that an allocation failure fails the whole group with nothing issued:
  * a rank that joined alone would leave the others' streams untouched and
  * wait for them until the communicator's timeout aborted it. An operation
- * made here and not joined stays in place for the rank's next call of it. */
+ * made here and not joined stays in place for the rank's next call of it.
+ * The calls are resolved (each holds its communicator). */
 static int reserve(const group_call *calls, int n) {
   for (int i = 0; i < n; i++) {
-    mgpu__comm *c;
-    int rc = mgpu__comm_get(calls[i].comm, &c);
-    if (rc != 0) return rc;
+    mgpu__comm *c = calls[i].held;
     uint64_t later = 0; /* this rank's calls on c earlier in the group */
     for (int j = 0; j < i; j++)
-      later += calls[j].comm == calls[i].comm && calls[j].rank == calls[i].rank;
+      later += calls[j].held == c && calls[j].rank == calls[i].rank;
     mgpu__mutex_lock(&c->lock);
     int missing = !c->destroying && !c->aborted &&
                   find_op(c, c->next_seq[calls[i].rank] + later) == NULL;
@@ -430,12 +460,23 @@ static int reserve(const group_call *calls, int n) {
   return 0;
 }
 
-/* Joins every call, then collects every result; returns the first error. */
+/* Resolves every call (a handle freed since the call fails the whole group
+ * before anything is joined), joins every call, then collects every result;
+ * returns the first error. */
 static int submit(group_call *calls, int n) {
   int first = 0;
   char detail[256] = "";
-  int rc = reserve(calls, n);
-  if (rc != 0) return rc;
+  for (int i = 0; i < n && first == 0; i++) {
+    first = resolve(&calls[i]);
+    if (first != 0) {
+      for (int k = 0; k <= i; k++) unresolve(&calls[k]);
+      return first;
+    }
+  }
+  if ((first = reserve(calls, n)) != 0) {
+    for (int k = 0; k < n; k++) unresolve(&calls[k]);
+    return first;
+  }
   for (int i = 0; i < n; i++) {
     int rc = join(&calls[i]);
     if (rc != 0 && first == 0) {
@@ -455,19 +496,21 @@ static int submit(group_call *calls, int n) {
       snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
     }
   }
+  for (int i = 0; i < n; i++) unresolve(&calls[i]);
   if (first != 0) mgpu__error(first, "%s", detail);
   return first;
 }
 
 static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
-  mgpu__comm *c;
-  int rc = mgpu__comm_get(comm, &c);
-  if (rc == 0) rc = check_part(c, rank, p);
-  if (group.depth == 0) {
-    if (rc != 0) return rc;
-    group_call g = {comm, rank, *p, NULL, NULL};
-    return submit(&g, 1);
-  }
+  group_call g = {comm, rank, *p, NULL, NULL, NULL};
+  if (group.depth == 0) return submit(&g, 1);
+  /* In a group: checked now, for the caller's error, and again (from the
+   * handles) by mgpu_group_end. Nothing stays held in between, so the
+   * thread may free what it passed before mgpu_group_end: the group then
+   * fails as a whole. */
+  int rc = resolve(&g);
+  unresolve(&g);
+  *p = g.part;
   if (rc == 0 && group.ncalls == group.cap) {
     int cap = group.cap ? group.cap * 2 : 16;
     group_call *calls = mgpu__realloc(group.calls, (size_t)cap * sizeof *calls);
@@ -493,7 +536,7 @@ static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
     }
     return rc;
   }
-  group.calls[group.ncalls++] = (group_call){comm, rank, *p, NULL, NULL};
+  group.calls[group.ncalls++] = (group_call){comm, rank, *p, NULL, NULL, NULL};
   return 0;
 }
 
