@@ -123,7 +123,7 @@ struct mgpu__bstream {
   int running;              /* a worker runs its head */
   int parked;               /* waiting on an event */
   int error;                /* first asynchronous error, 0 if none */
-  char error_detail[200];   /* its detail, when a kernel set one */
+  char error_detail[320];   /* its detail, when a kernel set one */
   /* Operations queued and finished since creation: synchronize waits for
    * the count queued at its call, not for the queue to run dry, which a
    * thread that keeps queueing could put off for ever. syncs: threads in
