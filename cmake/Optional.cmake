@@ -4,6 +4,8 @@
 set(MGPU_FEATURE_DEFINES "")
 set(MGPU_FEATURE_INCLUDES "")
 set(MGPU_FEATURE_LIBS "")
+# Link flags of the optional libraries, for mgpu.pc's Libs.private.
+set(MGPU_PC_LIBS_PRIVATE "")
 
 macro(mgpu_optional_result name found note)
   if(${found})
@@ -72,6 +74,8 @@ if(NOT MGPU_WITH_HWLOC STREQUAL "OFF")
     set(_note "(${MGPU_HWLOC_VERSION}: NUMA from hwloc, device threads pinned)")
     list(APPEND MGPU_FEATURE_INCLUDES ${MGPU_HWLOC_INCLUDE_DIRS})
     list(APPEND MGPU_FEATURE_LIBS ${MGPU_HWLOC_LINK_LIBRARIES})
+    # A static link of libmgpu.a needs hwloc too: mgpu.pc's Libs.private.
+    list(APPEND MGPU_PC_LIBS_PRIVATE ${MGPU_HWLOC_LDFLAGS})
   else()
     set(_note "(not found: NUMA from sysfs, threads not pinned)")
   endif()

@@ -24,6 +24,12 @@ MGPU_DEVICES=host:3 "$mgpu" devices | grep -q "host device 2" || fail "devices t
 MGPU_DEVICES=host:4 "$mgpu" demo vecadd 100003 | grep -q "all 100003 elements correct" || fail "demo vecadd"
 
 set +e
+# A measurement size whose bytes wrap (2^44+1 MiB) or are too large is
+# refused, not taken for 1 MiB.
+for size in 17592186044417M 2G 12Q; do
+  MGPU_DEVICES=host:2 "$mgpu" topo --measure "$size" >/dev/null 2>"$err"; rc=$?
+  [ $rc -eq 2 ] && grep -q "bad size" "$err" || fail "topo --measure $size should exit 2 (got $rc)"
+done
 "$mgpu" devices --bogus >/dev/null 2>"$err"; rc=$?
 [ $rc -eq 2 ] && grep -q usage "$err" || fail "bad option should exit 2 with usage (got $rc)"
 "$mgpu" frobnicate >/dev/null 2>"$err"; rc=$?

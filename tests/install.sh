@@ -25,7 +25,21 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 if command -v pkg-config >/dev/null; then
   cc -std=c11 -o "$tmp/app-pc" "$tmp/app.c" $(pkg-config --cflags --libs mgpu)
   LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:2 "$tmp/app-pc" | grep -q "2 devices"
-  echo "install: pkg-config ok"
+  # What the README tells a user of a prefix outside the loader's path: an
+  # rpath to pkg-config's libdir, so the program runs without LD_LIBRARY_PATH.
+  cc -std=c11 -o "$tmp/app-rpath" "$tmp/app.c" $(pkg-config --cflags --libs mgpu) \
+    -Wl,-rpath,"$(pkg-config --variable=libdir mgpu)"
+  MGPU_DEVICES=host:2 "$tmp/app-rpath" | grep -q "2 devices"
+  # A static link of libmgpu.a with what `pkg-config --static` lists (hwloc
+  # among it when the build uses hwloc).
+  cc -std=c11 -o "$tmp/app-static" "$tmp/app.c" \
+    $(pkg-config --cflags --static --libs mgpu | sed 's/-lmgpu\b/-l:libmgpu.a/')
+  if ldd "$tmp/app-static" | grep -q libmgpu; then
+    echo "install: the static program loads libmgpu.so" >&2
+    exit 1
+  fi
+  MGPU_DEVICES=host:2 "$tmp/app-static" | grep -q "2 devices"
+  echo "install: pkg-config ok (shared, rpath, static)"
 else
   echo "install: pkg-config not installed, skipping that half" >&2
 fi
@@ -42,6 +56,10 @@ cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/nu
 cmake --build "$tmp/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:3 "$tmp/cm/build/app" | grep -q "3 devices"
 test -x "$tmp/prefix/bin/mgpu"
+# The installed command starts with no LD_LIBRARY_PATH (its rpath is
+# $ORIGIN/../lib) and uses the library installed beside it.
+(unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 "$tmp/prefix/bin/mgpu" devices >/dev/null)
+ldd "$tmp/prefix/bin/mgpu" | grep libmgpu | grep -q "$tmp/prefix"
 echo "install: find_package ok"
 
 # The MPI module, where it was built: mgpu-mpi.pc and the mgpu::mpi target,

@@ -302,7 +302,14 @@ TEST_IMPL(errors) {
   ASSERT_ERR(MGPU_ERANGE, mgpu_channel_send(ch, src, 0, 17, sa));
   ASSERT_ERR(MGPU_ERANGE, mgpu_channel_send(ch, src, 0, 0, sa));
   ASSERT_ERR(MGPU_ERANGE, mgpu_channel_send(ch, src, 60, 16, sa));
+  /* The destination's range is checked once a message is there (an empty
+   * open channel would block), and a bad one leaves the message in place. */
+  ASSERT_OK(mgpu_channel_send(ch, src, 0, 16, sa));
   ASSERT_ERR(MGPU_ERANGE, mgpu_channel_recv(ch, small, 0, NULL, sb));
+  size_t got = 0;
+  ASSERT_OK(mgpu_channel_recv(ch, dst, 48, &got, sb));
+  ASSERT_EQ(got, 16);
+  ASSERT_OK(mgpu_stream_synchronize(sb));
   if (b != 0) {
     ASSERT_ERR(MGPU_EWRONGDEV, mgpu_channel_send(ch, dst, 0, 16, sb));
     ASSERT_DETAIL_HAS("device");
@@ -355,6 +362,57 @@ TEST_IMPL(stress) {
   return 0;
 }
 
+/* A receiver that advances its offset per message through a buffer of
+ * exactly the messages sent ends with MGPU_ECLOSED, not MGPU_ERANGE, on the
+ * call past the end; a receive into a bad range while a message is there is
+ * MGPU_ERANGE and leaves the message for the next call. */
+TEST_IMPL(recv_loop_ends_closed) {
+  test_init();
+  int dst = peer_of(0);
+  enum { MSG = 64, COUNT = 3 };
+  mgpu_channel *ch;
+  mgpu_stream *ss, *ds;
+  mgpu_buffer *src, *out;
+  ASSERT_OK(mgpu_channel_create(0, dst, MSG, COUNT, &ch));
+  ASSERT_OK(mgpu_stream_create(&ss, 0));
+  ASSERT_OK(mgpu_stream_create(&ds, dst));
+  ASSERT_OK(mgpu_malloc(&src, 0, MSG));
+  ASSERT_OK(mgpu_malloc(&out, dst, (size_t)MSG * COUNT));
+  unsigned char h[MSG];
+  for (int m = 0; m < COUNT; m++) {
+    memset(h, 'a' + m, MSG);
+    ASSERT_OK(mgpu_memcpy_htod_async(src, 0, h, MSG, ss));
+    ASSERT_OK(mgpu_channel_send(ch, src, 0, MSG, ss));
+    ASSERT_OK(mgpu_stream_synchronize(ss));
+  }
+  ASSERT_OK(mgpu_channel_close(ch));
+  size_t got = 0;
+  ASSERT_ERR(MGPU_ERANGE, mgpu_channel_recv(ch, out, (size_t)MSG * COUNT - 1, &got, ds));
+  ASSERT_EQ(got, 0);
+  size_t offset = 0;
+  int received = 0, rc;
+  while ((rc = mgpu_channel_recv(ch, out, offset, &got, ds)) == 0) {
+    ASSERT_EQ(got, MSG);
+    offset += got;
+    received++;
+  }
+  ASSERT_EQ(rc, MGPU_ECLOSED);
+  ASSERT_DETAIL_HAS("closed");
+  ASSERT_EQ(received, COUNT);
+  ASSERT_EQ(offset, (size_t)MSG * COUNT);
+  unsigned char back[MSG * COUNT];
+  ASSERT_OK(mgpu_memcpy_dtoh_async(back, out, 0, sizeof back, ds));
+  ASSERT_OK(mgpu_stream_synchronize(ds));
+  for (int i = 0; i < MSG * COUNT; i++) ASSERT_EQ(back[i], 'a' + i / MSG);
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_free(out));
+  ASSERT_OK(mgpu_stream_destroy(ss));
+  ASSERT_OK(mgpu_stream_destroy(ds));
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* Channels copy through the copy layer: a pair whose peer access the user
  * turned off sends host-staged, and direct again once it is back on. The
  * messages arrive whole either way (the receiver checks each one). */
@@ -390,4 +448,5 @@ TEST_ENTRY(full_and_close)
 TEST_ENTRY(close_wakes_receiver)
 TEST_ENTRY(errors)
 TEST_ENTRY(stress)
+TEST_ENTRY(recv_loop_ends_closed)
 TEST_LIST_END

@@ -327,6 +327,9 @@ TEST_IMPL(staging_params) {
   ASSERT_ERR(MGPU_EINVAL, mgpu_staging_set(0, 1));
   ASSERT_ERR(MGPU_EINVAL, mgpu_staging_set(100, 0));
   ASSERT_ERR(MGPU_EINVAL, mgpu_staging_set(0, 65));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_staging_set(MGPU_STAGING_CHUNK_MAX + 1, 0));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_staging_set((size_t)2 << 30, 0));
+  ASSERT_OK(mgpu_staging_set(MGPU_STAGING_CHUNK_MAX, 0));
   ASSERT_OK(mgpu_staging_set(8192, 0));
   ASSERT_OK(mgpu_staging_get(&chunk, &depth));
   ASSERT_EQ(chunk, 8192);

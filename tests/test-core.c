@@ -1,6 +1,8 @@
 /* Core: init and shutdown, configuration, errors, devices, the current
  * device and mgpu_run_on_device. */
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "task.h"
@@ -67,6 +69,20 @@ TEST_IMPL(config_from_environment) {
   expect_bad_env("MGPU_LOG", "loud");
   expect_bad_env("MGPU_HOST_PEER", "some");
   expect_bad_env("MGPU_STAGING_DEPTH", "1");
+  expect_bad_env("MGPU_STAGING_DEPTH", "65");
+  /* A chunk of 1 byte cuts a 1 MiB copy into a million pieces; 2G pins
+   * gigabytes per copy. */
+  expect_bad_env("MGPU_STAGING_CHUNK", "1");
+  expect_bad_env("MGPU_STAGING_CHUNK", "4095");
+  expect_bad_env("MGPU_STAGING_CHUNK", "2G");
+  expect_bad_env("MGPU_STAGING_CHUNK", "65M");
+  setenv("MGPU_STAGING_CHUNK", "64M", 1);
+  ASSERT_OK(mgpu_init(NULL));
+  size_t chunk = 0;
+  ASSERT_OK(mgpu_staging_get(&chunk, NULL));
+  ASSERT_EQ(chunk, (size_t)64 << 20);
+  ASSERT_OK(mgpu_shutdown());
+  unsetenv("MGPU_STAGING_CHUNK");
   expect_bad_env("MGPU_CUDA_BUSY", "sometimes");
   expect_bad_env("MGPU_CUDA_GREEN", "2");
   /* A config field wins over the environment. */
@@ -379,6 +395,130 @@ TEST_IMPL(version) {
   return 0;
 }
 
+static int nothing_task(int dev, mgpu_stream *s, void *arg) {
+  (void)dev;
+  (void)s;
+  (void)arg;
+  return 0;
+}
+
+/* The child's checks: every call fails at once with MGPU_EFORK and a detail
+ * naming the parent, nothing waits on the parent's threads. */
+static int fork_child_checks(pid_t parent, mgpu_buffer *buf, mgpu_stream *s,
+                             mgpu_pool *pool) {
+  char parent_text[32];
+  snprintf(parent_text, sizeof parent_text, "process %d", (int)parent);
+  mgpu_buffer *b2;
+  ASSERT_ERR(MGPU_EFORK, mgpu_malloc(&b2, 0, 64));
+  ASSERT_DETAIL_HAS(parent_text);
+  char host[64];
+  ASSERT_ERR(MGPU_EFORK, mgpu_memcpy_dtoh_async(host, buf, 0, 64, s));
+  ASSERT_DETAIL_HAS("fork");
+  ASSERT_ERR(MGPU_EFORK, mgpu_stream_synchronize(s));
+  ASSERT_ERR(MGPU_EFORK, mgpu_device_synchronize(0));
+  ASSERT_ERR(MGPU_EFORK, mgpu_free(buf));
+  ASSERT_ERR(MGPU_EFORK, mgpu_device_count());
+  ASSERT_ERR(MGPU_EFORK, mgpu_pool_submit_fn(pool, nothing_task, NULL, NULL));
+  ASSERT_ERR(MGPU_EFORK, mgpu_pool_wait_all(pool));
+  ASSERT_ERR(MGPU_EFORK, mgpu_pool_destroy(pool));
+  ASSERT_EQ(mgpu_is_initialized(), 0);
+  ASSERT_ERR(MGPU_EFORK, mgpu_init(NULL));
+  ASSERT_ERR(MGPU_EFORK, mgpu_shutdown());
+  return 0;
+}
+
+/* A process forked after mgpu_init gets MGPU_EFORK from mgpu calls in the
+ * child instead of hanging on threads that only the parent has, while a
+ * host device is busy at the moment of the fork; the parent goes on. */
+TEST_IMPL(fork_child_gets_efork) {
+  test_init();
+  mgpu_buffer *buf;
+  mgpu_stream *s;
+  mgpu_pool *pool;
+  ASSERT_OK(mgpu_malloc(&buf, 0, 1 << 20));
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_pool_create(&pool, NULL));
+  float one = 1;
+  for (int i = 0; i < 20; i++) /* keep the device busy across fork */
+    ASSERT_OK(mgpu_fill(s, buf, 0, (1 << 20) / 4, MGPU_FLOAT32, &one));
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    alarm(20); /* a hang is a failure, not a stuck test */
+    int rc = fork_child_checks(parent, buf, s, pool);
+    fflush(stdout);
+    _exit(rc); /* nothing of the parent's to free or to report as leaked */
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "child: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
+            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    ASSERT(0);
+  }
+  /* The parent is untouched. */
+  ASSERT_OK(mgpu_pool_submit_fn(pool, nothing_task, NULL, NULL));
+  ASSERT_OK(mgpu_pool_wait_all(pool));
+  ASSERT_OK(mgpu_pool_destroy(pool));
+  float back = 0;
+  ASSERT_OK(mgpu_memcpy_dtoh_async(&back, buf, 4096, sizeof back, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT(back == 1.0f);
+  ASSERT_OK(mgpu_free(buf));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_OK(mgpu_init(NULL));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+static void *get_device_in_thread(void *arg) {
+  int *dev = arg;
+  ASSERT_OK(mgpu_get_device(dev));
+  return NULL;
+}
+
+static int report_current(int dev, void *arg) {
+  (void)dev;
+  return mgpu_get_device(arg);
+}
+
+/* After mgpu_shutdown and an init with fewer devices, a thread's current
+ * device no longer names a device of the old init (it named device 3 of 1). */
+TEST_IMPL(current_device_after_reinit) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:4";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_OK(mgpu_set_device(3));
+  int dev = -1;
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 3);
+  ASSERT_OK(mgpu_shutdown());
+  cfg.devices = "host:1";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 0);
+  /* Inside mgpu_run_on_device the target is current, also after re-init. */
+  ASSERT_OK(mgpu_run_on_device(0, report_current, &dev));
+  ASSERT_EQ(dev, 0);
+  ASSERT_OK(mgpu_shutdown());
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_OK(mgpu_set_device(2));
+  ASSERT_OK(mgpu_run_on_device(1, report_current, &dev));
+  ASSERT_EQ(dev, 1);
+  ASSERT_OK(mgpu_get_device(&dev));
+  ASSERT_EQ(dev, 2);
+  pthread_t t;
+  dev = -1;
+  ASSERT_EQ(pthread_create(&t, NULL, get_device_in_thread, &dev), 0);
+  pthread_join(t, NULL);
+  ASSERT_EQ(dev, 0);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(init_shutdown_twice)
 TEST_ENTRY(bad_device_spec_names_token)
@@ -396,4 +536,6 @@ TEST_ENTRY(shutdown_waits_for_queued_device_work)
 TEST_ENTRY(devices_run_concurrently)
 TEST_ENTRY(calls_before_init_fail_cleanly)
 TEST_ENTRY(version)
+TEST_ENTRY(fork_child_gets_efork)
+TEST_ENTRY(current_device_after_reinit)
 TEST_LIST_END

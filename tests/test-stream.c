@@ -539,6 +539,68 @@ TEST_IMPL(integer_sum_and_product_wrap) {
   return 0;
 }
 
+/* Integer scale and axpy whose result does not fit saturate (and NaN gives
+ * 0) instead of converting out of range, which is undefined behaviour
+ * (clang's -fsanitize=float-cast-overflow reports it; on x86 it gave the
+ * type's minimum for either sign). */
+TEST_IMPL(builtin_integer_saturates) {
+  test_init();
+  mgpu_stream *s;
+  mgpu_buffer *x32, *y32, *x64, *y64;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&x32, 0, 4 * sizeof(int32_t)));
+  ASSERT_OK(mgpu_malloc(&y32, 0, 4 * sizeof(int32_t)));
+  ASSERT_OK(mgpu_malloc(&x64, 0, 4 * sizeof(int64_t)));
+  ASSERT_OK(mgpu_malloc(&y64, 0, 4 * sizeof(int64_t)));
+  int32_t h32[4] = {7, -7, 100, 3};
+  int64_t h64[4] = {7, -7, 100, 3};
+  ASSERT_OK(mgpu_memcpy_htod_async(x32, 0, h32, sizeof h32, s));
+  ASSERT_OK(mgpu_memcpy_htod_async(x64, 0, h64, sizeof h64, s));
+  /* 7e30 and -7e30: far outside both types. */
+  ASSERT_OK(mgpu_scale(s, x32, 0, 2, MGPU_INT32, 1e30));
+  ASSERT_OK(mgpu_scale(s, x64, 0, 2, MGPU_INT64, 1e30));
+  /* NaN gives 0; an in-range result is exact. */
+  ASSERT_OK(mgpu_scale(s, x32, 2 * sizeof(int32_t), 1, MGPU_INT32, 0.0 / 0.0));
+  ASSERT_OK(mgpu_scale(s, x64, 2 * sizeof(int64_t), 1, MGPU_INT64, 0.0 / 0.0));
+  ASSERT_OK(mgpu_scale(s, x32, 3 * sizeof(int32_t), 1, MGPU_INT32, -2.0));
+  ASSERT_OK(mgpu_scale(s, x64, 3 * sizeof(int64_t), 1, MGPU_INT64, -2.0));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(h32, x32, 0, sizeof h32, s));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(h64, x64, 0, sizeof h64, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(h32[0], INT32_MAX);
+  ASSERT_EQ(h32[1], INT32_MIN);
+  ASSERT_EQ(h32[2], 0);
+  ASSERT_EQ(h32[3], -6);
+  ASSERT_EQ(h64[0], INT64_MAX);
+  ASSERT_EQ(h64[1], INT64_MIN);
+  ASSERT_EQ(h64[2], 0);
+  ASSERT_EQ(h64[3], -6);
+  /* axpy: y = {1, 1, 1, 1} + alpha * {1, -1, 1, 0}. */
+  int32_t y32h[4] = {1, 1, 1, 1}, xv32[4] = {1, -1, 1, 0};
+  int64_t y64h[4] = {1, 1, 1, 1}, xv64[4] = {1, -1, 1, 0};
+  ASSERT_OK(mgpu_memcpy_htod_async(x32, 0, xv32, sizeof xv32, s));
+  ASSERT_OK(mgpu_memcpy_htod_async(y32, 0, y32h, sizeof y32h, s));
+  ASSERT_OK(mgpu_memcpy_htod_async(x64, 0, xv64, sizeof xv64, s));
+  ASSERT_OK(mgpu_memcpy_htod_async(y64, 0, y64h, sizeof y64h, s));
+  ASSERT_OK(mgpu_axpy(s, y32, 0, x32, 0, 4, MGPU_INT32, 3e9));
+  ASSERT_OK(mgpu_axpy(s, y64, 0, x64, 0, 4, MGPU_INT64, 1e19));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(y32h, y32, 0, sizeof y32h, s));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(y64h, y64, 0, sizeof y64h, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(y32h[0], INT32_MAX);
+  ASSERT_EQ(y32h[1], INT32_MIN);
+  ASSERT_EQ(y32h[3], 1);
+  ASSERT_EQ(y64h[0], INT64_MAX);
+  ASSERT_EQ(y64h[1], INT64_MIN);
+  ASSERT_EQ(y64h[3], 1);
+  ASSERT_OK(mgpu_free(x32));
+  ASSERT_OK(mgpu_free(y32));
+  ASSERT_OK(mgpu_free(x64));
+  ASSERT_OK(mgpu_free(y64));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(stream_runs_in_order)
 TEST_ENTRY(streams_of_one_device_run_concurrently)
@@ -550,6 +612,7 @@ TEST_ENTRY(event_destroy_with_queued_record_and_wait)
 TEST_ENTRY(launch_host_kernel)
 TEST_ENTRY(launch_errors)
 TEST_ENTRY(builtin_kernels_every_type)
+TEST_ENTRY(builtin_integer_saturates)
 TEST_ENTRY(integer_sum_and_product_wrap)
 TEST_ENTRY(device_synchronize_waits_for_every_stream)
 TEST_ENTRY(synchronize_does_not_wait_for_later_work)

@@ -96,6 +96,8 @@ TEST_IMPL(matrix_host_peer_none) {
 TEST_IMPL(measure) {
   int n = init_peer(-1);
   if (n > 4) n = 4;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_topology_measure(MGPU_TOPO_MEASURE_MAX + 1));
+  ASSERT_DETAIL_HAS("bytes per copy");
   ASSERT_OK(mgpu_topology_measure((size_t)1 << 20));
   mgpu_topo *t;
   ASSERT_OK(mgpu_topology(&t));

@@ -7,6 +7,7 @@
  * --measure, also the bandwidth of a SIZE copy (default 16M) and the latency
  * of a 1-byte copy along that path. --json prints one JSON object with the
  * same facts (measured figures are null until measured). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,18 +20,25 @@ static const char usage_text[] =
     "16M)\n                    and latency of every ordered pair\n";
 
 /* "16M", "512K", "1G", "4096" -> bytes; 0 on a bad value. */
+/* "4096", "16M", "1GiB"; 0 for anything else, and for a size whose bytes
+ * do not fit (17592186044417M wrapped to 1 MiB) or exceed what
+ * mgpu_topology_measure takes. */
 static size_t parse_size(const char *s) {
   char *end;
+  if (*s < '0' || *s > '9') return 0;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (end == s) return 0;
+  if (end == s || errno != 0) return 0;
+  unsigned shift = 0;
   switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
     default: break;
   }
   if (*end == 'i' && end[1] == 'B') end += 2;
-  return *end == '\0' ? (size_t)v : 0;
+  if (*end != '\0' || v > (MGPU_TOPO_MEASURE_MAX >> shift)) return 0;
+  return (size_t)(v << shift);
 }
 
 static void json_str(const char *s) {

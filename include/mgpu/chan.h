@@ -55,7 +55,10 @@ MGPU_EXTERN int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
  * Blocks until a message is there, at most MGPU_TIMEOUT: then
  * MGPU_ETIMEDOUT naming the source device and its last operations, and
  * nothing was received. MGPU_ECLOSED once the channel is closed and
- * drained. dst must have room for msg_size bytes from offset. */
+ * drained. dst must have room for msg_size bytes from offset, else
+ * MGPU_ERANGE and the message stays for the next call; the range is checked
+ * only when a message is there, so the call that finds the channel closed
+ * and drained is MGPU_ECLOSED whatever its offset. */
 MGPU_EXTERN int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst,
                                   size_t offset, size_t *size,
                                   mgpu_stream *stream);

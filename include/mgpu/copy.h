@@ -127,7 +127,10 @@ MGPU_EXTERN const char *mgpu_copy_path_name(mgpu_copy_path path);
  * left unset there is chosen per pair of devices (8 MiB between GPUs, 1 MiB
  * between host devices), and mgpu_staging_get reports it as 0. A change
  * applies to copies issued after it. chunk 0 or depth 0 leaves that value as
- * it is. */
+ * it is. A chunk lies between MGPU_STAGING_CHUNK_MIN and _MAX bytes (smaller
+ * ones cut a copy into too many pieces, larger ones pin too much memory), a
+ * depth between 2 and MGPU_STAGING_DEPTH_MAX (mgpu/core.h): others are
+ * MGPU_EINVAL, here, in the config and in the environment variables. */
 MGPU_EXTERN int mgpu_staging_set(size_t chunk, int depth);
 MGPU_EXTERN int mgpu_staging_get(size_t *chunk, int *depth);
 

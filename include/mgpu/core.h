@@ -37,6 +37,13 @@ typedef enum mgpu_log_level {
   MGPU_LOG_DEBUG = 3
 } mgpu_log_level;
 
+/* Bounds of the staged copy's chunk and depth (MGPU_STAGING_CHUNK and
+ * _DEPTH, the fields below, mgpu_staging_set): smaller chunks cut a copy
+ * into too many pieces, larger ones pin too much memory. */
+#define MGPU_STAGING_CHUNK_MIN ((size_t)4 << 10)
+#define MGPU_STAGING_CHUNK_MAX ((size_t)64 << 20)
+#define MGPU_STAGING_DEPTH_MAX 64
+
 /* Every environment variable is also a field here. A field left at its
  * initializer value (NULL, 0 or -1) is taken from the environment variable
  * named beside it, and from the default when that is unset too. Environment
@@ -64,7 +71,7 @@ typedef struct mgpu_config {
                                pair: 8 MiB between GPUs, 1 MiB between host
                                devices (docs/copy.md) */
   int staging_depth;        /* MGPU_STAGING_DEPTH: bounce buffers per staged
-                               copy (at least 2). 0: env, default 3 */
+                               copy (2 to 64). 0: env, default 3 */
   const char *plugin_path;  /* MGPU_PLUGIN_PATH: folders (':'-separated)
                                searched first for libmgpu-cuda.so. NULL: env,
                                then only the default places */
@@ -90,6 +97,11 @@ typedef struct mgpu_config {
                                before it returns MGPU_ETIMEDOUT naming who did
                                not come (docs/faults.md). A call's own timeout
                                of 0 means this one. 0: env, default 30000 */
+  const char *fault;        /* MGPU_FAULT: failures to inject, for testing
+                               (docs/faults.md): "alloc:17",
+                               "backend:memcpy_async:3", "thread:2",
+                               "seed:S@p:0.01", "device:2@after:100",
+                               comma-separated. NULL: env, default none */
 } mgpu_config;
 
 #define MGPU_CONFIG_INITIALIZER                                              \
@@ -97,12 +109,19 @@ typedef struct mgpu_config {
     .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
     .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
     .cuda_green = -1, .cuda_busy = -1, .trace = NULL, .metrics = NULL,     \
-    .timeout_ms = 0 }
+    .timeout_ms = 0, .fault = NULL }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after
  * mgpu_shutdown() it may be called again. A bad device spec returns
- * MGPU_EINVAL with a detail naming the bad token. */
+ * MGPU_EINVAL with a detail naming the bad token.
+ *
+ * fork: a child forked after mgpu_init has none of the library's threads, so
+ * mgpu cannot work there. In such a child every mgpu call that needs the
+ * library (mgpu_init and mgpu_shutdown included) returns MGPU_EFORK with a
+ * detail naming the parent, instead of waiting on threads that do not
+ * exist; the child's copies of buffers and handles are left alone. Fork
+ * before mgpu_init, or exec, to use mgpu in a second process. */
 MGPU_EXTERN int mgpu_init(const mgpu_config *config);
 
 /* Waits for all work, frees every buffer, stream, event, communicator,
@@ -156,8 +175,21 @@ MGPU_EXTERN int mgpu_device_count(void);
 /* Fills *props (props->size must be set, e.g. to sizeof *props). */
 MGPU_EXTERN int mgpu_device_get_props(int dev, mgpu_device_props *props);
 
+/* Whether a device still works. A device is lost when a GPU reports a
+ * sticky error (its context is poisoned until the process ends) or, for
+ * testing, when MGPU_FAULT=device:N@after:K says so. A lost device fails its
+ * queued work (synchronizing returns MGPU_EDEVLOST) and refuses later work
+ * with MGPU_EDEVLOST naming it; the other devices go on. Freeing its buffers,
+ * streams and events still works. */
+typedef enum mgpu_device_state {
+  MGPU_DEVICE_OK = 0,
+  MGPU_DEVICE_LOST = 1
+} mgpu_device_state;
+MGPU_EXTERN int mgpu_device_status(int dev, mgpu_device_state *state);
+
 /* The calling thread's current device. A thread that never called
- * mgpu_set_device is on device 0, as in CUDA. Inside mgpu_run_on_device the
+ * mgpu_set_device is on device 0, as in CUDA, and so is every thread again
+ * after mgpu_shutdown and a new mgpu_init (which may open fewer devices). Inside mgpu_run_on_device the
  * current device is the target device, and the caller's is restored after. */
 MGPU_EXTERN int mgpu_set_device(int dev);
 MGPU_EXTERN int mgpu_get_device(int *dev);
@@ -339,6 +371,16 @@ MGPU_EXTERN int mgpu_launch(mgpu_stream *stream, const mgpu_kernel *kernel,
                             mgpu_dim3 grid, mgpu_dim3 block, const void *args,
                             size_t args_size);
 
+/* Called from inside a host kernel variant: the launch fails with code (a
+ * negative MGPU_E... code) and detail (copied). The blocks after the calling
+ * one do not run, and the stream's next synchronize returns code with a
+ * detail naming the device, the kernel, the block and detail; as on a GPU,
+ * an asynchronous failure surfaces at the next synchronize. The first
+ * failure of a launch is the one kept. Returns 0, or MGPU_EINVAL outside a
+ * host kernel or for a code that is not negative. */
+MGPU_EXTERN int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code,
+                                 const char *detail);
+
 /* ------------------------------------------------------------------------ */
 /* Built-in kernels, implemented for every backend                          */
 /* ------------------------------------------------------------------------ */
@@ -368,7 +410,9 @@ MGPU_EXTERN const char *mgpu_op_name(mgpu_op op);
  * dtype (a double for MGPU_FLOAT16/BFLOAT16). */
 MGPU_EXTERN int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
                           size_t count, mgpu_dtype dtype, const void *value);
-/* x *= alpha (alpha as a double). */
+/* x *= alpha (alpha as a double). For scale and axpy the result is taken in
+ * double; an integer result outside its type's range saturates to the
+ * type's minimum or maximum, and NaN gives 0 (as CUDA's conversions do). */
 MGPU_EXTERN int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
                            size_t count, mgpu_dtype dtype, double alpha);
 /* y += alpha * x. */

@@ -44,7 +44,9 @@ extern "C" {
   XX(EREADONLY, -24, "buffer is read-only")                                  \
   XX(ESTORE, -25, "store daemon unreachable, restarted or died")             \
   XX(EDEADLK, -26, "the wait would never end (a cycle of waits)")            \
-  XX(EBUSY, -27, "not allowed from this thread now")
+  XX(EBUSY, -27, "not allowed from this thread now")                         \
+  XX(EFORK, -28, "mgpu was initialized before this process was forked")      \
+  XX(EDEVLOST, -29, "the device was lost")
 
 typedef enum mgpu_errno {
 #define MGPU__ERRNO_ENUM(name, value, msg) MGPU_##name = (value),

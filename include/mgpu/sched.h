@@ -91,12 +91,20 @@ typedef struct mgpu_task_desc {
   const mgpu_task *deps;       /* tasks this one waits for (held handles) */
   int ndeps;
   int device;                  /* preferred device (mgpu id), -1: none */
+  int rerunnable;              /* 1: if its device is lost while it runs,
+                                  the task runs again, whole, on another
+                                  device; only for a task whose inputs it
+                                  does not modify (it reads them, or writes
+                                  its outputs whole). 0: it fails with
+                                  MGPU_EDEVLOST. Queued tasks of a lost
+                                  device always move to the others. */
 } mgpu_task_desc;
 
 #define MGPU_TASK_DESC_INITIALIZER                                         \
   { .size = sizeof(mgpu_task_desc), .fn = NULL, .arg = NULL,               \
     .kernel = NULL, .grid = {1, 1, 1}, .block = {1, 1, 1}, .args = NULL,   \
-    .args_size = 0, .deps = NULL, .ndeps = 0, .device = -1 }
+    .args_size = 0, .deps = NULL, .ndeps = 0, .device = -1,                \
+    .rerunnable = 0 }
 
 /* Creates a pool; the caller owns it until mgpu_pool_destroy. */
 MGPU_EXTERN int mgpu_pool_create(mgpu_pool **pool, const mgpu_pool_opts *opts);

@@ -59,7 +59,9 @@ MGPU_EXTERN void mgpu_topology_free(mgpu_topo *topo);
 /* Measures bandwidth (a copy of size bytes; 0: 16 MiB) and latency (a 1-byte
  * copy) for every ordered pair of devices along the path each takes now, and
  * keeps the figures for later mgpu_topology() calls until mgpu_shutdown.
- * Takes a few buffers of size bytes on every device while it runs. */
+ * Takes a few buffers of size bytes on every device while it runs. A size
+ * above MGPU_TOPO_MEASURE_MAX (1 GiB) is MGPU_EINVAL. */
+#define MGPU_TOPO_MEASURE_MAX ((size_t)1 << 30)
 MGPU_EXTERN int mgpu_topology_measure(size_t size);
 
 #ifdef __cplusplus

@@ -244,6 +244,14 @@ typedef struct mgpu__backend_ops {
   int (*coll_group_end)(void);
   int (*coll_run)(void *comm, int rank, const mgpu__coll_args *args,
                   mgpu__bstream *s);
+
+  /* Optional: a device that stops working. lose marks d lost (why: a short
+   * reason for the details); from then on its queued work fails instead of
+   * running and synchronizes return MGPU_EDEVLOST. lost returns 1 and copies
+   * the reason while d is lost, else 0. The core's fault seam refuses new
+   * work for a lost device. NULL: devices of this backend are never lost. */
+  void (*lose)(mgpu__bdevice *d, const char *why);
+  int (*lost)(mgpu__bdevice *d, char *why, size_t why_size);
 } mgpu__backend_ops;
 
 typedef const mgpu__backend_ops *(*mgpu__plugin_entry_fn)(

@@ -23,12 +23,14 @@
  * Locking: send_lock serializes senders (messages keep the order of the send
  * calls), recv_lock serializes receivers; lock guards the counts, closed and
  * destroyed. Lock order: send_lock or recv_lock, then lock. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "copy/copy-internal.h"
 #include "core/internal.h"
 #include "mgpu/chan.h"
 #include "mgpu/copy.h"
+#include "util/fault.h"
 
 typedef struct slot {
   mgpu_event *filled;   /* on the source device */
@@ -61,10 +63,10 @@ static void chan_free(mgpu__channel *ch) {
       if (ch->slots[i].filled) mgpu_event_destroy(ch->slots[i].filled);
       if (ch->slots[i].consumed) mgpu_event_destroy(ch->slots[i].consumed);
     }
-    free(ch->slots);
+    mgpu__free(ch->slots);
   }
   if (ch->slots_buf != NULL) mgpu_free(ch->slots_buf);
-  free(ch);
+  mgpu__free(ch);
 }
 
 int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
@@ -89,7 +91,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   if (msg_size > SIZE_MAX / (size_t)capacity)
     return mgpu__error(MGPU_ERANGE, "channel %d -> %d: %d slots of %zu bytes",
                        src_dev, dst_dev, capacity, msg_size);
-  mgpu__channel *ch = calloc(1, sizeof *ch);
+  mgpu__channel *ch = mgpu__calloc(1, sizeof *ch);
   if (ch == NULL) return mgpu__error(MGPU_ENOMEM, "channel: out of memory");
   ch->src_dev = src_dev;
   ch->dst_dev = dst_dev;
@@ -99,7 +101,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   if (rc == 0) rc = mgpu__buf_get(ch->slots_buf, "channel slots", &ch->slots_b);
   if (rc != 0) goto fail;
   mgpu__buf_put(ch->slots_b); /* only the channel frees it */
-  ch->slots = calloc((size_t)capacity, sizeof *ch->slots);
+  ch->slots = mgpu__calloc((size_t)capacity, sizeof *ch->slots);
   if (ch->slots == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "channel: out of memory");
     goto fail;
@@ -230,6 +232,35 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
 static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
                         size_t *size, mgpu_stream *stream, int timeout_ms);
 
+/* A copy was queued but the event that publishes it could not be recorded:
+ * the message is not sent (or not taken), and nothing may stay in flight
+ * that a later destroy or free would not wait for. Waits for the stream,
+ * keeping the first failure's code and detail. */
+static void settle(mgpu_stream *stream, int rc, const char *what) {
+  char detail[256];
+  snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+  mgpu_stream_synchronize(stream);
+  mgpu__error(rc, "%s (the message was not %s)", detail, what);
+}
+
+/* With ch->lock held: waits for a signal until the deadline (0: none), at
+ * most LOST_POLL_NS at a time, setting *late once the deadline passed;
+ * returns peer when that device was lost (it will never signal), else -1. */
+#define LOST_POLL_NS 10000000u
+static int wait_on(mgpu__channel *ch, int peer, uint64_t deadline,
+                   int *late) {
+  uint64_t until = mgpu__now_ns() + LOST_POLL_NS;
+  if (deadline != 0 && deadline < until) until = deadline;
+  mgpu__cond_timedwait(&ch->cond, &ch->lock, until);
+  if (deadline != 0 && mgpu__now_ns() >= deadline) *late = 1;
+  return mgpu__device_is_lost(peer) ? peer : -1;
+}
+
+static int peer_lost(const mgpu__channel *ch, int lost) {
+  return mgpu__error(MGPU_EDEVLOST, "channel %d -> %d: device %d was lost",
+                     ch->src_dev, ch->dst_dev, lost);
+}
+
 /* While tracing, the copies of message k are spans named name, and the
  * receive's wait for the send is an arrow named "chan". */
 static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
@@ -239,16 +270,6 @@ static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
                          MGPU__TARG_I("src_dev", ch->src_dev),
                          MGPU__TARG_I("dst_dev", ch->dst_dev)};
   return mgpu__trace_tag_push(name, a, 4);
-}
-
-/* Waits on ch->cond (ch->lock held) until the deadline (0: never); returns
- * nonzero once it passed. */
-static int wait_until(mgpu__channel *ch, uint64_t deadline) {
-  if (deadline == 0) {
-    mgpu__cond_wait(&ch->cond, &ch->lock);
-    return 0;
-  }
-  return mgpu__cond_timedwait(&ch->cond, &ch->lock, deadline) != 0;
 }
 
 /* The detail of a wait that ran out: the other end's device and its last
@@ -320,14 +341,20 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->send_lock);
   mgpu__mutex_lock(&ch->lock);
-  int late = 0;
+  int late = 0, lost = -1;
+  /* Room comes from the receiver: it never comes from a lost device. */
   while (!ch->closed && !ch->destroyed &&
-         ch->sent - ch->received == (uint64_t)ch->capacity && !late)
-    late = wait_until(ch, deadline);
+         ch->sent - ch->received == (uint64_t)ch->capacity && lost < 0 &&
+         !late)
+    lost = wait_on(ch, ch->dst_dev, deadline, &late);
   int closed = ch->closed || ch->destroyed, destroyed = ch->destroyed;
   late = late && !closed && ch->sent - ch->received == (uint64_t)ch->capacity;
   uint64_t k = ch->sent;
   mgpu__mutex_unlock(&ch->lock);
+  if (lost >= 0 && !closed) {
+    rc = peer_lost(ch, lost);
+    goto out;
+  }
   if (late) {
     rc = timed_out(ch, "no room (every slot holds a message not yet "
                    "received)", timeout_ms, ch->dst_dev);
@@ -348,7 +375,10 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
    * pair, host-staged where it is off (mgpu_peer_disable). */
   if (rc == 0)
     rc = mgpu__copy_async(ch->slots_b, slot_off, b, offset, size, s);
-  if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
+  if (rc == 0) {
+    rc = mgpu_event_record(sl->filled, stream);
+    if (rc != 0) settle(stream, rc, "sent");
+  }
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     sl->size = size;
@@ -369,8 +399,10 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
                         size_t *size, mgpu_stream *stream, int timeout_ms) {
   mgpu__buf *b = NULL;
   mgpu__stream *s = NULL;
-  int rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size,
-                     stream, &b, &s);
+  /* The range of dst is checked once a message is there: the call that
+   * finds the channel closed and drained is MGPU_ECLOSED whatever its
+   * offset, so a loop that advances its offset per message ends cleanly. */
+  int rc = check_end(ch, "dst", ch->dst_dev, dst, 0, 0, stream, &b, &s);
   if (rc == 0) rc = mgpu__buf_check_writable(b, "mgpu_channel_recv dst");
   if (rc == 0 && timeout_ms < -1)
     rc = mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
@@ -386,14 +418,22 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->recv_lock);
   mgpu__mutex_lock(&ch->lock);
+  /* A lost source sends nothing more, and what it sent may not have been
+   * copied: the receive fails rather than hand over such a message. */
   int late = 0;
-  while (!ch->closed && !ch->destroyed && ch->received == ch->sent && !late)
-    late = wait_until(ch, deadline);
+  int lost = mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
+  while (!ch->closed && !ch->destroyed && ch->received == ch->sent &&
+         lost < 0 && !late)
+    lost = wait_on(ch, ch->src_dev, deadline, &late);
   int drained = ch->received == ch->sent || ch->destroyed;
   int destroyed = ch->destroyed;
   late = late && drained && !ch->closed && !destroyed;
   uint64_t k = ch->received;
   mgpu__mutex_unlock(&ch->lock);
+  if (lost >= 0 && !destroyed) {
+    rc = peer_lost(ch, lost);
+    goto out;
+  }
   if (late) {
     rc = timed_out(ch, "no message", timeout_ms, ch->src_dev);
     goto out;
@@ -402,6 +442,9 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
     rc = ended(ch, destroyed, "closed and drained");
     goto out;
   }
+  /* A bad range leaves the message in place for the next call. */
+  if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
+    goto out;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
@@ -409,7 +452,10 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   rc = mgpu_stream_wait_event(stream, sl->filled);
   if (rc == 0)
     rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, n, s);
-  if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
+  if (rc == 0) {
+    rc = mgpu_event_record(sl->consumed, stream);
+    if (rc != 0) settle(stream, rc, "taken");
+  }
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);

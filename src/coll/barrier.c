@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "util/fault.h"
 
 typedef struct mgpu__barrier {
   uintptr_t handle;
@@ -41,7 +42,7 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
     int rc = mgpu__device_check(devs[r], &d);
     if (rc != 0) return rc;
   }
-  mgpu__barrier *b = calloc(1, sizeof *b);
+  mgpu__barrier *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL) return mgpu__error(MGPU_ENOMEM, "barrier: out of memory");
   b->n = n;
   memcpy(b->devs, devs, (size_t)n * sizeof *devs);
@@ -51,7 +52,7 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
   if (h == 0) {
     mgpu__cond_destroy(&b->cond);
     mgpu__mutex_destroy(&b->lock);
-    free(b);
+    mgpu__free(b);
     return mgpu__error(MGPU_ENOMEM, "barrier: too many open handles");
   }
   b->handle = h;
@@ -68,7 +69,7 @@ static void barrier_free(mgpu__barrier *b, uintptr_t h) {
   mgpu__handle_retire(h);
   mgpu__cond_destroy(&b->cond);
   mgpu__mutex_destroy(&b->lock);
-  free(b);
+  mgpu__free(b);
 }
 
 int mgpu_barrier_destroy(mgpu_barrier *barrier) {
@@ -194,7 +195,7 @@ typedef struct mgpu__stream_barrier {
 static void sb_free(mgpu__stream_barrier *sb) {
   for (int i = 0; i < sb->n; i++)
     if (sb->events[i] != NULL) mgpu_event_destroy(sb->events[i]);
-  free(sb);
+  mgpu__free(sb);
 }
 
 int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
@@ -205,7 +206,7 @@ int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
   if (streams == NULL || n < 1 || n > MGPU_MAX_DEVICES)
     return mgpu__error(MGPU_EINVAL, "stream barrier: %d streams (need 1 to %d)",
                        n, MGPU_MAX_DEVICES);
-  mgpu__stream_barrier *sb = calloc(1, sizeof *sb);
+  mgpu__stream_barrier *sb = mgpu__calloc(1, sizeof *sb);
   if (sb == NULL)
     return mgpu__error(MGPU_ENOMEM, "stream barrier: out of memory");
   int rc = 0;

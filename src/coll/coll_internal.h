@@ -87,7 +87,9 @@ typedef struct mgpu__comm {
   mgpu__cond cond;
   uint64_t next_seq[MGPU_MAX_DEVICES]; /* per rank: its next call's seq */
   mgpu__coll_op *ops;                  /* pending and done, seq order */
-  int aborted;                         /* 1 after a timeout */
+  int aborted;                         /* 0, or the code every call gets
+                                          after an abort: MGPU_ETIMEDOUT,
+                                          MGPU_EDEVLOST */
   char abort_detail[MGPU__COLL_DETAIL];
   /* Set by destroy after it closed the handle: a call inside (holding a
    * use of the handle, which destroy waits for) leaves with MGPU_EFREED. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "util/fault.h"
 
 #define DEFAULT_CHUNK (1u << 20)
 
@@ -127,7 +128,7 @@ static int create(const int *devs, int n, const mgpu_comm_config *config,
   *comm = NULL;
   int rc = check_devices(devs, n);
   if (rc != 0) return rc;
-  mgpu__comm *c = calloc(1, sizeof *c);
+  mgpu__comm *c = mgpu__calloc(1, sizeof *c);
   if (c == NULL) return mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
   rc = resolve_config(config, &c->cfg);
   if (rc != 0) goto fail_free;
@@ -205,7 +206,7 @@ fail_sync:
   mgpu__mutex_destroy(&c->lock);
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
 fail_free:
-  free(c);
+  mgpu__free(c);
   return rc;
 }
 
@@ -259,21 +260,21 @@ static int comm_free(mgpu__comm *c) {
     int src = mgpu_device_synchronize(c->devs[r]);
     if (src != 0 && first == 0) first = src;
     for (int i = 0; i < c->nevents[r]; i++) mgpu_event_destroy(c->events[r][i]);
-    free(c->events[r]);
+    mgpu__free(c->events[r]);
     if (c->scratch[r] != NULL) mgpu_free(c->scratch[r]);
     for (int i = 0; i < c->nretired[r]; i++) mgpu_free(c->retired[r][i]);
     if (c->streams[r] != NULL) mgpu_stream_destroy(c->streams[r]);
   }
   for (mgpu__coll_op *op = c->ops, *next; op != NULL; op = next) {
     next = op->next;
-    free(op);
+    mgpu__free(op);
   }
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
   if (c->has_remote && c->remote.destroy != NULL)
     c->remote.destroy(c->remote.ctx);
   mgpu__cond_destroy(&c->cond);
   mgpu__mutex_destroy(&c->lock);
-  free(c);
+  mgpu__free(c);
   return first;
 }
 
@@ -333,7 +334,7 @@ int mgpu__comm_event(mgpu__comm *c, int r, mgpu_event **out) {
   int i = c->events_used[r];
   if (i == c->nevents[r]) {
     int cap = c->nevents[r] ? c->nevents[r] * 2 : 16;
-    mgpu_event **evs = realloc(c->events[r], (size_t)cap * sizeof *evs);
+    mgpu_event **evs = mgpu__realloc(c->events[r], (size_t)cap * sizeof *evs);
     if (evs == NULL) return mgpu__error(MGPU_ENOMEM, "comm: event pool");
     c->events[r] = evs;
     for (int k = c->nevents[r]; k < cap; k++) {

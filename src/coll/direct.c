@@ -22,6 +22,7 @@
 
 #include "coll/coll_internal.h"
 #include "util/elementwise.h"
+#include "util/fault.h"
 
 /* Elements of one pass through the cache-resident buffer. */
 #define TILE_BYTES (16u << 10)
@@ -210,7 +211,7 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
               ? p0->root
               : 0;
   mgpu_stream *se = op->part[e].stream_h;
-  one_shot_args *a = calloc(1, sizeof *a);
+  one_shot_args *a = mgpu__calloc(1, sizeof *a);
   if (a == NULL) return mgpu__error(MGPU_ENOMEM, "coll: out of host memory");
   int rc = 0;
   for (int r = 0; r < n && rc == 0; r++) {
@@ -224,7 +225,7 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
   if (rc == 0)
     rc = mgpu_launch(se, &one_shot, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), a,
                      sizeof *a);
-  free(a);
+  mgpu__free(a);
   mgpu_event *done;
   if (rc == 0) rc = mgpu__comm_event(c, e, &done);
   if (rc == 0) rc = mgpu_event_record(done, se);

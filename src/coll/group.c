@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "util/fault.h"
 
 typedef struct group_call {
   mgpu_comm *comm;
@@ -40,19 +41,26 @@ static _Thread_local struct {
   char first_detail[MGPU__COLL_DETAIL];
 } group;
 
-/* A thread that ends inside a group leaves its recorded calls behind: the
- * key's value is the group's array of calls, freed at thread exit. */
-static pthread_once_t calls_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t calls_key;
+/* A thread that exits between mgpu_group_begin and mgpu_group_end leaves
+ * its recorded calls behind: a key's destructor (run at thread exit, while
+ * the thread's storage is still there) frees them. The key holds a pointer
+ * to the thread's own group only while it has calls. */
+static pthread_once_t group_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t group_key;
+static int group_key_ok;
 
-static void make_calls_key(void) {
-  if (pthread_key_create(&calls_key, free) != 0) abort();
+static void group_at_exit(void *arg) {
+  (void)arg;
+  mgpu__free(group.calls);
+  group.calls = NULL;
+  group.ncalls = group.cap = group.depth = 0;
 }
 
-static void set_calls(group_call *calls) {
-  pthread_once(&calls_key_once, make_calls_key);
-  group.calls = calls;
-  pthread_setspecific(calls_key, calls);
+static void group_key_make(void) {
+  group_key_ok = pthread_key_create(&group_key, group_at_exit) == 0;
+  if (!group_key_ok)
+    mgpu__log(MGPU_LOG_WARN, "group: no thread key: a thread that exits "
+              "inside a group leaks its calls");
 }
 
 static const char *kind_name(mgpu__coll_kind k) {
@@ -328,7 +336,7 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
     if ((*link)->seq > seq) break;
   }
   mgpu__coll_op *op =
-      calloc(1, sizeof *op + (size_t)c->n * sizeof(mgpu__coll_part));
+      mgpu__calloc(1, sizeof *op + (size_t)c->n * sizeof(mgpu__coll_part));
   if (op == NULL) return NULL;
   op->seq = seq;
   op->next = *link;
@@ -336,9 +344,10 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
   return op;
 }
 
-/* Called with c->lock held, when a wait ran out. */
-static void abort_comm(mgpu__comm *c, mgpu__coll_op *late) {
-  char missing[160] = "";
+/* Called with c->lock held, when a wait ran out (lost_dev -1) or a device
+ * of the communicator was lost (it will never call). */
+static void abort_comm(mgpu__comm *c, mgpu__coll_op *late, int lost_dev) {
+  char missing[96] = ""; /* what fits the detail after the sentence */
   size_t len = 0;
   int devs[MGPU_MAX_DEVICES], n = 0;
   for (int r = 0; r < c->n && len < sizeof missing - 16; r++)
@@ -350,19 +359,36 @@ static void abort_comm(mgpu__comm *c, mgpu__coll_op *late) {
   /* What each missing device did last (the flight recorder). */
   char who[sizeof c->abort_detail - 256];
   mgpu__flight_list(devs, n, who, sizeof who);
-  snprintf(c->abort_detail, sizeof c->abort_detail,
-           "collective #%llu timed out after %d ms: device(s) %s never "
-           "called it; the communicator is aborted. Last operations: %s",
-           (unsigned long long)late->seq, c->cfg.timeout_ms, missing, who);
-  c->aborted = 1;
+  if (lost_dev >= 0)
+    snprintf(c->abort_detail, sizeof c->abort_detail,
+             "collective #%llu: device %d was lost (device(s) %s had not "
+             "called it); the communicator is aborted. Last operations: %s",
+             (unsigned long long)late->seq, lost_dev, missing, who);
+  else
+    snprintf(c->abort_detail, sizeof c->abort_detail,
+             "collective #%llu timed out after %d ms: device(s) %s never "
+             "called it; the communicator is aborted. Last operations: %s",
+             (unsigned long long)late->seq, c->cfg.timeout_ms, missing, who);
+  c->aborted = lost_dev >= 0 ? MGPU_EDEVLOST : MGPU_ETIMEDOUT;
   for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
     if (op->done) continue;
     op->done = 1;
-    op->rc = MGPU_ETIMEDOUT;
+    op->rc = c->aborted;
     snprintf(op->detail, sizeof op->detail, "%s", c->abort_detail);
   }
   mgpu__cond_broadcast(&c->cond);
 }
+
+/* The first device of c that was lost, or -1. */
+static int lost_device(const mgpu__comm *c) {
+  for (int r = 0; r < c->n; r++)
+    if (mgpu__device_is_lost(c->devs[r])) return c->devs[r];
+  return -1;
+}
+
+/* A wait for the other ranks looks at their devices this often: a lost
+ * device never calls, and nobody signals for it. */
+#define LOST_POLL_NS 10000000u
 
 /* Looks up and checks one call; what it holds stays held until unresolve
  * (after its result was collected), so no buffer, stream or communicator
@@ -393,7 +419,7 @@ static int join(group_call *g) {
   if (c->destroying) {
     rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
   } else if (c->aborted) {
-    rc = mgpu__error(MGPU_ETIMEDOUT, "%s", c->abort_detail);
+    rc = mgpu__error(c->aborted, "%s", c->abort_detail);
   } else {
     mgpu__coll_op *op = find_op(c, c->next_seq[g->rank]);
     if (op == NULL) {
@@ -418,12 +444,15 @@ static int collect(group_call *g, uint64_t deadline) {
   mgpu__comm *c = g->c;
   mgpu__mutex_lock(&c->lock);
   while (!g->op->done && !c->destroying) {
-    if (deadline == 0) {
-      mgpu__cond_wait(&c->cond, &c->lock);
-    } else if (mgpu__cond_timedwait(&c->cond, &c->lock, deadline) != 0 &&
-               !g->op->done) {
-      abort_comm(c, g->op);
-    }
+    uint64_t until = mgpu__now_ns() + LOST_POLL_NS;
+    if (deadline != 0 && deadline < until) until = deadline;
+    if (mgpu__cond_timedwait(&c->cond, &c->lock, until) == 0 || g->op->done)
+      continue;
+    int lost = lost_device(c);
+    if (lost >= 0)
+      abort_comm(c, g->op, lost);
+    else if (deadline != 0 && mgpu__now_ns() >= deadline)
+      abort_comm(c, g->op, -1);
   }
   int rc = g->op->done ? g->op->rc : MGPU_EFREED;
   char detail[sizeof g->op->detail];
@@ -434,7 +463,7 @@ static int collect(group_call *g, uint64_t deadline) {
          link = &(*link)->next) {
       if (*link == g->op) {
         *link = g->op->next;
-        free(g->op);
+        mgpu__free(g->op);
         break;
       }
     }
@@ -444,6 +473,30 @@ static int collect(group_call *g, uint64_t deadline) {
   g->op = NULL;
   if (rc != 0) mgpu__error(rc, "%s", detail);
   return rc;
+}
+
+/* Makes sure every operation the calls will join exists before any joins,
+ * so that an allocation failure fails the whole group with nothing issued:
+ * a rank that joined alone would leave the others' streams untouched and
+ * wait for them until the communicator's timeout aborted it. An operation
+ * made here and not joined stays in place for the rank's next call of it.
+ * The calls are resolved (each holds its communicator). */
+static int reserve(const group_call *calls, int n) {
+  for (int i = 0; i < n; i++) {
+    mgpu__comm *c = calls[i].held;
+    uint64_t later = 0; /* this rank's calls on c earlier in the group */
+    for (int j = 0; j < i; j++)
+      later += calls[j].held == c && calls[j].rank == calls[i].rank;
+    mgpu__mutex_lock(&c->lock);
+    int missing = !c->destroying && !c->aborted &&
+                  find_op(c, c->next_seq[calls[i].rank] + later) == NULL;
+    mgpu__mutex_unlock(&c->lock);
+    if (missing)
+      return mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
+                         "(rank %d); no call of the group was issued", i,
+                         calls[i].rank);
+  }
+  return 0;
 }
 
 /* Resolves every call (a handle freed since the call fails the whole group
@@ -458,6 +511,10 @@ static int submit(group_call *calls, int n) {
       for (int k = 0; k <= i; k++) unresolve(&calls[k]);
       return first;
     }
+  }
+  if ((first = reserve(calls, n)) != 0) {
+    for (int k = 0; k < n; k++) unresolve(&calls[k]);
+    return first;
   }
   for (int i = 0; i < n; i++) {
     int rc = join(&calls[i]);
@@ -504,14 +561,18 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
   *p = g.part;
   if (rc == 0 && group.ncalls == group.cap) {
     int cap = group.cap ? group.cap * 2 : 16;
-    group_call *calls = realloc(group.calls, (size_t)cap * sizeof *calls);
+    group_call *calls = mgpu__realloc(group.calls, (size_t)cap * sizeof *calls);
     if (calls == NULL) {
       /* Recorded like a failed check: mgpu_group_end must not issue the
        * group's other calls, which would wait for this one in vain. */
       rc = mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
                        "(rank %d)", group.ncalls, rank);
     } else {
-      set_calls(calls);
+      if (group.calls == NULL) { /* arm the exit hook for this thread */
+        pthread_once(&group_key_once, group_key_make);
+        if (group_key_ok) pthread_setspecific(group_key, &group);
+      }
+      group.calls = calls;
       group.cap = cap;
     }
   }
@@ -541,8 +602,10 @@ int mgpu_group_end(void) {
   int rc = group.first_rc != 0
                ? mgpu__error(group.first_rc, "%s", group.first_detail)
                : submit(group.calls, group.ncalls);
-  free(group.calls);
-  set_calls(NULL);
+  mgpu__free(group.calls);
+  group.calls = NULL;
+  pthread_once(&group_key_once, group_key_make);
+  if (group_key_ok) pthread_setspecific(group_key, NULL);
   group.ncalls = group.cap = 0;
   group.first_rc = 0;
   return rc;

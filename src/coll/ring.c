@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "util/fault.h"
 
 /* Fewest bytes per chunk, and most chunks per segment: past these the event
  * traffic costs more than the pipelining gains. */
@@ -168,7 +169,7 @@ static int prepare(ring *g, size_t seg, int steps, size_t partial) {
     if (rc != 0) return rc;
   }
   size_t nev = g->rounds * (size_t)steps * (size_t)g->n;
-  g->ev = calloc(nev ? nev : 1, sizeof *g->ev);
+  g->ev = mgpu__calloc(nev ? nev : 1, sizeof *g->ev);
   return g->ev ? 0 : mgpu__error(MGPU_ENOMEM, "ring: out of host memory");
 }
 
@@ -408,6 +409,6 @@ int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op) {
       default: rc = reduce_chain(&g); break;
     }
   }
-  free(g.ev);
+  mgpu__free(g.ev);
   return rc;
 }

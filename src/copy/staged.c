@@ -42,9 +42,10 @@
 #include <string.h>
 
 #include "copy/copy-internal.h"
+#include "util/fault.h"
 
 #define HELPERS_PER_DEVICE 4
-#define MAX_DEPTH 64 /* as MGPU_STAGING_DEPTH allows */
+#define MAX_DEPTH MGPU_STAGING_DEPTH_MAX
 /* Automatic chunk sizes (docs/PERF.md has the measurements). Between
  * GPUs a chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
  * small against its time. Between host devices both halves are memcpy on
@@ -120,9 +121,11 @@ int mgpu_staging_set(size_t chunk, int depth) {
   if (depth != 0 && (depth < 2 || depth > MAX_DEPTH))
     return mgpu__error(MGPU_EINVAL, "staging depth %d: it must lie between 2 "
                        "and %d bounce buffers", depth, MAX_DEPTH);
-  if (chunk != 0 && chunk < 4096)
-    return mgpu__error(MGPU_EINVAL, "staging chunk of %zu bytes: it must be "
-                       "at least 4096 bytes", chunk);
+  if (chunk != 0 &&
+      (chunk < MGPU_STAGING_CHUNK_MIN || chunk > MGPU_STAGING_CHUNK_MAX))
+    return mgpu__error(MGPU_EINVAL, "staging chunk of %zu bytes: it must lie "
+                       "between %zu and %zu bytes", chunk,
+                       MGPU_STAGING_CHUNK_MIN, MGPU_STAGING_CHUNK_MAX);
   if (chunk != 0) staging_chunk_set = chunk;
   if (depth != 0) staging_depth_set = depth;
   return 0;
@@ -181,7 +184,7 @@ static int event_put_locked(mgpu__device *d, mgpu__bevent *e) {
   int id = d->id;
   if (event_nfree[id] == event_cap[id]) {
     int cap = event_cap[id] ? 2 * event_cap[id] : 16;
-    mgpu__bevent **grown = realloc(event_free[id], (size_t)cap * sizeof *grown);
+    mgpu__bevent **grown = mgpu__realloc(event_free[id], (size_t)cap * sizeof *grown);
     if (grown == NULL) return -1;
     event_free[id] = grown;
     event_cap[id] = cap;
@@ -191,13 +194,13 @@ static int event_put_locked(mgpu__device *d, mgpu__bevent *e) {
 }
 
 static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
-  bounce *b = calloc(1, sizeof *b);
+  bounce *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: no memory for a bounce "
                        "buffer record", owner->id);
   int rc = owner->ops->mem_alloc(owner->bdev, MGPU_MEM_PINNED, size, &b->ptr);
   if (rc != 0) {
-    free(b);
+    mgpu__free(b);
     return rc;
   }
   memset(b->ptr, 0, size); /* pay the first touch once, here */
@@ -209,7 +212,7 @@ static int bounce_make(mgpu__device *owner, size_t size, bounce **out) {
 
 static void bounce_destroy(bounce *b) {
   b->owner->ops->mem_free(b->owner->bdev, MGPU_MEM_PINNED, b->ptr);
-  free(b);
+  mgpu__free(b);
 }
 
 /* Gives back what op borrowed (every stream it touched is past it), and op
@@ -235,7 +238,7 @@ static copy_op *op_take(void) {
   copy_op *op = op_records;
   if (op != NULL) op_records = op->next;
   mgpu__mutex_unlock(&staging_lock);
-  if (op == NULL) return calloc(1, sizeof *op);
+  if (op == NULL) return mgpu__calloc(1, sizeof *op);
   op->next = NULL;
   op->nevents = op->nbounce = 0;
   return op;
@@ -501,7 +504,7 @@ void mgpu__staged_shutdown(void) {
     helper_next[id] = 0;
     for (int i = 0; i < event_nfree[id]; i++)
       if (d != NULL) d->ops->event_destroy(d->bdev, event_free[id][i]);
-    free(event_free[id]);
+    mgpu__free(event_free[id]);
     event_free[id] = NULL;
     event_nfree[id] = event_cap[id] = 0;
   }
@@ -513,7 +516,7 @@ void mgpu__staged_shutdown(void) {
   mgpu__mutex_lock(&staging_lock);
   while (op_records != NULL) {
     copy_op *next = op_records->next;
-    free(op_records);
+    mgpu__free(op_records);
     op_records = next;
   }
   mgpu__mutex_unlock(&staging_lock);

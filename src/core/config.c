@@ -158,7 +158,7 @@ int mgpu__parse_devices(const char *spec, mgpu__devspec_entry *out, int max,
 
 typedef enum var_kind {
   V_STRING, /* const char *, taken as it is */
-  V_SIZE,   /* size_t, "512M", "2G"; at least lo */
+  V_SIZE,   /* size_t, "512M", "2G"; at least lo, at most hi (0: no hi) */
   V_INT,    /* int, decimal, lo to hi */
   V_LOG,    /* int, none|warn|info|debug (or 0) */
   V_PEER    /* int, none|0 or all|1 */
@@ -173,7 +173,7 @@ typedef struct config_var {
   const char *field;
   size_t offset;
   var_kind kind;
-  long long lo, hi; /* bounds of a set value (V_SIZE: lo only) */
+  long long lo, hi; /* bounds of a set value (V_SIZE: hi 0 is none) */
   long long unset;  /* the field's value meaning "not set" */
   long long def;    /* the default; V_SIZE 0 leaves the field 0 */
   const char *expect;
@@ -192,10 +192,13 @@ static const config_var vars[] = {
         DEFAULT_HOST_WORKERS, "1 to 64"),
     VAR("MGPU_HOST_PEER", host_peer, V_PEER, 0, 1, -1, 1, "none or all"),
     /* staging_chunk left 0: the copy layer picks it per pair of devices. */
-    VAR("MGPU_STAGING_CHUNK", staging_chunk, V_SIZE, 1, 0, 0, 0,
-        "a size such as 1M"),
-    VAR("MGPU_STAGING_DEPTH", staging_depth, V_INT, 2, 64, 0,
-        DEFAULT_STAGING_DEPTH, "2 to 64"),
+    /* A chunk of 1 byte cut a 1 MiB copy into a million pieces; 2G pinned
+     * gigabytes per copy. */
+    VAR("MGPU_STAGING_CHUNK", staging_chunk, V_SIZE,
+        (long long)MGPU_STAGING_CHUNK_MIN, (long long)MGPU_STAGING_CHUNK_MAX,
+        0, 0, "a size from 4K to 64M"),
+    VAR("MGPU_STAGING_DEPTH", staging_depth, V_INT, 2, MGPU_STAGING_DEPTH_MAX,
+        0, DEFAULT_STAGING_DEPTH, "2 to 64"),
     VAR("MGPU_PLUGIN_PATH", plugin_path, V_STRING, 0, 0, 0, 0, NULL),
     VAR("MGPU_CUDA_GREEN", cuda_green, V_INT, 0, 1, -1, 1, "0 or 1"),
     VAR("MGPU_CUDA_BUSY", cuda_busy, V_INT, 0, 1, -1, 1, "0 or 1"),
@@ -203,6 +206,8 @@ static const config_var vars[] = {
     VAR("MGPU_METRICS", metrics, V_STRING, 0, 0, 0, 0, NULL),
     VAR("MGPU_TIMEOUT", timeout_ms, V_INT, 1, INT_MAX, 0, DEFAULT_TIMEOUT_MS,
         "milliseconds, 1 to 2147483647"),
+    /* Checked by mgpu_init, which hands it to util/fault.c. */
+    VAR("MGPU_FAULT", fault, V_STRING, 0, 0, 0, 0, NULL),
 };
 
 /* Parses an environment value of an int-valued variable into *out. */
@@ -233,9 +238,16 @@ static int resolve_var(const config_var *v, mgpu_config *out) {
   }
   if (v->kind == V_SIZE) {
     size_t *f = (size_t *)(void *)field;
-    if (*f != 0) return 0; /* any size the caller set is at least 1 */
+    if (*f != 0) {
+      if (*f < (size_t)v->lo || (v->hi != 0 && *f > (size_t)v->hi))
+        return mgpu__error(MGPU_EINVAL, "mgpu_config.%s is %zu (expected %s, "
+                           "or 0 to take %s)", v->field, *f, v->expect,
+                           v->env);
+      return 0;
+    }
     if (env != NULL && (mgpu__parse_size(env, f) != 0 ||
-                        *f < (size_t)v->lo))
+                        *f < (size_t)v->lo ||
+                        (v->hi != 0 && *f > (size_t)v->hi)))
       return mgpu__error(MGPU_EINVAL, "%s: bad value '%s' (expected %s)",
                          v->env, env, v->expect);
     if (*f == 0) *f = (size_t)v->def;

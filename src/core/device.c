@@ -14,6 +14,7 @@
 
 #include "core/internal.h"
 #include "util/numa.h"
+#include "util/fault.h"
 
 struct mgpu__work_item {
   mgpu_device_fn fn;
@@ -37,10 +38,22 @@ typedef struct mgpu__work {
   uintptr_t handle;
 } mgpu__work;
 
-static _Thread_local int current_device; /* 0 for a new thread, as in CUDA */
-/* The mgpu_init that current_device was set under: after a shutdown and a
- * new init (maybe with fewer devices) the thread starts over at 0. */
-static _Thread_local unsigned current_generation;
+/* The calling thread's current device, valid for the mgpu_init numbered
+ * current_epoch: a device chosen before a shutdown names nothing after the
+ * next init (which may open fewer devices), so a thread starts again from
+ * device 0 then, as a new thread does (as in CUDA). */
+static _Thread_local int current_device;
+static _Thread_local unsigned current_epoch;
+
+static void set_current(int dev) {
+  current_device = dev;
+  current_epoch = mgpu__init_epoch();
+}
+
+static int get_current(void) {
+  if (current_epoch != mgpu__init_epoch()) set_current(0);
+  return current_device;
+}
 static _Thread_local int host_thread_of = -1;
 
 int mgpu__current_host_thread_device(void) { return host_thread_of; }
@@ -75,8 +88,7 @@ static void bind_host_thread(mgpu__device *d) {
 static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
-  current_device = d->id;
-  current_generation = mgpu__init_generation();
+  set_current(d->id);
   mgpu__thread_role_set("a device's host thread (a function run by "
                         "mgpu_run_on_device)");
   mgpu__trace_name_thread(d->id, "host thread");
@@ -96,7 +108,7 @@ static void *host_thread_main(void *arg) {
     d->queue_head = w->next;
     if (d->queue_head == NULL) d->queue_tail = NULL;
     mgpu__mutex_unlock(&d->queue_lock);
-    current_device = d->id; /* fn may have moved it */
+    set_current(d->id); /* fn may have moved it */
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
     mgpu_error_clear();
     int result = w->fn(d->id, w->arg);
@@ -204,10 +216,10 @@ static int run_on_device_in(int dev, mgpu_device_fn fn, void *arg) {
   if (rc == 0) rc = check_fn(dev, fn);
   if (rc != 0) return rc;
   if (host_thread_of == dev) {
-    int saved = current_device;
-    current_device = dev;
+    int saved = get_current();
+    set_current(dev);
     rc = fn(dev, arg);
-    current_device = saved;
+    set_current(saved);
     return rc;
   }
   mgpu__flight_record(dev, "run_on_device", 0, 0);
@@ -245,7 +257,7 @@ static int run_async(int dev, mgpu_device_fn fn, void *arg,
   if (rc == 0 && work == NULL)
     rc = mgpu__error(MGPU_EINVAL, "device %d: NULL work handle pointer", dev);
   if (rc != 0) return rc;
-  mgpu__work *w = calloc(1, sizeof *w);
+  mgpu__work *w = mgpu__calloc(1, sizeof *w);
   if (w == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a work "
                        "item", dev);
@@ -255,15 +267,15 @@ static int run_async(int dev, mgpu_device_fn fn, void *arg,
   w->item.waiter = -1;
   w->handle = mgpu__handle_new(MGPU__H_WORK, w);
   if (w->handle == 0) {
-    free(w);
+    mgpu__free(w);
     return mgpu__error(MGPU_ENOMEM, "device %d: no work handles left", dev);
   }
   if (host_thread_of == dev) {
     /* Queued behind itself it could never be waited on from fn: run now. */
-    int saved = current_device;
-    current_device = dev;
+    int saved = get_current();
+    set_current(dev);
     w->item.result = fn(dev, arg);
-    current_device = saved;
+    set_current(saved);
     w->item.done = 1;
     *work = (mgpu_work *)w->handle;
     return 0;
@@ -273,7 +285,7 @@ static int run_async(int dev, mgpu_device_fn fn, void *arg,
     mgpu__mutex_unlock(&d->queue_lock);
     int err = 0;
     mgpu__handle_release(w->handle, MGPU__H_WORK, "work", &err);
-    free(w);
+    mgpu__free(w);
     return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
   }
   queue_push(d, &w->item);
@@ -351,8 +363,36 @@ int mgpu_work_wait(mgpu_work *h) {
   else if (refused)
     abandon(w);
   else
-    free(w);
+    mgpu__free(w);
   return rc;
+}
+
+int mgpu_device_status(int dev, mgpu_device_state *state) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (state == NULL)
+    return mgpu__error(MGPU_EINVAL, "device %d: NULL state pointer", dev);
+  *state = d->ops->lost != NULL && d->ops->lost(d->bdev, NULL, 0)
+               ? MGPU_DEVICE_LOST
+               : MGPU_DEVICE_OK;
+  return 0;
+}
+
+int mgpu__device_is_lost(int dev) {
+  mgpu__device *d = mgpu__device_get(dev);
+  return d != NULL && d->ops->lost != NULL && d->ops->lost(d->bdev, NULL, 0);
+}
+
+int mgpu__device_lose(int dev, const char *why) {
+  mgpu__device *d;
+  int rc = mgpu__device_check(dev, &d);
+  if (rc != 0) return rc;
+  if (d->ops->lose == NULL)
+    return mgpu__error(MGPU_ENOTSUP, "device %d: its %s backend cannot lose "
+                       "a device on request", dev, d->ops->name);
+  d->ops->lose(d->bdev, why);
+  return 0;
 }
 
 int mgpu_set_device(int dev) {
@@ -360,10 +400,7 @@ int mgpu_set_device(int dev) {
   int rc = mgpu__device_enter(dev, &d); /* shutdown waits for it */
   if (rc != 0) return rc;
   rc = d->ops->make_current(d->bdev);
-  if (rc == 0) {
-    current_device = dev;
-    current_generation = mgpu__init_generation();
-  }
+  if (rc == 0) set_current(dev);
   mgpu__lib_leave();
   return rc;
 }
@@ -374,11 +411,7 @@ int mgpu_get_device(int *dev) {
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "mgpu_get_device: mgpu_init has not been "
                        "called");
-  if (current_generation != mgpu__init_generation()) {
-    current_device = 0;
-    current_generation = mgpu__init_generation();
-  }
-  *dev = current_device;
+  *dev = get_current();
   return 0;
 }
 

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 #define CHUNK_SLOTS 4096u
 #define MAX_CHUNKS 1024u
@@ -78,7 +79,7 @@ uintptr_t mgpu__handle_new(mgpu__htype type, void *obj) {
     if (n == CHUNK_SLOTS * MAX_CHUNKS) goto out;
     if (atomic_load_explicit(&chunks[n / CHUNK_SLOTS],
                              memory_order_relaxed) == NULL) {
-      slot *c = calloc(CHUNK_SLOTS, sizeof(slot));
+      slot *c = mgpu__calloc(CHUNK_SLOTS, sizeof(slot));
       if (c == NULL) goto out;
       atomic_store_explicit(&chunks[n / CHUNK_SLOTS], c, memory_order_release);
     }
@@ -136,7 +137,9 @@ static const char *const type_gone[MGPU__H_COUNT] = {
 static void *failed(int code, uintptr_t h, mgpu__htype type, const char *what,
                     int *err) {
   const char *word = type_word[type];
-  if (h == 0)
+  if (code == MGPU_EFORK) /* the detail says why (util/error.c) */
+    *err = mgpu__error(MGPU_EFORK, "%s", what);
+  else if (h == 0)
     *err = mgpu__error(MGPU_EBADHANDLE, "%s: NULL %s handle", what, word);
   else if (code == MGPU_EFREED)
     *err = mgpu__error(MGPU_EFREED, "%s: %s %p was already %s", what, word,
@@ -152,6 +155,12 @@ static void *failed(int code, uintptr_t h, mgpu__htype type, const char *what,
 
 /* Takes a use of an open handle; NULL with *code otherwise. */
 static void *hold(uintptr_t h, mgpu__htype type, int *code) {
+  /* In a child forked after mgpu_init the objects' threads are in the
+   * parent: every handle is refused there. */
+  if (mgpu__forked_from()) {
+    *code = MGPU_EFORK;
+    return NULL;
+  }
   slot *s = slot_of(h, type, code);
   if (s == NULL) return NULL;
   uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);
@@ -192,6 +201,10 @@ void mgpu__handle_put(uintptr_t h) {
 
 /* Sets CLOSING on an open slot; returns it, or NULL with *code. */
 static slot *close_slot(uintptr_t h, mgpu__htype type, int *code) {
+  if (mgpu__forked_from()) {
+    *code = MGPU_EFORK;
+    return NULL;
+  }
   slot *s = slot_of(h, type, code);
   if (s == NULL) return NULL;
   uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);

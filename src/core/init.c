@@ -10,18 +10,47 @@
  * init_lock guards the table while it is built and torn down; between the
  * two, `devices` and `ndevices` are read-only and `initialized` (an atomic)
  * tells readers the table is complete.
+ *
+ * fork: a child forked after mgpu_init has none of the library's threads.
+ * pthread_atfork handlers (registered at the first mgpu_init) hold
+ * init_lock across fork, so the table is never copied half-built, and mark
+ * the child: `initialized` drops to 0 and mgpu__forked_set names the parent,
+ * which turns every later call into MGPU_EFORK (util/error.c, handle.c). Nothing
+ * is freed in the child: the copies belong to threads that are not there.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 #include "util/numa.h"
 
 static mgpu__mutex init_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__device *devices[MGPU_MAX_DEVICES];
 static int ndevices;
 static _Atomic int initialized;
+static pid_t initialized_by;      /* getpid() of the mgpu_init that worked */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_prepare(void) { mgpu__mutex_lock(&init_lock); }
+static void atfork_parent(void) { mgpu__mutex_unlock(&init_lock); }
+static void atfork_child(void) {
+  if (initialized) {
+    mgpu__forked_set((int)initialized_by);
+    initialized = 0;
+  }
+  mgpu__mutex_unlock(&init_lock); /* this thread took it in prepare */
+}
+static void atfork_register(void) {
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+
+static _Atomic unsigned init_epoch;
+unsigned mgpu__init_epoch(void) { return init_epoch; }
 
 static mgpu_config config;      /* resolved, valid while initialized */
 static char devices_spec[256];  /* config.devices points here */
@@ -152,12 +181,6 @@ const mgpu_config *mgpu__config(void) { return &config; }
 
 int mgpu_is_initialized(void) { return initialized; }
 
-/* mgpu_init calls so far: a thread's current device is reset
- * when it was set under another one (device.c). */
-static _Atomic unsigned init_generation;
-
-unsigned mgpu__init_generation(void) { return atomic_load(&init_generation); }
-
 int mgpu_device_count(void) {
   if (!initialized)
     return mgpu__error(MGPU_ENOINIT, "mgpu_device_count: mgpu_init has not "
@@ -173,17 +196,18 @@ static void free_device(mgpu__device *d) {
   mgpu__mutex_destroy(&d->streams_lock);
   mgpu__cond_destroy(&d->queue_cond);
   mgpu__mutex_destroy(&d->queue_lock);
-  free(d);
+  mgpu__free(d);
 }
 
 /* Opens one device as table entry `id`. */
 static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
                        int nsplit) {
+  ops = mgpu__backend_fault_wrap(ops); /* every backend call is a fault site */
   int id = ndevices;
   if (id == MGPU_MAX_DEVICES)
     return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES='%s' names more than %d "
                        "devices", config.devices, MGPU_MAX_DEVICES);
-  mgpu__device *d = calloc(1, sizeof *d);
+  mgpu__device *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", id);
   d->id = id;
@@ -363,6 +387,8 @@ static int keep_string(const char **field, char *buf, size_t size,
 }
 
 int mgpu_init(const mgpu_config *cfg) {
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_init");
+  pthread_once(&atfork_once, atfork_register);
   mgpu__mutex_lock(&init_lock);
   int rc = 0;
   if (initialized) {
@@ -370,10 +396,16 @@ int mgpu_init(const mgpu_config *cfg) {
                      "devices; call mgpu_shutdown first", ndevices);
     goto out;
   }
-  /* Before the host threads start: each takes this generation. */
-  atomic_fetch_add(&init_generation, 1);
   rc = mgpu__config_resolve(cfg, &config);
   if (rc != 0) goto out;
+  init_epoch++; /* before the device threads start: they set theirs */
+  if (config.fault != NULL) {
+    char why[200];
+    if (mgpu__fault_set(config.fault, why, sizeof why) != 0) {
+      rc = mgpu__error(MGPU_EINVAL, "MGPU_FAULT='%s': %s", config.fault, why);
+      goto out;
+    }
+  }
   if ((rc = keep_string(&config.devices, devices_spec, sizeof devices_spec,
                         "MGPU_DEVICES")) != 0 ||
       (rc = keep_string(&config.plugin_path, plugin_path, sizeof plugin_path,
@@ -394,6 +426,7 @@ int mgpu_init(const mgpu_config *cfg) {
     unwind_devices();
     goto out;
   }
+  initialized_by = getpid();
   mgpu__obs_open(ndevices);
   name_devices();
   if (config.trace != NULL) {
@@ -433,6 +466,7 @@ static int drain_noop(int dev, void *arg) {
 }
 
 int mgpu_shutdown(void) {
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_shutdown");
   /* Shutdown waits for every device and stops the library's threads: from
    * one of them it would wait for itself, then free what it is running. */
   const char *role = mgpu__thread_role();

@@ -30,6 +30,23 @@
 /* Copies *in (or the defaults for NULL), fills every field left at its
  * initializer from the environment and then the defaults. */
 int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out);
+
+/* Counts the mgpu_init calls: state kept per thread from an earlier one
+ * (the current device) is stale when this has moved. */
+unsigned mgpu__init_epoch(void);
+
+/* Marks device dev lost (why: the reason the details give), as a GPU's
+ * sticky error would: the test call for lost devices. MGPU_ENOTSUP for a
+ * backend that cannot. */
+int mgpu__device_lose(int dev, const char *why);
+/* 1 when device dev is lost (mgpu_device_status says MGPU_DEVICE_LOST). */
+int mgpu__device_is_lost(int dev);
+
+/* The backend table a device uses: real's, with a fault site in front of
+ * every fallible entry (backend_fault.c). One per backend kind. */
+const mgpu__backend_ops *mgpu__backend_fault_wrap(
+    const mgpu__backend_ops *real);
+
 /* Parses "512M", "2G", "1048576". Returns 0 or MGPU_EINVAL. */
 int mgpu__parse_size(const char *s, size_t *out);
 
@@ -118,8 +135,6 @@ void mgpu__thread_owned_by(const char *what);
 /* mgpu__lib_enter, then mgpu__device_check; leaves again on failure. */
 int mgpu__device_enter(int id, mgpu__device **out);
 int mgpu__ndevices(void);
-/* Counts the mgpu_init calls (init.c). */
-unsigned mgpu__init_generation(void);
 /* The device whose host thread is calling, or -1. */
 int mgpu__current_host_thread_device(void);
 /* The resolved configuration (valid while initialized). */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 /* A cached block. A block freed with mgpu_free_async is listed at once but
  * not `ready` until the work queued before the free is done; until then only
@@ -99,7 +100,7 @@ static int alloc_kind_in(mgpu_buffer **out, int dev, size_t size,
     return mgpu__error(MGPU_EINVAL, "device %d: %s buffer of size 0", dev,
                        kind_name(kind));
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
-  mgpu__buf *b = calloc(1, sizeof *b);
+  mgpu__buf *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
   rc = reserve(d, size, kind);
@@ -122,7 +123,7 @@ fail_mem:
 fail_reserve:
   unreserve(d, size, kind);
 fail_struct:
-  free(b);
+  mgpu__free(b);
   return rc;
 }
 
@@ -253,7 +254,7 @@ static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   }
   d->ops->mem_free(d->bdev, b->kind, b->ptr);
   unreserve(d, b->alloc_size, b->kind);
-  free(b);
+  mgpu__free(b);
 }
 
 /* Closes the buffer's handle (later calls on it are MGPU_EFREED) and waits
@@ -298,17 +299,17 @@ static int buf_release(mgpu__buf *b) {
         mgpu__spare_put(s);
       }
       unreserve(d, b->alloc_size, b->kind);
-      free(b);
+      mgpu__free(b);
       return rc;
     }
-    mempool_block *blk = calloc(1, sizeof *blk);
+    mempool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk != NULL) {
       blk->dev = d;
       blk->ptr = b->ptr;
       blk->size = b->alloc_size;
       blk->ready = 1;
       pool_list(d, blk);
-      free(b);
+      mgpu__free(b);
       return 0;
     }
   }
@@ -473,7 +474,7 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
   if ((size >> 60) != 0)
     return mgpu__error(MGPU_ENOMEM, "device %d: %zu bytes is more than any "
                        "device holds", s->dev, size);
-  mgpu__buf *b = calloc(1, sizeof *b);
+  mgpu__buf *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", s->dev);
   b->dev = s->dev;
@@ -497,7 +498,7 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
       d->mempool_cached_bytes -= blk->size;
       mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
       b->ptr = blk->ptr;
-      if (blk->ready) free(blk);
+      if (blk->ready) mgpu__free(blk);
       else blk->taken = 1; /* its callback frees the record */
     }
     mgpu__mutex_unlock(&d->mempool_lock);
@@ -525,7 +526,7 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
 fail_reserve:
   unreserve(d, b->alloc_size, MGPU_MEM_DEVICE);
 fail_struct:
-  free(b);
+  mgpu__free(b);
   return rc;
 }
 
@@ -546,7 +547,7 @@ static void pool_return_cb(void *arg) {
   mgpu__mutex_lock(&d->mempool_lock);
   if (blk->taken) {
     mgpu__mutex_unlock(&d->mempool_lock);
-    free(blk);
+    mgpu__free(blk);
     return;
   }
   blk->ready = 1;
@@ -596,7 +597,7 @@ static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
   }
   mgpu__device *d = mgpu__device_get(b->dev);
   if (d->ops->pool_free_async == NULL) {
-    mempool_block *blk = calloc(1, sizeof *blk);
+    mempool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk == NULL) {
       /* The handle is gone already: give the memory back synchronously. */
       d->ops->stream_synchronize(d->bdev, s->bstream);
@@ -628,7 +629,7 @@ static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
     unreserve(d, b->alloc_size, b->kind);
   }
   mgpu__stream_put(s);
-  free(b);
+  mgpu__free(b);
   return rc;
 }
 
@@ -672,7 +673,7 @@ static int pool_trim_in(int dev) {
       ready = blk->next;
       d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, blk->ptr);
       unreserve(d, blk->size, MGPU_MEM_DEVICE);
-      free(blk);
+      mgpu__free(blk);
     }
   }
   return 0;
@@ -696,7 +697,7 @@ static void release_buffer(void *obj, void *arg) {
   mgpu__device *d = mgpu__device_get(b->dev);
   if (b->pooled && d->ops->pool_free_async != NULL) {
     unreserve(d, b->alloc_size, b->kind);
-    free(b); /* the backend's pool is destroyed with the device */
+    mgpu__free(b); /* the backend's pool is destroyed with the device */
     return;
   }
   buf_release_memory(d, b);

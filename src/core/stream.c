@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "util/fault.h"
 
 static void list_add(mgpu__device *d, mgpu__stream *s) {
   mgpu__mutex_lock(&d->streams_lock);
@@ -29,14 +30,14 @@ static void list_remove(mgpu__device *d, mgpu__stream *s) {
 }
 
 static int stream_new(mgpu__device *d, mgpu__stream **out) {
-  mgpu__stream *s = calloc(1, sizeof *s);
+  mgpu__stream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
                        "stream", d->id);
   s->dev = d->id;
   int rc = d->ops->stream_create(d->bdev, &s->bstream);
   if (rc != 0) {
-    free(s);
+    mgpu__free(s);
     return rc;
   }
   list_add(d, s);
@@ -47,7 +48,7 @@ static int stream_new(mgpu__device *d, mgpu__stream **out) {
 static void stream_free(mgpu__device *d, mgpu__stream *s) {
   list_remove(d, s);
   d->ops->stream_destroy(d->bdev, s->bstream);
-  free(s);
+  mgpu__free(s);
 }
 
 static int stream_create_in(mgpu_stream **out, int dev) {
@@ -241,7 +242,7 @@ static int event_create_in(mgpu_event **out, int dev) {
   if (out == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL output pointer for an "
                        "event", dev);
-  mgpu__event *e = calloc(1, sizeof *e);
+  mgpu__event *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for an "
                        "event", dev);
@@ -258,7 +259,7 @@ static int event_create_in(mgpu_event **out, int dev) {
 fail_destroy:
   d->ops->event_destroy(d->bdev, e->bevent);
 fail_free:
-  free(e);
+  mgpu__free(e);
   return rc;
 }
 
@@ -286,7 +287,7 @@ void mgpu__event_put(mgpu__event *e) {
 static void event_free(mgpu__event *e) {
   mgpu__device *d = mgpu__device_get(e->dev);
   d->ops->event_destroy(d->bdev, e->bevent);
-  free(e);
+  mgpu__free(e);
 }
 
 static int event_destroy_in(mgpu_event *h) {

@@ -22,6 +22,7 @@
 #include "obs/trace.h"
 #include "util/log.h"
 #include "util/thread.h"
+#include "util/fault.h"
 
 static mgpu__mutex ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Guarded by ctl_lock. */
@@ -48,7 +49,7 @@ int mgpu_trace_start(const char *path) {
     return rc;
   }
   size_t len = strlen(path);
-  char *copy = malloc(len + 5);
+  char *copy = mgpu__malloc(len + 5);
   if (copy == NULL) {
     mgpu__mutex_unlock(&ctl_lock);
     return fail(MGPU_ENOMEM, "mgpu_trace_start: no memory for the path", path,
@@ -60,7 +61,7 @@ int mgpu_trace_start(const char *path) {
     char why[128];
     snprintf(why, sizeof why, ": %s", strerror(errno));
     int rc = fail(MGPU_EIO, "mgpu_trace_start: cannot create", copy, why);
-    free(copy);
+    mgpu__free(copy);
     mgpu__mutex_unlock(&ctl_lock);
     return rc;
   }
@@ -164,7 +165,7 @@ static void put_meta(FILE *f, const char *what, int dev, const track_key *t,
 }
 
 static void put_names(FILE *f, const mgpu__trace_gathered *g) {
-  track_key *keys = malloc((g->n ? g->n : 1) * sizeof *keys);
+  track_key *keys = mgpu__malloc((g->n ? g->n : 1) * sizeof *keys);
   if (keys == NULL) return;
   size_t n = 0;
   for (size_t i = 0; i < g->n; i++)
@@ -194,7 +195,7 @@ static void put_names(FILE *f, const mgpu__trace_gathered *g) {
     }
     put_meta(f, "thread_name", keys[i].dev, &keys[i], name);
   }
-  free(keys);
+  mgpu__free(keys);
 }
 
 static int write_file(FILE *f, const mgpu__trace_gathered *g, uint64_t base) {
@@ -252,8 +253,8 @@ int mgpu_trace_stop(void) {
     mgpu__log(MGPU_LOG_WARN, "trace %s: %llu events dropped at the cap of %d events per "
                "thread", path, (unsigned long long)g.dropped, MGPU__TRACE_CAP);
   }
-  free(g.ev);
-  free(path);
+  mgpu__free(g.ev);
+  mgpu__free(path);
   mgpu__trace_free_dead();
   mgpu__mutex_unlock(&ctl_lock);
   return rc;
@@ -275,7 +276,7 @@ int mgpu_trace_stats_get(mgpu_trace_stats *out) {
       out->dropped = g.dropped;
       out->threads = g.threads;
     }
-    free(g.ev);
+    mgpu__free(g.ev);
   }
   out->size = sizeof *out;
   mgpu__mutex_unlock(&ctl_lock);

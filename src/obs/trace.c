@@ -21,6 +21,7 @@
 
 #include "mgpu/error.h"
 #include "util/thread.h"
+#include "util/fault.h"
 
 _Atomic int mgpu__trace_on;
 
@@ -77,7 +78,7 @@ static void set_name(int dev, uint32_t track, const char *name) {
   if (i == nnames) {
     if (nnames == names_cap) {
       size_t cap = names_cap ? 2 * names_cap : 64;
-      track_name *grown = realloc(names, cap * sizeof *grown);
+      track_name *grown = mgpu__realloc(names, cap * sizeof *grown);
       if (grown == NULL) { /* a name is a nicety: keep the number */
         mgpu__mutex_unlock(&names_lock);
         return;
@@ -181,7 +182,7 @@ const char *mgpu__trace_tag_name(void) {
 
 mgpu__trace_tag *mgpu__trace_tag_copy(void) {
   if (!my_tag_set) return NULL;
-  mgpu__trace_tag *t = malloc(sizeof *t);
+  mgpu__trace_tag *t = mgpu__malloc(sizeof *t);
   if (t != NULL) *t = my_tag;
   return t;
 }
@@ -205,7 +206,7 @@ static void make_key(void) {
 
 static trace_buf *buf_new(void) {
   pthread_once(&key_once, make_key);
-  trace_buf *b = calloc(1, sizeof *b);
+  trace_buf *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL) return NULL;
   mgpu__mutex_lock(&reg_lock);
   b->next = registry;
@@ -231,7 +232,7 @@ static mgpu__trace_event *reserve(trace_buf **out) {
   mgpu__trace_event **chunk = n < MGPU__TRACE_CAP ? &b->chunks[n / MGPU__TRACE_CHUNK]
                                             : NULL;
   if (chunk != NULL && *chunk == NULL)
-    *chunk = malloc(MGPU__TRACE_CHUNK * sizeof **chunk);
+    *chunk = mgpu__malloc(MGPU__TRACE_CHUNK * sizeof **chunk);
   if (chunk == NULL || *chunk == NULL) {
     atomic_fetch_add_explicit(&b->dropped, 1, memory_order_relaxed);
     return NULL;
@@ -336,7 +337,7 @@ int mgpu__trace_gather(mgpu__trace_gathered *g) {
   for (trace_buf *b = registry; b != NULL; b = b->next)
     if (atomic_load_explicit(&b->session, memory_order_acquire) == s)
       cap += atomic_load_explicit(&b->count, memory_order_acquire);
-  g->ev = malloc((cap ? cap : 1) * sizeof *g->ev);
+  g->ev = mgpu__malloc((cap ? cap : 1) * sizeof *g->ev);
   if (g->ev == NULL) {
     mgpu__mutex_unlock(&reg_lock);
     return MGPU_ENOMEM;
@@ -362,8 +363,8 @@ void mgpu__trace_free_dead(void) {
     trace_buf *b = *p;
     if (atomic_load_explicit(&b->dead, memory_order_acquire)) {
       *p = b->next;
-      for (int i = 0; i < NCHUNKS; i++) free(b->chunks[i]);
-      free(b);
+      for (int i = 0; i < NCHUNKS; i++) mgpu__free(b->chunks[i]);
+      mgpu__free(b);
     } else {
       p = &b->next;
     }

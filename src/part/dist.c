@@ -14,6 +14,7 @@
 #include "core/internal.h"
 #include "mgpu/part.h"
 #include "part/internal.h"
+#include "util/fault.h"
 
 static int check_opts(const mgpu_dist_opts *o, int ndev, int *nparts) {
   if (o->size < sizeof(mgpu_dist_opts))
@@ -77,9 +78,9 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
   int P = 0, rc = check_opts(o, ndev, &P);
   if (rc != 0) return rc;
 
-  mgpu__dist *d = calloc(1, sizeof *d);
+  mgpu__dist *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL) goto nomem;
-  d->devices = malloc((size_t)P * sizeof *d->devices);
+  d->devices = mgpu__malloc((size_t)P * sizeof *d->devices);
   if (d->devices == NULL) goto nomem_dist;
   d->n = n;
   d->nparts = P;
@@ -89,22 +90,22 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
   d->cyclic = (o->kind == MGPU_DIST_CYCLIC ||
                o->kind == MGPU_DIST_BLOCK_CYCLIC) && P > 1;
   if (!d->cyclic) {
-    d->bound = malloc(((size_t)P + 1) * sizeof *d->bound);
+    d->bound = mgpu__malloc(((size_t)P + 1) * sizeof *d->bound);
     if (d->bound == NULL) goto nomem_devices;
     if (o->kind == MGPU_DIST_WEIGHTED) {
       double *speed = NULL;
       const double *w = o->weights;
       if (w == NULL) {
-        speed = malloc((size_t)P * sizeof *speed);
+        speed = mgpu__malloc((size_t)P * sizeof *speed);
         if (speed == NULL) goto nomem_bound;
         if ((rc = mgpu_device_speed(P, d->devices, speed)) != 0) {
-          free(speed);
+          mgpu__free(speed);
           goto fail;
         }
         w = speed;
       }
       weighted_bounds(d, w);
-      free(speed);
+      mgpu__free(speed);
     } else {
       size_t q = n / (size_t)P, r = n % (size_t)P;
       for (int p = 0; p <= P; p++)
@@ -122,16 +123,16 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
 nomem_bound:
   rc = MGPU_ENOMEM;
 fail:
-  free(d->bound);
-  free(d->devices);
-  free(d);
+  mgpu__free(d->bound);
+  mgpu__free(d->devices);
+  mgpu__free(d);
   return rc == MGPU_ENOMEM
              ? mgpu__error(rc, "distribution: out of memory for %d parts", P)
              : rc;
 nomem_devices:
-  free(d->devices);
+  mgpu__free(d->devices);
 nomem_dist:
-  free(d);
+  mgpu__free(d);
 nomem:
   return mgpu__error(MGPU_ENOMEM, "distribution: out of memory for %d parts",
                      P);
@@ -151,9 +152,9 @@ int mgpu_dist_destroy(mgpu_dist *h) {
   mgpu__dist *d = mgpu__handle_release((uintptr_t)h, MGPU__H_DIST,
                                        "distribution", &err);
   if (d == NULL) return err;
-  free(d->bound);
-  free(d->devices);
-  free(d);
+  mgpu__free(d->bound);
+  mgpu__free(d->devices);
+  mgpu__free(d);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "part/internal.h"
+#include "util/fault.h"
 
 #define DIRECT_MIN_BYTES (64u << 10)
 
@@ -42,11 +43,11 @@ static void unpack_cb(void *arg) {
            j->staging + local * j->elem, len * j->elem);
     local += len;
   }
-  free((void *)j->staging);
-  free(j);
+  mgpu__free((void *)j->staging);
+  mgpu__free(j);
 }
 
-static void free_cb(void *arg) { free(arg); }
+static void free_cb(void *arg) { mgpu__free(arg); }
 
 static int check_args(const mgpu__dist *d, const void *host, size_t elem,
                       mgpu_buffer *const *bufs, const char *what) {
@@ -102,7 +103,7 @@ static int move_part(const mgpu__dist *d, int p, void *host, size_t elem,
     }
     return 0;
   }
-  unsigned char *staging = malloc(count * elem);
+  unsigned char *staging = mgpu__malloc(count * elem);
   if (staging == NULL)
     return mgpu__error(MGPU_ENOMEM, "scatter/gather: no memory to stage %zu "
                        "bytes of part %d (device %d)", count * elem, p,
@@ -121,13 +122,13 @@ static int move_part(const mgpu__dist *d, int p, void *host, size_t elem,
       /* The copy may be queued: free only after the stream is done. */
       int sync_rc = mgpu_stream_synchronize(s);
       (void)sync_rc;
-      free(staging);
+      mgpu__free(staging);
     }
     return rc;
   }
-  unpack_job *j = malloc(sizeof *j);
+  unpack_job *j = mgpu__malloc(sizeof *j);
   if (j == NULL) {
-    free(staging);
+    mgpu__free(staging);
     return mgpu__error(MGPU_ENOMEM, "gather: out of memory");
   }
   *j = (unpack_job){host, staging, elem, d->n, d->block, count, p, d->nparts};
@@ -136,8 +137,8 @@ static int move_part(const mgpu__dist *d, int p, void *host, size_t elem,
   if (rc != 0) {
     int sync_rc = mgpu_stream_synchronize(s);
     (void)sync_rc;
-    free(staging);
-    free(j);
+    mgpu__free(staging);
+    mgpu__free(j);
   }
   return rc;
 }
@@ -156,7 +157,7 @@ static int move_all(const mgpu__dist *d, void *host, size_t elem,
   /* Synchronous: a stream per part for the call, so that parts on
    * different devices still overlap. */
   mgpu_stream **own =
-      d->nparts > 0 ? calloc((size_t)d->nparts, sizeof *own) : NULL;
+      d->nparts > 0 ? mgpu__calloc((size_t)d->nparts, sizeof *own) : NULL;
   if (own == NULL) return mgpu__error(MGPU_ENOMEM, "%s: out of memory", what);
   for (int p = 0; p < d->nparts && rc == 0; p++) {
     if (mgpu__dist_count(d, p) == 0) continue;
@@ -170,7 +171,7 @@ static int move_all(const mgpu__dist *d, void *host, size_t elem,
     if (rc == 0) rc = src;
     mgpu_stream_destroy(own[p]);
   }
-  free(own);
+  mgpu__free(own);
   return rc;
 }
 

@@ -5,10 +5,11 @@
 #include <stdlib.h>
 
 #include "mgpu/error.h"
+#include "util/fault.h"
 
 static mgpu__deque_array *array_new(int64_t cap) {
   mgpu__deque_array *a =
-      malloc(sizeof *a + (size_t)cap * sizeof(_Atomic(void *)));
+      mgpu__malloc(sizeof *a + (size_t)cap * sizeof(_Atomic(void *)));
   if (a == NULL) return NULL;
   a->cap = cap;
   a->older = NULL;
@@ -32,7 +33,7 @@ void mgpu__deque_destroy(mgpu__deque *q) {
   mgpu__deque_array *a = atomic_load_explicit(&q->array, memory_order_relaxed);
   while (a != NULL) {
     mgpu__deque_array *older = a->older;
-    free(a);
+    mgpu__free(a);
     a = older;
   }
   atomic_store_explicit(&q->array, NULL, memory_order_relaxed);

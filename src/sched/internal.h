@@ -73,6 +73,9 @@ struct mgpu__task {
   size_t args_size;
   int home;              /* worker index of the preferred device, -1 */
   int place;             /* static policy: the worker it was placed on */
+  int rerunnable;        /* desc.rerunnable. home and place are changed
+                            (by whoever holds the task, never while it is
+                            queued) when their worker's device is lost */
 
   /* Dependencies. pending = unfinished deps + 1 while the submitter is
    * still adding edges; the thread that brings it to 0 makes it ready. */
@@ -156,6 +159,9 @@ typedef struct mgpu__worker {
   _Atomic uint64_t tasks_stolen;
   _Atomic uint64_t tasks_failed;
   _Atomic uint64_t busy_ns;
+  /* Set once by the owner when its device is lost: it runs nothing more,
+   * hands its queued tasks to the others, and nothing is placed on it. */
+  _Atomic int retired;
 } mgpu__worker;
 
 struct mgpu__pool {
@@ -235,6 +241,11 @@ int mgpu__pool_take_error(mgpu__pool *p);
 /* Puts a ready task where the policy wants it and wakes a worker. self is
  * the calling worker, or NULL on other threads. */
 void mgpu__sched_ready(mgpu__pool *p, mgpu__task *t, mgpu__worker *self);
+/* A task that cannot run on w (its device was lost): placed on a worker
+ * whose device works, or completed with MGPU_EDEVLOST when none does. */
+void mgpu__sched_elsewhere(mgpu__pool *p, mgpu__task *t, mgpu__worker *w);
+/* Whether w's device was lost. */
+int mgpu__worker_lost(const mgpu__worker *w);
 /* The worker of the calling thread if it belongs to p, else NULL. */
 mgpu__worker *mgpu__sched_self(mgpu__pool *p);
 

@@ -22,10 +22,12 @@
  * then reads nsleeping with an RMW. One of the two sees the other.
  */
 #include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched/internal.h"
+#include "util/fault.h"
 
 static _Thread_local mgpu__worker *tls_worker;
 
@@ -98,7 +100,66 @@ static void to_inbox(mgpu__pool *p, int i, mgpu__task *t) {
   notify_worker(p, &p->workers[i]);
 }
 
+/* ---- lost devices ---- */
+
+int mgpu__worker_lost(const mgpu__worker *w) {
+  return mgpu__device_is_lost(w->dev);
+}
+
+static int retired(const mgpu__pool *p, int i) {
+  return atomic_load_explicit(&p->workers[i].retired, memory_order_seq_cst);
+}
+
+/* The first worker after `from` whose device works, or -1. */
+static int working_after(const mgpu__pool *p, int from) {
+  for (int k = 1; k <= p->n; k++) {
+    int i = (from + k) % p->n;
+    if (!retired(p, i) && !mgpu__worker_lost(&p->workers[i])) return i;
+  }
+  return -1;
+}
+
+/* A task whose preferred (or, static, placed) worker was retired goes
+ * elsewhere: the preference is void, the static placement moves on. The
+ * caller holds t (it is in no queue). Returns 0, or -1 when no worker of
+ * the pool works any more. */
+static int redirect(mgpu__pool *p, mgpu__task *t) {
+  if (p->policy == MGPU_SCHED_STATIC) {
+    int target = t->home >= 0 ? t->home : t->place;
+    if (!retired(p, target)) return 0;
+    int i = working_after(p, target);
+    if (i < 0) return -1;
+    t->home = -1;
+    t->place = i;
+    return 0;
+  }
+  if (t->home >= 0 && retired(p, t->home)) t->home = -1;
+  return 0;
+}
+
+void mgpu__sched_elsewhere(mgpu__pool *p, mgpu__task *t, mgpu__worker *w) {
+  if (t->home == w->index) t->home = -1;
+  int i = working_after(p, w->index);
+  if (i < 0) {
+    mgpu__error(MGPU_EDEVLOST, "task pool: device %d was lost and no other "
+                "device of the pool works", w->dev);
+    mgpu__free(t->detail);
+    t->detail = mgpu__strdup(mgpu_error_detail());
+    mgpu__task_complete(p, t, MGPU_EDEVLOST, NULL);
+    return;
+  }
+  if (p->policy == MGPU_SCHED_STATIC) t->place = i;
+  mgpu__free(t->detail);
+  t->detail = NULL;
+  mgpu__sched_ready(p, t, NULL);
+}
+
 void mgpu__sched_ready(mgpu__pool *p, mgpu__task *t, mgpu__worker *self) {
+  if (redirect(p, t) != 0) {
+    mgpu__worker *w = &p->workers[t->home >= 0 ? t->home : 0];
+    mgpu__sched_elsewhere(p, t, w);
+    return;
+  }
   if (p->policy == MGPU_SCHED_STATIC) {
     int target = t->home >= 0 ? t->home : t->place;
     if (self != NULL && self->index == target) {
@@ -172,6 +233,15 @@ static mgpu__task *take_shared(mgpu__pool *p, mgpu__worker *w) {
   return t;
 }
 
+/* A device that starts a task with more tasks preferring it queued behind
+ * is busy with a backlog that the idle devices may take (last resort in
+ * find_task). Nobody else would wake them: a submitter only wakes the
+ * preferred device. So whoever takes from a prefer deque that still holds
+ * tasks wakes one sleeper, which in turn wakes the next when it steals. */
+static void backlog_wake(mgpu__pool *p, mgpu__worker *self, mgpu__worker *v) {
+  if (p->n > 1 && mgpu__deque_size(&v->prefer) > 0) notify_any(p, self);
+}
+
 /* *stolen: the index of the worker the task was stolen from, or -1. */
 static mgpu__task *find_task(mgpu__pool *p, mgpu__worker *w, int *stolen) {
   mgpu__task *t;
@@ -186,7 +256,10 @@ again:
    * them from the top, as a thief would (static tasks, in the owner FIFO
    * above, too). Under work stealing the owner pops its deque at the
    * bottom, newest first, where what it just produced is still in cache. */
-  if ((t = mgpu__deque_steal(&w->prefer)) != NULL) return t;
+  if ((t = mgpu__deque_steal(&w->prefer)) != NULL) {
+    backlog_wake(p, w, w);
+    return t;
+  }
   if (p->policy == MGPU_SCHED_WS ? (t = mgpu__deque_pop(&w->deque)) != NULL
                                  : (t = mgpu__deque_steal(&w->deque)) != NULL)
     return t;
@@ -210,6 +283,7 @@ again:
         mgpu__deque_size(&v->prefer) > 0 &&
         (t = mgpu__deque_steal(&v->prefer)) != NULL) {
       *stolen = w->victims[k];
+      backlog_wake(p, w, v);
       return t;
     }
   }
@@ -224,9 +298,15 @@ static int has_work(mgpu__pool *p, mgpu__worker *w) {
     return 1;
   if (p->policy == MGPU_SCHED_STATIC) return 0;
   if (!mgpu__ring_empty(&p->shared)) return 1;
-  if (p->policy == MGPU_SCHED_WS)
-    for (int k = 0; k < p->n - 1; k++)
-      if (mgpu__deque_size(&p->workers[w->victims[k]].deque) > 0) return 1;
+  for (int k = 0; k < p->n - 1; k++) {
+    mgpu__worker *v = &p->workers[w->victims[k]];
+    if (p->policy == MGPU_SCHED_WS && mgpu__deque_size(&v->deque) > 0)
+      return 1;
+    /* The last resort of find_task: a busy device's preferred backlog. */
+    if (atomic_load_explicit(&v->running, memory_order_relaxed) &&
+        mgpu__deque_size(&v->prefer) > 0)
+      return 1;
+  }
   return 0;
 }
 
@@ -256,6 +336,35 @@ static void park(mgpu__pool *p, mgpu__worker *w) {
 #endif
 #define SPIN_YIELDS 2
 
+/* The worker's device was lost: nothing more runs here. Its queued tasks
+ * go to the working devices, and so does whatever lands in its queues
+ * afterwards (a submitter that read `retired` just before it was set), so
+ * it keeps looking, every millisecond, until the pool stops. */
+static void retire(mgpu__pool *p, mgpu__worker *w) {
+  atomic_store_explicit(&w->retired, 1, memory_order_seq_cst);
+  mgpu__log(MGPU_LOG_WARN, "task pool: device %d was lost; its tasks move to "
+            "the other devices", w->dev);
+  mgpu__worker_flush(w);
+  while (!atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+    mgpu__task *t;
+    while ((t = w->pinned_head) != NULL) {
+      w->pinned_head = atomic_load_explicit(&t->next, memory_order_relaxed);
+      if (w->pinned_head == NULL) w->pinned_tail = NULL;
+      mgpu__sched_elsewhere(p, t, w);
+    }
+    while ((t = mgpu__deque_steal(&w->prefer)) != NULL ||
+           (t = mgpu__deque_pop(&w->deque)) != NULL)
+      mgpu__sched_elsewhere(p, t, w);
+    for (t = mgpu__inbox_take(&w->inbox); t != NULL;) {
+      mgpu__task *next = atomic_load_explicit(&t->next, memory_order_relaxed);
+      mgpu__sched_elsewhere(p, t, w);
+      t = next;
+    }
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+}
+
 static void *worker_main(void *arg) {
   mgpu__worker *w = arg;
   mgpu__pool *p = w->pool;
@@ -271,6 +380,11 @@ static void *worker_main(void *arg) {
   for (;;) {
     int stolen;
     mgpu__task *t = find_task(p, w, &stolen);
+    if (t != NULL && mgpu__worker_lost(w)) {
+      mgpu__sched_elsewhere(p, t, w);
+      retire(p, w);
+      break;
+    }
     if (t != NULL) {
       idle = 0;
       w->stolen_from = stolen;
@@ -339,7 +453,7 @@ static int build_static_table(mgpu__pool *p, const double *weights) {
     total += w[i];
   }
   p->static_len = 64 * p->n;
-  p->static_table = malloc((size_t)p->static_len * sizeof *p->static_table);
+  p->static_table = mgpu__malloc((size_t)p->static_len * sizeof *p->static_table);
   if (p->static_table == NULL) return MGPU_ENOMEM;
   for (int k = 0; k < p->static_len; k++) {
     int best = 0;
@@ -397,9 +511,9 @@ static void pool_free(mgpu__pool *p) {
   }
   mgpu__ring_destroy(&p->shared);
   mgpu__task_table_destroy(p);
-  free(p->static_table);
-  free(p->workers);
-  free(p);
+  mgpu__free(p->static_table);
+  mgpu__free(p->workers);
+  mgpu__free(p);
 }
 
 static void stop_workers(mgpu__pool *p) {
@@ -432,14 +546,14 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
   if (rc != 0) return rc;
   int n = o->ndevices ? o->ndevices : ndev;
 
-  mgpu__pool *p = aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
+  mgpu__pool *p = mgpu__aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
   if (p == NULL)
     return mgpu__error(MGPU_ENOMEM, "task pool: out of memory");
   memset(p, 0, sizeof *p);
-  p->workers = aligned_alloc(64, ((size_t)n * sizeof *p->workers + 63) &
+  p->workers = mgpu__aligned_alloc(64, ((size_t)n * sizeof *p->workers + 63) &
                                      ~(size_t)63);
   if (p->workers == NULL) {
-    free(p);
+    mgpu__free(p);
     return mgpu__error(MGPU_ENOMEM, "task pool: out of memory for %d "
                        "workers", n);
   }
@@ -455,8 +569,8 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     p->dev_to_worker[p->workers[i].dev] = i;
   }
   if ((rc = mgpu__task_table_init(p)) != 0) {
-    free(p->workers);
-    free(p);
+    mgpu__free(p->workers);
+    mgpu__free(p);
     return rc;
   }
   /* From here on pool_free undoes whatever was made. */

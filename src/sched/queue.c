@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "sched/internal.h"
+#include "util/fault.h"
 
 void mgpu__inbox_push(_Atomic(mgpu__task *) *inbox, mgpu__task *t) {
   mgpu__task *head = atomic_load_explicit(inbox, memory_order_relaxed);
@@ -34,7 +35,7 @@ mgpu__task *mgpu__inbox_take(_Atomic(mgpu__task *) *inbox) {
 }
 
 int mgpu__ring_init(mgpu__ring *r, size_t cap) {
-  r->cells = malloc(cap * sizeof *r->cells);
+  r->cells = mgpu__malloc(cap * sizeof *r->cells);
   if (r->cells == NULL) return MGPU_ENOMEM;
   for (size_t i = 0; i < cap; i++) {
     atomic_init(&r->cells[i].seq, i);
@@ -51,7 +52,7 @@ int mgpu__ring_init(mgpu__ring *r, size_t cap) {
 
 void mgpu__ring_destroy(mgpu__ring *r) {
   if (r->cells == NULL) return;
-  free(r->cells);
+  mgpu__free(r->cells);
   r->cells = NULL;
   mgpu__mutex_destroy(&r->overflow_lock);
 }

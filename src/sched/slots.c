@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "sched/internal.h"
+#include "util/fault.h"
 
 mgpu__task *mgpu__task_at(mgpu__pool *p, uint32_t idx) {
   uint32_t c = idx / MGPU__TASK_CHUNK;
@@ -54,7 +55,7 @@ static mgpu__task *grow(mgpu__pool *p) {
   if (t != NULL) goto out;
   uint32_t c = atomic_load_explicit(&p->nchunks, memory_order_relaxed);
   if (c == MGPU__TASK_MAX_CHUNKS) goto out;
-  mgpu__task *chunk = calloc(MGPU__TASK_CHUNK, sizeof *chunk);
+  mgpu__task *chunk = mgpu__calloc(MGPU__TASK_CHUNK, sizeof *chunk);
   if (chunk == NULL) goto out;
   for (uint32_t i = 0; i < MGPU__TASK_CHUNK; i++) {
     chunk[i].idx = c * MGPU__TASK_CHUNK + i;
@@ -91,11 +92,11 @@ int mgpu__task_table_init(mgpu__pool *p) {
 
 /* Frees what a finished task still holds, outside its slot. */
 static void task_scrub(mgpu__task *t) {
-  if (t->args != NULL && t->args != t->args_inline) free(t->args);
+  if (t->args != NULL && t->args != t->args_inline) mgpu__free(t->args);
   t->args = NULL;
-  free(t->edges_heap);
+  mgpu__free(t->edges_heap);
   t->edges_heap = NULL;
-  free(t->detail);
+  mgpu__free(t->detail);
   t->detail = NULL;
 }
 
@@ -104,7 +105,7 @@ void mgpu__task_table_destroy(mgpu__pool *p) {
   for (uint32_t c = 0; c < n; c++) {
     mgpu__task *chunk = atomic_load_explicit(&p->chunks[c], memory_order_relaxed);
     for (uint32_t i = 0; i < MGPU__TASK_CHUNK; i++) task_scrub(&chunk[i]);
-    free(chunk);
+    mgpu__free(chunk);
   }
   mgpu__mutex_destroy(&p->err_lock);
   mgpu__mutex_destroy(&p->grow_lock);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "sched/internal.h"
+#include "util/fault.h"
 
 /* The task a held handle names, or NULL with *code set to
  * MGPU_EBADHANDLE (not a handle of this pool) or MGPU_EFREED (waited or
@@ -50,7 +51,7 @@ static char *dup_printf(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  return strdup(buf);
+  return mgpu__strdup(buf);
 }
 
 static void record_failure(mgpu__pool *p, int r, const char *detail) {
@@ -193,6 +194,12 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
         stream_busy0;
     w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
     if (mgpu__trace_enabled()) trace_task(w, t, t0);
+    /* Its device was lost under it: a re-runnable task starts again on
+     * another device, and its dependents wait for that run. */
+    if (r != 0 && t->rerunnable && mgpu__worker_lost(w)) {
+      mgpu__sched_elsewhere(p, t, w);
+      return;
+    }
     if (r > 0) { /* a task must return 0 or a negative code */
       mgpu__error(MGPU_EINVAL, "the task returned %d, which is neither 0 nor "
                   "a negative MGPU_E... code", r);
@@ -290,17 +297,18 @@ static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   t->args_size = d->kernel ? d->args_size : 0;
   if (t->args_size > 0) {
     t->args = t->args_size <= MGPU__TASK_INLINE_ARGS ? t->args_inline
-                                                     : malloc(t->args_size);
+                                                     : mgpu__malloc(t->args_size);
     if (t->args == NULL) goto nomem;
     memcpy(t->args, d->args, t->args_size);
   }
   mgpu__edge *edges = t->edges_inline;
   if (d->ndeps > MGPU__TASK_INLINE_EDGES) {
-    edges = t->edges_heap = malloc((size_t)d->ndeps * sizeof *edges);
+    edges = t->edges_heap = mgpu__malloc((size_t)d->ndeps * sizeof *edges);
     if (edges == NULL) goto nomem;
   }
   t->home = d->device >= 0 ? p->dev_to_worker[d->device] : -1;
   t->place = -1;
+  t->rerunnable = d->rerunnable != 0;
   if (p->policy == MGPU_SCHED_STATIC && t->home < 0) {
     /* Placed now, in submit order, whatever the dependencies. */
     uint64_t k = atomic_fetch_add_explicit(&p->place_next, 1,

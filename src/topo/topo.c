@@ -13,6 +13,7 @@
 
 #include "copy/copy-internal.h"
 #include "mgpu/topo.h"
+#include "util/fault.h"
 #include "util/numa.h"
 
 typedef struct measured_link {
@@ -65,10 +66,10 @@ int mgpu_topology(mgpu_topo **out) {
   *out = NULL;
   int n = mgpu_device_count();
   if (n < 0) return n;
-  mgpu_topo *t = calloc(1, sizeof *t);
+  mgpu_topo *t = mgpu__calloc(1, sizeof *t);
   if (t != NULL) {
-    t->numa_node = calloc((size_t)n ? (size_t)n : 1, sizeof *t->numa_node);
-    t->links = calloc((size_t)n * (size_t)n + 1, sizeof *t->links);
+    t->numa_node = mgpu__calloc((size_t)n ? (size_t)n : 1, sizeof *t->numa_node);
+    t->links = mgpu__calloc((size_t)n * (size_t)n + 1, sizeof *t->links);
   }
   if (t == NULL || t->numa_node == NULL || t->links == NULL) {
     mgpu_topology_free(t);
@@ -103,9 +104,9 @@ int mgpu_topology(mgpu_topo **out) {
 
 void mgpu_topology_free(mgpu_topo *topo) {
   if (topo == NULL) return;
-  free(topo->numa_node);
-  free(topo->links);
-  free(topo);
+  mgpu__free(topo->numa_node);
+  mgpu__free(topo->links);
+  mgpu__free(topo);
 }
 
 /* ---- measurement ---- */
@@ -164,13 +165,17 @@ static int bufs_make(measure_bufs *m, int n, size_t size) {
 
 int mgpu_topology_measure(size_t size) {
   if (size == 0) size = (size_t)16 << 20;
+  if (size > MGPU_TOPO_MEASURE_MAX)
+    return mgpu__error(MGPU_EINVAL, "topology measurement: %zu bytes per copy "
+                       "is more than the %zu allowed", size,
+                       MGPU_TOPO_MEASURE_MAX);
   int n = mgpu_device_count();
   if (n < 0) return n;
-  measure_bufs *m = calloc(1, sizeof *m);
-  measured_link (*result)[MGPU_MAX_DEVICES] = calloc(MGPU_MAX_DEVICES, sizeof *result);
+  measure_bufs *m = mgpu__calloc(1, sizeof *m);
+  measured_link (*result)[MGPU_MAX_DEVICES] = mgpu__calloc(MGPU_MAX_DEVICES, sizeof *result);
   if (m == NULL || result == NULL) {
-    free(m);
-    free(result);
+    mgpu__free(m);
+    mgpu__free(result);
     return mgpu__error(MGPU_ENOMEM, "topology measurement: out of memory");
   }
   mgpu__mutex_lock(&measure_lock);
@@ -192,8 +197,8 @@ int mgpu_topology_measure(size_t size) {
   }
   mgpu__mutex_unlock(&measure_lock);
   bufs_free(m, n);
-  free(m);
-  free(result);
+  mgpu__free(m);
+  mgpu__free(result);
   return rc;
 }
 

@@ -2,6 +2,8 @@
  * timeouts do not jump with the wall clock. */
 #include "util/thread.h"
 
+#include "util/fault.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,9 @@ void mgpu__cond_broadcast(mgpu__cond *c) {
 }
 
 int mgpu__thread_create(mgpu__thread *t, void *(*fn)(void *), void *arg) {
+  /* A fault site: an injected failure is what the system says when it is
+   * out of threads. */
+  if (mgpu__fault_hit(MGPU__FAULT_THREAD, NULL)) return EAGAIN;
   return pthread_create(t, NULL, fn, arg);
 }
 void mgpu__thread_join(mgpu__thread t) {

@@ -1,14 +1,20 @@
 /* libFuzzer target: the store's message decoder (src/store/proto.c) on any
- * bytes. Built with clang -fsanitize=fuzzer,address,undefined when clang
- * is found (tests/CMakeLists.txt) and run for a bounded time as the test
- * fuzz.store_proto. A decoded message is encoded back field by field where
+ * bytes (tests/fuzz/CMakeLists.txt builds it; corpus/store-proto/ holds its
+ * inputs, replayed by every build as fuzz.store-proto). A decoded message is encoded back field by field where
  * that is cheap, to check the decoder's output is self-consistent. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "store/proto.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mgpu__store_msg m;

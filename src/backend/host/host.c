@@ -37,6 +37,7 @@
 #include "obs/obs.h"
 #include "obs/trace.h"
 #include "util/thread.h"
+#include "util/fault.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -81,6 +82,7 @@ typedef struct op {
       void (*fn)(const mgpu_kernel_ctx *, const void *);
       mgpu_dim3 grid, block;
       void *args;
+      char name[40]; /* the kernel's, for a failure's detail */
     } launch;
     mgpu__builtin builtin;
     struct {
@@ -127,6 +129,7 @@ struct mgpu__bstream {
   int running;              /* a worker runs its head */
   int parked;               /* waiting on an event */
   int error;                /* first asynchronous error, 0 if none */
+  char error_detail[320];   /* its detail, when a kernel set one */
   /* Operations queued and finished since creation: synchronize waits for
    * the count queued at its call, not for the queue to run dry, which a
    * thread that keeps queueing could put off for ever. syncs: threads in
@@ -153,6 +156,13 @@ struct mgpu__bdevice {
   _Atomic int nready;
   /* Peer access this device has enabled, by mgpu device id (lock). */
   unsigned char peer_enabled[MGPU_MAX_DEVICES];
+  /* A lost device (host_lose, or MGPU_FAULT's device:N@after:K counted by
+   * the workers) runs no more work: its queued operations fail the stream
+   * with MGPU_EDEVLOST, events still complete so nobody waits for ever, and
+   * host callbacks still run (they free what the work used). lost_why is
+   * written once, under lock, before lost is set. */
+  _Atomic int lost;
+  char lost_why[96];
 };
 
 /* ---- the ready list (dev->lock held) ---- */
@@ -191,7 +201,7 @@ static void enqueue(mgpu__bstream *s, op *o) {
 }
 
 static op *op_new(op_kind kind) {
-  op *o = calloc(1, sizeof *o);
+  op *o = mgpu__calloc(1, sizeof *o);
   if (o == NULL) return NULL;
   o->kind = kind;
   if (mgpu__trace_enabled()) o->tag = mgpu__trace_tag_copy();
@@ -266,17 +276,56 @@ static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   }
 }
 
-static void run_launch(mgpu__bdevice *d, op *o) {
+/* The failure a host kernel reports with mgpu_kernel_fail, for the launch
+ * the calling worker runs (NULL outside a launch). */
+typedef struct launch_failure {
+  int code;
+  char detail[160];
+} launch_failure;
+static _Thread_local launch_failure *running_launch;
+
+int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code, const char *detail) {
+  (void)ctx;
+  if (running_launch == NULL || code >= 0)
+    return env->set_error(MGPU_EINVAL, "mgpu_kernel_fail: %s",
+                          running_launch == NULL
+                              ? "called outside a host kernel"
+                              : "the code is not a negative MGPU_E... code");
+  if (running_launch->code == 0) {
+    running_launch->code = code;
+    snprintf(running_launch->detail, sizeof running_launch->detail, "%s",
+             detail != NULL ? detail : "");
+  }
+  return 0;
+}
+
+/* Runs every block, in order, until one reports a failure: that ends the
+ * launch, and the stream's next synchronize returns it (a GPU kernel's
+ * trap ends the same way). */
+static void run_launch(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   mgpu_kernel_ctx ctx;
   ctx.grid_dim = o->u.launch.grid;
   ctx.block_dim = o->u.launch.block;
   ctx.device = d->id;
-  for (unsigned z = 0; z < ctx.grid_dim.z; z++)
-    for (unsigned y = 0; y < ctx.grid_dim.y; y++)
-      for (unsigned x = 0; x < ctx.grid_dim.x; x++) {
+  launch_failure failure = {0, ""};
+  running_launch = &failure;
+  for (unsigned z = 0; z < ctx.grid_dim.z && !failure.code; z++)
+    for (unsigned y = 0; y < ctx.grid_dim.y && !failure.code; y++)
+      for (unsigned x = 0; x < ctx.grid_dim.x && !failure.code; x++) {
         ctx.block_idx = MGPU_DIM3(x, y, z);
         o->u.launch.fn(&ctx, o->u.launch.args);
       }
+  running_launch = NULL;
+  if (failure.code == 0) return;
+  mgpu__mutex_lock(&d->lock);
+  if (s->error == 0) {
+    s->error = failure.code;
+    snprintf(s->error_detail, sizeof s->error_detail,
+             "host device %d: kernel '%s' failed in block (%u, %u, %u): %s",
+             d->id, o->u.launch.name, ctx.block_idx.x, ctx.block_idx.y,
+             ctx.block_idx.z, failure.detail);
+  }
+  mgpu__mutex_unlock(&d->lock);
 }
 
 /* A wait of stream s for event e ran: the arrow from where e was recorded
@@ -346,7 +395,7 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       memset(o->u.memset.dst, o->u.memset.value, o->u.memset.size);
       break;
     case OP_LAUNCH:
-      run_launch(d, o);
+      run_launch(d, s, o);
       break;
     case OP_BUILTIN:
       mgpu__host_builtin_run(&o->u.builtin);
@@ -377,9 +426,9 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
 }
 
 static void op_free(op *o) {
-  if (o->kind == OP_LAUNCH) free(o->u.launch.args);
-  free(o->tag);
-  free(o);
+  if (o->kind == OP_LAUNCH) mgpu__free(o->u.launch.args);
+  mgpu__free(o->tag);
+  mgpu__free(o);
 }
 
 /* With d->lock held: 1 if s must park on the event of its head wait. */
@@ -414,6 +463,30 @@ static int watch_for_work(mgpu__bdevice *d) {
   return 0;
 }
 
+/* d->lock held. */
+static void lose_locked(mgpu__bdevice *d, const char *why) {
+  if (atomic_load_explicit(&d->lost, memory_order_relaxed)) return;
+  snprintf(d->lost_why, sizeof d->lost_why, "%s", why);
+  atomic_store_explicit(&d->lost, 1, memory_order_release);
+  env->log(MGPU_LOG_WARN, "host device %d lost: %s", d->id, why);
+}
+
+/* d->lock held. Whether the worker must skip o instead of running it: the
+ * device is lost, or o is the operation after which MGPU_FAULT loses it.
+ * Events and waits always run; so do host callbacks. */
+static int skip_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
+  if (o->kind == OP_RECORD || o->kind == OP_WAIT) return 0;
+  if (!atomic_load_explicit(&d->lost, memory_order_relaxed) &&
+      mgpu__fault_device_op(d->id)) {
+    char why[64];
+    snprintf(why, sizeof why, "MGPU_FAULT device:%d@after", d->id);
+    lose_locked(d, why);
+  }
+  if (!atomic_load_explicit(&d->lost, memory_order_relaxed)) return 0;
+  if (s->error == 0) s->error = MGPU_EDEVLOST;
+  return o->kind != OP_CALLBACK;
+}
+
 static void *worker_main(void *arg) {
   mgpu__bdevice *d = arg;
   mgpu__trace_name_thread(d->id, "host worker");
@@ -433,9 +506,10 @@ static void *worker_main(void *arg) {
     }
     op *o = s->head;
     if (o->kind == OP_WAIT && must_park(s, o)) continue;
+    int skip = skip_op(d, s, o);
     s->running = 1;
     mgpu__mutex_unlock(&d->lock);
-    run_op(d, s, o);
+    if (!skip) run_op(d, s, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
     s->nfinished++;
@@ -466,18 +540,18 @@ static void host_close(mgpu__bdevice *d) {
   mgpu__cond_broadcast(&d->work);
   mgpu__mutex_unlock(&d->lock);
   for (int i = 0; i < d->nworkers; i++) mgpu__thread_join(d->workers[i]);
-  free(d->workers);
+  mgpu__free(d->workers);
   mgpu__cond_destroy(&d->idle);
   mgpu__cond_destroy(&d->work);
   mgpu__mutex_destroy(&d->lock);
-  free(d);
+  mgpu__free(d);
 }
 
 static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
-  mgpu__bdevice *d = calloc(1, sizeof *d);
+  mgpu__bdevice *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL) goto fail_nomem;
   d->id = spec->id;
-  d->workers = calloc((size_t)env->config->host_workers, sizeof *d->workers);
+  d->workers = mgpu__calloc((size_t)env->config->host_workers, sizeof *d->workers);
   if (d->workers == NULL) goto fail_free;
   mgpu__mutex_init(&d->lock);
   mgpu__cond_init(&d->work);
@@ -494,7 +568,7 @@ static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   *out = d;
   return 0;
 fail_free:
-  free(d);
+  mgpu__free(d);
 fail_nomem:
   return env->set_error(MGPU_ENOMEM, "host device %d: out of host memory",
                         spec->id);
@@ -538,13 +612,13 @@ static int host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
 static void host_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr) {
   (void)d;
   (void)kind;
-  free(ptr);
+  mgpu__free(ptr);
 }
 
 /* Host memory needs no device: free() is all. */
 static void host_mem_free_detached(mgpu_mem_kind kind, void *ptr) {
   (void)kind;
-  free(ptr);
+  mgpu__free(ptr);
 }
 
 static int host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
@@ -558,7 +632,7 @@ static int host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
 /* ---- streams ---- */
 
 static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
-  mgpu__bstream *s = calloc(1, sizeof *s);
+  mgpu__bstream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL) return op_nomem(d);
   s->dev = d;
   s->track = mgpu__trace_track_new(d->id, NULL);
@@ -573,8 +647,14 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   while (s->nfinished < target) mgpu__cond_wait(&d->idle, &d->lock);
   s->syncs--;
   int err = s->error;
+  char detail[sizeof s->error_detail];
+  memcpy(detail, s->error_detail, sizeof detail);
   s->error = 0;
   mgpu__mutex_unlock(&d->lock);
+  if (err == MGPU_EDEVLOST)
+    return env->set_error(err, "host device %d was lost (%s): work queued on "
+                          "the stream did not run", d->id, d->lost_why);
+  if (err != 0) return env->set_error(err, "%s", detail);
   return err;
 }
 
@@ -583,7 +663,7 @@ static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
   mgpu__mutex_unlock(&d->lock);
-  free(s);
+  mgpu__free(s);
 }
 
 static int host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
@@ -602,7 +682,7 @@ static void *host_stream_native(mgpu__bstream *s) {
 /* ---- events ---- */
 
 static int host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
-  mgpu__bevent *e = calloc(1, sizeof *e);
+  mgpu__bevent *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL) return op_nomem(d);
   e->dev = d;
   mgpu__mutex_init(&e->lock);
@@ -621,7 +701,7 @@ static void host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   mgpu__mutex_unlock(&e->lock);
   mgpu__cond_destroy(&e->done);
   mgpu__mutex_destroy(&e->lock);
-  free(e);
+  mgpu__free(e);
 }
 
 static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
@@ -643,6 +723,10 @@ static int host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
   uint64_t target = e->recorded;
   while (e->completed < target) mgpu__cond_wait(&e->done, &e->lock);
   mgpu__mutex_unlock(&e->lock);
+  if (atomic_load_explicit(&e->dev->lost, memory_order_acquire))
+    return env->set_error(MGPU_EDEVLOST, "host device %d was lost (%s): the "
+                          "work before the event may not have run",
+                          e->dev->id, e->dev->lost_why);
   return 0;
 }
 
@@ -754,7 +838,7 @@ static int host_launch(mgpu__bdevice *d, mgpu__bstream *s,
   op *o = op_new(OP_LAUNCH);
   if (o == NULL) return op_nomem(d);
   if (args_size > 0) {
-    o->u.launch.args = malloc(args_size);
+    o->u.launch.args = mgpu__malloc(args_size);
     if (o->u.launch.args == NULL) {
       op_free(o);
       return op_nomem(d);
@@ -762,6 +846,8 @@ static int host_launch(mgpu__bdevice *d, mgpu__bstream *s,
     memcpy(o->u.launch.args, args, args_size);
   }
   o->u.launch.fn = k->host_fn;
+  snprintf(o->u.launch.name, sizeof o->u.launch.name, "%s",
+           k->name != NULL ? k->name : "?");
   if (mgpu__trace_enabled() && o->tag == NULL) {
     mgpu__trace_arg a[] = {MGPU__TARG_I("grid_x", grid.x),
                            MGPU__TARG_I("grid_y", grid.y),
@@ -839,6 +925,18 @@ static int host_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
   return rc;
 }
 
+static void host_lose(mgpu__bdevice *d, const char *why) {
+  mgpu__mutex_lock(&d->lock);
+  lose_locked(d, why);
+  mgpu__mutex_unlock(&d->lock);
+}
+
+static int host_lost(mgpu__bdevice *d, char *why, size_t why_size) {
+  if (!atomic_load_explicit(&d->lost, memory_order_acquire)) return 0;
+  if (why != NULL && why_size > 0) snprintf(why, why_size, "%s", d->lost_why);
+  return 1;
+}
+
 static const mgpu__backend_ops host_ops = {
     .name = "host",
     .kind = MGPU_BACKEND_HOST,
@@ -879,6 +977,8 @@ static const mgpu__backend_ops host_ops = {
     .ipc_import = mgpu__host_ipc_import,
     .ipc_protect = mgpu__host_ipc_protect,
     .ipc_unimport = mgpu__host_ipc_unimport,
+    .lose = host_lose,
+    .lost = host_lost,
 };
 
 const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *e) {

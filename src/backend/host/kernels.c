@@ -10,15 +10,36 @@
 #include "backend/host/host.h"
 #include "util/elementwise.h"
 
+/* The result of scale and axpy is computed in double and converted back.
+ * For integers a value outside the type's range would be undefined
+ * behaviour: it saturates instead, and NaN gives 0, as the conversions of
+ * CUDA's kernels do (__double2int_rz). For floating point the conversion is
+ * IEEE (too large is infinity). */
+static inline float to_f32(double x) { return (float)x; }
+static inline double to_f64(double x) { return x; }
+static inline int32_t to_i32(double x) {
+  if (x != x) return 0;
+  if (x >= 2147483648.0) return INT32_MAX;
+  if (x <= -2147483649.0) return INT32_MIN;
+  return (int32_t)x;
+}
+static inline int64_t to_i64(double x) {
+  if (x != x) return 0;
+  if (x >= 9223372036854775808.0) return INT64_MAX;
+  if (x < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)x;
+}
+
 #define DEFINE_KERNELS(T, SUFFIX)                                         \
   static void fill_##SUFFIX(T *dst, size_t n, T v) {                         \
     for (size_t i = 0; i < n; i++) dst[i] = v;                               \
   }                                                                          \
   static void scale_##SUFFIX(T *dst, size_t n, double alpha) {               \
-    for (size_t i = 0; i < n; i++) dst[i] = (T)(dst[i] * alpha);             \
+    for (size_t i = 0; i < n; i++) dst[i] = to_##SUFFIX(dst[i] * alpha);     \
   }                                                                          \
   static void axpy_##SUFFIX(T *y, const T *x, size_t n, double alpha) {      \
-    for (size_t i = 0; i < n; i++) y[i] = (T)(y[i] + alpha * x[i]);          \
+    for (size_t i = 0; i < n; i++)                                           \
+      y[i] = to_##SUFFIX((double)y[i] + alpha * (double)x[i]);               \
   }                                                                          \
   static void run_##SUFFIX(const mgpu__builtin *k, T value) {                \
     switch (k->kind) {                                                       \
