@@ -1,6 +1,6 @@
-/* Cycles of device functions (beside test-waits.c): device functions that call mgpu_run_on_device on each
- * other in a cycle get MGPU_EDEADLK naming the cycle instead of hanging; a
- * chain without a cycle runs. */
+/* Cycles of device functions: device functions that call mgpu_run_on_device
+ * on each other in a cycle get MGPU_EDEADLK naming the cycle instead of
+ * hanging; a chain without a cycle runs (test-waits.c has the rest). */
 #include "task.h"
 
 typedef struct hop {

@@ -125,7 +125,7 @@ static void *host_thread_main(void *arg) {
     mgpu__device *waiter = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
     if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
     mgpu__cond_broadcast(&d->queue_cond);
-    if (w->abandoned) free(w); /* its mgpu_work, whose first member it is */
+    if (w->abandoned) mgpu__free(w); /* its mgpu_work, whose first member it is */
   }
   mgpu__mutex_unlock(&d->queue_lock);
   return NULL;
@@ -344,7 +344,7 @@ static void abandon(mgpu__work *w) {
     if (!done) w->item.abandoned = 1;
     mgpu__mutex_unlock(&d->queue_lock);
   }
-  if (done) free(w);
+  if (done) mgpu__free(w);
 }
 
 int mgpu_work_wait(mgpu_work *h) {

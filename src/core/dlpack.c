@@ -10,6 +10,7 @@
 
 #include "core/internal.h"
 #include "mgpu/interop.h"
+#include "util/fault.h"
 
 #define MAX_DIMS 64
 
@@ -23,7 +24,7 @@ static void export_deleter(DLManagedTensorVersioned *self) {
   if (self == NULL) return;
   export_ctx *x = self->manager_ctx;
   mgpu__buf_unref(x->buf);
-  free(x);
+  mgpu__free(x);
 }
 
 /* Where b's memory lives, in DLPack's words. The backend kind is asked here
@@ -118,7 +119,7 @@ static int export_view(mgpu__buf *b, size_t offset, DLDataType dtype,
     return mgpu__error(MGPU_ERANGE, "mgpu_buffer_dlpack: offset %zu is "
                        "outside the %zu-byte buffer of device %d", offset,
                        b->size, b->dev);
-  export_ctx *x = calloc(1, sizeof *x + 2 * (size_t)ndim * sizeof(int64_t));
+  export_ctx *x = mgpu__calloc(1, sizeof *x + 2 * (size_t)ndim * sizeof(int64_t));
   if (x == NULL)
     return mgpu__error(MGPU_ENOMEM, "mgpu_buffer_dlpack: out of host memory "
                        "exporting the buffer of device %d", b->dev);

@@ -179,7 +179,7 @@ static int wrap_in(mgpu_buffer **out, int dev, mgpu_mem_kind kind, void *ptr,
   if ((flags & ~(unsigned)MGPU_BUFFER_READONLY) != 0)
     return mgpu__error(MGPU_EINVAL, "mgpu_buffer_wrap: device %d: unknown "
                        "flags 0x%x", dev, flags);
-  mgpu__buf *b = calloc(1, sizeof *b);
+  mgpu__buf *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
   b->dev = dev;
@@ -191,7 +191,7 @@ static int wrap_in(mgpu_buffer **out, int dev, mgpu_mem_kind kind, void *ptr,
   b->release = release;
   b->release_arg = arg;
   rc = new_handle(b, out);
-  if (rc != 0) free(b);
+  if (rc != 0) mgpu__free(b);
   return rc;
 }
 
@@ -249,7 +249,7 @@ static void pool_list(mgpu__device *d, mempool_block *blk);
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   if (b->wrapped) {
     if (b->release != NULL) b->release(b->ptr, b->size, b->release_arg);
-    free(b);
+    mgpu__free(b);
     return;
   }
   d->ops->mem_free(d->bdev, b->kind, b->ptr);
@@ -350,7 +350,7 @@ static int defer_while_exported(mgpu__buf *b, int detach) {
     if (detach) {
       detach_locked(b, mgpu__device_get(b->dev));
     } else {
-      freed_entry *e = malloc(sizeof *e);
+      freed_entry *e = mgpu__malloc(sizeof *e);
       if (e != NULL) {
         b->freed = 1;
         e->b = b;
@@ -374,7 +374,7 @@ void mgpu__buf_unref(mgpu__buf *b) {
       if ((*l)->b != b) continue;
       freed_entry *e = *l;
       *l = e->next;
-      free(e);
+      mgpu__free(e);
       break;
     }
   }
@@ -386,7 +386,7 @@ void mgpu__buf_unref(mgpu__buf *b) {
       b->release(b->ptr, b->size, b->release_arg);
     else if (!b->wrapped && b->detached_free != NULL)
       b->detached_free(b->kind, b->ptr);
-    free(b);
+    mgpu__free(b);
     return;
   }
   buf_release(b);
@@ -399,7 +399,7 @@ static void detach_freed_exported(void) {
     freed_entry *e = freed_exported;
     freed_exported = e->next;
     detach_locked(e->b, mgpu__device_get(e->b->dev));
-    free(e);
+    mgpu__free(e);
   }
   mgpu__mutex_unlock(&refs_lock);
 }

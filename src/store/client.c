@@ -28,6 +28,7 @@
 #include "mgpu/copy.h"
 #include "mgpu/store.h"
 #include "store/store-internal.h"
+#include "util/fault.h"
 
 #define REPLY_TIMEOUT_MS 30000
 
@@ -220,7 +221,7 @@ static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
     rc = store_dead(st, "bad reply: %s", why);
     goto out;
   }
-  msg = malloc(MGPU__STORE_HDR + (size_t)plen);
+  msg = mgpu__malloc(MGPU__STORE_HDR + (size_t)plen);
   if (msg == NULL) {
     rc = store_dead(st, "out of memory for a reply of %u bytes", plen);
     goto out;
@@ -252,7 +253,7 @@ static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
     rc = store_dead(st, "reply of type 0x%04x to a request of type %u",
                     reply->type, w->data[6] | w->data[7] << 8);
 out:
-  free(msg);
+  mgpu__free(msg);
   st->seq++;
   if (rc != 0 || fd == NULL) {
     if (got_fd >= 0) close(got_fd);
@@ -282,7 +283,7 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
   if (out == NULL)
     return mgpu__error(MGPU_EINVAL, "mgpu_store_connect: NULL output");
   *out = NULL;
-  mgpu_store *st = calloc(1, sizeof *st);
+  mgpu_store *st = mgpu__calloc(1, sizeof *st);
   if (st == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
   int rc = 0;
   if (path == NULL) {
@@ -294,7 +295,7 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
     snprintf(st->path, sizeof st->path, "%s", path);
   }
   if (rc != 0) {
-    free(st);
+    mgpu__free(st);
     return rc;
   }
   st->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -305,7 +306,7 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
                      "(start one with mgpud or mgpu store serve)", st->path,
                      strerror(errno));
     if (st->fd >= 0) close(st->fd);
-    free(st);
+    mgpu__free(st);
     return rc;
   }
   mgpu__mutex_init(&st->lock);
@@ -320,7 +321,7 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
   if (rc != 0) {
     close(st->fd);
     mgpu__mutex_destroy(&st->lock);
-    free(st);
+    mgpu__free(st);
     return rc;
   }
   st->instance = m.instance;
@@ -338,9 +339,9 @@ static void object_unmap(mgpu_store_object *o) {
    * read the mapping. After mgpu_shutdown the handles are stale: fine. */
   if (o->buffer != NULL) mgpu_free(o->buffer);
   if (o->mirror_buf != NULL) mgpu_free(o->mirror_buf);
-  else free(o->mirror);
+  else mgpu__free(o->mirror);
   mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
-  free(o);
+  mgpu__free(o);
 }
 
 int mgpu_store_disconnect(mgpu_store *st) {
@@ -375,7 +376,7 @@ int mgpu_store_disconnect(mgpu_store *st) {
     object_unmap(o);
   }
   mgpu__mutex_destroy(&st->lock);
-  free(st);
+  mgpu__free(st);
   return 0;
 }
 
@@ -384,7 +385,7 @@ int mgpu_store_disconnect(mgpu_store *st) {
 /* Maps what a CREATE or GET reply describes and lists the object. */
 static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
                       int writable, mgpu_store_object **out) {
-  mgpu_store_object *o = calloc(1, sizeof *o);
+  mgpu_store_object *o = mgpu__calloc(1, sizeof *o);
   if (o == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
   o->store = st;
   o->id = d->id;
@@ -412,7 +413,7 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
   if (fd >= 0) close(fd);
   o->mem.fd = -1;
   if (rc != 0) {
-    free(o);
+    mgpu__free(o);
     return rc;
   }
   /* On a device of this process the object is a buffer like any other,
@@ -423,7 +424,7 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
                           NULL);
     if (rc != 0) {
       mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
-      free(o);
+      mgpu__free(o);
       return rc;
     }
   }
@@ -670,7 +671,7 @@ int mgpu_store_mirror_begin(mgpu_store_object *obj, int fill, void **host) {
     }
     obj->mirror = m;
   } else if (obj->mem.kind == MGPU__IPC_MEMFD) {
-    obj->mirror = malloc(obj->size);
+    obj->mirror = mgpu__malloc(obj->size);
     if (obj->mirror == NULL)
       return mgpu__error(MGPU_ENOMEM, "object %llu: no host memory for a "
                          "%zu-byte mirror", (unsigned long long)obj->id,
@@ -698,7 +699,7 @@ int mgpu_store_mirror_end(mgpu_store_object *obj) {
     obj->mirror_buf = NULL;
   } else {
     if (obj->writable) memcpy(obj->ptr, obj->mirror, obj->size);
-    free(obj->mirror);
+    mgpu__free(obj->mirror);
   }
   obj->mirror = NULL;
   return rc;
@@ -727,7 +728,7 @@ int mgpu_store_list(mgpu_store *st, mgpu_store_entry **entries,
     if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
     mgpu__store_wbuf_free(&w);
     if (rc != 0) break;
-    mgpu_store_entry *grown = realloc(all, (n + m.count + 1) * sizeof *all);
+    mgpu_store_entry *grown = mgpu__realloc(all, (n + m.count + 1) * sizeof *all);
     if (grown == NULL) {
       mgpu__store_msg_free(&m);
       rc = mgpu__error(MGPU_ENOMEM, "out of host memory for %zu entries",
@@ -754,7 +755,7 @@ int mgpu_store_list(mgpu_store *st, mgpu_store_entry **entries,
   }
   mgpu__mutex_unlock(&st->lock);
   if (rc != 0) {
-    free(all);
+    mgpu__free(all);
     return rc;
   }
   *entries = all;
@@ -762,7 +763,7 @@ int mgpu_store_list(mgpu_store *st, mgpu_store_entry **entries,
   return 0;
 }
 
-void mgpu_store_list_free(mgpu_store_entry *entries) { free(entries); }
+void mgpu_store_list_free(mgpu_store_entry *entries) { mgpu__free(entries); }
 
 int mgpu_store_stats_get(mgpu_store *st, mgpu_store_stats *stats) {
   int rc = check_store(st);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "mgpu/error.h"
+#include "util/fault.h"
 
 /* ---- decoding ---------------------------------------------------------- */
 
@@ -139,7 +140,7 @@ static void *alloc_entries(reader *r, uint32_t count, size_t min_each,
     fail(r, what);
     return NULL;
   }
-  void *p = calloc(count, each);
+  void *p = mgpu__calloc(count, each);
   if (p == NULL) fail(r, "out of memory");
   return p;
 }
@@ -309,8 +310,8 @@ int mgpu__store_decode(const uint8_t *buf, size_t len, mgpu__store_msg *msg,
 }
 
 void mgpu__store_msg_free(mgpu__store_msg *msg) {
-  free(msg->entries);
-  free(msg->devices);
+  mgpu__free(msg->entries);
+  mgpu__free(msg->devices);
   msg->entries = NULL;
   msg->devices = NULL;
 }
@@ -322,7 +323,7 @@ static void reserve(mgpu__store_wbuf *w, size_t n) {
   if (w->len + n <= w->cap) return;
   size_t cap = w->cap ? w->cap : 256;
   while (cap < w->len + n) cap *= 2;
-  uint8_t *p = realloc(w->data, cap);
+  uint8_t *p = mgpu__realloc(w->data, cap);
   if (p == NULL) {
     w->failed = 1;
     return;
@@ -408,6 +409,6 @@ void mgpu__store_wbuf_consume(mgpu__store_wbuf *w, size_t n) {
 }
 
 void mgpu__store_wbuf_free(mgpu__store_wbuf *w) {
-  free(w->data);
+  mgpu__free(w->data);
   memset(w, 0, sizeof *w);
 }

@@ -36,6 +36,7 @@
 #include "core/internal.h"
 #include "mgpu/store.h"
 #include "store/store-internal.h"
+#include "util/fault.h"
 
 #define MAX_CONNS 1024
 /* A client that lets this many reply bytes pile up is not reading. */
@@ -145,7 +146,7 @@ static void object_free(object *o) {
   mgpu__log(MGPU_LOG_DEBUG, "store: object %llu freed (%zu bytes, device %s)",
             (unsigned long long)o->id, o->size, d->uuid);
   mgpu__store_mem_free(o->dev, o->alloc);
-  free(o);
+  mgpu__free(o);
 }
 
 /* Frees the object when deleted and unreferenced. */
@@ -192,7 +193,7 @@ static lease *lease_find(conn *c, object *o) {
 static int lease_take(conn *c, object *o) {
   lease *l = lease_find(c, o);
   if (l == NULL) {
-    l = calloc(1, sizeof *l);
+    l = mgpu__calloc(1, sizeof *l);
     if (l == NULL) return MGPU_ENOMEM;
     l->obj = o;
     l->next = c->leases;
@@ -213,7 +214,7 @@ static int lease_drop(conn *c, object *o) {
     o->last_use = ++S.tick;
     if (--l->count == 0) {
       *p = l->next;
-      free(l);
+      mgpu__free(l);
     }
     object_settle(o);
     return 0;
@@ -239,7 +240,7 @@ static void conn_close(conn *c, const char *why) {
     c->leases = l->next;
     object *o = l->obj;
     o->refs -= l->count;
-    free(l);
+    mgpu__free(l);
     object_settle(o);
   }
   for (conn **p = &S.conns; *p != NULL; p = &(*p)->next)
@@ -251,19 +252,19 @@ static void conn_close(conn *c, const char *why) {
     pending_fd *f = c->fds;
     c->fds = f->next;
     close(f->fd);
-    free(f);
+    mgpu__free(f);
   }
   close(c->fd);
-  free(c->in);
+  mgpu__free(c->in);
   mgpu__store_wbuf_free(&c->out);
-  free(c);
+  mgpu__free(c);
   S.nconns--;
 }
 
 /* Queues the message just ended in c->out, with fd (>= 0) beside it. */
 static void queue_fd(conn *c, size_t at, int fd) {
   if (fd < 0) return;
-  pending_fd *f = calloc(1, sizeof *f);
+  pending_fd *f = mgpu__calloc(1, sizeof *f);
   if (f == NULL) {
     close(fd);
     return;
@@ -365,14 +366,14 @@ static void do_create(conn *c, const mgpu__store_msg *m) {
                 (unsigned long long)(held > d->in_use ? d->in_use : held));
     return;
   }
-  object *o = calloc(1, sizeof *o);
+  object *o = mgpu__calloc(1, sizeof *o);
   if (o == NULL) {
     reply_error(c, m->seq, MGPU_ENOMEM, "store daemon out of host memory");
     return;
   }
   int rc = mgpu__store_mem_alloc(dev, m->size, &o->mem, &o->alloc);
   if (rc != 0) {
-    free(o);
+    mgpu__free(o);
     reply_error(c, m->seq, rc, "device %s: %s", d->uuid, mgpu_error_detail());
     return;
   }
@@ -574,7 +575,7 @@ static int conn_read(conn *c, char *why, size_t n) {
       size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
       if (cap > 2 * (size_t)MGPU__STORE_MSG_MAX) cap = 2 * MGPU__STORE_MSG_MAX;
       if (cap > c->in_cap) {
-        uint8_t *p = realloc(c->in, cap);
+        uint8_t *p = mgpu__realloc(c->in, cap);
         if (p == NULL) {
           snprintf(why, n, "out of memory for its input");
           return -1;
@@ -674,7 +675,7 @@ static int conn_flush(conn *c, char *why, size_t n) {
       c->fds = f->next;
       if (c->fds == NULL) c->fds_tail = NULL;
       close(f->fd);
-      free(f);
+      mgpu__free(f);
     }
     for (pending_fd *f = c->fds; f != NULL; f = f->next) f->at -= (size_t)w;
     mgpu__store_wbuf_consume(&c->out, (size_t)w);
@@ -693,7 +694,7 @@ static void accept_one(void) {
     close(fd);
     return;
   }
-  conn *c = calloc(1, sizeof *c);
+  conn *c = mgpu__calloc(1, sizeof *c);
   if (c == NULL) {
     close(fd);
     return;
@@ -879,8 +880,8 @@ static int serve(mgpu_store_server_config *cfgp) {
   mgpu__log(MGPU_LOG_INFO, "store: serving %d devices on %s (pid %d)", S.ndev,
             S.path, (int)getpid());
 
-  struct pollfd *pfd = calloc(MAX_CONNS + 3, sizeof *pfd);
-  conn **owner = calloc(MAX_CONNS + 3, sizeof *owner);
+  struct pollfd *pfd = mgpu__calloc(MAX_CONNS + 3, sizeof *pfd);
+  conn **owner = mgpu__calloc(MAX_CONNS + 3, sizeof *owner);
   rc = (pfd == NULL || owner == NULL)
            ? mgpu__error(MGPU_ENOMEM, "out of host memory")
            : 0;
@@ -920,8 +921,8 @@ static int serve(mgpu_store_server_config *cfgp) {
       }
     }
   }
-  free(pfd);
-  free(owner);
+  mgpu__free(pfd);
+  mgpu__free(owner);
   mgpu__log(MGPU_LOG_INFO, "store: stopping, %d clients connected", S.nconns);
   while (S.conns != NULL) conn_close(S.conns, NULL);
   while (S.head != NULL) object_free(S.head);

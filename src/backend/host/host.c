@@ -615,7 +615,7 @@ static void host_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr) {
   mgpu__free(ptr);
 }
 
-/* Host memory needs no device: free() is all. */
+/* Host memory needs no device: mgpu__free() is all. */
 static void host_mem_free_detached(mgpu_mem_kind kind, void *ptr) {
   (void)kind;
   mgpu__free(ptr);

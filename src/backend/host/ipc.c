@@ -19,6 +19,7 @@
 #include "backend/ipc.h"
 #include "util/log.h"
 #include "util/thread.h"
+#include "util/fault.h"
 
 typedef struct host_alloc {
   int fd;
@@ -37,12 +38,12 @@ int mgpu__host_ipc_alloc(struct mgpu__bdevice *d, size_t size,
   if (size == 0 || map_size < size)
     return mgpu__error(MGPU_EINVAL, "host memory of %zu bytes cannot be "
                        "shared", size);
-  host_alloc *a = calloc(1, sizeof *a);
+  host_alloc *a = mgpu__calloc(1, sizeof *a);
   if (a == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
   a->fd = memfd_create("mgpu-store", MFD_ALLOW_SEALING | MFD_CLOEXEC);
   if (a->fd < 0) {
     int e = errno;
-    free(a);
+    mgpu__free(a);
     return mgpu__error(MGPU_ENOMEM, "memfd_create of %zu bytes: %s", size,
                        strerror(e));
   }
@@ -51,7 +52,7 @@ int mgpu__host_ipc_alloc(struct mgpu__bdevice *d, size_t size,
           0) {
     int e = errno;
     close(a->fd);
-    free(a);
+    mgpu__free(a);
     return mgpu__error(MGPU_ENOMEM, "memfd of %zu bytes: size or seals "
                        "refused: %s", size, strerror(e));
   }
@@ -71,7 +72,7 @@ void mgpu__host_ipc_free(struct mgpu__bdevice *d, void *alloc) {
   host_alloc *a = alloc;
   if (a == NULL) return;
   close(a->fd);
-  free(a);
+  mgpu__free(a);
 }
 
 int mgpu__host_ipc_export_fd(struct mgpu__bdevice *d, void *alloc,
@@ -130,7 +131,7 @@ int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
     return mgpu__error(MGPU_ENOMEM, "object %llu: mmap of %zu bytes: %s",
                        (unsigned long long)m->key[1], m->map_size,
                        strerror(errno));
-  import_entry *e = calloc(1, sizeof *e);
+  import_entry *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL) {
     munmap(base, m->map_size);
     return mgpu__error(MGPU_ENOMEM, "out of host memory");
@@ -183,7 +184,7 @@ void mgpu__host_ipc_unimport(struct mgpu__bdevice *d, void *ptr) {
   mgpu__mutex_unlock(&map_lock);
   if (gone != NULL) {
     munmap(gone->base, gone->map_size);
-    free(gone);
+    mgpu__free(gone);
   }
 }
 
