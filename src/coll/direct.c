@@ -189,6 +189,9 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
  * kernel, which is what the latency of a small collective is made of. */
 #define ONE_SHOT_BYTES (64u << 10)
 #define ONE_SHOT_RANKS 8
+/* Up to this many bytes the issuing thread runs the jobs itself when it
+ * can (inline_issue). */
+#define INLINE_BYTES (64u << 10)
 
 typedef struct one_shot_args {
   int njobs;
@@ -233,12 +236,40 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
   return rc;
 }
 
+/* The smallest path: when every rank's stream is idle, the issuing thread
+ * claims them all and runs the one-shot jobs itself, then releases them. No
+ * stream operation is queued and no worker wakes: the cost is the data's
+ * cache lines and a lock per stream. Work queued on a claimed stream
+ * meanwhile waits behind the claim, so stream order is what it would have
+ * been had the jobs been queued. Returns 1 when it ran, 0 when some stream
+ * was busy (nothing was run, every claim was given back). */
+static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
+  int n = c->n, claimed = 0;
+  while (claimed < n && mgpu__stream_claim(op->part[claimed].stream))
+    claimed++;
+  int ran = claimed == n;
+  if (ran) {
+    mgpu_kernel_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
+    for (int r = 0; r < n; r++) {
+      job_args j;
+      ctx.device = c->devs[r];
+      if (make_job(c, op, r, &j)) job_kernel(&ctx, &j);
+    }
+  }
+  while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
+  return ran;
+}
+
 int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
   const mgpu__coll_part *p0 = &op->part[0];
   if (p0->count == 0) return 0;
   size_t bytes = p0->count * mgpu_dtype_size(p0->dtype);
   if (p0->kind == MGPU__COLL_ALLGATHER || p0->kind == MGPU__COLL_REDUCE_SCATTER)
     bytes *= (size_t)c->n;
+  if (c->n <= ONE_SHOT_RANKS && bytes <= INLINE_BYTES && inline_issue(c, op))
+    return 0;
   if (c->n > 1 && c->n <= ONE_SHOT_RANKS && bytes <= ONE_SHOT_BYTES)
     return one_shot_issue(c, op);
   int rc = c->n > 1 ? stream_barrier(c, op) : 0;

@@ -174,6 +174,15 @@ int mgpu__event_get(mgpu_event *h, mgpu__event **out);
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size);
 
+/* Runs work on the calling thread in the stream's place: mgpu__stream_claim
+ * returns 1 when the stream was idle and is now held (work queued on it
+ * waits, synchronize waits) until mgpu__stream_release; 0 when it is busy or
+ * its backend cannot lend it. The caller must touch only memory the host can
+ * reach (the backend lends streams only where device memory is host
+ * memory). */
+int mgpu__stream_claim(mgpu__stream *s);
+void mgpu__stream_release(mgpu__stream *s);
+
 /* Borrow an internal stream of the device for a synchronous call; give it
  * back with mgpu__spare_put (after synchronizing it). */
 int mgpu__spare_get(int dev, mgpu__stream **out);

@@ -105,6 +105,17 @@ int mgpu_stream_query(mgpu_stream *h) {
   return d->ops->stream_query(d->bdev, s->bstream);
 }
 
+int mgpu__stream_claim(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  return d->ops->stream_claim != NULL &&
+         d->ops->stream_claim(d->bdev, s->bstream);
+}
+
+void mgpu__stream_release(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  d->ops->stream_release(d->bdev, s->bstream);
+}
+
 int mgpu_stream_device(const mgpu_stream *h) {
   mgpu__stream *s;
   return mgpu__stream_get((mgpu_stream *)h, &s) == 0 ? s->dev : -1;

@@ -479,17 +479,41 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
 static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   /* Runs dry first, whatever was queued last: s is freed. */
   mgpu__mutex_lock(&d->lock);
-  while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
+  while (s->head != NULL || s->running) mgpu__cond_wait(&d->idle, &d->lock);
   mgpu__mutex_unlock(&d->lock);
   free(s);
 }
 
 static int host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
-  int rc = s->head != NULL ? MGPU_EAGAIN : s->error;
-  if (s->head == NULL) s->error = 0;
+  int busy = s->head != NULL || s->running;
+  int rc = busy ? MGPU_EAGAIN : s->error;
+  if (!busy) s->error = 0;
   mgpu__mutex_unlock(&d->lock);
   return rc;
+}
+
+/* A claim is an operation run by the calling thread instead of a worker:
+ * `running` keeps enqueue from putting s on the ready list, and the claim
+ * counts as one queued operation, so synchronize waits for its release. */
+static int host_stream_claim(mgpu__bdevice *d, mgpu__bstream *s) {
+  mgpu__mutex_lock(&d->lock);
+  int idle = s->head == NULL && !s->running && !s->queued && !s->parked;
+  if (idle) {
+    s->running = 1;
+    s->nqueued++;
+  }
+  mgpu__mutex_unlock(&d->lock);
+  return idle;
+}
+
+static void host_stream_release(mgpu__bdevice *d, mgpu__bstream *s) {
+  mgpu__mutex_lock(&d->lock);
+  s->running = 0;
+  s->nfinished++;
+  if (s->syncs > 0 || s->head == NULL) mgpu__cond_broadcast(&d->idle);
+  if (s->head != NULL) ready_push(d, s);
+  mgpu__mutex_unlock(&d->lock);
 }
 
 static void *host_stream_native(mgpu__bstream *s) {
@@ -714,6 +738,8 @@ static const mgpu__backend_ops host_ops = {
     .stream_synchronize = host_stream_synchronize,
     .stream_query = host_stream_query,
     .stream_native = host_stream_native,
+    .stream_claim = host_stream_claim,
+    .stream_release = host_stream_release,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,
