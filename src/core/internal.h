@@ -68,6 +68,12 @@ typedef struct mgpu__device {
   mgpu__cond queue_cond;
   mgpu__work_item *queue_head, *queue_tail;
   int stopping;
+  /* 1 while the queue holds work or stopping is set: written under
+   * queue_lock, read without it by the host thread's spin. */
+  _Atomic int queue_ready;
+  /* Spin budgets (util/thread.h): the host thread's watch for work, and
+   * callers' watch for their result. */
+  mgpu__spin host_spin, caller_spin;
 
   /* Every stream of the device, for mgpu_device_synchronize and shutdown.
    * streams_lock guards the list. */
