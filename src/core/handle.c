@@ -8,7 +8,17 @@
  * itself outlives mgpu_shutdown and a handle kept across a re-init is still
  * recognized as stale.
  *
- * table_lock guards every field below. */
+ * table_lock serializes handing out and releasing slots (free_head, the
+ * chunks' allocation, a slot's next_free). Lookups take no lock: a slot's
+ * tag (generation, type, live bit) and object are atomics; new publishes
+ * the object before the tag, release kills the tag before it clears the
+ * object, and a lookup reads the tag, the object, then the tag again and
+ * trusts the object only if the tag was live and unchanged. Every call
+ * looks up several handles, and the lock was most of a small collective's
+ * cost. (As before, the caller must not race its own release of a handle
+ * against a use of it: the table tells stale from live, it does not keep an
+ * object alive.) */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -17,61 +27,75 @@
 #define MAX_CHUNKS 1024u
 #define GEN_MASK 0xffffffu
 
+/* A slot's tag: generation << 9 | type << 1 | live. */
+#define TAG(gen, type, live) \
+  (((uint64_t)(gen) << 9) | ((uint64_t)(type) << 1) | (uint64_t)(live))
+
 typedef struct slot {
-  void *obj;      /* NULL when free */
-  uint32_t gen;   /* bumped on release */
-  uint8_t type;   /* mgpu__htype of the live object */
-  uint32_t next_free;
+  _Atomic(void *) obj;    /* NULL when free */
+  _Atomic uint64_t tag;   /* generation (bumped on release), type, live */
+  uint32_t next_free;     /* table_lock */
 } slot;
 
 static mgpu__mutex table_lock = PTHREAD_MUTEX_INITIALIZER;
-static slot *chunks[MAX_CHUNKS];
-static uint32_t nslots;          /* slots handed out at least once */
-static uint32_t free_head = ~0u; /* index of the first free slot */
+static _Atomic(slot *) chunks[MAX_CHUNKS];
+static _Atomic uint32_t nslots;  /* slots handed out at least once */
+static uint32_t free_head = ~0u; /* index of the first free slot (lock) */
 
 static slot *slot_at(uint32_t i) {
-  return &chunks[i / CHUNK_SLOTS][i % CHUNK_SLOTS];
+  return &atomic_load_explicit(&chunks[i / CHUNK_SLOTS],
+                               memory_order_acquire)[i % CHUNK_SLOTS];
 }
+
+static uint32_t tag_gen(uint64_t tag) { return (uint32_t)(tag >> 9); }
 
 uintptr_t mgpu__handle_new(mgpu__htype type, void *obj) {
   uintptr_t h = 0;
   mgpu__mutex_lock(&table_lock);
   uint32_t i;
+  int fresh = 0;
   if (free_head != ~0u) {
     i = free_head;
     free_head = slot_at(i)->next_free;
   } else {
-    if (nslots == CHUNK_SLOTS * MAX_CHUNKS) goto out;
-    if (chunks[nslots / CHUNK_SLOTS] == NULL) {
-      chunks[nslots / CHUNK_SLOTS] = calloc(CHUNK_SLOTS, sizeof(slot));
-      if (chunks[nslots / CHUNK_SLOTS] == NULL) goto out;
+    uint32_t n = atomic_load_explicit(&nslots, memory_order_relaxed);
+    if (n == CHUNK_SLOTS * MAX_CHUNKS) goto out;
+    if (atomic_load_explicit(&chunks[n / CHUNK_SLOTS], memory_order_relaxed) ==
+        NULL) {
+      slot *c = calloc(CHUNK_SLOTS, sizeof(slot));
+      if (c == NULL) goto out;
+      atomic_store_explicit(&chunks[n / CHUNK_SLOTS], c, memory_order_release);
     }
-    i = nslots++;
+    i = n;
+    fresh = 1;
   }
   slot *s = slot_at(i);
-  s->obj = obj;
-  s->type = (uint8_t)type;
-  h = ((uintptr_t)s->gen << 40) | ((uintptr_t)type << 32) | (uintptr_t)(i + 1);
+  uint32_t gen = tag_gen(atomic_load_explicit(&s->tag, memory_order_relaxed));
+  atomic_store_explicit(&s->obj, obj, memory_order_relaxed);
+  atomic_store_explicit(&s->tag, TAG(gen, type, 1), memory_order_release);
+  if (fresh) atomic_store_explicit(&nslots, i + 1, memory_order_release);
+  h = ((uintptr_t)gen << 40) | ((uintptr_t)type << 32) | (uintptr_t)(i + 1);
 out:
   mgpu__mutex_unlock(&table_lock);
   return h;
 }
 
-/* Caller holds table_lock. */
+/* The slot of h, whatever its state; NULL (and *err) when h cannot name a
+ * slot of this type. */
 static slot *lookup(uintptr_t h, mgpu__htype type, int *err) {
   uint32_t i = (uint32_t)(h & 0xffffffffu);
   uint32_t t = (uint32_t)((h >> 32) & 0xffu);
-  uint32_t gen = (uint32_t)((h >> 40) & GEN_MASK);
-  if (h == 0 || t != (uint32_t)type || i == 0 || i > nslots) {
+  if (h == 0 || t != (uint32_t)type || i == 0 ||
+      i > atomic_load_explicit(&nslots, memory_order_acquire)) {
     *err = MGPU_EBADHANDLE;
     return NULL;
   }
-  slot *s = slot_at(i - 1);
-  if (s->gen != gen || s->obj == NULL || s->type != type) {
-    *err = MGPU_EFREED;
-    return NULL;
-  }
-  return s;
+  return slot_at(i - 1);
+}
+
+/* The live tag h must find in its slot. */
+static uint64_t live_tag(uintptr_t h, mgpu__htype type) {
+  return TAG((uint32_t)((h >> 40) & GEN_MASK), type, 1);
 }
 
 static const char *const type_word[MGPU__H_COUNT] = {
@@ -103,10 +127,17 @@ static void *failed(int code, uintptr_t h, mgpu__htype type, const char *what,
 void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
                        int *err) {
   int code = 0;
-  mgpu__mutex_lock(&table_lock);
   slot *s = lookup(h, type, &code);
-  void *obj = s ? s->obj : NULL;
-  mgpu__mutex_unlock(&table_lock);
+  void *obj = NULL;
+  if (s != NULL) {
+    uint64_t want = live_tag(h, type);
+    if (atomic_load_explicit(&s->tag, memory_order_acquire) == want) {
+      obj = atomic_load_explicit(&s->obj, memory_order_acquire);
+      if (atomic_load_explicit(&s->tag, memory_order_acquire) != want)
+        obj = NULL;
+    }
+    if (obj == NULL) code = MGPU_EFREED;
+  }
   return obj != NULL ? obj : failed(code, h, type, what, err);
 }
 
@@ -117,12 +148,19 @@ void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
   slot *s = lookup(h, type, &code);
   void *obj = NULL;
   if (s != NULL) {
-    obj = s->obj;
-    s->obj = NULL;
-    s->gen = (s->gen + 1) & GEN_MASK;
-    uint32_t i = (uint32_t)(h & 0xffffffffu) - 1;
-    s->next_free = free_head;
-    free_head = i;
+    uint64_t want = live_tag(h, type);
+    uint32_t gen = tag_gen(want);
+    if (atomic_load_explicit(&s->tag, memory_order_relaxed) == want) {
+      /* Dead first, so a lookup that read the object sees the change. */
+      atomic_store_explicit(&s->tag, TAG((gen + 1) & GEN_MASK, 0, 0),
+                            memory_order_release);
+      obj = atomic_load_explicit(&s->obj, memory_order_relaxed);
+      atomic_store_explicit(&s->obj, NULL, memory_order_release);
+      uint32_t i = (uint32_t)(h & 0xffffffffu) - 1;
+      s->next_free = free_head;
+      free_head = i;
+    }
+    if (obj == NULL) code = MGPU_EFREED;
   }
   mgpu__mutex_unlock(&table_lock);
   return obj != NULL ? obj : failed(code, h, type, what, err);
@@ -134,9 +172,12 @@ void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
   for (;;) {
     void *obj = NULL;
     mgpu__mutex_lock(&table_lock);
-    for (uint32_t i = 0; i < nslots && obj == NULL; i++) {
+    uint32_t n = atomic_load_explicit(&nslots, memory_order_relaxed);
+    for (uint32_t i = 0; i < n && obj == NULL; i++) {
       slot *s = slot_at(i);
-      if (s->obj != NULL && s->type == type) obj = s->obj;
+      uint64_t tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
+      if ((tag & 1) && ((tag >> 1) & 0xffu) == (uint64_t)type)
+        obj = atomic_load_explicit(&s->obj, memory_order_relaxed);
     }
     mgpu__mutex_unlock(&table_lock);
     if (obj == NULL) return;
