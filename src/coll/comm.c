@@ -231,6 +231,7 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
     next = op->next;
     free(op);
   }
+  free(c->spare);
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
   mgpu__cond_destroy(&c->cond);
   mgpu__mutex_destroy(&c->lock);
