@@ -105,8 +105,25 @@ static int cpu_count(void) {
   return n;
 }
 
-int mgpu__spin_wait(mgpu__spin *site, const _Atomic int *flag) {
-  if (atomic_load_explicit(flag, memory_order_acquire)) return 1;
+typedef struct change_arg {
+  const _Atomic int *word;
+  int old;
+} change_arg;
+
+static int changed(const void *p) {
+  const change_arg *a = p;
+  return atomic_load_explicit(a->word, memory_order_acquire) != a->old;
+}
+
+int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word,
+                           int old) {
+  change_arg a = {word, old};
+  return mgpu__spin_until(site, changed, &a);
+}
+
+int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
+                     const void *arg) {
+  if (ready(arg)) return 1;
   unsigned budget = atomic_load_explicit(&site->budget_ns, memory_order_relaxed);
   if (budget == 0) budget = SPIN_DEFAULT_NS;
   int cpus = cpu_count();
@@ -117,7 +134,7 @@ int mgpu__spin_wait(mgpu__spin *site, const _Atomic int *flag) {
   uint64_t deadline = mgpu__now_ns() + budget;
   int seen = 0;
   for (unsigned i = 1;; i++) {
-    if (atomic_load_explicit(flag, memory_order_acquire)) {
+    if (ready(arg)) {
       seen = 1;
       break;
     }

@@ -44,8 +44,17 @@ typedef struct mgpu__spin {
   _Atomic unsigned budget_ns; /* 0: the default */
 } mgpu__spin;
 
-/* Waits up to site's budget for *flag to become nonzero (acquire); returns
- * 1 when it did, 0 when the caller should park. */
-int mgpu__spin_wait(mgpu__spin *site, const _Atomic int *flag);
+/* Waits up to site's budget for ready(arg) to return nonzero (ready reads
+ * with acquire); returns 1 when it did, 0 when the caller should park. */
+int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
+                     const void *arg);
+
+/* The same, for *word to differ from old. */
+int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word, int old);
+
+/* The same, for a flag that becomes nonzero. */
+static inline int mgpu__spin_wait(mgpu__spin *site, const _Atomic int *flag) {
+  return mgpu__spin_wait_change(site, flag, 0);
+}
 
 #endif /* MGPU_UTIL_THREAD_H */
