@@ -129,9 +129,11 @@ static int stream_barrier(mgpu__comm *c, mgpu__coll_op *op) {
   return 0;
 }
 
-/* Fills rank r's job; returns 0 when the rank has nothing to do. */
+/* Fills rank r's job; returns 0 when the rank has nothing to do. nslices:
+ * how many jobs share the data of an all-reduce, reduce or broadcast (c->n
+ * normally; 1: one job does all of it). */
 static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
-                    job_args *j) {
+                    int nslices, job_args *j) {
   const mgpu__coll_part *p0 = &op->part[0];
   int n = c->n;
   size_t esz = mgpu_dtype_size(p0->dtype);
@@ -141,8 +143,8 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
   int ns = 0, nd = 0;
   j->dtype = p0->dtype;
   j->op = p0->op;
-  size_t lo = mgpu__coll_slice(count, n, r);
-  size_t hi = mgpu__coll_slice(count, n, r + 1);
+  size_t lo = mgpu__coll_slice(count, nslices, r);
+  size_t hi = mgpu__coll_slice(count, nslices, r + 1);
   size_t off = lo * esz;
   j->count = hi - lo;
   switch (p0->kind) {
@@ -192,6 +194,9 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
 /* Up to this many bytes the issuing thread runs the jobs itself when it
  * can (inline_issue). */
 #define INLINE_BYTES (64u << 10)
+/* Up to this many bytes per rank, the inline path runs one job over the
+ * whole range of an all-reduce, reduce or broadcast. */
+#define WHOLE_BYTES 4096u
 
 typedef struct one_shot_args {
   int njobs;
@@ -217,7 +222,7 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
   if (a == NULL) return mgpu__error(MGPU_ENOMEM, "coll: out of host memory");
   int rc = 0;
   for (int r = 0; r < n && rc == 0; r++) {
-    if (make_job(c, op, r, &a->jobs[a->njobs])) a->njobs++;
+    if (make_job(c, op, r, n, &a->jobs[a->njobs])) a->njobs++;
     if (r == e) continue;
     mgpu_event *start;
     rc = mgpu__comm_event(c, r, &start);
@@ -252,10 +257,17 @@ static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
     mgpu_kernel_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
-    for (int r = 0; r < n; r++) {
+    /* A few cache lines: one job over all of it, not n slices. */
+    mgpu__coll_kind kind = op->part[0].kind;
+    int whole = kind != MGPU__COLL_ALLGATHER &&
+                kind != MGPU__COLL_REDUCE_SCATTER &&
+                op->part[0].count * mgpu_dtype_size(op->part[0].dtype) <=
+                    WHOLE_BYTES;
+    int jobs = whole ? 1 : n;
+    for (int r = 0; r < jobs; r++) {
       job_args j;
       ctx.device = c->devs[r];
-      if (make_job(c, op, r, &j)) job_kernel(&ctx, &j);
+      if (make_job(c, op, r, jobs, &j)) job_kernel(&ctx, &j);
     }
   }
   while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
@@ -275,7 +287,7 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
   int rc = c->n > 1 ? stream_barrier(c, op) : 0;
   for (int r = 0; r < c->n && rc == 0; r++) {
     job_args j;
-    if (!make_job(c, op, r, &j)) continue;
+    if (!make_job(c, op, r, c->n, &j)) continue;
     if (j.nsrc == 1 && j.ndst == 1 && SRC(&j, 0) == DST(&j, 0)) continue;
     size_t work =
         j.count * mgpu_dtype_size(j.dtype) * (size_t)(j.nsrc + j.ndst);

@@ -356,15 +356,26 @@ static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
 
 /* Collects k joined calls of one communicator under one lock, after a
  * spin on each operation (a thread whose operation another thread issues
- * usually sees it done without sleeping). Returns the first error. */
-static int collect_run(group_call *g, int k, uint64_t deadline) {
+ * usually sees it done without sleeping). The deadline counts from start
+ * (read from the clock here when 0 and a wait is needed). Returns the first
+ * error. */
+static int collect_run(group_call *g, int k, uint64_t *start) {
   mgpu__comm *c = NULL;
+  int pending = 0;
   for (int i = 0; i < k; i++)
     if (g[i].c != NULL) {
       c = g[i].c;
-      if (!g[i].op->done) mgpu__spin_wait(&c->collect_spin, &g[i].op->done);
+      if (!g[i].op->done &&
+          !mgpu__spin_wait(&c->collect_spin, &g[i].op->done))
+        pending = 1;
     }
   if (c == NULL) return 0;
+  int timeout = c->cfg.timeout_ms;
+  uint64_t deadline = 0;
+  if (pending && timeout >= 0) {
+    if (*start == 0) *start = mgpu__now_ns();
+    deadline = *start + (uint64_t)timeout * 1000000ull;
+  }
   int first = 0;
   char detail[256] = "";
   mgpu__mutex_lock(&c->lock);
@@ -392,17 +403,10 @@ static int submit(group_call *calls, int n) {
       snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
     }
   }
-  uint64_t now = 0;
+  uint64_t start = 0; /* the deadlines count from here, read when needed */
   for (int i = 0, j; i < n; i = j) {
     for (j = i + 1; j < n && calls[j].comm == calls[i].comm; j++) continue;
-    mgpu__comm *c = NULL;
-    for (int k = i; k < j && c == NULL; k++) c = calls[k].c;
-    if (c == NULL) continue;
-    int timeout = c->cfg.timeout_ms;
-    if (timeout >= 0 && now == 0) now = mgpu__now_ns();
-    uint64_t deadline =
-        timeout < 0 ? 0 : now + (uint64_t)timeout * 1000000ull;
-    int rc = collect_run(&calls[i], j - i, deadline);
+    int rc = collect_run(&calls[i], j - i, &start);
     if (rc != 0 && first == 0) {
       first = rc;
       snprintf(detail, sizeof detail, "%s", mgpu_error_detail());

@@ -109,7 +109,7 @@ struct mgpu__bstream {
   uint64_t nqueued;
   _Atomic uint64_t nfinished; /* written under dev->lock; synchronize
                                  watches it without the lock */
-  int syncs;
+  int syncs; /* also counts a destroy waiting for the stream to run dry */
   mgpu__bstream *ready_next;
   mgpu__bstream *wait_next; /* in an event's waiters (event lock) */
 };
@@ -501,7 +501,9 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
 static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   /* Runs dry first, whatever was queued last: s is freed. */
   mgpu__mutex_lock(&d->lock);
+  s->syncs++; /* heard of by whoever finishes its work */
   while (s->head != NULL || s->running) mgpu__cond_wait(&d->idle, &d->lock);
+  s->syncs--;
   mgpu__mutex_unlock(&d->lock);
   free(s);
 }
@@ -533,7 +535,7 @@ static void host_stream_release(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   s->running = 0;
   s->nfinished++;
-  if (s->syncs > 0 || s->head == NULL) mgpu__cond_broadcast(&d->idle);
+  if (s->syncs > 0) mgpu__cond_broadcast(&d->idle);
   if (s->head != NULL) ready_push(d, s);
   mgpu__mutex_unlock(&d->lock);
 }
