@@ -321,20 +321,23 @@ static void slow_fill_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
 static const mgpu_kernel slow_fill = {"test_slow_fill", slow_fill_kernel,
                                       NULL};
 
-/* Small collectives are run by the issuing thread when every stream is idle
- * and queued as stream work when one is busy: both keep stream order. A rank
- * whose input is still being written by a slow kernel must be waited for,
- * and work queued right after the collective must see its result, on every
- * rank, for both ways of running it. */
+/* Small and medium collectives are run by the issuing thread (with the
+ * devices' workers for medium ones) when every stream is idle, and queued as
+ * stream work when one is busy: both keep stream order. A rank whose input
+ * is still being written by a slow kernel must be waited for, and work
+ * queued right after the collective must see its result, on every rank, for
+ * every way of running it. */
 TEST_IMPL(direct_stream_order) {
   int devs[4];
   mgpu_comm_config cfg;
   int n = direct_setup(devs, &cfg);
   if (n < 2) return TEST_SKIP;
-  const size_t count = 1000;
+  static const size_t counts[] = {1000, 100000}; /* 4 KB, 400 KB */
   world w;
-  world_open(&w, devs, n, count, &cfg);
-  for (int busy = 0; busy < 2; busy++) {
+  world_open(&w, devs, n, counts[1], &cfg);
+  for (int k = 0; k < 4; k++) {
+    size_t count = counts[k / 2];
+    int busy = k % 2;
     for (int r = 0; r < n; r++) {
       float *p = mgpu_buffer_ptr(w.a[r]);
       ASSERT(p != NULL);

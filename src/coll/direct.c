@@ -194,6 +194,9 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
 /* Up to this many bytes the issuing thread runs the jobs itself when it
  * can (inline_issue). */
 #define INLINE_BYTES (64u << 10)
+/* Up to this many bytes, claimed_parallel_issue serves a collective whose
+ * streams are idle. */
+#define CLAIMED_MAX_BYTES (4u << 20)
 /* Up to this many bytes per rank, the inline path runs one job over the
  * whole range of an all-reduce, reduce or broadcast. */
 #define WHOLE_BYTES 4096u
@@ -274,6 +277,51 @@ static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
   return ran;
 }
 
+/* Medium messages, when every rank's stream is idle: the issuing thread
+ * claims them all, hands the jobs of ranks 1 .. n-1 to their devices'
+ * workers (one launch each on the communicator's internal streams, which
+ * are idle while comm->lock is held), runs rank 0's job itself, waits for
+ * the others (spinning first) and releases the streams. One launch per rank
+ * and no event, where the queued path pays two stream barriers (2 n^2
+ * stream operations, each a possible wake-up). The call returns once the
+ * data moved. Returns 1 when it ran, 0 when a stream was busy (nothing
+ * ran), or a negative error. */
+static int claimed_parallel_issue(mgpu__comm *c, mgpu__coll_op *op) {
+  int n = c->n, claimed = 0;
+  while (claimed < n && mgpu__stream_claim(op->part[claimed].stream))
+    claimed++;
+  int rc = 0, ran = claimed == n;
+  if (ran) {
+    mgpu_stream *helper[MGPU_MAX_DEVICES] = {NULL};
+    for (int r = 1; r < n && rc == 0; r++) {
+      job_args j;
+      if (!make_job(c, op, r, n, &j)) continue;
+      rc = mgpu__comm_stream(c, r, &helper[r]);
+      size_t args_size =
+          offsetof(job_args, ptr) + (size_t)(j.nsrc + j.ndst) * sizeof(void *);
+      if (rc == 0)
+        rc = mgpu_launch(helper[r], &job, MGPU_DIM3(1, 1, 1),
+                         MGPU_DIM3(1, 1, 1), &j, args_size);
+      if (rc != 0) helper[r] = NULL;
+    }
+    job_args j;
+    if (rc == 0 && make_job(c, op, 0, n, &j)) {
+      mgpu_kernel_ctx ctx;
+      memset(&ctx, 0, sizeof ctx);
+      ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
+      ctx.device = c->devs[0];
+      job_kernel(&ctx, &j);
+    }
+    for (int r = 1; r < n; r++)
+      if (helper[r] != NULL) {
+        int src = mgpu_stream_synchronize(helper[r]);
+        if (rc == 0) rc = src;
+      }
+  }
+  while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
+  return rc != 0 ? rc : ran;
+}
+
 int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
   const mgpu__coll_part *p0 = &op->part[0];
   if (p0->count == 0) return 0;
@@ -282,6 +330,10 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
     bytes *= (size_t)c->n;
   if (c->n <= ONE_SHOT_RANKS && bytes <= INLINE_BYTES && inline_issue(c, op))
     return 0;
+  if (c->n > 1 && bytes > INLINE_BYTES && bytes <= CLAIMED_MAX_BYTES) {
+    int rc = claimed_parallel_issue(c, op);
+    if (rc != 0) return rc < 0 ? rc : 0;
+  }
   if (c->n > 1 && c->n <= ONE_SHOT_RANKS && bytes <= ONE_SHOT_BYTES)
     return one_shot_issue(c, op);
   int rc = c->n > 1 ? stream_barrier(c, op) : 0;
