@@ -150,6 +150,10 @@ typedef struct mgpu__backend_ops {
    * changed. NULL where the device's memory is not the caller's. */
   int (*stream_claim)(mgpu__bdevice *d, mgpu__bstream *s);
   void (*stream_release)(mgpu__bdevice *d, mgpu__bstream *s);
+  /* With s claimed by the caller: records e on s and completes it at once
+   * (everything before it on s has run). Offered with stream_claim. */
+  int (*event_record_claimed)(mgpu__bdevice *d, mgpu__bevent *e,
+                              mgpu__bstream *s);
 
   int (*event_create)(mgpu__bdevice *d, mgpu__bevent **e);
   void (*event_destroy)(mgpu__bdevice *d, mgpu__bevent *e);

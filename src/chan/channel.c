@@ -15,10 +15,21 @@
  * when it is queued (as cudaStreamWaitEvent does), and each re-record comes
  * after the wait it must satisfy was queued, because of the counts above.
  *
+ * Small path: when the end's stream is idle and the slot is ready (the
+ * "consumed" event of its previous message complete for a send, "filled"
+ * for a receive), the calling thread claims the stream, copies the message
+ * itself and completes the event at once (mgpu__stream_claim,
+ * mgpu__event_record_claimed): exactly what the three queued operations
+ * would have done, in the same stream order, without handing anything to
+ * a worker. It is taken only for device buffers of host devices on a
+ * direct path (a pair with peer access turned off keeps its host-staged
+ * copy); the metrics count the copy as the copy layer would.
+ *
  * Locking: send_lock serializes senders (messages keep the order of the send
  * calls), recv_lock serializes receivers; lock guards the counts, closed and
  * users. Lock order: send_lock or recv_lock, then lock. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/internal.h"
 #include "mgpu/chan.h"
@@ -196,6 +207,71 @@ static void leave(mgpu__channel *ch) {
   mgpu__mutex_unlock(&ch->lock);
 }
 
+/* The slots' device pointer at slot k's offset, when the small path may
+ * copy by hand: device memory at both ends (host devices' device memory is
+ * the caller's). NULL otherwise. */
+static char *inline_slot(const mgpu__channel *ch, const mgpu__buf *user,
+                         size_t slot_off) {
+  mgpu__buf *slots;
+  if (user->kind != MGPU_MEM_DEVICE ||
+      mgpu__buf_get(ch->slots_buf, "slots", &slots) != 0 ||
+      slots->kind != MGPU_MEM_DEVICE)
+    return NULL;
+  return (char *)slots->ptr + slot_off;
+}
+
+/* The small path of a send; 1 when it ran, 0 when the queued path must. */
+static int send_inline(mgpu__channel *ch, slot *sl, uint64_t k,
+                       size_t slot_off, const mgpu__buf *b, size_t offset,
+                       size_t size, mgpu__stream *s) {
+  char *dst = inline_slot(ch, b, slot_off);
+  mgpu_copy_path path;
+  mgpu__event *filled;
+  if (dst == NULL || mgpu__event_get(sl->filled, &filled) != 0 ||
+      mgpu_copy_path_get(ch->src_dev, ch->dst_dev, &path) != 0 ||
+      path != MGPU_PATH_DIRECT || !mgpu__stream_claim(s)) {
+    mgpu_error_clear();
+    return 0;
+  }
+  int ran = 0;
+  if (k < (uint64_t)ch->capacity || mgpu_event_query(sl->consumed) == 0) {
+    memcpy(dst, (const char *)b->ptr + offset, size);
+    ran = mgpu__event_record_claimed(filled, s) == 0;
+  }
+  mgpu__stream_release(s);
+  mgpu_error_clear();
+  if (ran) {
+    mgpu__metric_add(ch->src_dev, MGPU__M_bytes_peer_direct, size);
+    mgpu__metric_add(ch->src_dev, MGPU__M_copies_peer_direct, 1);
+  }
+  return ran;
+}
+
+/* The small path of a receive; 1 when it ran, 0 when the queued path must. */
+static int recv_inline(mgpu__channel *ch, slot *sl, size_t slot_off,
+                       const mgpu__buf *b, size_t offset, size_t n,
+                       mgpu__stream *s) {
+  char *src = inline_slot(ch, b, slot_off);
+  mgpu__event *consumed;
+  if (src == NULL || mgpu__event_get(sl->consumed, &consumed) != 0 ||
+      !mgpu__stream_claim(s)) {
+    mgpu_error_clear();
+    return 0;
+  }
+  int ran = 0;
+  if (mgpu_event_query(sl->filled) == 0) {
+    memcpy((char *)b->ptr + offset, src, n);
+    ran = mgpu__event_record_claimed(consumed, s) == 0;
+  }
+  mgpu__stream_release(s);
+  mgpu_error_clear();
+  if (ran) {
+    mgpu__metric_add(ch->dst_dev, MGPU__M_bytes_d2d, n);
+    mgpu__metric_add(ch->dst_dev, MGPU__M_copies_d2d, 1);
+  }
+  return ran;
+}
+
 int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                       size_t offset, size_t size, mgpu_stream *stream) {
   mgpu__channel *ch;
@@ -224,15 +300,18 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   }
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
-  /* From the second round on, the slot's previous message must be copied
-   * out first. */
-  if (k >= (uint64_t)ch->capacity)
-    rc = mgpu_stream_wait_event(stream, sl->consumed);
-  /* The copy layer picks the path: direct where peer access is on for the
-   * pair, host-staged where it is off (mgpu_peer_disable). */
-  if (rc == 0)
-    rc = mgpu_memcpy_async(ch->slots_buf, slot_off, src, offset, size, stream);
-  if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
+  if (!send_inline(ch, sl, k, slot_off, b, offset, size, s)) {
+    /* From the second round on, the slot's previous message must be
+     * copied out first. */
+    if (k >= (uint64_t)ch->capacity)
+      rc = mgpu_stream_wait_event(stream, sl->consumed);
+    /* The copy layer picks the path: direct where peer access is on for
+     * the pair, host-staged where it is off (mgpu_peer_disable). */
+    if (rc == 0)
+      rc = mgpu_memcpy_async(ch->slots_buf, slot_off, src, offset, size,
+                             stream);
+    if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
+  }
   if (rc == 0) {
     sl->size = size;
     mgpu__mutex_lock(&ch->lock);
@@ -273,10 +352,12 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
-  rc = mgpu_stream_wait_event(stream, sl->filled);
-  if (rc == 0)
-    rc = mgpu_memcpy_async(dst, offset, ch->slots_buf, slot_off, n, stream);
-  if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
+  if (!recv_inline(ch, sl, slot_off, b, offset, n, s)) {
+    rc = mgpu_stream_wait_event(stream, sl->filled);
+    if (rc == 0)
+      rc = mgpu_memcpy_async(dst, offset, ch->slots_buf, slot_off, n, stream);
+    if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
+  }
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);
     ch->received++;

@@ -188,6 +188,8 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
  * memory). */
 int mgpu__stream_claim(mgpu__stream *s);
 void mgpu__stream_release(mgpu__stream *s);
+/* With s claimed: records e (of s's device) on s, complete at once. */
+int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s);
 
 /* Borrow an internal stream of the device for a synchronous call; give it
  * back with mgpu__spare_put (after synchronizing it). */

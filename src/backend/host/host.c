@@ -583,6 +583,18 @@ static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
   return 0;
 }
 
+static int host_event_record_claimed(mgpu__bdevice *d, mgpu__bevent *e,
+                                     mgpu__bstream *s) {
+  (void)d;
+  (void)s;
+  mgpu__mutex_lock(&e->lock);
+  uint64_t seq = ++e->recorded;
+  e->ops++; /* as a queued record's; complete_event gives it back */
+  mgpu__mutex_unlock(&e->lock);
+  complete_event(e, seq);
+  return 0;
+}
+
 static int host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
   (void)d;
   mgpu__mutex_lock(&e->lock);
@@ -764,6 +776,7 @@ static const mgpu__backend_ops host_ops = {
     .stream_native = host_stream_native,
     .stream_claim = host_stream_claim,
     .stream_release = host_stream_release,
+    .event_record_claimed = host_event_record_claimed,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,
