@@ -52,9 +52,12 @@ typedef struct mgpu__channel {
   mgpu__mutex send_lock, recv_lock;
   mgpu__mutex lock;
   mgpu__cond cond;
-  uint64_t sent;     /* messages published by senders */
-  uint64_t received; /* messages taken by receivers */
-  int closed;
+  /* Written under lock; read without it by a thread that watches for room
+   * or a message before it sleeps on cond. */
+  _Atomic uint64_t sent;     /* messages published by senders */
+  _Atomic uint64_t received; /* messages taken by receivers */
+  _Atomic int closed;
+  mgpu__spin spin;
   int users;         /* threads inside send or recv */
 } mgpu__channel;
 
@@ -207,6 +210,22 @@ static void leave(mgpu__channel *ch) {
   mgpu__mutex_unlock(&ch->lock);
 }
 
+/* Conditions a sender or receiver watches before it sleeps. */
+static int has_room(const void *p) {
+  const mgpu__channel *ch = p;
+  return atomic_load_explicit(&ch->closed, memory_order_acquire) ||
+         atomic_load_explicit(&ch->sent, memory_order_acquire) -
+                 atomic_load_explicit(&ch->received, memory_order_acquire) <
+             (uint64_t)ch->capacity;
+}
+
+static int has_message(const void *p) {
+  const mgpu__channel *ch = p;
+  return atomic_load_explicit(&ch->closed, memory_order_acquire) ||
+         atomic_load_explicit(&ch->received, memory_order_acquire) !=
+             atomic_load_explicit(&ch->sent, memory_order_acquire);
+}
+
 /* The slots' device pointer at slot k's offset, when the small path may
  * copy by hand: device memory at both ends (host devices' device memory is
  * the caller's). NULL otherwise. */
@@ -287,6 +306,7 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                        ch->src_dev, ch->dst_dev, size, ch->msg_size);
   enter(ch);
   mgpu__mutex_lock(&ch->send_lock);
+  mgpu__spin_until(&ch->spin, has_room, ch);
   mgpu__mutex_lock(&ch->lock);
   while (!ch->closed && ch->sent - ch->received == (uint64_t)ch->capacity)
     mgpu__cond_wait(&ch->cond, &ch->lock);
@@ -338,6 +358,7 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   if (rc != 0) return rc;
   enter(ch);
   mgpu__mutex_lock(&ch->recv_lock);
+  mgpu__spin_until(&ch->spin, has_message, ch);
   mgpu__mutex_lock(&ch->lock);
   while (!ch->closed && ch->received == ch->sent)
     mgpu__cond_wait(&ch->cond, &ch->lock);
