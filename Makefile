@@ -1,5 +1,6 @@
 # The two commands a newcomer needs:
-#   make run    builds, then runs the main demo on the devices this machine has
+#   make run    builds, then runs the Mandelbrot demo on every device and writes
+#               its pictures and timeline to build/run/
 #   make test   builds, then runs the whole test suite with ctest
 # and a few more: make test-gpu, make install PREFIX=..., make asan, make tsan.
 BUILD ?= build
@@ -20,8 +21,11 @@ configure: $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
+# The Mandelbrot set over every device through the work-stealing pool; the
+# pictures, the trace and its timeline go to $(BUILD)/run/.
 run: build
-	$(BUILD)/bin/mgpu demo vecadd
+	$(BUILD)/bin/mgpu demo mandelbrot --out $(BUILD)/run
+	@echo "make run: pictures in $(BUILD)/run/: mandelbrot.png, mandelbrot-devices.png, mandelbrot-timeline.png (trace: mandelbrot-trace.json)"
 
 test: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS)

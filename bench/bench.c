@@ -80,6 +80,11 @@ void bench_report_add(bench_report *r, const char *case_name,
   }
   bench_row *row = &r->rows[r->nrows++];
   memset(row, 0, sizeof *row);
+  /* Progress on a terminal only: the figure just measured, overwritten by
+   * the next, erased before the report. */
+  if (isatty(STDERR_FILENO))
+    fprintf(stderr, "\r\033[K[bench %s] %d measured, last: %.60s", r->name,
+            r->nrows, case_name);
   snprintf(row->case_name, sizeof row->case_name, "%s", case_name);
   snprintf(row->metric, sizeof row->metric, "%s", metric);
   snprintf(row->unit, sizeof row->unit, "%s", unit);
@@ -102,6 +107,7 @@ static void json_string(const char *s) {
 }
 
 void bench_report_finish(bench_report *r, int json) {
+  if (isatty(STDERR_FILENO) && r->nrows > 0) fprintf(stderr, "\r\033[K");
   int ndev = mgpu_device_count();
   const char *backend = "none";
   mgpu_device_props p = {.size = sizeof p};

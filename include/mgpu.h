@@ -16,5 +16,6 @@
 #include "mgpu/sched.h"
 #include "mgpu/coll.h"
 #include "mgpu/chan.h"
+#include "mgpu/trace.h"
 
 #endif /* MGPU_H */

@@ -9,6 +9,7 @@ int mgpu_bench_copy(int argc, char **argv);
 int mgpu_bench_p2p(int argc, char **argv);
 int mgpu_bench_sched(int argc, char **argv);
 int mgpu_bench_allreduce(int argc, char **argv);
+int mgpu_bench_trace(int argc, char **argv);
 
 typedef struct bench_entry {
   const char *name;
@@ -23,6 +24,7 @@ int mgpu_cmd_bench(int argc, char **argv) {
       {"p2p", mgpu_bench_p2p, "every ordered pair, direct and staged"},
       {"sched", mgpu_bench_sched, "task pool overhead and skewed makespan"},
       {"allreduce", mgpu_bench_allreduce, "all-reduce algbw and busbw"},
+      {"trace", mgpu_bench_trace, "cost of recording a trace, on next to off"},
   };
   size_t n = sizeof benches / sizeof benches[0];
   if (argc >= 2) {

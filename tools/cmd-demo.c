@@ -114,6 +114,8 @@ out:
 }
 
 int mgpu_cmd_demo(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "mandelbrot") == 0)
+    return mgpu_demo_mandelbrot(argc, argv);
   size_t n = (size_t)1 << 24;
   if (argc >= 3) {
     char *end;
@@ -125,7 +127,9 @@ int mgpu_cmd_demo(int argc, char **argv) {
       argc = 0; /* falls to usage */
   }
   if (argc < 2 || argc > 3 || strcmp(argv[1], "vecadd") != 0) {
-    fprintf(stderr, "usage: mgpu demo vecadd [ELEMENTS]\n");
+    fprintf(stderr, "usage: mgpu demo vecadd [ELEMENTS]\n"
+                    "       mgpu demo mandelbrot [--size WxH] [--iters N] "
+                    "[--tile N] [--out DIR]\n");
     return 2;
   }
   int rc = mgpu_cmd_init();

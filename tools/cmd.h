@@ -12,7 +12,15 @@ int mgpu_cmd_version(int argc, char **argv);
 int mgpu_cmd_devices(int argc, char **argv);
 int mgpu_cmd_demo(int argc, char **argv);
 int mgpu_cmd_bench(int argc, char **argv);
+int mgpu_cmd_trace(int argc, char **argv);
+/* mgpu demo mandelbrot (tools/demo-mandelbrot.c); argv[1] is "mandelbrot". */
+int mgpu_demo_mandelbrot(int argc, char **argv);
 int mgpu_cmd_topo(int argc, char **argv);
+
+/* Draws the timeline of trace file in into out (.png or .svg); prints a
+ * line saying what it drew unless quiet. Returns 0 or 1 (message printed). */
+int mgpu_trace_view(const char *in, const char *out, const char *title,
+                    int width, int quiet);
 
 /* Prints "mgpu: what: MGPU_EXXX (message): detail" to stderr; returns 1. */
 int mgpu_cmd_fail(const char *what, int rc);

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"topo", mgpu_cmd_topo, "print the link matrix of the devices (--json)"},
     {"bench", mgpu_cmd_bench, "run a benchmark: mgpu bench NAME [--json]"},
     {"demo", mgpu_cmd_demo, "run a demo: mgpu demo NAME"},
+    {"trace", mgpu_cmd_trace, "draw a trace: mgpu trace view T.json -o T.png"},
 };
 
 static int usage(FILE *out) {

@@ -72,13 +72,21 @@ typedef struct mgpu_config {
                                with events for the busy_ns metric (about
                                1 us per launch), 0 does not. -1: env,
                                default 1 */
+  const char *trace;        /* MGPU_TRACE: record a trace from mgpu_init to
+                               mgpu_shutdown into this file (Chrome
+                               trace-event JSON, docs/trace.md). NULL: env,
+                               default none */
+  const char *metrics;      /* MGPU_METRICS: "stderr", or a file, to print
+                               mgpu_metrics_print's table (JSON for a name
+                               ending in .json) at mgpu_shutdown. NULL: env,
+                               default none */
 } mgpu_config;
 
 #define MGPU_CONFIG_INITIALIZER                                              \
   { .size = sizeof(mgpu_config), .devices = NULL, .host_mem = 0,            \
     .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
     .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
-    .cuda_green = -1, .cuda_busy = -1 }
+    .cuda_green = -1, .cuda_busy = -1, .trace = NULL, .metrics = NULL }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after

@@ -20,7 +20,7 @@
 
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 2
+#define MGPU__BACKEND_ABI 3
 #define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
 
 /* Each backend defines these structs for itself; the core only holds
@@ -33,6 +33,23 @@ typedef struct mgpu__bevent mgpu__bevent;
 typedef enum mgpu__bmetric {
   MGPU__BMETRIC_BUSY_NS = 0
 } mgpu__bmetric;
+
+/* The recording floor (src/obs/trace.h, obs.h) as a table, for a backend
+ * built as a plugin: it cannot link libmgpu's internal symbols. (The types
+ * stay incomplete here: backend.h is also read by the plugin's C++.) */
+struct mgpu__trace_tag;
+typedef struct mgpu__obs_api {
+  /* Nonzero while a trace is recorded (mgpu__trace_enabled). */
+  int (*trace_enabled)(void);
+  struct mgpu__trace_tag *(*tag_copy)(void);
+  void (*span_tag)(int dev, uint32_t track, const struct mgpu__trace_tag *tag,
+                   uint64_t start_ns, uint64_t end_ns);
+  uint32_t (*track_new)(int dev, const char *name);
+  /* The copy path the copy layer set for the calling thread, or -1. */
+  int (*path)(void);
+  void (*copy_ran)(int dev, int path, uint64_t bytes, uint64_t ns);
+  uint64_t (*now_ns)(void);
+} mgpu__obs_api;
 
 /* What the core hands to a backend. */
 typedef struct mgpu__backend_env {
@@ -50,6 +67,7 @@ typedef struct mgpu__backend_env {
   /* The NUMA node of a PCI bus id, or -1 (the platform's one NUMA reader,
    * src/util/numa.c). */
   int (*numa_node_of_bus_id)(const char *bus_id);
+  const mgpu__obs_api *obs;
 } mgpu__backend_env;
 
 /* What a device is opened as. */

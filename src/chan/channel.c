@@ -291,6 +291,17 @@ static int recv_inline(mgpu__channel *ch, slot *sl, size_t slot_off,
   return ran;
 }
 
+/* While tracing, the copies of message k are spans named name, and the
+ * receive's wait for the send is an arrow named "chan". */
+static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
+                     size_t bytes) {
+  if (!mgpu__trace_enabled()) return 0;
+  mgpu__trace_arg a[] = {MGPU__TARG_I("bytes", bytes), MGPU__TARG_I("message", k),
+                         MGPU__TARG_I("src_dev", ch->src_dev),
+                         MGPU__TARG_I("dst_dev", ch->dst_dev)};
+  return mgpu__trace_tag_push(name, a, 4);
+}
+
 int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                       size_t offset, size_t size, mgpu_stream *stream) {
   mgpu__channel *ch;
@@ -320,7 +331,10 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   }
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
-  if (!send_inline(ch, sl, k, slot_off, b, offset, size, s)) {
+  /* While tracing, the queued operations are what the trace shows. */
+  int pushed = trace_tag("chan.send", ch, k, size);
+  if (pushed || mgpu__trace_enabled() ||
+      !send_inline(ch, sl, k, slot_off, b, offset, size, s)) {
     /* From the second round on, the slot's previous message must be
      * copied out first. */
     if (k >= (uint64_t)ch->capacity)
@@ -332,6 +346,7 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                              stream);
     if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
   }
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     sl->size = size;
     mgpu__mutex_lock(&ch->lock);
@@ -373,12 +388,15 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
-  if (!recv_inline(ch, sl, slot_off, b, offset, n, s)) {
+  int pushed = trace_tag("chan.recv", ch, k, n);
+  if (pushed || mgpu__trace_enabled() ||
+      !recv_inline(ch, sl, slot_off, b, offset, n, s)) {
     rc = mgpu_stream_wait_event(stream, sl->filled);
     if (rc == 0)
       rc = mgpu_memcpy_async(dst, offset, ch->slots_buf, slot_off, n, stream);
     if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
   }
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);
     ch->received++;

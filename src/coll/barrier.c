@@ -94,7 +94,19 @@ static void missing_list(const mgpu__barrier *b, int self, char *out,
                               len ? ", " : "", b->devs[r], r);
 }
 
+static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms);
+
+/* While tracing, the wait is a span on the calling thread. */
 int mgpu_barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
+  if (!mgpu__trace_enabled()) return barrier_wait(barrier, rank, timeout_ms);
+  uint64_t t0 = mgpu__now_ns();
+  int rc = barrier_wait(barrier, rank, timeout_ms);
+  mgpu__trace_arg a[] = {MGPU__TARG_I("rank", rank), MGPU__TARG_I("result", rc)};
+  mgpu__trace_thread_span("barrier", t0, mgpu__now_ns(), a, 2);
+  return rc;
+}
+
+static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
   int err = 0;
   mgpu__barrier *b =
       mgpu__handle_get((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);

@@ -328,9 +328,13 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
   size_t bytes = p0->count * mgpu_dtype_size(p0->dtype);
   if (p0->kind == MGPU__COLL_ALLGATHER || p0->kind == MGPU__COLL_REDUCE_SCATTER)
     bytes *= (size_t)c->n;
-  if (c->n <= ONE_SHOT_RANKS && bytes <= INLINE_BYTES && inline_issue(c, op))
+  /* While tracing, the queued operations are what the trace shows. */
+  int traced = mgpu__trace_enabled();
+  if (!traced && c->n <= ONE_SHOT_RANKS && bytes <= INLINE_BYTES &&
+      inline_issue(c, op))
     return 0;
-  if (c->n > 1 && bytes > INLINE_BYTES && bytes <= CLAIMED_MAX_BYTES) {
+  if (!traced && c->n > 1 && bytes > INLINE_BYTES &&
+      bytes <= CLAIMED_MAX_BYTES) {
     int rc = claimed_parallel_issue(c, op);
     if (rc != 0) return rc < 0 ? rc : 0;
   }

@@ -201,8 +201,27 @@ static int issue_nccl(mgpu__comm *c, mgpu__coll_op *op) {
   return rc != 0 ? rc : erc;
 }
 
+/* While tracing: every operation the issue queues on the ranks' streams
+ * (chunks, reductions, copies) is a span named by the collective. */
+static int trace_tag(const mgpu__comm *c, const mgpu__coll_op *op) {
+  static const char *const names[] = {"coll.allreduce", "coll.reduce",
+                                      "coll.broadcast", "coll.allgather",
+                                      "coll.reduce_scatter"};
+  const mgpu__coll_part *p = &op->part[0];
+  const char *algo = c->provider == MGPU_COLL_PROVIDER_NCCL ? "nccl"
+                     : c->algo == MGPU_COLL_ALGO_DIRECT     ? "direct"
+                                                            : "ring";
+  mgpu__trace_arg a[] = {
+      MGPU__TARG_S("op", mgpu_op_name(p->op)),
+      MGPU__TARG_S("dtype", mgpu_dtype_name(p->dtype)),
+      MGPU__TARG_I("bytes", p->count * mgpu_dtype_size(p->dtype)),
+      MGPU__TARG_S("algo", algo)};
+  return mgpu__trace_tag_push(names[p->kind], a, 4);
+}
+
 static void issue(mgpu__comm *c, mgpu__coll_op *op) {
   int rc = check_consistent(c, op);
+  int pushed = rc == 0 && mgpu__trace_enabled() ? trace_tag(c, op) : 0;
   if (rc == 0) {
     for (int r = 0; r < c->n; r++) c->events_used[r] = 0;
     if (c->provider == MGPU_COLL_PROVIDER_NCCL)
@@ -212,6 +231,7 @@ static void issue(mgpu__comm *c, mgpu__coll_op *op) {
     else
       rc = mgpu__coll_ring_issue(c, op);
   }
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     enum mgpu__metric m = c->provider == MGPU_COLL_PROVIDER_NCCL
                               ? MGPU__M_coll_nccl

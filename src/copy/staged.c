@@ -460,7 +460,14 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
     rc = dd->ops->event_record(dd->bdev, start, s->bstream);
     if (rc == 0) rc = sd->ops->stream_wait_event(sd->bdev, h, dd->bdev, start);
   }
-  if (rc == 0) rc = queue_pieces(&p, op, dst, src, &last);
+  if (rc == 0) {
+    /* The pieces are device-to-host and host-to-device copies that the
+     * metrics and the trace count as host-staged. */
+    int saved = mgpu__obs_path();
+    mgpu__obs_path_set(MGPU_METRIC_PATH_PEER_STAGED);
+    rc = queue_pieces(&p, op, dst, src, &last);
+    mgpu__obs_path_set(saved);
+  }
   if (rc == 0 && on_src) /* later work on s waits for the last piece */
     rc = sd->ops->stream_wait_event(sd->bdev, s->bstream, dd->bdev, p.drained[last]);
   if (rc != 0) {

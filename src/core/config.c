@@ -156,6 +156,8 @@ static const config_var vars[] = {
     VAR("MGPU_PLUGIN_PATH", plugin_path, V_STRING, 0, 0, 0, 0, NULL),
     VAR("MGPU_CUDA_GREEN", cuda_green, V_INT, 0, 1, -1, 1, "0 or 1"),
     VAR("MGPU_CUDA_BUSY", cuda_busy, V_INT, 0, 1, -1, 1, "0 or 1"),
+    VAR("MGPU_TRACE", trace, V_STRING, 0, 0, 0, 0, NULL),
+    VAR("MGPU_METRICS", metrics, V_STRING, 0, 0, 0, 0, NULL),
 };
 
 /* Parses an environment value of an int-valued variable into *out. */

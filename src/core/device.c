@@ -73,6 +73,7 @@ static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
   current_device = d->id;
+  mgpu__trace_name_thread(d->id, "host thread");
   bind_host_thread(d);
   int rc = d->ops->make_current(d->bdev);
   if (rc != 0)
@@ -98,7 +99,9 @@ static void *host_thread_main(void *arg) {
     }
     mgpu__mutex_unlock(&d->queue_lock);
     current_device = d->id; /* fn may have moved it */
+    uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
     w->result = w->fn(d->id, w->arg);
+    if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
     mgpu__mutex_lock(&d->queue_lock);
     atomic_store_explicit(&w->done, 1, memory_order_release);
     mgpu__cond_broadcast(&d->queue_cond);

@@ -25,12 +25,24 @@ static _Atomic int initialized;
 static mgpu_config config;      /* resolved, valid while initialized */
 static char devices_spec[256];  /* config.devices points here */
 static char plugin_path[1024];  /* config.plugin_path points here */
+static char metrics_path[1024]; /* config.metrics points here */
+static int trace_from_init;     /* mgpu_init started the trace (MGPU_TRACE) */
 static const mgpu__backend_ops *cuda_ops;
 
 static void env_metric_add(int dev, mgpu__bmetric metric, uint64_t value) {
   if (metric == MGPU__BMETRIC_BUSY_NS)
     mgpu__metric_add(dev, MGPU__M_busy_ns, value);
 }
+
+static const mgpu__obs_api obs_api = {
+    .trace_enabled = mgpu_trace_active,
+    .tag_copy = mgpu__trace_tag_copy,
+    .span_tag = mgpu__trace_span_tag,
+    .track_new = mgpu__trace_track_new,
+    .path = mgpu__obs_path,
+    .copy_ran = mgpu__obs_copy_ran,
+    .now_ns = mgpu__now_ns,
+};
 
 static mgpu__backend_env backend_env = {
     .abi = MGPU__BACKEND_ABI,
@@ -39,6 +51,7 @@ static mgpu__backend_env backend_env = {
     .metric_add = env_metric_add,
     .config = &config,
     .numa_node_of_bus_id = mgpu__numa_node_of_bus_id,
+    .obs = &obs_api,
 };
 
 /* Shutdown hooks of the layers above (mgpu__on_shutdown). Registered from
@@ -223,6 +236,52 @@ static void unwind_devices(void) {
   }
 }
 
+/* Each device is a trace process named with its properties. */
+static void name_devices(void) {
+  mgpu__trace_forget_names();
+  for (int i = 0; i < ndevices; i++) {
+    mgpu_device_props p;
+    memset(&p, 0, sizeof p);
+    p.size = sizeof p;
+    char name[160];
+    if (devices[i]->ops->props(devices[i]->bdev, &p) == 0)
+      snprintf(name, sizeof name, "device %d: %s", i, p.name);
+    else
+      snprintf(name, sizeof name, "device %d: %s", i, devices[i]->ops->name);
+    mgpu_error_clear();
+    mgpu__trace_name_device(i, name);
+  }
+}
+
+/* MGPU_METRICS: "stderr", or a file (JSON when its name ends in .json). */
+static int print_metrics(void) {
+  const char *to = config.metrics;
+  if (strcmp(to, "stderr") == 0) return mgpu_metrics_print(stderr, MGPU_METRICS_TABLE);
+  size_t n = strlen(to);
+  int json = n >= 5 && strcmp(to + n - 5, ".json") == 0;
+  FILE *f = fopen(to, "w");
+  if (f == NULL)
+    return mgpu__error(MGPU_EIO, "MGPU_METRICS='%s': cannot create the file",
+                       to);
+  int rc = mgpu_metrics_print(f, json ? MGPU_METRICS_JSON : MGPU_METRICS_TABLE);
+  if (fclose(f) != 0 && rc == 0)
+    rc = mgpu__error(MGPU_EIO, "MGPU_METRICS='%s': writing failed", to);
+  return rc;
+}
+
+/* Copies a string setting into the library's own buffer (the caller's may
+ * not outlive mgpu_init) and points the field at it. */
+static int keep_string(const char **field, char *buf, size_t size,
+                       const char *var) {
+  if (*field == NULL) return 0;
+  if (strlen(*field) >= size)
+    return mgpu__error(MGPU_EINVAL, "%s: longer than %zu characters", var,
+                       size - 1);
+  strcpy(buf, *field);
+  *field = buf;
+  return 0;
+}
+
 int mgpu_init(const mgpu_config *cfg) {
   mgpu__mutex_lock(&init_lock);
   int rc = 0;
@@ -233,24 +292,13 @@ int mgpu_init(const mgpu_config *cfg) {
   }
   rc = mgpu__config_resolve(cfg, &config);
   if (rc != 0) goto out;
-  if (config.devices != NULL) {
-    if (strlen(config.devices) >= sizeof devices_spec) {
-      rc = mgpu__error(MGPU_EINVAL, "MGPU_DEVICES: longer than %zu characters",
-                       sizeof devices_spec - 1);
-      goto out;
-    }
-    strcpy(devices_spec, config.devices);
-    config.devices = devices_spec;
-  }
-  if (config.plugin_path != NULL) {
-    if (strlen(config.plugin_path) >= sizeof plugin_path) {
-      rc = mgpu__error(MGPU_EINVAL, "MGPU_PLUGIN_PATH: longer than %zu "
-                       "characters", sizeof plugin_path - 1);
-      goto out;
-    }
-    strcpy(plugin_path, config.plugin_path);
-    config.plugin_path = plugin_path;
-  }
+  if ((rc = keep_string(&config.devices, devices_spec, sizeof devices_spec,
+                        "MGPU_DEVICES")) != 0 ||
+      (rc = keep_string(&config.plugin_path, plugin_path, sizeof plugin_path,
+                        "MGPU_PLUGIN_PATH")) != 0 ||
+      (rc = keep_string(&config.metrics, metrics_path, sizeof metrics_path,
+                        "MGPU_METRICS")) != 0)
+    goto out;
   mgpu__log_set_level(config.log_level);
   if (config.devices == NULL) {
     rc = open_default();
@@ -265,6 +313,16 @@ int mgpu_init(const mgpu_config *cfg) {
     goto out;
   }
   mgpu__obs_open(ndevices);
+  name_devices();
+  if (config.trace != NULL) {
+    rc = mgpu_trace_start(config.trace);
+    if (rc != 0) {
+      mgpu__obs_close();
+      unwind_devices();
+      goto out;
+    }
+    trace_from_init = 1;
+  }
   initialized = 1;
   mgpu__log(MGPU_LOG_INFO, "initialized %d device%s", ndevices,
             ndevices == 1 ? "" : "s");
@@ -301,10 +359,19 @@ int mgpu_shutdown(void) {
     mgpu__spare_drain(devices[i]);
     mgpu__mempool_release(devices[i]);
   }
+  if (config.metrics != NULL) {
+    int r = print_metrics();
+    if (rc == 0) rc = r;
+  }
   initialized = 0;
   mgpu__obs_close();
   unwind_devices();
   mgpu__numa_release();
+  if (trace_from_init) {
+    trace_from_init = 0;
+    int r = mgpu_trace_stop();
+    if (rc == 0) rc = r;
+  }
   mgpu__mutex_unlock(&init_lock);
   return rc;
 }

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "mgpu/error.h"
 #include "obs/obs.h"
+#include "obs/trace.h"
 #include "util/log.h"
 #include "util/thread.h"
 

@@ -114,7 +114,16 @@ static int operand(const mgpu_buffer *h, const char *what, size_t offset,
 
 static int submit(mgpu__device *d, mgpu__stream *s, mgpu__builtin *b) {
   if (b->count == 0) return 0;
+  int pushed = 0;
+  if (mgpu__trace_enabled()) {
+    static const char *const names[] = {"kernel fill", "kernel scale",
+                                        "kernel axpy", "kernel elementwise"};
+    mgpu__trace_arg a[] = {MGPU__TARG_I("count", b->count),
+                           MGPU__TARG_S("dtype", mgpu_dtype_name(b->dtype))};
+    pushed = mgpu__trace_tag_push(names[b->kind], a, 2);
+  }
   int rc = d->ops->builtin(d->bdev, s->bstream, b);
+  mgpu__trace_tag_pop(pushed);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_kernels_launched, 1);
   return rc;
 }

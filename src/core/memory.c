@@ -79,6 +79,13 @@ static int new_handle(mgpu__buf *b, mgpu_buffer **out) {
   return 0;
 }
 
+/* An allocation or free as a span on the calling thread. */
+static void trace_mem(const char *name, int dev, size_t bytes, uint64_t t0) {
+  if (!mgpu__trace_enabled() || t0 == 0) return;
+  mgpu__trace_arg a[] = {MGPU__TARG_I("bytes", bytes), MGPU__TARG_I("device", dev)};
+  mgpu__trace_thread_span(name, t0, mgpu__now_ns(), a, 2);
+}
+
 static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
                       mgpu_mem_kind kind) {
   mgpu__device *d;
@@ -91,6 +98,7 @@ static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
   if (size == 0)
     return mgpu__error(MGPU_EINVAL, "device %d: %s buffer of size 0", dev,
                        kind_name(kind));
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   mgpu__buf *b = calloc(1, sizeof *b);
   if (b == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
@@ -107,6 +115,7 @@ static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
   b->size = b->alloc_size = size;
   rc = new_handle(b, out);
   if (rc != 0) goto fail_mem;
+  trace_mem("alloc", dev, size, t0);
   return 0;
 fail_mem:
   d->ops->mem_free(d->bdev, kind, b->ptr);
@@ -156,10 +165,23 @@ static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   free(b);
 }
 
+static int free_buffer(mgpu__buf *b, mgpu_buffer *h);
+
 int mgpu_free(mgpu_buffer *h) {
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   mgpu__buf *b;
   int rc = mgpu__buf_get(h, "mgpu_free", &b);
   if (rc != 0) return rc;
+  int dev = b->dev;
+  size_t bytes = b->size;
+  rc = free_buffer(b, h);
+  if (rc == 0) trace_mem("free", dev, bytes, t0);
+  return rc;
+}
+
+/* mgpu_free once the handle is resolved. */
+static int free_buffer(mgpu__buf *b, mgpu_buffer *h) {
+  int rc;
   mgpu__device *d = mgpu__device_get(b->dev);
   /* As cudaFree does: work already queued may still use the memory. */
   mgpu_device_synchronize(b->dev);
@@ -260,6 +282,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
     if (blk != NULL) {
       *link = blk->next;
       d->mempool_cached_bytes -= blk->size;
+      mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
       b->ptr = blk->ptr;
       if (blk->ready) free(blk);
       else blk->taken = 1; /* its callback frees the record */
@@ -317,6 +340,7 @@ static void pool_list(mgpu__device *d, mempool_block *blk) {
   blk->next = d->mempool_free[cls];
   d->mempool_free[cls] = blk;
   d->mempool_cached_bytes += blk->size;
+  mgpu__obs_pool_cached(d->id, (int64_t)blk->size);
   mgpu__mutex_unlock(&d->mempool_lock);
 }
 
@@ -380,6 +404,7 @@ int mgpu_pool_trim(int dev) {
       }
       *link = blk->next;
       d->mempool_cached_bytes -= blk->size;
+      mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
       blk->next = ready;
       ready = blk;
     }

@@ -89,12 +89,22 @@ int mgpu_stream_destroy(mgpu_stream *h) {
   return rc;
 }
 
+/* While tracing, the time a thread blocked in a wait is a span on it. */
+static void trace_wait(const char *name, int dev, uint64_t t0) {
+  mgpu__trace_arg a[] = {MGPU__TARG_I("device", dev)};
+  mgpu__trace_thread_span(name, t0, mgpu__now_ns(), a, 1);
+}
+
 int mgpu_stream_synchronize(mgpu_stream *h) {
   mgpu__stream *s;
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_synchronize(d->bdev, s->bstream);
+  if (!mgpu__trace_enabled()) return d->ops->stream_synchronize(d->bdev, s->bstream);
+  uint64_t t0 = mgpu__now_ns();
+  rc = d->ops->stream_synchronize(d->bdev, s->bstream);
+  trace_wait("wait stream", s->dev, t0);
+  return rc;
 }
 
 int mgpu_stream_query(mgpu_stream *h) {
@@ -139,6 +149,7 @@ int mgpu_device_synchronize(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   /* Streams may be created meanwhile; those are not waited for. The list
    * lock is held across the waits so that no stream is freed under us;
    * nothing a stream worker runs takes it. */
@@ -148,6 +159,7 @@ int mgpu_device_synchronize(int dev) {
     if (rc == 0) rc = r;
   }
   mgpu__mutex_unlock(&d->streams_lock);
+  if (t0 != 0) trace_wait("wait device", dev, t0);
   return rc;
 }
 
@@ -278,7 +290,11 @@ int mgpu_event_synchronize(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  return d->ops->event_synchronize(d->bdev, e->bevent);
+  if (!mgpu__trace_enabled()) return d->ops->event_synchronize(d->bdev, e->bevent);
+  uint64_t t0 = mgpu__now_ns();
+  rc = d->ops->event_synchronize(d->bdev, e->bevent);
+  trace_wait("wait event", e->dev, t0);
+  return rc;
 }
 
 int mgpu_event_query(mgpu_event *h) {

@@ -3,18 +3,27 @@
 #include <string.h>
 
 #include "obs/obs.h"
+#include "obs/trace.h"
 #include "util/log.h"
+#include "util/thread.h"
 
 /* One device's counters; written by any thread with relaxed atomics. */
 typedef struct obs_device {
   _Atomic uint64_t counters[MGPU__M_COUNT];
   _Atomic uint64_t mem_in_use;
   _Atomic uint64_t mem_peak;
+  _Atomic uint64_t pool_cached;
+  _Atomic uint64_t copy_ns[MGPU_METRIC_PATHS];
+  _Atomic uint64_t copy_bytes[MGPU_METRIC_PATHS];
 } obs_device;
 
 static obs_device obs_dev[MGPU_MAX_DEVICES];
 /* Devices recorded; 0 while closed. Set by mgpu_init and mgpu_shutdown. */
 static _Atomic int obs_ndevices;
+/* When the wall clock of utilization started: open or the last reset. */
+static _Atomic uint64_t obs_since_ns;
+/* The calling thread's copy path for its next backend copies (-1: none). */
+static _Thread_local int obs_path = -1;
 
 static obs_device *device_at(int dev) {
   int n = atomic_load_explicit(&obs_ndevices, memory_order_acquire);
@@ -26,17 +35,24 @@ static void reset_counters(int n) {
     obs_device *d = &obs_dev[i];
     for (int m = 0; m < MGPU__M_COUNT; m++)
       atomic_store_explicit(&d->counters[m], 0, memory_order_relaxed);
+    for (int k = 0; k < MGPU_METRIC_PATHS; k++) {
+      atomic_store_explicit(&d->copy_ns[k], 0, memory_order_relaxed);
+      atomic_store_explicit(&d->copy_bytes[k], 0, memory_order_relaxed);
+    }
     atomic_store_explicit(&d->mem_peak,
                           atomic_load_explicit(&d->mem_in_use,
                                                memory_order_relaxed),
                           memory_order_relaxed);
   }
+  atomic_store_explicit(&obs_since_ns, mgpu__now_ns(), memory_order_relaxed);
 }
 
 void mgpu__obs_open(int ndevices) {
   if (ndevices > MGPU_MAX_DEVICES) ndevices = MGPU_MAX_DEVICES;
-  for (int i = 0; i < ndevices; i++)
+  for (int i = 0; i < ndevices; i++) {
     atomic_store_explicit(&obs_dev[i].mem_in_use, 0, memory_order_relaxed);
+    atomic_store_explicit(&obs_dev[i].pool_cached, 0, memory_order_relaxed);
+  }
   reset_counters(ndevices);
   atomic_store_explicit(&obs_ndevices, ndevices, memory_order_release);
 }
@@ -56,23 +72,68 @@ _Atomic uint64_t *mgpu__metric_counter(int dev, enum mgpu__metric m) {
   return d != NULL ? &d->counters[m] : NULL;
 }
 
+/* The trace's counter of memory in use follows every change. */
+static void trace_mem(int dev, uint64_t now) {
+  if (mgpu__trace_enabled())
+    mgpu__trace_counter(dev, "memory in use", mgpu__now_ns(), (int64_t)now);
+}
+
 void mgpu__obs_mem(int dev, int64_t delta) {
   obs_device *d = device_at(dev);
   if (d == NULL) return;
   if (delta < 0) {
-    atomic_fetch_sub_explicit(&d->mem_in_use, (uint64_t)-delta,
-                              memory_order_relaxed);
+    uint64_t now = atomic_fetch_sub_explicit(&d->mem_in_use, (uint64_t)-delta,
+                                             memory_order_relaxed) -
+                   (uint64_t)-delta;
+    trace_mem(dev, now);
     return;
   }
   uint64_t now = atomic_fetch_add_explicit(&d->mem_in_use, (uint64_t)delta,
                                            memory_order_relaxed) +
                  (uint64_t)delta;
+  trace_mem(dev, now);
   uint64_t peak = atomic_load_explicit(&d->mem_peak, memory_order_relaxed);
   while (now > peak &&
          !atomic_compare_exchange_weak_explicit(&d->mem_peak, &peak, now,
                                                 memory_order_relaxed,
                                                 memory_order_relaxed)) {
   }
+}
+
+void mgpu__obs_pool_cached(int dev, int64_t delta) {
+  obs_device *d = device_at(dev);
+  if (d == NULL) return;
+  uint64_t now = atomic_fetch_add_explicit(&d->pool_cached, (uint64_t)delta,
+                                           memory_order_relaxed) +
+                 (uint64_t)delta;
+  if (mgpu__trace_enabled())
+    mgpu__trace_counter(dev, "memory cached by the pool", mgpu__now_ns(),
+                        (int64_t)now);
+}
+
+void mgpu__obs_trace_gauges(void) {
+  int n = atomic_load_explicit(&obs_ndevices, memory_order_acquire);
+  uint64_t now = mgpu__now_ns();
+  for (int i = 0; i < n; i++) {
+    mgpu__trace_counter(i, "memory in use", now,
+                        (int64_t)atomic_load_explicit(&obs_dev[i].mem_in_use,
+                                                      memory_order_relaxed));
+    /* The pool's counter appears once the pool holds something. */
+    uint64_t cached =
+        atomic_load_explicit(&obs_dev[i].pool_cached, memory_order_relaxed);
+    if (cached != 0)
+      mgpu__trace_counter(i, "memory cached by the pool", now, (int64_t)cached);
+  }
+}
+
+void mgpu__obs_path_set(int path) { obs_path = path; }
+int mgpu__obs_path(void) { return obs_path; }
+
+void mgpu__obs_copy_ran(int dev, int path, uint64_t bytes, uint64_t ns) {
+  obs_device *d = device_at(dev);
+  if (d == NULL || path < 0 || path >= MGPU_METRIC_PATHS) return;
+  atomic_fetch_add_explicit(&d->copy_ns[path], ns, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->copy_bytes[path], bytes, memory_order_relaxed);
 }
 
 double mgpu__load_imbalance(const uint64_t *busy_ns, int n) {
@@ -107,9 +168,22 @@ int mgpu_metrics_snapshot(mgpu_metrics *out) {
                                  memory_order_relaxed);
     MGPU_METRICS_MAP(MGPU__METRIC_COPY)
 #undef MGPU__METRIC_COPY
+    m->mem_pool_cached =
+        atomic_load_explicit(&d->pool_cached, memory_order_relaxed);
+    for (int k = 0; k < MGPU_METRIC_PATHS; k++) {
+      m->copy_ns[k] = atomic_load_explicit(&d->copy_ns[k], memory_order_relaxed);
+      m->copy_bytes[k] =
+          atomic_load_explicit(&d->copy_bytes[k], memory_order_relaxed);
+      m->copy_gbps[k] = m->copy_ns[k] ? (double)m->copy_bytes[k] / m->copy_ns[k] : 0;
+    }
     busy[i] = m->busy_ns;
   }
   out->load_imbalance = mgpu__load_imbalance(busy, n);
+  out->wall_ns = mgpu__now_ns() -
+                 atomic_load_explicit(&obs_since_ns, memory_order_relaxed);
+  for (int i = 0; i < n; i++)
+    out->dev[i].utilization =
+        out->wall_ns ? (double)out->dev[i].busy_ns / (double)out->wall_ns : 0;
   return 0;
 }
 

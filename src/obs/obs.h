@@ -40,6 +40,24 @@ _Atomic uint64_t *mgpu__metric_counter(int dev, enum mgpu__metric m);
  * shrank; keeps the mem_in_use gauge and its peak. */
 void mgpu__obs_mem(int dev, int64_t delta);
 
+/* The path of the backend copies the calling thread queues next, as the
+ * metrics count them (mgpu_metric_path), or -1: the backend takes it from
+ * the kind of copy. The copy layer sets it around its backend calls (the
+ * staged path's chunks are device-to-host and host-to-device copies that
+ * count as host-staged). */
+void mgpu__obs_path_set(int path);
+int mgpu__obs_path(void);
+/* A copy of bytes on path ran on device dev for ns nanoseconds (the
+ * backend calls this when the copy really ran). */
+void mgpu__obs_copy_ran(int dev, int path, uint64_t bytes, uint64_t ns);
+/* The stream-ordered pool of device dev keeps delta more (fewer, when
+ * negative) bytes of freed blocks for reuse; they stay in mem_in_use. */
+void mgpu__obs_pool_cached(int dev, int64_t delta);
+
+/* Records every device's gauges (memory in use, cached by the pool) as
+ * trace counters now: when a recording starts and stops. */
+void mgpu__obs_trace_gauges(void);
+
 /* max / mean - 1 over n busy times: 0 when every device was idle. The one
  * definition of load imbalance (metrics and pool statistics). */
 double mgpu__load_imbalance(const uint64_t *busy_ns, int n);

@@ -122,6 +122,7 @@ typedef struct mgpu__worker {
   mgpu__bdevice *sync_dev;
   mgpu__bstream *sync_stream;
   _Atomic uint64_t *device_busy; /* the device's busy_ns counter */
+  uint32_t trace_track;          /* the worker's track in the trace */
   mgpu__thread thread;
   int started;
   int victims[MGPU_MAX_DEVICES]; /* other workers, nearest first */
@@ -136,6 +137,10 @@ typedef struct mgpu__worker {
   int free_count;
   int64_t pending_done;
   uint64_t pending_run, pending_busy, pending_stolen;
+  /* Owner only: the worker the task about to run was stolen from (-1:
+   * none) and when, for the trace's steal arrow. */
+  int stolen_from;
+  uint64_t stolen_ns;
 
   _Alignas(64) _Atomic(mgpu__task *) inbox;
   _Alignas(64) _Atomic uint32_t wake_seq; /* futex word of the sleeper */

@@ -172,9 +172,10 @@ static mgpu__task *take_shared(mgpu_pool *p, mgpu__worker *w) {
   return t;
 }
 
+/* *stolen: the index of the worker the task was stolen from, or -1. */
 static mgpu__task *find_task(mgpu_pool *p, mgpu__worker *w, int *stolen) {
   mgpu__task *t;
-  *stolen = 0;
+  *stolen = -1;
 again:
   if ((t = w->pinned_head) != NULL) {
     w->pinned_head = atomic_load_explicit(&t->next, memory_order_relaxed);
@@ -197,7 +198,7 @@ again:
       mgpu__worker *v = &p->workers[w->victims[k]];
       if (mgpu__deque_size(&v->deque) > 0 &&
           (t = mgpu__deque_steal(&v->deque)) != NULL) {
-        *stolen = 1;
+        *stolen = w->victims[k];
         return t;
       }
     }
@@ -208,7 +209,7 @@ again:
     if (atomic_load_explicit(&v->running, memory_order_relaxed) &&
         mgpu__deque_size(&v->prefer) > 0 &&
         (t = mgpu__deque_steal(&v->prefer)) != NULL) {
-      *stolen = 1;
+      *stolen = w->victims[k];
       return t;
     }
   }
@@ -259,6 +260,7 @@ static void *worker_main(void *arg) {
   mgpu__worker *w = arg;
   mgpu_pool *p = w->pool;
   tls_worker = w;
+  mgpu__trace_thread_adopt(w->dev, w->trace_track);
   if (mgpu_set_device(w->dev) != 0)
     mgpu__log(MGPU_LOG_WARN, "task pool: worker of device %d could not make "
               "it current: %s", w->dev, mgpu_error_detail());
@@ -269,7 +271,9 @@ static void *worker_main(void *arg) {
     mgpu__task *t = find_task(p, w, &stolen);
     if (t != NULL) {
       idle = 0;
-      if (stolen) {
+      w->stolen_from = stolen;
+      if (stolen >= 0) {
+        if (mgpu__trace_enabled()) w->stolen_ns = mgpu__now_ns();
         atomic_store_explicit(
             &w->tasks_stolen,
             atomic_load_explicit(&w->tasks_stolen, memory_order_relaxed) + 1,
@@ -473,6 +477,7 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     w->sync_dev = dev->bdev;
     w->sync_stream = s->bstream;
     w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
+    w->trace_track = mgpu__trace_track_new(w->dev, "pool worker");
   }
   for (int i = 0; i < n; i++) {
     mgpu__worker *w = &p->workers[i];

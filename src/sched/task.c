@@ -121,6 +121,23 @@ void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
   }
 }
 
+/* The task's span on its worker's track, and the arrow of a steal from the
+ * owner's worker (when the thief took it) to the task. */
+static void trace_task(mgpu__worker *w, mgpu__task *t, uint64_t t0) {
+  int from = w->stolen_from;
+  const mgpu__worker *v = from >= 0 ? &w->pool->workers[from] : NULL;
+  mgpu__trace_arg args[] = {
+      MGPU__TARG_I("task", mgpu__task_handle(t)),
+      MGPU__TARG_I("device", w->dev),
+      MGPU__TARG_I("stolen_from", v != NULL ? v->dev : -1)};
+  mgpu__trace_span(w->dev, w->trace_track, "task", t0, w->clock_ns, args, 3);
+  if (v != NULL) {
+    uint64_t at = w->stolen_ns > t0 ? w->stolen_ns : t0;
+    mgpu__trace_flow("steal", (mgpu__trace_point){v->dev, v->trace_track, at},
+                     (mgpu__trace_point){w->dev, w->trace_track, at + 1});
+  }
+}
+
 void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
   mgpu_pool *p = w->pool;
   int r;
@@ -174,6 +191,7 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
         atomic_load_explicit(w->device_busy, memory_order_relaxed) -
         stream_busy0;
     w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
+    if (mgpu__trace_enabled()) trace_task(w, t, t0);
     if (r > 0) { /* a task must return 0 or a negative code */
       mgpu__error(MGPU_EINVAL, "the task returned %d, which is neither 0 nor "
                   "a negative MGPU_E... code", r);

@@ -24,6 +24,7 @@
 
 #include "backend/backend.h"
 #include "mgpu/error.h"
+#include "mgpu/metrics.h"
 
 /* The environment handed over by the core at load (logger, error setter,
  * metrics). Set by the entry function, read-only afterwards. */
@@ -80,13 +81,34 @@ struct mgpu__bdevice {
 
 /* A stream and its busy-time interval (see stream.c). lock guards the
  * interval fields and orders enqueues on the stream against them. */
+typedef struct mgpu__cuda_span mgpu__cuda_span;
+
 struct mgpu__bstream {
   cudaStream_t s;
   mgpu__bdevice *d;
   pthread_mutex_t lock;
   cudaEvent_t busy_start, busy_end;
   int busy_open; /* busy_start recorded, busy_end marks the latest op */
+  /* Set at creation: the stream's track in the trace, and the event that
+   * maps its timings onto the host clock (NULL if it could not be made). */
+  uint32_t track;
+  cudaEvent_t clock_ref;
+  /* Timed operations not yet harvested, and spare event pairs (lock). */
+  mgpu__cuda_span *spans, *spans_tail, *spare_spans;
 };
+
+/* trace.c: wraps one operation queued on s (s->lock held): an NVTX range
+ * named name (or the layer's tag) around the enqueue, and while tracing
+ * (or for a copy of path >= 0 while busy timing is on) events around the
+ * operation. queued: the operation was queued. */
+mgpu__cuda_span *mgpu__cuda_op_begin(mgpu__bstream *s, const char *name,
+                                     int path, size_t bytes);
+void mgpu__cuda_op_end(mgpu__bstream *s, mgpu__cuda_span *sp, int queued);
+/* After s was found idle: maps the timed operations onto the host clock
+ * and hands them to the floor (spans, copy time per path). */
+void mgpu__cuda_trace_harvest(mgpu__bstream *s);
+/* Frees the stream's event pairs (s is being destroyed, idle). */
+void mgpu__cuda_trace_stream_free(mgpu__bstream *s);
 
 struct mgpu__bevent {
   cudaEvent_t e;

@@ -158,11 +158,14 @@ int mgpu__cuda_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(s_dev, &sc);
   pthread_mutex_lock(&s->lock);
+  mgpu__cuda_span *sp = mgpu__cuda_op_begin(s, "copy.peer",
+                                            MGPU_METRIC_PATH_PEER_DIRECT, size);
   cudaError_t err;
   if (dd->ordinal == sd->ordinal)
     err = cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToDevice, s->s);
   else
     err = cudaMemcpyPeerAsync(dst, dd->ordinal, src, sd->ordinal, size, s->s);
+  mgpu__cuda_op_end(s, sp, err == cudaSuccess);
   pthread_mutex_unlock(&s->lock);
   mgpu__cuda_leave(&sc);
   if (err != cudaSuccess) {

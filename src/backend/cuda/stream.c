@@ -101,6 +101,13 @@ int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
     return mgpu__cuda_fail(d->id, err, what);
   }
   pthread_mutex_init(&s->lock, NULL);
+  s->track = mgpu__cuda_env->obs->track_new(d->id, NULL);
+  mgpu__cuda_enter(d, &sc);
+  if (cudaEventCreate(&s->clock_ref) != cudaSuccess) {
+    (void)cudaGetLastError();
+    s->clock_ref = NULL; /* no spans from this stream */
+  }
+  mgpu__cuda_leave(&sc);
   *out = s;
   return 0;
 }
@@ -111,6 +118,8 @@ void mgpu__cuda_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__cuda_enter(d, &sc);
   (void)cudaStreamSynchronize(s->s);
   busy_harvest(s);
+  mgpu__cuda_trace_harvest(s);
+  mgpu__cuda_trace_stream_free(s);
   cudaEventDestroy(s->busy_start);
   cudaEventDestroy(s->busy_end);
   cudaStreamDestroy(s->s);
@@ -126,6 +135,7 @@ int mgpu__cuda_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
     return mgpu__cuda_fail(d->id, err, "work on the stream failed "
                            "(cudaStreamSynchronize)");
   busy_harvest(s);
+  mgpu__cuda_trace_harvest(s);
   return 0;
 }
 
@@ -139,6 +149,7 @@ int mgpu__cuda_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
     return mgpu__cuda_fail(d->id, err, "work on the stream failed "
                            "(cudaStreamQuery)");
   busy_harvest(s);
+  mgpu__cuda_trace_harvest(s);
   return 0;
 }
 
@@ -245,11 +256,21 @@ int mgpu__cuda_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
    * call returns (the source may be reused at once), a D2H copy completes
    * before the call returns. */
   enum cudaMemcpyKind ck = cudaMemcpyDefault;
+  static const int kind_path[] = {MGPU_METRIC_PATH_H2D, MGPU_METRIC_PATH_D2H,
+                                  MGPU_METRIC_PATH_D2D, -1};
+  static const char *const path_span[] = {"copy.h2d", "copy.d2h", "copy.d2d",
+                                          "copy.peer", "copy.staged"};
+  int path = mgpu__cuda_env->obs->path();
+  if (path < 0) path = (unsigned)kind < 4 ? kind_path[kind] : -1;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(d, &sc);
   pthread_mutex_lock(&s->lock);
   busy_before(s);
+  mgpu__cuda_span *sp = mgpu__cuda_op_begin(
+      s, path >= 0 && path < MGPU_METRIC_PATHS ? path_span[path] : "copy.h2h",
+      path, size);
   cudaError_t err = cudaMemcpyAsync(dst, src, size, ck, s->s);
+  mgpu__cuda_op_end(s, sp, err == cudaSuccess);
   if (err == cudaSuccess) busy_after(s);
   pthread_mutex_unlock(&s->lock);
   mgpu__cuda_leave(&sc);
@@ -270,7 +291,9 @@ int mgpu__cuda_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
   mgpu__cuda_enter(d, &sc);
   pthread_mutex_lock(&s->lock);
   busy_before(s);
+  mgpu__cuda_span *sp = mgpu__cuda_op_begin(s, "memset", -1, size);
   cudaError_t err = cudaMemsetAsync(dst, value, size, s->s);
+  mgpu__cuda_op_end(s, sp, err == cudaSuccess);
   if (err == cudaSuccess) busy_after(s);
   pthread_mutex_unlock(&s->lock);
   mgpu__cuda_leave(&sc);
@@ -294,8 +317,12 @@ int mgpu__cuda_launch(mgpu__bdevice *d, mgpu__bstream *s,
   mgpu__cuda_enter(d, &sc);
   pthread_mutex_lock(&s->lock);
   busy_before(s);
+  char name[40]; /* a span name's length (obs/trace.h) */
+  snprintf(name, sizeof name, "kernel %s", k->name ? k->name : "?");
+  mgpu__cuda_span *sp = mgpu__cuda_op_begin(s, name, -1, 0);
   cudaError_t err = cudaLaunchKernel(k->cuda_fn, g, b,
                                      args_size > 0 ? params : NULL, 0, s->s);
+  mgpu__cuda_op_end(s, sp, err == cudaSuccess);
   if (err == cudaSuccess) busy_after(s);
   pthread_mutex_unlock(&s->lock);
   mgpu__cuda_leave(&sc);
@@ -315,7 +342,9 @@ int mgpu__cuda_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   mgpu__cuda_enter(d, &sc);
   pthread_mutex_lock(&s->lock);
   busy_before(s);
+  mgpu__cuda_span *sp = mgpu__cuda_op_begin(s, "kernel builtin", -1, 0);
   cudaError_t err = mgpu__cuda_builtin_launch(b, s->s);
+  mgpu__cuda_op_end(s, sp, err == cudaSuccess);
   if (err == cudaSuccess) busy_after(s);
   pthread_mutex_unlock(&s->lock);
   mgpu__cuda_leave(&sc);
@@ -334,7 +363,9 @@ int mgpu__cuda_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(d, &sc);
   pthread_mutex_lock(&s->lock);
+  mgpu__cuda_span *sp = mgpu__cuda_op_begin(s, "callback", -1, 0);
   cudaError_t err = cudaLaunchHostFunc(s->s, fn, arg);
+  mgpu__cuda_op_end(s, sp, err == cudaSuccess);
   pthread_mutex_unlock(&s->lock);
   mgpu__cuda_leave(&sc);
   if (err != cudaSuccess)

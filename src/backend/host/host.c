@@ -18,6 +18,12 @@
  * pipeline stay cheap, and nothing spins for long on a 2-core machine.
  *
  * Copies into device memory of 256 KiB or more use non-temporal stores.
+ *
+ * Observability: each operation is timed where it runs, on the worker.
+ * Copies add their time to their path's metric; while a trace is recorded,
+ * each operation becomes a span on its stream's track (named by the tag the
+ * layer above pushed, else by its kind), and a wait that ran after a record
+ * becomes an arrow from the record to the waiting stream.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +34,8 @@
 
 #include "backend/host/host.h"
 #include "mgpu/error.h"
+#include "obs/obs.h"
+#include "obs/trace.h"
 #include "util/thread.h"
 
 #if defined(__SSE2__)
@@ -49,12 +57,14 @@ typedef enum op_kind {
 typedef struct op {
   op_kind kind;
   struct op *next;
+  mgpu__trace_tag *tag; /* the span's name, while tracing; owned */
   union {
     struct {
       void *dst;
       const void *src;
       size_t size;
       int streaming; /* write dst with non-temporal stores */
+      int path;      /* mgpu_metric_path, or -1 (host to host) */
     } copy;
     struct {
       void *dst;
@@ -87,6 +97,7 @@ struct mgpu__bevent {
   uint64_t recorded;  /* sequence number of the latest record call */
   uint64_t completed; /* highest sequence number completed */
   uint64_t time_ns;   /* when `completed` was reached */
+  mgpu__trace_point recorded_at; /* where and when, for the trace's arrows */
   mgpu__bstream *waiters; /* streams parked on this event */
   /* Record and wait operations queued that still point at the event. A
    * record can outlive a later one that completed first (records on two
@@ -96,6 +107,14 @@ struct mgpu__bevent {
 
 struct mgpu__bstream {
   mgpu__bdevice *dev;
+  uint32_t track; /* the stream's track in the trace; set at creation */
+  /* Owned by the worker running the stream: when its last operation ran,
+   * and the arrow a wait left for the next operation (arrow_name NULL:
+   * none). An arrow starts inside the span before a record and ends
+   * inside the span after a wait, where Perfetto binds its ends. */
+  uint64_t last_t0, last_t1;
+  mgpu__trace_point arrow_from;
+  const char *arrow_name;
   /* Guarded by dev->lock. */
   op *head, *tail;
   int queued;               /* on the ready list */
@@ -172,7 +191,9 @@ static void enqueue(mgpu__bstream *s, op *o) {
 
 static op *op_new(op_kind kind) {
   op *o = calloc(1, sizeof *o);
-  if (o != NULL) o->kind = kind;
+  if (o == NULL) return NULL;
+  o->kind = kind;
+  if (mgpu__trace_enabled()) o->tag = mgpu__trace_tag_copy();
   return o;
 }
 
@@ -218,11 +239,16 @@ static void copy_streaming(void *dst, const void *src, size_t size) {
 #endif
 }
 
-static void complete_event(mgpu__bevent *e, uint64_t seq) {
+static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   mgpu__mutex_lock(&e->lock);
   if (seq > e->completed) {
     e->completed = seq;
     e->time_ns = mgpu__now_ns();
+    /* The work before the record is the span that ended last. */
+    uint64_t at = s->last_t1 == 0             ? e->time_ns
+                  : s->last_t1 > s->last_t0 ? s->last_t1 - 1
+                                            : s->last_t0;
+    e->recorded_at = (mgpu__trace_point){s->dev->id, s->track, at};
   }
   e->ops--; /* after the unlock below, destroy may free e */
   mgpu__bstream *w = e->waiters;
@@ -252,10 +278,56 @@ static void run_launch(mgpu__bdevice *d, op *o) {
       }
 }
 
-/* Runs o, the head of s. Returns 1 if s parked itself on an event instead
- * (o stays at the head and runs again when the stream is woken). Called with
- * d->lock held only for OP_WAIT (see worker_main). */
-static void run_op(mgpu__bdevice *d, op *o) {
+/* A wait of stream s for event e ran: the arrow from where e was recorded
+ * goes to s's next operation ("chan" for a channel's receive, tagged
+ * chan.recv, else "event"). */
+static void trace_wait(mgpu__bevent *e, mgpu__bstream *s, const char *tag) {
+  mgpu__mutex_lock(&e->lock);
+  mgpu__trace_point from = e->recorded_at;
+  mgpu__mutex_unlock(&e->lock);
+  if (from.ts == 0) return;
+  s->arrow_from = from;
+  s->arrow_name = tag != NULL && strncmp(tag, "chan.", 5) == 0 ? "chan" : "event";
+}
+
+static const char *const copy_span[MGPU_METRIC_PATHS] = {
+    "copy.h2d", "copy.d2h", "copy.d2d", "copy.peer", "copy.staged"};
+
+/* The span of an operation that ran from t0 to t1 on stream s, and the
+ * arrow a wait before it left. */
+static void trace_op(mgpu__bstream *s, const op *o, uint64_t t0, uint64_t t1) {
+  if (s->arrow_name != NULL) {
+    mgpu__trace_flow(s->arrow_name, s->arrow_from,
+                     (mgpu__trace_point){s->dev->id, s->track,
+                                         t1 > t0 ? t0 + 1 : t0});
+    s->arrow_name = NULL;
+  }
+  if (o->tag != NULL) {
+    mgpu__trace_span_tag(s->dev->id, s->track, o->tag, t0, t1);
+    return;
+  }
+  const char *name = "operation";
+  mgpu__trace_arg arg[1];
+  int nargs = 0;
+  switch (o->kind) {
+    case OP_COPY:
+      name = o->u.copy.path >= 0 ? copy_span[o->u.copy.path] : "copy.h2h";
+      arg[nargs++] = MGPU__TARG_I("bytes", o->u.copy.size);
+      break;
+    case OP_MEMSET:
+      name = "memset";
+      arg[nargs++] = MGPU__TARG_I("bytes", o->u.memset.size);
+      break;
+    case OP_LAUNCH: name = "kernel"; break;
+    case OP_BUILTIN: name = "kernel builtin"; break;
+    case OP_CALLBACK: name = "callback"; break;
+    default: return;
+  }
+  mgpu__trace_span(s->dev->id, s->track, name, t0, t1, arg, nargs);
+}
+
+/* Runs o, the head of s (see worker_main). */
+static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   uint64_t t0 = mgpu__now_ns();
   switch (o->kind) {
     case OP_COPY:
@@ -277,10 +349,11 @@ static void run_op(mgpu__bdevice *d, op *o) {
       o->u.callback.fn(o->u.callback.arg);
       break;
     case OP_RECORD:
-      complete_event(o->u.event.event, o->u.event.seq);
+      complete_event(o->u.event.event, o->u.event.seq, s);
       return;
     case OP_WAIT: {
       mgpu__bevent *e = o->u.event.event;
+      if (mgpu__trace_enabled()) trace_wait(e, s, o->tag ? o->tag->name : NULL);
       mgpu__mutex_lock(&e->lock);
       e->ops--;
       mgpu__cond_broadcast(&e->done);
@@ -288,11 +361,18 @@ static void run_op(mgpu__bdevice *d, op *o) {
       return;
     }
   }
-  env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, mgpu__now_ns() - t0);
+  uint64_t t1 = mgpu__now_ns();
+  s->last_t0 = t0;
+  s->last_t1 = t1;
+  env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, t1 - t0);
+  if (o->kind == OP_COPY && o->u.copy.path >= 0)
+    mgpu__obs_copy_ran(d->id, o->u.copy.path, o->u.copy.size, t1 - t0);
+  if (mgpu__trace_enabled()) trace_op(s, o, t0, t1);
 }
 
 static void op_free(op *o) {
   if (o->kind == OP_LAUNCH) free(o->u.launch.args);
+  free(o->tag);
   free(o);
 }
 
@@ -329,6 +409,7 @@ static int watch_for_work(mgpu__bdevice *d) {
 
 static void *worker_main(void *arg) {
   mgpu__bdevice *d = arg;
+  mgpu__trace_name_thread(d->id, "host worker");
   mgpu__mutex_lock(&d->lock);
   for (;;) {
     mgpu__bstream *s = ready_pop(d);
@@ -345,7 +426,7 @@ static void *worker_main(void *arg) {
     if (o->kind == OP_WAIT && must_park(s, o)) continue;
     s->running = 1;
     mgpu__mutex_unlock(&d->lock);
-    run_op(d, o);
+    run_op(d, s, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
     s->nfinished++;
@@ -464,6 +545,7 @@ static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   mgpu__bstream *s = calloc(1, sizeof *s);
   if (s == NULL) return op_nomem(d);
   s->dev = d;
+  s->track = mgpu__trace_track_new(d->id, NULL);
   *out = s;
   return 0;
 }
@@ -586,12 +668,11 @@ static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
 static int host_event_record_claimed(mgpu__bdevice *d, mgpu__bevent *e,
                                      mgpu__bstream *s) {
   (void)d;
-  (void)s;
   mgpu__mutex_lock(&e->lock);
   uint64_t seq = ++e->recorded;
   e->ops++; /* as a queued record's; complete_event gives it back */
   mgpu__mutex_unlock(&e->lock);
-  complete_event(e, seq);
+  complete_event(e, seq, s);
   return 0;
 }
 
@@ -643,7 +724,9 @@ static int host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
   uint64_t seq = e->recorded;
   int done = e->completed >= seq;
   mgpu__mutex_unlock(&e->lock);
-  if (done) return 0; /* nothing to wait for */
+  /* Nothing to wait for; while tracing the wait is queued all the same,
+   * so that its arrow is drawn in order on the worker. */
+  if (done && !mgpu__trace_enabled()) return 0;
   op *o = op_new(OP_WAIT);
   if (o == NULL) return op_nomem(d);
   o->u.event.event = e;
@@ -667,6 +750,11 @@ static int host_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
   o->u.copy.size = size;
   o->u.copy.streaming = (kind == MGPU__COPY_H2D || kind == MGPU__COPY_D2D) &&
                         size >= STREAMING_MIN;
+  /* The path the copy layer chose, else the kind's. */
+  static const int kind_path[] = {MGPU_METRIC_PATH_H2D, MGPU_METRIC_PATH_D2H,
+                                  MGPU_METRIC_PATH_D2D, -1};
+  int path = mgpu__obs_path();
+  o->u.copy.path = path >= 0 ? path : kind_path[kind];
   enqueue(s, o);
   return 0;
 }
@@ -690,12 +778,23 @@ static int host_launch(mgpu__bdevice *d, mgpu__bstream *s,
   if (args_size > 0) {
     o->u.launch.args = malloc(args_size);
     if (o->u.launch.args == NULL) {
-      free(o);
+      op_free(o);
       return op_nomem(d);
     }
     memcpy(o->u.launch.args, args, args_size);
   }
   o->u.launch.fn = k->host_fn;
+  if (mgpu__trace_enabled() && o->tag == NULL) {
+    mgpu__trace_arg a[] = {MGPU__TARG_I("grid_x", grid.x),
+                           MGPU__TARG_I("grid_y", grid.y),
+                           MGPU__TARG_I("grid_z", grid.z),
+                           MGPU__TARG_I("block_x", block.x)};
+    char name[MGPU__TRACE_NAME];
+    snprintf(name, sizeof name, "kernel %s", k->name ? k->name : "?");
+    int pushed = mgpu__trace_tag_push(name, a, 4);
+    o->tag = mgpu__trace_tag_copy();
+    mgpu__trace_tag_pop(pushed);
+  }
   o->u.launch.grid = grid;
   o->u.launch.block = block;
   enqueue(s, o);
@@ -755,7 +854,11 @@ static int host_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
                                   mgpu__bstream *s) {
   (void)dd;
   (void)sd;
-  return host_memcpy_async(s_dev, s, dst, src, size, MGPU__COPY_D2D);
+  int saved = mgpu__obs_path();
+  mgpu__obs_path_set(MGPU_METRIC_PATH_PEER_DIRECT);
+  int rc = host_memcpy_async(s_dev, s, dst, src, size, MGPU__COPY_D2D);
+  mgpu__obs_path_set(saved);
+  return rc;
 }
 
 static const mgpu__backend_ops host_ops = {

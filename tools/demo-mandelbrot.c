@@ -1,0 +1,427 @@
+/* mgpu demo mandelbrot: the Mandelbrot set in tiles over every device,
+ * through the work-stealing pool.
+ *
+ * Each tile is one pool task, owned by the device of its block of tiles
+ * (the middle of the picture costs far more than its edges, so owners
+ * finish at different times and idle devices steal). A task launches the
+ * kernel (host variant on host devices, CUDA variant on GPUs, opened from
+ * libmgpu-demo-cuda.so) into its device's tile buffer and copies the tile
+ * back, both on the pool's stream of that device.
+ *
+ * The run is recorded as a trace and drawn as a timeline; then the same
+ * tiles are computed on device 0 alone, for the speedup and for a pixel by
+ * pixel check of the picture. Writes into the output folder:
+ *   mandelbrot.png          the picture (PPM when libpng is absent)
+ *   mandelbrot-devices.png  each tile tinted by the device that computed it
+ *   mandelbrot-trace.json   the trace (Perfetto, chrome://tracing)
+ *   mandelbrot-timeline.png the timeline of the trace (SVG without libpng)
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "image.h"
+#include "mandel.h"
+
+/* ---- the kernel ---- */
+
+static void mandel_host(const mgpu_kernel_ctx *ctx, const void *argp) {
+  const mandel_args *a = argp;
+  for (int j = 0; j < MANDEL_BLOCK; j++) {
+    int ty = (int)ctx->block_idx.y * MANDEL_BLOCK + j, py = a->py0 + ty;
+    if (ty >= a->tile) break;
+    for (int i = 0; i < MANDEL_BLOCK; i++) {
+      int tx = (int)ctx->block_idx.x * MANDEL_BLOCK + i, px = a->px0 + tx;
+      if (tx >= a->tile) break;
+      if (px >= a->width || py >= a->height) {
+        a->out[ty * a->tile + tx] = 0;
+        continue;
+      }
+      /* The same operations, in the same order, as tools/cuda/mandel.cu
+       * (this file is built with -ffp-contract=off). */
+      double cr = a->x0 + (double)px * a->dx, ci = a->y0 + (double)py * a->dy;
+      double zr = 0, zi = 0;
+      int n = 0;
+      while (n < a->iters) {
+        double zr2 = zr * zr, zi2 = zi * zi;
+        if (zr2 + zi2 > 4.0) break;
+        double t = (zr2 - zi2) + cr;
+        zi = (2.0 * zr) * zi + ci;
+        zr = t;
+        n++;
+      }
+      a->out[ty * a->tile + tx] = (uint16_t)n;
+    }
+  }
+}
+
+/* The CUDA variant's host stub from libmgpu-demo-cuda.so, or NULL when the
+ * library is not there (a build without CUDA). */
+static const void *find_cuda_variant(void) {
+  char dir[PATH_MAX], path[PATH_MAX + 64];
+  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+  if (n <= 0) return NULL;
+  dir[n] = '\0';
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL) return NULL;
+  *slash = '\0';
+  const char *where[] = {"%s/../lib/libmgpu-demo-cuda.so",
+                         "%s/../lib64/libmgpu-demo-cuda.so",
+                         "%s/libmgpu-demo-cuda.so"};
+  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+    snprintf(path, sizeof path, where[i], dir);
+    if (access(path, R_OK) != 0) continue;
+    /* Kept open for the life of the process, like the CUDA plugin. */
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) continue;
+    const void *(*get)(void) = (const void *(*)(void))dlsym(lib, "mgpu_demo_mandel_cuda_fn");
+    if (get != NULL) return get();
+  }
+  return NULL;
+}
+
+/* ---- the run ---- */
+
+typedef struct options {
+  int width, height, iters, tile;
+  const char *out;
+  int check; /* compare with a one-device run */
+} options;
+
+typedef struct demo demo;
+
+typedef struct tile_job {
+  demo *d;
+  int px0, py0;
+  int device; /* the device that ran it */
+  int owner;  /* the device it was submitted to */
+  uint16_t *host; /* tile x tile counts */
+} tile_job;
+
+struct demo {
+  options o;
+  mgpu_kernel kernel;
+  int ntiles, tiles_x;
+  tile_job *jobs;
+  uint16_t *tiles;                     /* ntiles * tile * tile */
+  mgpu_buffer *buf[MGPU_MAX_DEVICES];  /* one tile per device */
+  atomic_int done;
+};
+
+static int tile_task(int dev, mgpu_stream *stream, void *arg) {
+  tile_job *j = arg;
+  demo *d = j->d;
+  int t = d->o.tile, blocks = (t + MANDEL_BLOCK - 1) / MANDEL_BLOCK;
+  mandel_args a = {
+      .out = mgpu_buffer_ptr(d->buf[dev]),
+      .x0 = -2.2, .y0 = -1.2,
+      .dx = 3.2 / d->o.width, .dy = 2.4 / d->o.height,
+      .px0 = j->px0, .py0 = j->py0, .tile = t,
+      .width = d->o.width, .height = d->o.height, .iters = d->o.iters};
+  /* Keep the aspect ratio: the wider side spans its range. */
+  double step = a.dx > a.dy ? a.dx : a.dy;
+  a.dx = a.dy = step;
+  a.x0 = -0.6 - step * d->o.width / 2;
+  a.y0 = -step * d->o.height / 2;
+  int rc = mgpu_launch(stream, &d->kernel, MGPU_DIM3(blocks, blocks, 1),
+                       MGPU_DIM3(MANDEL_BLOCK, MANDEL_BLOCK, 1), &a, sizeof a);
+  if (rc == 0)
+    rc = mgpu_memcpy_dtoh_async(j->host, d->buf[dev], 0,
+                                (size_t)t * t * sizeof(uint16_t), stream);
+  j->device = dev;
+  atomic_fetch_add(&d->done, 1);
+  return rc;
+}
+
+static void progress(demo *d, const char *what) {
+  int n = atomic_load(&d->done), w = 40, fill = n * w / d->ntiles;
+  fprintf(stderr, "\r%-12s [", what);
+  for (int i = 0; i < w; i++) fputc(i < fill ? '#' : '.', stderr);
+  fprintf(stderr, "] %d/%d tiles", n, d->ntiles);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Computes every tile on the given devices; fills stats and the time. */
+static int run(demo *d, int ndev, const int *devs, mgpu_pool_stats *stats,
+               double *seconds, const char *what) {
+  mgpu_pool_opts po = MGPU_POOL_OPTS_INITIALIZER;
+  po.policy = MGPU_SCHED_WS;
+  po.ndevices = ndev;
+  po.devices = devs;
+  mgpu_pool *pool;
+  int rc = mgpu_pool_create(&pool, &po);
+  if (rc != 0) return mgpu_cmd_fail("creating the pool", rc);
+  atomic_store(&d->done, 0);
+  int bar = isatty(STDERR_FILENO);
+  double t0 = now_s();
+  for (int k = 0; k < d->ntiles && rc == 0; k++) {
+    tile_job *j = &d->jobs[k];
+    mgpu_task_desc td = MGPU_TASK_DESC_INITIALIZER;
+    td.fn = tile_task;
+    td.arg = j;
+    /* Blocks of consecutive tiles per device: uneven work, so stealing. */
+    j->owner = devs[(int)((long long)k * ndev / d->ntiles)];
+    td.device = j->owner;
+    rc = mgpu_pool_submit(pool, &td, NULL);
+  }
+  while (rc == 0 && bar && atomic_load(&d->done) < d->ntiles) {
+    progress(d, what);
+    nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+  }
+  int wrc = mgpu_pool_wait_all(pool);
+  *seconds = now_s() - t0;
+  if (bar) {
+    progress(d, what);
+    fprintf(stderr, "\n");
+  }
+  if (rc == 0) rc = wrc;
+  if (rc != 0) mgpu_cmd_fail("computing the tiles", rc);
+  stats->size = sizeof *stats;
+  mgpu_pool_stats_get(pool, stats);
+  mgpu_pool_destroy(pool);
+  return rc != 0;
+}
+
+/* ---- pictures ---- */
+
+static uint16_t count_at(const demo *d, const uint16_t *tiles, int x, int y) {
+  int t = d->o.tile, k = (y / t) * d->tiles_x + x / t;
+  return tiles[(size_t)k * t * t + (size_t)(y % t) * t + (x % t)];
+}
+
+/* Iterations to colour: black inside the set; outside, a gradient (deep
+ * blue, sky, white, orange, dark) over the logarithm of the count, twice
+ * round, so that the bands near the set stay apart. */
+static rgb_t palette(int n, int iters) {
+  static const double stop[][4] = {{0.0, 0, 7, 100},      {0.16, 32, 107, 203},
+                                   {0.42, 237, 255, 255}, {0.6425, 255, 170, 0},
+                                   {0.8575, 0, 2, 0},     {1.0, 0, 7, 100}};
+  if (n >= iters) return 0x000000;
+  double t = 2 * log(1.0 + n) / log(1.0 + iters);
+  t -= floor(t);
+  int i = 0;
+  while (i < 4 && t > stop[i + 1][0]) i++;
+  double f = (t - stop[i][0]) / (stop[i + 1][0] - stop[i][0]);
+  rgb_t c = 0;
+  for (int k = 1; k <= 3; k++)
+    c = c << 8 | (rgb_t)lround(stop[i][k] + f * (stop[i + 1][k] - stop[i][k]));
+  return c;
+}
+
+static const rgb_t device_tint[] = {0x4c72b0, 0xdd8452, 0x55a868, 0xc44e52,
+                                    0x8172b3, 0x937860, 0xda8bc3, 0xccb974};
+
+static int save(const image *img, const char *dir, const char *name,
+                char *written, size_t size) {
+  char err[512];
+  int png = image_have_png();
+  snprintf(written, size, "%s/%s.%s", dir, name, png ? "png" : "ppm");
+  int rc = png ? image_write_png(img, written, err, sizeof err)
+               : image_write_ppm(img, written, err, sizeof err);
+  if (rc != 0) fprintf(stderr, "mgpu demo mandelbrot: %s\n", err);
+  return rc != 0;
+}
+
+static int pictures(demo *d, const char *dir, char *pic, char *devpic,
+                    size_t size) {
+  image img, dimg;
+  int w = d->o.width, h = d->o.height;
+  if (image_init(&img, w, h, 0) != 0 || image_init(&dimg, w, h, 0) != 0) {
+    fprintf(stderr, "mgpu demo mandelbrot: out of memory for the pictures\n");
+    return 1;
+  }
+  int t = d->o.tile;
+  for (int y = 0; y < h; y++) {
+    for (int x = 0; x < w; x++) {
+      rgb_t c = palette(count_at(d, d->tiles, x, y), d->o.iters);
+      image_rect(&img, x, y, 1, 1, c);
+      const tile_job *j = &d->jobs[(y / t) * d->tiles_x + x / t];
+      rgb_t tint = device_tint[j->device % 8];
+      /* The picture's brightness in the device's colour; a tile a device
+       * stole gets a dashed edge. */
+      int lum = (int)(((c >> 16) & 255) + ((c >> 8) & 255) + (c & 255)) / 3;
+      int k = 96 + lum * 159 / 255;
+      rgb_t dc = (((tint >> 16) & 255) * k / 255) << 16 |
+                 (((tint >> 8) & 255) * k / 255) << 8 | ((tint & 255) * k / 255);
+      int edge = x % t == 0 || y % t == 0;
+      if (edge) dc = j->device != j->owner && ((x + y) / 3) % 2 ? 0xffffff : 0x202020;
+      image_rect(&dimg, x, y, 1, 1, dc);
+    }
+  }
+  /* A key in the corner: one swatch per device. */
+  int ndev = mgpu_device_count();
+  int rows = ndev < 32 ? ndev : 32;
+  image_rect(&dimg, 4, 4, 300, 24 * rows + 36, 0x000000);
+  for (int i = 0; i < rows; i++) {
+    char label[32];
+    snprintf(label, sizeof label, "device %d", i);
+    image_rect(&dimg, 12, 12 + 24 * i, 16, 16, device_tint[i % 8]);
+    image_text(&dimg, 36, 13 + 24 * i, label, 0xffffff, 2);
+  }
+  image_text(&dimg, 12, 14 + 24 * rows, "dashed edge: stolen", 0xffffff, 2);
+  int rc = save(&img, dir, "mandelbrot", pic, size) ||
+           save(&dimg, dir, "mandelbrot-devices", devpic, size);
+  image_free(&img);
+  image_free(&dimg);
+  return rc;
+}
+
+/* ---- the command ---- */
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: mgpu demo mandelbrot [--size WxH] [--iters N] [--tile N]\n"
+          "                            [--out DIR] [--no-check]\n"
+          "  defaults: --size 1600x1200 --iters 1000 --tile 64 --out .\n");
+  return 2;
+}
+
+static int parse(int argc, char **argv, options *o) {
+  *o = (options){1600, 1200, 1000, 64, ".", 1};
+  for (int i = 2; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(argv[i], "--size") == 0 && v != NULL) {
+      if (sscanf(v, "%dx%d", &o->width, &o->height) != 2) return -1;
+      i++;
+    } else if (strcmp(argv[i], "--iters") == 0 && v != NULL) {
+      o->iters = atoi(v);
+      i++;
+    } else if (strcmp(argv[i], "--tile") == 0 && v != NULL) {
+      o->tile = atoi(v);
+      i++;
+    } else if (strcmp(argv[i], "--out") == 0 && v != NULL) {
+      o->out = v;
+      i++;
+    } else if (strcmp(argv[i], "--no-check") == 0) {
+      o->check = 0;
+    } else {
+      return -1;
+    }
+  }
+  if (o->width < 16 || o->height < 16 || o->width > 16384 || o->height > 16384 ||
+      o->iters < 1 || o->iters > 65535 || o->tile < 16 || o->tile > 1024)
+    return -1;
+  return 0;
+}
+
+int mgpu_demo_mandelbrot(int argc, char **argv) {
+  demo d;
+  memset(&d, 0, sizeof d);
+  if (parse(argc, argv, &d.o) != 0) return usage();
+  if (mkdir(d.o.out, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "mgpu demo mandelbrot: cannot create %s: %s\n", d.o.out,
+            strerror(errno));
+    return 1;
+  }
+  int rc = mgpu_cmd_init();
+  if (rc != 0) return rc;
+  d.kernel = (mgpu_kernel){"mandel", mandel_host, find_cuda_variant()};
+  int t = d.o.tile, ndev = mgpu_device_count();
+  d.tiles_x = (d.o.width + t - 1) / t;
+  d.ntiles = d.tiles_x * ((d.o.height + t - 1) / t);
+  d.jobs = calloc((size_t)d.ntiles, sizeof *d.jobs);
+  d.tiles = malloc((size_t)d.ntiles * t * t * sizeof *d.tiles);
+  uint16_t *first = NULL;
+  if (d.jobs == NULL || d.tiles == NULL) {
+    fprintf(stderr, "mgpu demo mandelbrot: out of host memory\n");
+    rc = 1;
+    goto out;
+  }
+  for (int dev = 0; dev < ndev; dev++) {
+    if ((rc = mgpu_malloc(&d.buf[dev], dev, (size_t)t * t * sizeof(uint16_t))) != 0) {
+      rc = mgpu_cmd_fail("allocating a tile buffer", rc);
+      goto out;
+    }
+  }
+  for (int k = 0; k < d.ntiles; k++)
+    d.jobs[k] = (tile_job){&d, (k % d.tiles_x) * t, (k / d.tiles_x) * t, -1, -1,
+                           d.tiles + (size_t)k * t * t};
+
+  /* The run on every device, recorded unless a trace is already running
+   * (MGPU_TRACE): then it is part of that one. */
+  char trace[PATH_MAX], timeline[PATH_MAX];
+  snprintf(trace, sizeof trace, "%s/mandelbrot-trace.json", d.o.out);
+  int own_trace = !mgpu_trace_active() && mgpu_trace_start(trace) == 0;
+  int devs[MGPU_MAX_DEVICES];
+  for (int i = 0; i < ndev; i++) devs[i] = i;
+  mgpu_pool_stats all, one;
+  double t_all, t_one = 0;
+  rc = run(&d, ndev, devs, &all, &t_all, "all devices");
+  if (own_trace && (mgpu_trace_stop() != 0 || rc != 0)) own_trace = 0;
+  if (rc != 0) goto out;
+
+  printf("mandelbrot %dx%d, %d iterations, %d tiles of %dx%d on %d devices: "
+         "%.3f s\n", d.o.width, d.o.height, d.o.iters, d.ntiles, t, t, ndev,
+         t_all);
+  printf("%-6s %-28s %8s %8s %10s %8s\n", "device", "name", "tiles", "stolen",
+         "busy ms", "util");
+  for (int i = 0; i < all.ndevices; i++) {
+    mgpu_device_props pr = {.size = sizeof pr};
+    mgpu_device_get_props(all.dev[i].device, &pr);
+    printf("%-6d %-28.28s %8llu %8llu %10.1f %7.1f%%\n", all.dev[i].device,
+           pr.name, (unsigned long long)all.dev[i].tasks_run,
+           (unsigned long long)all.dev[i].tasks_stolen,
+           all.dev[i].busy_ns / 1e6, 100.0 * all.dev[i].busy_ns / 1e9 / t_all);
+  }
+  printf("load imbalance %.3f (max busy / mean busy - 1)\n", all.load_imbalance);
+
+  char pic[PATH_MAX + 32], devpic[PATH_MAX + 32];
+  if ((rc = pictures(&d, d.o.out, pic, devpic, sizeof pic)) != 0) goto out;
+
+  if (d.o.check) {
+    /* The same tiles on device 0 alone: the speedup, and the check. */
+    first = malloc((size_t)d.ntiles * t * t * sizeof *first);
+    if (first == NULL) {
+      rc = 1;
+      goto out;
+    }
+    memcpy(first, d.tiles, (size_t)d.ntiles * t * t * sizeof *first);
+    memset(d.tiles, 0xff, (size_t)d.ntiles * t * t * sizeof *d.tiles);
+    int dev0 = 0;
+    if ((rc = run(&d, 1, &dev0, &one, &t_one, "one device")) != 0) goto out;
+    size_t differ = 0;
+    for (int y = 0; y < d.o.height; y++)
+      for (int x = 0; x < d.o.width; x++)
+        differ += count_at(&d, first, x, y) != count_at(&d, d.tiles, x, y);
+    printf("one device (device 0): %.3f s; speedup on %d devices: %.2fx\n",
+           t_one, ndev, t_one / t_all);
+    if (differ != 0) {
+      fprintf(stderr, "mgpu demo mandelbrot: %zu of %d pixels differ from the "
+              "one-device run\n", differ, d.o.width * d.o.height);
+      rc = 1;
+      goto out;
+    }
+    printf("check: every one of %d pixels equals the one-device run\n",
+           d.o.width * d.o.height);
+  }
+  printf("picture:  %s\ndevices:  %s\n", pic, devpic);
+  if (own_trace) {
+    snprintf(timeline, sizeof timeline, "%s/mandelbrot-timeline.%s", d.o.out,
+             image_have_png() ? "png" : "svg");
+    char title[160];
+    snprintf(title, sizeof title, "mgpu demo mandelbrot on %d devices", ndev);
+    if ((rc = mgpu_trace_view(trace, timeline, title, 1600, 1)) != 0) goto out;
+    printf("trace:    %s (open in ui.perfetto.dev or chrome://tracing)\n"
+           "timeline: %s\n", trace, timeline);
+  }
+out:
+  for (int dev = 0; dev < ndev; dev++)
+    if (d.buf[dev] != NULL) mgpu_free(d.buf[dev]);
+  free(first);
+  free(d.jobs);
+  free(d.tiles);
+  return rc;
+}
