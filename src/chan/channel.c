@@ -239,6 +239,27 @@ static char *inline_slot(const mgpu__channel *ch, const mgpu__buf *user,
   return (char *)slots->ptr + slot_off;
 }
 
+/* One small-path copy on the claimed stream s, when ready (the slot's
+ * other event complete): size bytes from src to dst, then done completes;
+ * the stream is released and the copy counted under bytes_m and n_m of
+ * dev. Returns 1 when it ran. */
+static int copy_claimed(mgpu__stream *s, int ready, void *dst, const void *src,
+                        size_t size, mgpu__event *done, int dev,
+                        enum mgpu__metric bytes_m, enum mgpu__metric n_m) {
+  int ran = 0;
+  if (ready) {
+    memcpy(dst, src, size);
+    ran = mgpu__event_record_claimed(done, s) == 0;
+  }
+  mgpu__stream_release(s);
+  mgpu_error_clear();
+  if (ran) {
+    mgpu__metric_add(dev, bytes_m, size);
+    mgpu__metric_add(dev, n_m, 1);
+  }
+  return ran;
+}
+
 /* The small path of a send; 1 when it ran, 0 when the queued path must. */
 static int send_inline(mgpu__channel *ch, slot *sl, uint64_t k,
                        size_t slot_off, const mgpu__buf *b, size_t offset,
@@ -252,18 +273,10 @@ static int send_inline(mgpu__channel *ch, slot *sl, uint64_t k,
     mgpu_error_clear();
     return 0;
   }
-  int ran = 0;
-  if (k < (uint64_t)ch->capacity || mgpu_event_query(sl->consumed) == 0) {
-    memcpy(dst, (const char *)b->ptr + offset, size);
-    ran = mgpu__event_record_claimed(filled, s) == 0;
-  }
-  mgpu__stream_release(s);
-  mgpu_error_clear();
-  if (ran) {
-    mgpu__metric_add(ch->src_dev, MGPU__M_bytes_peer_direct, size);
-    mgpu__metric_add(ch->src_dev, MGPU__M_copies_peer_direct, 1);
-  }
-  return ran;
+  int ready = k < (uint64_t)ch->capacity || mgpu_event_query(sl->consumed) == 0;
+  return copy_claimed(s, ready, dst, (const char *)b->ptr + offset, size,
+                      filled, ch->src_dev, MGPU__M_bytes_peer_direct,
+                      MGPU__M_copies_peer_direct);
 }
 
 /* The small path of a receive; 1 when it ran, 0 when the queued path must. */
@@ -277,18 +290,9 @@ static int recv_inline(mgpu__channel *ch, slot *sl, size_t slot_off,
     mgpu_error_clear();
     return 0;
   }
-  int ran = 0;
-  if (mgpu_event_query(sl->filled) == 0) {
-    memcpy((char *)b->ptr + offset, src, n);
-    ran = mgpu__event_record_claimed(consumed, s) == 0;
-  }
-  mgpu__stream_release(s);
-  mgpu_error_clear();
-  if (ran) {
-    mgpu__metric_add(ch->dst_dev, MGPU__M_bytes_d2d, n);
-    mgpu__metric_add(ch->dst_dev, MGPU__M_copies_d2d, 1);
-  }
-  return ran;
+  return copy_claimed(s, mgpu_event_query(sl->filled) == 0,
+                      (char *)b->ptr + offset, src, n, consumed, ch->dst_dev,
+                      MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
 }
 
 /* While tracing, the copies of message k are spans named name, and the
