@@ -6,6 +6,12 @@
  * through a FIFO queue under the device's queue_lock; the thread is its only
  * consumer. A call made from the host thread for its own device runs inline,
  * since queueing it would wait on itself.
+ *
+ * Both sides spin before they park (mgpu__spin_wait): the host thread
+ * watches for the next item for a while after each one, and the caller
+ * watches for its result, so a round trip between two running threads costs
+ * cache-line transfers, not two wake-ups; each side parks on queue_cond when
+ * its adaptive budget runs out.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -20,7 +26,10 @@ struct mgpu__work_item {
   void *arg;
   int dev;
   int result;
-  _Atomic int done; /* written under the device's queue_lock */
+  /* Set (release) by the host thread once result is written; the caller
+   * may see it without the lock and return, so the host thread touches the
+   * item no more after setting it. */
+  _Atomic int done;
   mgpu__work_item *next;
 };
 
@@ -79,19 +88,26 @@ static void *host_thread_main(void *arg) {
     mgpu__work_item *w = d->queue_head;
     if (w == NULL) {
       if (d->stopping) break;
-      mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+      mgpu__mutex_unlock(&d->queue_lock);
+      int seen = mgpu__spin_wait(&d->host_spin, &d->queue_ready);
+      mgpu__mutex_lock(&d->queue_lock);
+      if (!seen && d->queue_head == NULL && !d->stopping)
+        mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
       continue;
     }
     d->queue_head = w->next;
-    if (d->queue_head == NULL) d->queue_tail = NULL;
+    if (d->queue_head == NULL) {
+      d->queue_tail = NULL;
+      if (!d->stopping)
+        atomic_store_explicit(&d->queue_ready, 0, memory_order_relaxed);
+    }
     mgpu__mutex_unlock(&d->queue_lock);
     current_device = d->id; /* fn may have moved it */
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
-    int result = w->fn(d->id, w->arg);
+    w->result = w->fn(d->id, w->arg);
     if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
     mgpu__mutex_lock(&d->queue_lock);
-    w->result = result;
-    w->done = 1;
+    atomic_store_explicit(&w->done, 1, memory_order_release);
     mgpu__cond_broadcast(&d->queue_cond);
   }
   mgpu__mutex_unlock(&d->queue_lock);
@@ -109,6 +125,7 @@ int mgpu__device_thread_start(mgpu__device *d) {
 void mgpu__device_thread_stop(mgpu__device *d) {
   mgpu__mutex_lock(&d->queue_lock);
   d->stopping = 1;
+  atomic_store_explicit(&d->queue_ready, 1, memory_order_release);
   mgpu__cond_broadcast(&d->queue_cond);
   mgpu__mutex_unlock(&d->queue_lock);
   mgpu__thread_join(d->host_thread);
@@ -119,7 +136,17 @@ static void queue_push(mgpu__device *d, mgpu__work_item *w) {
   if (d->queue_tail) d->queue_tail->next = w;
   else d->queue_head = w;
   d->queue_tail = w;
+  atomic_store_explicit(&d->queue_ready, 1, memory_order_release);
   mgpu__cond_broadcast(&d->queue_cond);
+}
+
+/* Waits for w's result: spins, then parks on queue_cond. */
+static void wait_done(mgpu__device *d, mgpu__work_item *w) {
+  if (mgpu__spin_wait(&d->caller_spin, &w->done)) return;
+  mgpu__mutex_lock(&d->queue_lock);
+  while (!atomic_load_explicit(&w->done, memory_order_acquire))
+    mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+  mgpu__mutex_unlock(&d->queue_lock);
 }
 
 static int check_fn(int dev, mgpu_device_fn fn) {
@@ -147,8 +174,8 @@ static int run_on_device_in(int dev, mgpu_device_fn fn, void *arg) {
     return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
   }
   queue_push(d, &w);
-  while (!w.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
   mgpu__mutex_unlock(&d->queue_lock);
+  wait_done(d, &w);
   return w.result;
 }
 
@@ -186,7 +213,7 @@ static int run_async(int dev, mgpu_device_fn fn, void *arg,
     current_device = dev;
     w->item.result = fn(dev, arg);
     current_device = saved;
-    w->item.done = 1;
+    atomic_store_explicit(&w->item.done, 1, memory_order_relaxed);
     *work = (mgpu_work *)w->handle;
     return 0;
   }
@@ -216,10 +243,7 @@ int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
 /* Waits for a work item's function (the caller holds its handle). */
 static int work_done(mgpu__work *w) {
   if (mgpu__lib_enter("mgpu_work_wait") == 0) {
-    mgpu__device *d = mgpu__device_get(w->item.dev);
-    mgpu__mutex_lock(&d->queue_lock);
-    while (!w->item.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
-    mgpu__mutex_unlock(&d->queue_lock);
+    wait_done(mgpu__device_get(w->item.dev), &w->item);
     mgpu__lib_leave();
   } else {
     /* mgpu_shutdown is under way or done: it runs every queued item before
