@@ -1,25 +1,38 @@
-/* mgpu bench allreduce: float sums over every open device, 4 KiB to
- * 256 MiB per device (--quick: a few small sizes).
+/* mgpu bench allreduce: float sums over 2 and 4 host devices (as many as
+ * are open, at most 4), 8 B to 256 MiB per device in powers of 4 (as
+ * nccl-tests -b 8 -e 256M -f 4 does, and 256 MiB itself; --quick: 8 B,
+ * 4 KiB, 64 KiB, 1 MiB), next to Open MPI's MPI_Allreduce on as many local
+ * ranks over the same sizes in the same run.
  *
  * Figures per size, as nccl-tests defines them: algbw = size / time and
- * busbw = algbw * 2 (n - 1) / n. On host devices memory is the limit, so
- * each size also gets the traffic an all-reduce cannot avoid (every device's
- * input read once and output written once: 2 n size bytes) per second, next
- * to memcpy's bandwidth counted the same way (bytes read + bytes written),
- * measured in the same run: their ratio says how close to the memory the
+ * busbw = algbw * 2 (n - 1) / n. The baseline of busbw is Open MPI's busbw:
+ * bench/peers/mpi_allreduce, run under mpirun (and a timeout) by this
+ * command when both are present, right after mgpu's sweep on the same
+ * number of ranks; without them the row carries no baseline and a line says
+ * why. On host devices memory is the limit, so each size from 64 KiB also
+ * gets the traffic an all-reduce cannot avoid (every device's input read
+ * once and output written once: 2 n size bytes) per second, next to memcpy
+ * of pre-touched buffers by n threads (one per device) counted the same way
+ * (bytes read + bytes written): their ratio says how close to the memory the
  * collective runs. At 64 MiB the ring is also timed, next to the algorithm
  * chosen by default.
  *
  * Each timed repetition issues a batch of back-to-back all-reduces (one
- * thread, a group per call) and synchronizes once; the figure is the median
- * over repetitions after a warm-up. Buffers are allocated and touched once. */
+ * thread, a group per call; as many as fit in 64 MiB of data, at most 1000)
+ * and synchronizes once; the figure is the median over repetitions after a
+ * warm-up. The MPI peer times its batches the same way, between barriers,
+ * and takes the slowest rank's time. Buffers are allocated and touched
+ * once. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 
-#define MAXDEV 8
+#define MAXDEV 4
+#define MAXSIZES 16
 
 typedef struct setup {
   int n;
@@ -43,13 +56,17 @@ static int open_comm(setup *st, int algo) {
   return mgpu_comm_create_config(devs, st->n, &cfg, &st->comm);
 }
 
-/* Seconds per all-reduce of count floats: median of reps batches. */
-static int time_allreduce(setup *st, size_t count, int reps, int max_iters,
-                          double *secs) {
-  size_t bytes = count * sizeof(float);
-  int iters = (int)((size_t)(64u << 20) / bytes);
+static int batch_iters(size_t bytes, int quick) {
+  size_t iters = ((size_t)64 << 20) / bytes;
+  size_t cap = quick ? 20 : 1000;
   if (iters < 1) iters = 1;
-  if (iters > max_iters) iters = max_iters;
+  return (int)(iters > cap ? cap : iters);
+}
+
+/* Seconds per all-reduce of count floats: median of reps batches. */
+static int time_allreduce(setup *st, size_t count, int reps, int quick,
+                          double *secs) {
+  int iters = batch_iters(count * sizeof(float), quick);
   double *t = malloc((size_t)reps * sizeof *t);
   if (t == NULL) return MGPU_ENOMEM;
   int rc = 0;
@@ -75,8 +92,145 @@ static int time_allreduce(setup *st, size_t count, int reps, int max_iters,
 static void size_name(size_t bytes, char *out, size_t len) {
   if (bytes >= (1u << 20))
     snprintf(out, len, "%zuMiB", bytes >> 20);
-  else
+  else if (bytes >= (1u << 10))
     snprintf(out, len, "%zuKiB", bytes >> 10);
+  else
+    snprintf(out, len, "%zuB", bytes);
+}
+
+/* The MPI peer beside this program: <dir of mgpu>/../bench/mpi_allreduce. */
+static int mpi_peer_path(char *out, size_t len) {
+  char self[PATH_MAX - 32];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (k <= 0) return 0;
+  self[k] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash == NULL) return 0;
+  *slash = '\0';
+  snprintf(out, len, "%s/../bench/mpi_allreduce", self);
+  return access(out, X_OK) == 0;
+}
+
+/* Runs Open MPI's MPI_Allreduce on n local ranks over the sizes; secs[i]
+ * gets the median seconds of size i (0 where none came back). Returns 0, or
+ * -1 with why filled in. */
+static int run_mpi(int n, const size_t *sizes, int nsizes, int reps,
+                   int quick, double *secs, char *why, size_t wlen) {
+  char peer[PATH_MAX];
+  for (int i = 0; i < nsizes; i++) secs[i] = 0;
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+    snprintf(why, wlen, "mpirun not found");
+    return -1;
+  }
+  if (!mpi_peer_path(peer, sizeof peer)) {
+    snprintf(why, wlen, "bench/mpi_allreduce not built (no MPI found)");
+    return -1;
+  }
+  char cmd[PATH_MAX + 512];
+  int len = snprintf(cmd, sizeof cmd,
+                     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                     "timeout %d mpirun --oversubscribe --bind-to none -np %d "
+                     "'%s' --raw --reps %d%s --sizes ",
+                     quick ? 60 : 900, n, peer, reps, quick ? " --quick" : "");
+  for (int i = 0; i < nsizes && len < (int)sizeof cmd - 24; i++)
+    len += snprintf(cmd + len, sizeof cmd - (size_t)len, "%s%zu", i ? "," : "",
+                    sizes[i]);
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) {
+    snprintf(why, wlen, "cannot start mpirun");
+    return -1;
+  }
+  size_t b;
+  double t;
+  while (fscanf(f, "%zu %lf", &b, &t) == 2)
+    for (int i = 0; i < nsizes; i++)
+      if (sizes[i] == b) secs[i] = t;
+  int st = pclose(f);
+  if (st != 0) {
+    snprintf(why, wlen, "mpirun exited with status %d", st);
+    return -1;
+  }
+  return 0;
+}
+
+static int sweep(int n, const size_t *sizes, int nsizes, const bench_opts *o,
+                 bench_report *rep) {
+  setup st;
+  memset(&st, 0, sizeof st);
+  st.n = n;
+  size_t max = sizes[nsizes - 1];
+  int rc = open_comm(&st, MGPU_COLL_ALGO_AUTO);
+  if (rc != 0) return fail("comm", rc);
+  for (int r = 0; r < n && rc == 0; r++) {
+    rc = mgpu_stream_create(&st.s[r], r);
+    if (rc == 0) rc = mgpu_malloc(&st.send[r], r, max);
+    if (rc == 0) rc = mgpu_malloc(&st.recv[r], r, max);
+    /* Touch every page once, outside the timing. */
+    if (rc == 0) rc = mgpu_memset_async(st.send[r], 0, 0, max, st.s[r]);
+    if (rc == 0) rc = mgpu_memset_async(st.recv[r], 0, 0, max, st.s[r]);
+  }
+  for (int r = 0; r < n && rc == 0; r++) rc = mgpu_stream_synchronize(st.s[r]);
+  if (rc != 0) return fail("buffers of the largest size", rc);
+
+  double t[MAXSIZES], tring = 0;
+  for (int i = 0; i < nsizes && rc == 0; i++) {
+    rc = time_allreduce(&st, sizes[i] / sizeof(float), o->reps, o->quick,
+                        &t[i]);
+    if (rc == 0 && sizes[i] == (64u << 20) && n > 1) {
+      setup ring = st;
+      if (open_comm(&ring, MGPU_COLL_ALGO_RING) == 0) {
+        rc = time_allreduce(&ring, sizes[i] / sizeof(float), o->reps,
+                            o->quick, &tring);
+        mgpu_comm_destroy(ring.comm);
+      }
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    mgpu_free(st.send[r]);
+    mgpu_free(st.recv[r]);
+    mgpu_stream_destroy(st.s[r]);
+  }
+  mgpu_comm_destroy(st.comm);
+  if (rc != 0) return fail("allreduce", rc);
+
+  /* Open MPI on as many ranks, the same sizes, now. */
+  double mpi[MAXSIZES];
+  char why[128] = "";
+  if (run_mpi(n, sizes, nsizes, o->reps, o->quick, mpi, why, sizeof why) != 0)
+    fprintf(stderr, "bench allreduce: no Open MPI baseline on %d ranks: %s\n",
+            n, why);
+
+  double dn = n, factor = n > 1 ? 2.0 * (dn - 1) / dn : 1.0;
+  for (int i = 0; i < nsizes; i++) {
+    size_t bytes = sizes[i];
+    char name[96], sz[32];
+    size_name(bytes, sz, sizeof sz);
+    double algbw = (double)bytes / t[i] / 1e9;
+    snprintf(name, sizeof name, "allreduce %s, %d dev", sz, n);
+    if (mpi[i] > 0) {
+      bench_report_add(rep, name, "busbw", algbw * factor, "GB/s",
+                       "Open MPI busbw", (double)bytes / mpi[i] / 1e9 * factor);
+      bench_report_add(rep, name, "time", t[i] * 1e6, "us", "Open MPI time",
+                       mpi[i] * 1e6);
+    } else {
+      bench_report_add(rep, name, "busbw", algbw * factor, "GB/s", NULL, 0);
+      bench_report_add(rep, name, "time", t[i] * 1e6, "us", NULL, 0);
+    }
+    if (bytes >= (64u << 10)) {
+      int iters = batch_iters(bytes, o->quick);
+      double memcpy_rw =
+          2.0 * bench_memcpy_gbps(bytes, n, iters < 50 ? iters : 50, o->reps);
+      snprintf(name, sizeof name, "allreduce %s, %d dev, traffic", sz, n);
+      bench_report_add(rep, name, "bandwidth", 2.0 * dn * (double)bytes / t[i] / 1e9,
+                       "GB/s", "memcpy read+write", memcpy_rw);
+    }
+    if (bytes == (64u << 20) && tring > 0) {
+      snprintf(name, sizeof name, "allreduce %s, %d dev, ring", sz, n);
+      bench_report_add(rep, name, "busbw", (double)bytes / tring / 1e9 * factor,
+                       "GB/s", "default algorithm", algbw * factor);
+    }
+  }
+  return 0;
 }
 
 int mgpu_bench_allreduce(int argc, char **argv) {
@@ -87,76 +241,27 @@ int mgpu_bench_allreduce(int argc, char **argv) {
                   "mgpu bench allreduce [--json] [--quick] [--reps N]", &o,
                   rest, &nrest) != 0)
     return 2;
-  setup st;
-  memset(&st, 0, sizeof st);
-  st.n = mgpu_device_count();
-  if (st.n > MAXDEV) st.n = MAXDEV;
-  static const size_t full[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
-                                1u << 20, 4u << 20, 16u << 20, 64u << 20,
-                                256u << 20};
-  static const size_t quick[] = {4u << 10, 64u << 10, 1u << 20};
-  const size_t *sizes = o.quick ? quick : full;
-  int nsizes = o.quick ? 3 : 9;
-  size_t max = sizes[nsizes - 1];
-  int max_iters = o.quick ? 10 : 200; /* all-reduces per timed batch */
-
-  int rc = open_comm(&st, MGPU_COLL_ALGO_AUTO);
-  if (rc != 0) return fail("comm", rc);
-  for (int r = 0; r < st.n && rc == 0; r++) {
-    rc = mgpu_stream_create(&st.s[r], r);
-    if (rc == 0) rc = mgpu_malloc(&st.send[r], r, max);
-    if (rc == 0) rc = mgpu_malloc(&st.recv[r], r, max);
-    /* Touch every page once, outside the timing. */
-    if (rc == 0) rc = mgpu_memset_async(st.send[r], 0, 0, max, st.s[r]);
-    if (rc == 0) rc = mgpu_memset_async(st.recv[r], 0, 0, max, st.s[r]);
+  int ndev = mgpu_device_count();
+  if (ndev < 1) return fail("devices", ndev < 0 ? ndev : MGPU_ENODEV);
+  size_t sizes[MAXSIZES];
+  int nsizes = 0;
+  if (o.quick) {
+    static const size_t quick[] = {8, 4u << 10, 64u << 10, 1u << 20};
+    for (int i = 0; i < 4; i++) sizes[nsizes++] = quick[i];
+  } else {
+    for (size_t b = 8; b <= (256u << 20); b *= 4) sizes[nsizes++] = b;
+    sizes[nsizes++] = 256u << 20;
   }
-  for (int r = 0; r < st.n && rc == 0; r++)
-    rc = mgpu_stream_synchronize(st.s[r]);
-  if (rc != 0) return fail("buffers of the largest size", rc);
-
   bench_report *rep = bench_report_new("allreduce");
-  double n = st.n, factor = st.n > 1 ? 2.0 * (n - 1) / n : 1.0;
-  for (int i = 0; i < nsizes && rc == 0; i++) {
-    size_t bytes = sizes[i];
-    double t;
-    rc = time_allreduce(&st, bytes / sizeof(float), o.reps, max_iters, &t);
-    if (rc != 0) break;
-    char name[96], sz[32];
-    size_name(bytes, sz, sizeof sz);
-    double algbw = (double)bytes / t / 1e9;
-    double memcpy_rw = 2.0 * bench_memcpy_gbps(bytes, o.reps);
-    snprintf(name, sizeof name, "allreduce %s", sz);
-    bench_report_add(rep, name, "busbw", algbw * factor, "GB/s", NULL, 0);
-    bench_report_add(rep, name, "algbw", algbw, "GB/s", NULL, 0);
-    bench_report_add(rep, name, "time", t * 1e6, "us", NULL, 0);
-    snprintf(name, sizeof name, "allreduce %s traffic", sz);
-    bench_report_add(rep, name, "bandwidth", 2.0 * n * (double)bytes / t / 1e9,
-                     "GB/s", "memcpy read+write", memcpy_rw);
-    if (bytes == (64u << 20) && st.n > 1) {
-      /* The ring on the same buffers, next to the default. */
-      setup ring = st;
-      if (open_comm(&ring, MGPU_COLL_ALGO_RING) == 0) {
-        double tr;
-        rc = time_allreduce(&ring, bytes / sizeof(float), o.reps, max_iters,
-                            &tr);
-        mgpu_comm_destroy(ring.comm);
-        if (rc != 0) break;
-        snprintf(name, sizeof name, "allreduce %s ring", sz);
-        bench_report_add(rep, name, "busbw", (double)bytes / tr / 1e9 * factor,
-                         "GB/s", "default algorithm", algbw * factor);
-      }
+  int counts[2] = {2, 4}, ncounts = 0;
+  for (int k = 0; k < 2; k++)
+    if (counts[k] <= ndev) counts[ncounts++] = counts[k];
+  if (ncounts == 0) counts[ncounts++] = ndev; /* one device: itself */
+  for (int k = 0; k < ncounts; k++)
+    if (sweep(counts[k], sizes, nsizes, &o, rep) != 0) {
+      bench_report_finish(rep, o.json);
+      return 1;
     }
-  }
-  if (rc != 0) {
-    bench_report_finish(rep, o.json);
-    return fail("allreduce", rc);
-  }
   bench_report_finish(rep, o.json);
-  for (int r = 0; r < st.n; r++) {
-    mgpu_free(st.send[r]);
-    mgpu_free(st.recv[r]);
-    mgpu_stream_destroy(st.s[r]);
-  }
-  mgpu_comm_destroy(st.comm);
   return 0;
 }

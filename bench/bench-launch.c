@@ -1,8 +1,12 @@
 /* mgpu bench launch: what it costs to hand work to a device.
  *
- *  - mgpu_run_on_device of an empty function, round trip, next to a bare
- *    pthread hand-off (post to a waiting thread through a mutex and
- *    condition variable, wait for its answer) measured in the same run;
+ *  - mgpu_run_on_device of an empty function, round trip, next to a
+ *    two-thread ping-pong measured in the same run (bench_pingpong_us): the
+ *    spinning one (the least a round trip between two running threads
+ *    costs) and the one on a mutex and condition variable (what a plain
+ *    worker thread costs). Twice: as the machine is, and with every CPU
+ *    taken by a thread that computes (bench_load_start), where no core is
+ *    free for anyone to spin on;
  *  - mgpu_launch of an empty kernel, per launch in a burst of launches
  *    followed by one synchronize, next to a bare burst of hand-offs (items
  *    counted into a queue that a waiting thread drains, then one wait for
@@ -59,32 +63,24 @@ static void handoff_wait(handoff *h) {
   pthread_mutex_unlock(&h->lock);
 }
 
-static void handoff_once(handoff *h) {
-  handoff_post(h);
-  handoff_wait(h);
-}
-
 static void handoff_burst(handoff *h, int iters) {
   for (int i = 0; i < iters; i++) handoff_post(h);
   handoff_wait(h);
 }
 
-/* Median microseconds per hand-off over reps runs of iters each: one at a
- * time (burst 0) or iters posted before one wait (burst 1). */
-static double handoff_us(int iters, int reps, int burst) {
+/* Median microseconds per hand-off over reps runs of iters posted before
+ * one wait. */
+static double handoff_burst_us(int iters, int reps) {
   handoff h = {.posted = 0};
   pthread_mutex_init(&h.lock, NULL);
   pthread_cond_init(&h.cond, NULL);
   pthread_t t;
   if (pthread_create(&t, NULL, handoff_worker, &h) != 0) return 0;
   double *v = malloc((size_t)reps * sizeof *v);
-  for (int i = 0; i < iters; i++) handoff_once(&h); /* warm-up */
+  handoff_burst(&h, iters); /* warm-up */
   for (int r = 0; r < reps; r++) {
     double t0 = bench_now();
-    if (burst)
-      handoff_burst(&h, iters);
-    else
-      for (int i = 0; i < iters; i++) handoff_once(&h);
+    handoff_burst(&h, iters);
     v[r] = (bench_now() - t0) / iters * 1e6;
   }
   pthread_mutex_lock(&h.lock);
@@ -183,11 +179,20 @@ int mgpu_bench_launch(int argc, char **argv) {
   int cuda = p.backend_kind == MGPU_BACKEND_CUDA;
 
   bench_report *r = bench_report_new("launch");
-  double base = handoff_us(iters, o.reps, 0);
-  double base_burst = handoff_us(iters, o.reps, 1);
-  double rod = run_on_device_us(0, iters, o.reps);
-  bench_report_add(r, "run_on_device empty fn, device 0", "latency", rod, "us",
-                   "pthread hand-off", base);
+  for (int loaded = 0; loaded < 2; loaded++) {
+    int cpus = bench_cpus();
+    if (loaded) bench_load_start(cpus);
+    double spin = bench_pingpong_us(1, iters, o.reps);
+    double cv = bench_pingpong_us(0, iters, o.reps);
+    double rod = run_on_device_us(0, iters, o.reps);
+    if (loaded) bench_load_stop();
+    char name[96];
+    snprintf(name, sizeof name, "run_on_device round trip%s",
+             loaded ? ", every CPU busy" : "");
+    bench_report_add(r, name, "latency", rod, "us", "spinning ping-pong", spin);
+    bench_report_add(r, name, "latency", rod, "us", "mutex+cond ping-pong", cv);
+  }
+  double base_burst = handoff_burst_us(iters, o.reps);
   double l = 0;
   rc = launch_us(0, cuda, iters, o.reps, &l);
   if (rc != 0) {

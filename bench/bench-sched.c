@@ -2,10 +2,12 @@
  *
  * 1. Overhead: N empty tasks submitted from one thread, then wait_all; the
  *    figure is wall time / N (ns per task, submit to completion), for 1, 2
- *    and 4 devices and each policy. Baseline, measured in the same run: a
- *    bare hand-off of N items from one thread to another through a
- *    lock-free single-producer ring, the least any cross-thread scheduler
- *    can pay.
+ *    and 4 devices and each policy. Baselines, measured in the same run:
+ *    a plain thread pool of as many threads (one queue under a mutex,
+ *    workers sleeping on a condition variable: what a user would otherwise
+ *    write, bench/sched_work.h), and StarPU's eager scheduler with as many
+ *    CPU workers, run beside this command (bench/peers/starpu_sched --raw,
+ *    under a timeout) when it was built.
  * 2. Balance: 2,000 tasks whose lengths are log-uniform between 1 us and
  *    1 ms (fixed seed, so heavily skewed: most are short, a few dominate).
  *    A task stands for device work: it sleeps its length, so four devices
@@ -23,6 +25,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "sched_work.h"
@@ -80,6 +84,35 @@ static double skew_run(mgpu_pool *p, skew_task *t, int n, int ndev,
   return makespan;
 }
 
+/* StarPU eager's empty-task ns for 1, 2 and 4 workers (index 0, 1, 2; 0
+ * where it did not run), from the peer program beside this one. */
+static void starpu_eager(int quick, int reps, double out[3]) {
+  out[0] = out[1] = out[2] = 0;
+  char self[PATH_MAX - 64];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  char *slash = k > 0 ? (self[k] = '\0', strrchr(self, '/')) : NULL;
+  if (slash == NULL) return;
+  *slash = '\0';
+  char peer[PATH_MAX];
+  snprintf(peer, sizeof peer, "%s/starpu_sched", self);
+  if (access(peer, X_OK) != 0) {
+    fprintf(stderr, "mgpu bench sched: no StarPU baseline (%s not built)\n",
+            peer);
+    return;
+  }
+  char cmd[PATH_MAX + 128];
+  snprintf(cmd, sizeof cmd, "timeout %d '%s' --raw --reps %d%s", quick ? 60 : 300,
+           peer, reps, quick ? " --quick" : "");
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return;
+  int w;
+  double ns;
+  while (fscanf(f, "%d %lf", &w, &ns) == 2)
+    if (w == 1 || w == 2 || w == 4) out[w == 4 ? 2 : w - 1] = ns;
+  if (pclose(f) != 0)
+    fprintf(stderr, "mgpu bench sched: the StarPU peer failed\n");
+}
+
 int mgpu_bench_sched(int argc, char **argv) {
   bench_opts opts;
   char *rest[8];
@@ -96,13 +129,15 @@ int mgpu_bench_sched(int argc, char **argv) {
   double *b = calloc((size_t)reps, sizeof *b);
 
   const int counts[] = {1, 2, 4};
+  double starpu[3];
+  starpu_eager(opts.quick, reps, starpu);
   for (int c = 0; c < 3; c++) {
     int nd = counts[c];
     if (nd > ndev) break;
     for (int pol = 0; pol < 3; pol++) {
       /* The baseline first, with no pool up, as the StarPU peer does. */
-      handoff_ns(n / 4);
-      for (int i = 0; i < reps; i++) b[i] = handoff_ns(n);
+      plain_pool_ns(n / 4, nd);
+      for (int i = 0; i < reps; i++) b[i] = plain_pool_ns(n, nd);
       mgpu_pool *p = make_pool((mgpu_sched_policy)pol, nd);
       if (p == NULL) return 1;
       overhead_ns(p, n / 4); /* warm-up: slots, deques, threads */
@@ -117,8 +152,12 @@ int mgpu_bench_sched(int argc, char **argv) {
       char name[96];
       snprintf(name, sizeof name, "empty task, %d dev, %s", nd,
                policy_name[pol]);
-      bench_report_add(r, name, "overhead", bench_median(v, reps), "ns/task",
-                       "thread hand-off", bench_median(b, reps));
+      double mine = bench_median(v, reps);
+      bench_report_add(r, name, "overhead", mine, "ns/task",
+                       "plain thread pool", bench_median(b, reps));
+      if (starpu[c] > 0)
+        bench_report_add(r, name, "overhead", mine, "ns/task", "StarPU eager",
+                         starpu[c]);
     }
   }
 

@@ -2,6 +2,9 @@
  * benchmark. */
 #include "bench.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,23 +171,222 @@ double bench_median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double bench_memcpy_gbps(size_t size, int reps) {
-  char *a = malloc(size), *b = malloc(size);
-  double *t = malloc((size_t)reps * sizeof *t);
-  double gbps = 0;
-  if (a == NULL || b == NULL || t == NULL) goto out;
-  memset(a, 1, size);
-  memset(b, 2, size);
-  memcpy(b, a, size); /* warm-up */
-  for (int i = 0; i < reps; i++) {
-    double t0 = bench_now();
-    memcpy(b, a, size);
-    t[i] = bench_now() - t0;
+/* ---- memcpy with n threads ---- */
+
+typedef struct copy_team {
+  pthread_barrier_t go, done;
+  char *a, *b;
+  size_t size;
+  int nthreads, iters, reps;
+  double *t; /* per repetition: first start to last end, per copy */
+  double *start, *end; /* per thread, this repetition */
+} copy_team;
+
+typedef struct copy_member {
+  copy_team *team;
+  int idx;
+} copy_member;
+
+static void *copy_thread(void *p) {
+  copy_member *m = p;
+  copy_team *t = m->team;
+  size_t lo = t->size * (size_t)m->idx / (size_t)t->nthreads;
+  size_t hi = t->size * (size_t)(m->idx + 1) / (size_t)t->nthreads;
+  for (int r = -1; r < t->reps; r++) { /* -1: warm-up */
+    pthread_barrier_wait(&t->go);
+    t->start[m->idx] = bench_now();
+    for (int i = 0; i < t->iters; i++) memcpy(t->b + lo, t->a + lo, hi - lo);
+    t->end[m->idx] = bench_now();
+    pthread_barrier_wait(&t->done);
+    if (m->idx == 0 && r >= 0) {
+      /* Wall time: threads that share a core take turns, and that counts. */
+      double first = t->start[0], last = t->end[0];
+      for (int k = 1; k < t->nthreads; k++) {
+        if (t->start[k] < first) first = t->start[k];
+        if (t->end[k] > last) last = t->end[k];
+      }
+      t->t[r] = (last - first) / t->iters;
+    }
   }
-  gbps = (double)size / bench_median(t, reps) / 1e9;
+  return NULL;
+}
+
+double bench_memcpy_gbps(size_t size, int nthreads, int iters, int reps) {
+  if (nthreads < 1) nthreads = 1;
+  if (iters < 1) iters = 1;
+  copy_team t = {.size = size, .nthreads = nthreads, .iters = iters,
+                 .reps = reps};
+  t.a = malloc(size);
+  t.b = malloc(size);
+  t.t = malloc((size_t)reps * sizeof *t.t);
+  t.start = calloc((size_t)nthreads, sizeof *t.start);
+  t.end = calloc((size_t)nthreads, sizeof *t.end);
+  pthread_t *th = calloc((size_t)nthreads, sizeof *th);
+  copy_member *m = calloc((size_t)nthreads, sizeof *m);
+  double gbps = 0;
+  if (!t.a || !t.b || !t.t || !t.start || !t.end || !th || !m) goto out;
+  memset(t.a, 1, size); /* pre-touched */
+  memset(t.b, 2, size);
+  pthread_barrier_init(&t.go, NULL, (unsigned)nthreads);
+  pthread_barrier_init(&t.done, NULL, (unsigned)nthreads);
+  int started = 0;
+  for (int i = 1; i < nthreads; i++) {
+    m[i] = (copy_member){&t, i};
+    if (pthread_create(&th[i], NULL, copy_thread, &m[i]) != 0) break;
+    started++;
+  }
+  if (started == nthreads - 1) {
+    m[0] = (copy_member){&t, 0};
+    copy_thread(&m[0]);
+    gbps = (double)size / bench_median(t.t, reps) / 1e9;
+  } else {
+    fprintf(stderr, "bench: cannot start %d copy threads\n", nthreads);
+    exit(1); /* the started ones wait at a barrier for ever */
+  }
+  for (int i = 1; i < nthreads; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&t.go);
+  pthread_barrier_destroy(&t.done);
 out:
-  free(a);
-  free(b);
-  free(t);
+  free(t.a);
+  free(t.b);
+  free(t.t);
+  free(t.start);
+  free(t.end);
+  free(th);
+  free(m);
   return gbps;
+}
+
+/* ---- the two-thread ping-pong ---- */
+
+typedef struct pingpong {
+  _Alignas(64) _Atomic long ping; /* written by the caller */
+  _Alignas(64) _Atomic long pong; /* written by the partner */
+  _Alignas(64) pthread_mutex_t lock;
+  pthread_cond_t cond;
+  long turn_ping, turn_pong; /* lock */
+  int spin;
+} pingpong;
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+#define PP_STOP (-1L)
+
+static void *pingpong_partner(void *p) {
+  pingpong *pp = p;
+  if (pp->spin) {
+    for (long seen = 0;;) {
+      long v;
+      while ((v = atomic_load_explicit(&pp->ping, memory_order_acquire)) == seen)
+        relax();
+      if (v == PP_STOP) break;
+      seen = v;
+      atomic_store_explicit(&pp->pong, v, memory_order_release);
+    }
+    return NULL;
+  }
+  pthread_mutex_lock(&pp->lock);
+  for (long seen = 0;;) {
+    while (pp->turn_ping == seen) pthread_cond_wait(&pp->cond, &pp->lock);
+    if (pp->turn_ping == PP_STOP) break;
+    seen = pp->turn_ping;
+    pp->turn_pong = seen;
+    pthread_cond_broadcast(&pp->cond);
+  }
+  pthread_mutex_unlock(&pp->lock);
+  return NULL;
+}
+
+static void pingpong_once(pingpong *pp, long i) {
+  if (pp->spin) {
+    atomic_store_explicit(&pp->ping, i, memory_order_release);
+    while (atomic_load_explicit(&pp->pong, memory_order_acquire) != i) relax();
+    return;
+  }
+  pthread_mutex_lock(&pp->lock);
+  pp->turn_ping = i;
+  pthread_cond_broadcast(&pp->cond);
+  while (pp->turn_pong != i) pthread_cond_wait(&pp->cond, &pp->lock);
+  pthread_mutex_unlock(&pp->lock);
+}
+
+double bench_pingpong_us(int spin, int iters, int reps) {
+  pingpong *pp = aligned_alloc(64, sizeof *pp);
+  double *v = malloc((size_t)reps * sizeof *v);
+  if (pp == NULL || v == NULL) {
+    free(pp);
+    free(v);
+    return 0;
+  }
+  memset(pp, 0, sizeof *pp);
+  pp->spin = spin;
+  pthread_mutex_init(&pp->lock, NULL);
+  pthread_cond_init(&pp->cond, NULL);
+  pthread_t t;
+  double m = 0;
+  if (pthread_create(&t, NULL, pingpong_partner, pp) == 0) {
+    long k = 0;
+    for (int i = 0; i < iters; i++) pingpong_once(pp, ++k); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+      double t0 = bench_now();
+      for (int i = 0; i < iters; i++) pingpong_once(pp, ++k);
+      v[r] = (bench_now() - t0) / iters * 1e6;
+    }
+    if (spin) {
+      atomic_store_explicit(&pp->ping, PP_STOP, memory_order_release);
+    } else {
+      pthread_mutex_lock(&pp->lock);
+      pp->turn_ping = PP_STOP;
+      pthread_cond_broadcast(&pp->cond);
+      pthread_mutex_unlock(&pp->lock);
+    }
+    pthread_join(t, NULL);
+    m = bench_median(v, reps);
+  }
+  pthread_mutex_destroy(&pp->lock);
+  pthread_cond_destroy(&pp->cond);
+  free(pp);
+  free(v);
+  return m;
+}
+
+/* ---- load ---- */
+
+static struct {
+  _Atomic int stop;
+  int n;
+  pthread_t th[64];
+} load;
+
+static void *load_thread(void *p) {
+  (void)p;
+  volatile unsigned long x = 0;
+  while (!atomic_load_explicit(&load.stop, memory_order_relaxed)) x++;
+  return NULL;
+}
+
+void bench_load_start(int n) {
+  if (n > 64) n = 64;
+  atomic_store(&load.stop, 0);
+  load.n = 0;
+  for (int i = 0; i < n; i++)
+    if (pthread_create(&load.th[load.n], NULL, load_thread, NULL) == 0)
+      load.n++;
+}
+
+void bench_load_stop(void) {
+  atomic_store(&load.stop, 1);
+  for (int i = 0; i < load.n; i++) pthread_join(load.th[i], NULL);
+  load.n = 0;
+}
+
+int bench_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }

@@ -48,9 +48,27 @@ double bench_now(void);
 /* Median of n values (reorders v). */
 double bench_median(double *v, int n);
 
-/* Baseline: single-thread memcpy of size bytes between two pre-touched host
- * buffers, median of reps runs, in GB/s of bytes copied (one byte read and
- * one written count as one byte moved, like cudaMemcpy bandwidth). */
-double bench_memcpy_gbps(size_t size, int reps);
+/* Baseline: memcpy of size bytes between two pre-touched host buffers by
+ * nthreads threads at once (each copies its slice, started together by a
+ * barrier; each timed repetition copies iters times, so that small sizes
+ * are not only the barrier), median of reps runs, in GB/s of bytes copied
+ * (one byte read and one written count as one byte moved, like cudaMemcpy
+ * bandwidth). The time of a repetition is the slowest thread's. */
+double bench_memcpy_gbps(size_t size, int nthreads, int iters, int reps);
+
+/* Baseline: the round trip of a two-thread ping-pong, median microseconds
+ * of reps runs of iters round trips. spin 0: the partner and the caller
+ * sleep on a mutex and condition variable (what a plain worker thread
+ * does); spin 1: both spin on flags in their own cache lines, pausing the
+ * CPU (the least a hand-off between two running threads costs). */
+double bench_pingpong_us(int spin, int iters, int reps);
+
+/* Occupies n CPUs with threads that compute and never block, so that no
+ * core is free (bench launch's loaded case); stopped by bench_load_stop. */
+void bench_load_start(int n);
+void bench_load_stop(void);
+
+/* CPUs this process may run on. */
+int bench_cpus(void);
 
 #endif /* MGPU_BENCH_H */

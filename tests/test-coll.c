@@ -7,6 +7,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "task.h"
 
@@ -296,6 +297,73 @@ TEST_IMPL(direct_large) {
   for (int in_place = 0; in_place < 2; in_place++) {
     check_one(&w, ALLREDUCE, MGPU_FLOAT32, MGPU_SUM, count, in_place, 0, 11);
     check_one(&w, BROADCAST, MGPU_INT32, MGPU_SUM, count, in_place, n - 1, 12);
+  }
+  world_close(&w);
+  return 0;
+}
+
+/* Kernels for the stream-order test: fill a float buffer with a value after
+ * a pause, and double one into another. */
+typedef struct slow_fill_args {
+  float *p;
+  size_t n;
+  float v;
+  int pause_us;
+} slow_fill_args;
+
+static void slow_fill_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
+  (void)ctx;
+  const slow_fill_args *a = argp;
+  if (a->pause_us > 0) usleep((useconds_t)a->pause_us);
+  for (size_t i = 0; i < a->n; i++) a->p[i] = a->v;
+}
+
+static const mgpu_kernel slow_fill = {"test_slow_fill", slow_fill_kernel,
+                                      NULL};
+
+/* Small and medium collectives are run by the issuing thread (with the
+ * devices' workers for medium ones) when every stream is idle, and queued as
+ * stream work when one is busy: both keep stream order. A rank whose input
+ * is still being written by a slow kernel must be waited for, and work
+ * queued right after the collective must see its result, on every rank, for
+ * every way of running it. */
+TEST_IMPL(direct_stream_order) {
+  int devs[4];
+  mgpu_comm_config cfg;
+  int n = direct_setup(devs, &cfg);
+  if (n < 2) return TEST_SKIP;
+  static const size_t counts[] = {1000, 100000}; /* 4 KB, 400 KB */
+  world w;
+  world_open(&w, devs, n, counts[1], &cfg);
+  for (int k = 0; k < 4; k++) {
+    size_t count = counts[k / 2];
+    int busy = k % 2;
+    for (int r = 0; r < n; r++) {
+      float *p = mgpu_buffer_ptr(w.a[r]);
+      ASSERT(p != NULL);
+      slow_fill_args a = {p, count, (float)(r + 1), busy && r == n - 1 ? 20000 : 0};
+      ASSERT_OK(mgpu_launch(w.s[r], &slow_fill, MGPU_DIM3(1, 1, 1),
+                            MGPU_DIM3(1, 1, 1), &a, sizeof a));
+      if (!busy) ASSERT_OK(mgpu_stream_synchronize(w.s[r]));
+    }
+    ASSERT_OK(mgpu_group_begin());
+    for (int r = 0; r < n; r++)
+      ASSERT_OK(mgpu_allreduce(w.comm, r, w.a[r], w.b[r], count, MGPU_FLOAT32,
+                               MGPU_SUM, w.s[r]));
+    ASSERT_OK(mgpu_group_end());
+    /* Right behind it: overwrite the input, which the collective must have
+     * read already. */
+    for (int r = 0; r < n; r++) {
+      float *p = mgpu_buffer_ptr(w.a[r]);
+      slow_fill_args a = {p, count, -1.0f, 0};
+      ASSERT_OK(mgpu_launch(w.s[r], &slow_fill, MGPU_DIM3(1, 1, 1),
+                            MGPU_DIM3(1, 1, 1), &a, sizeof a));
+      ASSERT_OK(mgpu_stream_synchronize(w.s[r]));
+      ASSERT_OK(mgpu_stream_query(w.s[r]));
+      const float *h = mgpu_buffer_ptr(w.b[r]); /* host devices */
+      float want = (float)(n * (n + 1) / 2);
+      for (size_t i = 0; i < count; i++) ASSERT_EQ(h[i], want);
+    }
   }
   world_close(&w);
   return 0;
@@ -843,6 +911,7 @@ TEST_IMPL(mixed_in_place) {
 TEST_LIST_BEGIN
 TEST_ENTRY(direct)
 TEST_ENTRY(direct_large)
+TEST_ENTRY(direct_stream_order)
 TEST_ENTRY(ring)
 TEST_ENTRY(ring_chunks)
 TEST_ENTRY(ring_staged)

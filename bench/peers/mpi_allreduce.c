@@ -1,6 +1,9 @@
 /* Open MPI's MPI_Allreduce, the peer of `mgpu bench allreduce`: float sums
- * across the ranks of one machine, 4 KiB to 256 MiB per rank (--quick: a
- * few small sizes), printed in the JSON shape of mgpu's benchmarks.
+ * across the ranks of one machine, 8 B to 256 MiB per rank in powers of 4
+ * (--quick: a few sizes; --sizes B,B,...: those sizes in bytes), printed in
+ * the JSON shape of mgpu's benchmarks, or with --raw as one line
+ * "bytes seconds" per size (what `mgpu bench allreduce` reads when it runs
+ * this program beside itself).
  *
  *   mpirun --allow-run-as-root --oversubscribe -np 4 ./mpi_allreduce --json
  *
@@ -24,27 +27,44 @@ int main(int argc, char **argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  int json = 0, quick = 0, reps = 0;
+  int json = 0, quick = 0, reps = 0, raw = 0;
+  size_t given[32];
+  int ngiven = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) json = 1;
+    else if (strcmp(argv[i], "--raw") == 0) raw = 1;
     else if (strcmp(argv[i], "--quick") == 0) quick = 1;
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+      for (char *p = argv[++i]; *p != '\0' && ngiven < 32;) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || v < sizeof(float)) break;
+        given[ngiven++] = (size_t)v / sizeof(float) * sizeof(float);
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   if (reps < 1) reps = quick ? 3 : 7;
-  static const size_t full[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
-                                1u << 20, 4u << 20, 16u << 20, 64u << 20,
-                                256u << 20};
-  static const size_t small[] = {4u << 10, 64u << 10, 1u << 20};
-  const size_t *sizes = quick ? small : full;
-  int nsizes = quick ? 3 : 9;
-  size_t max = sizes[nsizes - 1];
+  /* 8 B to 128 MiB in powers of 4 (nccl-tests -b 8 -e 256M -f 4), then
+   * 256 MiB itself. */
+  size_t full[16];
+  int nfull = 0;
+  for (size_t b = 8; b <= (256u << 20); b *= 4) full[nfull++] = b;
+  full[nfull++] = 256u << 20;
+  static const size_t small[] = {8, 4u << 10, 64u << 10, 1u << 20};
+  const size_t *sizes = ngiven ? given : quick ? small : full;
+  int nsizes = ngiven ? ngiven : quick ? 4 : nfull;
+  size_t max = 0;
+  for (int s = 0; s < nsizes; s++)
+    if (sizes[s] > max) max = sizes[s];
   float *send = malloc(max), *recv = malloc(max);
   double *t = malloc((size_t)reps * sizeof *t);
   if (send == NULL || recv == NULL || t == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
   memset(send, 0, max);
   memset(recv, 0, max);
   double factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
-  if (rank == 0) {
+  if (rank == 0 && !raw) {
     if (json)
       printf("{\"bench\": \"allreduce\", \"backend\": \"openmpi\", "
              "\"devices\": %d,\n \"results\": [", n);
@@ -57,7 +77,7 @@ int main(int argc, char **argv) {
     int count = (int)(bytes / sizeof(float));
     int iters = (int)((size_t)(64u << 20) / bytes);
     if (iters < 1) iters = 1;
-    if (iters > 200) iters = 200;
+    if (iters > (quick ? 20 : 1000)) iters = quick ? 20 : 1000;
     for (int rep = -1; rep < reps; rep++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
@@ -70,10 +90,16 @@ int main(int argc, char **argv) {
     if (rank != 0) continue;
     qsort(t, (size_t)reps, sizeof *t, cmp);
     double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    if (raw) {
+      printf("%zu %.9g\n", bytes, med);
+      fflush(stdout);
+      continue;
+    }
     double algbw = (double)bytes / med / 1e9;
     char sz[32];
     if (bytes >= (1u << 20)) snprintf(sz, sizeof sz, "%zuMiB", bytes >> 20);
-    else snprintf(sz, sizeof sz, "%zuKiB", bytes >> 10);
+    else if (bytes >= (1u << 10)) snprintf(sz, sizeof sz, "%zuKiB", bytes >> 10);
+    else snprintf(sz, sizeof sz, "%zuB", bytes);
     struct { const char *suffix, *metric, *unit; double v; } rows[] = {
         {"", "busbw", "GB/s", algbw * factor},
         {"", "algbw", "GB/s", algbw},
@@ -91,7 +117,7 @@ int main(int argc, char **argv) {
       first = 0;
     }
   }
-  if (rank == 0 && json) printf("]}\n");
+  if (rank == 0 && json && !raw) printf("]}\n");
   free(send);
   free(recv);
   free(t);

@@ -1,14 +1,16 @@
 /* StarPU on the two cases of mgpu bench sched, for comparison.
  *
- *   starpu_sched [--json] [--quick] [--reps N]
+ *   starpu_sched [--json] [--quick] [--reps N] [--raw]
  *
  * Runs StarPU's eager (one shared queue) and ws (work stealing) schedulers
  * with 1, 2 and 4 CPU workers standing for devices: the overhead of an
  * empty task (N submitted, then starpu_task_wait_for_all; ns per task) next
- * to the same thread hand-off baseline, and 2,000 skewed tasks (the same
+ * to the same plain thread-pool baseline, and 2,000 skewed tasks (the same
  * lengths and body as mgpu's, bench/sched_work.h) next to the ideal
  * makespan. Prints the JSON shape of every mgpu benchmark, with "bench":
- * "sched-starpu". Built by bench/peers/starpu.cmake when pkg-config finds
+ * "sched-starpu". --raw: only eager's empty-task overhead, one line
+ * "workers ns" per worker count (what `mgpu bench sched` reads when it runs
+ * this program beside itself). Built by bench/peers/starpu.cmake when pkg-config finds
  * StarPU. */
 #include <starpu.h>
 #include <stdio.h>
@@ -97,13 +99,15 @@ typedef struct row {
 } row;
 
 int main(int argc, char **argv) {
-  int json = 0, quick = 0, reps = 0;
+  int json = 0, quick = 0, reps = 0, raw = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) json = 1;
+    else if (strcmp(argv[i], "--raw") == 0) raw = 1;
     else if (strcmp(argv[i], "--quick") == 0) quick = 1;
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: starpu_sched [--json] [--quick] [--reps N]\n");
+      fprintf(stderr, "usage: starpu_sched [--json] [--quick] [--reps N] "
+              "[--raw]\n");
       return 2;
     }
   }
@@ -121,24 +125,32 @@ int main(int argc, char **argv) {
   if (reps > 64) reps = 64;
 
   for (int c = 0; c < 3; c++)
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < (raw ? 1 : 2); s++) {
       /* The baseline first: StarPU's idle workers spin, and would slow a
-       * hand-off measured while they are up. */
-      handoff_ns(n / 4);
-      for (int i = 0; i < reps; i++) b[i] = handoff_ns(n);
+       * pool measured while they are up. */
+      if (!raw) {
+        plain_pool_ns(n / 4, counts[c]);
+        for (int i = 0; i < reps; i++) b[i] = plain_pool_ns(n, counts[c]);
+      }
       if (start(scheds[s], counts[c]) != 0) return 1;
       overhead_ns(n / 4);
       for (int i = 0; i < reps; i++) v[i] = overhead_ns(n);
       starpu_shutdown();
+      if (raw) {
+        printf("%d %.6g\n", counts[c], median(v, reps));
+        fflush(stdout);
+        continue;
+      }
       row *r = &rows[nrows++];
       snprintf(r->name, sizeof r->name, "empty task, %d dev, starpu %s",
                counts[c], scheds[s]);
       snprintf(r->metric, sizeof r->metric, "overhead");
       snprintf(r->unit, sizeof r->unit, "ns/task");
-      snprintf(r->base, sizeof r->base, "thread hand-off");
+      snprintf(r->base, sizeof r->base, "plain thread pool");
       r->value = median(v, reps);
       r->baseline = median(b, reps);
     }
+  if (raw) return 0;
 
   enum { NSKEW = 2000 };
   skew_task *tasks = calloc(NSKEW, sizeof *tasks);

@@ -166,6 +166,18 @@ typedef struct mgpu__backend_ops {
   /* 0 done, MGPU_EAGAIN pending, or the asynchronous error. */
   int (*stream_query)(mgpu__bdevice *d, mgpu__bstream *s);
   void *(*stream_native)(mgpu__bstream *s);
+  /* Optional: lets the calling thread run work in s's place. stream_claim
+   * returns 1 when s has nothing queued or running, and then holds s as if
+   * a worker ran an operation of it: work queued meanwhile waits, and
+   * synchronize waits for the claim. stream_release ends the claim (and
+   * hands what was queued meanwhile to the workers). 0: s is busy, nothing
+   * changed. NULL where the device's memory is not the caller's. */
+  int (*stream_claim)(mgpu__bdevice *d, mgpu__bstream *s);
+  void (*stream_release)(mgpu__bdevice *d, mgpu__bstream *s);
+  /* With s claimed by the caller: records e on s and completes it at once
+   * (everything before it on s has run). Offered with stream_claim. */
+  int (*event_record_claimed)(mgpu__bdevice *d, mgpu__bevent *e,
+                              mgpu__bstream *s);
 
   int (*event_create)(mgpu__bdevice *d, mgpu__bevent **e);
   void (*event_destroy)(mgpu__bdevice *d, mgpu__bevent *e);

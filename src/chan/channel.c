@@ -20,11 +20,22 @@
  * waits for a send that waits for room). Destroy closes the handle, wakes
  * the calls inside (they return MGPU_EFREED) and waits for them to leave.
  *
+ * Small path: when the end's stream is idle and the slot is ready (the
+ * "consumed" event of its previous message complete for a send, "filled"
+ * for a receive), the calling thread claims the stream, copies the message
+ * itself and completes the event at once (mgpu__stream_claim,
+ * mgpu__event_record_claimed): exactly what the three queued operations
+ * would have done, in the same stream order, without handing anything to
+ * a worker. It is taken only for device buffers of host devices on a
+ * direct path (a pair with peer access turned off keeps its host-staged
+ * copy); the metrics count the copy as the copy layer would.
+ *
  * Locking: send_lock serializes senders (messages keep the order of the send
  * calls), recv_lock serializes receivers; lock guards the counts, closed and
  * destroyed. Lock order: send_lock or recv_lock, then lock. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "copy/copy-internal.h"
 #include "core/internal.h"
@@ -51,10 +62,13 @@ typedef struct mgpu__channel {
   mgpu__mutex send_lock, recv_lock;
   mgpu__mutex lock;
   mgpu__cond cond;
-  uint64_t sent;     /* messages published by senders */
-  uint64_t received; /* messages taken by receivers */
-  int closed;
-  int destroyed;     /* set by destroy: the calls inside leave */
+  /* Written under lock; read without it by a thread that watches for room
+   * or a message before it sleeps on cond. */
+  _Atomic uint64_t sent;     /* messages published by senders */
+  _Atomic uint64_t received; /* messages taken by receivers */
+  _Atomic int closed;
+  _Atomic int destroyed;     /* set by destroy: the calls inside leave */
+  mgpu__spin spin;
 } mgpu__channel;
 
 static void chan_free(mgpu__channel *ch) {
@@ -261,6 +275,96 @@ static int peer_lost(const mgpu__channel *ch, int lost) {
                      ch->src_dev, ch->dst_dev, lost);
 }
 
+/* Conditions a sender or receiver watches before it sleeps. */
+static int has_room(const void *p) {
+  const mgpu__channel *ch = p;
+  return atomic_load_explicit(&ch->closed, memory_order_acquire) ||
+         atomic_load_explicit(&ch->destroyed, memory_order_acquire) ||
+         atomic_load_explicit(&ch->sent, memory_order_acquire) -
+                 atomic_load_explicit(&ch->received, memory_order_acquire) <
+             (uint64_t)ch->capacity;
+}
+
+static int has_message(const void *p) {
+  const mgpu__channel *ch = p;
+  return atomic_load_explicit(&ch->closed, memory_order_acquire) ||
+         atomic_load_explicit(&ch->destroyed, memory_order_acquire) ||
+         atomic_load_explicit(&ch->received, memory_order_acquire) !=
+             atomic_load_explicit(&ch->sent, memory_order_acquire);
+}
+
+/* The slots' device pointer at slot k's offset, when the small path may
+ * copy by hand: device memory at both ends (host devices' device memory is
+ * the caller's). NULL otherwise. */
+static char *inline_slot(const mgpu__channel *ch, const mgpu__buf *user,
+                         size_t slot_off) {
+  if (user->kind != MGPU_MEM_DEVICE || ch->slots_b->kind != MGPU_MEM_DEVICE)
+    return NULL;
+  return (char *)ch->slots_b->ptr + slot_off;
+}
+
+/* One small-path copy on the claimed stream s, when ready (the slot's
+ * other event complete): size bytes from src to dst, then done completes;
+ * the stream is released and the copy counted under bytes_m and n_m of
+ * dev. Returns 1 when it ran. */
+static int copy_claimed(mgpu__stream *s, int ready, void *dst, const void *src,
+                        size_t size, mgpu__event *done, int dev,
+                        enum mgpu__metric bytes_m, enum mgpu__metric n_m) {
+  int ran = 0;
+  if (ready) {
+    memcpy(dst, src, size);
+    ran = mgpu__event_record_claimed(done, s) == 0;
+  }
+  mgpu__stream_release(s);
+  mgpu_error_clear();
+  if (ran) {
+    mgpu__metric_add(dev, bytes_m, size);
+    mgpu__metric_add(dev, n_m, 1);
+  }
+  return ran;
+}
+
+/* The small path of a send; 1 when it ran, 0 when the queued path must. */
+static int send_inline(mgpu__channel *ch, slot *sl, uint64_t k,
+                       size_t slot_off, const mgpu__buf *b, size_t offset,
+                       size_t size, mgpu__stream *s) {
+  char *dst = inline_slot(ch, b, slot_off);
+  mgpu_copy_path path;
+  mgpu__event *filled = NULL;
+  if (dst == NULL || mgpu__event_get(sl->filled, &filled) != 0 ||
+      mgpu_copy_path_get(ch->src_dev, ch->dst_dev, &path) != 0 ||
+      path != MGPU_PATH_DIRECT || !mgpu__stream_claim(s)) {
+    mgpu__event_put(filled);
+    mgpu_error_clear();
+    return 0;
+  }
+  int ready = k < (uint64_t)ch->capacity || mgpu_event_query(sl->consumed) == 0;
+  int ran = copy_claimed(s, ready, dst, (const char *)b->ptr + offset, size,
+                         filled, ch->src_dev, MGPU__M_bytes_peer_direct,
+                         MGPU__M_copies_peer_direct);
+  mgpu__event_put(filled);
+  return ran;
+}
+
+/* The small path of a receive; 1 when it ran, 0 when the queued path must. */
+static int recv_inline(mgpu__channel *ch, slot *sl, size_t slot_off,
+                       const mgpu__buf *b, size_t offset, size_t n,
+                       mgpu__stream *s) {
+  char *src = inline_slot(ch, b, slot_off);
+  mgpu__event *consumed = NULL;
+  if (src == NULL || mgpu__event_get(sl->consumed, &consumed) != 0 ||
+      !mgpu__stream_claim(s)) {
+    mgpu__event_put(consumed);
+    mgpu_error_clear();
+    return 0;
+  }
+  int ran = copy_claimed(s, mgpu_event_query(sl->filled) == 0,
+                         (char *)b->ptr + offset, src, n, consumed,
+                         ch->dst_dev, MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
+  mgpu__event_put(consumed);
+  return ran;
+}
+
 /* While tracing, the copies of message k are spans named name, and the
  * receive's wait for the send is an arrow named "chan". */
 static int trace_tag(const char *name, const mgpu__channel *ch, uint64_t k,
@@ -340,6 +444,7 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
    * part of the wait. */
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->send_lock);
+  mgpu__spin_until(&ch->spin, has_room, ch);
   mgpu__mutex_lock(&ch->lock);
   int late = 0, lost = -1;
   /* Room comes from the receiver: it never comes from a lost device. */
@@ -366,18 +471,22 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   }
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
-  /* From the second round on, the slot's previous message must be copied
-   * out first. */
+  /* While tracing, the queued operations are what the trace shows. */
   int pushed = trace_tag("chan.send", ch, k, size);
-  if (k >= (uint64_t)ch->capacity)
-    rc = mgpu_stream_wait_event(stream, sl->consumed);
-  /* The copy layer picks the path: direct where peer access is on for the
-   * pair, host-staged where it is off (mgpu_peer_disable). */
-  if (rc == 0)
-    rc = mgpu__copy_async(ch->slots_b, slot_off, b, offset, size, s);
-  if (rc == 0) {
-    rc = mgpu_event_record(sl->filled, stream);
-    if (rc != 0) settle(stream, rc, "sent");
+  if (pushed || mgpu__trace_enabled() ||
+      !send_inline(ch, sl, k, slot_off, b, offset, size, s)) {
+    /* From the second round on, the slot's previous message must be
+     * copied out first. */
+    if (k >= (uint64_t)ch->capacity)
+      rc = mgpu_stream_wait_event(stream, sl->consumed);
+    /* The copy layer picks the path: direct where peer access is on for
+     * the pair, host-staged where it is off (mgpu_peer_disable). */
+    if (rc == 0)
+      rc = mgpu__copy_async(ch->slots_b, slot_off, b, offset, size, s);
+    if (rc == 0) {
+      rc = mgpu_event_record(sl->filled, stream);
+      if (rc != 0) settle(stream, rc, "sent");
+    }
   }
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
@@ -417,6 +526,7 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
                       (uintptr_t)stream);
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->recv_lock);
+  mgpu__spin_until(&ch->spin, has_message, ch);
   mgpu__mutex_lock(&ch->lock);
   /* A lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. */
@@ -449,12 +559,15 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   size_t n = sl->size;
   int pushed = trace_tag("chan.recv", ch, k, n);
-  rc = mgpu_stream_wait_event(stream, sl->filled);
-  if (rc == 0)
-    rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, n, s);
-  if (rc == 0) {
-    rc = mgpu_event_record(sl->consumed, stream);
-    if (rc != 0) settle(stream, rc, "taken");
+  if (pushed || mgpu__trace_enabled() ||
+      !recv_inline(ch, sl, slot_off, b, offset, n, s)) {
+    rc = mgpu_stream_wait_event(stream, sl->filled);
+    if (rc == 0)
+      rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, n, s);
+    if (rc == 0) {
+      rc = mgpu_event_record(sl->consumed, stream);
+      if (rc != 0) settle(stream, rc, "taken");
+    }
   }
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {

@@ -2,7 +2,9 @@
  *
  * The host barrier counts arrivals per generation: the last thread to arrive
  * starts a new generation and wakes the others, who leave when they see the
- * generation move on. A thread whose wait runs out withdraws its arrival, so
+ * generation move on: first by watching it (mgpu__spin_wait_change, so
+ * threads that arrive close together pass without a wake-up), then asleep
+ * on the condition variable. A thread whose wait runs out withdraws its arrival, so
  * the barrier stays consistent and reusable, and names the devices whose
  * threads never came.
  *
@@ -29,6 +31,9 @@ typedef struct mgpu__barrier {
   unsigned char arrived[MGPU_MAX_DEVICES]; /* by rank, this generation */
   unsigned char waiting[MGPU_MAX_DEVICES]; /* a thread waits as this rank */
   int destroyed; /* set by destroy: the threads waiting leave, EFREED */
+  /* The generation's low bits, written under lock, watched without it. */
+  _Atomic int gen_word;
+  mgpu__spin spin;
 } mgpu__barrier;
 
 int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
@@ -147,6 +152,8 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
   b->arrived[rank] = 1;
   if (++b->count == b->n) {
     b->generation++;
+    atomic_store_explicit(&b->gen_word, (int)(b->generation & 0x7fffffff),
+                          memory_order_release);
     b->count = 0;
     memset(b->arrived, 0, sizeof b->arrived);
     mgpu__cond_broadcast(&b->cond);
@@ -156,6 +163,11 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
   uint64_t gen = b->generation;
   uint64_t deadline = mgpu__deadline(timeout_ms);
   b->waiting[rank] = 1;
+  /* Watch the generation a while before sleeping; a destroy meanwhile is
+   * seen by the loop below once the watch ends (it is bounded). */
+  mgpu__mutex_unlock(&b->lock);
+  mgpu__spin_wait_change(&b->spin, &b->gen_word, (int)(gen & 0x7fffffff));
+  mgpu__mutex_lock(&b->lock);
   while (b->generation == gen) {
     if (b->destroyed) {
       rc = mgpu__error(MGPU_EFREED, "barrier: rank %d (device %d): the "

@@ -57,7 +57,9 @@ typedef struct mgpu__coll_part {
 typedef struct mgpu__coll_op {
   uint64_t seq;
   int arrived;      /* ranks whose part is present */
-  int done;         /* 1 once issued or failed */
+  /* 1 once issued or failed: written under comm->lock, read without it by
+   * callers that spin before they park. */
+  _Atomic int done;
   int rc;           /* result for every rank */
   char detail[MGPU__COLL_DETAIL]; /* a failure's, handed to every rank */
   int pickups;      /* calls that still have to collect the result */
@@ -95,6 +97,8 @@ typedef struct mgpu__comm {
    * use of the handle, which destroy waits for) leaves with MGPU_EFREED. */
   int destroying;
   uintptr_t handle;
+  mgpu__coll_op *spare; /* a freed operation kept for the next (lock) */
+  mgpu__spin collect_spin; /* callers' watch for their operation */
 
   /* Pooled resources, created on first use, freed by destroy. */
   mgpu_event **events[MGPU_MAX_DEVICES];

@@ -269,6 +269,7 @@ static int comm_free(mgpu__comm *c) {
     next = op->next;
     mgpu__free(op);
   }
+  mgpu__free(c->spare);
   if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
   if (c->has_remote && c->remote.destroy != NULL)
     c->remote.destroy(c->remote.ctx);

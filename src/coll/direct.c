@@ -130,9 +130,11 @@ static int stream_barrier(mgpu__comm *c, mgpu__coll_op *op) {
   return 0;
 }
 
-/* Fills rank r's job; returns 0 when the rank has nothing to do. */
+/* Fills rank r's job; returns 0 when the rank has nothing to do. nslices:
+ * how many jobs share the data of an all-reduce, reduce or broadcast (c->n
+ * normally; 1: one job does all of it). */
 static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
-                    job_args *j) {
+                    int nslices, job_args *j) {
   const mgpu__coll_part *p0 = &op->part[0];
   int n = c->n;
   size_t esz = mgpu_dtype_size(p0->dtype);
@@ -142,8 +144,8 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
   int ns = 0, nd = 0;
   j->dtype = p0->dtype;
   j->op = p0->op;
-  size_t lo = mgpu__coll_slice(count, n, r);
-  size_t hi = mgpu__coll_slice(count, n, r + 1);
+  size_t lo = mgpu__coll_slice(count, nslices, r);
+  size_t hi = mgpu__coll_slice(count, nslices, r + 1);
   size_t off = lo * esz;
   j->count = hi - lo;
   switch (p0->kind) {
@@ -190,6 +192,15 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
  * kernel, which is what the latency of a small collective is made of. */
 #define ONE_SHOT_BYTES (64u << 10)
 #define ONE_SHOT_RANKS 8
+/* Up to this many bytes the issuing thread runs the jobs itself when it
+ * can (inline_issue). */
+#define INLINE_BYTES (64u << 10)
+/* Up to this many bytes, claimed_parallel_issue serves a collective whose
+ * streams are idle. */
+#define CLAIMED_MAX_BYTES (4u << 20)
+/* Up to this many bytes per rank, the inline path runs one job over the
+ * whole range of an all-reduce, reduce or broadcast. */
+#define WHOLE_BYTES 4096u
 
 typedef struct one_shot_args {
   int njobs;
@@ -215,7 +226,7 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
   if (a == NULL) return mgpu__error(MGPU_ENOMEM, "coll: out of host memory");
   int rc = 0;
   for (int r = 0; r < n && rc == 0; r++) {
-    if (make_job(c, op, r, &a->jobs[a->njobs])) a->njobs++;
+    if (make_job(c, op, r, n, &a->jobs[a->njobs])) a->njobs++;
     if (r == e) continue;
     mgpu_event *start;
     rc = mgpu__comm_event(c, r, &start);
@@ -234,18 +245,106 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
   return rc;
 }
 
+/* The smallest path: when every rank's stream is idle, the issuing thread
+ * claims them all and runs the one-shot jobs itself, then releases them. No
+ * stream operation is queued and no worker wakes: the cost is the data's
+ * cache lines and a lock per stream. Work queued on a claimed stream
+ * meanwhile waits behind the claim, so stream order is what it would have
+ * been had the jobs been queued. Returns 1 when it ran, 0 when some stream
+ * was busy (nothing was run, every claim was given back). */
+static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
+  int n = c->n, claimed = 0;
+  while (claimed < n && mgpu__stream_claim(op->part[claimed].stream))
+    claimed++;
+  int ran = claimed == n;
+  if (ran) {
+    mgpu_kernel_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
+    /* A few cache lines: one job over all of it, not n slices. */
+    mgpu__coll_kind kind = op->part[0].kind;
+    int whole = kind != MGPU__COLL_ALLGATHER &&
+                kind != MGPU__COLL_REDUCE_SCATTER &&
+                op->part[0].count * mgpu_dtype_size(op->part[0].dtype) <=
+                    WHOLE_BYTES;
+    int jobs = whole ? 1 : n;
+    for (int r = 0; r < jobs; r++) {
+      job_args j;
+      ctx.device = c->devs[r];
+      if (make_job(c, op, r, jobs, &j)) job_kernel(&ctx, &j);
+    }
+  }
+  while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
+  return ran;
+}
+
+/* Medium messages, when every rank's stream is idle: the issuing thread
+ * claims them all, hands the jobs of ranks 1 .. n-1 to their devices'
+ * workers (one launch each on the communicator's internal streams, which
+ * are idle while comm->lock is held), runs rank 0's job itself, waits for
+ * the others (spinning first) and releases the streams. One launch per rank
+ * and no event, where the queued path pays two stream barriers (2 n^2
+ * stream operations, each a possible wake-up). The call returns once the
+ * data moved. Returns 1 when it ran, 0 when a stream was busy (nothing
+ * ran), or a negative error. */
+static int claimed_parallel_issue(mgpu__comm *c, mgpu__coll_op *op) {
+  int n = c->n, claimed = 0;
+  while (claimed < n && mgpu__stream_claim(op->part[claimed].stream))
+    claimed++;
+  int rc = 0, ran = claimed == n;
+  if (ran) {
+    mgpu_stream *helper[MGPU_MAX_DEVICES] = {NULL};
+    for (int r = 1; r < n && rc == 0; r++) {
+      job_args j;
+      if (!make_job(c, op, r, n, &j)) continue;
+      rc = mgpu__comm_stream(c, r, &helper[r]);
+      size_t args_size =
+          offsetof(job_args, ptr) + (size_t)(j.nsrc + j.ndst) * sizeof(void *);
+      if (rc == 0)
+        rc = mgpu_launch(helper[r], &job, MGPU_DIM3(1, 1, 1),
+                         MGPU_DIM3(1, 1, 1), &j, args_size);
+      if (rc != 0) helper[r] = NULL;
+    }
+    job_args j;
+    if (rc == 0 && make_job(c, op, 0, n, &j)) {
+      mgpu_kernel_ctx ctx;
+      memset(&ctx, 0, sizeof ctx);
+      ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
+      ctx.device = c->devs[0];
+      job_kernel(&ctx, &j);
+    }
+    for (int r = 1; r < n; r++)
+      if (helper[r] != NULL) {
+        int src = mgpu_stream_synchronize(helper[r]);
+        if (rc == 0) rc = src;
+      }
+  }
+  while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
+  return rc != 0 ? rc : ran;
+}
+
 int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
   const mgpu__coll_part *p0 = &op->part[0];
   if (p0->count == 0) return 0;
   size_t bytes = p0->count * mgpu_dtype_size(p0->dtype);
   if (p0->kind == MGPU__COLL_ALLGATHER || p0->kind == MGPU__COLL_REDUCE_SCATTER)
     bytes *= (size_t)c->n;
+  /* While tracing, the queued operations are what the trace shows. */
+  int traced = mgpu__trace_enabled();
+  if (!traced && c->n <= ONE_SHOT_RANKS && bytes <= INLINE_BYTES &&
+      inline_issue(c, op))
+    return 0;
+  if (!traced && c->n > 1 && bytes > INLINE_BYTES &&
+      bytes <= CLAIMED_MAX_BYTES) {
+    int rc = claimed_parallel_issue(c, op);
+    if (rc != 0) return rc < 0 ? rc : 0;
+  }
   if (c->n > 1 && c->n <= ONE_SHOT_RANKS && bytes <= ONE_SHOT_BYTES)
     return one_shot_issue(c, op);
   int rc = c->n > 1 ? stream_barrier(c, op) : 0;
   for (int r = 0; r < c->n && rc == 0; r++) {
     job_args j;
-    if (!make_job(c, op, r, &j)) continue;
+    if (!make_job(c, op, r, c->n, &j)) continue;
     if (j.nsrc == 1 && j.ndst == 1 && SRC(&j, 0) == DST(&j, 0)) continue;
     size_t work =
         j.count * mgpu_dtype_size(j.dtype) * (size_t)(j.nsrc + j.ndst);

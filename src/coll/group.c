@@ -35,7 +35,8 @@ typedef struct group_call {
 /* The calling thread's group; owned by that thread only. */
 static _Thread_local struct {
   int depth;
-  group_call *calls;
+  group_call *calls; /* local, or the heap once more are recorded */
+  group_call local[8];
   int ncalls, cap;
   int first_rc;         /* the first error of a call inside the group */
   char first_detail[MGPU__COLL_DETAIL];
@@ -51,7 +52,7 @@ static int group_key_ok;
 
 static void group_at_exit(void *arg) {
   (void)arg;
-  mgpu__free(group.calls);
+  if (group.calls != group.local) mgpu__free(group.calls);
   group.calls = NULL;
   group.ncalls = group.cap = group.depth = 0;
 }
@@ -290,6 +291,9 @@ static void issue(mgpu__comm *c, mgpu__coll_op *op) {
   int pushed = rc == 0 && mgpu__trace_enabled() ? trace_tag(c, op) : 0;
   if (rc == 0) {
     for (int r = 0; r < c->n; r++) c->events_used[r] = 0;
+    /* A communicator with remote ranks never reaches the direct issue's
+     * small-message paths (the calling thread running every rank's job):
+     * its other ranks live in other processes. */
     if (c->has_remote)
       rc = issue_remote(c, op);
     else if (c->provider == MGPU_COLL_PROVIDER_NCCL)
@@ -335,9 +339,15 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
     if ((*link)->seq == seq) return *link;
     if ((*link)->seq > seq) break;
   }
-  mgpu__coll_op *op =
-      mgpu__calloc(1, sizeof *op + (size_t)c->n * sizeof(mgpu__coll_part));
-  if (op == NULL) return NULL;
+  size_t size = sizeof(mgpu__coll_op) + (size_t)c->n * sizeof(mgpu__coll_part);
+  mgpu__coll_op *op = c->spare;
+  if (op != NULL) {
+    c->spare = NULL;
+    memset(op, 0, size);
+  } else {
+    op = mgpu__calloc(1, size);
+    if (op == NULL) return NULL;
+  }
   op->seq = seq;
   op->next = *link;
   *link = op;
@@ -408,41 +418,48 @@ static void unresolve(group_call *g) {
   g->held = NULL;
 }
 
-/* Joins one resolved call to its operation. */
-static int join(group_call *g) {
-  mgpu__comm *c = g->held;
+/* Joins k resolved calls of one communicator handle to their operations,
+ * under one lock: a group that issues for every rank of a communicator takes
+ * the lock once, and its last call issues the operation. Returns the first
+ * error (calls after a failed one are not joined). */
+static int join_run(group_call *g, int k) {
+  mgpu__comm *c = g[0].held;
   int rc = 0;
   mgpu__flight_record(c->devs[g->rank], kind_name(g->part.kind),
                       g->part.count * mgpu_dtype_size(g->part.dtype),
                       (uintptr_t)g->part.stream_h);
   mgpu__mutex_lock(&c->lock);
-  if (c->destroying) {
-    rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
-  } else if (c->aborted) {
-    rc = mgpu__error(c->aborted, "%s", c->abort_detail);
-  } else {
-    mgpu__coll_op *op = find_op(c, c->next_seq[g->rank]);
-    if (op == NULL) {
-      rc = mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
+  int any = 0;
+  for (int i = 0; i < k && rc == 0; i++) {
+    if (c->destroying) {
+      rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
+    } else if (c->aborted) {
+      rc = mgpu__error(c->aborted, "%s", c->abort_detail);
     } else {
-      op->part[g->rank] = g->part;
-      op->part[g->rank].present = 1;
+      mgpu__coll_op *op = find_op(c, c->next_seq[g[i].rank]);
+      if (op == NULL) {
+        rc = mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
+        break;
+      }
+      op->part[g[i].rank] = g[i].part;
+      op->part[g[i].rank].present = 1;
       op->arrived++;
       op->pickups++;
-      c->next_seq[g->rank]++;
-      g->c = c;
-      g->op = op;
-      if (op->arrived == c->n) issue_ready(c);
+      c->next_seq[g[i].rank]++;
+      g[i].c = c;
+      g[i].op = op;
+      if (op->arrived == c->n) any = 1;
     }
   }
+  if (any) issue_ready(c);
   mgpu__mutex_unlock(&c->lock);
   return rc;
 }
 
-/* Waits for a joined call's operation and collects its result. */
-static int collect(group_call *g, uint64_t deadline) {
-  mgpu__comm *c = g->c;
-  mgpu__mutex_lock(&c->lock);
+/* With c->lock held: waits for a joined call's operation and collects its
+ * result; the detail of a failure goes to detail. */
+static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
+                          char *detail, size_t dlen) {
   while (!g->op->done && !c->destroying) {
     uint64_t until = mgpu__now_ns() + LOST_POLL_NS;
     if (deadline != 0 && deadline < until) until = deadline;
@@ -455,23 +472,22 @@ static int collect(group_call *g, uint64_t deadline) {
       abort_comm(c, g->op, -1);
   }
   int rc = g->op->done ? g->op->rc : MGPU_EFREED;
-  char detail[sizeof g->op->detail];
-  snprintf(detail, sizeof detail, "%s",
-           g->op->done ? g->op->detail : "comm: destroyed during the call");
+  if (rc != 0)
+    snprintf(detail, dlen, "%s",
+             g->op->done ? g->op->detail : "comm: destroyed during the call");
   if (g->op->done && --g->op->pickups == 0 && g->op->arrived == c->n) {
     for (mgpu__coll_op **link = &c->ops; *link != NULL;
          link = &(*link)->next) {
       if (*link == g->op) {
         *link = g->op->next;
-        mgpu__free(g->op);
+        if (c->spare == NULL) c->spare = g->op;
+        else mgpu__free(g->op);
         break;
       }
     }
   }
-  mgpu__mutex_unlock(&c->lock);
   g->c = NULL;
   g->op = NULL;
-  if (rc != 0) mgpu__error(rc, "%s", detail);
   return rc;
 }
 
@@ -499,9 +515,47 @@ static int reserve(const group_call *calls, int n) {
   return 0;
 }
 
+/* Collects k joined calls of one communicator under one lock, after a
+ * spin on each operation (a thread whose operation another thread issues
+ * usually sees it done without sleeping). The deadline counts from start
+ * (read from the clock here when 0 and a wait is needed). Returns the first
+ * error. */
+static int collect_run(group_call *g, int k, uint64_t *start) {
+  mgpu__comm *c = NULL;
+  int pending = 0;
+  for (int i = 0; i < k; i++)
+    if (g[i].c != NULL) {
+      c = g[i].c;
+      if (!g[i].op->done &&
+          !mgpu__spin_wait(&c->collect_spin, &g[i].op->done))
+        pending = 1;
+    }
+  if (c == NULL) return 0;
+  int timeout = c->cfg.timeout_ms;
+  uint64_t deadline = 0;
+  if (pending && timeout >= 0) {
+    if (*start == 0) *start = mgpu__now_ns();
+    deadline = *start + (uint64_t)timeout * 1000000ull;
+  }
+  int first = 0;
+  char detail[MGPU__COLL_DETAIL] = "";
+  mgpu__mutex_lock(&c->lock);
+  for (int i = 0; i < k; i++) {
+    if (g[i].c == NULL) continue;
+    int rc = collect_locked(c, &g[i], deadline, first ? NULL : detail,
+                            first ? 0 : sizeof detail);
+    if (rc != 0 && first == 0) first = rc;
+  }
+  mgpu__mutex_unlock(&c->lock);
+  if (first != 0) mgpu__error(first, "%s", detail);
+  return first;
+}
+
 /* Resolves every call (a handle freed since the call fails the whole group
  * before anything is joined), joins every call, then collects every result;
- * returns the first error. */
+ * returns the first error. Consecutive calls on one communicator are joined
+ * and collected together; every call's handles stay held until its result
+ * was collected. */
 static int submit(group_call *calls, int n) {
   int first = 0;
   char detail[MGPU__COLL_DETAIL] = "";
@@ -516,20 +570,18 @@ static int submit(group_call *calls, int n) {
     for (int k = 0; k < n; k++) unresolve(&calls[k]);
     return first;
   }
-  for (int i = 0; i < n; i++) {
-    int rc = join(&calls[i]);
+  for (int i = 0, j; i < n; i = j) {
+    for (j = i + 1; j < n && calls[j].comm == calls[i].comm; j++) continue;
+    int rc = join_run(&calls[i], j - i);
     if (rc != 0 && first == 0) {
       first = rc;
       snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
     }
   }
-  uint64_t now = mgpu__now_ns();
-  for (int i = 0; i < n; i++) {
-    if (calls[i].c == NULL) continue;
-    int timeout = calls[i].c->cfg.timeout_ms;
-    uint64_t deadline =
-        timeout < 0 ? 0 : now + (uint64_t)timeout * 1000000ull;
-    int rc = collect(&calls[i], deadline);
+  uint64_t start = 0; /* the deadlines count from here, read when needed */
+  for (int i = 0, j; i < n; i = j) {
+    for (j = i + 1; j < n && calls[j].comm == calls[i].comm; j++) continue;
+    int rc = collect_run(&calls[i], j - i, &start);
     if (rc != 0 && first == 0) {
       first = rc;
       snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
@@ -559,16 +611,25 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
   int rc = resolve(&g);
   unresolve(&g);
   *p = g.part;
+  if (rc == 0 && group.calls == NULL) {
+    group.calls = group.local;
+    group.cap = (int)(sizeof group.local / sizeof group.local[0]);
+  }
   if (rc == 0 && group.ncalls == group.cap) {
-    int cap = group.cap ? group.cap * 2 : 16;
-    group_call *calls = mgpu__realloc(group.calls, (size_t)cap * sizeof *calls);
+    int cap = group.cap * 2;
+    group_call *calls =
+        group.calls == group.local
+            ? mgpu__malloc((size_t)cap * sizeof *calls)
+            : mgpu__realloc(group.calls, (size_t)cap * sizeof *calls);
+    if (calls != NULL && group.calls == group.local)
+      memcpy(calls, group.local, sizeof group.local);
     if (calls == NULL) {
       /* Recorded like a failed check: mgpu_group_end must not issue the
        * group's other calls, which would wait for this one in vain. */
       rc = mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
                        "(rank %d)", group.ncalls, rank);
     } else {
-      if (group.calls == NULL) { /* arm the exit hook for this thread */
+      if (group.calls == group.local) { /* arm the exit hook for this thread */
         pthread_once(&group_key_once, group_key_make);
         if (group_key_ok) pthread_setspecific(group_key, &group);
       }
@@ -602,7 +663,7 @@ int mgpu_group_end(void) {
   int rc = group.first_rc != 0
                ? mgpu__error(group.first_rc, "%s", group.first_detail)
                : submit(group.calls, group.ncalls);
-  mgpu__free(group.calls);
+  if (group.calls != group.local) mgpu__free(group.calls);
   group.calls = NULL;
   pthread_once(&group_key_once, group_key_make);
   if (group_key_ok) pthread_setspecific(group_key, NULL);

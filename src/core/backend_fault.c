@@ -23,6 +23,8 @@
   XX(event_create, (mgpu__bdevice *d, mgpu__bevent **e), (d, e), d)             \
   XX(event_record, (mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s),    \
      (d, e, s), d)                                                              \
+  XX(event_record_claimed, (mgpu__bdevice *d, mgpu__bevent *e,               \
+                            mgpu__bstream *s), (d, e, s), d)                    \
   XX(stream_wait_event, (mgpu__bdevice *d, mgpu__bstream *s,                 \
                          mgpu__bdevice *ed, mgpu__bevent *e), (d, s, ed, e), d) \
   XX(memcpy_async, (mgpu__bdevice *d, mgpu__bstream *s, void *dst,           \

@@ -6,6 +6,12 @@
  * through a FIFO queue under the device's queue_lock; the thread is its only
  * consumer. A call made from the host thread for its own device runs inline,
  * since queueing it would wait on itself.
+ *
+ * Both sides spin before they park (mgpu__spin_wait): the host thread
+ * watches for the next item for a while after each one, and the caller
+ * watches for its result, so a round trip between two running threads costs
+ * cache-line transfers, not two wake-ups; each side parks on queue_cond when
+ * its adaptive budget runs out.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -21,7 +27,10 @@ struct mgpu__work_item {
   void *arg;
   int dev;
   int result;
-  _Atomic int done; /* written under the device's queue_lock */
+  /* Set (release) by the host thread once result is written; the caller
+   * may see it without the lock and return, so the host thread touches the
+   * item no more after setting it (but to free an abandoned one). */
+  _Atomic int done;
   int waiter;       /* the device whose host thread waits for it, or -1
                        (queue_lock) */
   char detail[512]; /* the host thread's error detail when fn failed */
@@ -102,11 +111,19 @@ static void *host_thread_main(void *arg) {
     mgpu__work_item *w = d->queue_head;
     if (w == NULL) {
       if (d->stopping) break;
-      mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+      mgpu__mutex_unlock(&d->queue_lock);
+      int seen = mgpu__spin_wait(&d->host_spin, &d->queue_ready);
+      mgpu__mutex_lock(&d->queue_lock);
+      if (!seen && d->queue_head == NULL && !d->stopping)
+        mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
       continue;
     }
     d->queue_head = w->next;
-    if (d->queue_head == NULL) d->queue_tail = NULL;
+    if (d->queue_head == NULL) {
+      d->queue_tail = NULL;
+      if (!d->stopping)
+        atomic_store_explicit(&d->queue_ready, 0, memory_order_relaxed);
+    }
     mgpu__mutex_unlock(&d->queue_lock);
     set_current(d->id); /* fn may have moved it */
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
@@ -118,14 +135,15 @@ static void *host_thread_main(void *arg) {
     if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
     mgpu__mutex_lock(&d->queue_lock);
     w->result = result;
-    w->done = 1;
     /* The waiter no longer waits for this device: clear its mark before it
      * wakes, so a later call of this device for it is not taken for a
      * cycle. */
     mgpu__device *waiter = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
     if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
+    int abandoned = w->abandoned;
+    atomic_store_explicit(&w->done, 1, memory_order_release);
     mgpu__cond_broadcast(&d->queue_cond);
-    if (w->abandoned) mgpu__free(w); /* its mgpu_work, whose first member it is */
+    if (abandoned) mgpu__free(w); /* its mgpu_work, whose first member it is */
   }
   mgpu__mutex_unlock(&d->queue_lock);
   return NULL;
@@ -143,6 +161,7 @@ int mgpu__device_thread_start(mgpu__device *d) {
 void mgpu__device_thread_stop(mgpu__device *d) {
   mgpu__mutex_lock(&d->queue_lock);
   d->stopping = 1;
+  atomic_store_explicit(&d->queue_ready, 1, memory_order_release);
   mgpu__cond_broadcast(&d->queue_cond);
   mgpu__mutex_unlock(&d->queue_lock);
   mgpu__thread_join(d->host_thread);
@@ -153,6 +172,7 @@ static void queue_push(mgpu__device *d, mgpu__work_item *w) {
   if (d->queue_tail) d->queue_tail->next = w;
   else d->queue_head = w;
   d->queue_tail = w;
+  atomic_store_explicit(&d->queue_ready, 1, memory_order_release);
   mgpu__cond_broadcast(&d->queue_cond);
 }
 
@@ -190,7 +210,8 @@ static int wait_mark(mgpu__device *d, mgpu__work_item *w) {
   return 0;
 }
 
-/* The wait of the host thread for w ended (d->queue_lock held). */
+/* The wait of the host thread for w ended (w is done: the host thread
+ * touches it no more, so no lock is needed). */
 static void wait_unmark(mgpu__work_item *w) {
   mgpu__device *self = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
   if (self != NULL) atomic_store(&self->waits_for, -1);
@@ -202,6 +223,15 @@ static int hand_over(const mgpu__work_item *w) {
   if (w->result < 0 && w->detail[0] != '\0')
     mgpu__error(w->result, "%s", w->detail);
   return w->result;
+}
+
+/* Waits for w's result: spins, then parks on queue_cond. */
+static void wait_done(mgpu__device *d, mgpu__work_item *w) {
+  if (mgpu__spin_wait(&d->caller_spin, &w->done)) return;
+  mgpu__mutex_lock(&d->queue_lock);
+  while (!atomic_load_explicit(&w->done, memory_order_acquire))
+    mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+  mgpu__mutex_unlock(&d->queue_lock);
 }
 
 static int check_fn(int dev, mgpu_device_fn fn) {
@@ -235,9 +265,9 @@ static int run_on_device_in(int dev, mgpu_device_fn fn, void *arg) {
     return rc;
   }
   queue_push(d, &w);
-  while (!w.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
-  wait_unmark(&w);
   mgpu__mutex_unlock(&d->queue_lock);
+  wait_done(d, &w);
+  wait_unmark(&w);
   return hand_over(&w);
 }
 
@@ -276,7 +306,7 @@ static int run_async(int dev, mgpu_device_fn fn, void *arg,
     set_current(dev);
     w->item.result = fn(dev, arg);
     set_current(saved);
-    w->item.done = 1;
+    atomic_store_explicit(&w->item.done, 1, memory_order_relaxed);
     *work = (mgpu_work *)w->handle;
     return 0;
   }
@@ -319,9 +349,9 @@ static int work_done(mgpu__work *w, int *refused) {
         return rc;
       }
     }
-    while (!w->item.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
-    wait_unmark(&w->item);
     mgpu__mutex_unlock(&d->queue_lock);
+    wait_done(d, &w->item);
+    wait_unmark(&w->item);
     mgpu__lib_leave();
   } else {
     /* mgpu_shutdown is under way or done: it runs every queued item before

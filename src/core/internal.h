@@ -96,6 +96,12 @@ typedef struct mgpu__device {
    * thread when it starts a wait and by the thread that completes the work
    * it waits for, read by any host thread checking for a cycle (device.c). */
   _Atomic int waits_for;
+  /* 1 while the queue holds work or stopping is set: written under
+   * queue_lock, read without it by the host thread's spin. */
+  _Atomic int queue_ready;
+  /* Spin budgets (util/thread.h): the host thread's watch for work, and
+   * callers' watch for their result. */
+  mgpu__spin host_spin, caller_spin;
 
   /* Every stream of the device, for mgpu_device_synchronize and shutdown.
    * streams_lock guards the list; it is never held across a wait for a
@@ -275,6 +281,16 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
  * drop of a freed buffer releases its memory. */
 void mgpu__buf_ref(mgpu__buf *b);
 void mgpu__buf_unref(mgpu__buf *b);
+/* Runs work on the calling thread in the stream's place: mgpu__stream_claim
+ * returns 1 when the stream was idle and is now held (work queued on it
+ * waits, synchronize waits) until mgpu__stream_release; 0 when it is busy or
+ * its backend cannot lend it. The caller must touch only memory the host can
+ * reach (the backend lends streams only where device memory is host
+ * memory). */
+int mgpu__stream_claim(mgpu__stream *s);
+void mgpu__stream_release(mgpu__stream *s);
+/* With s claimed: records e (of s's device) on s, complete at once. */
+int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s);
 
 /* Borrow an internal stream of the device for a synchronous call; give it
  * back with mgpu__spare_put (after synchronizing it). */

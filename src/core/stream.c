@@ -141,6 +141,25 @@ int mgpu_stream_query(mgpu_stream *h) {
   return rc;
 }
 
+int mgpu__stream_claim(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  return d->ops->stream_claim != NULL &&
+         d->ops->stream_claim(d->bdev, s->bstream);
+}
+
+void mgpu__stream_release(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  d->ops->stream_release(d->bdev, s->bstream);
+}
+
+int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  if (e->dev != s->dev)
+    return mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
+                       "stream of device %d", e->dev, s->dev);
+  return d->ops->event_record_claimed(d->bdev, e->bevent, s->bstream);
+}
+
 int mgpu_stream_device(const mgpu_stream *h) {
   mgpu__stream *s;
   if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return -1;

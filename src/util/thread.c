@@ -5,6 +5,17 @@
 #include "util/fault.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,3 +101,74 @@ static _Thread_local const char *thread_role;
 
 void mgpu__thread_role_set(const char *role) { thread_role = role; }
 const char *mgpu__thread_role(void) { return thread_role; }
+/* ---- spin-then-park ---- */
+
+#define SPIN_DEFAULT_NS 16000u
+#define SPIN_MIN_NS 1000u
+#define SPIN_MAX_NS 64000u
+
+static _Atomic int spinners; /* threads in mgpu__spin_wait now */
+static _Atomic int ncpus;    /* CPUs this process may run on; 0: not read */
+
+static int cpu_count(void) {
+  int n = atomic_load_explicit(&ncpus, memory_order_relaxed);
+  if (n == 0) {
+#if defined(CPU_COUNT)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = 1;
+    atomic_store_explicit(&ncpus, n, memory_order_relaxed);
+  }
+  return n;
+}
+
+typedef struct change_arg {
+  const _Atomic int *word;
+  int old;
+} change_arg;
+
+static int changed(const void *p) {
+  const change_arg *a = p;
+  return atomic_load_explicit(a->word, memory_order_acquire) != a->old;
+}
+
+int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word,
+                           int old) {
+  change_arg a = {word, old};
+  return mgpu__spin_until(site, changed, &a);
+}
+
+int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
+                     const void *arg) {
+  if (ready(arg)) return 1;
+  unsigned budget = atomic_load_explicit(&site->budget_ns, memory_order_relaxed);
+  if (budget == 0) budget = SPIN_DEFAULT_NS;
+  int cpus = cpu_count();
+  /* Pausing keeps the core: only while another one is left for the thread
+   * this one waits for. */
+  int pause = atomic_fetch_add_explicit(&spinners, 1, memory_order_relaxed) + 1 <
+              cpus;
+  uint64_t deadline = mgpu__now_ns() + budget;
+  int seen = 0;
+  for (unsigned i = 1;; i++) {
+    if (ready(arg)) {
+      seen = 1;
+      break;
+    }
+    if (pause) {
+      cpu_relax();
+      if ((i & 31) != 0) continue;
+    } else {
+      sched_yield();
+    }
+    if (mgpu__now_ns() >= deadline) break;
+  }
+  atomic_fetch_sub_explicit(&spinners, 1, memory_order_relaxed);
+  budget = seen ? budget * 2 : budget / 2;
+  if (budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
+  if (budget > SPIN_MAX_NS) budget = SPIN_MAX_NS;
+  atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
+  return seen;
+}

@@ -40,4 +40,31 @@ uint64_t mgpu__now_ns(void);
  * a record must cost next to nothing (the flight recorder). */
 uint64_t mgpu__now_coarse_ns(void);
 
+/* Spin-then-park. A thread that waits for another first watches a flag for
+ * a while (the spin), and only then sleeps on its condition variable (the
+ * park): a hand-off to a thread that is running costs a few cache-line
+ * transfers instead of a wake-up. Each waiting site keeps its own budget and
+ * adapts it: it doubles (to 64 us) after a spin that saw the flag turn and
+ * halves (to 1 us) after one that ran out, so a site whose partner is
+ * usually asleep soon parks at once. The spin pauses the CPU only while
+ * fewer threads of the process spin than there are CPUs; past that, and on
+ * a machine of one CPU, it yields at every turn, so a spinning thread never
+ * holds a core that the thread it waits for needs. */
+typedef struct mgpu__spin {
+  _Atomic unsigned budget_ns; /* 0: the default */
+} mgpu__spin;
+
+/* Waits up to site's budget for ready(arg) to return nonzero (ready reads
+ * with acquire); returns 1 when it did, 0 when the caller should park. */
+int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
+                     const void *arg);
+
+/* The same, for *word to differ from old. */
+int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word, int old);
+
+/* The same, for a flag that becomes nonzero. */
+static inline int mgpu__spin_wait(mgpu__spin *site, const _Atomic int *flag) {
+  return mgpu__spin_wait_change(site, flag, 0);
+}
+
 #endif /* MGPU_UTIL_THREAD_H */

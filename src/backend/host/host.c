@@ -134,8 +134,10 @@ struct mgpu__bstream {
    * the count queued at its call, not for the queue to run dry, which a
    * thread that keeps queueing could put off for ever. syncs: threads in
    * synchronize, who want to hear of every finished operation. */
-  uint64_t nqueued, nfinished;
-  int syncs;
+  uint64_t nqueued;
+  _Atomic uint64_t nfinished; /* written under dev->lock; synchronize
+                                 watches it without the lock */
+  int syncs; /* also counts a destroy waiting for the stream to run dry */
   mgpu__bstream *ready_next;
   mgpu__bstream *wait_next; /* in an event's waiters (event lock) */
 };
@@ -154,6 +156,9 @@ struct mgpu__bdevice {
   /* Streams on the ready list, readable without the lock: an idle worker
    * watches it for a few microseconds before it sleeps. */
   _Atomic int nready;
+  /* Spin budgets (util/thread.h): idle workers watching nready, and
+   * synchronize watching a stream's nfinished. */
+  mgpu__spin work_spin, sync_spin;
   /* Peer access this device has enabled, by mgpu device id (lock). */
   unsigned char peer_enabled[MGPU_MAX_DEVICES];
   /* A lost device (host_lose, or MGPU_FAULT's device:N@after:K counted by
@@ -446,21 +451,20 @@ static int must_park(mgpu__bstream *s, op *o) {
   return park;
 }
 
-/* How long an idle worker watches for work before it sleeps. A pipeline
+/* An idle worker watches its ready list before it sleeps. A pipeline
  * between devices (the staged copy, the collectives) hands a stream to
  * another device's worker once per chunk; waking a sleeping thread costs tens
  * of microseconds on a loaded machine, watching a little costs less. The
- * watch yields the CPU at every turn, so busy threads on the same core are
- * not starved. */
-#define IDLE_WATCH_NS 20000u
+ * watch (mgpu__spin_until) adapts its length to how often it pays, and
+ * pauses the CPU only while a core is left for others, yielding it
+ * otherwise, so busy threads on the same core are not starved. */
+static int work_ready(const void *p) {
+  const mgpu__bdevice *d = p;
+  return atomic_load_explicit(&d->nready, memory_order_acquire) > 0;
+}
 
 static int watch_for_work(mgpu__bdevice *d) {
-  uint64_t deadline = mgpu__now_ns() + IDLE_WATCH_NS;
-  do {
-    if (atomic_load_explicit(&d->nready, memory_order_acquire) > 0) return 1;
-    sched_yield();
-  } while (mgpu__now_ns() < deadline);
-  return 0;
+  return mgpu__spin_until(&d->work_spin, work_ready, d);
 }
 
 /* d->lock held. */
@@ -640,9 +644,27 @@ static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   return 0;
 }
 
+typedef struct sync_target {
+  const mgpu__bstream *s;
+  uint64_t target;
+} sync_target;
+
+static int sync_reached(const void *p) {
+  const sync_target *t = p;
+  return atomic_load_explicit(&t->s->nfinished, memory_order_acquire) >=
+         t->target;
+}
+
 static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   uint64_t target = s->nqueued;
+  if (s->nfinished < target) {
+    /* Watch first: work that ends soon is seen without a wake-up. */
+    sync_target t = {s, target};
+    mgpu__mutex_unlock(&d->lock);
+    mgpu__spin_until(&d->sync_spin, sync_reached, &t);
+    mgpu__mutex_lock(&d->lock);
+  }
   s->syncs++;
   while (s->nfinished < target) mgpu__cond_wait(&d->idle, &d->lock);
   s->syncs--;
@@ -661,17 +683,43 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
 static void host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   /* Runs dry first, whatever was queued last: s is freed. */
   mgpu__mutex_lock(&d->lock);
-  while (s->head != NULL) mgpu__cond_wait(&d->idle, &d->lock);
+  s->syncs++; /* heard of by whoever finishes its work */
+  while (s->head != NULL || s->running) mgpu__cond_wait(&d->idle, &d->lock);
+  s->syncs--;
   mgpu__mutex_unlock(&d->lock);
   mgpu__free(s);
 }
 
 static int host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
-  int rc = s->head != NULL ? MGPU_EAGAIN : s->error;
-  if (s->head == NULL) s->error = 0;
+  int busy = s->head != NULL || s->running;
+  int rc = busy ? MGPU_EAGAIN : s->error;
+  if (!busy) s->error = 0;
   mgpu__mutex_unlock(&d->lock);
   return rc;
+}
+
+/* A claim is an operation run by the calling thread instead of a worker:
+ * `running` keeps enqueue from putting s on the ready list, and the claim
+ * counts as one queued operation, so synchronize waits for its release. */
+static int host_stream_claim(mgpu__bdevice *d, mgpu__bstream *s) {
+  mgpu__mutex_lock(&d->lock);
+  int idle = s->head == NULL && !s->running && !s->queued && !s->parked;
+  if (idle) {
+    s->running = 1;
+    s->nqueued++;
+  }
+  mgpu__mutex_unlock(&d->lock);
+  return idle;
+}
+
+static void host_stream_release(mgpu__bdevice *d, mgpu__bstream *s) {
+  mgpu__mutex_lock(&d->lock);
+  s->running = 0;
+  s->nfinished++;
+  if (s->syncs > 0) mgpu__cond_broadcast(&d->idle);
+  if (s->head != NULL) ready_push(d, s);
+  mgpu__mutex_unlock(&d->lock);
 }
 
 static void *host_stream_native(mgpu__bstream *s) {
@@ -714,6 +762,17 @@ static int host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
   mgpu__mutex_unlock(&e->lock);
   o->u.event.event = e;
   enqueue(s, o);
+  return 0;
+}
+
+static int host_event_record_claimed(mgpu__bdevice *d, mgpu__bevent *e,
+                                     mgpu__bstream *s) {
+  (void)d;
+  mgpu__mutex_lock(&e->lock);
+  uint64_t seq = ++e->recorded;
+  e->ops++; /* as a queued record's; complete_event gives it back */
+  mgpu__mutex_unlock(&e->lock);
+  complete_event(e, seq, s);
   return 0;
 }
 
@@ -954,6 +1013,9 @@ static const mgpu__backend_ops host_ops = {
     .stream_synchronize = host_stream_synchronize,
     .stream_query = host_stream_query,
     .stream_native = host_stream_native,
+    .stream_claim = host_stream_claim,
+    .stream_release = host_stream_release,
+    .event_record_claimed = host_event_record_claimed,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,
