@@ -102,16 +102,24 @@ TEST_IMPL(errors) {
   ASSERT_OK(mgpu_barrier_create(devs, 2, &b));
   ASSERT_ERR(MGPU_EINVAL, mgpu_barrier_wait(b, 2, 0));
   ASSERT_ERR(MGPU_EINVAL, mgpu_barrier_wait(b, 0, -5));
-  /* A rank already waiting; destroy while somebody waits. */
+  /* A rank already waiting. */
   late_arg one = {b, 0, -1};
   pthread_t t;
   ASSERT(pthread_create(&t, NULL, wait_thread, &one) == 0);
   usleep(20000);
   ASSERT_ERR(MGPU_EINVAL, mgpu_barrier_wait(b, 0, 0));
-  ASSERT_ERR(MGPU_EAGAIN, mgpu_barrier_destroy(b));
   ASSERT_OK(mgpu_barrier_wait(b, 1, 1000));
   pthread_join(t, NULL);
   ASSERT_OK(one.rc);
+  /* Destroy while somebody waits (forever): the waiter leaves, EFREED. */
+  mgpu_barrier *gone;
+  ASSERT_OK(mgpu_barrier_create(devs, 2, &gone));
+  late_arg waiter = {gone, 0, -1};
+  ASSERT(pthread_create(&t, NULL, wait_thread, &waiter) == 0);
+  usleep(20000);
+  ASSERT_OK(mgpu_barrier_destroy(gone));
+  pthread_join(t, NULL);
+  ASSERT_EQ(waiter.rc, MGPU_EFREED);
   /* One-rank barriers never wait. */
   mgpu_barrier *solo;
   ASSERT_OK(mgpu_barrier_create(devs, 1, &solo));

@@ -167,7 +167,7 @@ TEST_IMPL(distribution_errors) {
   o.size = 3;
   ASSERT_ERR(MGPU_EINVAL, mgpu_dist_create(&d, 10, &o));
   ASSERT_ERR(MGPU_EINVAL, mgpu_dist_create(NULL, 10, NULL));
-  ASSERT_ERR(MGPU_EINVAL, mgpu_dist_locate(NULL, 0, NULL, NULL));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_dist_locate(NULL, 0, NULL, NULL));
   mgpu_dist_destroy(NULL);
   return 0;
 }

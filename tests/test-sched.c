@@ -727,17 +727,22 @@ TEST_IMPL(victim_order) {
   int ndev = test_init();
   if (ndev < 3) return TEST_SKIP;
   mgpu_pool *p = make_pool(MGPU_SCHED_WS, MGPU_POOL_WAIT);
+  mgpu__pool *in;
+  ASSERT_OK(mgpu__pool_get(p, &in));
   for (int i = 0; i < ndev; i++)
     for (int k = 0; k < ndev - 1; k++)
-      ASSERT_EQ(p->workers[i].victims[k], (i + 1 + k) % ndev);
+      ASSERT_EQ(in->workers[i].victims[k], (i + 1 + k) % ndev);
+  mgpu__pool_put(in);
   ASSERT_OK(mgpu_pool_destroy(p));
   mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
   o.distance = reverse_ring;
   o.distance_arg = &ndev;
   ASSERT_OK(mgpu_pool_create(&p, &o));
+  ASSERT_OK(mgpu__pool_get(p, &in));
   for (int i = 0; i < ndev; i++)
     for (int k = 0; k < ndev - 1; k++)
-      ASSERT_EQ(p->workers[i].victims[k], (i - 1 - k + 2 * ndev) % ndev);
+      ASSERT_EQ(in->workers[i].victims[k], (i - 1 - k + 2 * ndev) % ndev);
+  mgpu__pool_put(in);
   ASSERT_OK(mgpu_pool_destroy(p));
   return 0;
 }

@@ -33,13 +33,17 @@ typedef struct mgpu_channel mgpu_channel;
  * backends are MGPU_ENOTSUP. capacity >= 1. */
 MGPU_EXTERN int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
                                     int capacity, mgpu_channel **chan);
-/* Waits for the copies in flight, then frees the channel and its slots.
- * MGPU_EAGAIN while a thread is blocked in a send or receive on it. */
+/* Waits for the copies in flight, then frees the channel and its slots. A
+ * send or receive blocked in it on another thread is woken and returns
+ * MGPU_EFREED; the destroy returns once every call inside has left. Later
+ * calls (and a second destroy) are MGPU_EFREED. mgpu_shutdown destroys the
+ * channels still open. */
 MGPU_EXTERN int mgpu_channel_destroy(mgpu_channel *chan);
 
 /* Sends size bytes (1 .. msg_size) of src from offset, ordered on stream
  * (a stream of the source device). The caller may reuse src for work queued
- * on stream after this call. Blocks while the channel is full. */
+ * on stream after this call. Blocks while the channel is full; src is held
+ * meanwhile, so a mgpu_free of it on another thread waits for the send. */
 MGPU_EXTERN int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                                   size_t offset, size_t size,
                                   mgpu_stream *stream);

@@ -68,8 +68,10 @@ MGPU_EXTERN int mgpu_comm_create_config(const int *devs, int n,
                                         const mgpu_comm_config *config,
                                         mgpu_comm **comm);
 /* Waits for the communicator's work in flight, then frees it. Later use of
- * the handle is MGPU_EFREED. Destroy communicators, barriers and channels
- * before mgpu_shutdown: shutdown does not know them. */
+ * the handle (and a second destroy) is MGPU_EFREED; a collective call
+ * waiting inside for its other ranks is woken and returns MGPU_EFREED, and
+ * the destroy waits until every call inside has left. mgpu_shutdown
+ * destroys the communicators still open. */
 MGPU_EXTERN int mgpu_comm_destroy(mgpu_comm *comm);
 /* Number of ranks, or a negative code. */
 MGPU_EXTERN int mgpu_comm_size(const mgpu_comm *comm);
@@ -172,7 +174,11 @@ MGPU_EXTERN int mgpu_comm_create_remote(const int *devs, int n,
 /* Between these, the calling thread's collective calls only check their own
  * arguments and return; mgpu_group_end() hands them over together and waits
  * until every rank of each has called. Groups nest; the outermost end
- * submits. mgpu_group_end returns the first error of the group's calls. */
+ * submits. mgpu_group_end returns the first error of the group's calls.
+ * A call's buffers, stream and communicator are looked up again by
+ * mgpu_group_end: one freed in between fails the whole group (MGPU_EFREED)
+ * before any of it runs. From there to the completion they are held: a
+ * free on another thread waits for the collective. */
 MGPU_EXTERN int mgpu_group_begin(void);
 MGPU_EXTERN int mgpu_group_end(void);
 
@@ -195,7 +201,10 @@ typedef struct mgpu_barrier mgpu_barrier;
 
 MGPU_EXTERN int mgpu_barrier_create(const int *devs, int n,
                                     mgpu_barrier **barrier);
-/* MGPU_EAGAIN while a thread is still waiting in it. */
+/* Frees the barrier. Threads waiting in it are woken and return
+ * MGPU_EFREED; the destroy returns once they have left. Later calls (and a
+ * second destroy) are MGPU_EFREED. mgpu_shutdown destroys the barriers
+ * still open. */
 MGPU_EXTERN int mgpu_barrier_destroy(mgpu_barrier *barrier);
 /* Blocks until every rank has arrived in this generation. After timeout_ms
  * (-1: forever) it returns MGPU_ETIMEDOUT with a detail naming the devices
@@ -211,6 +220,9 @@ typedef struct mgpu_stream_barrier mgpu_stream_barrier;
 
 MGPU_EXTERN int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
                                            mgpu_stream_barrier **barrier);
+/* Frees the stream barrier once the calls inside it on other threads have
+ * left; later calls (and a second destroy) are MGPU_EFREED. mgpu_shutdown
+ * destroys the stream barriers still open. */
 MGPU_EXTERN int mgpu_stream_barrier_destroy(mgpu_stream_barrier *barrier);
 /* Queues one barrier round on every stream of the set. */
 MGPU_EXTERN int mgpu_stream_barrier_wait(mgpu_stream_barrier *barrier);

@@ -98,8 +98,16 @@ typedef struct mgpu_config {
  * MGPU_EINVAL with a detail naming the bad token. */
 MGPU_EXTERN int mgpu_init(const mgpu_config *config);
 
-/* Waits for all work, frees every buffer, stream and event still open, stops
- * the device threads. Safe to call when not initialized (returns 0). */
+/* Waits for all work, frees every buffer, stream, event, communicator,
+ * barrier, stream barrier, channel and task pool still open, stops the
+ * device threads. Safe to call when not initialized (returns 0). Calls made
+ * meanwhile on other threads are either waited for (those already inside)
+ * or refused (MGPU_ENOINIT, or MGPU_EFREED for a handle shutdown closed);
+ * nothing is freed under a caller. Every handle of the old session is
+ * MGPU_EFREED afterwards, also after a new mgpu_init; work handles stay
+ * valid and must still be waited. Called from a device function, a task of
+ * a task pool, or from inside another mgpu call it returns MGPU_EINVAL (it
+ * would wait for itself). */
 MGPU_EXTERN int mgpu_shutdown(void);
 
 /* 1 between a successful mgpu_init and mgpu_shutdown, else 0. */
@@ -162,11 +170,13 @@ MGPU_EXTERN int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg);
 typedef struct mgpu_work mgpu_work;
 
 /* Queues fn on the device's host thread and returns at once; *work is the
- * handle to wait on. Every handle must be waited on exactly once. */
+ * handle to wait on. Every handle must be waited on exactly once; it stays
+ * valid across mgpu_shutdown (which runs the queued work first). */
 MGPU_EXTERN int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
                                          mgpu_work **work);
 
-/* Waits for the work, frees the handle and returns fn's result. */
+/* Waits for the work, frees the handle and returns fn's result. A second
+ * wait (even one racing the first) is MGPU_EFREED. */
 MGPU_EXTERN int mgpu_work_wait(mgpu_work *work);
 
 /* ------------------------------------------------------------------------ */
@@ -189,7 +199,12 @@ MGPU_EXTERN int mgpu_malloc_host(mgpu_buffer **buf, int dev, size_t size);
 MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
 
 /* Frees a buffer after the work already queued on its device has finished
- * (as cudaFree does). A second free returns MGPU_EFREED. */
+ * (as cudaFree does). A second free returns MGPU_EFREED, and so does any
+ * call that starts on the buffer once the free has begun. Calls already
+ * inside the buffer on other threads (a copy, a collective waiting for its
+ * other ranks, a channel send waiting for room) finish first: the free
+ * waits for them, so never free a buffer that the same thread still has in
+ * a pending call. */
 MGPU_EXTERN int mgpu_free(mgpu_buffer *buf);
 
 /* Accessors. On an invalid or freed handle they return NULL, 0 or -1 and set
@@ -209,7 +224,9 @@ typedef struct mgpu_event mgpu_event;
 /* In-order queue of work on one device. Several streams of one device run
  * concurrently. */
 MGPU_EXTERN int mgpu_stream_create(mgpu_stream **stream, int dev);
-/* Waits for the stream's work, then destroys it. */
+/* Waits for the stream's work, then destroys it. Calls that start on the
+ * stream from then on are MGPU_EFREED (a second destroy too); calls already
+ * inside it on other threads finish first. */
 MGPU_EXTERN int mgpu_stream_destroy(mgpu_stream *stream);
 /* Waits for all work queued so far; returns the stream's first asynchronous
  * error (and clears it). */
@@ -224,6 +241,9 @@ MGPU_EXTERN void *mgpu_stream_native(const mgpu_stream *stream);
 /* Events mark a point in a stream. A stream may wait on an event of any
  * device of the same backend. */
 MGPU_EXTERN int mgpu_event_create(mgpu_event **event, int dev);
+/* Destroys the event. Calls that start on it from then on are MGPU_EFREED (a
+ * second destroy too); calls already inside it on other threads (a
+ * synchronize) finish first. */
 MGPU_EXTERN int mgpu_event_destroy(mgpu_event *event);
 MGPU_EXTERN int mgpu_event_record(mgpu_event *event, mgpu_stream *stream);
 /* Work queued on stream after this call waits until event completes. */
@@ -331,6 +351,9 @@ MGPU_EXTERN int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst,
  * done, and are reused by later allocations. */
 MGPU_EXTERN int mgpu_malloc_async(mgpu_buffer **buf, size_t size,
                                   mgpu_stream *stream);
+/* Frees a buffer in the stream's order (its memory returns to the pool once
+ * the work queued before it is done). As mgpu_free, a second free and later
+ * calls are MGPU_EFREED and calls already inside the buffer finish first. */
 MGPU_EXTERN int mgpu_free_async(mgpu_buffer *buf, mgpu_stream *stream);
 
 /* Returns the pool's cached blocks of the device to the system. */

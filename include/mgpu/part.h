@@ -62,7 +62,11 @@ typedef struct mgpu_dist mgpu_dist;
  * mgpu_dist_destroy. */
 MGPU_EXTERN int mgpu_dist_create(mgpu_dist **dist, size_t n,
                                  const mgpu_dist_opts *opts);
-MGPU_EXTERN void mgpu_dist_destroy(mgpu_dist *dist);
+/* Frees the distribution (NULL: nothing, 0). A second destroy and every
+ * later call on it are MGPU_EFREED (the queries return their "nothing"
+ * value: 0, -1 or an empty range, with the detail set); calls already
+ * inside it on other threads finish first. */
+MGPU_EXTERN int mgpu_dist_destroy(mgpu_dist *dist);
 
 /* Read-only queries. A bad part index gives 0 (or -1 for the device). */
 MGPU_EXTERN size_t mgpu_dist_n(const mgpu_dist *dist);

@@ -103,7 +103,12 @@ MGPU_EXTERN int mgpu_pool_create(mgpu_pool **pool, const mgpu_pool_opts *opts);
 
 /* Stops the pool after the tasks in flight finished (MGPU_POOL_WAIT) or were
  * canceled (MGPU_POOL_CANCEL), and frees everything it holds; handles still
- * held become invalid. Returns the first error not yet returned by a wait. */
+ * held become invalid. Returns the first error not yet returned by a wait.
+ * Tasks may still submit to the pool while it drains; once drained, later
+ * calls on the pool (and a second destroy) are MGPU_EFREED, and calls
+ * already inside on other threads (a wait) finish first. mgpu_shutdown
+ * cancels and destroys the pools still open; a pool handle is MGPU_EFREED
+ * after it, also after a new mgpu_init. */
 MGPU_EXTERN int mgpu_pool_destroy(mgpu_pool *pool);
 
 /* Submits a task. task NULL: fire and forget (its failure still reaches
@@ -119,7 +124,9 @@ MGPU_EXTERN int mgpu_pool_submit_fn(mgpu_pool *pool, mgpu_task_fn fn,
                                     void *arg, mgpu_task *task);
 
 /* Waits for one held task and releases it. Returns its result: 0, its
- * function's code, MGPU_EDEPFAIL or MGPU_ECANCELED, with the detail. */
+ * function's code, MGPU_EDEPFAIL or MGPU_ECANCELED, with the detail. A task
+ * handle is waited once: a second wait or a release (even one racing this
+ * wait) is MGPU_EFREED. */
 MGPU_EXTERN int mgpu_pool_wait(mgpu_pool *pool, mgpu_task task);
 
 /* Releases a held handle without waiting (the task still runs). */

@@ -15,11 +15,17 @@
  * when it is queued (as cudaStreamWaitEvent does), and each re-record comes
  * after the wait it must satisfy was queued, because of the counts above.
  *
+ * Lifetime: a send or receive holds the channel's handle, and its buffer's
+ * and stream's, from its lookup to its return (so a free of the source
+ * waits for a send that waits for room). Destroy closes the handle, wakes
+ * the calls inside (they return MGPU_EFREED) and waits for them to leave.
+ *
  * Locking: send_lock serializes senders (messages keep the order of the send
  * calls), recv_lock serializes receivers; lock guards the counts, closed and
- * users. Lock order: send_lock or recv_lock, then lock. */
+ * destroyed. Lock order: send_lock or recv_lock, then lock. */
 #include <stdlib.h>
 
+#include "copy/copy-internal.h"
 #include "core/internal.h"
 #include "mgpu/chan.h"
 #include "mgpu/copy.h"
@@ -32,10 +38,12 @@ typedef struct slot {
 } slot;
 
 typedef struct mgpu__channel {
+  uintptr_t handle;
   int src_dev, dst_dev;
   size_t msg_size;
   int capacity;
   mgpu_buffer *slots_buf;
+  mgpu__buf *slots_b; /* slots_buf resolved: the channel owns it */
   slot *slots;
 
   mgpu__mutex send_lock, recv_lock;
@@ -44,7 +52,7 @@ typedef struct mgpu__channel {
   uint64_t sent;     /* messages published by senders */
   uint64_t received; /* messages taken by receivers */
   int closed;
-  int users;         /* threads inside send or recv */
+  int destroyed;     /* set by destroy: the calls inside leave */
 } mgpu__channel;
 
 static void chan_free(mgpu__channel *ch) {
@@ -88,7 +96,9 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   ch->msg_size = msg_size;
   ch->capacity = capacity;
   rc = mgpu_malloc(&ch->slots_buf, dst_dev, msg_size * (size_t)capacity);
+  if (rc == 0) rc = mgpu__buf_get(ch->slots_buf, "channel slots", &ch->slots_b);
   if (rc != 0) goto fail;
+  mgpu__buf_put(ch->slots_b); /* only the channel frees it */
   ch->slots = calloc((size_t)capacity, sizeof *ch->slots);
   if (ch->slots == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "channel: out of memory");
@@ -108,6 +118,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
     rc = mgpu__error(MGPU_ENOMEM, "channel: too many open handles");
     goto fail_locks;
   }
+  ch->handle = h;
   *chan = (mgpu_channel *)h;
   return 0;
 
@@ -127,21 +138,28 @@ static int chan_get(mgpu_channel *h, mgpu__channel **out) {
   return *out ? 0 : err;
 }
 
+static void chan_put(mgpu_channel *h) { mgpu__handle_put((uintptr_t)h); }
+
+static void chan_destroy(mgpu__channel *ch);
+
 int mgpu_channel_destroy(mgpu_channel *chan) {
-  mgpu__channel *ch;
-  int rc = chan_get(chan, &ch);
-  if (rc != 0) return rc;
-  mgpu__mutex_lock(&ch->lock);
-  int users = ch->users;
-  mgpu__mutex_unlock(&ch->lock);
-  if (users > 0)
-    return mgpu__error(MGPU_EAGAIN,
-                       "channel %d -> %d: %d thread(s) still send or receive",
-                       ch->src_dev, ch->dst_dev, users);
   int err = 0;
-  if (mgpu__handle_release((uintptr_t)chan, MGPU__H_CHANNEL, "channel",
-                        &err) == NULL)
-    return err;
+  mgpu__channel *ch =
+      mgpu__handle_close((uintptr_t)chan, MGPU__H_CHANNEL, "channel", &err);
+  if (ch == NULL) return err;
+  chan_destroy(ch);
+  return 0;
+}
+
+/* The rest of a destroy, once the handle is closed. */
+static void chan_destroy(mgpu__channel *ch) {
+  /* Wake the calls inside (waiting for room or for a message), then wait
+   * for them to leave. */
+  mgpu__mutex_lock(&ch->lock);
+  ch->destroyed = 1;
+  mgpu__cond_broadcast(&ch->cond);
+  mgpu__mutex_unlock(&ch->lock);
+  mgpu__handle_retire(ch->handle);
   /* The sends' copies run on the source device's streams: wait for them
    * before the slots go away (mgpu_free waits only for the destination). */
   for (int i = 0; i < ch->capacity; i++) {
@@ -153,8 +171,19 @@ int mgpu_channel_destroy(mgpu_channel *chan) {
   mgpu__mutex_destroy(&ch->recv_lock);
   mgpu__mutex_destroy(&ch->send_lock);
   chan_free(ch);
-  return 0;
 }
+
+/* Shutdown: channels still open are destroyed, so their handles are
+ * MGPU_EFREED afterwards (and after a new mgpu_init). */
+static void shutdown_channel(void *obj, void *arg) {
+  (void)arg;
+  chan_destroy(obj);
+}
+
+static void channels_shutdown(void) {
+  mgpu__handle_foreach(MGPU__H_CHANNEL, shutdown_channel, NULL);
+}
+MGPU__ON_SHUTDOWN(channels_shutdown)
 
 int mgpu_channel_close(mgpu_channel *chan) {
   mgpu__channel *ch;
@@ -164,13 +193,16 @@ int mgpu_channel_close(mgpu_channel *chan) {
   ch->closed = 1;
   mgpu__cond_broadcast(&ch->cond);
   mgpu__mutex_unlock(&ch->lock);
+  chan_put(chan);
   return 0;
 }
 
-/* Checks a buffer and stream pair of one end. */
+/* Checks a buffer and stream pair of one end; both stay held (also on
+ * failure: *b and *s are NULL or held) until the caller puts them. */
 static int check_end(const mgpu__channel *ch, const char *what, int dev,
                      const mgpu_buffer *buf, size_t offset, size_t size,
                      mgpu_stream *stream, mgpu__buf **b, mgpu__stream **s) {
+  *s = NULL;
   int rc = mgpu__buf_get(buf, what, b);
   if (rc == 0) rc = mgpu__stream_get(stream, s);
   if (rc != 0) return rc;
@@ -183,18 +215,19 @@ static int check_end(const mgpu__channel *ch, const char *what, int dev,
   return mgpu__buf_check_range(*b, what, offset, size);
 }
 
-/* Enter/leave: count the threads inside, so destroy can refuse. */
-static void enter(mgpu__channel *ch) {
-  mgpu__mutex_lock(&ch->lock);
-  ch->users++;
-  mgpu__mutex_unlock(&ch->lock);
+/* The error of a call woken by close or destroy. */
+static int ended(const mgpu__channel *ch, int destroyed, const char *how) {
+  if (destroyed)
+    return mgpu__error(MGPU_EFREED, "channel %d -> %d: destroyed during the "
+                       "call", ch->src_dev, ch->dst_dev);
+  return mgpu__error(MGPU_ECLOSED, "channel %d -> %d: %s", ch->src_dev,
+                     ch->dst_dev, how);
 }
 
-static void leave(mgpu__channel *ch) {
-  mgpu__mutex_lock(&ch->lock);
-  ch->users--;
-  mgpu__mutex_unlock(&ch->lock);
-}
+static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
+                        size_t offset, size_t size, mgpu_stream *stream);
+static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
+                        size_t *size, mgpu_stream *stream);
 
 /* While tracing, the copies of message k are spans named name, and the
  * receive's wait for the send is an arrow named "chan". */
@@ -212,25 +245,46 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   mgpu__channel *ch;
   int rc = chan_get(chan, &ch);
   if (rc != 0) return rc;
-  mgpu__buf *b;
-  mgpu__stream *s;
-  rc = check_end(ch, "src", ch->src_dev, src, offset, size, stream, &b, &s);
+  rc = channel_send(ch, src, offset, size, stream);
+  chan_put(chan);
+  return rc;
+}
+
+int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
+                      size_t *size, mgpu_stream *stream) {
+  mgpu__channel *ch;
+  int rc = chan_get(chan, &ch);
   if (rc != 0) return rc;
-  if (size == 0 || size > ch->msg_size)
-    return mgpu__error(MGPU_ERANGE,
-                       "channel %d -> %d: message of %zu bytes (1 to %zu)",
-                       ch->src_dev, ch->dst_dev, size, ch->msg_size);
-  enter(ch);
+  rc = channel_recv(ch, dst, offset, size, stream);
+  chan_put(chan);
+  return rc;
+}
+
+static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
+                        size_t offset, size_t size, mgpu_stream *stream) {
+  mgpu__buf *b = NULL;
+  mgpu__stream *s = NULL;
+  int rc = check_end(ch, "src", ch->src_dev, src, offset, size, stream, &b,
+                     &s);
+  if (rc == 0 && (size == 0 || size > ch->msg_size))
+    rc = mgpu__error(MGPU_ERANGE,
+                     "channel %d -> %d: message of %zu bytes (1 to %zu)",
+                     ch->src_dev, ch->dst_dev, size, ch->msg_size);
+  if (rc != 0) {
+    mgpu__stream_put(s);
+    mgpu__buf_put(b);
+    return rc;
+  }
   mgpu__mutex_lock(&ch->send_lock);
   mgpu__mutex_lock(&ch->lock);
-  while (!ch->closed && ch->sent - ch->received == (uint64_t)ch->capacity)
+  while (!ch->closed && !ch->destroyed &&
+         ch->sent - ch->received == (uint64_t)ch->capacity)
     mgpu__cond_wait(&ch->cond, &ch->lock);
-  int closed = ch->closed;
+  int closed = ch->closed || ch->destroyed, destroyed = ch->destroyed;
   uint64_t k = ch->sent;
   mgpu__mutex_unlock(&ch->lock);
   if (closed) {
-    rc = mgpu__error(MGPU_ECLOSED, "channel %d -> %d: closed", ch->src_dev,
-                     ch->dst_dev);
+    rc = ended(ch, destroyed, "closed");
     goto out;
   }
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
@@ -243,7 +297,7 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   /* The copy layer picks the path: direct where peer access is on for the
    * pair, host-staged where it is off (mgpu_peer_disable). */
   if (rc == 0)
-    rc = mgpu_memcpy_async(ch->slots_buf, slot_off, src, offset, size, stream);
+    rc = mgpu__copy_async(ch->slots_b, slot_off, b, offset, size, s);
   if (rc == 0) rc = mgpu_event_record(sl->filled, stream);
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
@@ -256,31 +310,32 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
   }
 out:
   mgpu__mutex_unlock(&ch->send_lock);
-  leave(ch);
+  mgpu__stream_put(s);
+  mgpu__buf_put(b);
   return rc;
 }
 
-int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
-                      size_t *size, mgpu_stream *stream) {
-  mgpu__channel *ch;
-  int rc = chan_get(chan, &ch);
-  if (rc != 0) return rc;
-  mgpu__buf *b;
-  mgpu__stream *s;
-  rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size, stream,
-                 &b, &s);
-  if (rc != 0) return rc;
-  enter(ch);
+static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
+                        size_t *size, mgpu_stream *stream) {
+  mgpu__buf *b = NULL;
+  mgpu__stream *s = NULL;
+  int rc = check_end(ch, "dst", ch->dst_dev, dst, offset, ch->msg_size,
+                     stream, &b, &s);
+  if (rc != 0) {
+    mgpu__stream_put(s);
+    mgpu__buf_put(b);
+    return rc;
+  }
   mgpu__mutex_lock(&ch->recv_lock);
   mgpu__mutex_lock(&ch->lock);
-  while (!ch->closed && ch->received == ch->sent)
+  while (!ch->closed && !ch->destroyed && ch->received == ch->sent)
     mgpu__cond_wait(&ch->cond, &ch->lock);
-  int drained = ch->received == ch->sent;
+  int drained = ch->received == ch->sent || ch->destroyed;
+  int destroyed = ch->destroyed;
   uint64_t k = ch->received;
   mgpu__mutex_unlock(&ch->lock);
   if (drained) {
-    rc = mgpu__error(MGPU_ECLOSED, "channel %d -> %d: closed and drained",
-                     ch->src_dev, ch->dst_dev);
+    rc = ended(ch, destroyed, "closed and drained");
     goto out;
   }
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
@@ -289,7 +344,7 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   int pushed = trace_tag("chan.recv", ch, k, n);
   rc = mgpu_stream_wait_event(stream, sl->filled);
   if (rc == 0)
-    rc = mgpu_memcpy_async(dst, offset, ch->slots_buf, slot_off, n, stream);
+    rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, n, s);
   if (rc == 0) rc = mgpu_event_record(sl->consumed, stream);
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
@@ -302,6 +357,7 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
   }
 out:
   mgpu__mutex_unlock(&ch->recv_lock);
-  leave(ch);
+  mgpu__stream_put(s);
+  mgpu__buf_put(b);
   return rc;
 }

@@ -17,6 +17,7 @@
 #include "coll/coll_internal.h"
 
 typedef struct mgpu__barrier {
+  uintptr_t handle;
   int n;
   int devs[MGPU_MAX_DEVICES];
   /* lock guards every field below. */
@@ -26,7 +27,7 @@ typedef struct mgpu__barrier {
   int count;                              /* arrived in this generation */
   unsigned char arrived[MGPU_MAX_DEVICES]; /* by rank, this generation */
   unsigned char waiting[MGPU_MAX_DEVICES]; /* a thread waits as this rank */
-  int waiters;
+  int destroyed; /* set by destroy: the threads waiting leave, EFREED */
 } mgpu__barrier;
 
 int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
@@ -53,27 +54,31 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
     free(b);
     return mgpu__error(MGPU_ENOMEM, "barrier: too many open handles");
   }
+  b->handle = h;
   *barrier = (mgpu_barrier *)h;
   return 0;
 }
 
-int mgpu_barrier_destroy(mgpu_barrier *barrier) {
-  int err = 0;
-  mgpu__barrier *b =
-      mgpu__handle_get((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
-  if (b == NULL) return err;
+/* The rest of a destroy, once the handle h is closed. */
+static void barrier_free(mgpu__barrier *b, uintptr_t h) {
   mgpu__mutex_lock(&b->lock);
-  int waiters = b->waiters;
+  b->destroyed = 1;
+  mgpu__cond_broadcast(&b->cond);
   mgpu__mutex_unlock(&b->lock);
-  if (waiters > 0)
-    return mgpu__error(MGPU_EAGAIN, "barrier: %d thread(s) still wait in it",
-                       waiters);
-  if (mgpu__handle_release((uintptr_t)barrier, MGPU__H_BARRIER, "barrier",
-                        &err) == NULL)
-    return err;
+  mgpu__handle_retire(h);
   mgpu__cond_destroy(&b->cond);
   mgpu__mutex_destroy(&b->lock);
   free(b);
+}
+
+int mgpu_barrier_destroy(mgpu_barrier *barrier) {
+  int err = 0;
+  /* Later calls fail; the threads waiting inside are woken and leave with
+   * MGPU_EFREED; retiring waits until they have. */
+  mgpu__barrier *b =
+      mgpu__handle_close((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
+  if (b == NULL) return err;
+  barrier_free(b, (uintptr_t)barrier);
   return 0;
 }
 
@@ -89,6 +94,7 @@ static void missing_list(const mgpu__barrier *b, int self, char *out,
                               len ? ", " : "", b->devs[r], r);
 }
 
+static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms);
 static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms);
 
 /* While tracing, the wait is a span on the calling thread. */
@@ -106,12 +112,23 @@ static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
   mgpu__barrier *b =
       mgpu__handle_get((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
   if (b == NULL) return err;
+  int rc = barrier_wait_on(b, rank, timeout_ms);
+  mgpu__handle_put((uintptr_t)barrier);
+  return rc;
+}
+
+/* The wait itself; the caller holds the barrier's handle. */
+static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
   if (rank < 0 || rank >= b->n)
     return mgpu__error(MGPU_EINVAL, "barrier: rank %d of %d", rank, b->n);
   if (timeout_ms < -1)
     return mgpu__error(MGPU_EINVAL, "barrier: timeout %d ms", timeout_ms);
   int rc = 0;
   mgpu__mutex_lock(&b->lock);
+  if (b->destroyed) {
+    mgpu__mutex_unlock(&b->lock);
+    return mgpu__error(MGPU_EFREED, "barrier: destroyed during the call");
+  }
   if (b->waiting[rank] || b->arrived[rank]) {
     mgpu__mutex_unlock(&b->lock);
     return mgpu__error(MGPU_EINVAL,
@@ -131,8 +148,13 @@ static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
   uint64_t deadline =
       timeout_ms < 0 ? 0 : mgpu__now_ns() + (uint64_t)timeout_ms * 1000000ull;
   b->waiting[rank] = 1;
-  b->waiters++;
   while (b->generation == gen) {
+    if (b->destroyed) {
+      rc = mgpu__error(MGPU_EFREED, "barrier: rank %d (device %d): the "
+                       "barrier was destroyed while it waited",
+                       rank, b->devs[rank]);
+      break;
+    }
     if (deadline == 0) {
       mgpu__cond_wait(&b->cond, &b->lock);
     } else if (mgpu__cond_timedwait(&b->cond, &b->lock, deadline) != 0 &&
@@ -149,7 +171,6 @@ static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
     }
   }
   b->waiting[rank] = 0;
-  b->waiters--;
   mgpu__mutex_unlock(&b->lock);
   return rc;
 }
@@ -157,6 +178,7 @@ static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
 /* ---- stream barriers ---- */
 
 typedef struct mgpu__stream_barrier {
+  uintptr_t handle;
   int n;
   mgpu_stream *streams[MGPU_MAX_DEVICES];
   mgpu_event *events[MGPU_MAX_DEVICES];
@@ -184,14 +206,17 @@ int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
   for (int i = 0; i < n && rc == 0; i++) {
     mgpu__stream *s;
     rc = mgpu__stream_get(streams[i], &s);
-    if (rc == 0) devs[i] = s->dev;
+    if (rc == 0) {
+      devs[i] = s->dev;
+      mgpu__stream_put(s);
+    }
     if (rc == 0) rc = mgpu__coll_same_backend("stream barrier", devs, i + 1);
     for (int j = 0; j < i && rc == 0; j++)
       if (streams[j] == streams[i])
         rc = mgpu__error(MGPU_EINVAL,
                          "stream barrier: stream %d is listed twice (%d, %d)",
                          i, j, i);
-    if (rc == 0) rc = mgpu_event_create(&sb->events[i], s->dev);
+    if (rc == 0) rc = mgpu_event_create(&sb->events[i], devs[i]);
     sb->streams[i] = streams[i];
     sb->n = i + 1;
   }
@@ -205,6 +230,7 @@ int mgpu_stream_barrier_create(mgpu_stream *const *streams, int n,
     sb_free(sb);
     return rc;
   }
+  sb->handle = h;
   *barrier = (mgpu_stream_barrier *)h;
   return 0;
 }
@@ -224,15 +250,33 @@ int mgpu_stream_barrier_wait(mgpu_stream_barrier *barrier) {
   mgpu__stream_barrier *sb = mgpu__handle_get(
       (uintptr_t)barrier, MGPU__H_STREAM_BARRIER, "stream barrier", &err);
   if (sb == NULL) return err;
-  for (int i = 0; i < sb->n; i++) {
-    int rc = mgpu_event_record(sb->events[i], sb->streams[i]);
-    if (rc != 0) return rc;
-  }
-  for (int i = 0; i < sb->n; i++)
-    for (int j = 0; j < sb->n; j++) {
-      if (i == j) continue;
-      int rc = mgpu_stream_wait_event(sb->streams[i], sb->events[j]);
-      if (rc != 0) return rc;
-    }
-  return 0;
+  int rc = 0;
+  for (int i = 0; i < sb->n && rc == 0; i++)
+    rc = mgpu_event_record(sb->events[i], sb->streams[i]);
+  for (int i = 0; i < sb->n && rc == 0; i++)
+    for (int j = 0; j < sb->n && rc == 0; j++)
+      if (i != j) rc = mgpu_stream_wait_event(sb->streams[i], sb->events[j]);
+  mgpu__handle_put((uintptr_t)barrier);
+  return rc;
 }
+
+/* Shutdown: barriers and stream barriers still open are destroyed, so their
+ * handles are MGPU_EFREED afterwards (and after a new mgpu_init). */
+static void shutdown_barrier(void *obj, void *arg) {
+  (void)arg;
+  mgpu__barrier *b = obj;
+  barrier_free(b, b->handle);
+}
+
+static void shutdown_stream_barrier(void *obj, void *arg) {
+  (void)arg;
+  mgpu__stream_barrier *sb = obj;
+  mgpu__handle_retire(sb->handle);
+  sb_free(sb);
+}
+
+static void barriers_shutdown(void) {
+  mgpu__handle_foreach(MGPU__H_BARRIER, shutdown_barrier, NULL);
+  mgpu__handle_foreach(MGPU__H_STREAM_BARRIER, shutdown_stream_barrier, NULL);
+}
+MGPU__ON_SHUTDOWN(barriers_shutdown)

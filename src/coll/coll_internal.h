@@ -43,7 +43,10 @@ typedef struct mgpu__coll_part {
   void *recv;
   int in_place;        /* send_h == recv_h */
   mgpu_stream *stream_h;
+  /* Held by the rank's call from its check until its result is collected
+   * (a free or destroy of any of them waits for that): */
   mgpu__stream *stream;
+  struct mgpu__buf *send_b, *recv_b; /* NULL where ignored */
 } mgpu__coll_part;
 
 /* One collective: the k-th call of every rank. */
@@ -82,8 +85,10 @@ typedef struct mgpu__comm {
   mgpu__coll_op *ops;                  /* pending and done, seq order */
   int aborted;                         /* 1 after a timeout */
   char abort_detail[256];
-  int callers; /* threads inside a call; destroy waits for 0 */
+  /* Set by destroy after it closed the handle: a call inside (holding a
+   * use of the handle, which destroy waits for) leaves with MGPU_EFREED. */
   int destroying;
+  uintptr_t handle;
 
   /* Pooled resources, created on first use, freed by destroy. */
   mgpu_event **events[MGPU_MAX_DEVICES];
@@ -99,7 +104,9 @@ typedef struct mgpu__comm {
 } mgpu__comm;
 
 /* comm.c */
+/* Looks a communicator up and holds it until mgpu__comm_put. */
 int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out);
+void mgpu__comm_put(mgpu__comm *c);
 /* The next free event of rank r in the operation being issued; events are
  * recycled across operations (a wait takes the event's state when it is
  * queued, as cudaStreamWaitEvent does). */

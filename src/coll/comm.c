@@ -16,6 +16,10 @@ int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out) {
   return *out ? 0 : err;
 }
 
+void mgpu__comm_put(mgpu__comm *c) {
+  if (c != NULL) mgpu__handle_put(c->handle);
+}
+
 /* NCCL serves a communicator when every device is a whole GPU of one backend
  * that offers it, each GPU at most once (NCCL refuses two ranks on one GPU). */
 static int nccl_possible(const int *devs, int n,
@@ -193,6 +197,7 @@ static int create(const int *devs, int n, const mgpu_comm_config *config,
             c->provider == MGPU_COLL_PROVIDER_NCCL ? "nccl"
             : c->algo == MGPU_COLL_ALGO_DIRECT     ? "direct"
                                                    : "ring");
+  c->handle = h;
   *comm = (mgpu_comm *)h;
   return 0;
 
@@ -228,20 +233,25 @@ int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm) {
   return mgpu_comm_create_config(devs, n, NULL, comm);
 }
 
+static int comm_free(mgpu__comm *c);
+
 int mgpu_comm_destroy(mgpu_comm *comm) {
-  mgpu__comm *c;
-  int rc = mgpu__comm_get(comm, &c);
-  if (rc != 0) return rc;
-  /* Retire the handle first: calls that start from now on see EFREED. Calls
-   * already inside see 'destroying' and leave; wait for them. */
+  /* Close the handle first: calls that start from now on see EFREED. Calls
+   * already inside see 'destroying' and leave; retiring waits for them. */
   int err = 0;
-  if (mgpu__handle_release((uintptr_t)comm, MGPU__H_COMM, "comm", &err) == NULL)
-    return err;
+  mgpu__comm *c = mgpu__handle_close((uintptr_t)comm, MGPU__H_COMM, "comm",
+                                     &err);
+  if (c == NULL) return err;
+  return comm_free(c);
+}
+
+/* The rest of a destroy, once the handle is closed. */
+static int comm_free(mgpu__comm *c) {
   mgpu__mutex_lock(&c->lock);
   c->destroying = 1;
   mgpu__cond_broadcast(&c->cond);
-  while (c->callers > 0) mgpu__cond_wait(&c->cond, &c->lock);
   mgpu__mutex_unlock(&c->lock);
+  mgpu__handle_retire(c->handle);
 
   int first = 0;
   for (int r = 0; r < c->n; r++) {
@@ -268,10 +278,25 @@ int mgpu_comm_destroy(mgpu_comm *comm) {
   return first;
 }
 
+/* Shutdown: communicators still open are destroyed, so their handles are
+ * MGPU_EFREED afterwards (and after a new mgpu_init). */
+static void shutdown_comm(void *obj, void *arg) {
+  (void)arg;
+  comm_free(obj);
+}
+
+static void comms_shutdown(void) {
+  mgpu__handle_foreach(MGPU__H_COMM, shutdown_comm, NULL);
+}
+MGPU__ON_SHUTDOWN(comms_shutdown)
+
 int mgpu_comm_size(const mgpu_comm *comm) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
-  return rc != 0 ? rc : c->nglobal;
+  if (rc != 0) return rc;
+  rc = c->nglobal;
+  mgpu__comm_put(c);
+  return rc;
 }
 
 int mgpu_comm_device(const mgpu_comm *comm, int rank) {
@@ -279,15 +304,21 @@ int mgpu_comm_device(const mgpu_comm *comm, int rank) {
   int rc = mgpu__comm_get(comm, &c);
   if (rc != 0) return rc;
   if (rank < c->first || rank >= c->first + c->n)
-    return mgpu__error(MGPU_EINVAL, "comm: rank %d of %d%s", rank, c->nglobal,
-                       c->has_remote ? " is not in this process" : "");
-  return c->devs[rank - c->first];
+    rc = mgpu__error(MGPU_EINVAL, "comm: rank %d of %d%s", rank, c->nglobal,
+                     c->has_remote ? " is not in this process" : "");
+  else
+    rc = c->devs[rank - c->first];
+  mgpu__comm_put(c);
+  return rc;
 }
 
 int mgpu_comm_provider(const mgpu_comm *comm) {
   mgpu__comm *c;
   int rc = mgpu__comm_get(comm, &c);
-  return rc != 0 ? rc : c->provider;
+  if (rc != 0) return rc;
+  rc = c->provider;
+  mgpu__comm_put(c);
+  return rc;
 }
 
 const char *mgpu_coll_provider_name(int provider) {

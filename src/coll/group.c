@@ -24,10 +24,12 @@
 
 typedef struct group_call {
   mgpu_comm *comm;
-  int rank;
+  int rank;            /* as the caller gave it (global) */
   mgpu__coll_part part;
+  mgpu__comm *held;    /* looked up and held, from resolve to collect */
   mgpu__comm *c;       /* set while joined */
   mgpu__coll_op *op;
+  int local;           /* rank - the comm's first rank, set by resolve */
 } group_call;
 
 /* The calling thread's group; owned by that thread only. */
@@ -62,12 +64,15 @@ static int has_root(mgpu__coll_kind k) {
 /* Resolves one buffer argument: on the rank's device and at least need
  * bytes. NULL is allowed only when need is 0. */
 static int check_buf(const char *what, const char *arg, int rank, int dev,
-                     mgpu_buffer *h, size_t need, void **ptr) {
+                     mgpu_buffer *h, size_t need, void **ptr,
+                     mgpu__buf **held) {
   *ptr = NULL;
+  *held = NULL;
   if (h == NULL && need == 0) return 0;
   mgpu__buf *b;
   int rc = mgpu__buf_get(h, arg, &b);
   if (rc != 0) return rc;
+  *held = b; /* given back by part_put, even when a check below fails */
   if (b->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,
                        "%s rank %d: %s buffer is on device %d, rank %d is "
@@ -82,10 +87,19 @@ static int check_buf(const char *what, const char *arg, int rank, int dev,
   return 0;
 }
 
-/* Checks a rank's call on its own and resolves its handles. rank is the
- * local rank (devs[rank]); grank the global one, which roots, sizes and
- * in-place blocks are counted in (the same unless the comm spans
- * processes). */
+/* Gives back the handles check_part held. */
+static void part_put(mgpu__coll_part *p) {
+  mgpu__stream_put(p->stream);
+  mgpu__buf_put(p->send_b);
+  mgpu__buf_put(p->recv_b);
+  p->stream = NULL;
+  p->send_b = p->recv_b = NULL;
+}
+
+/* Checks a rank's call on its own and resolves its handles, which stay held
+ * (also on failure) until part_put. rank is the local rank (devs[rank]);
+ * grank the global one, which roots, sizes and in-place blocks are counted
+ * in (the same unless the comm spans processes). */
 static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
   const char *what = kind_name(p->kind);
   int grank = c->first + rank;
@@ -141,9 +155,11 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
   if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) need_send = total;
   if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) need_recv = total;
   void *send;
-  rc = check_buf(what, "send", grank, dev, p->send_h, need_send, &send);
+  rc = check_buf(what, "send", grank, dev, p->send_h, need_send, &send,
+                 &p->send_b);
   if (rc != 0) return rc;
-  rc = check_buf(what, "recv", grank, dev, p->recv_h, need_recv, &p->recv);
+  rc = check_buf(what, "recv", grank, dev, p->recv_h, need_recv, &p->recv,
+                 &p->recv_b);
   if (rc != 0) return rc;
   p->send = send;
   /* NCCL's in-place layouts: the rank's own block of the larger buffer. */
@@ -326,27 +342,46 @@ static void abort_comm(mgpu__comm *c, mgpu__coll_op *late) {
   mgpu__cond_broadcast(&c->cond);
 }
 
-/* Joins one call to its operation. */
+/* Looks up and checks one call; what it holds stays held until unresolve
+ * (after its result was collected), so no buffer, stream or communicator
+ * of it can be freed while another rank's thread may issue its work. */
+static int resolve(group_call *g) {
+  g->part.stream = NULL;
+  g->part.send_b = g->part.recv_b = NULL;
+  g->held = NULL;
+  int rc = mgpu__comm_get(g->comm, &g->held);
+  if (rc == 0) {
+    g->local = g->rank - g->held->first;
+    rc = check_part(g->held, g->local, &g->part);
+  }
+  return rc;
+}
+
+static void unresolve(group_call *g) {
+  part_put(&g->part);
+  mgpu__comm_put(g->held);
+  g->held = NULL;
+}
+
+/* Joins one resolved call to its operation. */
 static int join(group_call *g) {
-  mgpu__comm *c;
-  int rc = mgpu__comm_get(g->comm, &c);
-  if (rc != 0) return rc;
+  mgpu__comm *c = g->held;
+  int rc = 0;
   mgpu__mutex_lock(&c->lock);
   if (c->destroying) {
     rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
   } else if (c->aborted) {
     rc = mgpu__error(MGPU_ETIMEDOUT, "%s", c->abort_detail);
   } else {
-    mgpu__coll_op *op = find_op(c, c->next_seq[g->rank]);
+    mgpu__coll_op *op = find_op(c, c->next_seq[g->local]);
     if (op == NULL) {
       rc = mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
     } else {
-      op->part[g->rank] = g->part;
-      op->part[g->rank].present = 1;
+      op->part[g->local] = g->part;
+      op->part[g->local].present = 1;
       op->arrived++;
       op->pickups++;
-      c->next_seq[g->rank]++;
-      c->callers++;
+      c->next_seq[g->local]++;
       g->c = c;
       g->op = op;
       if (op->arrived == c->n) issue_ready(c);
@@ -382,7 +417,6 @@ static int collect(group_call *g, uint64_t deadline) {
       }
     }
   }
-  if (--c->callers == 0 && c->destroying) mgpu__cond_broadcast(&c->cond);
   mgpu__mutex_unlock(&c->lock);
   g->c = NULL;
   g->op = NULL;
@@ -390,10 +424,19 @@ static int collect(group_call *g, uint64_t deadline) {
   return rc;
 }
 
-/* Joins every call, then collects every result; returns the first error. */
+/* Resolves every call (a handle freed since the call fails the whole group
+ * before anything is joined), joins every call, then collects every result;
+ * returns the first error. */
 static int submit(group_call *calls, int n) {
   int first = 0;
   char detail[256] = "";
+  for (int i = 0; i < n && first == 0; i++) {
+    first = resolve(&calls[i]);
+    if (first != 0) {
+      for (int k = 0; k <= i; k++) unresolve(&calls[k]);
+      return first;
+    }
+  }
   for (int i = 0; i < n; i++) {
     int rc = join(&calls[i]);
     if (rc != 0 && first == 0) {
@@ -413,20 +456,21 @@ static int submit(group_call *calls, int n) {
       snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
     }
   }
+  for (int i = 0; i < n; i++) unresolve(&calls[i]);
   if (first != 0) mgpu__error(first, "%s", detail);
   return first;
 }
 
-static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
-  mgpu__comm *c;
-  int rc = mgpu__comm_get(comm, &c);
-  int rank = rc == 0 ? grank - c->first : grank; /* the local rank */
-  if (rc == 0) rc = check_part(c, rank, p);
-  if (group.depth == 0) {
-    if (rc != 0) return rc;
-    group_call g = {comm, rank, *p, NULL, NULL};
-    return submit(&g, 1);
-  }
+static int call(mgpu_comm *comm, int rank, mgpu__coll_part *p) {
+  group_call g = {comm, rank, *p, NULL, NULL, NULL, 0};
+  if (group.depth == 0) return submit(&g, 1);
+  /* In a group: checked now, for the caller's error, and again (from the
+   * handles) by mgpu_group_end. Nothing stays held in between, so the
+   * thread may free what it passed before mgpu_group_end: the group then
+   * fails as a whole. */
+  int rc = resolve(&g);
+  unresolve(&g);
+  *p = g.part;
   if (rc == 0 && group.ncalls == group.cap) {
     int cap = group.cap ? group.cap * 2 : 16;
     group_call *calls = realloc(group.calls, (size_t)cap * sizeof *calls);
@@ -448,7 +492,7 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
     }
     return rc;
   }
-  group.calls[group.ncalls++] = (group_call){comm, rank, *p, NULL, NULL};
+  group.calls[group.ncalls++] = (group_call){comm, rank, *p, NULL, NULL, NULL, 0};
   return 0;
 }
 

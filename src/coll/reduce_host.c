@@ -40,12 +40,30 @@ static int fold(mgpu__comm *c, int r, mgpu_buffer *buf, size_t m,
   return mgpu_memcpy_dtoh_async(out, src, 0, esz, s);
 }
 
-int mgpu_reduce_to_host(mgpu_comm *comm, mgpu_buffer *const *bufs,
-                        const size_t *counts, mgpu_dtype dtype, mgpu_op op,
-                        void *result) {
-  mgpu__comm *c;
-  int rc = mgpu__comm_get(comm, &c);
+/* Checks rank r's buffer: on its device, holding count elements. */
+static int check_rank(mgpu__comm *c, int r, mgpu_buffer *h, size_t count,
+                      size_t esz) {
+  mgpu__buf *b;
+  int rc = mgpu__buf_get(h, "buf", &b);
   if (rc != 0) return rc;
+  if (b->dev != c->devs[r])
+    rc = mgpu__error(MGPU_EWRONGDEV,
+                     "reduce_to_host rank %d: buffer is on device %d, "
+                     "rank %d is device %d",
+                     r, b->dev, r, c->devs[r]);
+  else if (count > b->size / esz)
+    rc = mgpu__error(MGPU_ERANGE,
+                     "reduce_to_host rank %d (device %d): %zu elements "
+                     "need %zu bytes, the buffer holds %zu",
+                     r, c->devs[r], count, count * esz, b->size);
+  mgpu__buf_put(b);
+  return rc;
+}
+
+static int reduce_to_host(mgpu__comm *c, mgpu_buffer *const *bufs,
+                          const size_t *counts, mgpu_dtype dtype, mgpu_op op,
+                          void *result) {
+  int rc = 0;
   if (c->has_remote)
     return mgpu__error(MGPU_ENOTSUP, "reduce_to_host: the communicator spans "
                        "processes; use mgpu_allreduce");
@@ -61,19 +79,8 @@ int mgpu_reduce_to_host(mgpu_comm *comm, mgpu_buffer *const *bufs,
   for (int r = 0; r < c->n; r++) {
     if (counts[r] == 0) continue;
     any = 1;
-    mgpu__buf *b;
-    rc = mgpu__buf_get(bufs[r], "buf", &b);
+    rc = check_rank(c, r, bufs[r], counts[r], esz);
     if (rc != 0) return rc;
-    if (b->dev != c->devs[r])
-      return mgpu__error(MGPU_EWRONGDEV,
-                         "reduce_to_host rank %d: buffer is on device %d, "
-                         "rank %d is device %d",
-                         r, b->dev, r, c->devs[r]);
-    if (counts[r] > b->size / esz)
-      return mgpu__error(MGPU_ERANGE,
-                         "reduce_to_host rank %d (device %d): %zu elements "
-                         "need %zu bytes, the buffer holds %zu",
-                         r, c->devs[r], counts[r], counts[r] * esz, b->size);
   }
   if (!any)
     return mgpu__error(MGPU_EINVAL,
@@ -106,4 +113,15 @@ int mgpu_reduce_to_host(mgpu_comm *comm, mgpu_buffer *const *bufs,
     have = 1;
   }
   return 0;
+}
+
+int mgpu_reduce_to_host(mgpu_comm *comm, mgpu_buffer *const *bufs,
+                        const size_t *counts, mgpu_dtype dtype, mgpu_op op,
+                        void *result) {
+  mgpu__comm *c;
+  int rc = mgpu__comm_get(comm, &c);
+  if (rc != 0) return rc;
+  rc = reduce_to_host(c, bufs, counts, dtype, op, result);
+  mgpu__comm_put(c);
+  return rc;
 }

@@ -36,6 +36,11 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
                                const mgpu__buf *src, size_t src_offset,
                                size_t size, mgpu__stream *s);
 
+/* mgpu_memcpy_async on buffers and a stream the caller looked up and holds
+ * (a channel's send holds its source from the call to its copy). */
+int mgpu__copy_async(mgpu__buf *dst, size_t dst_offset, const mgpu__buf *src,
+                     size_t src_offset, size_t size, mgpu__stream *s);
+
 /* Releases helper streams, pooled events and bounce buffers (shutdown). */
 void mgpu__staged_shutdown(void);
 

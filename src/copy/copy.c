@@ -33,40 +33,46 @@ static int stream_for(mgpu_stream *h, const mgpu__buf *buf, const char *what,
 
 int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
                            const void *host, size_t size, mgpu_stream *stream) {
-  mgpu__buf *buf;
-  mgpu__stream *s;
+  mgpu__buf *buf = NULL;
+  mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(dst, "htod dst", &buf);
   if (rc == 0) rc = stream_for(stream, buf, "htod dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "htod dst", dst_offset, size);
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
                      "device %d", size, buf->dev);
-  if (rc != 0 || size == 0) return rc;
-  mgpu__device *d = mgpu__device_get(buf->dev);
-  mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
-  rc = d->ops->memcpy_async(d->bdev, s->bstream, (char *)buf->ptr + dst_offset, host,
-                            size, kind);
-  if (rc == 0) count(buf->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
+  if (rc == 0 && size > 0) {
+    mgpu__device *d = mgpu__device_get(buf->dev);
+    mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
+    rc = d->ops->memcpy_async(d->bdev, s->bstream,
+                              (char *)buf->ptr + dst_offset, host, size, kind);
+    if (rc == 0) count(buf->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
+  }
+  mgpu__stream_put(s);
+  mgpu__buf_put(buf);
   return rc;
 }
 
 int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
                            size_t src_offset, size_t size,
                            mgpu_stream *stream) {
-  mgpu__buf *buf;
-  mgpu__stream *s;
+  mgpu__buf *buf = NULL;
+  mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(src, "dtoh src", &buf);
   if (rc == 0) rc = stream_for(stream, buf, "dtoh src", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "dtoh src", src_offset, size);
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
                      "device %d", size, buf->dev);
-  if (rc != 0 || size == 0) return rc;
-  mgpu__device *d = mgpu__device_get(buf->dev);
-  mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
-  rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
-                            (const char *)buf->ptr + src_offset, size, kind);
-  if (rc == 0) count(buf->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
+  if (rc == 0 && size > 0) {
+    mgpu__device *d = mgpu__device_get(buf->dev);
+    mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
+    rc = d->ops->memcpy_async(d->bdev, s->bstream, host,
+                              (const char *)buf->ptr + src_offset, size, kind);
+    if (rc == 0) count(buf->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
+  }
+  mgpu__stream_put(s);
+  mgpu__buf_put(buf);
   return rc;
 }
 
@@ -84,7 +90,10 @@ int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "htod dst", &buf);
   if (rc == 0) rc = mgpu__spare_get(buf->dev, &s);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    mgpu__buf_put(buf);
+    return rc;
+  }
   mgpu__device *d = mgpu__device_get(buf->dev);
   rc = mgpu__buf_check_range(buf, "htod dst", dst_offset, size);
   if (rc == 0 && host == NULL && size > 0)
@@ -96,7 +105,9 @@ int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host,
                                                     : MGPU__COPY_H2D);
     if (rc == 0) count(buf->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, size);
   }
-  return run_sync(buf->dev, s, rc);
+  rc = run_sync(buf->dev, s, rc);
+  mgpu__buf_put(buf);
+  return rc;
 }
 
 int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
@@ -105,7 +116,10 @@ int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
   mgpu__stream *s;
   int rc = mgpu__buf_get(src, "dtoh src", &buf);
   if (rc == 0) rc = mgpu__spare_get(buf->dev, &s);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    mgpu__buf_put(buf);
+    return rc;
+  }
   mgpu__device *d = mgpu__device_get(buf->dev);
   rc = mgpu__buf_check_range(buf, "dtoh src", src_offset, size);
   if (rc == 0 && host == NULL && size > 0)
@@ -118,7 +132,9 @@ int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset,
                                               : MGPU__COPY_D2H);
     if (rc == 0) count(buf->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, size);
   }
-  return run_sync(buf->dev, s, rc);
+  rc = run_sync(buf->dev, s, rc);
+  mgpu__buf_put(buf);
+  return rc;
 }
 
 /* Checks both sides of a buffer-to-buffer copy. */
@@ -184,48 +200,66 @@ static int copy_on(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
   return mgpu__copy_between_devices(db, dst_offset, sb, src_offset, size, s);
 }
 
-int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
-                      const mgpu_buffer *src, size_t src_offset, size_t size,
-                      mgpu_stream *stream) {
-  mgpu__buf *db, *sb;
-  mgpu__stream *s;
-  int rc = mgpu__buf_get(dst, "copy dst", &db);
-  if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
-  if (rc == 0) rc = mgpu__stream_get(stream, &s);
-  if (rc != 0) return rc;
+int mgpu__copy_async(mgpu__buf *db, size_t dst_offset, const mgpu__buf *sb,
+                     size_t src_offset, size_t size, mgpu__stream *s) {
   if (s->dev != db->dev && s->dev != sb->dev)
     return mgpu__error(MGPU_EWRONGDEV, "copy from device %d to device %d "
                        "issued on a stream of device %d", sb->dev, db->dev,
                        s->dev);
-  rc = check_pair(db, dst_offset, sb, src_offset, size);
-  if (rc != 0) return rc;
-  return copy_on(db, dst_offset, sb, src_offset, size, s);
+  int rc = check_pair(db, dst_offset, sb, src_offset, size);
+  if (rc == 0) rc = copy_on(db, dst_offset, sb, src_offset, size, s);
+  return rc;
+}
+
+int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
+                      const mgpu_buffer *src, size_t src_offset, size_t size,
+                      mgpu_stream *stream) {
+  mgpu__buf *db = NULL, *sb = NULL;
+  mgpu__stream *s = NULL;
+  int rc = mgpu__buf_get(dst, "copy dst", &db);
+  if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
+  if (rc == 0) rc = mgpu__stream_get(stream, &s);
+  if (rc == 0) rc = mgpu__copy_async(db, dst_offset, sb, src_offset, size, s);
+  mgpu__stream_put(s);
+  mgpu__buf_put(sb);
+  mgpu__buf_put(db);
+  return rc;
 }
 
 int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src,
                 size_t src_offset, size_t size) {
-  mgpu__buf *db, *sb;
+  mgpu__buf *db = NULL, *sb = NULL;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "copy dst", &db);
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
   if (rc == 0) rc = check_pair(db, dst_offset, sb, src_offset, size);
-  if (rc != 0 || size == 0) return rc;
-  /* The side with device memory runs the copy (copy_on requires it). */
-  int dev = host_visible(sb) && !host_visible(db) ? db->dev : sb->dev;
-  rc = mgpu__spare_get(dev, &s);
-  if (rc != 0) return rc;
-  rc = copy_on(db, dst_offset, sb, src_offset, size, s);
-  return run_sync(dev, s, rc);
+  if (rc == 0 && size > 0) {
+    /* The side with device memory runs the copy (copy_on requires it). */
+    int dev = host_visible(sb) && !host_visible(db) ? db->dev : sb->dev;
+    rc = mgpu__spare_get(dev, &s);
+    if (rc == 0) {
+      rc = copy_on(db, dst_offset, sb, src_offset, size, s);
+      rc = run_sync(dev, s, rc);
+    }
+  }
+  mgpu__buf_put(sb);
+  mgpu__buf_put(db);
+  return rc;
 }
 
 int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
                       mgpu_stream *stream) {
-  mgpu__buf *buf;
-  mgpu__stream *s;
+  mgpu__buf *buf = NULL;
+  mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(dst, "memset dst", &buf);
   if (rc == 0) rc = stream_for(stream, buf, "memset dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "memset dst", offset, size);
-  if (rc != 0 || size == 0) return rc;
-  mgpu__device *d = mgpu__device_get(buf->dev);
-  return d->ops->memset_async(d->bdev, s->bstream, (char *)buf->ptr + offset, value, size);
+  if (rc == 0 && size > 0) {
+    mgpu__device *d = mgpu__device_get(buf->dev);
+    rc = d->ops->memset_async(d->bdev, s->bstream, (char *)buf->ptr + offset,
+                              value, size);
+  }
+  mgpu__stream_put(s);
+  mgpu__buf_put(buf);
+  return rc;
 }

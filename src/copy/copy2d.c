@@ -122,42 +122,52 @@ int mgpu_memcpy_2d_async(mgpu_buffer *dst, size_t dst_offset,
                          size_t dst_pitch, const mgpu_buffer *src,
                          size_t src_offset, size_t src_pitch, size_t width,
                          size_t height, mgpu_stream *stream) {
-  mgpu__buf *db, *sb;
-  mgpu__stream *s;
+  mgpu__buf *db = NULL, *sb = NULL;
+  mgpu__stream *s = NULL;
   int rc = mgpu__buf_get(dst, "2-D copy dst", &db);
   if (rc == 0) rc = mgpu__buf_get(src, "2-D copy src", &sb);
   if (rc == 0) rc = mgpu__stream_get(stream, &s);
-  if (rc != 0) return rc;
-  if (s->dev != db->dev && s->dev != sb->dev)
-    return mgpu__error(MGPU_EWRONGDEV, "2-D copy from device %d to device %d "
-                       "issued on a stream of device %d", sb->dev, db->dev,
-                       s->dev);
-  rc = check_pair_2d(db, dst_offset, dst_pitch, sb, src_offset, src_pitch,
-                     width, height);
-  if (rc != 0) return rc;
-  return copy_2d_on(db, dst_offset, dst_pitch, sb, src_offset, src_pitch,
+  if (rc == 0 && s->dev != db->dev && s->dev != sb->dev)
+    rc = mgpu__error(MGPU_EWRONGDEV, "2-D copy from device %d to device %d "
+                     "issued on a stream of device %d", sb->dev, db->dev,
+                     s->dev);
+  if (rc == 0)
+    rc = check_pair_2d(db, dst_offset, dst_pitch, sb, src_offset, src_pitch,
+                       width, height);
+  if (rc == 0)
+    rc = copy_2d_on(db, dst_offset, dst_pitch, sb, src_offset, src_pitch,
                     width, height, s);
+  mgpu__stream_put(s);
+  mgpu__buf_put(sb);
+  mgpu__buf_put(db);
+  return rc;
 }
 
 int mgpu_memcpy_2d(mgpu_buffer *dst, size_t dst_offset, size_t dst_pitch,
                    const mgpu_buffer *src, size_t src_offset, size_t src_pitch,
                    size_t width, size_t height) {
-  mgpu__buf *db, *sb;
+  mgpu__buf *db = NULL, *sb = NULL;
   mgpu__stream *s;
   int rc = mgpu__buf_get(dst, "2-D copy dst", &db);
   if (rc == 0) rc = mgpu__buf_get(src, "2-D copy src", &sb);
   if (rc == 0)
     rc = check_pair_2d(db, dst_offset, dst_pitch, sb, src_offset, src_pitch,
                        width, height);
-  if (rc != 0 || width == 0 || height == 0) return rc;
-  int dev = host_visible(sb) && !host_visible(db) ? db->dev : sb->dev;
-  if ((rc = mgpu__spare_get(dev, &s)) != 0) return rc;
-  rc = copy_2d_on(db, dst_offset, dst_pitch, sb, src_offset, src_pitch, width,
-                  height, s);
-  mgpu__device *d = mgpu__device_get(dev);
-  int r = d->ops->stream_synchronize(d->bdev, s->bstream);
-  mgpu__spare_put(s);
-  return rc != 0 ? rc : r;
+  if (rc == 0 && width > 0 && height > 0) {
+    int dev = host_visible(sb) && !host_visible(db) ? db->dev : sb->dev;
+    rc = mgpu__spare_get(dev, &s);
+    if (rc == 0) {
+      rc = copy_2d_on(db, dst_offset, dst_pitch, sb, src_offset, src_pitch,
+                      width, height, s);
+      mgpu__device *d = mgpu__device_get(dev);
+      int r = d->ops->stream_synchronize(d->bdev, s->bstream);
+      mgpu__spare_put(s);
+      if (rc == 0) rc = r;
+    }
+  }
+  mgpu__buf_put(sb);
+  mgpu__buf_put(db);
+  return rc;
 }
 
 /* Host memory on one side: the buffer's device runs it. */
@@ -165,31 +175,34 @@ static int host_2d(mgpu_buffer *h, size_t off, size_t pitch, void *host,
                    size_t host_pitch, size_t width, size_t height,
                    mgpu_stream *stream, int to_device) {
   const char *what = to_device ? "2-D htod dst" : "2-D dtoh src";
-  mgpu__buf *b;
-  mgpu__stream *s;
+  mgpu__buf *b = NULL;
+  mgpu__stream *s = NULL;
+  size_t span = 0;
   int rc = mgpu__buf_get(h, what, &b);
   if (rc == 0) rc = mgpu__stream_get(stream, &s);
-  if (rc != 0) return rc;
-  if (s->dev != b->dev)
-    return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of device %d used on a "
-                       "stream of device %d", what, b->dev, s->dev);
-  size_t span;
-  rc = check_side(b, what, off, pitch, width, height);
+  if (rc == 0 && s->dev != b->dev)
+    rc = mgpu__error(MGPU_EWRONGDEV, "%s: buffer of device %d used on a "
+                     "stream of device %d", what, b->dev, s->dev);
+  if (rc == 0) rc = check_side(b, what, off, pitch, width, height);
   if (rc == 0) rc = extent(what, b->dev, host_pitch, width, height, &span);
   if (rc == 0 && host == NULL && span > 0)
     rc = mgpu__error(MGPU_EINVAL, "%s: NULL host pointer (device %d)", what,
                      b->dev);
-  if (rc != 0 || width == 0 || height == 0) return rc;
-  char *dev_ptr = (char *)b->ptr + off;
-  mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H
-                         : to_device     ? MGPU__COPY_H2D
-                                         : MGPU__COPY_D2H;
-  rc = to_device ? run_2d(s, dev_ptr, pitch, host, host_pitch, width, height, kind)
-                 : run_2d(s, host, host_pitch, dev_ptr, pitch, width, height, kind);
-  if (rc == 0) {
-    if (to_device) count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, width * height);
-    else count(b->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, width * height);
+  if (rc == 0 && width > 0 && height > 0) {
+    char *dev_ptr = (char *)b->ptr + off;
+    mgpu__copy_kind kind = host_visible(b) ? MGPU__COPY_H2H
+                           : to_device     ? MGPU__COPY_H2D
+                                           : MGPU__COPY_D2H;
+    rc = to_device
+             ? run_2d(s, dev_ptr, pitch, host, host_pitch, width, height, kind)
+             : run_2d(s, host, host_pitch, dev_ptr, pitch, width, height, kind);
+    if (rc == 0 && to_device)
+      count(b->dev, MGPU__M_bytes_h2d, MGPU__M_copies_h2d, width * height);
+    else if (rc == 0)
+      count(b->dev, MGPU__M_bytes_d2h, MGPU__M_copies_d2h, width * height);
   }
+  mgpu__stream_put(s);
+  mgpu__buf_put(b);
   return rc;
 }
 

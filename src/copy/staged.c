@@ -151,7 +151,10 @@ static int helper_get(mgpu__device *d, mgpu__bstream **out) {
     rc = mgpu_stream_create(&helpers[d->id][i], d->id);
   if (rc == 0) rc = mgpu__stream_get(helpers[d->id][i], &hs);
   mgpu__mutex_unlock(&staging_lock);
-  if (rc == 0) *out = hs->bstream;
+  if (rc == 0) {
+    *out = hs->bstream; /* staging owns the stream until its shutdown hook */
+    mgpu__stream_put(hs);
+  }
   return rc;
 }
 

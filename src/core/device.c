@@ -7,6 +7,7 @@
  * consumer. A call made from the host thread for its own device runs inline,
  * since queueing it would wait on itself.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +20,17 @@ struct mgpu__work_item {
   void *arg;
   int dev;
   int result;
-  int done;       /* guarded by the device's queue_lock */
+  _Atomic int done; /* written under the device's queue_lock */
   mgpu__work_item *next;
 };
 
-/* The async handle is the work item itself; it is freed by mgpu_work_wait. */
-struct mgpu_work {
+/* What an async handle (a handle of the table, MGPU__H_WORK) names: the
+ * work item, freed by mgpu_work_wait. It outlives mgpu_shutdown (which runs
+ * every queued item first), so it can still be waited afterwards. */
+typedef struct mgpu__work {
   mgpu__work_item item;
-};
+  uintptr_t handle;
+} mgpu__work;
 
 static _Thread_local int current_device; /* 0 for a new thread, as in CUDA */
 static _Thread_local int host_thread_of = -1;
@@ -124,7 +128,7 @@ static int check_fn(int dev, mgpu_device_fn fn) {
   return 0;
 }
 
-int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
+static int run_on_device_in(int dev, mgpu_device_fn fn, void *arg) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc == 0) rc = check_fn(dev, fn);
@@ -148,55 +152,100 @@ int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
   return w.result;
 }
 
-int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
-                             mgpu_work **work) {
+int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg) {
+  int rc = mgpu__lib_enter("mgpu_run_on_device");
+  if (rc != 0) return rc;
+  rc = run_on_device_in(dev, fn, arg);
+  mgpu__lib_leave();
+  return rc;
+}
+
+static int run_async(int dev, mgpu_device_fn fn, void *arg,
+                     mgpu_work **work) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc == 0) rc = check_fn(dev, fn);
   if (rc == 0 && work == NULL)
     rc = mgpu__error(MGPU_EINVAL, "device %d: NULL work handle pointer", dev);
   if (rc != 0) return rc;
-  mgpu_work *h = calloc(1, sizeof *h);
-  if (h == NULL)
+  mgpu__work *w = calloc(1, sizeof *w);
+  if (w == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a work "
                        "item", dev);
-  h->item.fn = fn;
-  h->item.arg = arg;
-  h->item.dev = dev;
+  w->item.fn = fn;
+  w->item.arg = arg;
+  w->item.dev = dev;
+  w->handle = mgpu__handle_new(MGPU__H_WORK, w);
+  if (w->handle == 0) {
+    free(w);
+    return mgpu__error(MGPU_ENOMEM, "device %d: no work handles left", dev);
+  }
   if (host_thread_of == dev) {
     /* Queued behind itself it could never be waited on from fn: run now. */
     int saved = current_device;
     current_device = dev;
-    h->item.result = fn(dev, arg);
+    w->item.result = fn(dev, arg);
     current_device = saved;
-    h->item.done = 1;
-    *work = h;
+    w->item.done = 1;
+    *work = (mgpu_work *)w->handle;
     return 0;
   }
   mgpu__mutex_lock(&d->queue_lock);
   if (d->stopping) {
     mgpu__mutex_unlock(&d->queue_lock);
-    free(h);
+    int err = 0;
+    mgpu__handle_release(w->handle, MGPU__H_WORK, "work", &err);
+    free(w);
     return mgpu__error(MGPU_ENOINIT, "device %d: shutting down", dev);
   }
-  queue_push(d, &h->item);
+  queue_push(d, &w->item);
   mgpu__mutex_unlock(&d->queue_lock);
-  *work = h;
+  *work = (mgpu_work *)w->handle;
   return 0;
 }
 
-int mgpu_work_wait(mgpu_work *work) {
-  if (work == NULL)
-    return mgpu__error(MGPU_EBADHANDLE, "mgpu_work_wait: NULL work handle");
-  mgpu__device *d = mgpu__device_get(work->item.dev);
-  if (d != NULL) {
+int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg,
+                             mgpu_work **work) {
+  int rc = mgpu__lib_enter("mgpu_run_on_device_async");
+  if (rc != 0) return rc;
+  rc = run_async(dev, fn, arg, work);
+  mgpu__lib_leave();
+  return rc;
+}
+
+/* Waits for a work item's function (the caller holds its handle). */
+static int work_done(mgpu__work *w) {
+  if (mgpu__lib_enter("mgpu_work_wait") == 0) {
+    mgpu__device *d = mgpu__device_get(w->item.dev);
     mgpu__mutex_lock(&d->queue_lock);
-    while (!work->item.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+    while (!w->item.done) mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
     mgpu__mutex_unlock(&d->queue_lock);
+    mgpu__lib_leave();
+  } else {
+    /* mgpu_shutdown is under way or done: it runs every queued item before
+     * its devices go, so the item is done or about to be. */
+    mgpu_error_clear();
+    while (!atomic_load_explicit(&w->item.done, memory_order_acquire))
+      sched_yield();
   }
-  int result = work->item.result;
-  free(work);
-  return result;
+  return w->item.result;
+}
+
+int mgpu_work_wait(mgpu_work *h) {
+  int err = 0;
+  mgpu__work *w =
+      mgpu__handle_get((uintptr_t)h, MGPU__H_WORK, "mgpu_work_wait", &err);
+  if (w == NULL) return err;
+  int rc = work_done(w);
+  mgpu__handle_put((uintptr_t)h);
+  /* Of two waits racing on one handle, one frees it; the other (and any
+   * later one) is MGPU_EFREED. */
+  if (mgpu__handle_release((uintptr_t)h, MGPU__H_WORK, "mgpu_work_wait",
+                           &err) == NULL)
+    rc = err;
+  else
+    free(w);
+  return rc;
 }
 
 int mgpu_set_device(int dev) {

@@ -1,14 +1,34 @@
 /* The handle table: every public handle (the kinds of MGPU__HANDLE_TYPES,
  * core/internal.h) is a slot number plus a generation; one lookup for all.
  *
- * A handle is ((generation << 40) | (type << 32) | (slot + 1)). Releasing a
- * handle bumps its slot's generation, so a stale handle never matches again,
- * even after the slot is reused: a use after free is reported, not followed.
+ * A handle is ((generation << 40) | (type << 32) | (slot + 1)). Each slot
+ * has one atomic state word: its generation, a LIVE bit, a CLOSING bit and
+ * the count of users, the calls that looked the handle up and have not put
+ * it back yet. A lookup is a load, a check (type, generation, live, not
+ * closing) and a compare-and-swap that adds a user: no lock, so the task
+ * pool's submit goes through it too. Putting the handle back subtracts the
+ * user.
+ *
+ * Destroying is two steps. Closing sets CLOSING, so every later lookup is
+ * MGPU_EFREED while the calls already inside go on; a second close is
+ * MGPU_EFREED too. Retiring then waits until the last user has put the handle
+ * back (close_cond; only a put that leaves a closing slot empty takes
+ * close_lock), bumps the generation and frees the slot. In between, the
+ * destroy call wakes what its calls may be waiting on (a barrier, a channel),
+ * so the users leave. A destroy therefore never frees under a caller.
+ *
+ * A slot whose generation would wrap is retired for good instead of being
+ * reused, so a handle freed 2^24 reuses ago never matches a live one.
+ *
  * Slots live in fixed chunks that are never moved or freed, so the table
  * itself outlives mgpu_shutdown and a handle kept across a re-init is still
  * recognized as stale.
  *
- * table_lock guards every field below. */
+ * table_lock guards the free list, next_free and the growth of the table
+ * (chunks, nslots are written under it, read without it: atomics). A slot's
+ * obj and type are written before the state word publishes LIVE (release),
+ * and read after a lookup's CAS (acquire). */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -17,61 +37,88 @@
 #define MAX_CHUNKS 1024u
 #define GEN_MASK 0xffffffu
 
+/* The state word of a slot. */
+#define ST_USERS 0x3fffffffu     /* calls inside */
+#define ST_CLOSING (1ull << 30)  /* closed: lookups fail, users leave */
+#define ST_LIVE (1ull << 31)     /* holds an object */
+#define ST_GEN(st) ((uint32_t)((st) >> 32) & GEN_MASK)
+
 typedef struct slot {
-  void *obj;      /* NULL when free */
-  uint32_t gen;   /* bumped on release */
-  uint8_t type;   /* mgpu__htype of the live object */
-  uint32_t next_free;
+  _Atomic uint64_t state;
+  void *obj;
+  _Atomic uint8_t type; /* mgpu__htype of the live object */
+  uint32_t next_free; /* table_lock */
 } slot;
 
 static mgpu__mutex table_lock = PTHREAD_MUTEX_INITIALIZER;
-static slot *chunks[MAX_CHUNKS];
-static uint32_t nslots;          /* slots handed out at least once */
+static mgpu__mutex close_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__cond close_cond = PTHREAD_COND_INITIALIZER;
+static _Atomic(slot *) chunks[MAX_CHUNKS];
+static _Atomic uint32_t nslots;  /* slots handed out at least once */
 static uint32_t free_head = ~0u; /* index of the first free slot */
 
 static slot *slot_at(uint32_t i) {
-  return &chunks[i / CHUNK_SLOTS][i % CHUNK_SLOTS];
+  slot *c = atomic_load_explicit(&chunks[i / CHUNK_SLOTS], memory_order_acquire);
+  return &c[i % CHUNK_SLOTS];
+}
+
+static uint32_t slot_index(uintptr_t h) {
+  return (uint32_t)(h & 0xffffffffu);
 }
 
 uintptr_t mgpu__handle_new(mgpu__htype type, void *obj) {
   uintptr_t h = 0;
   mgpu__mutex_lock(&table_lock);
   uint32_t i;
+  uint32_t n = atomic_load_explicit(&nslots, memory_order_relaxed);
   if (free_head != ~0u) {
     i = free_head;
     free_head = slot_at(i)->next_free;
   } else {
-    if (nslots == CHUNK_SLOTS * MAX_CHUNKS) goto out;
-    if (chunks[nslots / CHUNK_SLOTS] == NULL) {
-      chunks[nslots / CHUNK_SLOTS] = calloc(CHUNK_SLOTS, sizeof(slot));
-      if (chunks[nslots / CHUNK_SLOTS] == NULL) goto out;
+    if (n == CHUNK_SLOTS * MAX_CHUNKS) goto out;
+    if (atomic_load_explicit(&chunks[n / CHUNK_SLOTS],
+                             memory_order_relaxed) == NULL) {
+      slot *c = calloc(CHUNK_SLOTS, sizeof(slot));
+      if (c == NULL) goto out;
+      atomic_store_explicit(&chunks[n / CHUNK_SLOTS], c, memory_order_release);
     }
-    i = nslots++;
+    i = n;
+    atomic_store_explicit(&nslots, n + 1, memory_order_release);
   }
   slot *s = slot_at(i);
+  uint64_t gen = ST_GEN(atomic_load_explicit(&s->state, memory_order_relaxed));
   s->obj = obj;
-  s->type = (uint8_t)type;
-  h = ((uintptr_t)s->gen << 40) | ((uintptr_t)type << 32) | (uintptr_t)(i + 1);
+  atomic_store_explicit(&s->type, (uint8_t)type, memory_order_relaxed);
+  atomic_store_explicit(&s->state, gen << 32 | ST_LIVE, memory_order_release);
+  h = ((uintptr_t)gen << 40) | ((uintptr_t)type << 32) | (uintptr_t)(i + 1);
 out:
   mgpu__mutex_unlock(&table_lock);
   return h;
 }
 
-/* Caller holds table_lock. */
-static slot *lookup(uintptr_t h, mgpu__htype type, int *err) {
-  uint32_t i = (uint32_t)(h & 0xffffffffu);
+/* The slot of a handle of the type, or NULL with *code MGPU_EBADHANDLE. */
+static slot *slot_of(uintptr_t h, mgpu__htype type, int *code) {
+  uint32_t i = slot_index(h);
   uint32_t t = (uint32_t)((h >> 32) & 0xffu);
-  uint32_t gen = (uint32_t)((h >> 40) & GEN_MASK);
-  if (h == 0 || t != (uint32_t)type || i == 0 || i > nslots) {
-    *err = MGPU_EBADHANDLE;
+  if (h == 0 || t != (uint32_t)type || i == 0 ||
+      i > atomic_load_explicit(&nslots, memory_order_acquire)) {
+    *code = MGPU_EBADHANDLE;
     return NULL;
   }
-  slot *s = slot_at(i - 1);
-  if (s->gen != gen || s->obj == NULL || s->type != type) {
-    *err = MGPU_EFREED;
-    return NULL;
-  }
-  return s;
+  return slot_at(i - 1);
+}
+
+/* 0 when state st is the live, open object of handle h of the type, else
+ * the code. A type that differs is a forged handle: right slot, wrong type
+ * bits (the slot's type is stable while its generation is). */
+static int open_code(const slot *s, uint64_t st, uintptr_t h,
+                     mgpu__htype type) {
+  if (!(st & ST_LIVE) || (st & ST_CLOSING) ||
+      ST_GEN(st) != (uint32_t)((h >> 40) & GEN_MASK))
+    return MGPU_EFREED;
+  if (atomic_load_explicit(&s->type, memory_order_relaxed) != (uint8_t)type)
+    return MGPU_EBADHANDLE;
+  return 0;
 }
 
 static const char *const type_word[MGPU__H_COUNT] = {
@@ -94,54 +141,133 @@ static void *failed(int code, uintptr_t h, mgpu__htype type, const char *what,
   else if (code == MGPU_EFREED)
     *err = mgpu__error(MGPU_EFREED, "%s: %s %p was already %s", what, word,
                        (void *)h, type_gone[type]);
+  else if (code == MGPU_EAGAIN)
+    *err = mgpu__error(MGPU_EAGAIN, "%s: %s %p has too many calls inside",
+                       what, word, (void *)h);
   else
     *err = mgpu__error(MGPU_EBADHANDLE, "%s: %p is not a valid %s handle",
                        what, (void *)h, word);
   return NULL;
 }
 
+/* Takes a use of an open handle; NULL with *code otherwise. */
+static void *hold(uintptr_t h, mgpu__htype type, int *code) {
+  slot *s = slot_of(h, type, code);
+  if (s == NULL) return NULL;
+  uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);
+  do {
+    if ((*code = open_code(s, st, h, type)) != 0) return NULL;
+    if ((st & ST_USERS) == ST_USERS) {
+      *code = MGPU_EAGAIN;
+      return NULL;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(
+      &s->state, &st, st + 1, memory_order_acquire, memory_order_acquire));
+  return s->obj;
+}
+
 void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
                        int *err) {
   int code = 0;
-  mgpu__mutex_lock(&table_lock);
-  slot *s = lookup(h, type, &code);
-  void *obj = s ? s->obj : NULL;
-  mgpu__mutex_unlock(&table_lock);
+  void *obj = hold(h, type, &code);
   return obj != NULL ? obj : failed(code, h, type, what, err);
 }
 
-void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
-                           int *err) {
+void *mgpu__handle_hold(uintptr_t h, mgpu__htype type) {
   int code = 0;
+  return hold(h, type, &code);
+}
+
+void mgpu__handle_put(uintptr_t h) {
+  if (h == 0) return;
+  slot *s = slot_at(slot_index(h) - 1);
+  uint64_t st = atomic_fetch_sub_explicit(&s->state, 1, memory_order_release);
+  if ((st & ST_CLOSING) && (st & ST_USERS) == 1) {
+    /* The last user of a closing slot: wake the retire waiting for it. */
+    mgpu__mutex_lock(&close_lock);
+    mgpu__cond_broadcast(&close_cond);
+    mgpu__mutex_unlock(&close_lock);
+  }
+}
+
+/* Sets CLOSING on an open slot; returns it, or NULL with *code. */
+static slot *close_slot(uintptr_t h, mgpu__htype type, int *code) {
+  slot *s = slot_of(h, type, code);
+  if (s == NULL) return NULL;
+  uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);
+  do {
+    if ((*code = open_code(s, st, h, type)) != 0) return NULL;
+  } while (!atomic_compare_exchange_weak_explicit(&s->state, &st,
+                                                  st | ST_CLOSING,
+                                                  memory_order_acq_rel,
+                                                  memory_order_acquire));
+  return s;
+}
+
+void *mgpu__handle_close(uintptr_t h, mgpu__htype type, const char *what,
+                         int *err) {
+  int code = 0;
+  slot *s = close_slot(h, type, &code);
+  return s != NULL ? s->obj : failed(code, h, type, what, err);
+}
+
+void mgpu__handle_retire(uintptr_t h) {
+  if (h == 0) return;
+  uint32_t i = slot_index(h) - 1;
+  slot *s = slot_at(i);
+  if ((atomic_load_explicit(&s->state, memory_order_acquire) & ST_USERS) != 0) {
+    mgpu__mutex_lock(&close_lock);
+    while ((atomic_load_explicit(&s->state, memory_order_acquire) &
+            ST_USERS) != 0)
+      mgpu__cond_wait(&close_cond, &close_lock);
+    mgpu__mutex_unlock(&close_lock);
+  }
+  uint64_t gen = (ST_GEN(atomic_load_explicit(&s->state,
+                                              memory_order_relaxed)) + 1) &
+                 GEN_MASK;
   mgpu__mutex_lock(&table_lock);
-  slot *s = lookup(h, type, &code);
-  void *obj = NULL;
-  if (s != NULL) {
-    obj = s->obj;
-    s->obj = NULL;
-    s->gen = (s->gen + 1) & GEN_MASK;
-    uint32_t i = (uint32_t)(h & 0xffffffffu) - 1;
+  s->obj = NULL;
+  if (gen == 0) {
+    /* Every generation was used: keep the slot dead (the last generation,
+     * not live), so no stale handle can ever match a new object. */
+    atomic_store_explicit(&s->state, (uint64_t)GEN_MASK << 32,
+                          memory_order_release);
+  } else {
+    atomic_store_explicit(&s->state, gen << 32, memory_order_release);
     s->next_free = free_head;
     free_head = i;
   }
   mgpu__mutex_unlock(&table_lock);
-  return obj != NULL ? obj : failed(code, h, type, what, err);
+}
+
+void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
+                           int *err) {
+  void *obj = mgpu__handle_close(h, type, what, err);
+  if (obj != NULL) mgpu__handle_retire(h);
+  return obj;
 }
 
 void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
                           void *arg) {
-  /* Collect first, then call without the lock: fn releases handles. */
-  for (;;) {
-    void *obj = NULL;
-    mgpu__mutex_lock(&table_lock);
-    for (uint32_t i = 0; i < nslots && obj == NULL; i++) {
-      slot *s = slot_at(i);
-      if (s->obj != NULL && s->type == type) obj = s->obj;
-    }
-    mgpu__mutex_unlock(&table_lock);
-    if (obj == NULL) return;
-    fn(obj, arg); /* must release the object's handle */
+  /* One pass: each live object of the type is closed here (a concurrent
+   * destroy that closed it first owns it), then fn retires it. */
+  uint32_t n = atomic_load_explicit(&nslots, memory_order_acquire);
+  for (uint32_t i = 0; i < n; i++) {
+    slot *s = slot_at(i);
+    uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);
+    if (!(st & ST_LIVE) || (st & ST_CLOSING)) continue;
+    uintptr_t h = ((uintptr_t)ST_GEN(st) << 40) | ((uintptr_t)type << 32) |
+                  (uintptr_t)(i + 1);
+    int code = 0;
+    if (close_slot(h, type, &code) == NULL) continue;
+    fn(s->obj, arg); /* must retire the object's handle */
   }
 }
 
-
+int mgpu__handle_users(uintptr_t h, mgpu__htype type) {
+  int code = 0;
+  slot *s = slot_of(h, type, &code);
+  if (s == NULL) return -1;
+  return (int)(atomic_load_explicit(&s->state, memory_order_acquire) &
+               ST_USERS);
+}

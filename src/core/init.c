@@ -11,6 +11,7 @@
  * two, `devices` and `ndevices` are read-only and `initialized` (an atomic)
  * tells readers the table is complete.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,54 @@ static void run_shutdown_hooks(void) {
   for (int i = 0; i < n; i++) hooks[i] = shutdown_hooks[i];
   mgpu__mutex_unlock(&hooks_lock);
   for (int i = n - 1; i >= 0; i--) hooks[i]();
+}
+
+/* The gate of the calls that reach the device table without holding a
+ * handle that mgpu_shutdown would wait for (allocation, stream and event
+ * creation, synchronize, the destroys once their handle is closed...).
+ * `library` is a handle of the table (MGPU__H_LIBRARY) made by mgpu_init;
+ * mgpu_shutdown closes it, so later calls are MGPU_ENOINIT, and waits for
+ * the calls inside before it frees anything. A thread passes freely while
+ * it is already inside (gate_depth), and so does the thread running
+ * mgpu_shutdown (its hooks call the public functions). */
+static _Atomic uintptr_t library;
+static _Thread_local int gate_depth;
+static _Thread_local uintptr_t gate_held;
+static _Thread_local int shutdown_thread;
+static _Thread_local const char *thread_owner; /* see mgpu__thread_owned_by */
+
+void mgpu__thread_owned_by(const char *what) { thread_owner = what; }
+
+int mgpu__lib_enter(const char *what) {
+  if (gate_depth > 0 || shutdown_thread) {
+    gate_depth++;
+    return 0;
+  }
+  uintptr_t h = atomic_load_explicit(&library, memory_order_acquire);
+  if (h == 0 || mgpu__handle_hold(h, MGPU__H_LIBRARY) == NULL)
+    return mgpu__error(MGPU_ENOINIT, "%s: mgpu_init has not been called%s",
+                       what, initialized ? " (mgpu_shutdown is under way)"
+                                         : "");
+  gate_held = h;
+  gate_depth = 1;
+  return 0;
+}
+
+void mgpu__lib_leave(void) {
+  if (--gate_depth == 0 && gate_held != 0) {
+    mgpu__handle_put(gate_held);
+    gate_held = 0;
+  }
+}
+
+int mgpu__device_enter(int id, mgpu__device **out) {
+  char what[32];
+  snprintf(what, sizeof what, "device %d", id);
+  int rc = mgpu__lib_enter(what);
+  if (rc != 0) return rc;
+  rc = mgpu__device_check(id, out);
+  if (rc != 0) mgpu__lib_leave();
+  return rc;
 }
 
 mgpu__device *mgpu__device_get(int id) {
@@ -346,6 +395,19 @@ int mgpu_init(const mgpu_config *cfg) {
     }
     trace_from_init = 1;
   }
+  uintptr_t lib = mgpu__handle_new(MGPU__H_LIBRARY, devices);
+  if (lib == 0) {
+    if (trace_from_init) {
+      trace_from_init = 0;
+      mgpu_trace_stop();
+    }
+    mgpu__obs_close();
+    unwind_devices();
+    rc = mgpu__error(MGPU_ENOMEM, "mgpu_init: no handle left for the device "
+                     "table");
+    goto out;
+  }
+  atomic_store_explicit(&library, lib, memory_order_release);
   initialized = 1;
   mgpu__log(MGPU_LOG_INFO, "initialized %d device%s", ndevices,
             ndevices == 1 ? "" : "s");
@@ -361,11 +423,31 @@ static int drain_noop(int dev, void *arg) {
 }
 
 int mgpu_shutdown(void) {
+  int self = mgpu__current_host_thread_device();
+  if (self >= 0)
+    return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called on device %d's host "
+                       "thread (from a device function): it would wait for "
+                       "itself", self);
+  if (gate_depth > 0)
+    return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called from inside another "
+                       "mgpu call (a callback): it would wait for itself");
+  if (thread_owner != NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_shutdown called on %s: shutdown "
+                       "joins that thread, it would wait for itself",
+                       thread_owner);
   mgpu__mutex_lock(&init_lock);
   if (!initialized) {
     mgpu__mutex_unlock(&init_lock);
     return 0;
   }
+  /* Later calls that need the device table are refused; the calls inside
+   * finish first. The calls holding handles are waited for below, as each
+   * kind of handle is closed. */
+  uintptr_t lib = atomic_exchange_explicit(&library, 0, memory_order_acq_rel);
+  int err = 0;
+  if (mgpu__handle_close(lib, MGPU__H_LIBRARY, "mgpu_shutdown", &err) != NULL)
+    mgpu__handle_retire(lib);
+  shutdown_thread = 1;
   int rc = 0;
   /* Work queued with mgpu_run_on_device_async runs first, while its buffers
    * and streams still exist: a no-op queued behind it returns once it has
@@ -395,6 +477,7 @@ int mgpu_shutdown(void) {
     int r = mgpu_trace_stop();
     if (rc == 0) rc = r;
   }
+  shutdown_thread = 0;
   mgpu__mutex_unlock(&init_lock);
   return rc;
 }

@@ -96,6 +96,18 @@ typedef struct mgpu__device {
 mgpu__device *mgpu__device_get(int id);
 /* The same, setting MGPU_ENOINIT / MGPU_ENODEV with a detail naming id. */
 int mgpu__device_check(int id, mgpu__device **out);
+/* The gate mgpu_shutdown closes (init.c): a call that uses the device table
+ * without holding a handle enters first (MGPU_ENOINIT once shutdown has
+ * begun) and leaves when done; shutdown waits for the calls inside. Nested
+ * enters on one thread pass. */
+int mgpu__lib_enter(const char *what);
+void mgpu__lib_leave(void);
+/* Marks the calling thread as one the library joins at shutdown (what
+ * names it): mgpu_shutdown called on it is refused, it would wait for
+ * itself. */
+void mgpu__thread_owned_by(const char *what);
+/* mgpu__lib_enter, then mgpu__device_check; leaves again on failure. */
+int mgpu__device_enter(int id, mgpu__device **out);
 int mgpu__ndevices(void);
 /* The device whose host thread is calling, or -1. */
 int mgpu__current_host_thread_device(void);
@@ -118,7 +130,11 @@ void mgpu__device_thread_stop(mgpu__device *d);
   XX(COMM, "communicator", "destroyed")               \
   XX(BARRIER, "barrier", "destroyed")                 \
   XX(STREAM_BARRIER, "stream barrier", "destroyed")   \
-  XX(CHANNEL, "channel", "destroyed")
+  XX(CHANNEL, "channel", "destroyed")                 \
+  XX(POOL, "task pool", "destroyed")                  \
+  XX(DIST, "distribution", "destroyed")               \
+  XX(WORK, "work handle", "waited")                   \
+  XX(LIBRARY, "device table", "shut down")
 
 typedef enum mgpu__htype {
   MGPU__H_NONE = 0,
@@ -131,16 +147,33 @@ typedef enum mgpu__htype {
 /* Stores obj and returns its new handle (0 when out of slots). */
 uintptr_t mgpu__handle_new(mgpu__htype type, void *obj);
 /* The one lookup of every public handle: the object of a live handle of the
- * type, or NULL with the code in *err (MGPU_EBADHANDLE for NULL or not a
- * handle of the type, MGPU_EFREED for a stale one) and the detail written;
- * what names the argument ("dst", "comm"). */
+ * type, with a use taken that the caller gives back with mgpu__handle_put
+ * (the object cannot be freed in between); or NULL with the code in *err
+ * (MGPU_EBADHANDLE for NULL or not a handle of the type, MGPU_EFREED for a
+ * destroyed or closing one) and the detail written; what names the argument
+ * ("dst", "comm"). No lock: a load and a compare-and-swap. */
 void *mgpu__handle_get(uintptr_t h, mgpu__htype type, const char *what,
                        int *err);
-/* Retires the handle (later lookups give MGPU_EFREED) and returns its
- * object; NULL with *err and the detail set as mgpu__handle_get. */
+/* mgpu__handle_get without a detail: NULL when h is not open. */
+void *mgpu__handle_hold(uintptr_t h, mgpu__htype type);
+/* Gives back the use a successful mgpu__handle_get took (h 0: nothing). */
+void mgpu__handle_put(uintptr_t h);
+/* First half of a destroy: later lookups (and a second close) give
+ * MGPU_EFREED; the calls inside go on. Returns the object, or NULL with
+ * *err and the detail set as mgpu__handle_get. The caller must hold no use
+ * of h, wakes whatever the calls inside may wait on, then retires. */
+void *mgpu__handle_close(uintptr_t h, mgpu__htype type, const char *what,
+                         int *err);
+/* Second half: waits until every call inside has put the handle back, then
+ * frees the slot. After it the object may be freed. */
+void mgpu__handle_retire(uintptr_t h);
+/* Close and retire: for objects whose calls never wait on anything. */
 void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
                            int *err);
-/* Calls fn on every live object of the type (used by shutdown). */
+/* How many calls hold h now (tests and diagnostics; -1: not a handle). */
+int mgpu__handle_users(uintptr_t h, mgpu__htype type);
+/* Closes every live object of the type and calls fn on it, which must free
+ * it and retire its handle (used by shutdown; one pass over the table). */
 void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
                           void *arg);
 
@@ -170,10 +203,15 @@ typedef struct mgpu__event {
   mgpu__bevent *bevent; /* the backend's event */
 } mgpu__event;
 
-/* Resolve public handles. what names the argument in the detail ("dst"). */
+/* Resolve public handles. what names the argument in the detail ("dst").
+ * Each successful get holds a use of the handle (a destroy waits for it) that
+ * the matching put gives back. */
 int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out);
 int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out);
 int mgpu__event_get(mgpu_event *h, mgpu__event **out);
+void mgpu__buf_put(mgpu__buf *b);
+void mgpu__stream_put(mgpu__stream *s); /* internal streams (handle 0) too */
+void mgpu__event_put(mgpu__event *e);
 /* Checks that [offset, offset+size) lies in the buffer. */
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size);

@@ -78,7 +78,7 @@ static uint16_t to_bf16(double v) {
 /* Resolves stream and type and checks the type is supported there. */
 static int prepare(mgpu_stream *h, mgpu_dtype dtype, const char *what,
                    mgpu__stream **s, mgpu__device **d, size_t *esize) {
-  int rc = mgpu__stream_get(h, s);
+  int rc = mgpu__stream_get(h, s); /* held: the caller puts it */
   if (rc != 0) return rc;
   *d = mgpu__device_get((*s)->dev);
   *esize = mgpu_dtype_size(dtype);
@@ -96,7 +96,7 @@ static int prepare(mgpu_stream *h, mgpu_dtype dtype, const char *what,
 static int operand(const mgpu_buffer *h, const char *what, size_t offset,
                    size_t count, size_t esize, const mgpu__stream *s,
                    mgpu__buf **out) {
-  int rc = mgpu__buf_get(h, what, out);
+  int rc = mgpu__buf_get(h, what, out); /* held: the caller puts it */
   if (rc != 0) return rc;
   if ((*out)->dev != s->dev && (*out)->kind == MGPU_MEM_DEVICE)
     return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of device %d used on a "
@@ -130,17 +130,17 @@ static int submit(mgpu__device *d, mgpu__stream *s, mgpu__builtin *b) {
 
 int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
               size_t count, mgpu_dtype dtype, const void *value) {
-  mgpu__stream *s;
+  mgpu__stream *s = NULL;
   mgpu__device *d;
-  mgpu__buf *dst;
+  mgpu__buf *dst = NULL;
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_fill", &s, &d, &es);
   if (rc == 0) rc = operand(buf, "mgpu_fill dst", offset, count, es, s, &dst);
-  if (rc != 0) return rc;
-  if (value == NULL)
-    return mgpu__error(MGPU_EINVAL, "mgpu_fill: NULL value for %zu %s "
-                       "elements on device %d", count, mgpu_dtype_name(dtype),
-                       s->dev);
+  if (rc == 0 && value == NULL)
+    rc = mgpu__error(MGPU_EINVAL, "mgpu_fill: NULL value for %zu %s "
+                     "elements on device %d", count, mgpu_dtype_name(dtype),
+                     s->dev);
+  if (rc != 0) goto out;
   mgpu__builtin b = {.kind = MGPU__BUILTIN_FILL, .dtype = dtype,
                      .count = count, .dst = (char *)dst->ptr + offset};
   switch (dtype) {
@@ -151,48 +151,61 @@ int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
     case MGPU_FLOAT16: b.value.bits16 = to_half(*(const double *)value); break;
     case MGPU_BFLOAT16: b.value.bits16 = to_bf16(*(const double *)value); break;
   }
-  return submit(d, s, &b);
+  rc = submit(d, s, &b);
+out:
+  mgpu__buf_put(dst);
+  mgpu__stream_put(s);
+  return rc;
 }
 
 int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
                size_t count, mgpu_dtype dtype, double alpha) {
-  mgpu__stream *s;
+  mgpu__stream *s = NULL;
   mgpu__device *d;
-  mgpu__buf *xb;
+  mgpu__buf *xb = NULL;
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_scale", &s, &d, &es);
   if (rc == 0) rc = operand(x, "mgpu_scale x", offset, count, es, s, &xb);
-  if (rc != 0) return rc;
-  mgpu__builtin b = {.kind = MGPU__BUILTIN_SCALE, .dtype = dtype,
-                     .count = count, .dst = (char *)xb->ptr + offset,
-                     .alpha = alpha};
-  return submit(d, s, &b);
+  if (rc == 0) {
+    mgpu__builtin b = {.kind = MGPU__BUILTIN_SCALE, .dtype = dtype,
+                       .count = count, .dst = (char *)xb->ptr + offset,
+                       .alpha = alpha};
+    rc = submit(d, s, &b);
+  }
+  mgpu__buf_put(xb);
+  mgpu__stream_put(s);
+  return rc;
 }
 
 int mgpu_axpy(mgpu_stream *stream, mgpu_buffer *y, size_t y_offset,
               const mgpu_buffer *x, size_t x_offset, size_t count,
               mgpu_dtype dtype, double alpha) {
-  mgpu__stream *s;
+  mgpu__stream *s = NULL;
   mgpu__device *d;
-  mgpu__buf *yb, *xb;
+  mgpu__buf *yb = NULL, *xb = NULL;
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_axpy", &s, &d, &es);
   if (rc == 0) rc = operand(y, "mgpu_axpy y", y_offset, count, es, s, &yb);
   if (rc == 0) rc = operand(x, "mgpu_axpy x", x_offset, count, es, s, &xb);
-  if (rc != 0) return rc;
-  mgpu__builtin b = {.kind = MGPU__BUILTIN_AXPY, .dtype = dtype,
-                     .count = count, .dst = (char *)yb->ptr + y_offset,
-                     .a = (const char *)xb->ptr + x_offset, .alpha = alpha};
-  return submit(d, s, &b);
+  if (rc == 0) {
+    mgpu__builtin b = {.kind = MGPU__BUILTIN_AXPY, .dtype = dtype,
+                       .count = count, .dst = (char *)yb->ptr + y_offset,
+                       .a = (const char *)xb->ptr + x_offset, .alpha = alpha};
+    rc = submit(d, s, &b);
+  }
+  mgpu__buf_put(xb);
+  mgpu__buf_put(yb);
+  mgpu__stream_put(s);
+  return rc;
 }
 
 int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst, size_t dst_offset,
                      const mgpu_buffer *a, size_t a_offset,
                      const mgpu_buffer *b, size_t b_offset, size_t count,
                      mgpu_dtype dtype, mgpu_op op) {
-  mgpu__stream *s;
+  mgpu__stream *s = NULL;
   mgpu__device *d;
-  mgpu__buf *db, *ab, *bb;
+  mgpu__buf *db = NULL, *ab = NULL, *bb = NULL;
   size_t es;
   int rc = prepare(stream, dtype, "mgpu_elementwise", &s, &d, &es);
   if (rc == 0 && (op < MGPU_SUM || op > MGPU_MAX))
@@ -201,11 +214,17 @@ int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst, size_t dst_offset,
   if (rc == 0) rc = operand(dst, "mgpu_elementwise dst", dst_offset, count, es, s, &db);
   if (rc == 0) rc = operand(a, "mgpu_elementwise a", a_offset, count, es, s, &ab);
   if (rc == 0) rc = operand(b, "mgpu_elementwise b", b_offset, count, es, s, &bb);
-  if (rc != 0) return rc;
-  mgpu__builtin k = {.kind = MGPU__BUILTIN_ELEMENTWISE, .dtype = dtype,
-                     .op = op, .count = count,
-                     .dst = (char *)db->ptr + dst_offset,
-                     .a = (const char *)ab->ptr + a_offset,
-                     .b = (const char *)bb->ptr + b_offset};
-  return submit(d, s, &k);
+  if (rc == 0) {
+    mgpu__builtin k = {.kind = MGPU__BUILTIN_ELEMENTWISE, .dtype = dtype,
+                       .op = op, .count = count,
+                       .dst = (char *)db->ptr + dst_offset,
+                       .a = (const char *)ab->ptr + a_offset,
+                       .b = (const char *)bb->ptr + b_offset};
+    rc = submit(d, s, &k);
+  }
+  mgpu__buf_put(bb);
+  mgpu__buf_put(ab);
+  mgpu__buf_put(db);
+  mgpu__stream_put(s);
+  return rc;
 }

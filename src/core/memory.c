@@ -86,8 +86,8 @@ static void trace_mem(const char *name, int dev, size_t bytes, uint64_t t0) {
   mgpu__trace_thread_span(name, t0, mgpu__now_ns(), a, 2);
 }
 
-static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
-                      mgpu_mem_kind kind) {
+static int alloc_kind_in(mgpu_buffer **out, int dev, size_t size,
+                         mgpu_mem_kind kind) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -126,6 +126,15 @@ fail_struct:
   return rc;
 }
 
+static int alloc_kind(mgpu_buffer **out, int dev, size_t size,
+                      mgpu_mem_kind kind) {
+  int rc = mgpu__lib_enter("mgpu_malloc");
+  if (rc != 0) return rc;
+  rc = alloc_kind_in(out, dev, size, kind);
+  mgpu__lib_leave();
+  return rc;
+}
+
 int mgpu_malloc(mgpu_buffer **buf, int dev, size_t size) {
   return alloc_kind(buf, dev, size, MGPU_MEM_DEVICE);
 }
@@ -138,10 +147,15 @@ int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size) {
 
 int mgpu__buf_get(const mgpu_buffer *h, const char *what, mgpu__buf **out) {
   int err = 0;
+  *out = NULL;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "%s: mgpu_init has not been called", what);
   *out = mgpu__handle_get((uintptr_t)h, MGPU__H_BUFFER, what, &err);
   return *out != NULL ? 0 : err;
+}
+
+void mgpu__buf_put(mgpu__buf *b) {
+  if (b != NULL) mgpu__handle_put(b->handle);
 }
 
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
@@ -165,30 +179,38 @@ static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   free(b);
 }
 
-static int free_buffer(mgpu__buf *b, mgpu_buffer *h);
+/* Closes the buffer's handle (later calls on it are MGPU_EFREED) and waits
+ * for the calls already inside it to leave. */
+static int buf_close(mgpu_buffer *h, const char *what, mgpu__buf **out) {
+  int err = 0;
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "%s: mgpu_init has not been called", what);
+  *out = mgpu__handle_close((uintptr_t)h, MGPU__H_BUFFER, what, &err);
+  if (*out == NULL) return err;
+  mgpu__handle_retire((uintptr_t)h);
+  return 0;
+}
 
-int mgpu_free(mgpu_buffer *h) {
+static int free_buffer(mgpu__buf *b);
+
+static int free_in(mgpu_buffer *h) {
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   mgpu__buf *b;
-  int rc = mgpu__buf_get(h, "mgpu_free", &b);
+  int rc = buf_close(h, "mgpu_free", &b);
   if (rc != 0) return rc;
   int dev = b->dev;
   size_t bytes = b->size;
-  rc = free_buffer(b, h);
+  rc = free_buffer(b);
   if (rc == 0) trace_mem("free", dev, bytes, t0);
   return rc;
 }
 
 /* mgpu_free once the handle is resolved. */
-static int free_buffer(mgpu__buf *b, mgpu_buffer *h) {
+static int free_buffer(mgpu__buf *b) {
   int rc;
   mgpu__device *d = mgpu__device_get(b->dev);
   /* As cudaFree does: work already queued may still use the memory. */
   mgpu_device_synchronize(b->dev);
-  int err = 0;
-  if (mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err) == NULL)
-    return mgpu__error(err, "mgpu_free: buffer %p was already freed",
-                       (void *)h);
   if (b->pooled) {
     /* Synchronized above: the block can go straight back to its pool. */
     if (d->ops->pool_free_async != NULL) {
@@ -218,24 +240,44 @@ static int free_buffer(mgpu__buf *b, mgpu_buffer *h) {
   return 0;
 }
 
+int mgpu_free(mgpu_buffer *h) {
+  int rc = mgpu__lib_enter("mgpu_free");
+  if (rc != 0) return rc;
+  rc = free_in(h);
+  mgpu__lib_leave();
+  return rc;
+}
+
 void *mgpu_buffer_ptr(const mgpu_buffer *h) {
   mgpu__buf *b;
-  return mgpu__buf_get(h, "mgpu_buffer_ptr", &b) == 0 ? b->ptr : NULL;
+  if (mgpu__buf_get(h, "mgpu_buffer_ptr", &b) != 0) return NULL;
+  void *v = b->ptr;
+  mgpu__buf_put(b);
+  return v;
 }
 
 size_t mgpu_buffer_size(const mgpu_buffer *h) {
   mgpu__buf *b;
-  return mgpu__buf_get(h, "mgpu_buffer_size", &b) == 0 ? b->size : 0;
+  if (mgpu__buf_get(h, "mgpu_buffer_size", &b) != 0) return 0;
+  size_t v = b->size;
+  mgpu__buf_put(b);
+  return v;
 }
 
 int mgpu_buffer_device(const mgpu_buffer *h) {
   mgpu__buf *b;
-  return mgpu__buf_get(h, "mgpu_buffer_device", &b) == 0 ? b->dev : -1;
+  if (mgpu__buf_get(h, "mgpu_buffer_device", &b) != 0) return -1;
+  int v = b->dev;
+  mgpu__buf_put(b);
+  return v;
 }
 
 int mgpu_buffer_kind(const mgpu_buffer *h) {
   mgpu__buf *b;
-  return mgpu__buf_get(h, "mgpu_buffer_kind", &b) == 0 ? (int)b->kind : -1;
+  if (mgpu__buf_get(h, "mgpu_buffer_kind", &b) != 0) return -1;
+  int v = (int)b->kind;
+  mgpu__buf_put(b);
+  return v;
 }
 
 /* ---- the stream-ordered pool ---- */
@@ -247,10 +289,9 @@ static int size_class(size_t size, size_t *rounded) {
   return cls;
 }
 
-int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
-  mgpu__stream *s;
-  int rc = mgpu__stream_get(stream, &s);
-  if (rc != 0) return rc;
+/* mgpu_malloc_async on a stream looked up by the caller. */
+static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
+  int rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   if (out == NULL || size == 0)
     return mgpu__error(MGPU_EINVAL, "device %d: mgpu_malloc_async of %zu bytes "
@@ -316,6 +357,15 @@ fail_struct:
   return rc;
 }
 
+int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  rc = malloc_async_on(out, size, s);
+  mgpu__stream_put(s);
+  return rc;
+}
+
 /* Runs on a stream worker once the work before the free is done: the block
  * (allocated by mgpu_free_async) goes on its size class's free list. */
 static void pool_return_cb(void *arg) {
@@ -344,22 +394,39 @@ static void pool_list(mgpu__device *d, mempool_block *blk) {
   mgpu__mutex_unlock(&d->mempool_lock);
 }
 
-int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
+static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
   mgpu__buf *b;
   mgpu__stream *s;
   int rc = mgpu__buf_get(h, "mgpu_free_async", &b);
-  if (rc == 0) rc = mgpu__stream_get(stream, &s);
   if (rc != 0) return rc;
-  if (s->dev != b->dev)
+  int dev = b->dev, pooled = b->pooled;
+  mgpu__buf_put(b);
+  rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  if (s->dev != dev || !pooled) {
+    mgpu__stream_put(s);
+    if (!pooled) return mgpu_free(h);
     return mgpu__error(MGPU_EWRONGDEV, "mgpu_free_async: buffer of device %d "
-                       "freed on a stream of device %d", b->dev, s->dev);
-  if (!b->pooled)
-    return mgpu_free(h);
+                       "freed on a stream of device %d", dev, s->dev);
+  }
+  /* The stream's use is held to the end: its callback is queued below. */
+  rc = buf_close(h, "mgpu_free_async", &b);
+  if (rc != 0) {
+    mgpu__stream_put(s);
+    return rc;
+  }
   mgpu__device *d = mgpu__device_get(b->dev);
   if (d->ops->pool_free_async == NULL) {
     mempool_block *blk = calloc(1, sizeof *blk);
-    if (blk == NULL)
-      return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", b->dev);
+    if (blk == NULL) {
+      /* The handle is gone already: give the memory back synchronously. */
+      d->ops->stream_synchronize(d->bdev, s->bstream);
+      buf_release_memory(d, b);
+      mgpu__stream_put(s);
+      return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for "
+                         "mgpu_free_async's record; freed synchronously",
+                         dev);
+    }
     blk->dev = d;
     blk->ptr = b->ptr;
     blk->size = b->alloc_size;
@@ -375,16 +442,26 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
     }
   } else {
     rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
-    if (rc != 0) return rc;
+    if (rc != 0) {
+      d->ops->stream_synchronize(d->bdev, s->bstream);
+      rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
+    }
     unreserve(d, b->alloc_size, b->kind);
   }
-  int err = 0;
-  mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err);
+  mgpu__stream_put(s);
   free(b);
-  return 0;
+  return rc;
 }
 
-int mgpu_pool_trim(int dev) {
+int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
+  int rc = mgpu__lib_enter("mgpu_free_async");
+  if (rc != 0) return rc;
+  rc = free_async_in(h, stream);
+  mgpu__lib_leave();
+  return rc;
+}
+
+static int pool_trim_in(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -422,13 +499,20 @@ int mgpu_pool_trim(int dev) {
   return 0;
 }
 
+int mgpu_pool_trim(int dev) {
+  int rc = mgpu__lib_enter("mgpu_pool_trim");
+  if (rc != 0) return rc;
+  rc = pool_trim_in(dev);
+  mgpu__lib_leave();
+  return rc;
+}
+
 void mgpu__mempool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }
 
 static void release_buffer(void *obj, void *arg) {
   (void)arg;
   mgpu__buf *b = obj;
-  int err = 0;
-  mgpu__handle_release(b->handle, MGPU__H_BUFFER, "buffer", &err);
+  mgpu__handle_retire(b->handle);
   mgpu__device *d = mgpu__device_get(b->dev);
   if (b->pooled && d->ops->pool_free_async != NULL) {
     unreserve(d, b->alloc_size, b->kind);

@@ -49,7 +49,7 @@ static void stream_free(mgpu__device *d, mgpu__stream *s) {
   free(s);
 }
 
-int mgpu_stream_create(mgpu_stream **out, int dev) {
+static int stream_create_in(mgpu_stream **out, int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -68,24 +68,46 @@ int mgpu_stream_create(mgpu_stream **out, int dev) {
   return 0;
 }
 
+int mgpu_stream_create(mgpu_stream **out, int dev) {
+  int rc = mgpu__lib_enter("mgpu_stream_create");
+  if (rc != 0) return rc;
+  rc = stream_create_in(out, dev);
+  mgpu__lib_leave();
+  return rc;
+}
+
 int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out) {
   int err = 0;
+  *out = NULL;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
   *out = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
   return *out != NULL ? 0 : err;
 }
 
-int mgpu_stream_destroy(mgpu_stream *h) {
-  mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
-  if (rc != 0) return rc;
-  mgpu__device *d = mgpu__device_get(s->dev);
+void mgpu__stream_put(mgpu__stream *s) {
+  if (s != NULL) mgpu__handle_put(s->handle);
+}
+
+static int stream_destroy_in(mgpu_stream *h) {
   int err = 0;
-  if (mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err) == NULL)
-    return mgpu__error(err, "stream %p was already destroyed", (void *)h);
-  rc = d->ops->stream_synchronize(d->bdev, s->bstream);
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
+  /* Later calls fail; the calls inside (a synchronize) finish first. */
+  mgpu__stream *s =
+      mgpu__handle_release((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
+  if (s == NULL) return err;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  int rc = d->ops->stream_synchronize(d->bdev, s->bstream);
   stream_free(d, s);
+  return rc;
+}
+
+int mgpu_stream_destroy(mgpu_stream *h) {
+  int rc = mgpu__lib_enter("mgpu_stream_destroy");
+  if (rc != 0) return rc;
+  rc = stream_destroy_in(h);
+  mgpu__lib_leave();
   return rc;
 }
 
@@ -100,10 +122,10 @@ int mgpu_stream_synchronize(mgpu_stream *h) {
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  if (!mgpu__trace_enabled()) return d->ops->stream_synchronize(d->bdev, s->bstream);
-  uint64_t t0 = mgpu__now_ns();
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   rc = d->ops->stream_synchronize(d->bdev, s->bstream);
-  trace_wait("wait stream", s->dev, t0);
+  if (t0 != 0) trace_wait("wait stream", s->dev, t0);
+  mgpu__stream_put(s);
   return rc;
 }
 
@@ -112,21 +134,28 @@ int mgpu_stream_query(mgpu_stream *h) {
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_query(d->bdev, s->bstream);
+  rc = d->ops->stream_query(d->bdev, s->bstream);
+  mgpu__stream_put(s);
+  return rc;
 }
 
 int mgpu_stream_device(const mgpu_stream *h) {
   mgpu__stream *s;
-  return mgpu__stream_get((mgpu_stream *)h, &s) == 0 ? s->dev : -1;
+  if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return -1;
+  int dev = s->dev;
+  mgpu__stream_put(s);
+  return dev;
 }
 
 void *mgpu_stream_native(const mgpu_stream *h) {
   mgpu__stream *s;
   if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return NULL;
-  return mgpu__device_get(s->dev)->ops->stream_native(s->bstream);
+  void *native = mgpu__device_get(s->dev)->ops->stream_native(s->bstream);
+  mgpu__stream_put(s);
+  return native;
 }
 
-int mgpu_device_synchronize(int dev) {
+static int device_synchronize_in(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -141,6 +170,14 @@ int mgpu_device_synchronize(int dev) {
   }
   mgpu__mutex_unlock(&d->streams_lock);
   if (t0 != 0) trace_wait("wait device", dev, t0);
+  return rc;
+}
+
+int mgpu_device_synchronize(int dev) {
+  int rc = mgpu__lib_enter("mgpu_device_synchronize");
+  if (rc != 0) return rc;
+  rc = device_synchronize_in(dev);
+  mgpu__lib_leave();
   return rc;
 }
 
@@ -186,7 +223,7 @@ void mgpu__spare_drain(mgpu__device *d) {
 
 /* ---- events ---- */
 
-int mgpu_event_create(mgpu_event **out, int dev) {
+static int event_create_in(mgpu_event **out, int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -214,12 +251,25 @@ fail_free:
   return rc;
 }
 
+int mgpu_event_create(mgpu_event **out, int dev) {
+  int rc = mgpu__lib_enter("mgpu_event_create");
+  if (rc != 0) return rc;
+  rc = event_create_in(out, dev);
+  mgpu__lib_leave();
+  return rc;
+}
+
 int mgpu__event_get(mgpu_event *h, mgpu__event **out) {
   int err = 0;
+  *out = NULL;
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
   *out = mgpu__handle_get((uintptr_t)h, MGPU__H_EVENT, "event", &err);
   return *out != NULL ? 0 : err;
+}
+
+void mgpu__event_put(mgpu__event *e) {
+  if (e != NULL) mgpu__handle_put(e->handle);
 }
 
 static void event_free(mgpu__event *e) {
@@ -228,42 +278,69 @@ static void event_free(mgpu__event *e) {
   free(e);
 }
 
-int mgpu_event_destroy(mgpu_event *h) {
-  mgpu__event *e;
-  int rc = mgpu__event_get(h, &e);
-  if (rc != 0) return rc;
+static int event_destroy_in(mgpu_event *h) {
   int err = 0;
-  if (mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err) == NULL)
-    return mgpu__error(err, "event %p was already destroyed", (void *)h);
+  if (!mgpu_is_initialized())
+    return mgpu__error(MGPU_ENOINIT, "event: mgpu_init has not been called");
+  mgpu__event *e =
+      mgpu__handle_release((uintptr_t)h, MGPU__H_EVENT, "event", &err);
+  if (e == NULL) return err;
   event_free(e);
   return 0;
+}
+
+int mgpu_event_destroy(mgpu_event *h) {
+  int rc = mgpu__lib_enter("mgpu_event_destroy");
+  if (rc != 0) return rc;
+  rc = event_destroy_in(h);
+  mgpu__lib_leave();
+  return rc;
+}
+
+/* Looks up an event and a stream; on success both are held. */
+static int event_stream_get(mgpu_event *eh, mgpu_stream *sh, mgpu__event **e,
+                            mgpu__stream **s) {
+  int rc = mgpu__event_get(eh, e);
+  if (rc != 0) return rc;
+  rc = mgpu__stream_get(sh, s);
+  if (rc != 0) mgpu__event_put(*e);
+  return rc;
+}
+
+static void event_stream_put(mgpu__event *e, mgpu__stream *s) {
+  mgpu__stream_put(s);
+  mgpu__event_put(e);
 }
 
 int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
   mgpu__event *e;
   mgpu__stream *s;
-  int rc = mgpu__event_get(eh, &e);
-  if (rc == 0) rc = mgpu__stream_get(sh, &s);
+  int rc = event_stream_get(eh, sh, &e, &s);
   if (rc != 0) return rc;
-  if (e->dev != s->dev)
-    return mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
-                       "stream of device %d", e->dev, s->dev);
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->event_record(d->bdev, e->bevent, s->bstream);
+  if (e->dev != s->dev)
+    rc = mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
+                     "stream of device %d", e->dev, s->dev);
+  else
+    rc = d->ops->event_record(d->bdev, e->bevent, s->bstream);
+  event_stream_put(e, s);
+  return rc;
 }
 
 int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
   mgpu__event *e;
   mgpu__stream *s;
-  int rc = mgpu__event_get(eh, &e);
-  if (rc == 0) rc = mgpu__stream_get(sh, &s);
+  int rc = event_stream_get(eh, sh, &e, &s);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev), *ed = mgpu__device_get(e->dev);
   if (d->ops != ed->ops)
-    return mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
-                       "on an event of device %d (%s): different backends",
-                       s->dev, d->ops->name, e->dev, ed->ops->name);
-  return d->ops->stream_wait_event(d->bdev, s->bstream, ed->bdev, e->bevent);
+    rc = mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
+                     "on an event of device %d (%s): different backends",
+                     s->dev, d->ops->name, e->dev, ed->ops->name);
+  else
+    rc = d->ops->stream_wait_event(d->bdev, s->bstream, ed->bdev, e->bevent);
+  event_stream_put(e, s);
+  return rc;
 }
 
 int mgpu_event_synchronize(mgpu_event *h) {
@@ -271,10 +348,10 @@ int mgpu_event_synchronize(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  if (!mgpu__trace_enabled()) return d->ops->event_synchronize(d->bdev, e->bevent);
-  uint64_t t0 = mgpu__now_ns();
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   rc = d->ops->event_synchronize(d->bdev, e->bevent);
-  trace_wait("wait event", e->dev, t0);
+  if (t0 != 0) trace_wait("wait event", e->dev, t0);
+  mgpu__event_put(e);
   return rc;
 }
 
@@ -283,40 +360,53 @@ int mgpu_event_query(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  return d->ops->event_query(d->bdev, e->bevent);
+  rc = d->ops->event_query(d->bdev, e->bevent);
+  mgpu__event_put(e);
+  return rc;
 }
 
 int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end, float *ms) {
   mgpu__event *a, *b;
   int rc = mgpu__event_get(start, &a);
-  if (rc == 0) rc = mgpu__event_get(end, &b);
   if (rc != 0) return rc;
+  rc = mgpu__event_get(end, &b);
+  if (rc != 0) {
+    mgpu__event_put(a);
+    return rc;
+  }
   if (ms == NULL)
-    return mgpu__error(MGPU_EINVAL, "mgpu_event_elapsed_ms: NULL output");
-  if (a->dev != b->dev)
-    return mgpu__error(MGPU_EWRONGDEV, "elapsed time between events of device "
-                       "%d and device %d", a->dev, b->dev);
-  mgpu__device *d = mgpu__device_get(a->dev);
-  return d->ops->event_elapsed_ms(d->bdev, a->bevent, b->bevent, ms);
+    rc = mgpu__error(MGPU_EINVAL, "mgpu_event_elapsed_ms: NULL output");
+  else if (a->dev != b->dev)
+    rc = mgpu__error(MGPU_EWRONGDEV, "elapsed time between events of device "
+                     "%d and device %d", a->dev, b->dev);
+  else {
+    mgpu__device *d = mgpu__device_get(a->dev);
+    rc = d->ops->event_elapsed_ms(d->bdev, a->bevent, b->bevent, ms);
+  }
+  mgpu__event_put(b);
+  mgpu__event_put(a);
+  return rc;
 }
 
 int mgpu_stream_add_callback(mgpu_stream *h, void (*fn)(void *), void *arg) {
   mgpu__stream *s;
   int rc = mgpu__stream_get(h, &s);
   if (rc != 0) return rc;
-  if (fn == NULL)
-    return mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
-  mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->host_callback(d->bdev, s->bstream, fn, arg);
+  if (fn == NULL) {
+    rc = mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
+  } else {
+    mgpu__device *d = mgpu__device_get(s->dev);
+    rc = d->ops->host_callback(d->bdev, s->bstream, fn, arg);
+  }
+  mgpu__stream_put(s);
+  return rc;
 }
 
 /* ---- kernels ---- */
 
-int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
-                mgpu_dim3 block, const void *args, size_t args_size) {
-  mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
-  if (rc != 0) return rc;
+static int launch_on(mgpu__stream *s, const mgpu_kernel *k, mgpu_dim3 grid,
+                     mgpu_dim3 block, const void *args, size_t args_size) {
+  int rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   if (k == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL kernel", s->dev);
@@ -339,21 +429,29 @@ int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
   return rc;
 }
 
+int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
+                mgpu_dim3 block, const void *args, size_t args_size) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  rc = launch_on(s, k, grid, block, args, args_size);
+  mgpu__stream_put(s);
+  return rc;
+}
+
 /* ---- shutdown ---- */
 
 static void release_event(void *obj, void *arg) {
   (void)arg;
   mgpu__event *e = obj;
-  int err = 0;
-  mgpu__handle_release(e->handle, MGPU__H_EVENT, "event", &err);
+  mgpu__handle_retire(e->handle);
   event_free(e);
 }
 
 static void release_stream(void *obj, void *arg) {
   (void)arg;
   mgpu__stream *s = obj;
-  int err = 0;
-  mgpu__handle_release(s->handle, MGPU__H_STREAM, "stream", &err);
+  mgpu__handle_retire(s->handle);
   stream_free(mgpu__device_get(s->dev), s);
 }
 

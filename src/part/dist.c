@@ -54,7 +54,7 @@ static int check_opts(const mgpu_dist_opts *o, int ndev, int *nparts) {
  * W_p the sum of the first p weights. Monotone by construction and exact at
  * both ends, so the parts tile [0, n). long double keeps n * W_p exact
  * enough for any size_t n. */
-static void weighted_bounds(mgpu_dist *d, const double *w) {
+static void weighted_bounds(mgpu__dist *d, const double *w) {
   long double total = 0, prefix = 0;
   for (int p = 0; p < d->nparts; p++) total += w[p];
   d->bound[0] = 0;
@@ -77,7 +77,7 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
   int P = 0, rc = check_opts(o, ndev, &P);
   if (rc != 0) return rc;
 
-  mgpu_dist *d = calloc(1, sizeof *d);
+  mgpu__dist *d = calloc(1, sizeof *d);
   if (d == NULL) goto nomem;
   d->devices = malloc((size_t)P * sizeof *d->devices);
   if (d->devices == NULL) goto nomem_dist;
@@ -111,7 +111,12 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
         d->bound[p] = (size_t)p * q + ((size_t)p < r ? (size_t)p : r);
     }
   }
-  *out = d;
+  d->handle = mgpu__handle_new(MGPU__H_DIST, d);
+  if (d->handle == 0) {
+    rc = mgpu__error(MGPU_ENOMEM, "distribution: no handles left");
+    goto fail;
+  }
+  *out = (mgpu_dist *)d->handle;
   return 0;
 
 nomem_bound:
@@ -132,31 +137,37 @@ nomem:
                      P);
 }
 
-void mgpu_dist_destroy(mgpu_dist *d) {
-  if (d == NULL) return;
+int mgpu__dist_get(const mgpu_dist *h, const mgpu__dist **out) {
+  int err = 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_DIST, "distribution", &err);
+  return *out != NULL ? 0 : err;
+}
+
+void mgpu__dist_put(const mgpu__dist *d) { mgpu__handle_put(d->handle); }
+
+int mgpu_dist_destroy(mgpu_dist *h) {
+  if (h == NULL) return 0;
+  int err = 0;
+  mgpu__dist *d = mgpu__handle_release((uintptr_t)h, MGPU__H_DIST,
+                                       "distribution", &err);
+  if (d == NULL) return err;
   free(d->bound);
   free(d->devices);
   free(d);
-}
-
-size_t mgpu_dist_n(const mgpu_dist *d) { return d ? d->n : 0; }
-int mgpu_dist_nparts(const mgpu_dist *d) { return d ? d->nparts : 0; }
-
-int mgpu_dist_device(const mgpu_dist *d, int p) {
-  return (d && p >= 0 && p < d->nparts) ? d->devices[p] : -1;
+  return 0;
 }
 
 /* Blocks in total, and how many part p owns. */
-static size_t nblocks(const mgpu_dist *d) {
+static size_t nblocks(const mgpu__dist *d) {
   return d->n / d->block + (d->n % d->block != 0);
 }
-static size_t blocks_of(const mgpu_dist *d, int p) {
+static size_t blocks_of(const mgpu__dist *d, int p) {
   size_t B = nblocks(d), P = (size_t)d->nparts;
   return B / P + ((size_t)p < B % P);
 }
 
-size_t mgpu_dist_count(const mgpu_dist *d, int p) {
-  if (d == NULL || p < 0 || p >= d->nparts) return 0;
+size_t mgpu__dist_count(const mgpu__dist *d, int p) {
+  if (p < 0 || p >= d->nparts) return 0;
   if (!d->cyclic) return d->bound[p + 1] - d->bound[p];
   size_t k = blocks_of(d, p);
   if (k == 0) return 0;
@@ -167,15 +178,15 @@ size_t mgpu_dist_count(const mgpu_dist *d, int p) {
   return count;
 }
 
-size_t mgpu_dist_nranges(const mgpu_dist *d, int p) {
-  if (d == NULL || p < 0 || p >= d->nparts) return 0;
+size_t mgpu__dist_nranges(const mgpu__dist *d, int p) {
+  if (p < 0 || p >= d->nparts) return 0;
   if (!d->cyclic) return d->bound[p + 1] > d->bound[p];
   return blocks_of(d, p);
 }
 
-mgpu_range mgpu_dist_range(const mgpu_dist *d, int p, size_t r) {
+mgpu_range mgpu__dist_range(const mgpu__dist *d, int p, size_t r) {
   mgpu_range none = {0, 0};
-  if (r >= mgpu_dist_nranges(d, p)) return none;
+  if (r >= mgpu__dist_nranges(d, p)) return none;
   if (!d->cyclic) return (mgpu_range){d->bound[p], d->bound[p + 1]};
   size_t k = r * (size_t)d->nparts + (size_t)p;
   size_t begin = k * d->block;
@@ -183,9 +194,7 @@ mgpu_range mgpu_dist_range(const mgpu_dist *d, int p, size_t r) {
   return (mgpu_range){begin, end};
 }
 
-int mgpu_dist_locate(const mgpu_dist *d, size_t i, int *part, size_t *local) {
-  if (d == NULL)
-    return mgpu__error(MGPU_EINVAL, "distribution: dist is NULL");
+static int locate(const mgpu__dist *d, size_t i, int *part, size_t *local) {
   if (i >= d->n)
     return mgpu__error(MGPU_ERANGE, "distribution: index %zu is past its %zu "
                        "elements", i, d->n);
@@ -208,4 +217,43 @@ int mgpu_dist_locate(const mgpu_dist *d, size_t i, int *part, size_t *local) {
   if (part) *part = p;
   if (local) *local = l;
   return 0;
+}
+
+/* The public queries: look up, answer, put back. A stale or NULL handle
+ * gives the documented "nothing" value (0, -1, an empty range) with the
+ * detail set. */
+#define DIST_QUERY(type, none, expr) \
+  const mgpu__dist *d;               \
+  if (mgpu__dist_get(h, &d) != 0) return none; \
+  type v = (expr);                   \
+  mgpu__dist_put(d);                 \
+  return v;
+
+size_t mgpu_dist_n(const mgpu_dist *h) { DIST_QUERY(size_t, 0, d->n) }
+int mgpu_dist_nparts(const mgpu_dist *h) { DIST_QUERY(int, 0, d->nparts) }
+
+int mgpu_dist_device(const mgpu_dist *h, int p) {
+  DIST_QUERY(int, -1, p >= 0 && p < d->nparts ? d->devices[p] : -1)
+}
+
+size_t mgpu_dist_count(const mgpu_dist *h, int p) {
+  DIST_QUERY(size_t, 0, mgpu__dist_count(d, p))
+}
+
+size_t mgpu_dist_nranges(const mgpu_dist *h, int p) {
+  DIST_QUERY(size_t, 0, mgpu__dist_nranges(d, p))
+}
+
+mgpu_range mgpu_dist_range(const mgpu_dist *h, int p, size_t r) {
+  mgpu_range none = {0, 0};
+  DIST_QUERY(mgpu_range, none, mgpu__dist_range(d, p, r))
+}
+
+int mgpu_dist_locate(const mgpu_dist *h, size_t i, int *part, size_t *local) {
+  const mgpu__dist *d;
+  int rc = mgpu__dist_get(h, &d);
+  if (rc != 0) return rc;
+  rc = locate(d, i, part, local);
+  mgpu__dist_put(d);
+  return rc;
 }

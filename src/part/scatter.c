@@ -18,9 +18,9 @@
 
 #define DIRECT_MIN_BYTES (64u << 10)
 
-static int part_is_direct(const mgpu_dist *d, int p, size_t elem) {
+static int part_is_direct(const mgpu__dist *d, int p, size_t elem) {
   return !d->cyclic || d->block * elem >= DIRECT_MIN_BYTES ||
-         mgpu_dist_nranges(d, p) <= 1;
+         mgpu__dist_nranges(d, p) <= 1;
 }
 
 /* What a gather callback needs, copied so that the caller may destroy the
@@ -48,7 +48,7 @@ static void unpack_cb(void *arg) {
 
 static void free_cb(void *arg) { free(arg); }
 
-static int check_args(const mgpu_dist *d, const void *host, size_t elem,
+static int check_args(const mgpu__dist *d, const void *host, size_t elem,
                       mgpu_buffer *const *bufs, const char *what) {
   if (d == NULL || bufs == NULL || (host == NULL && d->n > 0) || elem == 0)
     return mgpu__error(MGPU_EINVAL, "%s: %s", what,
@@ -57,7 +57,7 @@ static int check_args(const mgpu_dist *d, const void *host, size_t elem,
                        : elem == 0    ? "element size is 0"
                                       : "host array is NULL");
   for (int p = 0; p < d->nparts; p++) {
-    size_t count = mgpu_dist_count(d, p);
+    size_t count = mgpu__dist_count(d, p);
     if (count == 0) continue;
     if (bufs[p] == NULL)
       return mgpu__error(MGPU_EBADHANDLE, "%s: buffer of part %d (device %d,"
@@ -82,15 +82,15 @@ static int check_args(const mgpu_dist *d, const void *host, size_t elem,
 }
 
 /* One part, one direction, queued on s. */
-static int move_part(const mgpu_dist *d, int p, void *host, size_t elem,
+static int move_part(const mgpu__dist *d, int p, void *host, size_t elem,
                      mgpu_buffer *buf, mgpu_stream *s, int to_device) {
-  size_t count = mgpu_dist_count(d, p);
+  size_t count = mgpu__dist_count(d, p);
   unsigned char *h = host;
   if (count == 0) return 0;
   if (part_is_direct(d, p, elem)) {
-    size_t nr = mgpu_dist_nranges(d, p), local = 0;
+    size_t nr = mgpu__dist_nranges(d, p), local = 0;
     for (size_t r = 0; r < nr; r++) {
-      mgpu_range g = mgpu_dist_range(d, p, r);
+      mgpu_range g = mgpu__dist_range(d, p, r);
       size_t bytes = (g.end - g.begin) * elem;
       int rc = to_device
                    ? mgpu_memcpy_htod_async(buf, local * elem,
@@ -108,9 +108,9 @@ static int move_part(const mgpu_dist *d, int p, void *host, size_t elem,
                        "bytes of part %d (device %d)", count * elem, p,
                        d->devices[p]);
   if (to_device) {
-    size_t nr = mgpu_dist_nranges(d, p), local = 0;
+    size_t nr = mgpu__dist_nranges(d, p), local = 0;
     for (size_t r = 0; r < nr; r++) {
-      mgpu_range g = mgpu_dist_range(d, p, r);
+      mgpu_range g = mgpu__dist_range(d, p, r);
       memcpy(staging + local * elem, h + g.begin * elem,
              (g.end - g.begin) * elem);
       local += g.end - g.begin;
@@ -142,7 +142,7 @@ static int move_part(const mgpu_dist *d, int p, void *host, size_t elem,
   return rc;
 }
 
-static int move_all(const mgpu_dist *d, void *host, size_t elem,
+static int move_all(const mgpu__dist *d, void *host, size_t elem,
                     mgpu_buffer *const *bufs, mgpu_stream *const *streams,
                     int to_device) {
   const char *what = to_device ? "scatter" : "gather";
@@ -159,7 +159,7 @@ static int move_all(const mgpu_dist *d, void *host, size_t elem,
       d->nparts > 0 ? calloc((size_t)d->nparts, sizeof *own) : NULL;
   if (own == NULL) return mgpu__error(MGPU_ENOMEM, "%s: out of memory", what);
   for (int p = 0; p < d->nparts && rc == 0; p++) {
-    if (mgpu_dist_count(d, p) == 0) continue;
+    if (mgpu__dist_count(d, p) == 0) continue;
     rc = mgpu_stream_create(&own[p], d->devices[p]);
     if (rc == 0)
       rc = move_part(d, p, host, elem, bufs[p], own[p], to_device);
@@ -174,42 +174,71 @@ static int move_all(const mgpu_dist *d, void *host, size_t elem,
   return rc;
 }
 
-int mgpu_scatter(const mgpu_dist *d, const void *host, size_t elem,
+int mgpu_scatter(const mgpu_dist *h, const void *host, size_t elem,
                  mgpu_buffer *const *bufs, mgpu_stream *const *streams) {
-  return move_all(d, (void *)host, elem, bufs, streams, 1);
+  const mgpu__dist *d;
+  int rc = mgpu__dist_get(h, &d);
+  if (rc != 0) return rc;
+  rc = move_all(d, (void *)host, elem, bufs, streams, 1);
+  mgpu__dist_put(d);
+  return rc;
 }
 
-int mgpu_gather(const mgpu_dist *d, void *host, size_t elem,
+int mgpu_gather(const mgpu_dist *h, void *host, size_t elem,
                 mgpu_buffer *const *bufs, mgpu_stream *const *streams) {
-  return move_all(d, host, elem, bufs, streams, 0);
+  const mgpu__dist *d;
+  int rc = mgpu__dist_get(h, &d);
+  if (rc != 0) return rc;
+  rc = move_all(d, host, elem, bufs, streams, 0);
+  mgpu__dist_put(d);
+  return rc;
 }
 
-int mgpu_dist_alloc_buffers(const mgpu_dist *d, size_t elem,
-                            mgpu_buffer **bufs) {
-  if (d == NULL || bufs == NULL || elem == 0)
+static void free_buffers(const mgpu__dist *d, mgpu_buffer **bufs);
+
+static int alloc_buffers(const mgpu__dist *d, size_t elem,
+                         mgpu_buffer **bufs) {
+  if (bufs == NULL || elem == 0)
     return mgpu__error(MGPU_EINVAL, "distribution: alloc_buffers needs a "
                        "dist, a bufs array and an element size");
   for (int p = 0; p < d->nparts; p++) bufs[p] = NULL;
   for (int p = 0; p < d->nparts; p++) {
-    size_t count = mgpu_dist_count(d, p);
+    size_t count = mgpu__dist_count(d, p);
     if (count == 0) continue;
     if (count > SIZE_MAX / elem) {
-      mgpu_dist_free_buffers(d, bufs);
+      free_buffers(d, bufs);
       return mgpu__error(MGPU_ERANGE, "distribution: part %d (device %d) "
                          "owns %zu elements of %zu bytes, more than a size_t "
                          "holds", p, d->devices[p], count, elem);
     }
     int rc = mgpu_malloc(&bufs[p], d->devices[p], count * elem);
     if (rc != 0) {
-      mgpu_dist_free_buffers(d, bufs);
+      free_buffers(d, bufs);
       return rc;
     }
   }
   return 0;
 }
 
-void mgpu_dist_free_buffers(const mgpu_dist *d, mgpu_buffer **bufs) {
-  if (d == NULL || bufs == NULL) return;
+int mgpu_dist_alloc_buffers(const mgpu_dist *h, size_t elem,
+                            mgpu_buffer **bufs) {
+  const mgpu__dist *d;
+  int rc = mgpu__dist_get(h, &d);
+  if (rc != 0) return rc;
+  rc = alloc_buffers(d, elem, bufs);
+  mgpu__dist_put(d);
+  return rc;
+}
+
+void mgpu_dist_free_buffers(const mgpu_dist *h, mgpu_buffer **bufs) {
+  const mgpu__dist *d;
+  if (mgpu__dist_get(h, &d) != 0) return;
+  free_buffers(d, bufs);
+  mgpu__dist_put(d);
+}
+
+static void free_buffers(const mgpu__dist *d, mgpu_buffer **bufs) {
+  if (bufs == NULL) return;
   for (int p = 0; p < d->nparts; p++) {
     if (bufs[p] != NULL) mgpu_free(bufs[p]);
     bufs[p] = NULL;

@@ -10,7 +10,7 @@
 #include "mgpu/part.h"
 #include "part/internal.h"
 
-static int check_global(const mgpu_dist *d, const mgpu_buffer *global,
+static int check_global(const mgpu__dist *d, const mgpu_buffer *global,
                         size_t offset, size_t elem, const char *what) {
   if (d == NULL || global == NULL || elem == 0)
     return mgpu__error(MGPU_EINVAL, "%s: %s", what,
@@ -29,21 +29,21 @@ static int check_global(const mgpu_dist *d, const mgpu_buffer *global,
   return 0;
 }
 
-int mgpu_dist_copy_part(const mgpu_dist *d, int part, mgpu_buffer *global,
-                        size_t global_offset, mgpu_buffer *local,
-                        size_t local_offset, size_t elem, int to_local,
-                        mgpu_stream *stream) {
+static int copy_part(const mgpu__dist *d, int part, mgpu_buffer *global,
+                     size_t global_offset, mgpu_buffer *local,
+                     size_t local_offset, size_t elem, int to_local,
+                     mgpu_stream *stream) {
   if (d == NULL || part < 0 || part >= d->nparts || elem == 0 ||
       global == NULL || local == NULL)
     return mgpu__error(MGPU_EINVAL, "dist_copy_part: bad argument (part %d "
                        "of %d, element size %zu)", part, d ? d->nparts : 0,
                        elem);
-  size_t nr = mgpu_dist_nranges(d, part);
+  size_t nr = mgpu__dist_nranges(d, part);
   if (nr == 0) return 0;
   mgpu_buffer *dst = to_local ? local : global;
   const mgpu_buffer *src = to_local ? global : local;
   if (!d->cyclic) { /* one range */
-    mgpu_range r = mgpu_dist_range(d, part, 0);
+    mgpu_range r = mgpu__dist_range(d, part, 0);
     size_t g = global_offset + r.begin * elem, bytes = (r.end - r.begin) * elem;
     size_t doff = to_local ? local_offset : g, soff = to_local ? g : local_offset;
     return stream ? mgpu_memcpy_async(dst, doff, src, soff, bytes, stream)
@@ -51,8 +51,8 @@ int mgpu_dist_copy_part(const mgpu_dist *d, int part, mgpu_buffer *global,
   }
   /* Blocks of d->block elements, nparts * block apart; the last may be
    * short. */
-  mgpu_range first = mgpu_dist_range(d, part, 0);
-  mgpu_range last = mgpu_dist_range(d, part, nr - 1);
+  mgpu_range first = mgpu__dist_range(d, part, 0);
+  mgpu_range last = mgpu__dist_range(d, part, nr - 1);
   size_t full = last.end - last.begin == d->block ? nr : nr - 1;
   size_t width = d->block * elem, gpitch = (size_t)d->nparts * width;
   size_t g = global_offset + first.begin * elem;
@@ -75,7 +75,7 @@ int mgpu_dist_copy_part(const mgpu_dist *d, int part, mgpu_buffer *global,
   return rc;
 }
 
-static int move_buffer(const mgpu_dist *d, mgpu_buffer *global, size_t off,
+static int move_buffer(const mgpu__dist *d, mgpu_buffer *global, size_t off,
                        size_t elem, mgpu_buffer *const *bufs,
                        mgpu_stream *const *streams, int to_local) {
   const char *what = to_local ? "scatter_buffer" : "gather_buffer";
@@ -83,7 +83,7 @@ static int move_buffer(const mgpu_dist *d, mgpu_buffer *global, size_t off,
   if (rc == 0 && bufs == NULL)
     rc = mgpu__error(MGPU_EINVAL, "%s: bufs is NULL", what);
   for (int p = 0; rc == 0 && p < d->nparts; p++) {
-    size_t count = mgpu_dist_count(d, p);
+    size_t count = mgpu__dist_count(d, p);
     if (count == 0) continue;
     if (bufs[p] == NULL || mgpu_buffer_device(bufs[p]) < 0)
       return mgpu__error(MGPU_EBADHANDLE, "%s: buffer of part %d (device %d, "
@@ -100,23 +100,45 @@ static int move_buffer(const mgpu_dist *d, mgpu_buffer *global, size_t off,
                          mgpu_buffer_size(bufs[p]), count, elem);
   }
   for (int p = 0; rc == 0 && p < d->nparts; p++)
-    if (mgpu_dist_count(d, p) > 0)
-      rc = mgpu_dist_copy_part(d, p, global, off, bufs[p], 0, elem, to_local,
-                             streams ? streams[p] : NULL);
+    if (mgpu__dist_count(d, p) > 0)
+      rc = copy_part(d, p, global, off, bufs[p], 0, elem, to_local,
+                     streams ? streams[p] : NULL);
   return rc;
 }
 
-int mgpu_scatter_buffer(const mgpu_dist *d, const mgpu_buffer *src,
+int mgpu_dist_copy_part(const mgpu_dist *dist, int part, mgpu_buffer *global,
+                        size_t global_offset, mgpu_buffer *local,
+                        size_t local_offset, size_t elem, int to_local,
+                        mgpu_stream *stream) {
+  const mgpu__dist *d;
+  int rc = mgpu__dist_get(dist, &d);
+  if (rc != 0) return rc;
+  rc = copy_part(d, part, global, global_offset, local, local_offset, elem,
+                 to_local, stream);
+  mgpu__dist_put(d);
+  return rc;
+}
+
+int mgpu_scatter_buffer(const mgpu_dist *dist, const mgpu_buffer *src,
                         size_t src_offset, size_t elem,
                         mgpu_buffer *const *bufs,
                         mgpu_stream *const *streams) {
-  return move_buffer(d, (mgpu_buffer *)src, src_offset, elem, bufs, streams,
-                     1);
+  const mgpu__dist *d;
+  int rc = mgpu__dist_get(dist, &d);
+  if (rc != 0) return rc;
+  rc = move_buffer(d, (mgpu_buffer *)src, src_offset, elem, bufs, streams, 1);
+  mgpu__dist_put(d);
+  return rc;
 }
 
-int mgpu_gather_buffer(const mgpu_dist *d, mgpu_buffer *dst,
+int mgpu_gather_buffer(const mgpu_dist *dist, mgpu_buffer *dst,
                        size_t dst_offset, size_t elem,
                        mgpu_buffer *const *bufs,
                        mgpu_stream *const *streams) {
-  return move_buffer(d, dst, dst_offset, elem, bufs, streams, 0);
+  const mgpu__dist *d;
+  int rc = mgpu__dist_get(dist, &d);
+  if (rc != 0) return rc;
+  rc = move_buffer(d, dst, dst_offset, elem, bufs, streams, 0);
+  mgpu__dist_put(d);
+  return rc;
 }

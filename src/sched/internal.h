@@ -39,6 +39,8 @@
 #define MGPU__FLUSH_BATCH 32
 
 typedef struct mgpu__task mgpu__task;
+/* The pool behind a public mgpu_pool * (a handle of the core's table). */
+typedef struct mgpu__pool mgpu__pool;
 
 /* A dependency: dep -> dependent. It lives inside the dependent (inline or
  * in its edges_heap array) and is linked into the dep's successor list. */
@@ -112,7 +114,7 @@ typedef struct mgpu__ring {
 
 typedef struct mgpu__worker {
   /* Set at creation, read-only afterwards. */
-  struct mgpu_pool *pool;
+  struct mgpu__pool *pool;
   int index;             /* in the pool */
   int dev;               /* mgpu device id */
   mgpu_stream *stream;
@@ -156,8 +158,9 @@ typedef struct mgpu__worker {
   _Atomic uint64_t busy_ns;
 } mgpu__worker;
 
-struct mgpu_pool {
+struct mgpu__pool {
   /* Set at creation, read-only afterwards. */
+  uintptr_t handle;
   mgpu_sched_policy policy;
   mgpu_pool_on_destroy on_destroy;
   int n;
@@ -189,17 +192,22 @@ struct mgpu_pool {
   char first_detail[256];
 };
 
+/* pool.c: looks a public pool up and holds it until mgpu__pool_put (a
+ * destroy waits for the calls holding it). */
+int mgpu__pool_get(mgpu_pool *h, mgpu__pool **out);
+void mgpu__pool_put(mgpu__pool *p);
+
 /* slots.c */
-int mgpu__task_table_init(mgpu_pool *p);
-void mgpu__task_table_destroy(mgpu_pool *p);
-mgpu__task *mgpu__task_at(mgpu_pool *p, uint32_t idx);
+int mgpu__task_table_init(mgpu__pool *p);
+void mgpu__task_table_destroy(mgpu__pool *p);
+mgpu__task *mgpu__task_at(mgpu__pool *p, uint32_t idx);
 /* A free slot, or NULL when out of memory or slots. */
-mgpu__task *mgpu__task_alloc(mgpu_pool *p);
+mgpu__task *mgpu__task_alloc(mgpu__pool *p);
 /* Drops a reference; the last frees the slot (into self's batch when the
  * caller is a worker of the pool). */
-void mgpu__task_unref(mgpu_pool *p, mgpu__task *t, mgpu__worker *self);
+void mgpu__task_unref(mgpu__pool *p, mgpu__task *t, mgpu__worker *self);
 /* Counts n tasks as no longer in flight; the last one wakes wait_all. */
-void mgpu__inflight_done(mgpu_pool *p, int64_t n);
+void mgpu__inflight_done(mgpu__pool *p, int64_t n);
 
 static inline uint64_t mgpu__task_handle(const mgpu__task *t) {
   return (uint64_t)atomic_load_explicit(&t->gen, memory_order_relaxed)
@@ -212,23 +220,23 @@ static inline uint64_t mgpu__task_handle(const mgpu__task *t) {
  * dependency failed or the pool is canceling). */
 void mgpu__task_run(mgpu__worker *w, mgpu__task *t);
 /* Completes t with result r (0 or a code) and releases its dependents. */
-void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
+void mgpu__task_complete(mgpu__pool *p, mgpu__task *t, int r,
                          mgpu__worker *self);
 
 /* slots.c: hands back the worker's batched slots, completions and metrics
  * (owner thread only). */
 void mgpu__worker_flush(mgpu__worker *w);
 /* Waits until no task is in flight (wait_all, destroy). */
-void mgpu__pool_drain(mgpu_pool *p);
+void mgpu__pool_drain(mgpu__pool *p);
 /* Returns and clears the first failure, setting the caller's detail. */
-int mgpu__pool_take_error(mgpu_pool *p);
+int mgpu__pool_take_error(mgpu__pool *p);
 
 /* pool.c */
 /* Puts a ready task where the policy wants it and wakes a worker. self is
  * the calling worker, or NULL on other threads. */
-void mgpu__sched_ready(mgpu_pool *p, mgpu__task *t, mgpu__worker *self);
+void mgpu__sched_ready(mgpu__pool *p, mgpu__task *t, mgpu__worker *self);
 /* The worker of the calling thread if it belongs to p, else NULL. */
-mgpu__worker *mgpu__sched_self(mgpu_pool *p);
+mgpu__worker *mgpu__sched_self(mgpu__pool *p);
 
 /* queue.c */
 void mgpu__inbox_push(_Atomic(mgpu__task *) *inbox, mgpu__task *t);

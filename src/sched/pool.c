@@ -29,7 +29,7 @@
 
 static _Thread_local mgpu__worker *tls_worker;
 
-mgpu__worker *mgpu__sched_self(mgpu_pool *p) {
+mgpu__worker *mgpu__sched_self(mgpu__pool *p) {
   mgpu__worker *w = tls_worker;
   return (w != NULL && w->pool == p) ? w : NULL;
 }
@@ -45,7 +45,7 @@ static inline void cpu_relax(void) {
 /* ---- waking ---- */
 
 /* Wakes w if it is parked (or about to park). Returns 1 if it claimed it. */
-static int try_wake(mgpu_pool *p, mgpu__worker *w) {
+static int try_wake(mgpu__pool *p, mgpu__worker *w) {
   int one = 1;
   if (!atomic_compare_exchange_strong_explicit(&w->sleeping, &one, 0,
                                                memory_order_seq_cst,
@@ -62,13 +62,13 @@ static int try_wake(mgpu_pool *p, mgpu__worker *w) {
  * the worker's own RMW comes later it acquires everything this thread
  * published before. That is the Dekker handshake in C11 terms, and
  * ThreadSanitizer, which ignores fences, checks it as written. */
-static void notify_worker(mgpu_pool *p, mgpu__worker *w) {
+static void notify_worker(mgpu__pool *p, mgpu__worker *w) {
   if (atomic_fetch_add_explicit(&w->sleeping, 0, memory_order_seq_cst))
     try_wake(p, w);
 }
 
 /* Wakes one parked worker, if any, to pick up work anyone may run. */
-static void notify_any(mgpu_pool *p, mgpu__worker *self) {
+static void notify_any(mgpu__pool *p, mgpu__worker *self) {
   if (atomic_fetch_add_explicit(&p->nsleeping, 0, memory_order_seq_cst) <= 0)
     return;
   int start = self ? self->index + 1 : 0;
@@ -93,12 +93,12 @@ static void owner_append(mgpu__worker *w, mgpu__task *t) {
   w->pinned_tail = t;
 }
 
-static void to_inbox(mgpu_pool *p, int i, mgpu__task *t) {
+static void to_inbox(mgpu__pool *p, int i, mgpu__task *t) {
   mgpu__inbox_push(&p->workers[i].inbox, t);
   notify_worker(p, &p->workers[i]);
 }
 
-void mgpu__sched_ready(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
+void mgpu__sched_ready(mgpu__pool *p, mgpu__task *t, mgpu__worker *self) {
   if (p->policy == MGPU_SCHED_STATIC) {
     int target = t->home >= 0 ? t->home : t->place;
     if (self != NULL && self->index == target) {
@@ -127,7 +127,7 @@ void mgpu__sched_ready(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
 /* ---- finding work ---- */
 
 /* Moves the worker's inbox into its own queues. Returns 1 if it moved any. */
-static int drain_inbox(mgpu_pool *p, mgpu__worker *w) {
+static int drain_inbox(mgpu__pool *p, mgpu__worker *w) {
   mgpu__task *t = mgpu__inbox_take(&w->inbox);
   if (t == NULL) return 0;
   if (p->policy == MGPU_SCHED_STATIC) {
@@ -153,7 +153,7 @@ static int drain_inbox(mgpu_pool *p, mgpu__worker *w) {
 
 /* Work stealing: takes a small batch from the shared ring, so that a burst
  * submitted from outside spreads over the deques where thieves find it. */
-static mgpu__task *take_shared(mgpu_pool *p, mgpu__worker *w) {
+static mgpu__task *take_shared(mgpu__pool *p, mgpu__worker *w) {
   mgpu__task *t = mgpu__ring_pop(&p->shared);
   if (t == NULL || p->policy != MGPU_SCHED_WS) return t;
   size_t queued = atomic_load_explicit(&p->shared.enq, memory_order_relaxed) -
@@ -173,7 +173,7 @@ static mgpu__task *take_shared(mgpu_pool *p, mgpu__worker *w) {
 }
 
 /* *stolen: the index of the worker the task was stolen from, or -1. */
-static mgpu__task *find_task(mgpu_pool *p, mgpu__worker *w, int *stolen) {
+static mgpu__task *find_task(mgpu__pool *p, mgpu__worker *w, int *stolen) {
   mgpu__task *t;
   *stolen = -1;
 again:
@@ -217,7 +217,7 @@ again:
 }
 
 /* Whether parking now could strand a task this worker should see. */
-static int has_work(mgpu_pool *p, mgpu__worker *w) {
+static int has_work(mgpu__pool *p, mgpu__worker *w) {
   if (w->pinned_head != NULL || mgpu__deque_size(&w->prefer) > 0 ||
       mgpu__deque_size(&w->deque) > 0 ||
       atomic_load_explicit(&w->inbox, memory_order_seq_cst) != NULL)
@@ -231,7 +231,7 @@ static int has_work(mgpu_pool *p, mgpu__worker *w) {
 }
 
 /* Parks the worker until woken. */
-static void park(mgpu_pool *p, mgpu__worker *w) {
+static void park(mgpu__pool *p, mgpu__worker *w) {
   uint32_t seq = atomic_load_explicit(&w->wake_seq, memory_order_acquire);
   atomic_exchange_explicit(&w->sleeping, 1, memory_order_seq_cst);
   atomic_fetch_add_explicit(&p->nsleeping, 1, memory_order_seq_cst);
@@ -258,8 +258,9 @@ static void park(mgpu_pool *p, mgpu__worker *w) {
 
 static void *worker_main(void *arg) {
   mgpu__worker *w = arg;
-  mgpu_pool *p = w->pool;
+  mgpu__pool *p = w->pool;
   tls_worker = w;
+  mgpu__thread_owned_by("a task pool's worker"); /* shutdown would join it */
   mgpu__trace_thread_adopt(w->dev, w->trace_track);
   if (mgpu_set_device(w->dev) != 0)
     mgpu__log(MGPU_LOG_WARN, "task pool: worker of device %d could not make "
@@ -307,7 +308,7 @@ static void *worker_main(void *arg) {
 /* ---- creation and destruction ---- */
 
 /* Victims nearest first; ties keep ring order from the thief. */
-static void order_victims(mgpu_pool *p, mgpu__worker *w,
+static void order_victims(mgpu__pool *p, mgpu__worker *w,
                           const mgpu_pool_opts *o) {
   double dist[MGPU_MAX_DEVICES];
   int m = 0;
@@ -330,7 +331,7 @@ static void order_victims(mgpu_pool *p, mgpu__worker *w,
 /* Smooth weighted round-robin (as nginx balances upstreams): each step adds
  * every weight to its credit and picks the largest credit, which then pays
  * the total. Shares match the weights and placements interleave. */
-static int build_static_table(mgpu_pool *p, const double *weights) {
+static int build_static_table(mgpu__pool *p, const double *weights) {
   double credit[MGPU_MAX_DEVICES] = {0}, w[MGPU_MAX_DEVICES], total = 0;
   for (int i = 0; i < p->n; i++) {
     w[i] = weights ? weights[i] : 1.0;
@@ -386,7 +387,7 @@ static int check_opts(const mgpu_pool_opts *o, int ndev) {
   return 0;
 }
 
-static void pool_free(mgpu_pool *p) {
+static void pool_free(mgpu__pool *p) {
   for (int i = 0; i < p->n; i++) {
     mgpu__worker *w = &p->workers[i];
     if (w->stream) mgpu_stream_destroy(w->stream);
@@ -400,7 +401,7 @@ static void pool_free(mgpu_pool *p) {
   free(p);
 }
 
-static void stop_workers(mgpu_pool *p) {
+static void stop_workers(mgpu__pool *p) {
   atomic_store_explicit(&p->stopping, 1, memory_order_seq_cst);
   for (int i = 0; i < p->n; i++) {
     mgpu__worker *w = &p->workers[i];
@@ -410,6 +411,14 @@ static void stop_workers(mgpu_pool *p) {
   for (int i = 0; i < p->n; i++)
     if (p->workers[i].started) mgpu__thread_join(p->workers[i].thread);
 }
+
+int mgpu__pool_get(mgpu_pool *h, mgpu__pool **out) {
+  int err = 0;
+  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_POOL, "task pool", &err);
+  return *out != NULL ? 0 : err;
+}
+
+void mgpu__pool_put(mgpu__pool *p) { mgpu__handle_put(p->handle); }
 
 int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
   mgpu_pool_opts defaults = MGPU_POOL_OPTS_INITIALIZER;
@@ -422,7 +431,7 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
   if (rc != 0) return rc;
   int n = o->ndevices ? o->ndevices : ndev;
 
-  mgpu_pool *p = aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
+  mgpu__pool *p = aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
   if (p == NULL)
     return mgpu__error(MGPU_ENOMEM, "task pool: out of memory");
   memset(p, 0, sizeof *p);
@@ -476,6 +485,7 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     w->sync_ops = dev->ops;
     w->sync_dev = dev->bdev;
     w->sync_stream = s->bstream;
+    mgpu__stream_put(s); /* the pool owns the stream until it is destroyed */
     w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
     w->trace_track = mgpu__trace_track_new(w->dev, "pool worker");
   }
@@ -489,7 +499,12 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     }
     w->started = 1;
   }
-  *out = p;
+  p->handle = mgpu__handle_new(MGPU__H_POOL, p);
+  if (p->handle == 0) {
+    rc = mgpu__error(MGPU_ENOMEM, "task pool: no handles left");
+    goto fail_threads;
+  }
+  *out = (mgpu_pool *)p->handle;
   return 0;
 
 fail_threads:
@@ -499,27 +514,73 @@ fail:
   return rc;
 }
 
-int mgpu_pool_destroy(mgpu_pool *p) {
-  if (p == NULL) return 0;
-  mgpu__worker *self = mgpu__sched_self(p);
-  if (self != NULL)
-    return mgpu__error(MGPU_EINVAL, "task pool: destroyed from its own task "
-                       "on device %d", self->dev);
-  if (p->on_destroy == MGPU_POOL_CANCEL)
-    atomic_store_explicit(&p->canceling, 1, memory_order_seq_cst);
-  mgpu__pool_drain(p);
+/* Stops and frees a pool whose handle is closed and retired. */
+static int pool_stop(mgpu__pool *p, int cancel) {
+  if (cancel) atomic_store_explicit(&p->canceling, 1, memory_order_seq_cst);
+  mgpu__pool_drain(p); /* what the last calls inside submitted */
   stop_workers(p);
   int rc = mgpu__pool_take_error(p);
   pool_free(p);
   return rc;
 }
 
+int mgpu_pool_destroy(mgpu_pool *h) {
+  if (h == NULL) return 0;
+  mgpu__pool *p;
+  int rc = mgpu__pool_get(h, &p);
+  if (rc != 0) return rc;
+  mgpu__worker *self = mgpu__sched_self(p);
+  if (self != NULL) {
+    mgpu__pool_put(p);
+    return mgpu__error(MGPU_EINVAL, "task pool: destroyed from its own task "
+                       "on device %d", self->dev);
+  }
+  int cancel = p->on_destroy == MGPU_POOL_CANCEL;
+  if (cancel) atomic_store_explicit(&p->canceling, 1, memory_order_seq_cst);
+  /* The tasks in flight finish (or are canceled) while the handle is still
+   * open, so a task may submit more to its own pool. */
+  mgpu__pool_drain(p);
+  mgpu__pool_put(p);
+  /* Then later calls fail, a second destroy is MGPU_EFREED, and the calls
+   * inside (a wait, a submit from another thread) are waited for. */
+  int err = 0;
+  if (mgpu__handle_close((uintptr_t)h, MGPU__H_POOL, "task pool", &err) ==
+      NULL)
+    return err;
+  mgpu__handle_retire((uintptr_t)h);
+  return pool_stop(p, cancel);
+}
+
+/* Shutdown: a pool still open is canceled and freed; its handle is then
+ * MGPU_EFREED, also after a new mgpu_init. */
+static void shutdown_pool(void *obj, void *arg) {
+  (void)arg;
+  mgpu__pool *p = obj;
+  mgpu__handle_retire(p->handle);
+  pool_stop(p, 1);
+}
+
+static void pools_shutdown(void) {
+  mgpu__handle_foreach(MGPU__H_POOL, shutdown_pool, NULL);
+}
+MGPU__ON_SHUTDOWN(pools_shutdown)
+
 /* ---- statistics ---- */
 
-int mgpu_pool_stats_get(mgpu_pool *p, mgpu_pool_stats *out) {
-  if (p == NULL || out == NULL)
-    return mgpu__error(MGPU_EINVAL, "task pool: %s is NULL",
-                       p ? "stats" : "pool");
+static int stats_get(mgpu__pool *p, mgpu_pool_stats *out);
+
+int mgpu_pool_stats_get(mgpu_pool *h, mgpu_pool_stats *out) {
+  mgpu__pool *p;
+  int rc = mgpu__pool_get(h, &p);
+  if (rc != 0) return rc;
+  rc = stats_get(p, out);
+  mgpu__pool_put(p);
+  return rc;
+}
+
+static int stats_get(mgpu__pool *p, mgpu_pool_stats *out) {
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "task pool: stats is NULL");
   if (out->size < sizeof *out)
     return mgpu__error(MGPU_EINVAL, "task pool: stats.size %zu is not "
                        "sizeof(mgpu_pool_stats)", out->size);
@@ -541,8 +602,10 @@ int mgpu_pool_stats_get(mgpu_pool *p, mgpu_pool_stats *out) {
   return 0;
 }
 
-int mgpu_pool_stats_reset(mgpu_pool *p) {
-  if (p == NULL) return mgpu__error(MGPU_EINVAL, "task pool: pool is NULL");
+int mgpu_pool_stats_reset(mgpu_pool *h) {
+  mgpu__pool *p;
+  int rc = mgpu__pool_get(h, &p);
+  if (rc != 0) return rc;
   for (int i = 0; i < p->n; i++) {
     mgpu__worker *w = &p->workers[i];
     atomic_store_explicit(&w->tasks_run, 0, memory_order_relaxed);
@@ -550,5 +613,6 @@ int mgpu_pool_stats_reset(mgpu_pool *p) {
     atomic_store_explicit(&w->tasks_failed, 0, memory_order_relaxed);
     atomic_store_explicit(&w->busy_ns, 0, memory_order_relaxed);
   }
+  mgpu__pool_put(p);
   return 0;
 }

@@ -10,7 +10,7 @@
 
 #include "sched/internal.h"
 
-mgpu__task *mgpu__task_at(mgpu_pool *p, uint32_t idx) {
+mgpu__task *mgpu__task_at(mgpu__pool *p, uint32_t idx) {
   uint32_t c = idx / MGPU__TASK_CHUNK;
   if (c >= atomic_load_explicit(&p->nchunks, memory_order_acquire))
     return NULL;
@@ -21,7 +21,7 @@ mgpu__task *mgpu__task_at(mgpu_pool *p, uint32_t idx) {
 /* Pushes the chain first .. last (linked through next_free) on the free
  * list. The tag changes on every successful CAS, push or pop, so a pop that
  * read a stale next_free cannot succeed (ABA). */
-static void free_push(mgpu_pool *p, mgpu__task *first, mgpu__task *last) {
+static void free_push(mgpu__pool *p, mgpu__task *first, mgpu__task *last) {
   uint64_t head = atomic_load_explicit(&p->free_head, memory_order_relaxed);
   uint64_t next;
   do {
@@ -32,7 +32,7 @@ static void free_push(mgpu_pool *p, mgpu__task *first, mgpu__task *last) {
       &p->free_head, &head, next, memory_order_release, memory_order_relaxed));
 }
 
-static mgpu__task *free_pop(mgpu_pool *p) {
+static mgpu__task *free_pop(mgpu__pool *p) {
   uint64_t head = atomic_load_explicit(&p->free_head, memory_order_acquire);
   for (;;) {
     uint32_t top = (uint32_t)head;
@@ -48,7 +48,7 @@ static mgpu__task *free_pop(mgpu_pool *p) {
 }
 
 /* Adds a chunk of slots (slow path, under grow_lock) and returns one. */
-static mgpu__task *grow(mgpu_pool *p) {
+static mgpu__task *grow(mgpu__pool *p) {
   mgpu__mutex_lock(&p->grow_lock);
   mgpu__task *t = free_pop(p); /* another thread may have grown it */
   if (t != NULL) goto out;
@@ -72,7 +72,7 @@ out:
   return t;
 }
 
-int mgpu__task_table_init(mgpu_pool *p) {
+int mgpu__task_table_init(mgpu__pool *p) {
   mgpu__mutex_init(&p->grow_lock);
   mgpu__mutex_init(&p->err_lock);
   atomic_init(&p->nchunks, 0);
@@ -99,7 +99,7 @@ static void task_scrub(mgpu__task *t) {
   t->detail = NULL;
 }
 
-void mgpu__task_table_destroy(mgpu_pool *p) {
+void mgpu__task_table_destroy(mgpu__pool *p) {
   uint32_t n = atomic_load_explicit(&p->nchunks, memory_order_acquire);
   for (uint32_t c = 0; c < n; c++) {
     mgpu__task *chunk = atomic_load_explicit(&p->chunks[c], memory_order_relaxed);
@@ -114,7 +114,7 @@ void mgpu__task_table_destroy(mgpu_pool *p) {
  * slots it frees in a local chain and hands them back in batches (see
  * mgpu__worker_flush): one CAS on the shared free list per batch instead of
  * one per task, which is where submitter and workers collide most. */
-void mgpu__task_unref(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
+void mgpu__task_unref(mgpu__pool *p, mgpu__task *t, mgpu__worker *self) {
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
     return;
   task_scrub(t);
@@ -132,7 +132,7 @@ void mgpu__task_unref(mgpu_pool *p, mgpu__task *t, mgpu__worker *self) {
 }
 
 /* Counts n tasks as no longer in flight; the last one wakes wait_all. */
-void mgpu__inflight_done(mgpu_pool *p, int64_t n) {
+void mgpu__inflight_done(mgpu__pool *p, int64_t n) {
   if (atomic_fetch_sub_explicit(&p->inflight, n, memory_order_seq_cst) == n &&
       atomic_load_explicit(&p->idle_waiters, memory_order_seq_cst) > 0) {
     atomic_fetch_add_explicit(&p->idle_seq, 1, memory_order_release);
@@ -141,7 +141,7 @@ void mgpu__inflight_done(mgpu_pool *p, int64_t n) {
 }
 
 void mgpu__worker_flush(mgpu__worker *w) {
-  mgpu_pool *p = w->pool;
+  mgpu__pool *p = w->pool;
   if (w->free_first != NULL) {
     free_push(p, w->free_first, w->free_last);
     w->free_first = w->free_last = NULL;
@@ -165,7 +165,7 @@ void mgpu__worker_flush(mgpu__worker *w) {
   }
 }
 
-mgpu__task *mgpu__task_alloc(mgpu_pool *p) {
+mgpu__task *mgpu__task_alloc(mgpu__pool *p) {
   mgpu__task *t = free_pop(p);
   return t != NULL ? t : grow(p);
 }

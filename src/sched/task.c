@@ -18,7 +18,7 @@
 /* The task a held handle names, or NULL with *code set to
  * MGPU_EBADHANDLE (not a handle of this pool) or MGPU_EFREED (waited or
  * released already). Sets no detail: callers name the argument. */
-static mgpu__task *task_lookup(mgpu_pool *p, mgpu_task h, int *code) {
+static mgpu__task *task_lookup(mgpu__pool *p, mgpu_task h, int *code) {
   uint32_t idx = (uint32_t)h;
   mgpu__task *t = (idx == 0) ? NULL : mgpu__task_at(p, idx - 1);
   if (t == NULL) {
@@ -53,7 +53,7 @@ static char *dup_printf(const char *fmt, ...) {
   return strdup(buf);
 }
 
-static void record_failure(mgpu_pool *p, int r, const char *detail) {
+static void record_failure(mgpu__pool *p, int r, const char *detail) {
   mgpu__mutex_lock(&p->err_lock);
   if (p->first_err == 0) {
     p->first_err = r;
@@ -80,7 +80,7 @@ static void fail_dependent(mgpu__task *d, const mgpu__task *dep, int r) {
 
 /* ---- completion ---- */
 
-void mgpu__task_complete(mgpu_pool *p, mgpu__task *t, int r,
+void mgpu__task_complete(mgpu__pool *p, mgpu__task *t, int r,
                          mgpu__worker *self) {
   /* Dependents that fail because t failed complete here too, without
    * running: a worklist linked through next instead of recursion. */
@@ -139,7 +139,7 @@ static void trace_task(mgpu__worker *w, mgpu__task *t, uint64_t t0) {
 }
 
 void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
-  mgpu_pool *p = w->pool;
+  mgpu__pool *p = w->pool;
   int r;
   if (atomic_load_explicit(&t->dep_code, memory_order_relaxed) != 0) {
     r = MGPU_EDEPFAIL; /* a dependency failed while it was queued */
@@ -211,7 +211,7 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
 
 /* ---- submission ---- */
 
-static int check_desc(mgpu_pool *p, const mgpu_task_desc *d) {
+static int check_desc(mgpu__pool *p, const mgpu_task_desc *d) {
   if (d == NULL || d->size < sizeof(mgpu_task_desc))
     return mgpu__error(MGPU_EINVAL, "task pool: task descriptor is NULL or "
                        "its size field is not sizeof(mgpu_task_desc)");
@@ -261,9 +261,18 @@ static int add_edge(mgpu__task *t, mgpu__edge *e, mgpu__task *dep) {
   }
 }
 
-int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
-  if (p == NULL)
-    return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
+static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out);
+
+int mgpu_pool_submit(mgpu_pool *h, const mgpu_task_desc *d, mgpu_task *out) {
+  mgpu__pool *p;
+  int rc = mgpu__pool_get(h, &p);
+  if (rc != 0) return rc;
+  rc = submit(p, d, out);
+  mgpu__pool_put(p);
+  return rc;
+}
+
+static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   int rc = check_desc(p, d);
   if (rc != 0) return rc;
   mgpu__task *t = mgpu__task_alloc(p);
@@ -302,13 +311,19 @@ int mgpu_pool_submit(mgpu_pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   atomic_store_explicit(&t->dep_code, 0, memory_order_relaxed);
   atomic_store_explicit(&t->succ, NULL, memory_order_relaxed);
   atomic_store_explicit(&t->state, MGPU__T_PENDING, memory_order_relaxed);
-  atomic_store_explicit(&t->pending, 1, memory_order_relaxed);
+  /* The submitter's guard, needed only while edges are being added. */
+  atomic_store_explicit(&t->pending, d->ndeps > 0, memory_order_relaxed);
   uint64_t h = mgpu__task_handle(t);
   /* Release: a scan that sees the new hold also sees the reset state. */
   atomic_store_explicit(&t->hold, out ? h : 0, memory_order_release);
   atomic_store_explicit(&t->refs, out ? 2 : 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
   if (out) *out = h;
+  if (d->ndeps == 0) {
+    /* Nothing else can reach t yet: ready without the guard's atomic. */
+    mgpu__sched_ready(p, t, mgpu__sched_self(p));
+    return 0;
+  }
 
   for (int i = 0; i < d->ndeps; i++)
     add_edge(t, &edges[i], mgpu__task_at(p, (uint32_t)d->deps[i] - 1));
@@ -339,9 +354,7 @@ int mgpu_pool_submit_fn(mgpu_pool *p, mgpu_task_fn fn, void *arg,
 
 /* ---- waiting ---- */
 
-static int check_not_worker(mgpu_pool *p, const char *what) {
-  if (p == NULL)
-    return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
+static int check_not_worker(mgpu__pool *p, const char *what) {
   mgpu__worker *w = mgpu__sched_self(p);
   if (w != NULL)
     return mgpu__error(MGPU_EINVAL, "task pool: %s called from a task on "
@@ -366,7 +379,7 @@ static void wait_done(mgpu__task *t) {
 }
 
 /* Releases the user's hold (once, whoever calls). */
-static int release_hold(mgpu_pool *p, mgpu__task *t, mgpu_task h) {
+static int release_hold(mgpu__pool *p, mgpu__task *t, mgpu_task h) {
   uint64_t expected = h;
   if (!atomic_compare_exchange_strong_explicit(&t->hold, &expected, 0,
                                                memory_order_acq_rel,
@@ -376,33 +389,58 @@ static int release_hold(mgpu_pool *p, mgpu__task *t, mgpu_task h) {
   return 1;
 }
 
-int mgpu_pool_wait(mgpu_pool *p, mgpu_task h) {
-  int rc = check_not_worker(p, "mgpu_pool_wait");
-  if (rc != 0) return rc;
+/* Takes the user's hold of a task for a wait: from here on the waiter owns
+ * that reference, so a second wait or a release of the same handle (even
+ * one racing this one) is MGPU_EFREED, and the slot cannot be recycled
+ * while this waiter reads the result. */
+static int claim_hold(mgpu__pool *p, mgpu_task h, mgpu__task **out) {
   int code;
   mgpu__task *t = task_lookup(p, h, &code);
   if (t == NULL) return bad_handle(code, "task", h);
-  wait_done(t);
-  int r = t->result;
-  if (r != 0) mgpu__error(r, "%s", t->detail ? t->detail : "task failed");
-  release_hold(p, t, h);
-  return r;
-}
-
-int mgpu_pool_release(mgpu_pool *p, mgpu_task h) {
-  if (p == NULL)
-    return mgpu__error(MGPU_EBADHANDLE, "task pool: pool is NULL");
-  int code;
-  mgpu__task *t = task_lookup(p, h, &code);
-  if (t == NULL) return bad_handle(code, "task", h);
-  if (!release_hold(p, t, h))
-    return mgpu__error(MGPU_EFREED, "task pool: task 0x%llx was already "
-                       "released", (unsigned long long)h);
+  uint64_t expected = h;
+  if (!atomic_compare_exchange_strong_explicit(&t->hold, &expected, 0,
+                                               memory_order_acq_rel,
+                                               memory_order_relaxed))
+    return bad_handle(MGPU_EFREED, "task", h);
+  *out = t;
   return 0;
 }
 
+static int pool_wait(mgpu__pool *p, mgpu_task h) {
+  int rc = check_not_worker(p, "mgpu_pool_wait");
+  if (rc != 0) return rc;
+  mgpu__task *t = NULL;
+  rc = claim_hold(p, h, &t);
+  if (rc != 0) return rc;
+  wait_done(t);
+  int r = t->result;
+  if (r != 0) mgpu__error(r, "%s", t->detail ? t->detail : "task failed");
+  mgpu__task_unref(p, t, NULL); /* the hold this wait claimed */
+  return r;
+}
+
+int mgpu_pool_wait(mgpu_pool *ph, mgpu_task h) {
+  mgpu__pool *p;
+  int rc = mgpu__pool_get(ph, &p);
+  if (rc != 0) return rc;
+  rc = pool_wait(p, h);
+  mgpu__pool_put(p);
+  return rc;
+}
+
+int mgpu_pool_release(mgpu_pool *ph, mgpu_task h) {
+  mgpu__pool *p;
+  int rc = mgpu__pool_get(ph, &p);
+  if (rc != 0) return rc;
+  mgpu__task *t = NULL;
+  rc = claim_hold(p, h, &t);
+  if (rc == 0) mgpu__task_unref(p, t, NULL);
+  mgpu__pool_put(p);
+  return rc;
+}
+
 /* Waits until nothing is in flight (also used by destroy). */
-void mgpu__pool_drain(mgpu_pool *p) {
+void mgpu__pool_drain(mgpu__pool *p) {
   for (int i = 0; i < 200; i++) {
     if (atomic_load_explicit(&p->inflight, memory_order_acquire) == 0) return;
     if (i >= 100) sched_yield();
@@ -420,7 +458,7 @@ void mgpu__pool_drain(mgpu_pool *p) {
 }
 
 /* Returns (and clears) the first failure, setting the caller's detail. */
-int mgpu__pool_take_error(mgpu_pool *p) {
+int mgpu__pool_take_error(mgpu__pool *p) {
   char detail[256];
   mgpu__mutex_lock(&p->err_lock);
   int r = p->first_err;
@@ -432,7 +470,18 @@ int mgpu__pool_take_error(mgpu_pool *p) {
   return r;
 }
 
-int mgpu_pool_wait_all(mgpu_pool *p) {
+static int wait_all(mgpu__pool *p);
+
+int mgpu_pool_wait_all(mgpu_pool *h) {
+  mgpu__pool *p;
+  int rc = mgpu__pool_get(h, &p);
+  if (rc != 0) return rc;
+  rc = wait_all(p);
+  mgpu__pool_put(p);
+  return rc;
+}
+
+static int wait_all(mgpu__pool *p) {
   int rc = check_not_worker(p, "mgpu_pool_wait_all");
   if (rc != 0) return rc;
   mgpu__pool_drain(p);
