@@ -52,9 +52,9 @@ typedef struct mpi_stage_pool {
  * copied back. */
 /* Open MPI allocates a temporary of the message's size per reduction (page
  * faults on every call above glibc's mmap threshold) and its bandwidth falls
- * from about 256 KiB up on the 2-core machines (docs/PERF.md): reductions of
+ * above about 1 MiB on the 2-core machines (docs/PERF.md): reductions of
  * memory MPI reads directly go in pieces of this many bytes. */
-#define MPI_HOST_CHUNK ((size_t)256 << 10)
+#define MPI_HOST_CHUNK ((size_t)1 << 20)
 
 typedef int (*mpi_chunk_fn)(void *ctx, void *in, void *out, size_t c,
                             int in_place);

@@ -300,6 +300,9 @@ static void run_coll(void) {
         }
         test_movers(dev, types[ti], counts[ci], in_place);
       }
+  /* larger than one 1 MiB piece: reductions go to MPI in pieces */
+  test_allreduce(ndev - 1, MGPU_FLOAT32, MGPU_SUM, 300001, 0);
+  test_allreduce(0, MGPU_INT64, MGPU_MAX, 150001, 1);
   /* count 0 is a no-op that still agrees */
   mgpu_buffer *b = make(0, 8);
   CHECK(mgpu_mpi_allreduce(b, 0, b, 0, 0, MGPU_FLOAT32, MGPU_SUM,
