@@ -528,40 +528,6 @@ TEST_IMPL(stream_create_beside_device_synchronize) {
   return 0;
 }
 
-/* ---- the current device across a re-init ---- */
-
-static void *read_current(void *arg) {
-  int *out = arg;
-  ASSERT_OK(mgpu_get_device(out));
-  return NULL;
-}
-
-TEST_IMPL(current_device_after_reinit) {
-  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
-  cfg.devices = "host:4";
-  ASSERT_OK(mgpu_init(&cfg));
-  ASSERT_OK(mgpu_set_device(3));
-  int dev = -1;
-  ASSERT_OK(mgpu_get_device(&dev));
-  ASSERT_EQ(dev, 3);
-  ASSERT_OK(mgpu_shutdown());
-  cfg.devices = "host:2";
-  ASSERT_OK(mgpu_init(&cfg));
-  ASSERT_OK(mgpu_get_device(&dev));
-  ASSERT_EQ(dev, 0); /* not 3, which no longer exists */
-  ASSERT_OK(mgpu_set_device(1));
-  ASSERT_OK(mgpu_get_device(&dev));
-  ASSERT_EQ(dev, 1);
-  /* A device's host thread still has its device current. */
-  pthread_t t;
-  int other = -1;
-  ASSERT(pthread_create(&t, NULL, read_current, &other) == 0);
-  pthread_join(t, NULL);
-  ASSERT_EQ(other, 0);
-  ASSERT_OK(mgpu_shutdown());
-  return 0;
-}
-
 /* ---- a thread that ends inside a group ---- */
 
 typedef struct group_arg {
@@ -613,6 +579,5 @@ TEST_ENTRY(run_on_device_cycle)
 TEST_ENTRY(run_on_device_cycle_race)
 TEST_ENTRY(shutdown_from_library_threads)
 TEST_ENTRY(stream_create_beside_device_synchronize)
-TEST_ENTRY(current_device_after_reinit)
 TEST_ENTRY(thread_ends_inside_group)
 TEST_LIST_END

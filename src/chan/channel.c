@@ -419,6 +419,20 @@ int mgpu_channel_recv_timeout(mgpu_channel *chan, mgpu_buffer *dst,
   return rc;
 }
 
+/* Ends the checks of a send or receive: the timeout too, and on failure
+ * gives back what check_end held. */
+static int check_timeout(const mgpu__channel *ch, int rc, int timeout_ms,
+                         mgpu__buf *b, mgpu__stream *s) {
+  if (rc == 0 && timeout_ms < -1)
+    rc = mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
+                     ch->src_dev, ch->dst_dev, timeout_ms);
+  if (rc != 0) {
+    mgpu__stream_put(s);
+    mgpu__buf_put(b);
+  }
+  return rc;
+}
+
 static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
                         size_t offset, size_t size, mgpu_stream *stream,
                         int timeout_ms) {
@@ -430,14 +444,7 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
     rc = mgpu__error(MGPU_ERANGE,
                      "channel %d -> %d: message of %zu bytes (1 to %zu)",
                      ch->src_dev, ch->dst_dev, size, ch->msg_size);
-  if (rc == 0 && timeout_ms < -1)
-    rc = mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
-                     ch->src_dev, ch->dst_dev, timeout_ms);
-  if (rc != 0) {
-    mgpu__stream_put(s);
-    mgpu__buf_put(b);
-    return rc;
-  }
+  if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
   /* The deadline counts from the call: waiting behind another sender is
@@ -513,14 +520,7 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
    * offset, so a loop that advances its offset per message ends cleanly. */
   int rc = check_end(ch, "dst", ch->dst_dev, dst, 0, 0, stream, &b, &s);
   if (rc == 0) rc = mgpu__buf_check_writable(b, "mgpu_channel_recv dst");
-  if (rc == 0 && timeout_ms < -1)
-    rc = mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
-                     ch->src_dev, ch->dst_dev, timeout_ms);
-  if (rc != 0) {
-    mgpu__stream_put(s);
-    mgpu__buf_put(b);
-    return rc;
-  }
+  if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
                       (uintptr_t)stream);
