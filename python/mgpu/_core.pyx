@@ -1804,6 +1804,15 @@ cdef void _store_export_deleter(DLManagedTensorVersioned *t) noexcept nogil:
     free(e)
 
 
+cdef object _store_key(object key, str what):
+    """The name of a store key as bytes, or None when the key is an id."""
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, int) and not isinstance(key, bool):
+        return None
+    raise TypeError("%s: key must be an id (int) or a name (str)" % what)
+
+
 cdef class Store:
     """A connection to the store daemon (``mgpud`` or ``mgpu store serve``).
 
@@ -1931,21 +1940,18 @@ cdef class Store:
         deleted: NotFoundError; not sealed yet: NotReadyError."""
         cdef mgpu_store *st = self._open()
         cdef mgpu_store_object *o = NULL
-        cdef bytes nm
         cdef const char *cn
-        cdef uint64_t oid
+        cdef uint64_t oid = 0
         cdef int rc
-        if isinstance(key, str):
-            nm = key.encode()
-            cn = nm
+        nm = _store_key(key, "get")
+        if nm is not None:
+            cn = <bytes>nm
             with nogil:
                 rc = mgpu_store_get_by_name(st, cn, &o)
-        elif isinstance(key, int) and not isinstance(key, bool):
+        else:
             oid = key
             with nogil:
                 rc = mgpu_store_get(st, oid, &o)
-        else:
-            raise TypeError("get: key must be an id (int) or a name (str)")
         _check(rc)
         try:
             return _store_array(self, o, dtype, shape)
@@ -1960,20 +1966,17 @@ cdef class Store:
         holders kept it alive (deferred)."""
         cdef mgpu_store *st = self._open()
         cdef int deferred = 0, rc
-        cdef bytes nm
         cdef const char *cn
-        cdef uint64_t oid
-        if isinstance(key, str):
-            nm = key.encode()
-            cn = nm
+        cdef uint64_t oid = 0
+        nm = _store_key(key, "delete")
+        if nm is not None:
+            cn = <bytes>nm
             with nogil:
                 rc = mgpu_store_delete_by_name(st, cn, &deferred)
-        elif isinstance(key, int) and not isinstance(key, bool):
+        else:
             oid = key
             with nogil:
                 rc = mgpu_store_delete(st, oid, &deferred)
-        else:
-            raise TypeError("delete: key must be an id (int) or a name (str)")
         _check(rc)
         return bool(deferred)
 

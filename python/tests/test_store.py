@@ -15,6 +15,7 @@ import pytest
 
 import mgpu
 import mgpu.store
+from conftest import opened
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -71,12 +72,7 @@ def daemon(tmp_path):
 
 @pytest.fixture
 def mg2():
-    if mgpu.is_initialized():
-        mgpu.shutdown()
-    mgpu.init(devices="host:2")
-    yield mgpu
-    gc.collect()
-    mgpu.shutdown()
+    yield from opened("host:2")
 
 
 def test_put_get_same_process(daemon, mg2):
