@@ -786,7 +786,6 @@ cdef class Array:
 
     cdef object _capsule(self, bint versioned, bint copied):
         cdef DLManagedTensorVersioned *t = NULL
-        cdef DLManagedTensor *legacy
         cdef int64_t shape[64]
         cdef int nd = len(self.shape), i, rc
         for i in range(nd):
@@ -796,18 +795,7 @@ cdef class Array:
         _check(rc)
         if copied:
             t.flags |= 2  # DLPACK_FLAG_BITMASK_IS_COPIED
-        if versioned:
-            return PyCapsule_New(<void *>t, b"dltensor_versioned",
-                                 _capsule_versioned_destructor)
-        legacy = <DLManagedTensor *>malloc(sizeof(DLManagedTensor))
-        if legacy == NULL:
-            t.deleter(t)
-            raise MemoryError()
-        legacy.dl_tensor = t.dl_tensor
-        legacy.manager_ctx = <void *>t
-        legacy.deleter = _legacy_deleter
-        return PyCapsule_New(<void *>legacy, b"dltensor",
-                             _capsule_legacy_destructor)
+        return _dl_capsule(t, versioned)
 
     @property
     def __array_interface__(self):
@@ -954,6 +942,23 @@ cdef void _legacy_deleter(DLManagedTensor *self) noexcept nogil:
     cdef DLManagedTensorVersioned *t = <DLManagedTensorVersioned *>self.manager_ctx
     free(self)
     t.deleter(t)
+
+
+cdef object _dl_capsule(DLManagedTensorVersioned *t, bint versioned):
+    """A capsule owning t: versioned, or a legacy tensor over it."""
+    cdef DLManagedTensor *legacy
+    if versioned:
+        return PyCapsule_New(<void *>t, b"dltensor_versioned",
+                             _capsule_versioned_destructor)
+    legacy = <DLManagedTensor *>malloc(sizeof(DLManagedTensor))
+    if legacy == NULL:
+        t.deleter(t)
+        raise MemoryError()
+    legacy.dl_tensor = t.dl_tensor
+    legacy.manager_ctx = <void *>t
+    legacy.deleter = _legacy_deleter
+    return PyCapsule_New(<void *>legacy, b"dltensor",
+                         _capsule_legacy_destructor)
 
 
 cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
@@ -1804,13 +1809,29 @@ cdef void _store_export_deleter(DLManagedTensorVersioned *t) noexcept nogil:
     free(e)
 
 
-cdef object _store_key(object key, str what):
-    """The name of a store key as bytes, or None when the key is an id."""
+cdef int _store_by_key(mgpu_store *st, object key, mgpu_store_object **got,
+                      int *deferred) except -1:
+    """Gets (got not NULL) or deletes the object of key: an id (int) or a
+    name (str)."""
+    cdef const char *cn = NULL
+    cdef uint64_t oid = 0
+    cdef int rc
     if isinstance(key, str):
-        return key.encode()
-    if isinstance(key, int) and not isinstance(key, bool):
-        return None
-    raise TypeError("%s: key must be an id (int) or a name (str)" % what)
+        nm = key.encode()
+        cn = <bytes>nm
+    elif isinstance(key, int) and not isinstance(key, bool):
+        oid = key
+    else:
+        raise TypeError("%s: key must be an id (int) or a name (str)" %
+                        ("get" if got != NULL else "delete"))
+    with nogil:
+        if got != NULL:
+            rc = (mgpu_store_get_by_name(st, cn, got) if cn != NULL
+                  else mgpu_store_get(st, oid, got))
+        else:
+            rc = (mgpu_store_delete_by_name(st, cn, deferred) if cn != NULL
+                  else mgpu_store_delete(st, oid, deferred))
+    return _check(rc)
 
 
 cdef class Store:
@@ -1940,19 +1961,7 @@ cdef class Store:
         deleted: NotFoundError; not sealed yet: NotReadyError."""
         cdef mgpu_store *st = self._open()
         cdef mgpu_store_object *o = NULL
-        cdef const char *cn
-        cdef uint64_t oid = 0
-        cdef int rc
-        nm = _store_key(key, "get")
-        if nm is not None:
-            cn = <bytes>nm
-            with nogil:
-                rc = mgpu_store_get_by_name(st, cn, &o)
-        else:
-            oid = key
-            with nogil:
-                rc = mgpu_store_get(st, oid, &o)
-        _check(rc)
+        _store_by_key(st, key, &o, NULL)
         try:
             return _store_array(self, o, dtype, shape)
         except BaseException:
@@ -1965,19 +1974,8 @@ cdef class Store:
         its memory goes when the last holder lets go. Returns True when
         holders kept it alive (deferred)."""
         cdef mgpu_store *st = self._open()
-        cdef int deferred = 0, rc
-        cdef const char *cn
-        cdef uint64_t oid = 0
-        nm = _store_key(key, "delete")
-        if nm is not None:
-            cn = <bytes>nm
-            with nogil:
-                rc = mgpu_store_delete_by_name(st, cn, &deferred)
-        else:
-            oid = key
-            with nogil:
-                rc = mgpu_store_delete(st, oid, &deferred)
-        _check(rc)
+        cdef int deferred = 0
+        _store_by_key(st, key, NULL, &deferred)
         return bool(deferred)
 
     def list(self):
@@ -2071,7 +2069,6 @@ cdef class StoreArray:
         """A read-only DLPack capsule over the object (no copy). A consumer
         asking for a copy or another device gets BufferError."""
         cdef DLManagedTensorVersioned *t = NULL
-        cdef DLManagedTensor *legacy
         cdef _store_export *e
         cdef int64_t shape[64]
         cdef int nd = len(self.shape), i
@@ -2097,19 +2094,8 @@ cdef class StoreArray:
         e.inner = t
         e.owner = <PyObject *>self
         Py_INCREF(self)
-        versioned = max_version is not None and int(max_version[0]) >= 1
-        if versioned:
-            return PyCapsule_New(<void *>&e.outer, b"dltensor_versioned",
-                                 _capsule_versioned_destructor)
-        legacy = <DLManagedTensor *>malloc(sizeof(DLManagedTensor))
-        if legacy == NULL:
-            _store_export_deleter(&e.outer)
-            raise MemoryError()
-        legacy.dl_tensor = e.outer.dl_tensor
-        legacy.manager_ctx = <void *>&e.outer
-        legacy.deleter = _legacy_deleter
-        return PyCapsule_New(<void *>legacy, b"dltensor",
-                             _capsule_legacy_destructor)
+        return _dl_capsule(&e.outer, max_version is not None and
+                           int(max_version[0]) >= 1)
 
     @property
     def __array_interface__(self):
