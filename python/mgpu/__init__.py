@@ -26,5 +26,5 @@ from mgpu._core import (  # noqa: F401,E402
     metrics, reset_metrics,
     Comm, allreduce, broadcast, Channel, Pool, Task,
 )
-from mgpu import dist, trace  # noqa: F401
+from mgpu import dist, store, trace  # noqa: F401
 from mgpu._core import __version__  # noqa: F401

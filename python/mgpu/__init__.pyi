@@ -6,6 +6,7 @@ import numpy.typing as npt
 
 from mgpu import dist as dist
 from mgpu import trace as trace
+from mgpu import store as store
 
 __version__: str
 

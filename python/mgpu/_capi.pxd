@@ -246,3 +246,51 @@ cdef extern from "mgpu/trace.h" nogil:
     int mgpu_trace_stats_get(mgpu_trace_stats *out)
     void mgpu_trace_span(const char *name, uint64_t start_ns, uint64_t end_ns)
     uint64_t mgpu_trace_now_ns()
+
+cdef extern from "mgpu.h" nogil:
+    # include/mgpu/store.h
+    enum: MGPU_STORE_NAME_MAX
+    ctypedef struct mgpu_store:
+        pass
+    ctypedef struct mgpu_store_object:
+        pass
+    int mgpu_store_connect(mgpu_store **store, const char *path)
+    int mgpu_store_disconnect(mgpu_store *store)
+    int mgpu_store_create(mgpu_store *store, int dev, size_t size, const char *name, mgpu_store_object **obj)
+    int mgpu_store_seal(mgpu_store_object *obj)
+    int mgpu_store_get(mgpu_store *store, uint64_t id, mgpu_store_object **obj)
+    int mgpu_store_get_by_name(mgpu_store *store, const char *name, mgpu_store_object **obj)
+    int mgpu_store_release(mgpu_store_object *obj)
+    int mgpu_store_delete(mgpu_store *store, uint64_t id, int *deferred)
+    int mgpu_store_delete_by_name(mgpu_store *store, const char *name, int *deferred)
+    uint64_t mgpu_store_object_id(const mgpu_store_object *obj)
+    size_t mgpu_store_object_size(const mgpu_store_object *obj)
+    int mgpu_store_object_device(const mgpu_store_object *obj)
+    void *mgpu_store_object_ptr(const mgpu_store_object *obj)
+    mgpu_buffer *mgpu_store_object_buffer(const mgpu_store_object *obj)
+    ctypedef struct mgpu_store_entry:
+        uint64_t id
+        char name[256]
+        char device_uuid[40]
+        uint64_t bytes
+        int sealed
+        int deleted
+        uint32_t refs
+    int mgpu_store_list(mgpu_store *store, mgpu_store_entry **entries, size_t *count)
+    void mgpu_store_list_free(mgpu_store_entry *entries)
+    ctypedef struct mgpu_store_device_stats:
+        char uuid[40]
+        int backend_kind
+        uint64_t capacity
+        uint64_t in_use
+        uint64_t held
+        uint64_t objects
+    ctypedef struct mgpu_store_stats:
+        size_t size
+        uint32_t clients
+        uint64_t objects
+        uint64_t refs
+        uint64_t evictions
+        int ndevices
+        mgpu_store_device_stats devices[64]
+    int mgpu_store_stats_get(mgpu_store *store, mgpu_store_stats *stats)

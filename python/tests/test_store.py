@@ -1,0 +1,188 @@
+"""mgpu.store against the build's own daemon on a private socket."""
+import gc
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import mgpu
+import mgpu.store
+from conftest import opened
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _daemon():
+    """The daemon's command line: $MGPU_STORE_DAEMON, mgpud or `mgpu store
+    serve` on PATH, else the repository's build folder."""
+    exe = os.environ.get("MGPU_STORE_DAEMON")
+    if exe and os.path.exists(exe):
+        return [exe]
+    if shutil.which("mgpud"):
+        return [shutil.which("mgpud")]
+    if shutil.which("mgpu"):
+        return [shutil.which("mgpu"), "store", "serve"]
+    for b in sorted((HERE.parent.parent).glob("build*/bin/mgpud")):
+        return [str(b)]
+    return None
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    cmd = _daemon()
+    if cmd is None:
+        pytest.skip("no store daemon (mgpud) found")
+    sock = str(tmp_path / "store.sock")
+    env = dict(os.environ, MGPU_DEVICES="host:2")
+    p = subprocess.Popen(cmd + ["--socket", sock], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        if p.poll() is not None:
+            pytest.fail("daemon exited: %s" % p.stdout.read().decode())
+        if os.path.exists(sock):
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(sock)
+                break
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            p.kill()
+            pytest.fail("daemon did not answer in 30 s")
+        time.sleep(0.05)
+    yield sock
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        pytest.fail("daemon did not stop on SIGTERM")
+    assert rc == 0, p.stdout.read().decode()
+
+
+@pytest.fixture
+def mg2():
+    yield from opened("host:2")
+
+
+def test_put_get_same_process(daemon, mg2):
+    data = np.arange(1000, dtype=np.float32)
+    with mgpu.store.connect(daemon) as st:
+        oid = st.put(data, name="x", device=1)
+        assert isinstance(oid, int)
+        a = st.get("x", dtype="float32")
+        assert a.id == oid and a.shape == (1000,) and a.device == 1
+        v = np.asarray(a)
+        assert not v.flags.writeable
+        assert v.__array_interface__["data"][0] == a.ptr  # no copy
+        np.testing.assert_array_equal(v, data)
+        with pytest.raises(ValueError):
+            v[0] = 1
+        d = np.from_dlpack(a)
+        assert not d.flags.writeable
+        assert d.__array_interface__["data"][0] == a.ptr
+        np.testing.assert_array_equal(d, data)
+        b = st.get(oid, dtype="float32", shape=(10, 100))
+        np.testing.assert_array_equal(np.asarray(b), data.reshape(10, 100))
+        ents = {e["id"]: e for e in st.list()}
+        assert ents[oid]["name"] == "x" and ents[oid]["bytes"] == 4000
+        assert ents[oid]["sealed"] and ents[oid]["refs"] >= 2
+        s = st.stats()
+        assert s["objects"] >= 1 and s["clients"] >= 1
+        assert sum(x["in_use"] for x in s["devices"]) >= 4000
+        # Deleted while held: deferred, no longer gettable, views still read.
+        assert st.delete("x") is True
+        with pytest.raises(mgpu.NotFoundError):
+            st.get("x")
+        del a, b
+        gc.collect()
+        np.testing.assert_array_equal(v, data)  # v and d hold the object
+        del v, d
+        gc.collect()
+
+
+def test_put_array_and_bytes(daemon, mg2):
+    src = mgpu.full(16, 3, "int32", device=0)
+    with mgpu.store.connect(daemon) as st:
+        i1 = st.put(src)
+        i2 = st.put(b"hello store")
+        assert bytes(np.asarray(st.get(i2))) == b"hello store"
+        np.testing.assert_array_equal(np.asarray(st.get(i1, "int32")),
+                                      np.full(16, 3, np.int32))
+        assert st.delete(i1) is False  # nobody holds it now
+        gc.collect()
+
+
+def test_errors(daemon, mg2):
+    with mgpu.store.connect(daemon) as st:
+        st.put(b"a", name="dup")
+        with pytest.raises(mgpu.ExistsError) as e:
+            st.put(b"b", name="dup")
+        assert e.value.code < 0
+        with pytest.raises(mgpu.NotFoundError):
+            st.get(123456789)
+        with pytest.raises(mgpu.NotFoundError):
+            st.delete("nobody")
+        with pytest.raises(TypeError):
+            st.get(1.5)
+        with pytest.raises(ValueError):
+            st.get("dup", dtype="int32")  # 1 byte is not an int32
+        with pytest.raises(ValueError):
+            st.put(b"")
+    with pytest.raises(ValueError):
+        st.get("dup")  # closed
+    with pytest.raises(mgpu.StoreError):
+        mgpu.store.connect(daemon + ".none")
+
+
+def test_close_waits_for_arrays(daemon, mg2):
+    st = mgpu.store.connect(daemon)
+    oid = st.put(np.ones(8, np.float64))
+    v = np.asarray(st.get(oid, "float64"))
+    st.close()  # the view keeps the connection and the object
+    np.testing.assert_array_equal(v, np.ones(8))
+    del v
+    gc.collect()
+
+
+def test_other_process(daemon, mg2):
+    """Put in a child process, get here; then get here what this one put in
+    another child, which checks the bytes."""
+    data = np.random.default_rng(1).random(4096)
+    child = textwrap.dedent("""
+        import sys, numpy as np, mgpu, mgpu.store
+        mgpu.init(devices="host:2")
+        st = mgpu.store.connect(sys.argv[1])
+        if sys.argv[2] == "put":
+            st.put(np.random.default_rng(1).random(4096), name="from-child")
+        else:
+            a = np.asarray(st.get("from-parent", dtype="float64"))
+            assert not a.flags.writeable
+            assert (a == np.random.default_rng(1).random(4096) * 2).all()
+            print("ok")
+        st.close()
+        mgpu.shutdown()
+    """)
+    env = dict(os.environ, MGPU_DEVICES="host:2")
+    r = subprocess.run([sys.executable, "-c", child, daemon, "put"], env=env,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    with mgpu.store.connect(daemon) as st:
+        a = st.get("from-child", dtype="float64")
+        np.testing.assert_array_equal(np.asarray(a), data)
+        st.put(data * 2, name="from-parent")
+        r = subprocess.run([sys.executable, "-c", child, daemon, "get"],
+                           env=env, capture_output=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == b"ok", r.stderr.decode()
+        del a
+        gc.collect()
