@@ -1,7 +1,7 @@
 /* The store's wire protocol: encoder and the checking decoder (proto.h).
  *
- * This file depends on nothing but libc and the error codes, so that the
- * fuzz target can link it alone. */
+ * It uses libc, the error codes and the allocation seam (util/fault.h)
+ * alone; its fuzz target is tests/fuzz/fuzz-store-proto.c. */
 #include "store/proto.h"
 
 #include <stdarg.h>
