@@ -233,19 +233,70 @@ static int sweep(int n, const size_t *sizes, int nsizes, const bench_opts *o,
   return 0;
 }
 
+/* Parses a comma-separated list of sizes ("8,128K,4M") or device counts
+ * ("2,4") into out; returns how many, or -1 on a bad item. */
+static int parse_list(const char *s, int sizes, size_t *out, int max) {
+  int k = 0;
+  char item[32];
+  while (*s != '\0') {
+    size_t len = strcspn(s, ",");
+    if (len == 0 || len >= sizeof item || k == max) return -1;
+    memcpy(item, s, len);
+    item[len] = '\0';
+    size_t v = bench_parse_size(item);
+    if (v == 0 || (sizes && v % sizeof(float) != 0) ||
+        (!sizes && (v > MAXDEV || item[len - 1] < '0' || item[len - 1] > '9')))
+      return -1;
+    out[k++] = v;
+    s += len + (s[len] == ',');
+  }
+  return k;
+}
+
 int mgpu_bench_allreduce(int argc, char **argv) {
+  static const char usage[] =
+      "mgpu bench allreduce [--json] [--quick] [--reps N] [--sizes B,B,...] "
+      "[--devices N,N]\n"
+      "  --sizes    bytes per device, multiples of 4 (K, M, G suffixes); "
+      "default 8 B to 256 MiB\n"
+      "             in powers of 4 and 256 MiB (--quick: 8, 4K, 64K, 1M)\n"
+      "  --devices  device counts to sweep; default 2,4 (those open)";
   bench_opts o;
-  char *rest[8];
-  int nrest;
-  if (bench_parse(argc, argv,
-                  "mgpu bench allreduce [--json] [--quick] [--reps N]", &o,
-                  rest, &nrest) != 0)
+  char *rest[8], *args[16];
+  int nrest, nargs = 0;
+  size_t sizes[MAXSIZES], given_devs[2];
+  int nsizes = 0, ngiven_devs = 0;
+  for (int i = 0; i < argc; i++) {
+    int sz = strcmp(argv[i], "--sizes") == 0;
+    if ((sz || strcmp(argv[i], "--devices") == 0) && i + 1 < argc) {
+      int k = sz ? parse_list(argv[++i], 1, sizes, MAXSIZES)
+                 : parse_list(argv[++i], 0, given_devs, 2);
+      if (k <= 0) {
+        fprintf(stderr, "bad list '%s'\nusage: %s\n", argv[i], usage);
+        return 2;
+      }
+      if (sz) nsizes = k;
+      else ngiven_devs = k;
+    } else if (nargs < 16) {
+      args[nargs++] = argv[i];
+    }
+  }
+  if (bench_parse(nargs, args, usage, &o, rest, &nrest) != 0) return 2;
+  if (nrest != 0) {
+    fprintf(stderr, "unexpected argument %s\nusage: %s\n", rest[0], usage);
     return 2;
+  }
   int ndev = mgpu_device_count();
   if (ndev < 1) return fail("devices", ndev < 0 ? ndev : MGPU_ENODEV);
-  size_t sizes[MAXSIZES];
-  int nsizes = 0;
-  if (o.quick) {
+  if (nsizes > 0) {
+    /* Ascending: the buffers are sized for the last. */
+    for (int i = 1; i < nsizes; i++)
+      for (int j = i; j > 0 && sizes[j - 1] > sizes[j]; j--) {
+        size_t t = sizes[j];
+        sizes[j] = sizes[j - 1];
+        sizes[j - 1] = t;
+      }
+  } else if (o.quick) {
     static const size_t quick[] = {8, 4u << 10, 64u << 10, 1u << 20};
     for (int i = 0; i < 4; i++) sizes[nsizes++] = quick[i];
   } else {
@@ -254,8 +305,13 @@ int mgpu_bench_allreduce(int argc, char **argv) {
   }
   bench_report *rep = bench_report_new("allreduce");
   int counts[2] = {2, 4}, ncounts = 0;
-  for (int k = 0; k < 2; k++)
-    if (counts[k] <= ndev) counts[ncounts++] = counts[k];
+  if (ngiven_devs > 0) {
+    for (int k = 0; k < ngiven_devs; k++)
+      if ((int)given_devs[k] <= ndev) counts[ncounts++] = (int)given_devs[k];
+  } else {
+    for (int k = 0; k < 2; k++)
+      if (counts[k] <= ndev) counts[ncounts++] = counts[k];
+  }
   if (ncounts == 0) counts[ncounts++] = ndev; /* one device: itself */
   for (int k = 0; k < ncounts; k++)
     if (sweep(counts[k], sizes, nsizes, &o, rep) != 0) {

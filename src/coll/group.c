@@ -25,9 +25,11 @@
 
 typedef struct group_call {
   mgpu_comm *comm;
-  int rank;
+  int grank;           /* the rank the caller named (global) */
+  int rank;            /* local (devs[rank]): set by resolve */
   mgpu__coll_part part;
   mgpu__comm *held;    /* looked up and held, from resolve to collect */
+  int pinned;          /* its handles are pins of the batch, not uses */
   mgpu__comm *c;       /* set while joined */
   mgpu__coll_op *op;
 } group_call;
@@ -88,12 +90,22 @@ static int has_root(mgpu__coll_kind k) {
  * bytes. NULL is allowed only when need is 0. */
 static int check_buf(const char *what, const char *arg, int rank, int dev,
                      mgpu_buffer *h, size_t need, void **ptr,
-                     mgpu__buf **held) {
+                     mgpu__buf **held, int pinned) {
   *ptr = NULL;
   *held = NULL;
   if (h == NULL && need == 0) return 0;
   mgpu__buf *b;
-  int rc = mgpu__buf_get(h, arg, &b);
+  int rc = 0;
+  if (!pinned) {
+    rc = mgpu__buf_get(h, arg, &b);
+  } else {
+    b = mgpu__handle_pinned((uintptr_t)h, MGPU__H_BUFFER, arg, &rc);
+    if (b == NULL) {
+      *held = NULL;
+      return rc;
+    }
+    *held = b; /* a pin: given back with the batch */
+  }
   if (rc != 0) return rc;
   *held = b; /* given back by part_put, even when a check below fails */
   if (strcmp(arg, "recv") == 0 && (rc = mgpu__buf_check_writable(b, what)) != 0)
@@ -112,11 +124,14 @@ static int check_buf(const char *what, const char *arg, int rank, int dev,
   return 0;
 }
 
-/* Gives back the handles check_part held. */
-static void part_put(mgpu__coll_part *p) {
-  mgpu__stream_put(p->stream);
-  mgpu__buf_put(p->send_b);
-  mgpu__buf_put(p->recv_b);
+/* Gives back the handles check_part held (uses; pins go back with their
+ * batch). */
+static void part_put(mgpu__coll_part *p, int pinned) {
+  if (!pinned) {
+    mgpu__stream_put(p->stream);
+    mgpu__buf_put(p->send_b);
+    mgpu__buf_put(p->recv_b);
+  }
   p->stream = NULL;
   p->send_b = p->recv_b = NULL;
 }
@@ -125,7 +140,8 @@ static void part_put(mgpu__coll_part *p) {
  * (also on failure) until part_put. rank is the local rank (devs[rank]);
  * grank the global one, which roots, sizes and in-place blocks are counted
  * in (the same unless the comm spans processes). */
-static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
+static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
+                      int pinned) {
   const char *what = kind_name(p->kind);
   int grank = c->first + rank;
   if (rank < 0 || rank >= c->n)
@@ -133,7 +149,13 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
                        what, grank, c->nglobal,
                        c->has_remote ? " is not in this process" : "");
   int dev = c->devs[rank];
-  int rc = mgpu__stream_get(p->stream_h, &p->stream);
+  int rc = 0;
+  if (!pinned)
+    rc = mgpu__stream_get(p->stream_h, &p->stream);
+  else if ((p->stream = mgpu__handle_pinned((uintptr_t)p->stream_h,
+                                            MGPU__H_STREAM, "stream",
+                                            &rc)) == NULL)
+    return rc;
   if (rc != 0) return rc;
   if (p->stream->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,
@@ -181,10 +203,10 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p) {
   if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) need_recv = total;
   void *send;
   rc = check_buf(what, "send", grank, dev, p->send_h, need_send, &send,
-                 &p->send_b);
+                 &p->send_b, pinned);
   if (rc != 0) return rc;
   rc = check_buf(what, "recv", grank, dev, p->recv_h, need_recv, &p->recv,
-                 &p->recv_b);
+                 &p->recv_b, pinned);
   if (rc != 0) return rc;
   p->send = send;
   /* NCCL's in-place layouts: the rank's own block of the larger buffer. */
@@ -402,58 +424,52 @@ static int lost_device(const mgpu__comm *c) {
 
 /* Looks up and checks one call; what it holds stays held until unresolve
  * (after its result was collected), so no buffer, stream or communicator
- * of it can be freed while another rank's thread may issue its work. */
-static int resolve(group_call *g) {
+ * of it can be freed while another rank's thread may issue its work.
+ * pinned: the call's handles were pinned (pin_calls) and are checked, not
+ * looked up with a use each. */
+static int resolve(group_call *g, int pinned) {
   g->part.stream = NULL;
   g->part.send_b = g->part.recv_b = NULL;
   g->held = NULL;
-  int rc = mgpu__comm_get(g->comm, &g->held);
-  if (rc == 0) rc = check_part(g->held, g->rank, &g->part);
+  g->pinned = pinned;
+  g->rank = g->grank;
+  int rc = 0;
+  if (!pinned) {
+    rc = mgpu__comm_get(g->comm, &g->held);
+  } else if (!mgpu_is_initialized()) {
+    rc = mgpu__error(MGPU_ENOINIT, "comm: mgpu_init has not been called");
+  } else {
+    g->held = mgpu__handle_pinned((uintptr_t)g->comm, MGPU__H_COMM, "comm",
+                                  &rc);
+  }
+  if (g->held != NULL) {
+    /* The caller names the global rank; a call is kept under its local
+     * rank (the same unless the communicator spans processes). */
+    g->rank = g->grank - g->held->first;
+    rc = check_part(g->held, g->rank, &g->part, pinned);
+  }
   return rc;
 }
 
 static void unresolve(group_call *g) {
-  part_put(&g->part);
-  mgpu__comm_put(g->held);
+  part_put(&g->part, g->pinned);
+  if (!g->pinned) mgpu__comm_put(g->held);
   g->held = NULL;
 }
 
-/* Joins k resolved calls of one communicator handle to their operations,
- * under one lock: a group that issues for every rank of a communicator takes
- * the lock once, and its last call issues the operation. Returns the first
- * error (calls after a failed one are not joined). */
-static int join_run(group_call *g, int k) {
-  mgpu__comm *c = g[0].held;
-  int rc = 0;
-  mgpu__flight_record(c->devs[g->rank], kind_name(g->part.kind),
-                      g->part.count * mgpu_dtype_size(g->part.dtype),
-                      (uintptr_t)g->part.stream_h);
-  mgpu__mutex_lock(&c->lock);
-  int any = 0;
-  for (int i = 0; i < k && rc == 0; i++) {
-    if (c->destroying) {
-      rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
-    } else if (c->aborted) {
-      rc = mgpu__error(c->aborted, "%s", c->abort_detail);
-    } else {
-      mgpu__coll_op *op = find_op(c, c->next_seq[g[i].rank]);
-      if (op == NULL) {
-        rc = mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
-        break;
-      }
-      op->part[g[i].rank] = g[i].part;
-      op->part[g[i].rank].present = 1;
-      op->arrived++;
-      op->pickups++;
-      c->next_seq[g[i].rank]++;
-      g[i].c = c;
-      g[i].op = op;
-      if (op->arrived == c->n) any = 1;
-    }
+/* Pins the handles of n calls in one batch (see core/internal.h); returns
+ * the mark for mgpu__handle_unpin, or -1 when they did not fit (the calls
+ * then take a use of each). */
+static int pin_calls(const group_call *calls, int n) {
+  uintptr_t h[4 * 15];
+  if (n < 1 || n > 15) return -1;
+  for (int i = 0; i < n; i++) {
+    h[4 * i] = (uintptr_t)calls[i].comm;
+    h[4 * i + 1] = (uintptr_t)calls[i].part.stream_h;
+    h[4 * i + 2] = (uintptr_t)calls[i].part.send_h;
+    h[4 * i + 3] = (uintptr_t)calls[i].part.recv_h;
   }
-  if (any) issue_ready(c);
-  mgpu__mutex_unlock(&c->lock);
-  return rc;
+  return mgpu__handle_pin(h, 4 * n);
 }
 
 /* With c->lock held: waits for a joined call's operation and collects its
@@ -488,6 +504,67 @@ static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
   }
   g->c = NULL;
   g->op = NULL;
+  return rc;
+}
+
+/* Joins k resolved calls of one communicator handle to their operations,
+ * under one lock: a group that issues for every rank of a communicator takes
+ * the lock once, and its last call issues the operation. Returns the first
+ * error (calls after a failed one are not joined). With reserve (the group's
+ * only communicator), first makes sure every operation the calls join
+ * exists, as reserve() does for several. Operations done once joined (run
+ * by this thread) are collected at once, under the same lock. */
+static int join_run(group_call *g, int k, int reserve_here) {
+  mgpu__comm *c = g[0].held;
+  int rc = 0;
+  mgpu__flight_record(c->devs[g->rank], kind_name(g->part.kind),
+                      g->part.count * mgpu_dtype_size(g->part.dtype),
+                      (uintptr_t)g->part.stream_h);
+  mgpu__mutex_lock(&c->lock);
+  for (int i = 0; reserve_here && i < k; i++) {
+    uint64_t later = 0; /* this rank's calls earlier in the run */
+    for (int j = 0; j < i; j++) later += g[j].rank == g[i].rank;
+    if (!c->destroying && !c->aborted &&
+        find_op(c, c->next_seq[g[i].rank] + later) == NULL) {
+      mgpu__mutex_unlock(&c->lock);
+      return mgpu__error(MGPU_ENOMEM, "group: out of host memory for call "
+                         "%d (rank %d); no call of the group was issued", i,
+                         g[i].rank);
+    }
+  }
+  int any = 0;
+  for (int i = 0; i < k && rc == 0; i++) {
+    if (c->destroying) {
+      rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
+    } else if (c->aborted) {
+      rc = mgpu__error(c->aborted, "%s", c->abort_detail);
+    } else {
+      mgpu__coll_op *op = find_op(c, c->next_seq[g[i].rank]);
+      if (op == NULL) {
+        rc = mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
+        break;
+      }
+      op->part[g[i].rank] = g[i].part;
+      op->part[g[i].rank].present = 1;
+      op->arrived++;
+      op->pickups++;
+      c->next_seq[g[i].rank]++;
+      g[i].c = c;
+      g[i].op = op;
+      if (op->arrived == c->n) any = 1;
+    }
+  }
+  if (any) issue_ready(c);
+  int crc = 0;
+  char detail[MGPU__COLL_DETAIL] = "";
+  for (int i = 0; any && i < k; i++)
+    if (g[i].c != NULL && g[i].op->done) {
+      int r = collect_locked(c, &g[i], 0, crc ? NULL : detail,
+                             crc ? 0 : sizeof detail);
+      if (r != 0 && crc == 0) crc = r;
+    }
+  mgpu__mutex_unlock(&c->lock);
+  if (rc == 0 && crc != 0) rc = mgpu__error(crc, "%s", detail);
   return rc;
 }
 
@@ -559,20 +636,25 @@ static int collect_run(group_call *g, int k, uint64_t *start) {
 static int submit(group_call *calls, int n) {
   int first = 0;
   char detail[MGPU__COLL_DETAIL] = "";
+  int mark = pin_calls(calls, n);
   for (int i = 0; i < n && first == 0; i++) {
-    first = resolve(&calls[i]);
+    first = resolve(&calls[i], mark >= 0);
     if (first != 0) {
       for (int k = 0; k <= i; k++) unresolve(&calls[k]);
+      mgpu__handle_unpin(mark);
       return first;
     }
   }
-  if ((first = reserve(calls, n)) != 0) {
+  int one_comm = 1;
+  for (int i = 1; i < n; i++) one_comm &= calls[i].comm == calls[0].comm;
+  if (!one_comm && (first = reserve(calls, n)) != 0) {
     for (int k = 0; k < n; k++) unresolve(&calls[k]);
+    mgpu__handle_unpin(mark);
     return first;
   }
   for (int i = 0, j; i < n; i = j) {
     for (j = i + 1; j < n && calls[j].comm == calls[i].comm; j++) continue;
-    int rc = join_run(&calls[i], j - i);
+    int rc = join_run(&calls[i], j - i, one_comm);
     if (rc != 0 && first == 0) {
       first = rc;
       snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
@@ -588,28 +670,23 @@ static int submit(group_call *calls, int n) {
     }
   }
   for (int i = 0; i < n; i++) unresolve(&calls[i]);
+  mgpu__handle_unpin(mark);
   if (first != 0) mgpu__error(first, "%s", detail);
   return first;
 }
 
 static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
-  /* The caller names the global rank; a call is kept under its local rank
-   * (the same unless the communicator spans processes). A communicator
-   * that cannot be looked up fails in resolve with its detail. */
-  int rank = grank;
-  mgpu__comm *c;
-  if (mgpu__comm_get(comm, &c) == 0) {
-    rank = grank - c->first;
-    mgpu__comm_put(c);
-  }
-  group_call g = {comm, rank, *p, NULL, NULL, NULL};
+  group_call g = {comm, grank, grank, *p, NULL, 0, NULL, NULL};
   if (group.depth == 0) return submit(&g, 1);
   /* In a group: checked now, for the caller's error, and again (from the
    * handles) by mgpu_group_end. Nothing stays held in between, so the
    * thread may free what it passed before mgpu_group_end: the group then
    * fails as a whole. */
-  int rc = resolve(&g);
+  int mark = pin_calls(&g, 1);
+  int rc = resolve(&g, mark >= 0);
   unresolve(&g);
+  mgpu__handle_unpin(mark);
+  int rank = g.rank;
   *p = g.part;
   if (rc == 0 && group.calls == NULL) {
     group.calls = group.local;
@@ -645,7 +722,8 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
     }
     return rc;
   }
-  group.calls[group.ncalls++] = (group_call){comm, rank, *p, NULL, NULL, NULL};
+  group.calls[group.ncalls++] =
+      (group_call){comm, grank, rank, *p, NULL, 0, NULL, NULL};
   return 0;
 }
 

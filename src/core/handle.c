@@ -17,6 +17,20 @@
  * destroy call wakes what its calls may be waiting on (a barrier, a channel),
  * so the users leave. A destroy therefore never frees under a caller.
  *
+ * Pins are the cheap form of a use for a thread that looks up several
+ * handles at once and gives them all back together (a collective's
+ * communicator, stream and buffers). The thread writes the handles into its
+ * own pin record (plain stores to its own cache lines), publishes them with
+ * one exchange of the record's count, then checks each slot's state: no
+ * compare-and-swap on the slots' shared words, one exchange per batch
+ * instead of two atomic operations per handle. A closer sets CLOSING first
+ * and then looks for the handle in every record; the two sides' sequentially
+ * consistent operations (the publish and the check, the CLOSING and the
+ * scan) make sure that either the pinning thread sees CLOSING and fails, or
+ * the closer sees the pin and retire waits for it, as for a use. A thread
+ * gives its pins back with another exchange, then wakes a closer for any
+ * slot it pinned that is closing.
+ *
  * A slot whose generation would wrap is retired for good instead of being
  * reused, so a handle freed 2^24 reuses ago never matches a live one.
  *
@@ -50,6 +64,19 @@ typedef struct slot {
   _Atomic uint8_t type; /* mgpu__htype of the live object */
   uint32_t next_free; /* table_lock */
 } slot;
+
+/* One thread's pins. count and the entries are written by the owning thread
+ * only, read by closers scanning for a handle. */
+#define PIN_RECORDS 256
+#define PIN_ENTRIES 62
+typedef struct pin_record {
+  _Alignas(64) _Atomic int count;  /* entries [0, count) are pinned */
+  _Atomic int taken;               /* a thread owns the record */
+  _Atomic uintptr_t entry[PIN_ENTRIES];
+} pin_record;
+
+static pin_record pin_records[PIN_RECORDS];
+static _Atomic int pin_nrecords; /* records ever taken: the scan's bound */
 
 static mgpu__mutex table_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__mutex close_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -199,6 +226,101 @@ void mgpu__handle_put(uintptr_t h) {
   }
 }
 
+/* ---- pins ---- */
+
+/* How many pins of h all threads hold now. Sequentially consistent loads:
+ * see the top of the file. */
+static int pins_of(uintptr_t h) {
+  int n = 0, nrec = atomic_load(&pin_nrecords);
+  for (int r = 0; r < nrec; r++) {
+    pin_record *rec = &pin_records[r];
+    int count = atomic_load(&rec->count);
+    for (int k = 0; k < count && k < PIN_ENTRIES; k++)
+      n += atomic_load_explicit(&rec->entry[k], memory_order_relaxed) == h;
+  }
+  return n;
+}
+
+/* The calling thread's record, taken on its first pin and given back when
+ * it exits (a key's destructor); NULL when every record is taken. */
+static _Thread_local pin_record *my_pins;
+static pthread_once_t pin_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t pin_key;
+static int pin_key_ok;
+
+static void pin_record_free(void *arg) {
+  pin_record *rec = arg;
+  atomic_store_explicit(&rec->taken, 0, memory_order_release);
+}
+
+static void pin_key_make(void) {
+  pin_key_ok = pthread_key_create(&pin_key, pin_record_free) == 0;
+}
+
+static pin_record *pin_record_get(void) {
+  if (my_pins != NULL) return my_pins;
+  pthread_once(&pin_key_once, pin_key_make);
+  if (!pin_key_ok) return NULL;
+  for (int r = 0; r < PIN_RECORDS; r++) {
+    int free_ = 0;
+    if (atomic_compare_exchange_strong(&pin_records[r].taken, &free_, 1)) {
+      if (pthread_setspecific(pin_key, &pin_records[r]) != 0) {
+        atomic_store(&pin_records[r].taken, 0);
+        return NULL;
+      }
+      int n = atomic_load(&pin_nrecords);
+      while (n < r + 1 &&
+             !atomic_compare_exchange_weak(&pin_nrecords, &n, r + 1))
+        continue;
+      return my_pins = &pin_records[r];
+    }
+  }
+  return NULL;
+}
+
+int mgpu__handle_pin(const uintptr_t *h, int k) {
+  pin_record *rec = pin_record_get();
+  if (rec == NULL) return -1;
+  int mark = atomic_load_explicit(&rec->count, memory_order_relaxed);
+  if (k > PIN_ENTRIES - mark) return -1;
+  for (int i = 0; i < k; i++)
+    atomic_store_explicit(&rec->entry[mark + i], h[i], memory_order_relaxed);
+  atomic_exchange(&rec->count, mark + k); /* publish, before any check */
+  return mark;
+}
+
+void *mgpu__handle_pinned(uintptr_t h, mgpu__htype type, const char *what,
+                          int *err) {
+  int code = 0;
+  if (mgpu__forked_from()) return failed(MGPU_EFORK, h, type, what, err);
+  slot *s = slot_of(h, type, &code);
+  if (s == NULL) return failed(code, h, type, what, err);
+  uint64_t st = atomic_load(&s->state); /* after the publish: see the top */
+  if ((code = open_code(s, st, h, type)) != 0)
+    return failed(code, h, type, what, err);
+  return s->obj;
+}
+
+void mgpu__handle_unpin(int mark) {
+  pin_record *rec = my_pins;
+  if (mark < 0 || rec == NULL) return;
+  int count = atomic_load_explicit(&rec->count, memory_order_relaxed);
+  if (mark >= count) return;
+  atomic_exchange(&rec->count, mark);
+  /* A closer that saw one of these pins waits for it: wake it. */
+  for (int k = mark; k < count; k++) {
+    uintptr_t h = atomic_load_explicit(&rec->entry[k], memory_order_relaxed);
+    uint32_t i = slot_index(h);
+    if (h == 0 || i == 0 || i > atomic_load(&nslots)) continue;
+    if (atomic_load(&slot_at(i - 1)->state) & ST_CLOSING) {
+      mgpu__mutex_lock(&close_lock);
+      mgpu__cond_broadcast(&close_cond);
+      mgpu__mutex_unlock(&close_lock);
+      break;
+    }
+  }
+}
+
 /* Sets CLOSING on an open slot; returns it, or NULL with *code. */
 static slot *close_slot(uintptr_t h, mgpu__htype type, int *code) {
   if (mgpu__forked_from()) {
@@ -212,7 +334,7 @@ static slot *close_slot(uintptr_t h, mgpu__htype type, int *code) {
     if ((*code = open_code(s, st, h, type)) != 0) return NULL;
   } while (!atomic_compare_exchange_weak_explicit(&s->state, &st,
                                                   st | ST_CLOSING,
-                                                  memory_order_acq_rel,
+                                                  memory_order_seq_cst,
                                                   memory_order_acquire));
   return s;
 }
@@ -228,10 +350,13 @@ void mgpu__handle_retire(uintptr_t h) {
   if (h == 0) return;
   uint32_t i = slot_index(h) - 1;
   slot *s = slot_at(i);
-  if ((atomic_load_explicit(&s->state, memory_order_acquire) & ST_USERS) != 0) {
+  if ((atomic_load_explicit(&s->state, memory_order_acquire) & ST_USERS) !=
+          0 ||
+      pins_of(h) != 0) {
     mgpu__mutex_lock(&close_lock);
     while ((atomic_load_explicit(&s->state, memory_order_acquire) &
-            ST_USERS) != 0)
+            ST_USERS) != 0 ||
+           pins_of(h) != 0)
       mgpu__cond_wait(&close_cond, &close_lock);
     mgpu__mutex_unlock(&close_lock);
   }
@@ -282,5 +407,6 @@ int mgpu__handle_users(uintptr_t h, mgpu__htype type) {
   slot *s = slot_of(h, type, &code);
   if (s == NULL) return -1;
   return (int)(atomic_load_explicit(&s->state, memory_order_acquire) &
-               ST_USERS);
+               ST_USERS) +
+         pins_of(h);
 }

@@ -208,7 +208,21 @@ void mgpu__handle_retire(uintptr_t h);
 /* Close and retire: for objects whose calls never wait on anything. */
 void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
                            int *err);
-/* How many calls hold h now (tests and diagnostics; -1: not a handle). */
+/* Pins: uses for a batch of handles looked up together and given back
+ * together, by one thread (one atomic exchange per batch instead of two
+ * atomic operations per handle; a destroy waits for a pin as for a use).
+ * mgpu__handle_pin records the k handles (any value, 0 and stale ones
+ * included) and returns a mark for mgpu__handle_unpin, or -1 when the
+ * thread has no room left (then look them up with mgpu__handle_get). Each
+ * pinned handle is then checked with mgpu__handle_pinned (the object, or
+ * NULL with *err and the detail of mgpu__handle_get); its object stays valid
+ * until mgpu__handle_unpin(mark) gives back every pin taken since mark. */
+int mgpu__handle_pin(const uintptr_t *h, int k);
+void *mgpu__handle_pinned(uintptr_t h, mgpu__htype type, const char *what,
+                          int *err);
+void mgpu__handle_unpin(int mark);
+/* How many calls hold h now, pins included (tests and diagnostics; -1: not
+ * a handle). */
 int mgpu__handle_users(uintptr_t h, mgpu__htype type);
 /* Closes every live object of the type and calls fn on it, which must free
  * it and retire its handle (used by shutdown; one pass over the table). */
