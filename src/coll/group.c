@@ -16,6 +16,7 @@
  * Inside mgpu_group_begin/end, calls are only checked and recorded in the
  * thread's group; mgpu_group_end joins every recorded call first and only
  * then waits, so one thread can issue for every rank. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,8 +365,14 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
   size_t size = sizeof(mgpu__coll_op) + (size_t)c->n * sizeof(mgpu__coll_part);
   mgpu__coll_op *op = c->spare;
   if (op != NULL) {
+    /* Cleared as calloc would, but for the detail (a kilobyte, written
+     * only on failure). */
     c->spare = NULL;
-    memset(op, 0, size);
+    memset(op, 0, offsetof(mgpu__coll_op, detail));
+    op->detail[0] = '\0';
+    op->pickups = 0;
+    op->next = NULL;
+    memset(op->part, 0, (size_t)c->n * sizeof(mgpu__coll_part));
   } else {
     op = mgpu__calloc(1, size);
     if (op == NULL) return NULL;
@@ -556,7 +563,8 @@ static int join_run(group_call *g, int k, int reserve_here) {
   }
   if (any) issue_ready(c);
   int crc = 0;
-  char detail[MGPU__COLL_DETAIL] = "";
+  char detail[MGPU__COLL_DETAIL];
+  detail[0] = '\0';
   for (int i = 0; any && i < k; i++)
     if (g[i].c != NULL && g[i].op->done) {
       int r = collect_locked(c, &g[i], 0, crc ? NULL : detail,
@@ -615,7 +623,8 @@ static int collect_run(group_call *g, int k, uint64_t *start) {
     deadline = *start + (uint64_t)timeout * 1000000ull;
   }
   int first = 0;
-  char detail[MGPU__COLL_DETAIL] = "";
+  char detail[MGPU__COLL_DETAIL];
+  detail[0] = '\0';
   mgpu__mutex_lock(&c->lock);
   for (int i = 0; i < k; i++) {
     if (g[i].c == NULL) continue;
@@ -635,7 +644,8 @@ static int collect_run(group_call *g, int k, uint64_t *start) {
  * was collected. */
 static int submit(group_call *calls, int n) {
   int first = 0;
-  char detail[MGPU__COLL_DETAIL] = "";
+  char detail[MGPU__COLL_DETAIL];
+  detail[0] = '\0';
   int mark = pin_calls(calls, n);
   for (int i = 0; i < n && first == 0; i++) {
     first = resolve(&calls[i], mark >= 0);
