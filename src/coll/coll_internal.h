@@ -111,6 +111,11 @@ typedef struct mgpu__comm {
   mgpu_buffer *retired[MGPU_MAX_DEVICES][16];
   int nretired[MGPU_MAX_DEVICES];
   mgpu_stream *streams[MGPU_MAX_DEVICES]; /* internal, for reduce_to_host */
+  /* The shared medium path's work lists (direct.c), created on first use:
+   * one may still be looked at by a late worker while the next collective
+   * runs, so there are a few. */
+  struct mgpu__coll_shares *shares[4];
+  mgpu__spin share_spin; /* the issuer's watch for the last share */
 } mgpu__comm;
 
 /* comm.c */

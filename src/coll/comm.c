@@ -265,6 +265,9 @@ static int comm_free(mgpu__comm *c) {
     for (int i = 0; i < c->nretired[r]; i++) mgpu_free(c->retired[r][i]);
     if (c->streams[r] != NULL) mgpu_stream_destroy(c->streams[r]);
   }
+  /* Every internal stream was destroyed above (after its work): no
+   * worker looks at a work list any more. */
+  for (int i = 0; i < 4; i++) mgpu__free(c->shares[i]);
   for (mgpu__coll_op *op = c->ops, *next; op != NULL; op = next) {
     next = op->next;
     mgpu__free(op);

@@ -14,6 +14,7 @@
  * keeps every stream from running on while a peer still reads its buffers
  * or writes its output. Both are events and stream waits: the host never
  * blocks. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -193,8 +194,9 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
 #define ONE_SHOT_BYTES (64u << 10)
 #define ONE_SHOT_RANKS 8
 /* Up to this many bytes the issuing thread runs the jobs itself when it
- * can (inline_issue). */
-#define INLINE_BYTES (64u << 10)
+ * can (inline_issue): at 128 KiB on the 2-core build machine one thread
+ * alone was still as fast as sharing with a woken worker (docs/coll.md). */
+#define INLINE_BYTES (128u << 10)
 /* Up to this many bytes, claimed_parallel_issue serves a collective whose
  * streams are idle. */
 #define CLAIMED_MAX_BYTES (4u << 20)
@@ -279,45 +281,128 @@ static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
 }
 
 /* Medium messages, when every rank's stream is idle: the issuing thread
- * claims them all, hands the jobs of ranks 1 .. n-1 to their devices'
- * workers (one launch each on the communicator's internal streams, which
- * are idle while comm->lock is held), runs rank 0's job itself, waits for
- * the others (spinning first) and releases the streams. One launch per rank
- * and no event, where the queued path pays two stream barriers (2 n^2
- * stream operations, each a possible wake-up). The call returns once the
- * data moved. Returns 1 when it ran, 0 when a stream was busy (nothing
- * ran), or a negative error. */
-static int claimed_parallel_issue(mgpu__comm *c, mgpu__coll_op *op) {
+ * claims them all and cuts the data into shares (at least one per rank,
+ * about SHARE_BYTES each, at most MAX_SHARES). Whoever comes first takes
+ * the next share by an atomic index: the issuing thread from the start, and
+ * the workers of up to (CPUs - 1) other ranks' devices, each woken by one
+ * launch on the communicator's internal stream of its rank (idle while
+ * comm->lock is held). A worker that wakes late finds every share taken and
+ * leaves at once, so the call never waits for a wake-up: at worst the
+ * issuing thread runs every share itself. It then waits (spinning first)
+ * only for shares still running on a worker, and releases the streams. No
+ * event, and no stream barrier (2 n^2 stream operations, each a possible
+ * wake-up, on the queued path). The call returns once the data moved.
+ * Returns 1 when it ran, 0 when a stream was busy or no work list was free
+ * (nothing ran), or a negative error. */
+#define SHARE_BYTES (64u << 10)
+#define MAX_SHARES 16
+
+typedef struct mgpu__coll_shares {
+  _Atomic int next; /* the next share to take */
+  _Atomic int done; /* shares finished */
+  _Atomic int refs; /* launched workers that have not left yet */
+  int nshares;
+  job_args job[MAX_SHARES];
+} shares_t;
+
+/* Takes and runs shares until none is left. */
+static void run_shares(const mgpu_kernel_ctx *ctx, shares_t *sh) {
+  for (;;) {
+    int i = atomic_fetch_add_explicit(&sh->next, 1, memory_order_relaxed);
+    if (i >= sh->nshares) return;
+    job_kernel(ctx, &sh->job[i]);
+    atomic_fetch_add_explicit(&sh->done, 1, memory_order_release);
+  }
+}
+
+static void share_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
+  shares_t *sh = *(shares_t *const *)argp;
+  run_shares(ctx, sh);
+  /* The last look at the list: from here the issuer may reuse it. */
+  atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_release);
+}
+
+static const mgpu_kernel share_job = {"mgpu_coll_shares", share_kernel, NULL};
+
+static int all_done(const void *arg) {
+  const shares_t *sh = arg;
+  return atomic_load_explicit(&sh->done, memory_order_acquire) == sh->nshares;
+}
+
+/* A work list no worker looks at any more, or NULL (comm->lock held). */
+static shares_t *free_shares(mgpu__comm *c) {
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < 4; i++) {
+      if (c->shares[i] == NULL)
+        c->shares[i] = mgpu__calloc(1, sizeof(shares_t));
+      if (c->shares[i] != NULL &&
+          atomic_load_explicit(&c->shares[i]->refs, memory_order_acquire) ==
+              0)
+        return c->shares[i];
+    }
+    /* Workers woke late for every list: wait until they have looked
+     * (rare; the alternative, the queued path, waits for wake-ups too). */
+    for (int r = 1; pass == 0 && r < c->n; r++)
+      if (c->streams[r] != NULL) mgpu_stream_synchronize(c->streams[r]);
+  }
+  return NULL;
+}
+
+static int claimed_parallel_issue(mgpu__comm *c, mgpu__coll_op *op,
+                                  size_t bytes) {
   int n = c->n, claimed = 0;
+  shares_t *sh = free_shares(c);
+  if (sh == NULL) return 0;
   while (claimed < n && mgpu__stream_claim(op->part[claimed].stream))
     claimed++;
   int rc = 0, ran = claimed == n;
   if (ran) {
-    mgpu_stream *helper[MGPU_MAX_DEVICES] = {NULL};
-    for (int r = 1; r < n && rc == 0; r++) {
-      job_args j;
-      if (!make_job(c, op, r, n, &j)) continue;
-      rc = mgpu__comm_stream(c, r, &helper[r]);
-      size_t args_size =
-          offsetof(job_args, ptr) + (size_t)(j.nsrc + j.ndst) * sizeof(void *);
-      if (rc == 0)
-        rc = mgpu_launch(helper[r], &job, MGPU_DIM3(1, 1, 1),
-                         MGPU_DIM3(1, 1, 1), &j, args_size);
-      if (rc != 0) helper[r] = NULL;
-    }
-    job_args j;
-    if (rc == 0 && make_job(c, op, 0, n, &j)) {
-      mgpu_kernel_ctx ctx;
-      memset(&ctx, 0, sizeof ctx);
-      ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
-      ctx.device = c->devs[0];
-      job_kernel(&ctx, &j);
-    }
-    for (int r = 1; r < n; r++)
-      if (helper[r] != NULL) {
-        int src = mgpu_stream_synchronize(helper[r]);
-        if (rc == 0) rc = src;
+    mgpu__coll_kind kind = op->part[0].kind;
+    int per_rank = kind == MGPU__COLL_ALLGATHER ||
+                   kind == MGPU__COLL_REDUCE_SCATTER;
+    size_t want = bytes / SHARE_BYTES;
+    int ns = per_rank ? n : want > MAX_SHARES ? MAX_SHARES
+                          : (int)want < n    ? n
+                                             : (int)want;
+    /* Non-temporal stores as for one job per rank: by the size, not by how
+     * finely it is cut. */
+    job_args whole;
+    make_job(c, op, 0, n, &whole);
+    sh->nshares = 0;
+    for (int i = 0; i < ns; i++)
+      if (make_job(c, op, i, ns, &sh->job[sh->nshares])) {
+        sh->job[sh->nshares].nt = whole.nt;
+        sh->nshares++;
       }
+    atomic_store_explicit(&sh->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&sh->done, 0, memory_order_relaxed);
+    int helpers = n - 1;
+    if (helpers > sh->nshares - 1) helpers = sh->nshares - 1;
+    mgpu_stream *helper[MGPU_MAX_DEVICES] = {NULL};
+    for (int r = 1; r <= helpers; r++) {
+      atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
+      if (mgpu__comm_stream(c, r, &helper[r]) != 0 ||
+          mgpu_launch(helper[r], &share_job, MGPU_DIM3(1, 1, 1),
+                      MGPU_DIM3(1, 1, 1), &sh, sizeof sh) != 0) {
+        /* No help from there (out of memory): the shares are taken by
+         * whoever is left, this thread at least. */
+        atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_relaxed);
+        helper[r] = NULL;
+        break;
+      }
+    }
+    mgpu_kernel_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
+    ctx.device = c->devs[0];
+    run_shares(&ctx, sh);
+    if (!mgpu__spin_until(&c->share_spin, all_done, sh))
+      for (int r = 1; r <= helpers; r++)
+        if (helper[r] != NULL) {
+          /* Parks until that worker is done; its share is then too. */
+          int src = mgpu_stream_synchronize(helper[r]);
+          if (rc == 0) rc = src;
+        }
   }
   while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
   return rc != 0 ? rc : ran;
@@ -336,7 +421,7 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
     return 0;
   if (!traced && c->n > 1 && bytes > INLINE_BYTES &&
       bytes <= CLAIMED_MAX_BYTES) {
-    int rc = claimed_parallel_issue(c, op);
+    int rc = claimed_parallel_issue(c, op, bytes);
     if (rc != 0) return rc < 0 ? rc : 0;
   }
   if (c->n > 1 && c->n <= ONE_SHOT_RANKS && bytes <= ONE_SHOT_BYTES)
