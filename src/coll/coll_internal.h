@@ -144,6 +144,8 @@ int mgpu__coll_direct_possible(const int *devs, int n);
 /* Splits count elements into n near-equal slices; slice i is
  * [lo(i), lo(i+1)). */
 static inline size_t mgpu__coll_slice(size_t count, int n, int i) {
+  if (i == 0) return 0;
+  if (i == n) return count; /* no division for one slice (small messages) */
   size_t un = (size_t)n, ui = (size_t)i;
   return (count / un) * ui + ((count % un) * ui) / un;
 }

@@ -685,24 +685,22 @@ static int submit(group_call *calls, int n) {
   return first;
 }
 
-static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
-  group_call g = {comm, grank, grank, *p, NULL, 0, NULL, NULL};
-  if (group.depth == 0) return submit(&g, 1);
+static int call(mgpu_comm *comm, int grank, const mgpu__coll_part *p) {
+  if (group.depth == 0) {
+    group_call g = {comm, grank, grank, *p, NULL, 0, NULL, NULL};
+    return submit(&g, 1);
+  }
   /* In a group: checked now, for the caller's error, and again (from the
    * handles) by mgpu_group_end. Nothing stays held in between, so the
    * thread may free what it passed before mgpu_group_end: the group then
-   * fails as a whole. */
-  int mark = pin_calls(&g, 1);
-  int rc = resolve(&g, mark >= 0);
-  unresolve(&g);
-  mgpu__handle_unpin(mark);
-  int rank = g.rank;
-  *p = g.part;
-  if (rc == 0 && group.calls == NULL) {
+   * fails as a whole. The call is checked in its place in the group's
+   * list, which first grows if it must. */
+  int rc = 0;
+  if (group.calls == NULL) {
     group.calls = group.local;
     group.cap = (int)(sizeof group.local / sizeof group.local[0]);
   }
-  if (rc == 0 && group.ncalls == group.cap) {
+  if (group.ncalls == group.cap) {
     int cap = group.cap * 2;
     group_call *calls =
         group.calls == group.local
@@ -714,7 +712,7 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
       /* Recorded like a failed check: mgpu_group_end must not issue the
        * group's other calls, which would wait for this one in vain. */
       rc = mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
-                       "(rank %d)", group.ncalls, rank);
+                       "(rank %d)", group.ncalls, grank);
     } else {
       if (group.calls == group.local) { /* arm the exit hook for this thread */
         pthread_once(&group_key_once, group_key_make);
@@ -724,17 +722,21 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_part *p) {
       group.cap = cap;
     }
   }
-  if (rc != 0) {
-    if (group.first_rc == 0) {
-      group.first_rc = rc;
-      snprintf(group.first_detail, sizeof group.first_detail, "%s",
-               mgpu_error_detail());
-    }
-    return rc;
+  if (rc == 0) {
+    group_call *g = &group.calls[group.ncalls];
+    *g = (group_call){comm, grank, grank, *p, NULL, 0, NULL, NULL};
+    int mark = pin_calls(g, 1);
+    rc = resolve(g, mark >= 0);
+    unresolve(g);
+    mgpu__handle_unpin(mark);
+    if (rc == 0) group.ncalls++;
   }
-  group.calls[group.ncalls++] =
-      (group_call){comm, grank, rank, *p, NULL, 0, NULL, NULL};
-  return 0;
+  if (rc != 0 && group.first_rc == 0) {
+    group.first_rc = rc;
+    snprintf(group.first_detail, sizeof group.first_detail, "%s",
+             mgpu_error_detail());
+  }
+  return rc;
 }
 
 int mgpu_group_begin(void) {

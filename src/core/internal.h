@@ -303,6 +303,12 @@ void mgpu__buf_unref(mgpu__buf *b);
  * memory). */
 int mgpu__stream_claim(mgpu__stream *s);
 void mgpu__stream_release(mgpu__stream *s);
+/* For work of a microsecond or so, cheaper than a claim: 1 when s was idle
+ * and its device's lock free, which the caller then holds (nothing on the
+ * device moves) until mgpu__stream_unlock_idle; 0 otherwise (nothing held;
+ * never waits, so several may be held at once). */
+int mgpu__stream_lock_idle(mgpu__stream *s);
+void mgpu__stream_unlock_idle(mgpu__stream *s);
 /* With s claimed: records e (of s's device) on s, complete at once. */
 int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s);
 

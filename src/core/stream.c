@@ -152,6 +152,17 @@ void mgpu__stream_release(mgpu__stream *s) {
   d->ops->stream_release(d->bdev, s->bstream);
 }
 
+int mgpu__stream_lock_idle(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  return d->ops->stream_lock_idle != NULL &&
+         d->ops->stream_lock_idle(d->bdev, s->bstream);
+}
+
+void mgpu__stream_unlock_idle(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  d->ops->stream_unlock_idle(d->bdev, s->bstream);
+}
+
 int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s) {
   mgpu__device *d = mgpu__device_get(s->dev);
   if (e->dev != s->dev)

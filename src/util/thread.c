@@ -40,6 +40,12 @@ void mgpu__mutex_lock(mgpu__mutex *m) {
 void mgpu__mutex_unlock(mgpu__mutex *m) {
   check(pthread_mutex_unlock(m), "pthread_mutex_unlock");
 }
+int mgpu__mutex_trylock(mgpu__mutex *m) {
+  int rc = pthread_mutex_trylock(m);
+  if (rc == EBUSY) return 0;
+  check(rc, "pthread_mutex_trylock");
+  return 1;
+}
 
 void mgpu__cond_init(mgpu__cond *c) {
   pthread_condattr_t attr;

@@ -14,6 +14,8 @@ void mgpu__mutex_init(mgpu__mutex *m);
 void mgpu__mutex_destroy(mgpu__mutex *m);
 void mgpu__mutex_lock(mgpu__mutex *m);
 void mgpu__mutex_unlock(mgpu__mutex *m);
+/* 1 when m was free and is now held by the caller, 0 when it is taken. */
+int mgpu__mutex_trylock(mgpu__mutex *m);
 
 void mgpu__cond_init(mgpu__cond *c);
 void mgpu__cond_destroy(mgpu__cond *c);

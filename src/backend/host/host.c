@@ -722,6 +722,18 @@ static void host_stream_release(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_unlock(&d->lock);
 }
 
+static int host_stream_lock_idle(mgpu__bdevice *d, mgpu__bstream *s) {
+  if (!mgpu__mutex_trylock(&d->lock)) return 0;
+  if (s->head == NULL && !s->running && !s->queued && !s->parked) return 1;
+  mgpu__mutex_unlock(&d->lock);
+  return 0;
+}
+
+static void host_stream_unlock_idle(mgpu__bdevice *d, mgpu__bstream *s) {
+  (void)s;
+  mgpu__mutex_unlock(&d->lock);
+}
+
 static void *host_stream_native(mgpu__bstream *s) {
   (void)s;
   return NULL;
@@ -1015,6 +1027,8 @@ static const mgpu__backend_ops host_ops = {
     .stream_native = host_stream_native,
     .stream_claim = host_stream_claim,
     .stream_release = host_stream_release,
+    .stream_lock_idle = host_stream_lock_idle,
+    .stream_unlock_idle = host_stream_unlock_idle,
     .event_record_claimed = host_event_record_claimed,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
