@@ -593,6 +593,61 @@ TEST_IMPL(channel_source_freed_while_send_waits) {
   return 0;
 }
 
+/* ---- pins (the collectives' batched uses) ---- */
+
+typedef struct freer {
+  mgpu_buffer *b;
+  _Atomic int freed; /* 0 running, 1 returned 0, -1 failed */
+} freer;
+
+static void *free_pinned(void *p) {
+  freer *f = p;
+  atomic_store(&f->freed, mgpu_free(f->b) == 0 ? 1 : -1);
+  return NULL;
+}
+
+TEST_IMPL(pin_holds_like_a_use) {
+  test_init();
+  for (int i = 0; i < 20; i++) {
+    freer f = {NULL, 0};
+    mgpu_buffer *other;
+    ASSERT_OK(mgpu_malloc(&f.b, 0, 64));
+    ASSERT_OK(mgpu_malloc(&other, 0, 64));
+    /* A batch with a stale and a NULL handle in it: only checked ones
+     * count, and a pin of anything is harmless. */
+    uintptr_t h[3] = {(uintptr_t)f.b, 0, (uintptr_t)other};
+    int mark = mgpu__handle_pin(h, 3);
+    ASSERT(mark >= 0);
+    int err = 0;
+    mgpu__buf *b = mgpu__handle_pinned(h[0], MGPU__H_BUFFER, "src", &err);
+    ASSERT(b != NULL && b->size == 64);
+    ASSERT(mgpu__handle_pinned(0, MGPU__H_BUFFER, "src", &err) == NULL);
+    ASSERT_EQ(err, MGPU_EBADHANDLE);
+    ASSERT(mgpu__handle_pinned(h[2], MGPU__H_STREAM, "s", &err) == NULL);
+    ASSERT_EQ(err, MGPU_EBADHANDLE);
+    ASSERT_EQ(mgpu__handle_users(h[0], MGPU__H_BUFFER), 1);
+    /* A free from another thread waits for the pin. */
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, free_pinned, &f) == 0);
+    usleep(i == 0 ? 20000 : 1000);
+    ASSERT_EQ(atomic_load(&f.freed), 0);
+    ASSERT_EQ(b->size, 64); /* still there */
+    mgpu__handle_unpin(mark);
+    pthread_join(t, NULL);
+    ASSERT_EQ(atomic_load(&f.freed), 1);
+    ASSERT_EQ(mgpu__handle_users(h[2], MGPU__H_BUFFER), 0);
+    /* Pinned after the free: the check says it is gone. */
+    mark = mgpu__handle_pin(h, 1);
+    ASSERT(mark >= 0);
+    ASSERT(mgpu__handle_pinned(h[0], MGPU__H_BUFFER, "src", &err) == NULL);
+    ASSERT_EQ(err, MGPU_EFREED);
+    mgpu__handle_unpin(mark);
+    ASSERT_OK(mgpu_free(other));
+  }
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* ---- mgpu_shutdown racing other calls ---- */
 
 static _Atomic int shutdown_bad;
@@ -696,6 +751,7 @@ TEST_ENTRY(stale_pool_and_dist)
 TEST_ENTRY(stale_comm_barrier_channel_after_shutdown)
 TEST_ENTRY(group_buffer_freed_before_end)
 TEST_ENTRY(rank_buffer_freed_while_waiting)
+TEST_ENTRY(pin_holds_like_a_use)
 TEST_ENTRY(channel_source_freed_while_send_waits)
 TEST_ENTRY(shutdown_races_calls)
 TEST_ENTRY(shutdown_from_device_function_refused)
