@@ -17,6 +17,14 @@
  *    puts an empty kernel through mgpu_launch next to a bare
  *    cudaLaunchKernel.
  *
+ *  - a channel round trip between devices 0 and 1 (8 B and 4 KiB): one
+ *    thread sends on a channel 0 -> 1 and receives the echo on a channel
+ *    1 -> 0, an echo thread receives and sends back, each side
+ *    synchronizing its stream after its pair of calls (so the bytes have
+ *    landed), next to the two-thread ping-pongs moving the same bytes
+ *    (bench_pingpong_bytes_us: a copy into a shared buffer and out of it,
+ *    each way).
+ *
  * Figures are medians of --reps runs after a warm-up, in microseconds.
  */
 #include <pthread.h>
@@ -157,6 +165,73 @@ static int launch_us(int dev, int cuda, int iters, int reps, double *out) {
   return rc;
 }
 
+/* ---- channel round trip ---- */
+
+typedef struct echo {
+  mgpu_channel *in, *out; /* 0 -> 1, 1 -> 0 */
+  mgpu_buffer *buf;       /* on device 1 */
+  mgpu_stream *s;
+  long rounds;
+  int rc;
+} echo;
+
+static void *echo_thread(void *p) {
+  echo *e = p;
+  for (long i = 0; i < e->rounds && e->rc == 0; i++) {
+    size_t len = 0;
+    e->rc = mgpu_channel_recv(e->in, e->buf, 0, &len, e->s);
+    if (e->rc == 0) e->rc = mgpu_channel_send(e->out, e->buf, 0, len, e->s);
+    if (e->rc == 0) e->rc = mgpu_stream_synchronize(e->s);
+  }
+  return NULL;
+}
+
+/* Median microseconds per round trip of bytes between devices a and b. */
+static int channel_rtt_us(int a, int b, size_t bytes, int iters, int reps,
+                          double *out) {
+  echo e = {NULL, NULL, NULL, NULL, (long)iters * (reps + 1), 0};
+  mgpu_stream *s = NULL;
+  mgpu_buffer *buf = NULL;
+  int rc = mgpu_channel_create(a, b, bytes, 1, &e.in);
+  if (rc == 0) rc = mgpu_channel_create(b, a, bytes, 1, &e.out);
+  if (rc == 0) rc = mgpu_stream_create(&s, a);
+  if (rc == 0) rc = mgpu_stream_create(&e.s, b);
+  if (rc == 0) rc = mgpu_malloc(&buf, a, bytes);
+  if (rc == 0) rc = mgpu_malloc(&e.buf, b, bytes);
+  if (rc == 0) rc = mgpu_memset_async(buf, 0, 1, bytes, s);
+  if (rc == 0) rc = mgpu_memset_async(e.buf, 0, 1, bytes, e.s);
+  if (rc == 0) rc = mgpu_stream_synchronize(s);
+  if (rc == 0) rc = mgpu_stream_synchronize(e.s);
+  pthread_t t;
+  int started = rc == 0 && pthread_create(&t, NULL, echo_thread, &e) == 0;
+  double *v = malloc((size_t)reps * sizeof *v);
+  for (int r = -1; started && rc == 0 && r < reps; r++) { /* -1: warm-up */
+    double t0 = bench_now();
+    for (int i = 0; i < iters && rc == 0; i++) {
+      size_t len = 0;
+      rc = mgpu_channel_send(e.in, buf, 0, bytes, s);
+      if (rc == 0) rc = mgpu_channel_recv(e.out, buf, 0, &len, s);
+      if (rc == 0) rc = mgpu_stream_synchronize(s);
+    }
+    if (r >= 0) v[r] = (bench_now() - t0) / iters * 1e6;
+  }
+  if (started) {
+    /* An error on this side leaves the echo waiting: closing ends it. */
+    if (rc != 0) mgpu_channel_close(e.in);
+    pthread_join(t, NULL);
+    if (rc == 0 && e.rc != 0 && e.rc != MGPU_ECLOSED) rc = e.rc;
+  }
+  if (rc == 0) *out = bench_median(v, reps);
+  free(v);
+  if (buf) mgpu_free(buf);
+  if (e.buf) mgpu_free(e.buf);
+  if (s) mgpu_stream_destroy(s);
+  if (e.s) mgpu_stream_destroy(e.s);
+  if (e.in) mgpu_channel_destroy(e.in);
+  if (e.out) mgpu_channel_destroy(e.out);
+  return rc;
+}
+
 int mgpu_bench_launch(int argc, char **argv) {
   bench_opts o;
   char *rest[8];
@@ -205,6 +280,27 @@ int mgpu_bench_launch(int argc, char **argv) {
                            : "launch empty kernel burst, device 0",
                    "per_launch", l, "us", "pthread hand-off burst",
                    base_burst);
+  int peer = mgpu_device_count() > 1 ? 1 : 0;
+  static const size_t sizes[] = {8, 4096};
+  for (int k = 0; k < 2; k++) {
+    double spin = bench_pingpong_bytes_us(1, sizes[k], iters, o.reps);
+    double cv = bench_pingpong_bytes_us(0, sizes[k], iters, o.reps);
+    double ch = 0;
+    rc = channel_rtt_us(0, peer, sizes[k], iters, o.reps, &ch);
+    if (rc != 0) {
+      fprintf(stderr, "mgpu bench launch: channel: %s: %s\n",
+              mgpu_err_name(rc), mgpu_error_detail());
+      bench_report_finish(r, o.json);
+      return 1;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "channel round trip %zu B, devices 0 and %d",
+             sizes[k], peer);
+    bench_report_add(r, name, "latency", ch, "us", "spinning ping-pong, same bytes",
+                     spin);
+    bench_report_add(r, name, "latency", ch, "us",
+                     "mutex+cond ping-pong, same bytes", cv);
+  }
   bench_report_finish(r, o.json);
   return 0;
 }

@@ -266,6 +266,11 @@ typedef struct pingpong {
   pthread_cond_t cond;
   long turn_ping, turn_pong; /* lock */
   int spin;
+  /* Bytes each side moves per turn: the caller copies its message into
+   * ab before its ping, the partner copies ab out into its own buffer and
+   * that into ba before its pong, the caller copies ba out. NULL: none. */
+  size_t bytes;
+  unsigned char *ab, *ba, *mine, *theirs, *back;
 } pingpong;
 
 static inline void relax(void) {
@@ -285,6 +290,10 @@ static void *pingpong_partner(void *p) {
         relax();
       if (v == PP_STOP) break;
       seen = v;
+      if (pp->bytes) {
+        memcpy(pp->theirs, pp->ab, pp->bytes);
+        memcpy(pp->ba, pp->theirs, pp->bytes);
+      }
       atomic_store_explicit(&pp->pong, v, memory_order_release);
     }
     return NULL;
@@ -294,6 +303,10 @@ static void *pingpong_partner(void *p) {
     while (pp->turn_ping == seen) pthread_cond_wait(&pp->cond, &pp->lock);
     if (pp->turn_ping == PP_STOP) break;
     seen = pp->turn_ping;
+    if (pp->bytes) {
+      memcpy(pp->theirs, pp->ab, pp->bytes);
+      memcpy(pp->ba, pp->theirs, pp->bytes);
+    }
     pp->turn_pong = seen;
     pthread_cond_broadcast(&pp->cond);
   }
@@ -302,28 +315,45 @@ static void *pingpong_partner(void *p) {
 }
 
 static void pingpong_once(pingpong *pp, long i) {
+  if (pp->bytes) memcpy(pp->ab, pp->mine, pp->bytes);
   if (pp->spin) {
     atomic_store_explicit(&pp->ping, i, memory_order_release);
     while (atomic_load_explicit(&pp->pong, memory_order_acquire) != i) relax();
-    return;
+  } else {
+    pthread_mutex_lock(&pp->lock);
+    pp->turn_ping = i;
+    pthread_cond_broadcast(&pp->cond);
+    while (pp->turn_pong != i) pthread_cond_wait(&pp->cond, &pp->lock);
+    pthread_mutex_unlock(&pp->lock);
   }
-  pthread_mutex_lock(&pp->lock);
-  pp->turn_ping = i;
-  pthread_cond_broadcast(&pp->cond);
-  while (pp->turn_pong != i) pthread_cond_wait(&pp->cond, &pp->lock);
-  pthread_mutex_unlock(&pp->lock);
+  if (pp->bytes) memcpy(pp->back, pp->ba, pp->bytes);
 }
 
 double bench_pingpong_us(int spin, int iters, int reps) {
+  return bench_pingpong_bytes_us(spin, 0, iters, reps);
+}
+
+double bench_pingpong_bytes_us(int spin, size_t bytes, int iters, int reps) {
   pingpong *pp = aligned_alloc(64, sizeof *pp);
   double *v = malloc((size_t)reps * sizeof *v);
-  if (pp == NULL || v == NULL) {
+  unsigned char *mem = bytes ? malloc(5 * bytes) : NULL;
+  if (pp == NULL || v == NULL || (bytes && mem == NULL)) {
     free(pp);
     free(v);
+    free(mem);
     return 0;
   }
   memset(pp, 0, sizeof *pp);
   pp->spin = spin;
+  if (bytes) {
+    memset(mem, 1, 5 * bytes); /* pre-touched */
+    pp->bytes = bytes;
+    pp->mine = mem;
+    pp->ab = mem + bytes;
+    pp->theirs = mem + 2 * bytes;
+    pp->ba = mem + 3 * bytes;
+    pp->back = mem + 4 * bytes;
+  }
   pthread_mutex_init(&pp->lock, NULL);
   pthread_cond_init(&pp->cond, NULL);
   pthread_t t;
@@ -351,6 +381,7 @@ double bench_pingpong_us(int spin, int iters, int reps) {
   pthread_cond_destroy(&pp->cond);
   free(pp);
   free(v);
+  free(mem);
   return m;
 }
 

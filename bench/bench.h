@@ -63,6 +63,11 @@ double bench_memcpy_gbps(size_t size, int nthreads, int iters, int reps);
  * CPU (the least a hand-off between two running threads costs). */
 double bench_pingpong_us(int spin, int iters, int reps);
 
+/* The same ping-pong moving bytes each way as a pair of channels does (a
+ * message copied into a shared buffer by one side and out of it by the
+ * other, then back): the baseline of a channel round trip. */
+double bench_pingpong_bytes_us(int spin, size_t bytes, int iters, int reps);
+
 /* Occupies n CPUs with threads that compute and never block, so that no
  * core is free (bench launch's loaded case); stopped by bench_load_stop. */
 void bench_load_start(int n);
