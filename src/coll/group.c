@@ -109,7 +109,7 @@ static int check_buf(const char *what, const char *arg, int rank, int dev,
   }
   if (rc != 0) return rc;
   *held = b; /* given back by part_put, even when a check below fails */
-  if (strcmp(arg, "recv") == 0 && (rc = mgpu__buf_check_writable(b, what)) != 0)
+  if (arg[0] == 'r' && (rc = mgpu__buf_check_writable(b, what)) != 0)
     return rc;
   if (b->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,

@@ -279,6 +279,8 @@ static pin_record *pin_record_get(void) {
 }
 
 int mgpu__handle_pin(const uintptr_t *h, int k) {
+  /* In a forked child the lookups say why (mgpu__handle_get). */
+  if (mgpu__forked_from()) return -1;
   pin_record *rec = pin_record_get();
   if (rec == NULL) return -1;
   int mark = atomic_load_explicit(&rec->count, memory_order_relaxed);
@@ -291,8 +293,7 @@ int mgpu__handle_pin(const uintptr_t *h, int k) {
 
 void *mgpu__handle_pinned(uintptr_t h, mgpu__htype type, const char *what,
                           int *err) {
-  int code = 0;
-  if (mgpu__forked_from()) return failed(MGPU_EFORK, h, type, what, err);
+  int code = 0; /* not forked: mgpu__handle_pin refuses to pin there */
   slot *s = slot_of(h, type, &code);
   if (s == NULL) return failed(code, h, type, what, err);
   uint64_t st = atomic_load(&s->state); /* after the publish: see the top */

@@ -213,7 +213,8 @@ void *mgpu__handle_release(uintptr_t h, mgpu__htype type, const char *what,
  * atomic operations per handle; a destroy waits for a pin as for a use).
  * mgpu__handle_pin records the k handles (any value, 0 and stale ones
  * included) and returns a mark for mgpu__handle_unpin, or -1 when the
- * thread has no room left (then look them up with mgpu__handle_get). Each
+ * thread has no room left or the process is a child forked after
+ * mgpu_init (then look them up with mgpu__handle_get). Each
  * pinned handle is then checked with mgpu__handle_pinned (the object, or
  * NULL with *err and the detail of mgpu__handle_get); its object stays valid
  * until mgpu__handle_unpin(mark) gives back every pin taken since mark. */
