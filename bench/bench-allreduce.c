@@ -1,8 +1,9 @@
 /* mgpu bench allreduce: float sums over 2 and 4 host devices (as many as
  * are open, at most 4), 8 B to 256 MiB per device in powers of 4 (as
  * nccl-tests -b 8 -e 256M -f 4 does, and 256 MiB itself; --quick: 8 B,
- * 4 KiB, 64 KiB, 1 MiB), next to Open MPI's MPI_Allreduce on as many local
- * ranks over the same sizes in the same run.
+ * 4 KiB, 64 KiB, 1 MiB; --sizes 8,128K,...: those; --devices 2: those
+ * device counts), next to Open MPI's MPI_Allreduce on as many local ranks
+ * over the same sizes in the same run.
  *
  * Figures per size, as nccl-tests defines them: algbw = size / time and
  * busbw = algbw * 2 (n - 1) / n. The baseline of busbw is Open MPI's busbw:
