@@ -28,8 +28,9 @@
  * consistent operations (the publish and the check, the CLOSING and the
  * scan) make sure that either the pinning thread sees CLOSING and fails, or
  * the closer sees the pin and retire waits for it, as for a use. A thread
- * gives its pins back with another exchange, then wakes a closer for any
- * slot it pinned that is closing.
+ * gives its pins back with another exchange, then, if a retire is looking
+ * for pins at all (pin_closers), wakes it for any slot it pinned that is
+ * closing.
  *
  * A slot whose generation would wrap is retired for good instead of being
  * reused, so a handle freed 2^24 reuses ago never matches a live one.
@@ -77,6 +78,8 @@ typedef struct pin_record {
 
 static pin_record pin_records[PIN_RECORDS];
 static _Atomic int pin_nrecords; /* records ever taken: the scan's bound */
+/* Retires looking for pins now: an unpin wakes closers only then. */
+static _Atomic int pin_closers;
 
 static mgpu__mutex table_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__mutex close_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -308,6 +311,10 @@ void mgpu__handle_unpin(int mark) {
   int count = atomic_load_explicit(&rec->count, memory_order_relaxed);
   if (mark >= count) return;
   atomic_exchange(&rec->count, mark);
+  /* Nobody retiring: nobody waits for these pins. (Sequentially consistent:
+   * a retire that counts itself after this load looks for pins after the
+   * exchange above, and does not see them.) */
+  if (atomic_load(&pin_closers) == 0) return;
   /* A closer that saw one of these pins waits for it: wake it. */
   for (int k = mark; k < count; k++) {
     uintptr_t h = atomic_load_explicit(&rec->entry[k], memory_order_relaxed);
@@ -351,6 +358,7 @@ void mgpu__handle_retire(uintptr_t h) {
   if (h == 0) return;
   uint32_t i = slot_index(h) - 1;
   slot *s = slot_at(i);
+  atomic_fetch_add(&pin_closers, 1); /* before the look for pins */
   if ((atomic_load_explicit(&s->state, memory_order_acquire) & ST_USERS) !=
           0 ||
       pins_of(h) != 0) {
@@ -361,6 +369,7 @@ void mgpu__handle_retire(uintptr_t h) {
       mgpu__cond_wait(&close_cond, &close_lock);
     mgpu__mutex_unlock(&close_lock);
   }
+  atomic_fetch_sub(&pin_closers, 1);
   uint64_t gen = (ST_GEN(atomic_load_explicit(&s->state,
                                               memory_order_relaxed)) + 1) &
                  GEN_MASK;
