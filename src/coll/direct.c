@@ -140,8 +140,8 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
   int n = c->n;
   size_t esz = mgpu_dtype_size(p0->dtype);
   size_t count = p0->count, bytes = count * esz;
-  const void *src[MGPU_MAX_DEVICES];
-  void *dst[MGPU_MAX_DEVICES];
+  /* Straight into j->ptr: every kind lists its sources before its
+   * destinations. */
   int ns = 0, nd = 0;
   j->dtype = p0->dtype;
   j->op = p0->op;
@@ -152,37 +152,35 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
   switch (p0->kind) {
     case MGPU__COLL_ALLREDUCE:
       for (int q = 0; q < n; q++)
-        src[ns++] = (const char *)op->part[q].send + off;
+        j->ptr[ns++] = (char *)op->part[q].send + off;
       for (int q = 0; q < n; q++)
-        dst[nd++] = (char *)op->part[q].recv + off;
+        j->ptr[ns + nd++] = (char *)op->part[q].recv + off;
       break;
     case MGPU__COLL_REDUCE:
       for (int q = 0; q < n; q++)
-        src[ns++] = (const char *)op->part[q].send + off;
-      dst[nd++] = (char *)op->part[p0->root].recv + off;
+        j->ptr[ns++] = (char *)op->part[q].send + off;
+      j->ptr[ns + nd++] = (char *)op->part[p0->root].recv + off;
       break;
     case MGPU__COLL_BROADCAST:
-      src[ns++] = (const char *)op->part[p0->root].send + off;
+      j->ptr[ns++] = (char *)op->part[p0->root].send + off;
       for (int q = 0; q < n; q++)
-        dst[nd++] = (char *)op->part[q].recv + off;
+        j->ptr[ns + nd++] = (char *)op->part[q].recv + off;
       break;
     case MGPU__COLL_ALLGATHER:
       j->count = count;
-      src[ns++] = op->part[r].send;
+      j->ptr[ns++] = (char *)op->part[r].send;
       for (int q = 0; q < n; q++)
-        dst[nd++] = (char *)op->part[q].recv + (size_t)r * bytes;
+        j->ptr[ns + nd++] = (char *)op->part[q].recv + (size_t)r * bytes;
       break;
     case MGPU__COLL_REDUCE_SCATTER:
       j->count = count;
       for (int q = 0; q < n; q++)
-        src[ns++] = (const char *)op->part[q].send + (size_t)r * bytes;
-      dst[nd++] = op->part[r].recv;
+        j->ptr[ns++] = (char *)op->part[q].send + (size_t)r * bytes;
+      j->ptr[ns + nd++] = op->part[r].recv;
       break;
   }
   j->nsrc = ns;
   j->ndst = nd;
-  for (int k = 0; k < ns; k++) j->ptr[k] = (void *)src[k];
-  for (int k = 0; k < nd; k++) j->ptr[ns + k] = dst[k];
   j->nt = j->count * esz * (size_t)nd >= NT_THRESHOLD;
   return j->count > 0;
 }
