@@ -685,9 +685,41 @@ static int submit(group_call *calls, int n) {
   return first;
 }
 
-static int call(mgpu_comm *comm, int grank, const mgpu__coll_part *p) {
+/* Fills every field of a call's part (no memset and no copy of the whole
+ * struct: both cost a "rep" string instruction on the small path). */
+static void part_init(mgpu__coll_part *p, mgpu__coll_kind kind,
+                      const mgpu_buffer *send, mgpu_buffer *recv,
+                      size_t count, mgpu_dtype dtype, mgpu_op op, int root,
+                      mgpu_stream *stream) {
+  p->present = 0;
+  p->kind = kind;
+  p->count = count;
+  p->dtype = dtype;
+  p->op = op;
+  p->root = root;
+  p->send_h = (mgpu_buffer *)send;
+  p->recv_h = recv;
+  p->send_off = p->recv_off = 0;
+  p->send = NULL;
+  p->recv = NULL;
+  p->in_place = 0;
+  p->stream_h = stream;
+  p->stream = NULL;
+  p->send_b = p->recv_b = NULL;
+}
+
+static int call(mgpu_comm *comm, int grank, mgpu__coll_kind kind,
+                const mgpu_buffer *send, mgpu_buffer *recv, size_t count,
+                mgpu_dtype dtype, mgpu_op op, int root, mgpu_stream *stream) {
   if (group.depth == 0) {
-    group_call g = {comm, grank, grank, *p, NULL, 0, NULL, NULL};
+    group_call g;
+    g.comm = comm;
+    g.grank = g.rank = grank;
+    part_init(&g.part, kind, send, recv, count, dtype, op, root, stream);
+    g.held = NULL;
+    g.pinned = 0;
+    g.c = NULL;
+    g.op = NULL;
     return submit(&g, 1);
   }
   /* In a group: checked now, for the caller's error, and again (from the
@@ -724,7 +756,13 @@ static int call(mgpu_comm *comm, int grank, const mgpu__coll_part *p) {
   }
   if (rc == 0) {
     group_call *g = &group.calls[group.ncalls];
-    *g = (group_call){comm, grank, grank, *p, NULL, 0, NULL, NULL};
+    g->comm = comm;
+    g->grank = g->rank = grank;
+    part_init(&g->part, kind, send, recv, count, dtype, op, root, stream);
+    g->held = NULL;
+    g->pinned = 0;
+    g->c = NULL;
+    g->op = NULL;
     int mark = pin_calls(g, 1);
     rc = resolve(g, mark >= 0);
     unresolve(g);
@@ -762,59 +800,37 @@ int mgpu_group_end(void) {
   return rc;
 }
 
-static mgpu__coll_part part_of(mgpu__coll_kind kind, const mgpu_buffer *send,
-                               mgpu_buffer *recv, size_t count,
-                               mgpu_dtype dtype, mgpu_op op, int root,
-                               mgpu_stream *stream) {
-  mgpu__coll_part p;
-  memset(&p, 0, sizeof p);
-  p.kind = kind;
-  p.send_h = (mgpu_buffer *)send;
-  p.recv_h = recv;
-  p.count = count;
-  p.dtype = dtype;
-  p.op = op;
-  p.root = root;
-  p.stream_h = stream;
-  return p;
-}
-
 int mgpu_allreduce(mgpu_comm *comm, int rank, const mgpu_buffer *send,
                    mgpu_buffer *recv, size_t count, mgpu_dtype dtype,
                    mgpu_op op, mgpu_stream *stream) {
-  mgpu__coll_part p = part_of(MGPU__COLL_ALLREDUCE, send, recv, count, dtype,
-                              op, 0, stream);
-  return call(comm, rank, &p);
+  return call(comm, rank, MGPU__COLL_ALLREDUCE, send, recv, count, dtype,
+              op, 0, stream);
 }
 
 int mgpu_reduce(mgpu_comm *comm, int rank, const mgpu_buffer *send,
                 mgpu_buffer *recv, size_t count, mgpu_dtype dtype, mgpu_op op,
                 int root, mgpu_stream *stream) {
-  mgpu__coll_part p = part_of(MGPU__COLL_REDUCE, send, recv, count, dtype, op,
-                              root, stream);
-  return call(comm, rank, &p);
+  return call(comm, rank, MGPU__COLL_REDUCE, send, recv, count, dtype, op,
+              root, stream);
 }
 
 int mgpu_broadcast(mgpu_comm *comm, int rank, const mgpu_buffer *send,
                    mgpu_buffer *recv, size_t count, mgpu_dtype dtype, int root,
                    mgpu_stream *stream) {
-  mgpu__coll_part p = part_of(MGPU__COLL_BROADCAST, send, recv, count, dtype,
-                              MGPU_SUM, root, stream);
-  return call(comm, rank, &p);
+  return call(comm, rank, MGPU__COLL_BROADCAST, send, recv, count, dtype,
+              MGPU_SUM, root, stream);
 }
 
 int mgpu_allgather(mgpu_comm *comm, int rank, const mgpu_buffer *send,
                    mgpu_buffer *recv, size_t count, mgpu_dtype dtype,
                    mgpu_stream *stream) {
-  mgpu__coll_part p = part_of(MGPU__COLL_ALLGATHER, send, recv, count, dtype,
-                              MGPU_SUM, 0, stream);
-  return call(comm, rank, &p);
+  return call(comm, rank, MGPU__COLL_ALLGATHER, send, recv, count, dtype,
+              MGPU_SUM, 0, stream);
 }
 
 int mgpu_reduce_scatter(mgpu_comm *comm, int rank, const mgpu_buffer *send,
                         mgpu_buffer *recv, size_t count, mgpu_dtype dtype,
                         mgpu_op op, mgpu_stream *stream) {
-  mgpu__coll_part p = part_of(MGPU__COLL_REDUCE_SCATTER, send, recv, count,
-                              dtype, op, 0, stream);
-  return call(comm, rank, &p);
+  return call(comm, rank, MGPU__COLL_REDUCE_SCATTER, send, recv, count,
+              dtype, op, 0, stream);
 }
