@@ -177,11 +177,12 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
       mgpu__device_get(dev)->ops->kind == MGPU_BACKEND_HOST)
     return mgpu__error(MGPU_ENOTSUP, "%s rank %d: %s on host device %d", what,
                        rank, mgpu_dtype_name(p->dtype), dev);
-  size_t n = (size_t)c->nglobal;
-  if (p->count > SIZE_MAX / esz / n)
+  size_t n = (size_t)c->nglobal, bytes, total;
+  /* count * esz * n must fit, checked without dividing. */
+  if (__builtin_mul_overflow(p->count, esz, &bytes) ||
+      __builtin_mul_overflow(bytes, n, &total))
     return mgpu__error(MGPU_ERANGE, "%s rank %d: count %zu overflows", what,
                        rank, p->count);
-  size_t bytes = p->count * esz, total = bytes * n;
   size_t need_send = 0, need_recv = 0;
   int is_root = !has_root(p->kind) || grank == p->root;
   switch (p->kind) {
