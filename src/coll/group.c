@@ -480,40 +480,8 @@ static int pin_calls(const group_call *calls, int n) {
   return mgpu__handle_pin(h, 4 * n);
 }
 
-/* With c->lock held: waits for a joined call's operation and collects its
- * result; the detail of a failure goes to detail. */
 static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
-                          char *detail, size_t dlen) {
-  while (!g->op->done && !c->destroying) {
-    uint64_t until = mgpu__now_ns() + LOST_POLL_NS;
-    if (deadline != 0 && deadline < until) until = deadline;
-    if (mgpu__cond_timedwait(&c->cond, &c->lock, until) == 0 || g->op->done)
-      continue;
-    int lost = lost_device(c);
-    if (lost >= 0)
-      abort_comm(c, g->op, lost);
-    else if (deadline != 0 && mgpu__now_ns() >= deadline)
-      abort_comm(c, g->op, -1);
-  }
-  int rc = g->op->done ? g->op->rc : MGPU_EFREED;
-  if (rc != 0)
-    snprintf(detail, dlen, "%s",
-             g->op->done ? g->op->detail : "comm: destroyed during the call");
-  if (g->op->done && --g->op->pickups == 0 && g->op->arrived == c->n) {
-    for (mgpu__coll_op **link = &c->ops; *link != NULL;
-         link = &(*link)->next) {
-      if (*link == g->op) {
-        *link = g->op->next;
-        if (c->spare == NULL) c->spare = g->op;
-        else mgpu__free(g->op);
-        break;
-      }
-    }
-  }
-  g->c = NULL;
-  g->op = NULL;
-  return rc;
-}
+                          char *detail, size_t dlen);
 
 /* Joins k resolved calls of one communicator handle to their operations,
  * under one lock: a group that issues for every rank of a communicator takes
@@ -574,6 +542,41 @@ static int join_run(group_call *g, int k, int reserve_here) {
     }
   mgpu__mutex_unlock(&c->lock);
   if (rc == 0 && crc != 0) rc = mgpu__error(crc, "%s", detail);
+  return rc;
+}
+
+/* With c->lock held: waits for a joined call's operation and collects its
+ * result; the detail of a failure goes to detail. */
+static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
+                          char *detail, size_t dlen) {
+  while (!g->op->done && !c->destroying) {
+    uint64_t until = mgpu__now_ns() + LOST_POLL_NS;
+    if (deadline != 0 && deadline < until) until = deadline;
+    if (mgpu__cond_timedwait(&c->cond, &c->lock, until) == 0 || g->op->done)
+      continue;
+    int lost = lost_device(c);
+    if (lost >= 0)
+      abort_comm(c, g->op, lost);
+    else if (deadline != 0 && mgpu__now_ns() >= deadline)
+      abort_comm(c, g->op, -1);
+  }
+  int rc = g->op->done ? g->op->rc : MGPU_EFREED;
+  if (rc != 0)
+    snprintf(detail, dlen, "%s",
+             g->op->done ? g->op->detail : "comm: destroyed during the call");
+  if (g->op->done && --g->op->pickups == 0 && g->op->arrived == c->n) {
+    for (mgpu__coll_op **link = &c->ops; *link != NULL;
+         link = &(*link)->next) {
+      if (*link == g->op) {
+        *link = g->op->next;
+        if (c->spare == NULL) c->spare = g->op;
+        else mgpu__free(g->op);
+        break;
+      }
+    }
+  }
+  g->c = NULL;
+  g->op = NULL;
   return rc;
 }
 
