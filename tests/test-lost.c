@@ -9,6 +9,7 @@
 
 #include "core/internal.h"
 #include "task.h"
+#include "util/fault.h"
 
 static void block_until(void *arg) {
   while (!atomic_load((atomic_int *)arg)) {
@@ -404,6 +405,162 @@ TEST_IMPL(channel_with_lost_device_ends) {
   return 0;
 }
 
+/* MGPU_FAULT's "=devlost": the 2nd memset_async fails as a sticky driver
+ * error would, so its device (1) is lost from then on; device 0 goes on. */
+TEST_IMPL(lost_device_by_injected_backend_error) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2";
+  ASSERT_OK(mgpu_init(&cfg));
+  mgpu_stream *s[2];
+  mgpu_buffer *b[2];
+  for (int d = 0; d < 2; d++) {
+    ASSERT_OK(mgpu_stream_create(&s[d], d));
+    ASSERT_OK(mgpu_malloc(&b[d], d, 64));
+  }
+  ASSERT_OK(mgpu__fault_set("backend:memset_async:2=devlost", NULL, 0));
+  ASSERT_OK(mgpu_memset_async(b[0], 0, 3, 64, s[0]));
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_memset_async(b[1], 0, 3, 64, s[1]));
+  ASSERT_DETAIL_HAS("device 1 was lost in memset_async");
+  ASSERT_DETAIL_HAS("=devlost");
+  mgpu_device_state st;
+  ASSERT_OK(mgpu_device_status(1, &st));
+  ASSERT_EQ(st, MGPU_DEVICE_LOST);
+  ASSERT_OK(mgpu_device_status(0, &st));
+  ASSERT_EQ(st, MGPU_DEVICE_OK);
+  /* Later work for device 1 is refused; device 0's runs. */
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_memset_async(b[1], 0, 4, 64, s[1]));
+  ASSERT_DETAIL_HAS("device 1 was lost");
+  ASSERT_OK(mgpu_memset_async(b[0], 8, 4, 8, s[0]));
+  ASSERT_OK(mgpu_stream_synchronize(s[0]));
+  const unsigned char *p0 = mgpu_buffer_ptr(b[0]);
+  for (int i = 0; i < 64; i++) ASSERT_EQ(p0[i], i >= 8 && i < 16 ? 4 : 3);
+  ASSERT_OK(mgpu__fault_set("", NULL, 0));
+  for (int d = 0; d < 2; d++) {
+    ASSERT_OK(mgpu_free(b[d]));
+    ASSERT_OK(mgpu_stream_destroy(s[d]));
+  }
+  mgpu_shutdown();
+  /* The rule itself is checked: "=devlost" only on backend rules. */
+  char why[256];
+  ASSERT_ERR(MGPU_EINVAL, mgpu__fault_set("alloc:3=devlost", why, sizeof why));
+  ASSERT_ERR(MGPU_EINVAL, mgpu__fault_set("backend:=devlost", why, sizeof why));
+  ASSERT_OK(mgpu__fault_set("backend:7+=devlost", why, sizeof why));
+  ASSERT_OK(mgpu__fault_set("", NULL, 0));
+  return 0;
+}
+
+typedef struct barrier_arg {
+  mgpu_barrier *barrier;
+  int rank;
+  int rc;
+  char detail[256];
+} barrier_arg;
+
+static void *barrier_rank(void *p) {
+  barrier_arg *a = p;
+  a->rc = mgpu_barrier_wait(a->barrier, a->rank, 20000);
+  snprintf(a->detail, sizeof a->detail, "%s", mgpu_error_detail());
+  return NULL;
+}
+
+/* A host barrier over devices 0, 1, 2 whose device 2 is lost while ranks 0
+ * and 1 wait: both end with MGPU_EDEVLOST naming device 2, not at their
+ * 20 s timeout; a later call fails at once the same way. */
+TEST_IMPL(barrier_with_lost_device_ends) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  int devs[3] = {0, 1, 2};
+  mgpu_barrier *barrier;
+  ASSERT_OK(mgpu_barrier_create(devs, 3, &barrier));
+  barrier_arg ranks[2];
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) {
+    ranks[r] = (barrier_arg){.barrier = barrier, .rank = r};
+    ASSERT_EQ(pthread_create(&th[r], NULL, barrier_rank, &ranks[r]), 0);
+  }
+  struct timespec nap = {0, 20000000};
+  nanosleep(&nap, NULL); /* the ranks are waiting */
+  uint64_t t0 = mgpu__now_ns();
+  ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  ASSERT((mgpu__now_ns() - t0) < 10000000000ull); /* not the 20 s timeout */
+  for (int r = 0; r < 2; r++) {
+    ASSERT_EQ(ranks[r].rc, MGPU_EDEVLOST);
+    ASSERT(strstr(ranks[r].detail, "device 2 (rank 2) was lost") != NULL);
+  }
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_barrier_wait(barrier, 0, 20000));
+  ASSERT_DETAIL_HAS("device 2 (rank 2) was lost");
+  ASSERT_OK(mgpu_barrier_destroy(barrier));
+  /* A barrier of working devices still works. */
+  ASSERT_OK(mgpu_barrier_create(devs, 1, &barrier));
+  ASSERT_OK(mgpu_barrier_wait(barrier, 0, 1000));
+  ASSERT_OK(mgpu_barrier_destroy(barrier));
+  mgpu_shutdown();
+  return 0;
+}
+
+/* An all-reduce already issued on every rank when device 2 is lost (its
+ * stream is held by a callback, so its part has not run): the other ranks'
+ * streams read what device 2 never made, so their synchronize fails with
+ * MGPU_EDEVLOST naming device 2 instead of returning wrong sums. Both of
+ * mgpu's algorithms. */
+TEST_IMPL(issued_collective_with_lost_device_fails) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  const int algos[2] = {MGPU_COLL_ALGO_RING, MGPU_COLL_ALGO_DIRECT};
+  enum { N = 4096 };
+  for (int a = 0; a < 2; a++) {
+    int devs[3] = {0, 1, 2};
+    mgpu_comm_config cc = MGPU_COMM_CONFIG_INITIALIZER;
+    cc.algo = algos[a];
+    cc.chunk_bytes = 4096;
+    mgpu_comm *comm;
+    ASSERT_OK(mgpu_comm_create_config(devs, 3, &cc, &comm));
+    mgpu_stream *s[3];
+    mgpu_buffer *b[3];
+    for (int r = 0; r < 3; r++) {
+      ASSERT_OK(mgpu_stream_create(&s[r], r));
+      ASSERT_OK(mgpu_malloc(&b[r], r, N * sizeof(float)));
+      float *p = mgpu_buffer_ptr(b[r]);
+      for (int i = 0; i < N; i++) p[i] = 1.0f;
+    }
+    atomic_int go = 0;
+    ASSERT_OK(mgpu_stream_add_callback(s[2], block_until, &go));
+    ASSERT_OK(mgpu_group_begin());
+    for (int r = 0; r < 3; r++)
+      ASSERT_OK(mgpu_allreduce(comm, r, b[r], b[r], N, MGPU_FLOAT32, MGPU_SUM,
+                               s[r]));
+    ASSERT_OK(mgpu_group_end());
+    ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+    atomic_store(&go, 1);
+    for (int r = 0; r < 2; r++) {
+      ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s[r]));
+      ASSERT_DETAIL_HAS("host device 2, which was lost");
+    }
+    ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s[2]));
+    /* Reported once: the streams work on. */
+    for (int r = 0; r < 2; r++) {
+      ASSERT_OK(mgpu_memset_async(b[r], 0, 0, 16, s[r]));
+      ASSERT_OK(mgpu_stream_synchronize(s[r]));
+    }
+    /* Later collectives fail at once. */
+    ASSERT_ERR(MGPU_EDEVLOST, mgpu_allreduce(comm, 0, b[0], b[0], N,
+                                             MGPU_FLOAT32, MGPU_SUM, s[0]));
+    ASSERT_DETAIL_HAS("device 2");
+    ASSERT_OK(mgpu_comm_destroy(comm));
+    for (int r = 0; r < 3; r++) {
+      ASSERT_OK(mgpu_free(b[r]));
+      ASSERT_OK(mgpu_stream_destroy(s[r]));
+    }
+    mgpu_shutdown();
+    ASSERT_OK(mgpu_init(&cfg));
+  }
+  mgpu_shutdown();
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(lost_device_fails_queued_and_later_work)
 TEST_ENTRY(lost_device_by_fault_rule)
@@ -411,4 +568,7 @@ TEST_ENTRY(pool_reruns_lost_device_tasks)
 TEST_ENTRY(pool_lost_task_not_rerunnable_fails)
 TEST_ENTRY(collective_with_lost_device_ends)
 TEST_ENTRY(channel_with_lost_device_ends)
+TEST_ENTRY(lost_device_by_injected_backend_error)
+TEST_ENTRY(barrier_with_lost_device_ends)
+TEST_ENTRY(issued_collective_with_lost_device_fails)
 TEST_LIST_END
