@@ -92,7 +92,8 @@ typedef struct mgpu__comm {
   mgpu__coll_op *ops;                  /* pending and done, seq order */
   int aborted;                         /* 0, or the code every call gets
                                           after an abort: MGPU_ETIMEDOUT,
-                                          MGPU_EDEVLOST */
+                                          MGPU_EDEVLOST, MGPU_ECANCELED
+                                          (mgpu_comm_abort) */
   char abort_detail[MGPU__COLL_DETAIL];
   /* Set by destroy after it closed the handle: a call inside (holding a
    * use of the handle, which destroy waits for) leaves with MGPU_EFREED. */
@@ -115,6 +116,10 @@ typedef struct mgpu__comm {
 } mgpu__comm;
 
 /* comm.c */
+/* With c->lock held: the communicator is aborted with code (its detail in
+ * c->abort_detail): every pending operation of every rank fails with it,
+ * and every call waiting in c is woken. Later calls fail the same way. */
+void mgpu__comm_fail_pending(mgpu__comm *c, int code);
 /* Looks a communicator up and holds it until mgpu__comm_put. */
 int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out);
 void mgpu__comm_put(mgpu__comm *c);

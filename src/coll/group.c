@@ -385,14 +385,7 @@ static void abort_comm(mgpu__comm *c, mgpu__coll_op *late, int lost_dev) {
              "collective #%llu timed out after %d ms: device(s) %s never "
              "called it; the communicator is aborted. Last operations: %s",
              (unsigned long long)late->seq, c->cfg.timeout_ms, missing, who);
-  c->aborted = lost_dev >= 0 ? MGPU_EDEVLOST : MGPU_ETIMEDOUT;
-  for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
-    if (op->done) continue;
-    op->done = 1;
-    op->rc = c->aborted;
-    snprintf(op->detail, sizeof op->detail, "%s", c->abort_detail);
-  }
-  mgpu__cond_broadcast(&c->cond);
+  mgpu__comm_fail_pending(c, lost_dev >= 0 ? MGPU_EDEVLOST : MGPU_ETIMEDOUT);
 }
 
 /* The first device of c that was lost, or -1. */
@@ -434,10 +427,10 @@ static int join_run(group_call *g, int k) {
   mgpu__mutex_lock(&c->lock);
   int any = 0;
   for (int i = 0; i < k && rc == 0; i++) {
-    if (c->destroying) {
-      rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
-    } else if (c->aborted) {
+    if (c->aborted) { /* before destroying: mgpu_comm_abort sets both */
       rc = mgpu__error(c->aborted, "%s", c->abort_detail);
+    } else if (c->destroying) {
+      rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
     } else {
       mgpu__coll_op *op = find_op(c, c->next_seq[g[i].rank]);
       if (op == NULL) {

@@ -221,6 +221,7 @@ void mgpu__cuda_green_close(mgpu__bdevice *d);
 int mgpu__cuda_nccl_load(void);
 int mgpu__cuda_coll_comm_create(mgpu__bdevice **devs, int n, void **comm);
 void mgpu__cuda_coll_comm_destroy(void *comm);
+void mgpu__cuda_coll_comm_abort(void *comm);
 int mgpu__cuda_coll_group_start(void);
 int mgpu__cuda_coll_group_end(void);
 int mgpu__cuda_coll_run(void *comm, int rank, const mgpu__coll_args *args,

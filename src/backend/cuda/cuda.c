@@ -342,6 +342,7 @@ static const mgpu__backend_ops cuda_ops_nccl = {
     CUDA_OPS_COMMON,
     .coll_comm_create = mgpu__cuda_coll_comm_create,
     .coll_comm_destroy = mgpu__cuda_coll_comm_destroy,
+    .coll_comm_abort = mgpu__cuda_coll_comm_abort,
     .coll_group_start = mgpu__cuda_coll_group_start,
     .coll_group_end = mgpu__cuda_coll_group_end,
     .coll_run = mgpu__cuda_coll_run,
