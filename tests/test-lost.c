@@ -292,6 +292,42 @@ TEST_IMPL(pool_lost_task_not_rerunnable_fails) {
   return 0;
 }
 
+/* The device lost by an injected sticky error ("=devlost") of the 4th
+ * mgpu_scale, whichever device makes it: its tasks (re-runnable) finish on
+ * the others with correct results, and only that device reads lost. */
+TEST_IMPL(pool_reruns_after_injected_device_loss) {
+  static pool_case pc;
+  static task_arg args[NTASKS];
+  open_case(&pc, "host:3", 3);
+  atomic_store(&pc.lost_once, 1); /* double_task must not lose one itself */
+  ASSERT_OK(mgpu__fault_set("backend:builtin:4=devlost", NULL, 0));
+  mgpu_pool *pool;
+  ASSERT_OK(mgpu_pool_create(&pool, NULL));
+  for (int i = 0; i < NTASKS; i++) {
+    args[i] = (task_arg){&pc, i};
+    mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
+    t.fn = double_task;
+    t.arg = &args[i];
+    t.rerunnable = 1;
+    t.device = i % 3;
+    ASSERT_OK(mgpu_pool_submit(pool, &t, NULL));
+  }
+  ASSERT_OK(mgpu_pool_wait_all(pool));
+  ASSERT_OK(mgpu__fault_set("", NULL, 0));
+  for (int i = 0; i < NTASKS; i++) ASSERT_EQ(pc.result[i], 2L * i);
+  int lost = 0;
+  for (int d = 0; d < 3; d++) {
+    mgpu_device_state st;
+    ASSERT_OK(mgpu_device_status(d, &st));
+    lost += st == MGPU_DEVICE_LOST;
+  }
+  ASSERT_EQ(lost, 1);
+  ASSERT_OK(mgpu_pool_destroy(pool));
+  for (int d = 0; d < 3; d++) ASSERT_OK(mgpu_free(pc.scratch[d]));
+  mgpu_shutdown();
+  return 0;
+}
+
 /* ---- collectives and channels ---- */
 
 typedef struct rank_arg {
@@ -566,6 +602,7 @@ TEST_ENTRY(lost_device_fails_queued_and_later_work)
 TEST_ENTRY(lost_device_by_fault_rule)
 TEST_ENTRY(pool_reruns_lost_device_tasks)
 TEST_ENTRY(pool_lost_task_not_rerunnable_fails)
+TEST_ENTRY(pool_reruns_after_injected_device_loss)
 TEST_ENTRY(collective_with_lost_device_ends)
 TEST_ENTRY(channel_with_lost_device_ends)
 TEST_ENTRY(lost_device_by_injected_backend_error)
