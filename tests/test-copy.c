@@ -274,6 +274,40 @@ TEST_IMPL(staged_ramp) {
   return 0;
 }
 
+/* The chunk adapts to the copy: the smallest setting (a 9 MiB copy would be
+ * 2,305 pieces; it takes 144 of 64 KiB) and the largest (64 MiB: a copy
+ * smaller than that is cut into 2 x depth pieces, its bounce buffers no
+ * larger than the copy) still copy every byte, at the edges of pieces and
+ * of the bounce buffers' power-of-two sizes too. */
+TEST_IMPL(staged_chunk_adapts) {
+  int n = init_cfg(0, MGPU_STAGING_CHUNK_MIN, 0);
+  if (n < 2) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  peer_all(n, 0);
+  const size_t sizes[] = {1, 4095, 4097, 65536 + 3, 100000, 393216,
+                          ((size_t)1 << 20) + 5, ((size_t)3 << 20) + 13,
+                          ((size_t)9 << 20) + 1};
+  const size_t chunks[] = {MGPU_STAGING_CHUNK_MIN, MGPU_STAGING_CHUNK_MAX,
+                           (size_t)1 << 20};
+  uint64_t staged0 = metric_sum(1);
+  pair_bufs p;
+  pair_open(&p, 0, 1, ((size_t)9 << 20) + 16);
+  for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+    ASSERT_OK(mgpu_staging_set(chunks[c], c == 2 ? 2 : 3));
+    size_t got = 0;
+    ASSERT_OK(mgpu_staging_get(&got, NULL));
+    ASSERT_EQ(got, chunks[c]); /* the setting; each copy adapts it */
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      pair_check(&p, i % 3, (i + c) % 5, sizes[i], (int)(i + c) % 2);
+  }
+  pair_close(&p);
+  ASSERT(metric_sum(1) > staged0);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* mgpu_free waits for work queued on its device, and that includes the half
  * of a staged copy that runs on a helper stream of the device: freeing the
  * source right after a copy issued on the destination's stream (and the
@@ -624,6 +658,7 @@ TEST_ENTRY(direct_odd_sizes)
 TEST_ENTRY(staged_odd_sizes)
 TEST_ENTRY(staged_by_disable)
 TEST_ENTRY(staged_ramp)
+TEST_ENTRY(staged_chunk_adapts)
 TEST_ENTRY(free_after_copy)
 TEST_ENTRY(staging_params)
 TEST_ENTRY(errors)
