@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "coll/coll_internal.h"
 #include "task.h"
 
 enum { COUNT = 256 };
@@ -67,6 +68,22 @@ static int fixture_close(fixture *f) {
   return 0;
 }
 
+/* Waits until n ranks joined the communicator's first pending collective
+ * (they are then inside, waiting for the others). */
+static void wait_joined(mgpu_comm *comm, int n) {
+  for (;;) {
+    mgpu__comm *c;
+    ASSERT_OK(mgpu__comm_get(comm, &c));
+    mgpu__mutex_lock(&c->lock);
+    int arrived = c->ops != NULL ? c->ops->arrived : 0;
+    mgpu__mutex_unlock(&c->lock);
+    mgpu__comm_put(c);
+    if (arrived >= n) return;
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+}
+
 /* A communicator of 3 devices with no timeout; ranks 0 and 1 call an
  * all-reduce (each from its thread, or both from one thread in a group),
  * rank 2 never does. Only the abort can end their wait. */
@@ -87,8 +104,9 @@ static int abort_blocked(int grouped) {
     memcpy(args[t].stream, f.stream, sizeof f.stream);
     ASSERT_EQ(pthread_create(&th[t], NULL, allreduce_rank, &args[t]), 0);
   }
-  struct timespec nap = {0, 30000000};
-  nanosleep(&nap, NULL); /* the ranks are waiting for rank 2 */
+  wait_joined(comm, 2); /* the ranks are waiting for rank 2 */
+  struct timespec nap = {0, 20000000};
+  nanosleep(&nap, NULL); /* and asleep, most likely */
   ASSERT_OK(mgpu_comm_abort(comm));
   for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
   char name[64];
