@@ -93,7 +93,9 @@ MGPU_EXTERN int mgpu_comm_destroy(mgpu_comm *comm);
  * MGPU_EFREED for a bad handle, or the first error of the ranks' devices'
  * synchronize (MGPU_EDEVLOST for a lost device). A thread waiting in a
  * group that also waits on another communicator holds this one until that
- * wait ends (by its result or its timeout). */
+ * wait ends (by its result or its timeout); on a communicator spanning
+ * processes, an issue already running in the module (mgpu_comm_remote)
+ * finishes first. */
 MGPU_EXTERN int mgpu_comm_abort(mgpu_comm *comm);
 /* Number of ranks, or a negative code. */
 MGPU_EXTERN int mgpu_comm_size(const mgpu_comm *comm);
