@@ -597,6 +597,46 @@ TEST_IMPL(issued_collective_with_lost_device_fails) {
   return 0;
 }
 
+/* A host-staged copy from device 2 to device 0, queued on device 0's
+ * stream, whose source is lost before its pieces run: device 0's stream
+ * waited for pieces device 2 never copied, so it fails with MGPU_EDEVLOST
+ * naming device 2 (it returned 0 with the destination holding whatever
+ * was in the bounce buffers). */
+TEST_IMPL(staged_copy_from_lost_device_fails) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  cfg.host_peer = 0; /* host devices copy through pinned host memory */
+  ASSERT_OK(mgpu_init(&cfg));
+  enum { SIZE = 1 << 20 };
+  mgpu_buffer *src, *dst;
+  mgpu_stream *s0;
+  ASSERT_OK(mgpu_malloc(&src, 2, SIZE));
+  ASSERT_OK(mgpu_malloc(&dst, 0, SIZE));
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  memset(mgpu_buffer_ptr(src), 5, SIZE);
+  memset(mgpu_buffer_ptr(dst), 0, SIZE);
+  mgpu_copy_path path;
+  ASSERT_OK(mgpu_copy_path_get(2, 0, &path));
+  ASSERT_EQ(path, MGPU_PATH_STAGED);
+  atomic_int go = 0;
+  ASSERT_OK(mgpu_stream_add_callback(s0, block_until, &go));
+  ASSERT_OK(mgpu_memcpy_async(dst, 0, src, 0, SIZE, s0));
+  ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+  atomic_store(&go, 1);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s0));
+  ASSERT_DETAIL_HAS("host device 2, which was lost");
+  mgpu_device_synchronize(0); /* the copy's helper stream reports it too */
+  /* Device 0 goes on. */
+  ASSERT_OK(mgpu_memset_async(dst, 0, 7, 64, s0));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_EQ(((unsigned char *)mgpu_buffer_ptr(dst))[63], 7);
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_free(src));
+  mgpu_shutdown();
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(lost_device_fails_queued_and_later_work)
 TEST_ENTRY(lost_device_by_fault_rule)
@@ -608,4 +648,5 @@ TEST_ENTRY(channel_with_lost_device_ends)
 TEST_ENTRY(lost_device_by_injected_backend_error)
 TEST_ENTRY(barrier_with_lost_device_ends)
 TEST_ENTRY(issued_collective_with_lost_device_fails)
+TEST_ENTRY(staged_copy_from_lost_device_fails)
 TEST_LIST_END
