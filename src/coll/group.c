@@ -395,7 +395,6 @@ static int lost_device(const mgpu__comm *c) {
   return -1;
 }
 
-
 /* Looks up and checks one call; what it holds stays held until unresolve
  * (after its result was collected), so no buffer, stream or communicator
  * of it can be freed while another rank's thread may issue its work. */
