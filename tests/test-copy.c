@@ -275,7 +275,7 @@ TEST_IMPL(staged_ramp) {
 }
 
 /* The chunk adapts to the copy: the smallest setting (a 9 MiB copy would be
- * 2,305 pieces; it takes 144 of 64 KiB) and the largest (64 MiB: a copy
+ * 2,305 pieces; it takes 149, 64 KiB at most) and the largest (64 MiB: a copy
  * smaller than that is cut into 2 x depth pieces, its bounce buffers no
  * larger than the copy) still copy every byte, at the edges of pieces and
  * of the bounce buffers' power-of-two sizes too. */
