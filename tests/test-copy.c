@@ -7,6 +7,7 @@
  * devices refuse peer access) and mgpu_peer_disable (any backend). The chunk
  * is set small so that a few KiB already make many chunks. */
 #include "task.h"
+#include "util/fault.h"
 
 #define CHUNK 4096
 
@@ -274,6 +275,16 @@ TEST_IMPL(staged_ramp) {
   return 0;
 }
 
+/* Backend calls made by one staged copy of size bytes from p's source to
+ * its destination, on the destination's stream. */
+static uint64_t staged_copy_calls(pair_bufs *p, size_t size) {
+  uint64_t before = mgpu__fault_calls(MGPU__FAULT_BACKEND);
+  ASSERT_OK(mgpu_memcpy_async(p->dst, 0, p->src, 0, size, p->sb));
+  uint64_t calls = mgpu__fault_calls(MGPU__FAULT_BACKEND) - before;
+  ASSERT_OK(mgpu_stream_synchronize(p->sb));
+  return calls;
+}
+
 /* The chunk adapts to the copy: the smallest setting (a 9 MiB copy would be
  * 2,305 pieces; it takes 149, 64 KiB at most) and the largest (64 MiB: a copy
  * smaller than that is cut into 2 x depth pieces, its bounce buffers no
@@ -301,6 +312,17 @@ TEST_IMPL(staged_chunk_adapts) {
     ASSERT_EQ(got, chunks[c]); /* the setting; each copy adapts it */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
       pair_check(&p, i % 3, (i + c) % 5, sizes[i], (int)(i + c) % 2);
+  }
+  /* How many pieces: each costs two backend copies (and events), counted
+   * by the fault seam's site counter. 2 MiB with a 64 MiB setting: 11
+   * pieces, not 1; 9 MiB with a 4 KiB one: 149, not 2,305. */
+  const size_t cases[][3] = {{(size_t)2 << 20, MGPU_STAGING_CHUNK_MAX, 11},
+                             {(size_t)9 << 20, MGPU_STAGING_CHUNK_MIN, 149}};
+  for (int k = 0; k < 2; k++) {
+    ASSERT_OK(mgpu_staging_set(cases[k][1], 3));
+    staged_copy_calls(&p, cases[k][0]); /* warm: pools filled */
+    uint64_t calls = staged_copy_calls(&p, cases[k][0]);
+    ASSERT(calls >= 2 * cases[k][2] && calls <= 8 * cases[k][2]);
   }
   pair_close(&p);
   ASSERT(metric_sum(1) > staged0);
