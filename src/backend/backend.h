@@ -265,7 +265,10 @@ typedef struct mgpu__backend_ops {
    * reason for the details); from then on its queued work fails instead of
    * running and synchronizes return MGPU_EDEVLOST. lost returns 1 and copies
    * the reason while d is lost, else 0. The core's fault seam refuses new
-   * work for a lost device. NULL: devices of this backend are never lost. */
+   * work for a lost device. A backend that finds a device lost by itself (a
+   * CUDA sticky error) marks it and returns MGPU_EDEVLOST from that call:
+   * the seam then tells the layers above. NULL: devices of this backend are
+   * never lost. */
   void (*lose)(mgpu__bdevice *d, const char *why);
   int (*lost)(mgpu__bdevice *d, char *why, size_t why_size);
 } mgpu__backend_ops;
