@@ -199,6 +199,19 @@ def init(devices=None, *, host_mem=None, host_workers=None, host_peer=None,
     first. Raises AlreadyInitializedError if already open.
     """
     cdef mgpu_config cfg = mgpu_py_config_init()
+    keep = _fill_config(&cfg, devices, host_mem, host_workers, host_peer,
+                        log, trace)
+    cdef int rc
+    with nogil:
+        rc = mgpu_init(&cfg)
+    _check(rc)
+    _opened()
+
+
+cdef list _fill_config(mgpu_config *cfg, devices, host_mem, host_workers,
+                       host_peer, log, trace):
+    """Fills cfg from init's arguments; returns the bytes objects cfg points
+    into, which the caller keeps until the library has read them."""
     if devices is not None and not isinstance(devices, str):
         raise TypeError("devices must be a str such as 'host:4', not %s"
                         % type(devices).__name__)
@@ -221,14 +234,20 @@ def init(devices=None, *, host_mem=None, host_workers=None, host_peer=None,
         if log not in levels:
             raise ValueError("log must be one of %s" % ", ".join(levels))
         cfg.log_level = levels[log]
-    cdef int rc
-    with nogil:
-        rc = mgpu_init(&cfg)
-    _check(rc)
+    return [spec, plugin, trace_path]
+
+
+def _opened():
+    """The package's state after the library opened its devices."""
     with _state_lock:
         _state["streams"] = {}
         _state["comms"] = {}
         _state["generation"] += 1
+
+
+# Called (without arguments) before the library shuts down: the MPI part
+# finalizes its module there.
+_before_shutdown = []
 
 
 def shutdown():
@@ -239,6 +258,8 @@ def shutdown():
     NotInitializedError (or FreedError after a new init). Safe to call when
     not initialized.
     """
+    for fn in _before_shutdown:
+        fn()
     with _state_lock:
         _state["streams"] = {}
         _state["comms"] = {}
@@ -256,6 +277,8 @@ def is_initialized():
 @_atexit.register
 def _shutdown_at_exit():
     # Device threads must not run Python while the interpreter finalizes.
+    for fn in _before_shutdown:
+        fn()
     if mgpu_is_initialized():
         with nogil:
             mgpu_shutdown()
@@ -2179,3 +2202,10 @@ cdef StoreArray _store_array(Store store, mgpu_store_object *o, dtype, shape):
     a.dl_type = where.device_type
     a.dl_id = where.device_id
     return a
+
+
+# ---------------------------------------------------------------------------
+# What this build has: the MPI module's bindings (_mpi.pxi) where the build
+# found MPI, else _MPI_MISSING saying why not (python/CMakeLists.txt).
+
+include "_features.pxi"
