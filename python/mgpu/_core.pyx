@@ -1976,6 +1976,38 @@ cdef class Store:
             mgpu_error_clear()
         return oid
 
+    def create(self, shape, dtype="uint8", name=None, device=None):
+        """A new object of shape and dtype on device (default: the current
+        one), named name (a taken name raises ExistsError), as a writable
+        StoreArray: fill it through its host mirror (``mirror()``) or
+        ``copy_from``, then ``seal()`` it, which returns its id and makes it
+        read-only and gettable by others. Dropped unsealed, it cannot be
+        got, and goes when the connection closes."""
+        cdef mgpu_store *st = self._open()
+        cdef mgpu_store_object *o = NULL
+        cdef bytes nm = None if name is None else str(name).encode()
+        cdef const char *cn = NULL if nm is None else <const char *>nm
+        cdef int rc, dev = _devno(device)
+        cdef StoreArray a
+        dt = _as_dtype(dtype)
+        shp = _as_shape(shape)
+        cdef size_t n = dt.itemsize
+        for x in shp:
+            n *= <size_t>x
+        if n == 0:
+            raise ValueError("create: the store has no empty objects")
+        with nogil:
+            rc = mgpu_store_create(st, dev, n, cn, &o)
+        _check(rc)
+        try:
+            a = _store_array(self, o, dt, shp)
+        except BaseException:
+            mgpu_store_release(o)
+            mgpu_error_clear()
+            raise
+        a.writable = True
+        return a
+
     def get(self, key, dtype="uint8", shape=None):
         """The sealed object of id (int) or name (str) as a read-only
         StoreArray over the shared memory, viewed as dtype and shape
@@ -2064,10 +2096,78 @@ cdef class StoreArray:
     cdef readonly tuple shape
     cdef readonly object dtype
     cdef int dl_type, dl_id
+    cdef readonly bint writable  # made by Store.create, not sealed yet
+    cdef object mirror_ref       # weak reference to its open StoreMirror
     cdef object __weakref__
 
     def __init__(self):
-        raise TypeError("use Store.get")
+        raise TypeError("use Store.get or Store.create")
+
+    cdef mgpu_store_object *_obj(self) except NULL:
+        if self.obj == NULL:
+            raise ValueError("the store array was released")
+        return self.obj
+
+    def seal(self):
+        """Seals an object made by Store.create: read-only from then on
+        (here too) and gettable by others. Returns its id. Refused while its
+        host mirror is open (its copy would not be written back)."""
+        cdef mgpu_store_object *o = self._obj()
+        cdef int rc
+        if not self.writable:
+            raise ValueError("the store object %d is sealed already" % self.id)
+        m = self.mirror_ref() if self.mirror_ref is not None else None
+        if m is not None and (<StoreMirror>m).open:
+            raise ValueError("seal: end the host mirror of object %d first"
+                             % self.id)
+        with nogil:
+            rc = mgpu_store_seal(o)
+        _check(rc)
+        self.writable = False
+        return self.id
+
+    def copy_from(self, data):
+        """Writes data (anything NumPy reads, as many bytes as the object
+        view) into an object made by Store.create and not sealed yet."""
+        cdef mgpu_store_object *o = self._obj()
+        cdef const unsigned char[::1] view
+        cdef size_t n
+        cdef int rc
+        if not self.writable:
+            raise ERRORS[MGPU_EREADONLY]("MGPU_EREADONLY: store object %d is "
+                                         "sealed" % self.id, "")
+        host = _np.ascontiguousarray(data, dtype=self.dtype)
+        if host.nbytes != self.nbytes:
+            raise ValueError("copy_from: %d bytes into %d" % (host.nbytes,
+                                                               self.nbytes))
+        view = host.reshape(-1).view(_np.uint8)
+        n = host.nbytes
+        with nogil:
+            rc = mgpu_memcpy_htod(mgpu_store_object_buffer(o), 0, &view[0], n)
+        _check(rc)
+        return self
+
+    def mirror(self, fill=True):
+        """A host copy of the object (``mgpu_store_mirror_begin``): pinned
+        memory for an object in device memory, filled from it when fill is
+        true. Writable while the object is (made by Store.create, not
+        sealed), then ``end()`` (or the end of a ``with`` block) writes it
+        back; read-only for an object got. One mirror per object at a time
+        (AlreadyInitializedError)."""
+        cdef mgpu_store_object *o = self._obj()
+        cdef void *host = NULL
+        cdef int rc, f = 1 if fill else 0
+        with nogil:
+            rc = mgpu_store_mirror_begin(o, f, &host)
+        _check(rc)
+        cdef StoreMirror m = StoreMirror.__new__(StoreMirror)
+        m.arr = self
+        m.host = host
+        m.open = True
+        m.writable = self.writable
+        import weakref
+        self.mirror_ref = weakref.ref(m)
+        return m
 
     @property
     def ptr(self):
@@ -2164,6 +2264,115 @@ cdef class StoreArray:
         if self.store is not None:
             self.store.live -= 1
             self.store._maybe_disconnect()
+
+
+cdef class StoreMirror:
+    """A host copy of a store object (``StoreArray.mirror``).
+
+    Read and write it as a NumPy array: ``m[...]`` reads a copy and
+    assigns in place; ``m.numpy()`` or ``np.asarray(m)`` is a view of the
+    copy, which keeps the mirror open while it lives. ``end()`` (or the end
+    of a ``with`` block) writes the copy back when the object is writable
+    and frees it; it raises BufferError while views made by ``numpy()`` are
+    alive (as ``memoryview.release`` does). A mirror never ended ends when
+    it and its views are gone.
+    """
+    cdef StoreArray arr
+    cdef void *host
+    cdef readonly bint open
+    cdef readonly bint writable
+    cdef object view_ref   # weak reference to the _MirrorMemory of its views
+    cdef object __weakref__
+
+    def __init__(self):
+        raise TypeError("use StoreArray.mirror")
+
+    @property
+    def shape(self):
+        return self.arr.shape
+
+    @property
+    def dtype(self):
+        return self.arr.dtype
+
+    def numpy(self):
+        """A NumPy view of the host copy (read-only unless the object is
+        writable); the mirror stays open while it lives."""
+        if not self.open:
+            raise ValueError("the host mirror was ended")
+        mem = self.view_ref() if self.view_ref is not None else None
+        if mem is None:
+            mem = _MirrorMemory.__new__(_MirrorMemory)
+            (<_MirrorMemory>mem).m = self
+            import weakref
+            self.view_ref = weakref.ref(mem)
+        return _np.asarray(mem)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            out = self.numpy().copy()
+        else:
+            out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __getitem__(self, key):
+        return self.numpy()[key].copy()
+
+    def __setitem__(self, key, value):
+        if not self.writable:
+            raise ERRORS[MGPU_EREADONLY](
+                "MGPU_EREADONLY: the store object %d is sealed: its host "
+                "mirror is read-only" % self.arr.id, "")
+        self.numpy()[key] = value
+
+    def end(self):
+        """Writes the host copy back (writable objects) and frees it.
+        Idempotent."""
+        if not self.open:
+            return
+        if self.view_ref is not None and self.view_ref() is not None:
+            raise BufferError("the host mirror of store object %d still has "
+                              "NumPy views: delete them first" % self.arr.id)
+        self._end()
+
+    cdef _end(self):
+        cdef int rc = 0
+        cdef mgpu_store_object *o = self.arr.obj
+        self.open = False
+        if o != NULL:
+            with nogil:
+                rc = mgpu_store_mirror_end(o)
+        _check(rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.end()
+
+    def __repr__(self):
+        return "<mgpu.StoreMirror of object %d%s>" % (
+            self.arr.id, "" if self.open else " (ended)")
+
+    def __dealloc__(self):
+        if (self.open and self.arr is not None and self.arr.obj != NULL and
+                mgpu_is_initialized()):
+            self.open = False
+            with nogil:
+                mgpu_store_mirror_end(self.arr.obj)
+            mgpu_error_clear()
+
+
+cdef class _MirrorMemory:
+    """What NumPy views of a StoreMirror hold: keeps the mirror open."""
+    cdef StoreMirror m
+    cdef object __weakref__
+
+    @property
+    def __array_interface__(self):
+        return {"shape": self.m.arr.shape, "typestr": self.m.arr.dtype.str,
+                "data": (<uintptr_t>self.m.host, not self.m.writable),
+                "strides": None, "version": 3}
 
 
 cdef StoreArray _store_array(Store store, mgpu_store_object *o, dtype, shape):
