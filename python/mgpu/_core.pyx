@@ -84,6 +84,72 @@ cdef extern from *:
     void mgpu_py_keep_thread_state()
 
 
+cdef extern from *:
+    """
+    #include <dlfcn.h>
+    #include <stddef.h>
+    /* Stream order between mgpu and a consumer's CUDA stream, through the
+     * CUDA driver the CUDA plugin loaded (never loaded from here: without
+     * it there is no CUDA memory to order). Its handles are opaque
+     * pointers, so this compiles without the toolkit. Called with the GIL
+     * held, which guards the one-time lookup. */
+    static struct {
+      int tried;
+      void *lib;
+      int (*stream_get_ctx)(void *stream, void **ctx);
+      int (*ctx_push)(void *ctx);
+      int (*ctx_pop)(void **ctx);
+      int (*event_create)(void **ev, unsigned flags);
+      int (*event_record)(void *ev, void *stream);
+      int (*stream_wait_event)(void *stream, void *ev, unsigned flags);
+      int (*event_destroy)(void *ev);
+    } mgpu_py_cu;
+    static int mgpu_py_cu_loaded(void) {
+      if (!mgpu_py_cu.tried) {
+        mgpu_py_cu.tried = 1;
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (h != NULL) {
+    #define MGPU_PY_CU(field, name) \\
+          *(void **)&mgpu_py_cu.field = dlsym(h, name); \\
+          if (mgpu_py_cu.field == NULL) return 0;
+          MGPU_PY_CU(stream_get_ctx, "cuStreamGetCtx")
+          MGPU_PY_CU(ctx_push, "cuCtxPushCurrent_v2")
+          MGPU_PY_CU(ctx_pop, "cuCtxPopCurrent_v2")
+          MGPU_PY_CU(event_create, "cuEventCreate")
+          MGPU_PY_CU(event_record, "cuEventRecord")
+          MGPU_PY_CU(stream_wait_event, "cuStreamWaitEvent")
+          MGPU_PY_CU(event_destroy, "cuEventDestroy_v2")
+    #undef MGPU_PY_CU
+          mgpu_py_cu.lib = h;
+        }
+      }
+      return mgpu_py_cu.lib != NULL;
+    }
+    /* Work queued on consumer from now on waits for the work queued on
+     * producer so far (both cudaStream_t / CUstream; consumer may be
+     * CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2)), without blocking
+     * the host: an event recorded on producer, in producer's context, and
+     * waited on by consumer. 0, -1 without a CUDA driver, or the driver's
+     * error. */
+    static int mgpu_py_cuda_order(void *producer, void *consumer) {
+      if (!mgpu_py_cu_loaded()) return -1;
+      void *ctx = NULL, *ev = NULL, *prev = NULL;
+      int rc = mgpu_py_cu.stream_get_ctx(producer, &ctx);
+      if (rc != 0) return rc;
+      rc = mgpu_py_cu.ctx_push(ctx);
+      if (rc != 0) return rc;
+      rc = mgpu_py_cu.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */);
+      if (rc == 0) rc = mgpu_py_cu.event_record(ev, producer);
+      if (rc == 0) rc = mgpu_py_cu.stream_wait_event(consumer, ev, 0);
+      /* The wait holds on to the recorded work; the event may go. */
+      if (ev != NULL) mgpu_py_cu.event_destroy(ev);
+      mgpu_py_cu.ctx_pop(&prev);
+      return rc;
+    }
+    """
+    int mgpu_py_cuda_order(void *producer, void *consumer)
+
+
 # ---------------------------------------------------------------------------
 # Errors
 
@@ -712,6 +778,10 @@ cdef class Array:
     cdef object owner  # the object an imported array's memory belongs to
     cdef size_t count  # elements
     cdef int mdt       # the mgpu_dtype of dtype, -1 if it has none
+    # Streams with queued work that reads or writes the array (the copies
+    # queued with stream=): what an export orders a consumer after. Cleared
+    # by a host wait for the device. Touched with the GIL held.
+    cdef list pending
     cdef object __weakref__
 
     def __init__(self):
@@ -800,12 +870,44 @@ cdef class Array:
         elif stream is not None and (isinstance(stream, bool) or
                                      not isinstance(stream, int)):
             raise TypeError("stream must be an int or None")
+        elif stream == 0:
+            raise ValueError("stream 0 is ambiguous (array API standard): "
+                             "pass 1 for the legacy default stream, 2 for "
+                             "the per-thread one, or a cudaStream_t")
         src = self
         if copy is True:
             src = self.copy()
-        if not (self.dl_type != 1 and stream == -1):
+        if self.dl_type == 1:
             src._sync()
+        elif stream != -1:
+            # The consumer's stream (None: the legacy default one) waits for
+            # the array's queued work on the device, not the host.
+            (<Array>src)._order_after(1 if stream is None else stream)
         return (<Array>src)._capsule(major >= 1, copy is True)
+
+    cdef _order_after(self, uintptr_t consumer):
+        """Makes CUDA stream consumer wait for the work queued on the
+        array's pending streams (an event each); where that cannot be done
+        (no CUDA driver loaded, a handle the driver refuses), waits on the
+        host instead."""
+        cdef Stream st
+        cdef int rc
+        if not self.pending:
+            return
+        for x in self.pending:
+            st = <Stream>x
+            if not st.owned or not mgpu_is_initialized():
+                continue  # destroyed: its work is done
+            rc = mgpu_py_cuda_order(mgpu_stream_native(st.s), <void *>consumer)
+            if rc != 0:
+                self._sync()
+                return
+
+    cdef _touch(self, Stream st):
+        if self.pending is None:
+            self.pending = [st]
+        elif not any(x is st for x in self.pending):
+            self.pending.append(st)
 
     cdef object _capsule(self, bint versioned, bint copied):
         cdef DLManagedTensorVersioned *t = NULL
@@ -833,15 +935,23 @@ cdef class Array:
 
     @property
     def __cuda_array_interface__(self):
-        """The CUDA array interface (version 3), for CUDA memory only. The
-        device's work is finished when it is read, so ``stream`` is None."""
+        """The CUDA array interface (version 3), for CUDA memory only.
+        ``stream`` is the mgpu stream (a cudaStream_t) with work queued on
+        the array, which the consumer must order itself after, or None when
+        there is none; with several such streams the device's work is
+        waited for on the host first."""
         if self.dl_type == 1:
             raise AttributeError("__cuda_array_interface__: the array is in "
                                  "host memory (use __array_interface__)")
-        self._sync()
+        live = [x for x in (self.pending or ()) if (<Stream>x).owned]
+        cdef uintptr_t native = 0
+        if len(live) == 1:
+            native = <uintptr_t>mgpu_stream_native((<Stream>live[0]).s)
+        elif live:
+            self._sync()
         return {"shape": self.shape, "typestr": self.dtype.str,
                 "data": (<uintptr_t>self.ptr, False), "strides": None,
-                "version": 3, "stream": None}
+                "version": 3, "stream": native if native > 2 else None}
 
     def _sync(self):
         cdef int rc = 0, d = self.device
@@ -849,6 +959,7 @@ cdef class Array:
             with nogil:
                 rc = mgpu_device_synchronize(d)
             _check(rc)
+            self.pending = None
         else:
             mgpu_error_clear()
 
@@ -1049,6 +1160,9 @@ cdef _copy_bytes(Array dst, Array src, size_t n, object stream):
         else:
             rc = mgpu_memcpy_async(dst.buf, 0, src.buf, 0, n, s)
     _check(rc)
+    if s != NULL:
+        dst._touch(stream)
+        src._touch(stream)
 
 
 def empty(shape, dtype="float32", device=None, *, kind="device"):
