@@ -482,30 +482,83 @@ def set_device(device):
     _check(mgpu_set_device(_devno(device)))
 
 
-cdef int _run_trampoline(int dev, void *arg) noexcept nogil:
-    with gil:
-        mgpu_py_keep_thread_state()
-        call = <list>arg
-        try:
-            call[2] = call[0](*call[1])
-        except BaseException as e:
-            call[3] = e
-    return 0
+cdef extern from *:
+    """
+    /* run_on_device's call, made on the device's thread without Cython's
+     * `with gil` (PyGILState_Ensure/Release each time): the thread's
+     * Python state is made once and kept (as mgpu_py_keep_thread_state
+     * does), then only the GIL is taken and dropped around the call. */
+    typedef struct {
+      PyObject *fn, *args;          /* borrowed from the caller */
+      PyObject *result;             /* new reference, NULL on error */
+      PyObject *et, *ev, *tb;       /* the error, as PyErr_Fetch gives it */
+    } mgpu_py_call;
+    static __thread PyThreadState *mgpu_py_tstate;
+    static int mgpu_py_run_call(int dev, void *arg) {
+      mgpu_py_call *c = (mgpu_py_call *)arg;
+      (void)dev;
+      if (mgpu_py_tstate == NULL) {
+        (void)PyGILState_Ensure();  /* never released: the state stays */
+        mgpu_py_kept = 1;
+        mgpu_py_tstate = PyThreadState_Get();
+      } else {
+        PyEval_RestoreThread(mgpu_py_tstate);
+      }
+      c->result = PyObject_Call(c->fn, c->args, NULL);
+      if (c->result == NULL) PyErr_Fetch(&c->et, &c->ev, &c->tb);
+      (void)PyEval_SaveThread();
+      return 0;
+    }
+    /* Drops the error a call left. */
+    static void mgpu_py_call_clear(mgpu_py_call *c) {
+      Py_XDECREF(c->et); Py_XDECREF(c->ev); Py_XDECREF(c->tb);
+      c->et = c->ev = c->tb = NULL;
+    }
+    /* Raises the error a call left (returns -1 for Cython's except). */
+    static int mgpu_py_call_raise(mgpu_py_call *c) {
+      PyErr_Restore(c->et, c->ev, c->tb);
+      c->et = c->ev = c->tb = NULL;
+      return -1;
+    }
+    """
+    ctypedef struct mgpu_py_call:
+        PyObject *fn
+        PyObject *args
+        PyObject *result
+        PyObject *et
+        PyObject *ev
+        PyObject *tb
+    int mgpu_py_run_call(int dev, void *arg) noexcept nogil
+    int mgpu_py_call_raise(mgpu_py_call *c) except -1
+    void mgpu_py_call_clear(mgpu_py_call *c)
 
 
 def run_on_device(device, fn, *args):
     """Runs ``fn(*args)`` on the device's own host thread (with that device
-    current) and returns its result; its exception is raised here."""
+    current) and returns its result; its exception is raised here. The GIL
+    is released while the call waits."""
+    cdef mgpu_py_call c
+    cdef int d, rc
+    if type(device) is int and 0 <= <long>device < (1 << 30):
+        d = device
+    else:
+        d = _devno(device)
     if not callable(fn):
         raise TypeError("fn must be callable, not %s" % type(fn).__name__)
-    cdef int d = _devno(device), rc
-    call = [fn, args, None, None]
+    c.fn = <PyObject *>fn
+    c.args = <PyObject *>args
+    c.result = c.et = c.ev = c.tb = NULL
     with nogil:
-        rc = mgpu_run_on_device(d, _run_trampoline, <void *>call)
+        rc = mgpu_run_on_device(d, <mgpu_device_fn>mgpu_py_run_call, &c)
+    if c.result != NULL:
+        out = <object>c.result
+        Py_DECREF(out)
+    elif rc == 0:
+        mgpu_py_call_raise(&c)
+    else:
+        mgpu_py_call_clear(&c)
     _check(rc)
-    if call[3] is not None:
-        raise call[3]
-    return call[2]
+    return out
 
 
 def synchronize(device=None):
