@@ -150,6 +150,12 @@ cdef extern from *:
     int mgpu_py_cuda_order(void *producer, void *consumer)
 
 
+def _cuda_order(uintptr_t producer, uintptr_t consumer):
+    """mgpu_py_cuda_order(producer, consumer): 0, -1 without a CUDA driver
+    loaded, or the driver's error (for the tests)."""
+    return mgpu_py_cuda_order(<void *>producer, <void *>consumer)
+
+
 # ---------------------------------------------------------------------------
 # Errors
 
@@ -923,6 +929,8 @@ cdef class Array:
         elif stream is not None and (isinstance(stream, bool) or
                                      not isinstance(stream, int)):
             raise TypeError("stream must be an int or None")
+        elif stream < -1:
+            raise ValueError("stream %d is not a CUDA stream" % stream)
         elif stream == 0:
             raise ValueError("stream 0 is ambiguous (array API standard): "
                              "pass 1 for the legacy default stream, 2 for "
