@@ -2100,12 +2100,9 @@ cdef class Store:
         the buffer protocol or NumPy can read) on device (default: the
         current device, or an Array's own), fills it, seals it, and returns
         its id. A taken name raises ExistsError."""
-        cdef mgpu_store *st = self._open()
         cdef mgpu_store_object *o = NULL
         cdef const unsigned char[::1] view
         cdef mgpu_buffer *dst
-        cdef bytes nm = None if name is None else str(name).encode()
-        cdef const char *cn = NULL if nm is None else <const char *>nm
         cdef int rc, dev
         cdef size_t n
         cdef uint64_t oid
@@ -2121,11 +2118,7 @@ cdef class Store:
             view = host.reshape(-1).view(_np.uint8)
             n = host.nbytes
             dev = _devno(device)
-        if n == 0:
-            raise ValueError("put: the store has no empty objects")
-        with nogil:
-            rc = mgpu_store_create(st, dev, n, cn, &o)
-        _check(rc)
+        o = self._create(dev, n, name, "put")
         try:
             dst = mgpu_store_object_buffer(o)
             if dst == NULL:
@@ -2151,6 +2144,21 @@ cdef class Store:
             mgpu_error_clear()
         return oid
 
+    cdef mgpu_store_object *_create(self, int dev, size_t n, object name,
+                                    str what) except NULL:
+        """A new object of n bytes on dev, named name (None: unnamed)."""
+        cdef mgpu_store *st = self._open()
+        cdef mgpu_store_object *o = NULL
+        cdef bytes nm = None if name is None else str(name).encode()
+        cdef const char *cn = NULL if nm is None else <const char *>nm
+        cdef int rc
+        if n == 0:
+            raise ValueError("%s: the store has no empty objects" % what)
+        with nogil:
+            rc = mgpu_store_create(st, dev, n, cn, &o)
+        _check(rc)
+        return o
+
     def create(self, shape, dtype="uint8", name=None, device=None):
         """A new object of shape and dtype on device (default: the current
         one), named name (a taken name raises ExistsError), as a writable
@@ -2158,22 +2166,15 @@ cdef class Store:
         ``copy_from``, then ``seal()`` it, which returns its id and makes it
         read-only and gettable by others. Dropped unsealed, it cannot be
         got, and goes when the connection closes."""
-        cdef mgpu_store *st = self._open()
         cdef mgpu_store_object *o = NULL
-        cdef bytes nm = None if name is None else str(name).encode()
-        cdef const char *cn = NULL if nm is None else <const char *>nm
-        cdef int rc, dev = _devno(device)
+        cdef int dev = _devno(device)
         cdef StoreArray a
         dt = _as_dtype(dtype)
         shp = _as_shape(shape)
         cdef size_t n = dt.itemsize
         for x in shp:
             n *= <size_t>x
-        if n == 0:
-            raise ValueError("create: the store has no empty objects")
-        with nogil:
-            rc = mgpu_store_create(st, dev, n, cn, &o)
-        _check(rc)
+        o = self._create(dev, n, name, "create")
         try:
             a = _store_array(self, o, dt, shp)
         except BaseException:
