@@ -1440,11 +1440,19 @@ cdef mgpu_dtype _mgpu_dtype(Array a) except *:
 cdef class Comm:
     """A communicator over a list of devices (``mgpu_comm``): rank r is
     ``devices[r]``. Its collectives take one array per rank, in rank order,
-    and return once the data has moved (the GIL is released meanwhile)."""
+    and return once the data has moved (the GIL is released meanwhile).
+
+    One made by ``mgpu.mpi.comm_create`` spans the devices of every MPI
+    rank: this process's ``devices[i]`` is rank ``first_rank + i`` of
+    ``nranks``, its collectives take this process's arrays only, and roots
+    are global ranks."""
     cdef mgpu_comm *c
     cdef readonly tuple devices
+    cdef readonly int first_rank  # the global rank of devices[0]
+    cdef readonly int nranks      # ranks over every process
     cdef list streams        # the package's stream of each rank's device
     cdef mgpu_stream *ss[64]  # their handles, in rank order
+    cdef object __weakref__
 
     def __init__(self, devices=None):
         cdef int devs[64]
@@ -1457,6 +1465,8 @@ cdef class Comm:
             devs[i] = d
         _check(mgpu_comm_create(devs, len(devices), &self.c))
         self.devices = devices
+        self.first_rank = 0
+        self.nranks = len(devices)
         self.streams = [_default_stream(d) for d in devices]
         for i, st in enumerate(self.streams):
             self.ss[i] = (<Stream>st).s
@@ -1491,7 +1501,7 @@ cdef class Comm:
 
     cdef _run(self, int which, list send, list recv, size_t count,
               mgpu_dtype dt, mgpu_op op, int root):
-        cdef int n = len(self.devices), r, rc = 0, rc2
+        cdef int n = len(self.devices), r, rc = 0, rc2, f = self.first_rank
         cdef mgpu_buffer *sb[64]
         cdef mgpu_buffer *rb[64]
         cdef mgpu_stream **ss = self.ss
@@ -1504,13 +1514,13 @@ cdef class Comm:
             mgpu_group_begin()
             for r in range(n):
                 if which == 0:
-                    rc2 = mgpu_allreduce(self.c, r, sb[r], rb[r], count, dt, op, ss[r])
+                    rc2 = mgpu_allreduce(self.c, f + r, sb[r], rb[r], count, dt, op, ss[r])
                 elif which == 1:
-                    rc2 = mgpu_broadcast(self.c, r, sb[r], rb[r], count, dt, root, ss[r])
+                    rc2 = mgpu_broadcast(self.c, f + r, sb[r], rb[r], count, dt, root, ss[r])
                 elif which == 2:
-                    rc2 = mgpu_allgather(self.c, r, sb[r], rb[r], count, dt, ss[r])
+                    rc2 = mgpu_allgather(self.c, f + r, sb[r], rb[r], count, dt, ss[r])
                 else:
-                    rc2 = mgpu_reduce_scatter(self.c, r, sb[r], rb[r], count, dt, op, ss[r])
+                    rc2 = mgpu_reduce_scatter(self.c, f + r, sb[r], rb[r], count, dt, op, ss[r])
                 if rc == 0:
                     rc = rc2
             rc2 = mgpu_group_end()

@@ -72,6 +72,8 @@ cdef extern from "mgpu/mpi.h" nogil:
                         mgpu_buffer *recv, size_t recv_offset, size_t count,
                         mgpu_dtype dtype, int root, MPI_Comm comm,
                         mgpu_stream *stream)
+    int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
+                             mgpu_comm **out)
 
 _MPI_MISSING = None
 
@@ -87,7 +89,7 @@ def _mpi_library_version():
 # State of the MPI part (one thread at a time, as the MPI calls; the
 # interpreter's lock serializes the Python side): the communicator given to
 # mpi_init (the default of every call) and the requests not yet waited on.
-_mpi = {"comm": None, "checked": False, "requests": None}
+_mpi = {"comm": None, "checked": False, "requests": None, "comms": None}
 
 
 cdef class MPIComm:
@@ -168,11 +170,13 @@ def mpi_init(comm=None, devices=None, *, host_mem=None, host_workers=None,
     _mpi["comm"] = m
     import weakref
     _mpi["requests"] = weakref.WeakSet()
+    _mpi["comms"] = weakref.WeakSet()
     _opened()
 
 
 def mpi_finalize():
-    """Waits for the requests still open, then frees the module's state and
+    """Waits for the requests still open, closes the communicators of
+    comm_create still alive, then frees the module's state and
     shuts mgpu down (``mgpu_mpi_finalize``); MPI itself stays initialized
     (mpi4py finalizes it). Safe when not initialized."""
     cdef int rc
@@ -182,6 +186,11 @@ def mpi_finalize():
     for r in list(reqs):
         try:
             (<MPIRequest>r).wait()
+        except Error:
+            pass
+    for c in list(_mpi["comms"]):
+        try:
+            c.close()
         except Error:
             pass
     _mpi["comm"] = None
@@ -488,3 +497,44 @@ def mpi_gather(a, out=None, root=0, *, comm=None, stream=None):
     _mpi_coll(_GATHER, "gather", a, out if here else None, a, "sum", r, comm,
               stream)
     return out if here else None
+
+
+def mpi_comm_create(devices=None, *, comm=None):
+    """An mgpu.Comm over the devices of every rank of comm
+    (``mgpu_mpi_comm_create``): this process's devices (default: all of
+    them) are ranks ``first_rank`` .. ``first_rank + len(devices) - 1``,
+    after those of the lower MPI ranks. Its allreduce, broadcast,
+    allgather and reduce_scatter take this process's arrays (one per
+    device, in order) and work across processes unchanged; roots are
+    global ranks. Collective over comm. Closed by ``close()`` or by
+    ``finalize()``."""
+    cdef MPIComm m = _mpi_comm(comm)
+    cdef Comm out
+    cdef mgpu_comm *c = NULL
+    cdef int n, i, rc
+    cdef int *devs
+    if devices is None:
+        devices = range(device_count())
+    devices = tuple(_devno(d) for d in devices)
+    n = len(devices)
+    devs = <int *>malloc(sizeof(int) * (n if n > 0 else 1))
+    if devs == NULL:
+        raise MemoryError()
+    for i in range(n):
+        devs[i] = devices[i]
+    with nogil:
+        rc = mgpu_mpi_comm_create(m.c, n, devs, &c)
+    free(devs)
+    _check(rc)
+    # Ranks are numbered over the processes in order (as the C call does).
+    counts = m.comm.allgather(n)
+    out = Comm.__new__(Comm)
+    out.c = c
+    out.devices = devices
+    out.first_rank = sum(counts[:m.rank])
+    out.nranks = sum(counts)
+    out.streams = [_default_stream(d) for d in devices]
+    for i, st in enumerate(out.streams):
+        out.ss[i] = (<Stream>st).s
+    _mpi["comms"].add(out)
+    return out

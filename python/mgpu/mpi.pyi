@@ -1,6 +1,6 @@
 from typing import Any, Optional
 
-from mgpu import Array, Stream
+from mgpu import Array, Comm, Stream
 
 class MPIComm:
     comm: Any
@@ -35,3 +35,4 @@ def scatter(a: Optional[Array], out: Array, root: int = ..., *, comm: Any = ...,
             stream: Optional[Stream] = ...) -> Array: ...
 def gather(a: Array, out: Optional[Array] = ..., root: int = ..., *, comm: Any = ...,
            stream: Optional[Stream] = ...) -> Optional[Array]: ...
+def comm_create(devices: Any = ..., *, comm: Any = ...) -> Comm: ...

@@ -234,6 +234,32 @@ def errors():
 
 
 @case
+def device_comm():
+    # One mgpu communicator over every device of every rank: this rank's
+    # devices are global ranks first .. first + n - 1.
+    c = mgpu.mpi.comm_create()
+    n, first = mgpu.device_count(), mgpu.mpi.info()["first_device"]
+    total = mgpu.mpi.info()["total_devices"]
+    assert (c.first_rank, c.nranks, c.devices) == (first, total, tuple(range(n)))
+    mine = [mgpu.full(6, first + i + 1, "float64", device=i) for i in range(n)]
+    c.allreduce(mine)
+    for a in mine:
+        assert (a.numpy() == total * (total + 1) / 2).all(), a.numpy()
+    b = [mgpu.full(3, first + i, "int32", device=i) for i in range(n)]
+    c.broadcast(b, root=total - 1)
+    for a in b:
+        assert (a.numpy() == total - 1).all(), a.numpy()
+    send = [mgpu.full(2, first + i, "float32", device=i) for i in range(n)]
+    out = [mgpu.zeros(2 * total, "float32", device=i) for i in range(n)]
+    c.allgather(send, out)
+    for a in out:
+        assert (a.numpy() == np.repeat(np.arange(total), 2)).all(), a.numpy()
+    c.close()
+    # Another one left open is closed by finalize.
+    mgpu.mpi.comm_create(devices=[0])
+
+
+@case
 def stats():
     s = mgpu.mpi.stats(reset=True)
     assert s["calls_host"] + s["calls_staged"] > 0, s
