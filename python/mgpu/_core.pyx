@@ -1774,6 +1774,25 @@ _DIST_KINDS = {"block": MGPU_DIST_BLOCK, "cyclic": MGPU_DIST_CYCLIC,
                "weighted": MGPU_DIST_WEIGHTED}
 
 
+cdef object _dist_opts(mgpu_dist_opts *o, kind, block, weights,
+                       size_t nparts):
+    """Fills kind, block and weights (one per part, nparts) of o; returns
+    what o points into, which the caller keeps until the create call."""
+    cdef double[::1] w
+    if kind not in _DIST_KINDS:
+        raise ValueError("kind must be one of %s" % ", ".join(_DIST_KINDS))
+    o.kind = _DIST_KINDS[kind]
+    o.block = _index(block, "block")
+    if weights is None:
+        return None
+    w = _np.array([float(x) for x in weights], dtype=_np.float64)
+    if w.shape[0] != nparts:
+        raise ValueError("one weight per part (%d), got %d" %
+                         (nparts, w.shape[0]))
+    o.weights = &w[0]
+    return w
+
+
 cdef class Dist:
     """A partition of the indices [0, n) over devices (``mgpu_dist``).
 
@@ -1788,11 +1807,6 @@ cdef class Dist:
     def __init__(self, n, kind="block", devices=None, block=1, weights=None):
         cdef mgpu_dist_opts o = mgpu_py_dist_opts_init()
         cdef int devs[64]
-        cdef double w[64]
-        if kind not in _DIST_KINDS:
-            raise ValueError("kind must be one of %s" % ", ".join(_DIST_KINDS))
-        o.kind = _DIST_KINDS[kind]
-        o.block = _index(block, "block")
         if devices is not None:
             devices = [_devno(x) for x in devices]
             if not 1 <= len(devices) <= 64:
@@ -1801,13 +1815,8 @@ cdef class Dist:
                 devs[i] = x
             o.ndevices = len(devices)
             o.devices = devs
-        if weights is not None:
-            weights = [float(x) for x in weights]
-            if len(weights) != (o.ndevices or device_count()):
-                raise ValueError("one weight per part")
-            for i, x in enumerate(weights):
-                w[i] = x
-            o.weights = w
+        keep = _dist_opts(&o, kind, block, weights,
+                          o.ndevices or device_count())
         self.n = _index(n, "n")
         _check(mgpu_dist_create(&self.d, self.n, &o))
 

@@ -74,6 +74,14 @@ cdef extern from "mgpu/mpi.h" nogil:
                         mgpu_stream *stream)
     int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
                              mgpu_comm **out)
+    int mgpu_mpi_dist_create(MPI_Comm comm, size_t n,
+                             const mgpu_dist_opts *opts, mgpu_dist **dist)
+    int mgpu_mpi_dist_scatter(const mgpu_dist *dist, const mgpu_buffer *src,
+                              size_t src_offset, size_t elem_size, int root,
+                              mgpu_buffer *const *bufs, MPI_Comm comm)
+    int mgpu_mpi_dist_gather(const mgpu_dist *dist, mgpu_buffer *dst,
+                             size_t dst_offset, size_t elem_size, int root,
+                             mgpu_buffer *const *bufs, MPI_Comm comm)
 
 _MPI_MISSING = None
 
@@ -538,3 +546,133 @@ def mpi_comm_create(devices=None, *, comm=None):
         out.ss[i] = (<Stream>st).s
     _mpi["comms"].add(out)
     return out
+
+
+cdef class MPIDist(Dist):
+    """A distribution of [0, n) over every device of every rank
+    (``mgpu_mpi_dist_create``): rank p's local device d is part
+    ``first_part(p) + d``. ``parts`` lists every part (the device is 0 for
+    other ranks' parts); ``first_part`` is this rank's first. Moved by
+    ``mgpu.mpi.dist_scatter`` and ``dist_gather``."""
+    cdef readonly int first_part
+    cdef readonly int nlocal
+    cdef readonly MPIComm comm
+
+    def __init__(self, *args, **kw):
+        raise TypeError("use mgpu.mpi.dist(n, ...)")
+
+    def scatter(self, host):
+        raise TypeError("an MPIDist moves device arrays: use "
+                        "mgpu.mpi.dist_scatter")
+
+    def gather(self, arrays, out=None):
+        raise TypeError("an MPIDist moves device arrays: use "
+                        "mgpu.mpi.dist_gather")
+
+
+def mpi_dist(n, kind="block", *, block=1, weights=None, comm=None):
+    """A distribution of [0, n) whose parts are the devices of every rank of
+    comm in rank order (``mgpu_mpi_dist_create``): kind "block", "cyclic",
+    "block_cyclic" (with block) or "weighted" (with weights, one per part
+    of every rank). Collective over comm."""
+    cdef MPIComm m = _mpi_comm(comm)
+    cdef mgpu_dist_opts o = mgpu_py_dist_opts_init()
+    cdef mgpu_dist *d = NULL
+    cdef size_t nn = _index(n, "n")
+    cdef int rc
+    counts = m.comm.allgather(device_count())
+    keep = _dist_opts(&o, kind, block, weights, sum(counts))
+    with nogil:
+        rc = mgpu_mpi_dist_create(m.c, nn, &o, &d)
+    _check(rc)
+    cdef MPIDist out = MPIDist.__new__(MPIDist)
+    out.d = d
+    out.n = nn
+    out.first_part = sum(counts[:m.rank])
+    out.nlocal = counts[m.rank]
+    out.comm = m
+    return out
+
+
+cdef size_t _dist_elem(object dt, str what) except 0:
+    cdef size_t es = dt.itemsize
+    if es % 2:
+        raise TypeError("%s: %s has odd-sized elements, which the MPI module "
+                        "does not move: view the data as a wider type" %
+                        (what, dt))
+    return es
+
+
+def mpi_dist_scatter(MPIDist dist not None, src, root=0, *, dtype=None):
+    """Root's src (an mgpu.Array of dist.n elements, on any of its devices)
+    cut by dist: returns this rank's parts, one new 1-d array per local
+    device (part first_part + i on device i, its elements in index order).
+    src is ignored (may be None) on the other ranks, which learn the dtype
+    from the root unless dtype is given. Collective."""
+    cdef MPIComm m = dist.comm
+    cdef int r = _rank_arg(root, "root"), i, rc
+    cdef mgpu_buffer *sb = NULL
+    cdef mgpu_buffer *bufs[64]
+    here = m.rank == r
+    # The root tells every rank the dtype, or why its src is refused, so
+    # that all of them fail together instead of waiting for it.
+    said = None
+    if here:
+        if not isinstance(src, Array):
+            said = ("T", "dist_scatter: root's src must be an mgpu.Array, "
+                    "not %s" % type(src).__name__)
+        elif (<Array>src).count != dist.n:
+            said = ("V", "dist_scatter: root's src has %d elements, the "
+                    "distribution %d" % ((<Array>src).count, dist.n))
+        else:
+            said = ("", src.dtype.str)
+            sb = (<Array>src).buf
+    said = m.comm.bcast(said, root=r)
+    if said[0]:
+        raise (TypeError if said[0] == "T" else ValueError)(said[1])
+    dt = _as_dtype(said[1] if dtype is None else dtype)
+    cdef size_t es = _dist_elem(dt, "dist_scatter")
+    if dist.nlocal > 64:
+        raise ValueError("dist_scatter: more than 64 local devices")
+    parts = [empty(mgpu_dist_count(dist.d, dist.first_part + i), dt, i)
+             for i in range(dist.nlocal)]
+    for i in range(dist.nlocal):
+        bufs[i] = (<Array>parts[i]).buf
+    with nogil:
+        rc = mgpu_mpi_dist_scatter(dist.d, sb, 0, es, r, bufs, m.c)
+    _check(rc)
+    return parts
+
+
+def mpi_dist_gather(MPIDist dist not None, parts, out=None, root=0):
+    """The reverse of dist_scatter: every rank's parts (one array per local
+    device) back into root's out (an mgpu.Array of dist.n elements; default:
+    a new one on root's device 0). Returns out on root, None elsewhere.
+    Collective."""
+    cdef MPIComm m = dist.comm
+    cdef int r = _rank_arg(root, "root"), i, rc
+    cdef mgpu_buffer *db = NULL
+    cdef mgpu_buffer *bufs[64]
+    parts = list(parts)
+    if len(parts) != dist.nlocal or dist.nlocal > 64:
+        raise ValueError("dist_gather: %d arrays for %d local devices" %
+                         (len(parts), dist.nlocal))
+    for i, a in enumerate(parts):
+        if not isinstance(a, Array):
+            raise TypeError("dist_gather: expected mgpu.Array, got %s" %
+                            type(a).__name__)
+        bufs[i] = (<Array>a).buf
+    dt = (<Array>parts[0]).dtype
+    cdef size_t es = _dist_elem(dt, "dist_gather")
+    here = m.rank == r
+    if here:
+        if out is None:
+            out = empty(dist.n, dt, 0)
+        if not isinstance(out, Array) or (<Array>out).nbytes != dist.n * es:
+            raise ValueError("dist_gather: out must be an mgpu.Array of %d "
+                             "elements of %s" % (dist.n, dt))
+        db = (<Array>out).buf
+    with nogil:
+        rc = mgpu_mpi_dist_gather(dist.d, db, 0, es, r, bufs, m.c)
+    _check(rc)
+    return out if here else None

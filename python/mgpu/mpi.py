@@ -31,10 +31,12 @@ from mgpu._core import (  # noqa: E402
     mpi_bcast as bcast, mpi_reduce as reduce, mpi_allreduce as allreduce,
     mpi_reduce_scatter as reduce_scatter, mpi_allgather as allgather,
     mpi_scatter as scatter, mpi_gather as gather,
-    mpi_comm_create as comm_create,
+    mpi_comm_create as comm_create, MPIDist, mpi_dist as dist,
+    mpi_dist_scatter as dist_scatter, mpi_dist_gather as dist_gather,
 )
 
 __all__ = ["init", "finalize", "info", "stats", "comm", "send", "recv",
            "isend", "irecv", "bcast", "reduce", "allreduce",
-           "reduce_scatter", "allgather", "scatter", "gather", "comm_create",
+           "reduce_scatter", "allgather", "scatter", "gather", "comm_create", "dist",
+           "dist_scatter", "dist_gather", "MPIDist",
            "MPIComm", "MPIRequest"]

@@ -1,6 +1,7 @@
 from typing import Any, Optional
 
 from mgpu import Array, Comm, Stream
+from mgpu.dist import Dist
 
 class MPIComm:
     comm: Any
@@ -36,3 +37,12 @@ def scatter(a: Optional[Array], out: Array, root: int = ..., *, comm: Any = ...,
 def gather(a: Array, out: Optional[Array] = ..., root: int = ..., *, comm: Any = ...,
            stream: Optional[Stream] = ...) -> Optional[Array]: ...
 def comm_create(devices: Any = ..., *, comm: Any = ...) -> Comm: ...
+
+class MPIDist(Dist):
+    first_part: int
+    nlocal: int
+    comm: MPIComm
+
+def dist(n: int, kind: str = ..., *, block: int = ..., weights: Any = ..., comm: Any = ...) -> MPIDist: ...
+def dist_scatter(dist: MPIDist, src: Optional[Array], root: int = ..., *, dtype: Any = ...) -> list[Array]: ...
+def dist_gather(dist: MPIDist, parts: Any, out: Optional[Array] = ..., root: int = ...) -> Optional[Array]: ...

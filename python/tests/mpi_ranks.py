@@ -260,6 +260,41 @@ def device_comm():
 
 
 @case
+def distribution():
+    # A distribution over every device of every rank, scattered from a
+    # device array of rank 0 and gathered back.
+    n = 1001
+    info = mgpu.mpi.info()
+    for kind, kw in (("block", {}), ("cyclic", {}),
+                     ("block_cyclic", {"block": 7}),
+                     ("weighted", {"weights": [1 + p % 3 for p in range(info["total_devices"])]})):
+        d = mgpu.mpi.dist(n, kind, **kw)
+        assert isinstance(d, mgpu.dist.Dist)
+        assert (d.first_part, d.nlocal) == (info["first_device"], info["ndevices"])
+        assert d.nparts == info["total_devices"]
+        whole = np.arange(n, dtype=np.float64) * 3
+        src = mgpu.asarray(whole, device=0) if rank == 0 else None
+        parts = mgpu.mpi.dist_scatter(d, src, root=0)
+        assert len(parts) == d.nlocal
+        every = d.parts
+        for i, a in enumerate(parts):
+            assert a.device == i
+            dev, count, ranges = every[d.first_part + i]
+            want = np.concatenate([whole[b:e] for b, e in ranges]) if ranges else whole[:0]
+            assert (a.numpy() == want).all(), (kind, i)
+            np.from_dlpack(a)[:] += 1
+        back = mgpu.mpi.dist_gather(d, parts, root=0)
+        if rank == 0:
+            assert (back.numpy() == whole + 1).all(), kind
+        else:
+            assert back is None
+    raises(TypeError, mgpu.mpi.dist_scatter, d, "not an array" if rank == 0 else None)
+    raises(TypeError, d.scatter, np.arange(n))
+    raises(TypeError, mgpu.mpi.dist_scatter, d,
+           mgpu.zeros(n, "uint8", device=0) if rank == 0 else None)
+
+
+@case
 def stats():
     s = mgpu.mpi.stats(reset=True)
     assert s["calls_host"] + s["calls_staged"] > 0, s
