@@ -98,6 +98,10 @@ def _mpi_library_version():
 # interpreter's lock serializes the Python side): the communicator given to
 # mpi_init (the default of every call) and the requests not yet waited on.
 _mpi = {"comm": None, "checked": False, "requests": None, "comms": None}
+# Held around every call of the MPI module, which takes one thread at a
+# time (mgpu/mpi.h); reentrant, as a request may be waited on by its
+# finalizer while its thread holds it.
+_mpi_lock = _threading.RLock()
 
 
 cdef class MPIComm:
@@ -172,8 +176,9 @@ def mpi_init(comm=None, devices=None, *, host_mem=None, host_workers=None,
     keep = _fill_config(&cfg, devices, host_mem, host_workers, host_peer,
                         log, trace)
     cdef int rc
-    with nogil:
-        rc = mgpu_mpi_init(m.c, &cfg)
+    with _mpi_lock:
+        with nogil:
+            rc = mgpu_mpi_init(m.c, &cfg)
     _check(rc)
     _mpi["comm"] = m
     import weakref
@@ -205,8 +210,9 @@ def mpi_finalize():
     with _state_lock:
         _state["streams"] = {}
         _state["comms"] = {}
-    with nogil:
-        rc = mgpu_mpi_finalize()
+    with _mpi_lock:
+        with nogil:
+            rc = mgpu_mpi_finalize()
     _check(rc)
 
 
@@ -316,8 +322,9 @@ cdef class MPIRequest:
         if r == NULL:
             raise ValueError("the request was already waited on")
         self.r = NULL
-        with nogil:
-            rc = mgpu_mpi_wait(r)
+        with _mpi_lock:
+            with nogil:
+                rc = mgpu_mpi_wait(r)
         self.array = None
         _check(rc)
 
@@ -328,8 +335,9 @@ cdef class MPIRequest:
 
     def __dealloc__(self):
         if self.r != NULL and mgpu_is_initialized():
-            with nogil:
-                mgpu_mpi_wait(self.r)
+            with _mpi_lock:
+                with nogil:
+                    mgpu_mpi_wait(self.r)
             mgpu_error_clear()
 
 
@@ -339,11 +347,12 @@ def _mpi_post(bint send, a, int peer, int tag, comm, stream):
     cdef mgpu_stream *s = _mpi_stream(stream)
     cdef mgpu_mpi_request *r = NULL
     cdef int rc
-    with nogil:
-        if send:
-            rc = mgpu_mpi_isend(m.buf, 0, m.count, m.dt, peer, tag, c.c, s, &r)
-        else:
-            rc = mgpu_mpi_irecv(m.buf, 0, m.count, m.dt, peer, tag, c.c, s, &r)
+    with _mpi_lock:
+        with nogil:
+            if send:
+                rc = mgpu_mpi_isend(m.buf, 0, m.count, m.dt, peer, tag, c.c, s, &r)
+            else:
+                rc = mgpu_mpi_irecv(m.buf, 0, m.count, m.dt, peer, tag, c.c, s, &r)
     _check(rc)
     cdef MPIRequest req = MPIRequest.__new__(MPIRequest)
     req.r = r
@@ -415,21 +424,22 @@ cdef _mpi_coll(int which, str what, object send, object recv, object count_of,
     mc = ms if count_of is send else mr
     cdef size_t count = mc.count
     cdef mgpu_dtype dt = mc.dt
-    with nogil:
-        if which == _BCAST:
-            rc = mgpu_mpi_bcast(rb, 0, count, dt, root, c.c, s)
-        elif which == _REDUCE:
-            rc = mgpu_mpi_reduce(sb, 0, rb, 0, count, dt, mop, root, c.c, s)
-        elif which == _ALLREDUCE:
-            rc = mgpu_mpi_allreduce(sb, 0, rb, 0, count, dt, mop, c.c, s)
-        elif which == _REDUCE_SCATTER:
-            rc = mgpu_mpi_reduce_scatter(sb, 0, rb, 0, count, dt, mop, c.c, s)
-        elif which == _ALLGATHER:
-            rc = mgpu_mpi_allgather(sb, 0, rb, 0, count, dt, c.c, s)
-        elif which == _SCATTER:
-            rc = mgpu_mpi_scatter(sb, 0, rb, 0, count, dt, root, c.c, s)
-        else:
-            rc = mgpu_mpi_gather(sb, 0, rb, 0, count, dt, root, c.c, s)
+    with _mpi_lock:
+        with nogil:
+            if which == _BCAST:
+                rc = mgpu_mpi_bcast(rb, 0, count, dt, root, c.c, s)
+            elif which == _REDUCE:
+                rc = mgpu_mpi_reduce(sb, 0, rb, 0, count, dt, mop, root, c.c, s)
+            elif which == _ALLREDUCE:
+                rc = mgpu_mpi_allreduce(sb, 0, rb, 0, count, dt, mop, c.c, s)
+            elif which == _REDUCE_SCATTER:
+                rc = mgpu_mpi_reduce_scatter(sb, 0, rb, 0, count, dt, mop, c.c, s)
+            elif which == _ALLGATHER:
+                rc = mgpu_mpi_allgather(sb, 0, rb, 0, count, dt, c.c, s)
+            elif which == _SCATTER:
+                rc = mgpu_mpi_scatter(sb, 0, rb, 0, count, dt, root, c.c, s)
+            else:
+                rc = mgpu_mpi_gather(sb, 0, rb, 0, count, dt, root, c.c, s)
     _check(rc)
 
 
@@ -530,8 +540,9 @@ def mpi_comm_create(devices=None, *, comm=None):
         raise MemoryError()
     for i in range(n):
         devs[i] = devices[i]
-    with nogil:
-        rc = mgpu_mpi_comm_create(m.c, n, devs, &c)
+    with _mpi_lock:
+        with nogil:
+            rc = mgpu_mpi_comm_create(m.c, n, devs, &c)
     free(devs)
     _check(rc)
     # Ranks are numbered over the processes in order (as the C call does).
@@ -582,8 +593,9 @@ def mpi_dist(n, kind="block", *, block=1, weights=None, comm=None):
     cdef int rc
     counts = m.comm.allgather(device_count())
     keep = _dist_opts(&o, kind, block, weights, sum(counts))
-    with nogil:
-        rc = mgpu_mpi_dist_create(m.c, nn, &o, &d)
+    with _mpi_lock:
+        with nogil:
+            rc = mgpu_mpi_dist_create(m.c, nn, &o, &d)
     _check(rc)
     cdef MPIDist out = MPIDist.__new__(MPIDist)
     out.d = d
@@ -638,8 +650,9 @@ def mpi_dist_scatter(MPIDist dist not None, src, root=0, *, dtype=None):
              for i in range(dist.nlocal)]
     for i in range(dist.nlocal):
         bufs[i] = (<Array>parts[i]).buf
-    with nogil:
-        rc = mgpu_mpi_dist_scatter(dist.d, sb, 0, es, r, bufs, m.c)
+    with _mpi_lock:
+        with nogil:
+            rc = mgpu_mpi_dist_scatter(dist.d, sb, 0, es, r, bufs, m.c)
     _check(rc)
     return parts
 
@@ -672,7 +685,8 @@ def mpi_dist_gather(MPIDist dist not None, parts, out=None, root=0):
             raise ValueError("dist_gather: out must be an mgpu.Array of %d "
                              "elements of %s" % (dist.n, dt))
         db = (<Array>out).buf
-    with nogil:
-        rc = mgpu_mpi_dist_gather(dist.d, db, 0, es, r, bufs, m.c)
+    with _mpi_lock:
+        with nogil:
+            rc = mgpu_mpi_dist_gather(dist.d, db, 0, es, r, bufs, m.c)
     _check(rc)
     return out if here else None
