@@ -952,6 +952,7 @@ cdef class Array:
         (no CUDA driver loaded, a handle the driver refuses), waits on the
         host instead."""
         cdef Stream st
+        cdef void *native
         cdef int rc
         if not self.pending:
             return
@@ -959,7 +960,11 @@ cdef class Array:
             st = <Stream>x
             if not st.owned or not mgpu_is_initialized():
                 continue  # destroyed: its work is done
-            rc = mgpu_py_cuda_order(mgpu_stream_native(st.s), <void *>consumer)
+            native = mgpu_stream_native(st.s)
+            if native == NULL:
+                mgpu_error_clear()  # a stream of a closed session: done
+                continue
+            rc = mgpu_py_cuda_order(native, <void *>consumer)
             if rc != 0:
                 self._sync()
                 return
