@@ -126,6 +126,7 @@ cdef extern from "mgpu.h" nogil:
         pass
     int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm)
     int mgpu_comm_destroy(mgpu_comm *comm)
+    int mgpu_comm_abort(mgpu_comm *comm)
     int mgpu_allreduce(mgpu_comm *comm, int rank, const mgpu_buffer *send, mgpu_buffer *recv, size_t count, mgpu_dtype dtype, mgpu_op op, mgpu_stream *stream)
     int mgpu_broadcast(mgpu_comm *comm, int rank, const mgpu_buffer *send, mgpu_buffer *recv, size_t count, mgpu_dtype dtype, int root, mgpu_stream *stream)
     int mgpu_allgather(mgpu_comm *comm, int rank, const mgpu_buffer *send, mgpu_buffer *recv, size_t count, mgpu_dtype dtype, mgpu_stream *stream)

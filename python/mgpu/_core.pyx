@@ -203,6 +203,10 @@ _PY_NAMES = {
     "EACCES": ("AccessError", PermissionError),
     "EREADONLY": ("ReadOnlyError", None),
     "ESTORE": ("StoreError", None),
+    "EDEADLK": ("DeadlockError", None),
+    "EBUSY": ("BusyError", None),
+    "EFORK": ("ForkError", None),
+    "EDEVLOST": ("DeviceLostError", None),
 }
 
 ERRORS = {}  # code -> class
@@ -1487,6 +1491,23 @@ cdef class Comm:
         if self.c != NULL and mgpu_is_initialized():
             with nogil:
                 rc = mgpu_comm_destroy(self.c)
+        self.c = NULL
+        _check(rc)
+
+    def abort(self):
+        """Aborts the communicator (``mgpu_comm_abort``): every collective
+        still waiting in it, in any thread or rank, ends with
+        ``mgpu.CanceledError``, and the communicator is freed once they have
+        left. Use it where a rank will never arrive (its process or device
+        is gone); ``close()`` is the orderly end. Raises the first error of
+        the ranks' devices (``mgpu.DeviceLostError`` for a lost one); the
+        communicator is closed either way."""
+        cdef int rc = 0
+        if self.c == NULL:
+            raise ValueError("the communicator was closed")
+        if mgpu_is_initialized():
+            with nogil:
+                rc = mgpu_comm_abort(self.c)
         self.c = NULL
         _check(rc)
 
