@@ -7,6 +7,7 @@
  * devices refuse peer access) and mgpu_peer_disable (any backend). The chunk
  * is set small so that a few KiB already make many chunks. */
 #include "task.h"
+#include "util/fault.h"
 
 #define CHUNK 4096
 
@@ -270,6 +271,61 @@ TEST_IMPL(staged_ramp) {
       pair_check(&p, i % 3, (i + depth) % 5, sizes[i], (int)(i + depth) % 2);
   }
   pair_close(&p);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* Backend calls made by one staged copy of size bytes from p's source to
+ * its destination, on the destination's stream. */
+static uint64_t staged_copy_calls(pair_bufs *p, size_t size) {
+  uint64_t before = mgpu__fault_calls(MGPU__FAULT_BACKEND);
+  ASSERT_OK(mgpu_memcpy_async(p->dst, 0, p->src, 0, size, p->sb));
+  uint64_t calls = mgpu__fault_calls(MGPU__FAULT_BACKEND) - before;
+  ASSERT_OK(mgpu_stream_synchronize(p->sb));
+  return calls;
+}
+
+/* The chunk adapts to the copy: the smallest setting (a 9 MiB copy would be
+ * 2,305 pieces; it takes 149, 64 KiB at most) and the largest (64 MiB: a copy
+ * smaller than that is cut into 2 x depth pieces, its bounce buffers no
+ * larger than the copy) still copy every byte, at the edges of pieces and
+ * of the bounce buffers' power-of-two sizes too. */
+TEST_IMPL(staged_chunk_adapts) {
+  int n = init_cfg(0, MGPU_STAGING_CHUNK_MIN, 0);
+  if (n < 2) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  peer_all(n, 0);
+  const size_t sizes[] = {1, 4095, 4097, 65536 + 3, 100000, 393216,
+                          ((size_t)1 << 20) + 5, ((size_t)3 << 20) + 13,
+                          ((size_t)9 << 20) + 1};
+  const size_t chunks[] = {MGPU_STAGING_CHUNK_MIN, MGPU_STAGING_CHUNK_MAX,
+                           (size_t)1 << 20};
+  uint64_t staged0 = metric_sum(1);
+  pair_bufs p;
+  pair_open(&p, 0, 1, ((size_t)9 << 20) + 16);
+  for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+    ASSERT_OK(mgpu_staging_set(chunks[c], c == 2 ? 2 : 3));
+    size_t got = 0;
+    ASSERT_OK(mgpu_staging_get(&got, NULL));
+    ASSERT_EQ(got, chunks[c]); /* the setting; each copy adapts it */
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      pair_check(&p, i % 3, (i + c) % 5, sizes[i], (int)(i + c) % 2);
+  }
+  /* How many pieces: each costs two backend copies (and events), counted
+   * by the fault seam's site counter. 2 MiB with a 64 MiB setting: 11
+   * pieces, not 1; 9 MiB with a 4 KiB one: 149, not 2,305. */
+  const size_t cases[][3] = {{(size_t)2 << 20, MGPU_STAGING_CHUNK_MAX, 11},
+                             {(size_t)9 << 20, MGPU_STAGING_CHUNK_MIN, 149}};
+  for (int k = 0; k < 2; k++) {
+    ASSERT_OK(mgpu_staging_set(cases[k][1], 3));
+    staged_copy_calls(&p, cases[k][0]); /* warm: pools filled */
+    uint64_t calls = staged_copy_calls(&p, cases[k][0]);
+    ASSERT(calls >= 2 * cases[k][2] && calls <= 8 * cases[k][2]);
+  }
+  pair_close(&p);
+  ASSERT(metric_sum(1) > staged0);
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
@@ -624,6 +680,7 @@ TEST_ENTRY(direct_odd_sizes)
 TEST_ENTRY(staged_odd_sizes)
 TEST_ENTRY(staged_by_disable)
 TEST_ENTRY(staged_ramp)
+TEST_ENTRY(staged_chunk_adapts)
 TEST_ENTRY(free_after_copy)
 TEST_ENTRY(staging_params)
 TEST_ENTRY(errors)

@@ -9,6 +9,7 @@
 
 #include "core/internal.h"
 #include "task.h"
+#include "util/fault.h"
 
 static void block_until(void *arg) {
   while (!atomic_load((atomic_int *)arg)) {
@@ -291,10 +292,47 @@ TEST_IMPL(pool_lost_task_not_rerunnable_fails) {
   return 0;
 }
 
+/* The device lost by an injected sticky error ("=devlost") of the 4th
+ * mgpu_scale, whichever device makes it: its tasks (re-runnable) finish on
+ * the others with correct results, and only that device reads lost. */
+TEST_IMPL(pool_reruns_after_injected_device_loss) {
+  static pool_case pc;
+  static task_arg args[NTASKS];
+  open_case(&pc, "host:3", 3);
+  atomic_store(&pc.lost_once, 1); /* double_task must not lose one itself */
+  ASSERT_OK(mgpu__fault_set("backend:builtin:4=devlost", NULL, 0));
+  mgpu_pool *pool;
+  ASSERT_OK(mgpu_pool_create(&pool, NULL));
+  for (int i = 0; i < NTASKS; i++) {
+    args[i] = (task_arg){&pc, i};
+    mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
+    t.fn = double_task;
+    t.arg = &args[i];
+    t.rerunnable = 1;
+    t.device = i % 3;
+    ASSERT_OK(mgpu_pool_submit(pool, &t, NULL));
+  }
+  ASSERT_OK(mgpu_pool_wait_all(pool));
+  ASSERT_OK(mgpu__fault_set("", NULL, 0));
+  for (int i = 0; i < NTASKS; i++) ASSERT_EQ(pc.result[i], 2L * i);
+  int lost = 0;
+  for (int d = 0; d < 3; d++) {
+    mgpu_device_state st;
+    ASSERT_OK(mgpu_device_status(d, &st));
+    lost += st == MGPU_DEVICE_LOST;
+  }
+  ASSERT_EQ(lost, 1);
+  ASSERT_OK(mgpu_pool_destroy(pool));
+  for (int d = 0; d < 3; d++) ASSERT_OK(mgpu_free(pc.scratch[d]));
+  mgpu_shutdown();
+  return 0;
+}
+
 /* ---- collectives and channels ---- */
 
 typedef struct rank_arg {
   mgpu_comm *comm;
+  mgpu_barrier *barrier;
   int rank;
   mgpu_buffer *buf;
   mgpu_stream *stream;
@@ -308,6 +346,31 @@ static void *allreduce_rank(void *p) {
                          MGPU_SUM, a->stream);
   snprintf(a->detail, sizeof a->detail, "%s", mgpu_error_detail());
   return NULL;
+}
+
+static void *barrier_rank(void *p) {
+  rank_arg *a = p;
+  a->rc = mgpu_barrier_wait(a->barrier, a->rank, 20000);
+  snprintf(a->detail, sizeof a->detail, "%s", mgpu_error_detail());
+  return NULL;
+}
+
+/* Runs fn for ranks 0 and 1 on threads of their own. */
+static void start_ranks(rank_arg *ranks, pthread_t *th, void *(*fn)(void *)) {
+  for (int r = 0; r < 2; r++)
+    ASSERT_EQ(pthread_create(&th[r], NULL, fn, &ranks[r]), 0);
+}
+
+/* Joins them: both end with MGPU_EDEVLOST, their detail holding text, well
+ * before their timeout of 20 s or more (counted from t0). */
+static void join_ranks_lost(rank_arg *ranks, pthread_t *th, uint64_t t0,
+                            const char *text) {
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  ASSERT((mgpu__now_ns() - t0) < 10000000000ull);
+  for (int r = 0; r < 2; r++) {
+    ASSERT_EQ(ranks[r].rc, MGPU_EDEVLOST);
+    ASSERT(strstr(ranks[r].detail, text) != NULL);
+  }
 }
 
 /* A collective whose device 2 is lost ends on the other ranks with
@@ -329,14 +392,8 @@ TEST_IMPL(collective_with_lost_device_ends) {
   }
   ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
   uint64_t t0 = mgpu__now_ns();
-  for (int r = 0; r < 2; r++)
-    ASSERT_EQ(pthread_create(&th[r], NULL, allreduce_rank, &ranks[r]), 0);
-  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
-  ASSERT((mgpu__now_ns() - t0) < 5000000000ull); /* not the 30 s timeout */
-  for (int r = 0; r < 2; r++) {
-    ASSERT_EQ(ranks[r].rc, MGPU_EDEVLOST);
-    ASSERT(strstr(ranks[r].detail, "device 2 was lost") != NULL);
-  }
+  start_ranks(ranks, th, allreduce_rank);
+  join_ranks_lost(ranks, th, t0, "device 2 was lost");
   ASSERT_ERR(MGPU_EDEVLOST, mgpu_allreduce(comm, 0, ranks[0].buf, ranks[0].buf,
                                            16, MGPU_FLOAT32, MGPU_SUM,
                                            ranks[0].stream));
@@ -404,11 +461,192 @@ TEST_IMPL(channel_with_lost_device_ends) {
   return 0;
 }
 
+/* MGPU_FAULT's "=devlost": the 2nd memset_async fails as a sticky driver
+ * error would, so its device (1) is lost from then on; device 0 goes on. */
+TEST_IMPL(lost_device_by_injected_backend_error) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2";
+  ASSERT_OK(mgpu_init(&cfg));
+  mgpu_stream *s[2];
+  mgpu_buffer *b[2];
+  for (int d = 0; d < 2; d++) {
+    ASSERT_OK(mgpu_stream_create(&s[d], d));
+    ASSERT_OK(mgpu_malloc(&b[d], d, 64));
+  }
+  ASSERT_OK(mgpu__fault_set("backend:memset_async:2=devlost", NULL, 0));
+  ASSERT_OK(mgpu_memset_async(b[0], 0, 3, 64, s[0]));
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_memset_async(b[1], 0, 3, 64, s[1]));
+  ASSERT_DETAIL_HAS("device 1 was lost in memset_async");
+  ASSERT_DETAIL_HAS("=devlost");
+  mgpu_device_state st;
+  ASSERT_OK(mgpu_device_status(1, &st));
+  ASSERT_EQ(st, MGPU_DEVICE_LOST);
+  ASSERT_OK(mgpu_device_status(0, &st));
+  ASSERT_EQ(st, MGPU_DEVICE_OK);
+  /* Later work for device 1 is refused; device 0's runs. */
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_memset_async(b[1], 0, 4, 64, s[1]));
+  ASSERT_DETAIL_HAS("device 1 was lost");
+  ASSERT_OK(mgpu_memset_async(b[0], 8, 4, 8, s[0]));
+  ASSERT_OK(mgpu_stream_synchronize(s[0]));
+  const unsigned char *p0 = mgpu_buffer_ptr(b[0]);
+  for (int i = 0; i < 64; i++) ASSERT_EQ(p0[i], i >= 8 && i < 16 ? 4 : 3);
+  ASSERT_OK(mgpu__fault_set("", NULL, 0));
+  for (int d = 0; d < 2; d++) {
+    ASSERT_OK(mgpu_free(b[d]));
+    ASSERT_OK(mgpu_stream_destroy(s[d]));
+  }
+  mgpu_shutdown();
+  /* The rule itself is checked: "=devlost" only on backend rules. */
+  char why[256];
+  ASSERT_ERR(MGPU_EINVAL, mgpu__fault_set("alloc:3=devlost", why, sizeof why));
+  ASSERT_ERR(MGPU_EINVAL, mgpu__fault_set("backend:=devlost", why, sizeof why));
+  ASSERT_OK(mgpu__fault_set("backend:7+=devlost", why, sizeof why));
+  ASSERT_OK(mgpu__fault_set("", NULL, 0));
+  return 0;
+}
+
+/* A host barrier over devices 0, 1, 2 whose device 2 is lost while ranks 0
+ * and 1 wait: both end with MGPU_EDEVLOST naming device 2, not at their
+ * 20 s timeout; a later call fails at once the same way. */
+TEST_IMPL(barrier_with_lost_device_ends) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  int devs[3] = {0, 1, 2};
+  mgpu_barrier *barrier;
+  ASSERT_OK(mgpu_barrier_create(devs, 3, &barrier));
+  rank_arg ranks[2];
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++)
+    ranks[r] = (rank_arg){.barrier = barrier, .rank = r};
+  start_ranks(ranks, th, barrier_rank);
+  struct timespec nap = {0, 20000000};
+  nanosleep(&nap, NULL); /* the ranks are waiting */
+  uint64_t t0 = mgpu__now_ns();
+  ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+  join_ranks_lost(ranks, th, t0, "device 2 (rank 2) was lost");
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_barrier_wait(barrier, 0, 20000));
+  ASSERT_DETAIL_HAS("device 2 (rank 2) was lost");
+  ASSERT_OK(mgpu_barrier_destroy(barrier));
+  /* A barrier of working devices still works. */
+  ASSERT_OK(mgpu_barrier_create(devs, 1, &barrier));
+  ASSERT_OK(mgpu_barrier_wait(barrier, 0, 1000));
+  ASSERT_OK(mgpu_barrier_destroy(barrier));
+  mgpu_shutdown();
+  return 0;
+}
+
+/* An all-reduce already issued on every rank when device 2 is lost (its
+ * stream is held by a callback, so its part has not run): the other ranks'
+ * streams read what device 2 never made, so their synchronize fails with
+ * MGPU_EDEVLOST naming device 2 instead of returning wrong sums. Both of
+ * mgpu's algorithms. */
+TEST_IMPL(issued_collective_with_lost_device_fails) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  ASSERT_OK(mgpu_init(&cfg));
+  const int algos[2] = {MGPU_COLL_ALGO_RING, MGPU_COLL_ALGO_DIRECT};
+  enum { N = 4096 };
+  for (int a = 0; a < 2; a++) {
+    int devs[3] = {0, 1, 2};
+    mgpu_comm_config cc = MGPU_COMM_CONFIG_INITIALIZER;
+    cc.algo = algos[a];
+    cc.chunk_bytes = 4096;
+    mgpu_comm *comm;
+    ASSERT_OK(mgpu_comm_create_config(devs, 3, &cc, &comm));
+    mgpu_stream *s[3];
+    mgpu_buffer *b[3];
+    for (int r = 0; r < 3; r++) {
+      ASSERT_OK(mgpu_stream_create(&s[r], r));
+      ASSERT_OK(mgpu_malloc(&b[r], r, N * sizeof(float)));
+      float *p = mgpu_buffer_ptr(b[r]);
+      for (int i = 0; i < N; i++) p[i] = 1.0f;
+    }
+    atomic_int go = 0;
+    ASSERT_OK(mgpu_stream_add_callback(s[2], block_until, &go));
+    ASSERT_OK(mgpu_group_begin());
+    for (int r = 0; r < 3; r++)
+      ASSERT_OK(mgpu_allreduce(comm, r, b[r], b[r], N, MGPU_FLOAT32, MGPU_SUM,
+                               s[r]));
+    ASSERT_OK(mgpu_group_end());
+    ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+    atomic_store(&go, 1);
+    for (int r = 0; r < 2; r++) {
+      ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s[r]));
+      ASSERT_DETAIL_HAS("host device 2, which was lost");
+    }
+    ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s[2]));
+    /* Reported once: the streams work on. */
+    for (int r = 0; r < 2; r++) {
+      ASSERT_OK(mgpu_memset_async(b[r], 0, 0, 16, s[r]));
+      ASSERT_OK(mgpu_stream_synchronize(s[r]));
+    }
+    /* Later collectives fail at once. */
+    ASSERT_ERR(MGPU_EDEVLOST, mgpu_allreduce(comm, 0, b[0], b[0], N,
+                                             MGPU_FLOAT32, MGPU_SUM, s[0]));
+    ASSERT_DETAIL_HAS("device 2");
+    ASSERT_OK(mgpu_comm_destroy(comm));
+    for (int r = 0; r < 3; r++) {
+      ASSERT_OK(mgpu_free(b[r]));
+      ASSERT_OK(mgpu_stream_destroy(s[r]));
+    }
+    mgpu_shutdown();
+    ASSERT_OK(mgpu_init(&cfg));
+  }
+  mgpu_shutdown();
+  return 0;
+}
+
+/* A host-staged copy from device 2 to device 0, queued on device 0's
+ * stream, whose source is lost before its pieces run: device 0's stream
+ * waited for pieces device 2 never copied, so it fails with MGPU_EDEVLOST
+ * naming device 2 (it returned 0 with the destination holding whatever
+ * was in the bounce buffers). */
+TEST_IMPL(staged_copy_from_lost_device_fails) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:3";
+  cfg.host_peer = 0; /* host devices copy through pinned host memory */
+  ASSERT_OK(mgpu_init(&cfg));
+  enum { SIZE = 1 << 20 };
+  mgpu_buffer *src, *dst;
+  mgpu_stream *s0;
+  ASSERT_OK(mgpu_malloc(&src, 2, SIZE));
+  ASSERT_OK(mgpu_malloc(&dst, 0, SIZE));
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  memset(mgpu_buffer_ptr(src), 5, SIZE);
+  memset(mgpu_buffer_ptr(dst), 0, SIZE);
+  mgpu_copy_path path;
+  ASSERT_OK(mgpu_copy_path_get(2, 0, &path));
+  ASSERT_EQ(path, MGPU_PATH_STAGED);
+  atomic_int go = 0;
+  ASSERT_OK(mgpu_stream_add_callback(s0, block_until, &go));
+  ASSERT_OK(mgpu_memcpy_async(dst, 0, src, 0, SIZE, s0));
+  ASSERT_OK(mgpu__device_lose(2, "lost by the test"));
+  atomic_store(&go, 1);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s0));
+  ASSERT_DETAIL_HAS("host device 2, which was lost");
+  mgpu_device_synchronize(0); /* the copy's helper stream reports it too */
+  /* Device 0 goes on. */
+  ASSERT_OK(mgpu_memset_async(dst, 0, 7, 64, s0));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_EQ(((unsigned char *)mgpu_buffer_ptr(dst))[63], 7);
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_free(src));
+  mgpu_shutdown();
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(lost_device_fails_queued_and_later_work)
 TEST_ENTRY(lost_device_by_fault_rule)
 TEST_ENTRY(pool_reruns_lost_device_tasks)
 TEST_ENTRY(pool_lost_task_not_rerunnable_fails)
+TEST_ENTRY(pool_reruns_after_injected_device_loss)
 TEST_ENTRY(collective_with_lost_device_ends)
 TEST_ENTRY(channel_with_lost_device_ends)
+TEST_ENTRY(lost_device_by_injected_backend_error)
+TEST_ENTRY(barrier_with_lost_device_ends)
+TEST_ENTRY(issued_collective_with_lost_device_fails)
+TEST_ENTRY(staged_copy_from_lost_device_fails)
 TEST_LIST_END

@@ -321,9 +321,11 @@ static const char *run_child(const char *spec, uint64_t *counts) {
   return status_text;
 }
 
-/* rule "alloc" fails the Nth site only; "alloc+" the Nth and every later
- * one (harder on the unwinding paths, which then fail too). */
-static int sweep(mgpu__fault_kind kind, const char *rule, int from_on) {
+/* rule "alloc" fails the Nth site only; suffix "+" the Nth and every later
+ * one (harder on the unwinding paths, which then fail too); "=devlost" (a
+ * backend site) fails it as a lost device, which then fails everything
+ * after it. */
+static int sweep(mgpu__fault_kind kind, const char *rule, const char *suffix) {
   uint64_t counts[MGPU__FAULT_KINDS];
   const char *st = run_child("", counts);
   if (strcmp(st, "ok") != 0) {
@@ -332,7 +334,7 @@ static int sweep(mgpu__fault_kind kind, const char *rule, int from_on) {
   }
   uint64_t total = counts[kind];
   printf("sweep %s%s: the workload has %llu %s sites (alloc %llu, backend "
-         "%llu, thread %llu)\n", rule, from_on ? "+" : "",
+         "%llu, thread %llu)\n", rule, suffix,
          (unsigned long long)total,
          mgpu__fault_kind_name(kind), (unsigned long long)counts[0],
          (unsigned long long)counts[1], (unsigned long long)counts[2]);
@@ -347,7 +349,7 @@ static int sweep(mgpu__fault_kind kind, const char *rule, int from_on) {
   for (uint64_t n = 1; n <= total; n += stride) {
     char spec[64];
     snprintf(spec, sizeof spec, "%s:%llu%s", rule, (unsigned long long)n,
-             from_on ? "+" : "");
+             suffix);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     st = run_child(spec, NULL);
@@ -365,18 +367,21 @@ static int sweep(mgpu__fault_kind kind, const char *rule, int from_on) {
     }
   }
   printf("sweep %s%s: %llu runs, %d failed; slowest %s (%.2f s)\n", rule,
-         from_on ? "+" : "", (unsigned long long)runs, bad, slowest_spec,
+         suffix, (unsigned long long)runs, bad, slowest_spec,
          slowest);
   return bad != 0;
 }
 
-TEST_IMPL(sweep_alloc) { return sweep(MGPU__FAULT_ALLOC, "alloc", 0); }
-TEST_IMPL(sweep_alloc_from) { return sweep(MGPU__FAULT_ALLOC, "alloc", 1); }
-TEST_IMPL(sweep_backend) { return sweep(MGPU__FAULT_BACKEND, "backend", 0); }
+TEST_IMPL(sweep_alloc) { return sweep(MGPU__FAULT_ALLOC, "alloc", ""); }
+TEST_IMPL(sweep_alloc_from) { return sweep(MGPU__FAULT_ALLOC, "alloc", "+"); }
+TEST_IMPL(sweep_backend) { return sweep(MGPU__FAULT_BACKEND, "backend", ""); }
 TEST_IMPL(sweep_backend_from) {
-  return sweep(MGPU__FAULT_BACKEND, "backend", 1);
+  return sweep(MGPU__FAULT_BACKEND, "backend", "+");
 }
-TEST_IMPL(sweep_thread) { return sweep(MGPU__FAULT_THREAD, "thread", 0); }
+TEST_IMPL(sweep_backend_lost) {
+  return sweep(MGPU__FAULT_BACKEND, "backend", "=devlost");
+}
+TEST_IMPL(sweep_thread) { return sweep(MGPU__FAULT_THREAD, "thread", ""); }
 
 /* One run, for a closer look: MGPU_SWEEP_SPEC=alloc:17 MGPU_SWEEP_VERBOSE=1
  * bin/test-sweep sweep_one. */
@@ -393,5 +398,6 @@ TEST_ENTRY(sweep_alloc)
 TEST_ENTRY(sweep_alloc_from)
 TEST_ENTRY(sweep_backend)
 TEST_ENTRY(sweep_backend_from)
+TEST_ENTRY(sweep_backend_lost)
 TEST_ENTRY(sweep_thread)
 TEST_LIST_END

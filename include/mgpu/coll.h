@@ -76,6 +76,27 @@ MGPU_EXTERN int mgpu_comm_create_config(const int *devs, int n,
  * the destroy waits until every call inside has left. mgpu_shutdown
  * destroys the communicators still open. */
 MGPU_EXTERN int mgpu_comm_destroy(mgpu_comm *comm);
+/* Aborts a communicator whose collectives may be blocked (a rank that will
+ * never call, a rank's device or thread gone), from any thread, also while
+ * other threads wait inside its collectives. In this order: later calls
+ * cannot find the handle; every pending collective of every rank is failed
+ * and every call waiting in one is woken, at once; a provider's
+ * communicator (NCCL) is aborted for all ranks together, not one rank
+ * after another (which can deadlock, each rank waiting for the next);
+ * then, once the calls inside have left and the work already issued on the
+ * ranks' streams has run, the communicator is freed. The calls that were
+ * waiting, or that joined meanwhile, return MGPU_ECANCELED with a detail
+ * naming the communicator and the first collective that did not run; the
+ * streams of those calls got nothing of them. Later use of the handle (and
+ * a destroy or a second abort) is MGPU_EFREED. The caller's ownership of
+ * comm ends, as with mgpu_comm_destroy. Returns 0, MGPU_EBADHANDLE or
+ * MGPU_EFREED for a bad handle, or the first error of the ranks' devices'
+ * synchronize (MGPU_EDEVLOST for a lost device). A thread waiting in a
+ * group that also waits on another communicator holds this one until that
+ * wait ends (by its result or its timeout); on a communicator spanning
+ * processes, an issue already running in the module (mgpu_comm_remote)
+ * finishes first. */
+MGPU_EXTERN int mgpu_comm_abort(mgpu_comm *comm);
 /* Number of ranks, or a negative code. */
 MGPU_EXTERN int mgpu_comm_size(const mgpu_comm *comm);
 /* Device of a rank, or a negative code. */

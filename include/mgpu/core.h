@@ -49,7 +49,12 @@ typedef enum mgpu_log_level {
  * named beside it, and from the default when that is unset too. Environment
  * variables are read once, by mgpu_init. */
 typedef struct mgpu_config {
-  size_t size;              /* sizeof(mgpu_config): lets the struct grow */
+  size_t size;              /* sizeof(mgpu_config): lets the struct grow.
+                               A program built against an older header
+                               passes its smaller size: its fields are
+                               read, later ones take their defaults. A size
+                               that does not end at a field (or exceeds this
+                               library's struct) is MGPU_EINVAL. */
   const char *devices;      /* MGPU_DEVICES: "host:4", "cuda", "cuda:1",
                                "cuda:0/4", "local" (one device per
                                process: GPU local rank mod GPUs, the local

@@ -11,6 +11,7 @@ cdef extern from "mgpu.h" nogil:
         MGPU_EFREED
         MGPU_EAGAIN
         MGPU_ECANCELED
+        MGPU_EREADONLY
     unsigned mgpu_version()
     const char *mgpu_version_string()
 
@@ -125,6 +126,7 @@ cdef extern from "mgpu.h" nogil:
         pass
     int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm)
     int mgpu_comm_destroy(mgpu_comm *comm)
+    int mgpu_comm_abort(mgpu_comm *comm)
     int mgpu_allreduce(mgpu_comm *comm, int rank, const mgpu_buffer *send, mgpu_buffer *recv, size_t count, mgpu_dtype dtype, mgpu_op op, mgpu_stream *stream)
     int mgpu_broadcast(mgpu_comm *comm, int rank, const mgpu_buffer *send, mgpu_buffer *recv, size_t count, mgpu_dtype dtype, int root, mgpu_stream *stream)
     int mgpu_allgather(mgpu_comm *comm, int rank, const mgpu_buffer *send, mgpu_buffer *recv, size_t count, mgpu_dtype dtype, mgpu_stream *stream)
@@ -268,6 +270,8 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_store_object_device(const mgpu_store_object *obj)
     void *mgpu_store_object_ptr(const mgpu_store_object *obj)
     mgpu_buffer *mgpu_store_object_buffer(const mgpu_store_object *obj)
+    int mgpu_store_mirror_begin(mgpu_store_object *obj, int fill, void **host)
+    int mgpu_store_mirror_end(mgpu_store_object *obj)
     ctypedef struct mgpu_store_entry:
         uint64_t id
         char name[256]

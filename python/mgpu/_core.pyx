@@ -84,6 +84,78 @@ cdef extern from *:
     void mgpu_py_keep_thread_state()
 
 
+cdef extern from *:
+    """
+    #include <dlfcn.h>
+    #include <stddef.h>
+    /* Stream order between mgpu and a consumer's CUDA stream, through the
+     * CUDA driver the CUDA plugin loaded (never loaded from here: without
+     * it there is no CUDA memory to order). Its handles are opaque
+     * pointers, so this compiles without the toolkit. Called with the GIL
+     * held, which guards the one-time lookup. */
+    static struct {
+      int tried;
+      void *lib;
+      int (*stream_get_ctx)(void *stream, void **ctx);
+      int (*ctx_push)(void *ctx);
+      int (*ctx_pop)(void **ctx);
+      int (*event_create)(void **ev, unsigned flags);
+      int (*event_record)(void *ev, void *stream);
+      int (*stream_wait_event)(void *stream, void *ev, unsigned flags);
+      int (*event_destroy)(void *ev);
+    } mgpu_py_cu;
+    static int mgpu_py_cu_loaded(void) {
+      if (!mgpu_py_cu.tried) {
+        mgpu_py_cu.tried = 1;
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (h != NULL) {
+    #define MGPU_PY_CU(field, name) \\
+          *(void **)&mgpu_py_cu.field = dlsym(h, name); \\
+          if (mgpu_py_cu.field == NULL) return 0;
+          MGPU_PY_CU(stream_get_ctx, "cuStreamGetCtx")
+          MGPU_PY_CU(ctx_push, "cuCtxPushCurrent_v2")
+          MGPU_PY_CU(ctx_pop, "cuCtxPopCurrent_v2")
+          MGPU_PY_CU(event_create, "cuEventCreate")
+          MGPU_PY_CU(event_record, "cuEventRecord")
+          MGPU_PY_CU(stream_wait_event, "cuStreamWaitEvent")
+          MGPU_PY_CU(event_destroy, "cuEventDestroy_v2")
+    #undef MGPU_PY_CU
+          mgpu_py_cu.lib = h;
+        }
+      }
+      return mgpu_py_cu.lib != NULL;
+    }
+    /* Work queued on consumer from now on waits for the work queued on
+     * producer so far (both cudaStream_t / CUstream; consumer may be
+     * CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2)), without blocking
+     * the host: an event recorded on producer, in producer's context, and
+     * waited on by consumer. 0, -1 without a CUDA driver, or the driver's
+     * error. */
+    static int mgpu_py_cuda_order(void *producer, void *consumer) {
+      if (!mgpu_py_cu_loaded()) return -1;
+      void *ctx = NULL, *ev = NULL, *prev = NULL;
+      int rc = mgpu_py_cu.stream_get_ctx(producer, &ctx);
+      if (rc != 0) return rc;
+      rc = mgpu_py_cu.ctx_push(ctx);
+      if (rc != 0) return rc;
+      rc = mgpu_py_cu.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */);
+      if (rc == 0) rc = mgpu_py_cu.event_record(ev, producer);
+      if (rc == 0) rc = mgpu_py_cu.stream_wait_event(consumer, ev, 0);
+      /* The wait holds on to the recorded work; the event may go. */
+      if (ev != NULL) mgpu_py_cu.event_destroy(ev);
+      mgpu_py_cu.ctx_pop(&prev);
+      return rc;
+    }
+    """
+    int mgpu_py_cuda_order(void *producer, void *consumer)
+
+
+def _cuda_order(uintptr_t producer, uintptr_t consumer):
+    """mgpu_py_cuda_order(producer, consumer): 0, -1 without a CUDA driver
+    loaded, or the driver's error (for the tests)."""
+    return mgpu_py_cuda_order(<void *>producer, <void *>consumer)
+
+
 # ---------------------------------------------------------------------------
 # Errors
 
@@ -131,6 +203,10 @@ _PY_NAMES = {
     "EACCES": ("AccessError", PermissionError),
     "EREADONLY": ("ReadOnlyError", None),
     "ESTORE": ("StoreError", None),
+    "EDEADLK": ("DeadlockError", None),
+    "EBUSY": ("BusyError", None),
+    "EFORK": ("ForkError", None),
+    "EDEVLOST": ("DeviceLostError", None),
 }
 
 ERRORS = {}  # code -> class
@@ -199,6 +275,19 @@ def init(devices=None, *, host_mem=None, host_workers=None, host_peer=None,
     first. Raises AlreadyInitializedError if already open.
     """
     cdef mgpu_config cfg = mgpu_py_config_init()
+    keep = _fill_config(&cfg, devices, host_mem, host_workers, host_peer,
+                        log, trace)
+    cdef int rc
+    with nogil:
+        rc = mgpu_init(&cfg)
+    _check(rc)
+    _opened()
+
+
+cdef list _fill_config(mgpu_config *cfg, devices, host_mem, host_workers,
+                       host_peer, log, trace):
+    """Fills cfg from init's arguments; returns the bytes objects cfg points
+    into, which the caller keeps until the library has read them."""
     if devices is not None and not isinstance(devices, str):
         raise TypeError("devices must be a str such as 'host:4', not %s"
                         % type(devices).__name__)
@@ -221,14 +310,20 @@ def init(devices=None, *, host_mem=None, host_workers=None, host_peer=None,
         if log not in levels:
             raise ValueError("log must be one of %s" % ", ".join(levels))
         cfg.log_level = levels[log]
-    cdef int rc
-    with nogil:
-        rc = mgpu_init(&cfg)
-    _check(rc)
+    return [spec, plugin, trace_path]
+
+
+def _opened():
+    """The package's state after the library opened its devices."""
     with _state_lock:
         _state["streams"] = {}
         _state["comms"] = {}
         _state["generation"] += 1
+
+
+# Called (without arguments) before the library shuts down: the MPI part
+# finalizes its module there.
+_before_shutdown = []
 
 
 def shutdown():
@@ -239,6 +334,8 @@ def shutdown():
     NotInitializedError (or FreedError after a new init). Safe to call when
     not initialized.
     """
+    for fn in _before_shutdown:
+        fn()
     with _state_lock:
         _state["streams"] = {}
         _state["comms"] = {}
@@ -256,6 +353,8 @@ def is_initialized():
 @_atexit.register
 def _shutdown_at_exit():
     # Device threads must not run Python while the interpreter finalizes.
+    for fn in _before_shutdown:
+        fn()
     if mgpu_is_initialized():
         with nogil:
             mgpu_shutdown()
@@ -393,30 +492,83 @@ def set_device(device):
     _check(mgpu_set_device(_devno(device)))
 
 
-cdef int _run_trampoline(int dev, void *arg) noexcept nogil:
-    with gil:
-        mgpu_py_keep_thread_state()
-        call = <list>arg
-        try:
-            call[2] = call[0](*call[1])
-        except BaseException as e:
-            call[3] = e
-    return 0
+cdef extern from *:
+    """
+    /* run_on_device's call, made on the device's thread without Cython's
+     * `with gil` (PyGILState_Ensure/Release each time): the thread's
+     * Python state is made once and kept (as mgpu_py_keep_thread_state
+     * does), then only the GIL is taken and dropped around the call. */
+    typedef struct {
+      PyObject *fn, *args;          /* borrowed from the caller */
+      PyObject *result;             /* new reference, NULL on error */
+      PyObject *et, *ev, *tb;       /* the error, as PyErr_Fetch gives it */
+    } mgpu_py_call;
+    static __thread PyThreadState *mgpu_py_tstate;
+    static int mgpu_py_run_call(int dev, void *arg) {
+      mgpu_py_call *c = (mgpu_py_call *)arg;
+      (void)dev;
+      if (mgpu_py_tstate == NULL) {
+        (void)PyGILState_Ensure();  /* never released: the state stays */
+        mgpu_py_kept = 1;
+        mgpu_py_tstate = PyThreadState_Get();
+      } else {
+        PyEval_RestoreThread(mgpu_py_tstate);
+      }
+      c->result = PyObject_Call(c->fn, c->args, NULL);
+      if (c->result == NULL) PyErr_Fetch(&c->et, &c->ev, &c->tb);
+      (void)PyEval_SaveThread();
+      return 0;
+    }
+    /* Drops the error a call left. */
+    static void mgpu_py_call_clear(mgpu_py_call *c) {
+      Py_XDECREF(c->et); Py_XDECREF(c->ev); Py_XDECREF(c->tb);
+      c->et = c->ev = c->tb = NULL;
+    }
+    /* Raises the error a call left (returns -1 for Cython's except). */
+    static int mgpu_py_call_raise(mgpu_py_call *c) {
+      PyErr_Restore(c->et, c->ev, c->tb);
+      c->et = c->ev = c->tb = NULL;
+      return -1;
+    }
+    """
+    ctypedef struct mgpu_py_call:
+        PyObject *fn
+        PyObject *args
+        PyObject *result
+        PyObject *et
+        PyObject *ev
+        PyObject *tb
+    int mgpu_py_run_call(int dev, void *arg) noexcept nogil
+    int mgpu_py_call_raise(mgpu_py_call *c) except -1
+    void mgpu_py_call_clear(mgpu_py_call *c)
 
 
 def run_on_device(device, fn, *args):
     """Runs ``fn(*args)`` on the device's own host thread (with that device
-    current) and returns its result; its exception is raised here."""
+    current) and returns its result; its exception is raised here. The GIL
+    is released while the call waits."""
+    cdef mgpu_py_call c
+    cdef int d, rc
+    if type(device) is int and 0 <= <long>device < (1 << 30):
+        d = device
+    else:
+        d = _devno(device)
     if not callable(fn):
         raise TypeError("fn must be callable, not %s" % type(fn).__name__)
-    cdef int d = _devno(device), rc
-    call = [fn, args, None, None]
+    c.fn = <PyObject *>fn
+    c.args = <PyObject *>args
+    c.result = c.et = c.ev = c.tb = NULL
     with nogil:
-        rc = mgpu_run_on_device(d, _run_trampoline, <void *>call)
+        rc = mgpu_run_on_device(d, <mgpu_device_fn>mgpu_py_run_call, &c)
+    if c.result != NULL:
+        out = <object>c.result
+        Py_DECREF(out)
+    elif rc == 0:
+        mgpu_py_call_raise(&c)
+    else:
+        mgpu_py_call_clear(&c)
     _check(rc)
-    if call[3] is not None:
-        raise call[3]
-    return call[2]
+    return out
 
 
 def synchronize(device=None):
@@ -689,6 +841,10 @@ cdef class Array:
     cdef object owner  # the object an imported array's memory belongs to
     cdef size_t count  # elements
     cdef int mdt       # the mgpu_dtype of dtype, -1 if it has none
+    # Streams with queued work that reads or writes the array (the copies
+    # queued with stream=): what an export orders a consumer after. Cleared
+    # by a host wait for the device. Touched with the GIL held.
+    cdef list pending
     cdef object __weakref__
 
     def __init__(self):
@@ -777,12 +933,51 @@ cdef class Array:
         elif stream is not None and (isinstance(stream, bool) or
                                      not isinstance(stream, int)):
             raise TypeError("stream must be an int or None")
+        elif stream < -1:
+            raise ValueError("stream %d is not a CUDA stream" % stream)
+        elif stream == 0:
+            raise ValueError("stream 0 is ambiguous (array API standard): "
+                             "pass 1 for the legacy default stream, 2 for "
+                             "the per-thread one, or a cudaStream_t")
         src = self
         if copy is True:
             src = self.copy()
-        if not (self.dl_type != 1 and stream == -1):
+        if self.dl_type == 1:
             src._sync()
+        elif stream != -1:
+            # The consumer's stream (None: the legacy default one) waits for
+            # the array's queued work on the device, not the host.
+            (<Array>src)._order_after(1 if stream is None else stream)
         return (<Array>src)._capsule(major >= 1, copy is True)
+
+    cdef _order_after(self, uintptr_t consumer):
+        """Makes CUDA stream consumer wait for the work queued on the
+        array's pending streams (an event each); where that cannot be done
+        (no CUDA driver loaded, a handle the driver refuses), waits on the
+        host instead."""
+        cdef Stream st
+        cdef void *native
+        cdef int rc
+        if not self.pending:
+            return
+        for x in self.pending:
+            st = <Stream>x
+            if not st.owned or not mgpu_is_initialized():
+                continue  # destroyed: its work is done
+            native = mgpu_stream_native(st.s)
+            if native == NULL:
+                mgpu_error_clear()  # a stream of a closed session: done
+                continue
+            rc = mgpu_py_cuda_order(native, <void *>consumer)
+            if rc != 0:
+                self._sync()
+                return
+
+    cdef _touch(self, Stream st):
+        if self.pending is None:
+            self.pending = [st]
+        elif not any(x is st for x in self.pending):
+            self.pending.append(st)
 
     cdef object _capsule(self, bint versioned, bint copied):
         cdef DLManagedTensorVersioned *t = NULL
@@ -810,15 +1005,23 @@ cdef class Array:
 
     @property
     def __cuda_array_interface__(self):
-        """The CUDA array interface (version 3), for CUDA memory only. The
-        device's work is finished when it is read, so ``stream`` is None."""
+        """The CUDA array interface (version 3), for CUDA memory only.
+        ``stream`` is the mgpu stream (a cudaStream_t) with work queued on
+        the array, which the consumer must order itself after, or None when
+        there is none; with several such streams the device's work is
+        waited for on the host first."""
         if self.dl_type == 1:
             raise AttributeError("__cuda_array_interface__: the array is in "
                                  "host memory (use __array_interface__)")
-        self._sync()
+        live = [x for x in (self.pending or ()) if (<Stream>x).owned]
+        cdef uintptr_t native = 0
+        if len(live) == 1:
+            native = <uintptr_t>mgpu_stream_native((<Stream>live[0]).s)
+        elif live:
+            self._sync()
         return {"shape": self.shape, "typestr": self.dtype.str,
                 "data": (<uintptr_t>self.ptr, False), "strides": None,
-                "version": 3, "stream": None}
+                "version": 3, "stream": native if native > 2 else None}
 
     def _sync(self):
         cdef int rc = 0, d = self.device
@@ -826,6 +1029,7 @@ cdef class Array:
             with nogil:
                 rc = mgpu_device_synchronize(d)
             _check(rc)
+            self.pending = None
         else:
             mgpu_error_clear()
 
@@ -1026,6 +1230,9 @@ cdef _copy_bytes(Array dst, Array src, size_t n, object stream):
         else:
             rc = mgpu_memcpy_async(dst.buf, 0, src.buf, 0, n, s)
     _check(rc)
+    if s != NULL:
+        dst._touch(stream)
+        src._touch(stream)
 
 
 def empty(shape, dtype="float32", device=None, *, kind="device"):
@@ -1242,11 +1449,19 @@ cdef mgpu_dtype _mgpu_dtype(Array a) except *:
 cdef class Comm:
     """A communicator over a list of devices (``mgpu_comm``): rank r is
     ``devices[r]``. Its collectives take one array per rank, in rank order,
-    and return once the data has moved (the GIL is released meanwhile)."""
+    and return once the data has moved (the GIL is released meanwhile).
+
+    One made by ``mgpu.mpi.comm_create`` spans the devices of every MPI
+    rank: this process's ``devices[i]`` is rank ``first_rank + i`` of
+    ``nranks``, its collectives take this process's arrays only, and roots
+    are global ranks."""
     cdef mgpu_comm *c
     cdef readonly tuple devices
+    cdef readonly int first_rank  # the global rank of devices[0]
+    cdef readonly int nranks      # ranks over every process
     cdef list streams        # the package's stream of each rank's device
     cdef mgpu_stream *ss[64]  # their handles, in rank order
+    cdef object __weakref__
 
     def __init__(self, devices=None):
         cdef int devs[64]
@@ -1259,6 +1474,8 @@ cdef class Comm:
             devs[i] = d
         _check(mgpu_comm_create(devs, len(devices), &self.c))
         self.devices = devices
+        self.first_rank = 0
+        self.nranks = len(devices)
         self.streams = [_default_stream(d) for d in devices]
         for i, st in enumerate(self.streams):
             self.ss[i] = (<Stream>st).s
@@ -1274,6 +1491,23 @@ cdef class Comm:
         if self.c != NULL and mgpu_is_initialized():
             with nogil:
                 rc = mgpu_comm_destroy(self.c)
+        self.c = NULL
+        _check(rc)
+
+    def abort(self):
+        """Aborts the communicator (``mgpu_comm_abort``): every collective
+        still waiting in it, in any thread or rank, ends with
+        ``mgpu.CanceledError``, and the communicator is freed once they have
+        left. Use it where a rank will never arrive (its process or device
+        is gone); ``close()`` is the orderly end. Raises the first error of
+        the ranks' devices (``mgpu.DeviceLostError`` for a lost one); the
+        communicator is closed either way."""
+        cdef int rc = 0
+        if self.c == NULL:
+            raise ValueError("the communicator was closed")
+        if mgpu_is_initialized():
+            with nogil:
+                rc = mgpu_comm_abort(self.c)
         self.c = NULL
         _check(rc)
 
@@ -1293,7 +1527,7 @@ cdef class Comm:
 
     cdef _run(self, int which, list send, list recv, size_t count,
               mgpu_dtype dt, mgpu_op op, int root):
-        cdef int n = len(self.devices), r, rc = 0, rc2
+        cdef int n = len(self.devices), r, rc = 0, rc2, f = self.first_rank
         cdef mgpu_buffer *sb[64]
         cdef mgpu_buffer *rb[64]
         cdef mgpu_stream **ss = self.ss
@@ -1306,13 +1540,13 @@ cdef class Comm:
             mgpu_group_begin()
             for r in range(n):
                 if which == 0:
-                    rc2 = mgpu_allreduce(self.c, r, sb[r], rb[r], count, dt, op, ss[r])
+                    rc2 = mgpu_allreduce(self.c, f + r, sb[r], rb[r], count, dt, op, ss[r])
                 elif which == 1:
-                    rc2 = mgpu_broadcast(self.c, r, sb[r], rb[r], count, dt, root, ss[r])
+                    rc2 = mgpu_broadcast(self.c, f + r, sb[r], rb[r], count, dt, root, ss[r])
                 elif which == 2:
-                    rc2 = mgpu_allgather(self.c, r, sb[r], rb[r], count, dt, ss[r])
+                    rc2 = mgpu_allgather(self.c, f + r, sb[r], rb[r], count, dt, ss[r])
                 else:
-                    rc2 = mgpu_reduce_scatter(self.c, r, sb[r], rb[r], count, dt, op, ss[r])
+                    rc2 = mgpu_reduce_scatter(self.c, f + r, sb[r], rb[r], count, dt, op, ss[r])
                 if rc == 0:
                     rc = rc2
             rc2 = mgpu_group_end()
@@ -1566,6 +1800,25 @@ _DIST_KINDS = {"block": MGPU_DIST_BLOCK, "cyclic": MGPU_DIST_CYCLIC,
                "weighted": MGPU_DIST_WEIGHTED}
 
 
+cdef object _dist_opts(mgpu_dist_opts *o, kind, block, weights,
+                       size_t nparts):
+    """Fills kind, block and weights (one per part, nparts) of o; returns
+    what o points into, which the caller keeps until the create call."""
+    cdef double[::1] w
+    if kind not in _DIST_KINDS:
+        raise ValueError("kind must be one of %s" % ", ".join(_DIST_KINDS))
+    o.kind = _DIST_KINDS[kind]
+    o.block = _index(block, "block")
+    if weights is None:
+        return None
+    w = _np.array([float(x) for x in weights], dtype=_np.float64)
+    if w.shape[0] != nparts:
+        raise ValueError("one weight per part (%d), got %d" %
+                         (nparts, w.shape[0]))
+    o.weights = &w[0]
+    return w
+
+
 cdef class Dist:
     """A partition of the indices [0, n) over devices (``mgpu_dist``).
 
@@ -1580,11 +1833,6 @@ cdef class Dist:
     def __init__(self, n, kind="block", devices=None, block=1, weights=None):
         cdef mgpu_dist_opts o = mgpu_py_dist_opts_init()
         cdef int devs[64]
-        cdef double w[64]
-        if kind not in _DIST_KINDS:
-            raise ValueError("kind must be one of %s" % ", ".join(_DIST_KINDS))
-        o.kind = _DIST_KINDS[kind]
-        o.block = _index(block, "block")
         if devices is not None:
             devices = [_devno(x) for x in devices]
             if not 1 <= len(devices) <= 64:
@@ -1593,13 +1841,8 @@ cdef class Dist:
                 devs[i] = x
             o.ndevices = len(devices)
             o.devices = devs
-        if weights is not None:
-            weights = [float(x) for x in weights]
-            if len(weights) != (o.ndevices or device_count()):
-                raise ValueError("one weight per part")
-            for i, x in enumerate(weights):
-                w[i] = x
-            o.weights = w
+        keep = _dist_opts(&o, kind, block, weights,
+                          o.ndevices or device_count())
         self.n = _index(n, "n")
         _check(mgpu_dist_create(&self.d, self.n, &o))
 
@@ -1902,12 +2145,9 @@ cdef class Store:
         the buffer protocol or NumPy can read) on device (default: the
         current device, or an Array's own), fills it, seals it, and returns
         its id. A taken name raises ExistsError."""
-        cdef mgpu_store *st = self._open()
         cdef mgpu_store_object *o = NULL
         cdef const unsigned char[::1] view
         cdef mgpu_buffer *dst
-        cdef bytes nm = None if name is None else str(name).encode()
-        cdef const char *cn = NULL if nm is None else <const char *>nm
         cdef int rc, dev
         cdef size_t n
         cdef uint64_t oid
@@ -1923,11 +2163,7 @@ cdef class Store:
             view = host.reshape(-1).view(_np.uint8)
             n = host.nbytes
             dev = _devno(device)
-        if n == 0:
-            raise ValueError("put: the store has no empty objects")
-        with nogil:
-            rc = mgpu_store_create(st, dev, n, cn, &o)
-        _check(rc)
+        o = self._create(dev, n, name, "put")
         try:
             dst = mgpu_store_object_buffer(o)
             if dst == NULL:
@@ -1952,6 +2188,46 @@ cdef class Store:
                 mgpu_store_release(o)
             mgpu_error_clear()
         return oid
+
+    cdef mgpu_store_object *_create(self, int dev, size_t n, object name,
+                                    str what) except NULL:
+        """A new object of n bytes on dev, named name (None: unnamed)."""
+        cdef mgpu_store *st = self._open()
+        cdef mgpu_store_object *o = NULL
+        cdef bytes nm = None if name is None else str(name).encode()
+        cdef const char *cn = NULL if nm is None else <const char *>nm
+        cdef int rc
+        if n == 0:
+            raise ValueError("%s: the store has no empty objects" % what)
+        with nogil:
+            rc = mgpu_store_create(st, dev, n, cn, &o)
+        _check(rc)
+        return o
+
+    def create(self, shape, dtype="uint8", name=None, device=None):
+        """A new object of shape and dtype on device (default: the current
+        one), named name (a taken name raises ExistsError), as a writable
+        StoreArray: fill it through its host mirror (``mirror()``) or
+        ``copy_from``, then ``seal()`` it, which returns its id and makes it
+        read-only and gettable by others. Dropped unsealed, it cannot be
+        got, and goes when the connection closes."""
+        cdef mgpu_store_object *o = NULL
+        cdef int dev = _devno(device)
+        cdef StoreArray a
+        dt = _as_dtype(dtype)
+        shp = _as_shape(shape)
+        cdef size_t n = dt.itemsize
+        for x in shp:
+            n *= <size_t>x
+        o = self._create(dev, n, name, "create")
+        try:
+            a = _store_array(self, o, dt, shp)
+        except BaseException:
+            mgpu_store_release(o)
+            mgpu_error_clear()
+            raise
+        a.writable = True
+        return a
 
     def get(self, key, dtype="uint8", shape=None):
         """The sealed object of id (int) or name (str) as a read-only
@@ -2041,10 +2317,78 @@ cdef class StoreArray:
     cdef readonly tuple shape
     cdef readonly object dtype
     cdef int dl_type, dl_id
+    cdef readonly bint writable  # made by Store.create, not sealed yet
+    cdef object mirror_ref       # weak reference to its open StoreMirror
     cdef object __weakref__
 
     def __init__(self):
-        raise TypeError("use Store.get")
+        raise TypeError("use Store.get or Store.create")
+
+    cdef mgpu_store_object *_obj(self) except NULL:
+        if self.obj == NULL:
+            raise ValueError("the store array was released")
+        return self.obj
+
+    def seal(self):
+        """Seals an object made by Store.create: read-only from then on
+        (here too) and gettable by others. Returns its id. Refused while its
+        host mirror is open (its copy would not be written back)."""
+        cdef mgpu_store_object *o = self._obj()
+        cdef int rc
+        if not self.writable:
+            raise ValueError("the store object %d is sealed already" % self.id)
+        m = self.mirror_ref() if self.mirror_ref is not None else None
+        if m is not None and (<StoreMirror>m).open:
+            raise ValueError("seal: end the host mirror of object %d first"
+                             % self.id)
+        with nogil:
+            rc = mgpu_store_seal(o)
+        _check(rc)
+        self.writable = False
+        return self.id
+
+    def copy_from(self, data):
+        """Writes data (anything NumPy reads, as many bytes as the object
+        view) into an object made by Store.create and not sealed yet."""
+        cdef mgpu_store_object *o = self._obj()
+        cdef const unsigned char[::1] view
+        cdef size_t n
+        cdef int rc
+        if not self.writable:
+            raise ERRORS[MGPU_EREADONLY]("MGPU_EREADONLY: store object %d is "
+                                         "sealed" % self.id, "")
+        host = _np.ascontiguousarray(data, dtype=self.dtype)
+        if host.nbytes != self.nbytes:
+            raise ValueError("copy_from: %d bytes into %d" % (host.nbytes,
+                                                               self.nbytes))
+        view = host.reshape(-1).view(_np.uint8)
+        n = host.nbytes
+        with nogil:
+            rc = mgpu_memcpy_htod(mgpu_store_object_buffer(o), 0, &view[0], n)
+        _check(rc)
+        return self
+
+    def mirror(self, fill=True):
+        """A host copy of the object (``mgpu_store_mirror_begin``): pinned
+        memory for an object in device memory, filled from it when fill is
+        true. Writable while the object is (made by Store.create, not
+        sealed), then ``end()`` (or the end of a ``with`` block) writes it
+        back; read-only for an object got. One mirror per object at a time
+        (AlreadyInitializedError)."""
+        cdef mgpu_store_object *o = self._obj()
+        cdef void *host = NULL
+        cdef int rc, f = 1 if fill else 0
+        with nogil:
+            rc = mgpu_store_mirror_begin(o, f, &host)
+        _check(rc)
+        cdef StoreMirror m = StoreMirror.__new__(StoreMirror)
+        m.arr = self
+        m.host = host
+        m.open = True
+        m.writable = self.writable
+        import weakref
+        self.mirror_ref = weakref.ref(m)
+        return m
 
     @property
     def ptr(self):
@@ -2143,6 +2487,115 @@ cdef class StoreArray:
             self.store._maybe_disconnect()
 
 
+cdef class StoreMirror:
+    """A host copy of a store object (``StoreArray.mirror``).
+
+    Read and write it as a NumPy array: ``m[...]`` reads a copy and
+    assigns in place; ``m.numpy()`` or ``np.asarray(m)`` is a view of the
+    copy, which keeps the mirror open while it lives. ``end()`` (or the end
+    of a ``with`` block) writes the copy back when the object is writable
+    and frees it; it raises BufferError while views made by ``numpy()`` are
+    alive (as ``memoryview.release`` does). A mirror never ended ends when
+    it and its views are gone.
+    """
+    cdef StoreArray arr
+    cdef void *host
+    cdef readonly bint open
+    cdef readonly bint writable
+    cdef object view_ref   # weak reference to the _MirrorMemory of its views
+    cdef object __weakref__
+
+    def __init__(self):
+        raise TypeError("use StoreArray.mirror")
+
+    @property
+    def shape(self):
+        return self.arr.shape
+
+    @property
+    def dtype(self):
+        return self.arr.dtype
+
+    def numpy(self):
+        """A NumPy view of the host copy (read-only unless the object is
+        writable); the mirror stays open while it lives."""
+        if not self.open:
+            raise ValueError("the host mirror was ended")
+        mem = self.view_ref() if self.view_ref is not None else None
+        if mem is None:
+            mem = _MirrorMemory.__new__(_MirrorMemory)
+            (<_MirrorMemory>mem).m = self
+            import weakref
+            self.view_ref = weakref.ref(mem)
+        return _np.asarray(mem)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            out = self.numpy().copy()
+        else:
+            out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __getitem__(self, key):
+        return self.numpy()[key].copy()
+
+    def __setitem__(self, key, value):
+        if not self.writable:
+            raise ERRORS[MGPU_EREADONLY](
+                "MGPU_EREADONLY: the store object %d is sealed: its host "
+                "mirror is read-only" % self.arr.id, "")
+        self.numpy()[key] = value
+
+    def end(self):
+        """Writes the host copy back (writable objects) and frees it.
+        Idempotent."""
+        if not self.open:
+            return
+        if self.view_ref is not None and self.view_ref() is not None:
+            raise BufferError("the host mirror of store object %d still has "
+                              "NumPy views: delete them first" % self.arr.id)
+        self._end()
+
+    cdef _end(self):
+        cdef int rc = 0
+        cdef mgpu_store_object *o = self.arr.obj
+        self.open = False
+        if o != NULL:
+            with nogil:
+                rc = mgpu_store_mirror_end(o)
+        _check(rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.end()
+
+    def __repr__(self):
+        return "<mgpu.StoreMirror of object %d%s>" % (
+            self.arr.id, "" if self.open else " (ended)")
+
+    def __dealloc__(self):
+        if (self.open and self.arr is not None and self.arr.obj != NULL and
+                mgpu_is_initialized()):
+            self.open = False
+            with nogil:
+                mgpu_store_mirror_end(self.arr.obj)
+            mgpu_error_clear()
+
+
+cdef class _MirrorMemory:
+    """What NumPy views of a StoreMirror hold: keeps the mirror open."""
+    cdef StoreMirror m
+    cdef object __weakref__
+
+    @property
+    def __array_interface__(self):
+        return {"shape": self.m.arr.shape, "typestr": self.m.arr.dtype.str,
+                "data": (<uintptr_t>self.m.host, not self.m.writable),
+                "strides": None, "version": 3}
+
+
 cdef StoreArray _store_array(Store store, mgpu_store_object *o, dtype, shape):
     cdef StoreArray a
     cdef DLDevice where
@@ -2179,3 +2632,10 @@ cdef StoreArray _store_array(Store store, mgpu_store_object *o, dtype, shape):
     a.dl_type = where.device_type
     a.dl_id = where.device_id
     return a
+
+
+# ---------------------------------------------------------------------------
+# What this build has: the MPI module's bindings (_mpi.pxi) where the build
+# found MPI, else _MPI_MISSING saying why not (python/CMakeLists.txt).
+
+include "_features.pxi"

@@ -8,6 +8,6 @@ daemon (``mgpud`` or ``mgpu store serve``; docs/store.md).
         a = st.get("x", dtype="f4")      # read-only, no copy
         print(np.asarray(a))             # [0. 1. 2. 3.]
 """
-from mgpu._core import Store, StoreArray  # noqa: F401
+from mgpu._core import Store, StoreArray, StoreMirror  # noqa: F401
 
 connect = Store.connect

@@ -8,16 +8,21 @@ import mgpu
 
 def test_every_code_has_its_class():
     codes = sorted(mgpu.ERRORS)
-    assert codes == list(range(-len(codes), 0))  # -20 .. -1, no gap
+    assert codes == list(range(-len(codes), 0))  # -N .. -1, no gap
     classes = set()
     for code, cls in mgpu.ERRORS.items():
         assert issubclass(cls, mgpu.Error) and cls is not mgpu.Error
         assert cls.code == code and cls.name.startswith("MGPU_E")
         assert getattr(mgpu, cls.__name__) is cls
+        # every code has a chosen name, not the made-up "EFooError"
+        made_up = "E" + cls.name[len("MGPU_E"):].capitalize() + "Error"
+        assert cls.__name__ != made_up, cls.__name__
         classes.add(cls)
     assert len(classes) == len(codes)
     assert issubclass(mgpu.InvalidArgumentError, ValueError)
     assert issubclass(mgpu.OutOfMemoryError, MemoryError)
+    assert mgpu.DeviceLostError.name == "MGPU_EDEVLOST"
+    assert mgpu.DeadlockError.name == "MGPU_EDEADLK"
 
 
 def test_detail_names_what_was_wrong(mg):

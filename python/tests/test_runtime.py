@@ -145,6 +145,22 @@ def test_allreduce_broadcast_and_comm(mg):
                         mgpu.zeros(2, "int8", device=1)])
 
 
+def test_comm_abort(mg):
+    comm = mgpu.Comm([0, 1, 2])
+    send = [mgpu.full(8, d + 1, "float32", device=d) for d in range(3)]
+    comm.allreduce(send)
+    comm.abort()
+    with pytest.raises(ValueError):
+        comm.allreduce(send)
+    with pytest.raises(ValueError):
+        comm.abort()
+    comm.close()  # closing an aborted communicator does nothing
+    again = mgpu.Comm([0, 1, 2])  # the devices go on
+    again.allreduce(send)
+    assert send[2].numpy().tolist() == [18.0] * 8
+    again.close()
+
+
 def test_channel(mg):
     ch = mgpu.Channel(0, 3, 64, capacity=2)
     got = []

@@ -186,3 +186,100 @@ def test_other_process(daemon, mg2):
         assert r.returncode == 0 and r.stdout.strip() == b"ok", r.stderr.decode()
         del a
         gc.collect()
+
+
+def test_create_mirror_seal(daemon, mg2):
+    """The vineyard pattern: create, fill through the host mirror, seal;
+    another process gets what was written."""
+    data = np.arange(3000, dtype=np.float64) * 0.5
+    with mgpu.store.connect(daemon) as st:
+        obj = st.create((3, 1000), "float64", name="mirrored", device=1)
+        assert obj.writable and obj.shape == (3, 1000) and obj.device == 1
+        with obj.mirror(fill=False) as m:
+            assert m.writable and m.open and m.shape == (3, 1000)
+            m[:] = data.reshape(3, 1000)        # the host copy, in place
+            m[2, :10] = -1
+            assert m[2, 5] == -1 and m[0, 7] == 3.5
+            # Another mirror of the same object while this one is open
+            with pytest.raises(mgpu.AlreadyInitializedError):
+                obj.mirror()
+            with pytest.raises(ValueError):
+                obj.seal()   # the copy would not be written back
+        assert not m.open
+        m.end()              # idempotent
+        want = data.reshape(3, 1000).copy()
+        want[2, :10] = -1
+        # Written back into the object at the end of the block.
+        np.testing.assert_array_equal(np.asarray(obj), want)
+        oid = obj.seal()
+        assert oid == obj.id and not obj.writable
+        with pytest.raises(ValueError):
+            obj.seal()
+        with pytest.raises(mgpu.ReadOnlyError):
+            obj.copy_from(want)
+
+        # A got object's mirror: filled, read-only, never written back.
+        got = st.get("mirrored", "float64", (3, 1000))
+        with got.mirror() as m:
+            assert not m.writable
+            np.testing.assert_array_equal(m[:], want)
+            v = m.numpy()
+            assert not v.flags.writeable
+            assert v.__array_interface__["data"][0] != got.ptr  # a copy
+            with pytest.raises(mgpu.ReadOnlyError):
+                m[0, 0] = 5
+            # end() with a view alive is refused, as memoryview.release is
+            with pytest.raises(BufferError):
+                m.end()
+            del v
+        assert not m.open
+
+        # The other process reads what the mirror wrote.
+        child = ("import sys, numpy as np, mgpu, mgpu.store\n"
+                 "mgpu.init(devices='host:2')\n"
+                 "st = mgpu.store.connect(sys.argv[1])\n"
+                 "a = np.asarray(st.get('mirrored', 'float64'))\n"
+                 "w = np.arange(3000) * 0.5; w[2000:2010] = -1\n"
+                 "assert (a == w).all(); print('ok'); del a\n"
+                 "st.close(); mgpu.shutdown()\n")
+        r = subprocess.run([sys.executable, "-c", child, daemon],
+                           env=dict(os.environ, MGPU_DEVICES="host:2"),
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == b"ok", r.stderr.decode()
+        del got, obj
+        gc.collect()
+
+
+def test_mirror_views_keep_it_open(daemon, mg2):
+    with mgpu.store.connect(daemon) as st:
+        obj = st.create(64, "int32", device=0)
+        obj.copy_from(np.arange(64, dtype=np.int32))
+        m = obj.mirror()                       # filled from the object
+        v = np.asarray(m)
+        assert v.flags.writeable
+        np.testing.assert_array_equal(v, np.arange(64))
+        v[:] = 9
+        del m                                  # the view keeps it open
+        gc.collect()
+        assert (v == 9).all()
+        del v                                  # ends it: written back
+        gc.collect()
+        np.testing.assert_array_equal(np.asarray(obj), np.full(64, 9))
+        # A new mirror is possible now; dropped without a view, it ends.
+        obj.mirror(fill=True)
+        gc.collect()
+        obj.seal()
+        with pytest.raises(TypeError):
+            mgpu.store.StoreMirror()
+        # An object created and dropped unsealed cannot be got, and is
+        # discarded when its connection closes.
+        tmp = st.create(8, "uint8", name="dropped")
+        del tmp
+        gc.collect()
+        with pytest.raises(mgpu.NotReadyError):
+            st.get("dropped")
+        del obj
+        gc.collect()
+    with mgpu.store.connect(daemon) as st:
+        with pytest.raises(mgpu.NotFoundError):
+            st.get("dropped")

@@ -21,7 +21,7 @@
 #include "backend/ipc.h"
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 3
+#define MGPU__BACKEND_ABI 4
 #define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
 
 /* Each backend defines these structs for itself; the core only holds
@@ -261,6 +261,10 @@ typedef struct mgpu__backend_ops {
    * one thread issues for several ranks. */
   int (*coll_comm_create)(mgpu__bdevice **devs, int n, void **comm);
   void (*coll_comm_destroy)(void *comm);
+  /* Optional: aborts every rank of comm together and frees it, without
+   * waiting for work in flight (kernels waiting for each other end). NULL:
+   * coll_comm_destroy is used after the devices are synchronized. */
+  void (*coll_comm_abort)(void *comm);
   int (*coll_group_start)(void);
   int (*coll_group_end)(void);
   int (*coll_run)(void *comm, int rank, const mgpu__coll_args *args,
@@ -270,7 +274,10 @@ typedef struct mgpu__backend_ops {
    * reason for the details); from then on its queued work fails instead of
    * running and synchronizes return MGPU_EDEVLOST. lost returns 1 and copies
    * the reason while d is lost, else 0. The core's fault seam refuses new
-   * work for a lost device. NULL: devices of this backend are never lost. */
+   * work for a lost device. A backend that finds a device lost by itself (a
+   * CUDA sticky error) marks it and returns MGPU_EDEVLOST from that call:
+   * the seam then tells the layers above. NULL: devices of this backend are
+   * never lost. */
   void (*lose)(mgpu__bdevice *d, const char *why);
   int (*lost)(mgpu__bdevice *d, char *why, size_t why_size);
 } mgpu__backend_ops;

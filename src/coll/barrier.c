@@ -6,7 +6,9 @@
  * threads that arrive close together pass without a wake-up), then asleep
  * on the condition variable. A thread whose wait runs out withdraws its arrival, so
  * the barrier stays consistent and reusable, and names the devices whose
- * threads never came.
+ * threads never came. A barrier that includes a lost device cannot
+ * complete: its waiters (woken by the device-lost hook, lost.c) and later
+ * callers withdraw and fail with MGPU_EDEVLOST naming the device.
  *
  * The stream barrier records one event per stream and makes every stream
  * wait for every other's event; the host only queues. Its events are reused
@@ -106,6 +108,21 @@ static void missing_list(const mgpu__barrier *b, int self, char *out,
   mgpu__flight_list(missing, n, out + len, size - len);
 }
 
+/* The first rank whose device was lost, or -1: the barrier cannot complete
+ * (a lost device's thread stops calling). Called with b->lock held. */
+static int lost_rank(const mgpu__barrier *b) {
+  for (int r = 0; r < b->n; r++)
+    if (mgpu__device_is_lost(b->devs[r])) return r;
+  return -1;
+}
+
+static int lost_error(const mgpu__barrier *b, int rank, int lost) {
+  return mgpu__error(MGPU_EDEVLOST,
+                     "barrier: rank %d (device %d): device %d (rank %d) was "
+                     "lost, so the barrier cannot complete",
+                     rank, b->devs[rank], b->devs[lost], lost);
+}
+
 static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms);
 static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms);
 
@@ -149,6 +166,11 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
                        "barrier: rank %d (device %d) is already waiting",
                        rank, b->devs[rank]);
   }
+  int lost = lost_rank(b);
+  if (lost >= 0) {
+    mgpu__mutex_unlock(&b->lock);
+    return lost_error(b, rank, lost);
+  }
   b->arrived[rank] = 1;
   if (++b->count == b->n) {
     b->generation++;
@@ -167,7 +189,9 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
    * seen by the loop below once the watch ends (it is bounded). */
   mgpu__mutex_unlock(&b->lock);
   mgpu__spin_wait_change(&b->spin, &b->gen_word, (int)(gen & 0x7fffffff));
+  mgpu__coll_waiter waiter;
   mgpu__mutex_lock(&b->lock);
+  mgpu__coll_wait_begin(&waiter, &b->cond); /* a lost device wakes it */
   while (b->generation == gen) {
     if (b->destroyed) {
       rc = mgpu__error(MGPU_EFREED, "barrier: rank %d (device %d): the "
@@ -175,10 +199,16 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
                        rank, b->devs[rank]);
       break;
     }
-    if (deadline == 0) {
-      mgpu__cond_wait(&b->cond, &b->lock);
-    } else if (mgpu__cond_timedwait(&b->cond, &b->lock, deadline) != 0 &&
-               b->generation == gen) {
+    if ((lost = lost_rank(b)) >= 0) {
+      b->arrived[rank] = 0; /* withdrawn, as after a timeout */
+      b->count--;
+      rc = lost_error(b, rank, lost);
+      break;
+    }
+    if (mgpu__cond_timedwait(&b->cond, &b->lock,
+                             mgpu__coll_wait_until(deadline)) != 0 &&
+        deadline != 0 && mgpu__now_ns() >= deadline &&
+        b->generation == gen) {
       char missing[900];
       missing_list(b, rank, missing, sizeof missing);
       b->arrived[rank] = 0;
@@ -190,6 +220,7 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
       break;
     }
   }
+  mgpu__coll_wait_end(&waiter);
   b->waiting[rank] = 0;
   mgpu__mutex_unlock(&b->lock);
   return rc;

@@ -11,6 +11,7 @@
  *             reductions ordered by events.
  * reduce_host.c  mgpu_reduce_to_host.
  * barrier.c   host barriers and stream barriers.
+ * lost.c      waking the waits above when a device is lost.
  *
  * Locking: comm->lock guards the pending operations, the per-rank sequence
  * numbers, the abort state and every pooled resource (events, scratch
@@ -91,7 +92,8 @@ typedef struct mgpu__comm {
   mgpu__coll_op *ops;                  /* pending and done, seq order */
   int aborted;                         /* 0, or the code every call gets
                                           after an abort: MGPU_ETIMEDOUT,
-                                          MGPU_EDEVLOST */
+                                          MGPU_EDEVLOST, MGPU_ECANCELED
+                                          (mgpu_comm_abort) */
   char abort_detail[MGPU__COLL_DETAIL];
   /* Set by destroy after it closed the handle: a call inside (holding a
    * use of the handle, which destroy waits for) leaves with MGPU_EFREED. */
@@ -119,6 +121,10 @@ typedef struct mgpu__comm {
 } mgpu__comm;
 
 /* comm.c */
+/* With c->lock held: the communicator is aborted with code (its detail in
+ * c->abort_detail): every pending operation of every rank fails with it,
+ * and every call waiting in c is woken. Later calls fail the same way. */
+void mgpu__comm_fail_pending(mgpu__comm *c, int code);
 /* Looks a communicator up and holds it until mgpu__comm_put. */
 int mgpu__comm_get(const mgpu_comm *h, mgpu__comm **out);
 void mgpu__comm_put(mgpu__comm *c);
@@ -140,6 +146,20 @@ int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op);
 int mgpu__coll_same_backend(const char *what, const int *devs, int n);
 /* 1 when the direct algorithm can serve every device of the list. */
 int mgpu__coll_direct_possible(const int *devs, int n);
+
+/* lost.c: a wait for other ranks registers its condition variable while it
+ * waits, so that the core's device-lost hook wakes it. wait_begin and
+ * wait_end may be called with the waiter's own lock held. A waiter sleeps
+ * until mgpu__coll_wait_until(deadline) at most (deadline 0: none), then
+ * looks at its devices again. */
+#define MGPU__COLL_LOST_POLL_NS 10000000u
+typedef struct mgpu__coll_waiter {
+  mgpu__cond *cond;
+  struct mgpu__coll_waiter *prev, *next;
+} mgpu__coll_waiter;
+void mgpu__coll_wait_begin(mgpu__coll_waiter *w, mgpu__cond *cond);
+void mgpu__coll_wait_end(mgpu__coll_waiter *w);
+uint64_t mgpu__coll_wait_until(uint64_t deadline);
 
 /* Splits count elements into n near-equal slices; slice i is
  * [lo(i), lo(i+1)). */

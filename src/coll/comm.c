@@ -2,6 +2,7 @@
  * destruction, and the resources they pool for their operations (events,
  * scratch buffers, internal streams), so that no collective allocates once
  * the pools are warm. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,6 +235,49 @@ int mgpu_comm_create(const int *devs, int n, mgpu_comm **comm) {
 }
 
 static int comm_free(mgpu__comm *c);
+
+void mgpu__comm_fail_pending(mgpu__comm *c, int code) {
+  c->aborted = code;
+  for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
+    if (op->done) continue;
+    op->done = 1;
+    op->rc = code;
+    snprintf(op->detail, sizeof op->detail, "%s", c->abort_detail);
+  }
+  mgpu__cond_broadcast(&c->cond);
+}
+
+int mgpu_comm_abort(mgpu_comm *comm) {
+  /* Three steps, in this order, so that no rank waits for another that is
+   * already gone (NCCL's abort of one rank after another can deadlock):
+   * later lookups fail; every pending operation of every rank is failed and
+   * every waiter woken, under one lock; then the calls inside leave and the
+   * communicator is freed. */
+  int err = 0;
+  mgpu__comm *c = mgpu__handle_close((uintptr_t)comm, MGPU__H_COMM, "comm",
+                                     &err);
+  if (c == NULL) return err;
+  mgpu__mutex_lock(&c->lock);
+  uint64_t seq = UINT64_MAX;
+  for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next)
+    if (!op->done && op->seq < seq) seq = op->seq;
+  if (seq == UINT64_MAX)
+    snprintf(c->abort_detail, sizeof c->abort_detail,
+             "comm %p was aborted (mgpu_comm_abort)", (void *)comm);
+  else
+    snprintf(c->abort_detail, sizeof c->abort_detail,
+             "comm %p was aborted (mgpu_comm_abort): collective #%llu and "
+             "later ones did not run", (void *)comm, (unsigned long long)seq);
+  mgpu__comm_fail_pending(c, MGPU_ECANCELED);
+  mgpu__mutex_unlock(&c->lock);
+  /* A provider's communicator is aborted for every rank before anything
+   * waits for the devices (its kernels may wait for each other). */
+  if (c->nccl != NULL && c->nccl_ops->coll_comm_abort != NULL) {
+    c->nccl_ops->coll_comm_abort(c->nccl);
+    c->nccl = NULL;
+  }
+  return comm_free(c);
+}
 
 int mgpu_comm_destroy(mgpu_comm *comm) {
   /* Close the handle first: calls that start from now on see EFREED. Calls

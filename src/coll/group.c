@@ -310,8 +310,14 @@ static int trace_tag(const mgpu__comm *c, const mgpu__coll_op *op) {
   return mgpu__trace_tag_push(names[p->kind], a, 4);
 }
 
+static int lost_device(const mgpu__comm *c);
+
 static void issue(mgpu__comm *c, mgpu__coll_op *op) {
   int rc = check_consistent(c, op);
+  int lost = rc == 0 ? lost_device(c) : -1;
+  if (lost >= 0) /* it would run nothing there and read what was not made */
+    rc = mgpu__error(MGPU_EDEVLOST, "collective #%llu: device %d was lost; "
+                     "nothing was issued", (unsigned long long)op->seq, lost);
   int pushed = rc == 0 && mgpu__trace_enabled() ? trace_tag(c, op) : 0;
   if (rc == 0) {
     for (int r = 0; r < c->n; r++) c->events_used[r] = 0;
@@ -409,14 +415,7 @@ static void abort_comm(mgpu__comm *c, mgpu__coll_op *late, int lost_dev) {
              "collective #%llu timed out after %d ms: device(s) %s never "
              "called it; the communicator is aborted. Last operations: %s",
              (unsigned long long)late->seq, c->cfg.timeout_ms, missing, who);
-  c->aborted = lost_dev >= 0 ? MGPU_EDEVLOST : MGPU_ETIMEDOUT;
-  for (mgpu__coll_op *op = c->ops; op != NULL; op = op->next) {
-    if (op->done) continue;
-    op->done = 1;
-    op->rc = c->aborted;
-    snprintf(op->detail, sizeof op->detail, "%s", c->abort_detail);
-  }
-  mgpu__cond_broadcast(&c->cond);
+  mgpu__comm_fail_pending(c, lost_dev >= 0 ? MGPU_EDEVLOST : MGPU_ETIMEDOUT);
 }
 
 /* The first device of c that was lost, or -1. */
@@ -425,10 +424,6 @@ static int lost_device(const mgpu__comm *c) {
     if (mgpu__device_is_lost(c->devs[r])) return c->devs[r];
   return -1;
 }
-
-/* A wait for the other ranks looks at their devices this often: a lost
- * device never calls, and nobody signals for it. */
-#define LOST_POLL_NS 10000000u
 
 /* Looks up and checks one call; what it holds stays held until unresolve
  * (after its result was collected), so no buffer, stream or communicator
@@ -510,10 +505,10 @@ static int join_run(group_call *g, int k, int reserve_here) {
   }
   int any = 0;
   for (int i = 0; i < k && rc == 0; i++) {
-    if (c->destroying) {
-      rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
-    } else if (c->aborted) {
+    if (c->aborted) { /* before destroying: mgpu_comm_abort sets both */
       rc = mgpu__error(c->aborted, "%s", c->abort_detail);
+    } else if (c->destroying) {
+      rc = mgpu__error(MGPU_EFREED, "comm: destroyed during the call");
     } else {
       mgpu__coll_op *op = find_op(c, c->next_seq[g[i].rank]);
       if (op == NULL) {
@@ -549,17 +544,19 @@ static int join_run(group_call *g, int k, int reserve_here) {
  * result; the detail of a failure goes to detail. */
 static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
                           char *detail, size_t dlen) {
+  mgpu__coll_waiter waiter;
+  int waits = !g->op->done && !c->destroying;
+  if (waits) mgpu__coll_wait_begin(&waiter, &c->cond); /* a loss wakes it */
   while (!g->op->done && !c->destroying) {
-    uint64_t until = mgpu__now_ns() + LOST_POLL_NS;
-    if (deadline != 0 && deadline < until) until = deadline;
-    if (mgpu__cond_timedwait(&c->cond, &c->lock, until) == 0 || g->op->done)
-      continue;
+    mgpu__cond_timedwait(&c->cond, &c->lock, mgpu__coll_wait_until(deadline));
+    if (g->op->done) continue;
     int lost = lost_device(c);
     if (lost >= 0)
       abort_comm(c, g->op, lost);
     else if (deadline != 0 && mgpu__now_ns() >= deadline)
       abort_comm(c, g->op, -1);
   }
+  if (waits) mgpu__coll_wait_end(&waiter);
   int rc = g->op->done ? g->op->rc : MGPU_EFREED;
   if (rc != 0)
     snprintf(detail, dlen, "%s",

@@ -9,6 +9,11 @@
  * buffer for piece i + k. So while the destination drains piece i, the
  * source already fills piece i + 1: the two halves overlap.
  *
+ * The chunk adapts to the copy (copy_chunk): a tiny setting grows so that
+ * the copy has at most MAX_PIECES pieces (up to 64 KiB), a copy smaller
+ * than 2 x depth chunks is cut into 2 x depth pieces, and no chunk is
+ * longer than the copy.
+ *
  * Pieces are one chunk long, except that a copy of four chunks or more ramps
  * up and down: it starts with an eighth, a quarter and a half chunk and ends
  * with a half, a quarter and an eighth, because the first piece's D2H and the
@@ -54,6 +59,13 @@
 #define GPU_CHUNK ((size_t)8 << 20)
 #define HOST_CHUNK ((size_t)1 << 20)
 #define DEFAULT_DEPTH 3
+/* How the chunk adapts to the copy (copy_chunk): a chunk below ADAPT_MIN
+ * grows (up to ADAPT_MIN) until the copy has at most MAX_PIECES pieces (a
+ * tiny setting would cut a large copy into too many); a copy smaller than
+ * 2 x depth chunks gets 2 x depth pieces of at least ADAPT_MIN bytes (so
+ * its halves still overlap). */
+#define MAX_PIECES 64
+#define ADAPT_MIN ((size_t)64 << 10)
 /* Bounce buffers kept alive at most (before waiting for one to come back). */
 #define BOUNCE_CAP_MIN 16
 
@@ -283,9 +295,9 @@ static int wait_oldest_locked(void) {
   return 1;
 }
 
-/* Lends n bounce buffers of size bytes to op. Idle buffers of another size
- * (the chunk was changed) are freed on the way. With max(16, 4n) buffers
- * lent already, it first waits for copies in flight to finish. */
+/* Lends n bounce buffers of at least size bytes to op. Idle buffers that
+ * are smaller (the chunk grew) are freed on the way. With max(16, 4n)
+ * buffers lent already, it first waits for copies in flight to finish. */
 static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
   int cap = BOUNCE_CAP_MIN > 4 * n ? BOUNCE_CAP_MIN : 4 * n;
   bounce *stale = NULL;
@@ -297,7 +309,7 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
     while (*p != NULL && op->nbounce < n) {
       bounce *b = *p;
       *p = b->next;
-      if (b->size == size) {
+      if (b->size >= size) {
         op->bounce[op->nbounce++] = b;
       } else {
         b->next = stale;
@@ -354,6 +366,34 @@ static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
 }
 
 /* ---- the staged copy ---- */
+
+static size_t round_4k(size_t n) { return (n + 4095) & ~(size_t)4095; }
+
+/* The chunk one copy of size bytes uses, from the configured chunk: a
+ * small one raised (to ADAPT_MIN at most) so that the copy has at most
+ * MAX_PIECES pieces; one that would leave a copy fewer than 2 x depth
+ * pieces lowered to make them (to ADAPT_MIN at least); never longer than
+ * the copy (a 64 MiB setting lends a 1 MiB copy bounce buffers of 1 MiB).
+ * Settings of ADAPT_MIN and more are never raised, so the automatic chunks
+ * (sized for the cache or a DMA's cost) stand for large copies. */
+static size_t copy_chunk(size_t chunk, size_t size, int depth) {
+  size_t lo = round_4k(size / MAX_PIECES + 1);
+  if (lo > ADAPT_MIN) lo = ADAPT_MIN;
+  size_t hi = round_4k(size / (2 * (size_t)depth));
+  if (hi < ADAPT_MIN) hi = ADAPT_MIN;
+  if (chunk < lo) chunk = lo;
+  if (chunk > hi) chunk = hi; /* hi >= ADAPT_MIN >= lo */
+  if (chunk > round_4k(size)) chunk = round_4k(size);
+  return chunk;
+}
+
+/* The size of the bounce buffers lent for a chunk: the next power of two,
+ * so that copies of nearby sizes share them. */
+static size_t bounce_class(size_t chunk) {
+  size_t b = 4096;
+  while (b < chunk) b *= 2;
+  return b;
+}
 
 typedef struct staged_plan {
   mgpu__device *sd, *dd;
@@ -432,6 +472,7 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
   staged_plan p = {.sd = sd, .dd = dd, .size = size};
   int depth;
   mgpu__staging_params(sd, &p.chunk, &depth);
+  p.chunk = copy_chunk(p.chunk, size, depth);
   p.ramp = p.chunk >= 32768 && size >= 4 * p.chunk;
   size_t npieces = piece_count(&p);
   p.slots = npieces < (size_t)depth ? (int)npieces : depth;
@@ -453,7 +494,7 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
     if (rc == 0) rc = event_take(op, dd, &p.drained[i]);
   }
   if (rc == 0 && !on_src) rc = event_take(op, dd, &start);
-  if (rc == 0) rc = bounce_take(op, sd, p.chunk, p.slots);
+  if (rc == 0) rc = bounce_take(op, sd, bounce_class(p.chunk), p.slots);
   if (rc != 0) {
     release_op(op);
     return rc;

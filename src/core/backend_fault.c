@@ -2,13 +2,19 @@
  * table directly: each device holds a copy of it whose fallible entries
  * first count one site of kind MGPU__FAULT_BACKEND named after the operation
  * ("memcpy_async", "launch", ...) and fail with MGPU_EBACKEND when a rule of
- * MGPU_FAULT (or mgpu__fault_set) says so, as a driver error would, and
- * otherwise call through. The entries that cannot fail (close, frees,
- * queries, the native handle) are the backend's own.
+ * MGPU_FAULT (or mgpu__fault_set) says so, as a driver error would (or with
+ * MGPU_EDEVLOST, the device lost, for a rule ending in "=devlost"), and
+ * otherwise call through. A call for a lost device is refused, and a call
+ * that returns MGPU_EDEVLOST for a device its backend now reports lost (a
+ * CUDA sticky error) runs the core's device-lost hooks. The entries that
+ * cannot fail (close, frees, queries, the native handle) are the backend's
+ * own.
  *
  * There is one wrapped table per backend kind, so that two devices of the
  * same backend still share one table pointer (the core compares them). The
  * tables are filled on first use under wrap_lock and never change after. */
+#include <stdio.h>
+
 #include "core/internal.h"
 #include "util/fault.h"
 
@@ -69,11 +75,6 @@ static mgpu__mutex wrap_lock = PTHREAD_MUTEX_INITIALIZER;
 static const mgpu__backend_ops *real_ops[NKINDS]; /* guarded by wrap_lock */
 static mgpu__backend_ops wrapped_ops[NKINDS];     /* filled once, then read */
 
-static int injected(int kind, const char *op) {
-  return mgpu__error(MGPU_EBACKEND, "%s backend: %s failed (a failure injected "
-                     "by MGPU_FAULT)", real_ops[kind]->name, op);
-}
-
 /* The mgpu id of a backend device, for details; -1 before init completes. */
 static int bdevice_id(mgpu__bdevice *b) {
   for (int i = 0; i < mgpu__ndevices(); i++) {
@@ -83,15 +84,45 @@ static int bdevice_id(mgpu__bdevice *b) {
   return -1;
 }
 
+/* hit: what mgpu__fault_hit said. A rule ending in "=devlost" fails the call
+ * as a driver's sticky error would: the call's device is lost from here on
+ * (a call for no device fails as any injected failure does). */
+static int injected(int kind, const char *op, mgpu__bdevice *dev, int hit) {
+  if (hit == MGPU__FAULT_LOSE && dev != NULL &&
+      real_ops[kind]->lose != NULL) {
+    char why[64];
+    snprintf(why, sizeof why, "MGPU_FAULT backend:%s=devlost", op);
+    real_ops[kind]->lose(dev, why);
+    int id = bdevice_id(dev);
+    mgpu__device_lost_seen(id);
+    return mgpu__error(MGPU_EDEVLOST, "%s device %d was lost in %s (%s)",
+                       real_ops[kind]->name, id, op, why);
+  }
+  return mgpu__error(MGPU_EBACKEND, "%s backend: %s failed (a failure injected "
+                     "by MGPU_FAULT)", real_ops[kind]->name, op);
+}
+
+/* A backend call for dev returned rc: MGPU_EDEVLOST from a device the
+ * backend now reports lost (a CUDA sticky error) tells the layers above. A
+ * wait that failed because it waited for another, lost device leaves dev
+ * alone: the backend does not report dev lost. */
+static int seen(int kind, mgpu__bdevice *dev, int rc) {
+  if (rc == MGPU_EDEVLOST && dev != NULL && real_ops[kind]->lost != NULL &&
+      real_ops[kind]->lost(dev, NULL, 0))
+    mgpu__device_lost_seen(bdevice_id(dev));
+  return rc;
+}
+
 /* New work for a lost device is refused before it reaches the backend. */
 static int refuse_lost(int kind, mgpu__bdevice *dev, const char *op) {
   char why[96];
   if (dev == NULL || real_ops[kind]->lost == NULL ||
       !real_ops[kind]->lost(dev, why, sizeof why))
     return 0;
+  int id = bdevice_id(dev);
+  mgpu__device_lost_seen(id);
   return mgpu__error(MGPU_EDEVLOST, "%s device %d was lost (%s): %s refused",
-                     real_ops[kind]->name, bdevice_id(dev), why,
-                     op);
+                     real_ops[kind]->name, id, why, op);
 }
 
 /* One wrapper per operation and per backend kind, calling that kind's
@@ -100,8 +131,9 @@ static int refuse_lost(int kind, mgpu__bdevice *dev, const char *op) {
   static int prefix##_##op params {                                          \
     int lost_rc_ = refuse_lost(kind, dev, #op);                              \
     if (lost_rc_ != 0) return lost_rc_;                                      \
-    if (mgpu__fault_hit(MGPU__FAULT_BACKEND, #op)) return injected(kind, #op); \
-    return real_ops[kind]->op args;                                          \
+    int hit_ = mgpu__fault_hit(MGPU__FAULT_BACKEND, #op);                    \
+    if (hit_) return injected(kind, #op, dev, hit_);                         \
+    return seen(kind, dev, real_ops[kind]->op args);                         \
   }
 #define MGPU__FAULT_WRAP(op, params, args, dev)                              \
   MGPU__FAULT_WRAP_KIND(KIND_HOST, host, op, params, args, dev)              \
@@ -110,9 +142,9 @@ MGPU__FAULT_OPS(MGPU__FAULT_WRAP)
 
 #define MGPU__FAULT_WAIT_KIND(kind, prefix, op, params, args, dev)          \
   static int prefix##_##op params {                                          \
-    int rc = real_ops[kind]->op args;                                        \
-    if (mgpu__fault_hit(MGPU__FAULT_BACKEND, #op) && rc == 0)                \
-      rc = injected(kind, #op);                                              \
+    int rc = seen(kind, dev, real_ops[kind]->op args);                       \
+    int hit_ = mgpu__fault_hit(MGPU__FAULT_BACKEND, #op);                    \
+    if (hit_ && rc == 0) rc = injected(kind, #op, dev, hit_);                \
     return rc;                                                               \
   }
 #define MGPU__FAULT_WAIT(op, params, args, dev)                              \

@@ -268,15 +268,58 @@ static int resolve_var(const config_var *v, mgpu_config *out) {
   return 0;
 }
 
+/* vars[] names every field of mgpu_config; fault is the last. */
+_Static_assert(offsetof(mgpu_config, fault) + sizeof(const char *) ==
+                   sizeof(mgpu_config),
+               "a field added to mgpu_config needs its row in vars[]");
+
+static size_t var_size(const config_var *v) {
+  switch (v->kind) {
+    case V_STRING: return sizeof(const char *);
+    case V_SIZE: return sizeof(size_t);
+    default: return sizeof(int);
+  }
+}
+
+/* How many bytes of a caller's mgpu_config of `size` bytes hold whole
+ * fields, or 0 when size cuts a field. A caller built against an older
+ * header passes the size of its shorter struct: it ends at one of our
+ * fields, or after it at the struct's alignment where only padding lies
+ * between (its fields beyond take their defaults). A size that cuts a field
+ * (or is larger than ours: a newer header, fields we cannot know) would be
+ * read past. */
+static size_t config_fields_end(size_t size) {
+  const size_t align = _Alignof(mgpu_config);
+  if (size == sizeof(mgpu_config)) return size;
+  for (size_t i = 0; i <= sizeof vars / sizeof vars[0]; i++) {
+    /* i == 0 is the size field itself; then each variable's field. */
+    size_t end = i == 0 ? sizeof(size_t)
+                        : vars[i - 1].offset + var_size(&vars[i - 1]);
+    if (size == end) return end;
+    if (size != (end + align - 1) / align * align) continue;
+    int padding = 1; /* no field starts in [end, size) */
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
+      if (vars[k].offset >= end && vars[k].offset < size) padding = 0;
+    if (padding) return end;
+  }
+  return 0;
+}
+
 int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
   mgpu_config init = MGPU_CONFIG_INITIALIZER;
   *out = init;
   if (in != NULL) {
-    if (in->size < sizeof(size_t) || in->size > sizeof *out)
+    size_t end = in->size <= sizeof *out ? config_fields_end(in->size) : 0;
+    if (end == 0)
       return mgpu__error(MGPU_EINVAL,
-                         "mgpu_config.size is %zu; set it to sizeof(mgpu_config)"
-                         " (%zu)", in->size, sizeof *out);
-    memcpy(out, in, in->size);
+                         "mgpu_config.size is %zu, which %s; set it to "
+                         "sizeof(mgpu_config) (%zu)", in->size,
+                         in->size > sizeof *out
+                             ? "is larger than this library's mgpu_config "
+                               "(a newer header)"
+                             : "does not end at a field",
+                         sizeof *out);
+    memcpy(out, in, end);
     out->size = sizeof *out;
   }
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -422,7 +422,27 @@ int mgpu__device_lose(int dev, const char *why) {
     return mgpu__error(MGPU_ENOTSUP, "device %d: its %s backend cannot lose "
                        "a device on request", dev, d->ops->name);
   d->ops->lose(d->bdev, why);
+  mgpu__device_lost_seen(dev);
   return 0;
+}
+
+/* Hooks of the layers above that wait for devices (mgpu__on_device_lost).
+ * Registered from constructors, before any thread can run them; read-only
+ * afterwards. */
+#define MAX_LOST_HOOKS 8
+static mgpu__lost_hook_fn lost_hooks[MAX_LOST_HOOKS];
+static int nlost_hooks;
+
+void mgpu__on_device_lost(mgpu__lost_hook_fn fn) {
+  for (int i = 0; i < nlost_hooks; i++)
+    if (lost_hooks[i] == fn) return;
+  if (nlost_hooks < MAX_LOST_HOOKS) lost_hooks[nlost_hooks++] = fn;
+}
+
+void mgpu__device_lost_seen(int dev) {
+  mgpu__device *d = mgpu__device_get(dev);
+  if (d == NULL || atomic_exchange(&d->lost_seen, 1)) return;
+  for (int i = 0; i < nlost_hooks; i++) lost_hooks[i](dev);
 }
 
 int mgpu_set_device(int dev) {

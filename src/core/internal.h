@@ -41,6 +41,10 @@ unsigned mgpu__init_epoch(void);
 int mgpu__device_lose(int dev, const char *why);
 /* 1 when device dev is lost (mgpu_device_status says MGPU_DEVICE_LOST). */
 int mgpu__device_is_lost(int dev);
+/* The core found device dev lost (the test call, a backend call that
+ * returned MGPU_EDEVLOST, new work refused for it): runs the device-lost
+ * hooks, once per device and mgpu_init. Any thread, any locks held. */
+void mgpu__device_lost_seen(int dev);
 
 /* The backend table a device uses: real's, with a fault site in front of
  * every fallible entry (backend_fault.c). One per backend kind. */
@@ -102,6 +106,9 @@ typedef struct mgpu__device {
   /* Spin budgets (util/thread.h): the host thread's watch for work, and
    * callers' watch for their result. */
   mgpu__spin host_spin, caller_spin;
+  /* 1 once the device-lost hooks ran for this device (device.c): an
+   * exchange, so that of two threads finding the loss one runs them. */
+  _Atomic int lost_seen;
 
   /* Every stream of the device, for mgpu_device_synchronize and shutdown.
    * streams_lock guards the list; it is never held across a wait for a
@@ -340,6 +347,21 @@ void mgpu__on_shutdown(mgpu__hook_fn fn);
 #define MGPU__ON_SHUTDOWN(fn)                                             \
   __attribute__((constructor)) static void mgpu__register_##fn(void) {     \
     mgpu__on_shutdown(fn);                                                \
+  }
+
+/* A layer above the core whose calls wait for devices (coll's barriers and
+ * rendezvous) hears of a lost device through a hook, so that its waiters
+ * wake at once instead of at their next look. fn(dev) runs on the thread
+ * that found the loss, which may hold locks of any layer (a collective's
+ * issue, a backend's device lock): it takes only a leaf lock of its own and
+ * never blocks. Register from a constructor (MGPU__ON_DEVICE_LOST); at most
+ * 8 hooks; registering the same function twice is a no-op. */
+typedef void (*mgpu__lost_hook_fn)(int dev);
+void mgpu__on_device_lost(mgpu__lost_hook_fn fn);
+
+#define MGPU__ON_DEVICE_LOST(fn)                                          \
+  __attribute__((constructor)) static void mgpu__register_lost_##fn(void) { \
+    mgpu__on_device_lost(fn);                                             \
   }
 
 /* The NUMA node nearest device d (device.c): the backend's answer when it

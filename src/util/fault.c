@@ -25,6 +25,8 @@ typedef struct fault_rule {
   char op[MGPU__FAULT_OP_MAX];  /* RULE_NTH on backend: "" matches every op */
   uint64_t nth;                 /* RULE_NTH: the call that fails (from 1) */
   int from_on;                  /* RULE_NTH: that call and every later one */
+  int lose;                     /* RULE_NTH on backend ("=devlost"): the
+                                   failure is a lost device */
   uint64_t seed, threshold;     /* RULE_RANDOM: fails when hash < threshold */
   int device;                   /* RULE_DEVICE */
   uint64_t after;               /* RULE_DEVICE: operations before the loss */
@@ -123,6 +125,13 @@ static int parse_rule(const char *s, const char *end, fault_rule *r) {
   if (len > 8 && strncmp(s, "backend:", 8) == 0) {
     r->kind = MGPU__FAULT_BACKEND;
     const char *rest = s + 8;
+    static const char lose[] = "=devlost";
+    size_t lose_len = sizeof lose - 1;
+    if ((size_t)(end - rest) > lose_len &&
+        strncmp(end - lose_len, lose, lose_len) == 0) {
+      r->lose = 1;
+      end -= lose_len;
+    }
     const char *colon = memchr(rest, ':', (size_t)(end - rest));
     if (colon == NULL) return parse_nth(rest, end, r); /* any operation */
     size_t op_len = (size_t)(colon - rest);
@@ -151,7 +160,8 @@ int mgpu__fault_set(const char *spec, char *why, size_t why_size) {
     }
     if (parse_rule(s, end, &parsed[n]) != 0) {
       say(why, why_size,
-          "rule \"%.*s\" is not alloc:N[+], backend:[OP:]N[+], thread:N[+], "
+          "rule \"%.*s\" is not alloc:N[+], backend:[OP:]N[+][=devlost], "
+          "thread:N[+], "
           "seed:S@p:P (0 <= P <= 1) or device:D@after:K",
           (int)(end - s > 64 ? 64 : end - s), s);
       rc = MGPU_EINVAL;
@@ -196,13 +206,16 @@ int mgpu__fault_hit(mgpu__fault_kind kind, const char *op) {
     fault_rule *r = &rules[i];
     if (r->type == RULE_RANDOM) {
       uint64_t h = mix(r->seed ^ mix(((uint64_t)kind << 56) ^ call));
-      if (r->threshold == UINT64_MAX || h < r->threshold) fail = 1;
+      if ((r->threshold == UINT64_MAX || h < r->threshold) && fail == 0)
+        fail = MGPU__FAULT_FAIL;
     } else if (r->type == RULE_NTH && r->kind == kind) {
-      if (r->op[0] == '\0') {
-        if (nth_matches(r, call)) fail = 1;
-      } else if (op != NULL && strcmp(op, r->op) == 0) {
-        if (nth_matches(r, ++r->matched)) fail = 1;
-      }
+      int match = 0;
+      if (r->op[0] == '\0')
+        match = nth_matches(r, call);
+      else if (op != NULL && strcmp(op, r->op) == 0)
+        match = nth_matches(r, ++r->matched);
+      if (match && r->lose) fail = MGPU__FAULT_LOSE;
+      else if (match && fail == 0) fail = MGPU__FAULT_FAIL;
     }
   }
   pthread_mutex_unlock(&rules_lock);

@@ -10,6 +10,7 @@
  *   alloc:17            the 17th allocation fails (counted from 1)
  *   alloc:17+           the 17th and every later allocation fail
  *   backend:memcpy:3    the 3rd backend call of operation "memcpy" fails
+ *   backend:launch:2=devlost  ... and fails as a lost device would
  *   backend:5           the 5th backend call, whatever its operation
  *   thread:2            the 2nd thread creation fails
  *   seed:S@p:0.01       every site fails with probability 0.01, drawn from
@@ -46,8 +47,14 @@ typedef enum mgpu__fault_kind {
  * message naming the bad rule in why (why_size bytes; why may be NULL). */
 int mgpu__fault_set(const char *spec, char *why, size_t why_size);
 
+/* What mgpu__fault_hit says: go on (0), fail (MGPU__FAULT_FAIL), or fail
+ * as a device that was lost (MGPU__FAULT_LOSE: a backend rule ending in
+ * "=devlost"; the backend seam marks the call's device lost). */
+#define MGPU__FAULT_FAIL 1
+#define MGPU__FAULT_LOSE 2
+
 /* Counts one call at a site of the kind (op: the backend operation, or NULL)
- * and says whether it must fail (1) or go on (0). */
+ * and says whether it must fail (nonzero, above) or go on (0). */
 int mgpu__fault_hit(mgpu__fault_kind kind, const char *op);
 
 /* Calls counted at sites of the kind since the last mgpu__fault_set, and how

@@ -77,6 +77,12 @@ struct mgpu__bdevice {
   struct cudaDeviceProp prop;
   char pci_bus_id[32];
   int numa_node;
+  /* 1 once a sticky error poisoned the device's context (or the core lost
+   * it on purpose): every later call fails, so the core refuses new work.
+   * Accessed with __atomic builtins (this header is also C++); lost_why is
+   * written before lost is set, under mgpu__cuda_lost_lock. */
+  int lost;
+  char lost_why[160];
 };
 
 /* A stream and its busy-time interval (see stream.c). lock guards the
@@ -144,6 +150,13 @@ static inline void mgpu__cuda_leave(mgpu__cuda_scope *sc) {
 int mgpu__cuda_fail(int dev, cudaError_t err, const char *what);
 /* The mgpu code for a CUDA error (MGPU_ENOMEM, MGPU_EBACKEND ...). */
 int mgpu__cuda_code(cudaError_t err);
+/* 1 for an error that poisons the CUDA context until the process ends (an
+ * illegal address, a launch failure, ...): mgpu__cuda_fail then marks the
+ * device (and every device on the same GPU) lost and returns
+ * MGPU_EDEVLOST. */
+int mgpu__cuda_sticky(cudaError_t err);
+void mgpu__cuda_lose(mgpu__bdevice *d, const char *why);
+int mgpu__cuda_lost(mgpu__bdevice *d, char *why, size_t why_size);
 
 /* Built-in kernels (kernels.cu): queues b on s. */
 cudaError_t mgpu__cuda_builtin_launch(const mgpu__builtin *b, cudaStream_t s);
@@ -221,6 +234,7 @@ void mgpu__cuda_green_close(mgpu__bdevice *d);
 int mgpu__cuda_nccl_load(void);
 int mgpu__cuda_coll_comm_create(mgpu__bdevice **devs, int n, void **comm);
 void mgpu__cuda_coll_comm_destroy(void *comm);
+void mgpu__cuda_coll_comm_abort(void *comm);
 int mgpu__cuda_coll_group_start(void);
 int mgpu__cuda_coll_group_end(void);
 int mgpu__cuda_coll_run(void *comm, int rank, const mgpu__coll_args *args,

@@ -56,7 +56,66 @@ static int has_peer(mgpu__bdevice *d) {
 
 /* ---- errors ---- */
 
+int mgpu__cuda_sticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+#if CUDART_VERSION >= 11040
+    case cudaErrorExternalDevice:
+#endif
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* Guards lost_why of every device against two losses at once. */
+static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void lose_one(mgpu__bdevice *d, const char *why) {
+  pthread_mutex_lock(&lost_lock);
+  if (!__atomic_load_n(&d->lost, __ATOMIC_RELAXED)) {
+    snprintf(d->lost_why, sizeof d->lost_why, "%s", why);
+    __atomic_store_n(&d->lost, 1, __ATOMIC_RELEASE);
+    mgpu__cuda_env->log(MGPU_LOG_WARN, "cuda device %d lost: %s", d->id, why);
+  }
+  pthread_mutex_unlock(&lost_lock);
+}
+
+void mgpu__cuda_lose(mgpu__bdevice *d, const char *why) { lose_one(d, why); }
+
+int mgpu__cuda_lost(mgpu__bdevice *d, char *why, size_t why_size) {
+  if (!__atomic_load_n(&d->lost, __ATOMIC_ACQUIRE)) return 0;
+  if (why != NULL && why_size > 0) snprintf(why, why_size, "%s", d->lost_why);
+  return 1;
+}
+
+/* A sticky error of device dev poisons its GPU's context, which every mgpu
+ * device on that GPU (its splits) shares: all of them are lost. */
+static void lose_gpu_of(int dev, const char *why) {
+  if (dev < 0 || dev >= MGPU_MAX_DEVICES) return;
+  pthread_mutex_lock(&open_lock);
+  mgpu__bdevice *d = open_devs[dev];
+  mgpu__bdevice *same[MGPU_MAX_DEVICES];
+  int n = 0;
+  for (int i = 0; d != NULL && i < MGPU_MAX_DEVICES; i++)
+    if (open_devs[i] != NULL && open_devs[i]->ordinal == d->ordinal)
+      same[n++] = open_devs[i];
+  pthread_mutex_unlock(&open_lock);
+  for (int i = 0; i < n; i++) lose_one(same[i], why);
+}
+
 int mgpu__cuda_code(cudaError_t err) {
+  if (mgpu__cuda_sticky(err)) return MGPU_EDEVLOST;
   switch (err) {
     case cudaSuccess: return 0;
     case cudaErrorMemoryAllocation: return MGPU_ENOMEM;
@@ -80,6 +139,13 @@ int mgpu__cuda_fail(int dev, cudaError_t err, const char *what) {
     hint = " (a kernel launched through mgpu must be compiled for this GPU's "
            "architecture and linked with the shared CUDA runtime, "
            "-cudart shared)";
+  if (mgpu__cuda_sticky(err)) {
+    hint = " (a sticky error: the device's context is unusable until the "
+           "process ends; the device is lost)";
+    char why[160];
+    snprintf(why, sizeof why, "%s in %s", cudaGetErrorName(err), what);
+    lose_gpu_of(dev, why);
+  }
   if (dev >= 0)
     return mgpu__cuda_env->set_error(mgpu__cuda_code(err),
                                      "device %d: %s: %s (%s)%s", dev, what,
@@ -333,7 +399,8 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .ipc_export_fd = mgpu__cuda_ipc_export_fd,                      \
   .ipc_import = mgpu__cuda_ipc_import,                            \
   .ipc_protect = mgpu__cuda_ipc_protect,                          \
-  .ipc_unimport = mgpu__cuda_ipc_unimport
+  .ipc_unimport = mgpu__cuda_ipc_unimport,                        \
+  .lose = mgpu__cuda_lose, .lost = mgpu__cuda_lost
 
 static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
 
@@ -342,6 +409,7 @@ static const mgpu__backend_ops cuda_ops_nccl = {
     CUDA_OPS_COMMON,
     .coll_comm_create = mgpu__cuda_coll_comm_create,
     .coll_comm_destroy = mgpu__cuda_coll_comm_destroy,
+    .coll_comm_abort = mgpu__cuda_coll_comm_abort,
     .coll_group_start = mgpu__cuda_coll_group_start,
     .coll_group_end = mgpu__cuda_coll_group_end,
     .coll_run = mgpu__cuda_coll_run,

@@ -24,6 +24,7 @@ static struct {
   void *handle;
   ncclResult_t (*comm_init_all)(ncclComm_t *, int, const int *);
   ncclResult_t (*comm_destroy)(ncclComm_t);
+  ncclResult_t (*comm_abort)(ncclComm_t); /* NULL in an NCCL without it */
   ncclResult_t (*group_start)(void);
   ncclResult_t (*group_end)(void);
   ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
@@ -71,6 +72,7 @@ int mgpu__cuda_nccl_load(void) {
   LOAD(all_gather, "ncclAllGather");
   LOAD(reduce_scatter, "ncclReduceScatter");
   LOAD(error_string, "ncclGetErrorString");
+  *(void **)&nccl.comm_abort = dlsym(h, "ncclCommAbort");
   mgpu__cuda_env->log(MGPU_LOG_DEBUG, "cuda: collectives on whole GPUs use "
                       "NCCL");
   return 1;
@@ -129,6 +131,21 @@ void mgpu__cuda_coll_comm_destroy(void *comm) {
   nccl_comm *c = comm;
   if (c == NULL) return;
   for (int i = 0; i < c->n; i++) nccl.comm_destroy(c->comms[i]);
+  free(c);
+}
+
+void mgpu__cuda_coll_comm_abort(void *comm) {
+  nccl_comm *c = comm;
+  if (c == NULL) return;
+  if (nccl.comm_abort == NULL) {
+    mgpu__cuda_coll_comm_destroy(comm);
+    return;
+  }
+  /* Every rank's abort in one group, so that no rank's abort waits for a
+   * rank whose kernels were not told yet. */
+  nccl.group_start();
+  for (int i = 0; i < c->n; i++) nccl.comm_abort(c->comms[i]);
+  nccl.group_end();
   free(c);
 }
 

@@ -107,6 +107,10 @@ struct mgpu__bevent {
   uint64_t time_ns;   /* when `completed` was reached */
   mgpu__trace_point recorded_at; /* where and when, for the trace's arrows */
   mgpu__bstream *waiters; /* streams parked on this event */
+  /* The work before the latest completion depended on a device that was
+   * lost (its id + 1; 0: it did not): a stream that waits for the event
+   * fails with MGPU_EDEVLOST naming that device, as does a synchronize. */
+  int lost_by;
   /* Record and wait operations queued that still point at the event. A
    * record can outlive a later one that completed first (records on two
    * streams), and a wait can outlive every record: destroy waits for both. */
@@ -129,7 +133,11 @@ struct mgpu__bstream {
   int running;              /* a worker runs its head */
   int parked;               /* waiting on an event */
   int error;                /* first asynchronous error, 0 if none */
-  char error_detail[320];   /* its detail, when a kernel set one */
+  char error_detail[320];   /* its detail */
+  /* The lost device (its id + 1) whose loss the stream's work since its
+   * last synchronize depends on: its own, or one whose event it waited for.
+   * Written under dev->lock, read without it when an event completes. */
+  _Atomic int lost_from;
   /* Operations queued and finished since creation: synchronize waits for
    * the count queued at its call, not for the queue to run dry, which a
    * thread that keeps queueing could put off for ever. syncs: threads in
@@ -256,9 +264,13 @@ static void copy_streaming(void *dst, const void *src, size_t size) {
 }
 
 static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
+  int lost_by = atomic_load_explicit(&s->lost_from, memory_order_relaxed);
+  if (lost_by == 0 && atomic_load_explicit(&s->dev->lost, memory_order_acquire))
+    lost_by = s->dev->id + 1;
   mgpu__mutex_lock(&e->lock);
   if (seq > e->completed) {
     e->completed = seq;
+    e->lost_by = lost_by;
     e->time_ns = mgpu__now_ns();
     /* The work before the record is the span that ended last. */
     uint64_t at = s->last_t1 == 0             ? e->time_ns
@@ -381,6 +393,23 @@ static void trace_op(mgpu__bstream *s, const op *o, uint64_t t0, uint64_t t1) {
   mgpu__trace_span(s->dev->id, s->track, name, t0, t1, arg, nargs);
 }
 
+/* Stream s of device d waited for an event whose work depended on the lost
+ * device lost_by - 1: the work after the wait reads what was never made, so
+ * the stream fails with MGPU_EDEVLOST naming that device, and so do the
+ * streams that wait for it in turn. */
+static void wait_on_lost(mgpu__bdevice *d, mgpu__bstream *s, int lost_by) {
+  mgpu__mutex_lock(&d->lock);
+  if (s->error == 0) {
+    s->error = MGPU_EDEVLOST;
+    snprintf(s->error_detail, sizeof s->error_detail,
+             "host device %d: the stream waited for work that depended on "
+             "host device %d, which was lost: what ran after the wait is not "
+             "valid", d->id, lost_by - 1);
+  }
+  atomic_store_explicit(&s->lost_from, lost_by, memory_order_relaxed);
+  mgpu__mutex_unlock(&d->lock);
+}
+
 /* Runs o, the head of s (see worker_main). */
 static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   uint64_t t0 = mgpu__now_ns();
@@ -415,9 +444,11 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       mgpu__bevent *e = o->u.event.event;
       if (mgpu__trace_enabled()) trace_wait(e, s, o->tag ? o->tag->name : NULL);
       mgpu__mutex_lock(&e->lock);
+      int lost_by = e->lost_by;
       e->ops--;
       mgpu__cond_broadcast(&e->done);
       mgpu__mutex_unlock(&e->lock);
+      if (lost_by != 0) wait_on_lost(d, s, lost_by);
       return;
     }
   }
@@ -487,7 +518,14 @@ static int skip_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     lose_locked(d, why);
   }
   if (!atomic_load_explicit(&d->lost, memory_order_relaxed)) return 0;
-  if (s->error == 0) s->error = MGPU_EDEVLOST;
+  if (s->error == 0) {
+    s->error = MGPU_EDEVLOST;
+    snprintf(s->error_detail, sizeof s->error_detail,
+             "host device %d was lost (%s): work queued on the stream did "
+             "not run", d->id, d->lost_why);
+  }
+  if (atomic_load_explicit(&s->lost_from, memory_order_relaxed) == 0)
+    atomic_store_explicit(&s->lost_from, d->id + 1, memory_order_relaxed);
   return o->kind != OP_CALLBACK;
 }
 
@@ -672,10 +710,8 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   char detail[sizeof s->error_detail];
   memcpy(detail, s->error_detail, sizeof detail);
   s->error = 0;
+  atomic_store_explicit(&s->lost_from, 0, memory_order_relaxed);
   mgpu__mutex_unlock(&d->lock);
-  if (err == MGPU_EDEVLOST)
-    return env->set_error(err, "host device %d was lost (%s): work queued on "
-                          "the stream did not run", d->id, d->lost_why);
   if (err != 0) return env->set_error(err, "%s", detail);
   return err;
 }
@@ -694,7 +730,10 @@ static int host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   int busy = s->head != NULL || s->running;
   int rc = busy ? MGPU_EAGAIN : s->error;
-  if (!busy) s->error = 0;
+  if (!busy) {
+    s->error = 0;
+    atomic_store_explicit(&s->lost_from, 0, memory_order_relaxed);
+  }
   mgpu__mutex_unlock(&d->lock);
   return rc;
 }
@@ -793,11 +832,16 @@ static int host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
   mgpu__mutex_lock(&e->lock);
   uint64_t target = e->recorded;
   while (e->completed < target) mgpu__cond_wait(&e->done, &e->lock);
+  int lost_by = e->lost_by;
   mgpu__mutex_unlock(&e->lock);
   if (atomic_load_explicit(&e->dev->lost, memory_order_acquire))
     return env->set_error(MGPU_EDEVLOST, "host device %d was lost (%s): the "
                           "work before the event may not have run",
                           e->dev->id, e->dev->lost_why);
+  if (lost_by != 0)
+    return env->set_error(MGPU_EDEVLOST, "host device %d: the work before "
+                          "the event depended on host device %d, which was "
+                          "lost", e->dev->id, lost_by - 1);
   return 0;
 }
 
