@@ -246,10 +246,7 @@ static int pins_of(uintptr_t h) {
 
 /* The calling thread's record, taken on its first pin and given back when
  * it exits (a key's destructor); NULL when every record is taken. */
-/* initial-exec: one pointer, read on every batch, without a call to
- * __tls_get_addr (a library loaded later has room for that much). */
-static _Thread_local pin_record *my_pins
-    __attribute__((tls_model("initial-exec")));
+static _Thread_local pin_record *my_pins;
 static pthread_once_t pin_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t pin_key;
 static int pin_key_ok;
