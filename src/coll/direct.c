@@ -297,9 +297,9 @@ static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
  * claims them all and cuts the data into shares (at least one per rank,
  * about SHARE_BYTES each, at most MAX_SHARES). Whoever comes first takes
  * the next share by an atomic index: the issuing thread from the start, and
- * the workers of up to (CPUs - 1) other ranks' devices, each woken by one
- * launch on the communicator's internal stream of its rank (idle while
- * comm->lock is held). A worker that wakes late finds every share taken and
+ * the workers of ranks 1 .. n-1 (no more than there are shares besides the
+ * first), each woken by one launch on the communicator's internal stream
+ * of its rank (idle while comm->lock is held). A worker that wakes late finds every share taken and
  * leaves at once, so the call never waits for a wake-up: at worst the
  * issuing thread runs every share itself. It then waits (spinning first)
  * only for shares still running on a worker, and releases the streams. No
