@@ -22,6 +22,8 @@
 #include "util/numa.h"
 #include "util/fault.h"
 
+#define LANE_DETAIL 512 /* bytes of a failure's detail handed back */
+
 struct mgpu__work_item {
   mgpu_device_fn fn;
   void *arg;
@@ -33,7 +35,8 @@ struct mgpu__work_item {
   _Atomic int done;
   int waiter;       /* the device whose host thread waits for it, or -1
                        (queue_lock) */
-  char detail[512]; /* the host thread's error detail when fn failed */
+  char detail[LANE_DETAIL]; /* the host thread's error detail when fn
+                               failed */
   int abandoned;    /* an async item whose wait was refused: the host thread
                        frees it once run (queue_lock) */
   mgpu__work_item *next;
@@ -94,6 +97,50 @@ static void bind_host_thread(mgpu__device *d) {
               d->id, node);
 }
 
+/* Fast-lane states (internal.h, mgpu__device.lane). */
+enum { LANE_FREE, LANE_FILLING, LANE_POSTED, LANE_DONE, LANE_CLOSED };
+
+/* Runs fn on the host thread of d; the detail of a failure goes to
+ * detail. */
+static int run_here(mgpu__device *d, mgpu_device_fn fn, void *arg,
+                    char *detail, size_t size) {
+  set_current(d->id); /* fn may have moved it */
+  uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
+  mgpu_error_clear();
+  int result = fn(d->id, arg);
+  /* The failure's detail was written on this thread: hand it over. */
+  if (result < 0) snprintf(detail, size, "%s", mgpu_error_detail());
+  if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
+  return result;
+}
+
+/* The host thread runs the lane's posted function and hands the result
+ * back. */
+static void lane_serve(mgpu__device *d) {
+  d->lane.result = run_here(d, d->lane.fn, d->lane.arg, d->lane.detail,
+                            LANE_DETAIL);
+  atomic_store_explicit(&d->lane.host_cpu, mgpu__cpu_now(),
+                        memory_order_relaxed);
+  /* The store before the load, as the caller's park stores caller_parked
+   * before it loads the state: one of the two sees the other. The caller
+   * may free the lane as soon as it sees DONE; the host thread touches
+   * nothing of it after that but the flag. */
+  atomic_store(&d->lane.state, LANE_DONE);
+  if (atomic_load(&d->lane.caller_parked)) {
+    mgpu__mutex_lock(&d->queue_lock);
+    mgpu__cond_broadcast(&d->queue_cond);
+    mgpu__mutex_unlock(&d->queue_lock);
+  }
+}
+
+/* What the idle host thread watches for: queued work or a posted lane. */
+static int work_ready(const void *p) {
+  const mgpu__device *d = p;
+  return atomic_load_explicit(&d->queue_ready, memory_order_acquire) ||
+         atomic_load_explicit(&d->lane.state, memory_order_acquire) ==
+             LANE_POSTED;
+}
+
 static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
@@ -108,14 +155,35 @@ static void *host_thread_main(void *arg) {
               "current: %s", d->id, mgpu_error_detail());
   mgpu__mutex_lock(&d->queue_lock);
   for (;;) {
+    if (atomic_load_explicit(&d->lane.state, memory_order_acquire) ==
+        LANE_POSTED) {
+      mgpu__mutex_unlock(&d->queue_lock);
+      lane_serve(d);
+      mgpu__mutex_lock(&d->queue_lock);
+      continue;
+    }
     mgpu__work_item *w = d->queue_head;
     if (w == NULL) {
-      if (d->stopping) break;
+      if (d->stopping) {
+        /* Closed only when free: a caller that took it is served first. */
+        int expect = LANE_FREE;
+        if (atomic_compare_exchange_strong(&d->lane.state, &expect,
+                                           LANE_CLOSED))
+          break;
+        continue;
+      }
       mgpu__mutex_unlock(&d->queue_lock);
-      int seen = mgpu__spin_wait(&d->host_spin, &d->queue_ready);
+      int seen = mgpu__spin_pair_until(&d->host_spin, work_ready, d,
+                                       &d->lane.caller_cpu);
       mgpu__mutex_lock(&d->queue_lock);
-      if (!seen && d->queue_head == NULL && !d->stopping)
-        mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+      if (!seen && d->queue_head == NULL && !d->stopping) {
+        /* The store before the load of the lane, as its caller posts
+         * before it loads host_parked: one of the two sees the other. */
+        atomic_store(&d->lane.host_parked, 1);
+        if (atomic_load(&d->lane.state) != LANE_POSTED)
+          mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+        atomic_store_explicit(&d->lane.host_parked, 0, memory_order_relaxed);
+      }
       continue;
     }
     d->queue_head = w->next;
@@ -125,14 +193,7 @@ static void *host_thread_main(void *arg) {
         atomic_store_explicit(&d->queue_ready, 0, memory_order_relaxed);
     }
     mgpu__mutex_unlock(&d->queue_lock);
-    set_current(d->id); /* fn may have moved it */
-    uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
-    mgpu_error_clear();
-    int result = w->fn(d->id, w->arg);
-    /* The failure's detail was written on this thread: hand it over. */
-    if (result < 0)
-      snprintf(w->detail, sizeof w->detail, "%s", mgpu_error_detail());
-    if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
+    int result = run_here(d, w->fn, w->arg, w->detail, sizeof w->detail);
     mgpu__mutex_lock(&d->queue_lock);
     w->result = result;
     /* The waiter no longer waits for this device: clear its mark before it
@@ -151,6 +212,9 @@ static void *host_thread_main(void *arg) {
 
 int mgpu__device_thread_start(mgpu__device *d) {
   atomic_store(&d->waits_for, -1);
+  atomic_store(&d->lane.state, LANE_FREE);
+  atomic_store(&d->lane.host_cpu, -1);
+  atomic_store(&d->lane.caller_cpu, -1);
   int rc = mgpu__thread_create(&d->host_thread, host_thread_main, d);
   if (rc != 0)
     return mgpu__error(MGPU_ENOMEM, "device %d: cannot start its host thread "
@@ -234,6 +298,57 @@ static void wait_done(mgpu__device *d, mgpu__work_item *w) {
   mgpu__mutex_unlock(&d->queue_lock);
 }
 
+static int lane_done(const void *p) {
+  const mgpu__device *d = p;
+  return atomic_load_explicit(&d->lane.state, memory_order_acquire) ==
+         LANE_DONE;
+}
+
+/* The fast lane: runs fn on d's host thread through d->lane when the queue
+ * is empty (what was queued before runs first) and no other caller holds
+ * the lane; returns 0 (nothing done) otherwise. Only a thread that is no
+ * host thread takes it: it waits for nobody, so it needs no cycle mark. No
+ * lock, no allocation, no signal while the host thread spins: a round trip
+ * is the lane's cache line going to the host thread and back. */
+static int lane_run(mgpu__device *d, mgpu_device_fn fn, void *arg, int *rc) {
+  if (atomic_load_explicit(&d->queue_ready, memory_order_acquire)) return 0;
+  int expect = LANE_FREE;
+  if (!atomic_compare_exchange_strong_explicit(&d->lane.state, &expect,
+                                               LANE_FILLING,
+                                               memory_order_acquire,
+                                               memory_order_relaxed))
+    return 0; /* taken, or the host thread stopped: the queue says which */
+  char detail[LANE_DETAIL];
+  detail[0] = '\0';
+  d->lane.fn = fn;
+  d->lane.arg = arg;
+  d->lane.detail = detail;
+  atomic_store_explicit(&d->lane.caller_cpu, mgpu__cpu_now(),
+                        memory_order_relaxed);
+  /* Posted before the load of host_parked, as the host thread stores it
+   * before it loads the state when it parks. */
+  atomic_store(&d->lane.state, LANE_POSTED);
+  if (atomic_load(&d->lane.host_parked)) {
+    mgpu__mutex_lock(&d->queue_lock);
+    mgpu__cond_broadcast(&d->queue_cond);
+    mgpu__mutex_unlock(&d->queue_lock);
+  }
+  if (!mgpu__spin_pair_until(&d->lane.spin, lane_done, d,
+                                &d->lane.host_cpu)) {
+    mgpu__mutex_lock(&d->queue_lock);
+    atomic_store(&d->lane.caller_parked, 1);
+    while (atomic_load(&d->lane.state) != LANE_DONE)
+      mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+    atomic_store_explicit(&d->lane.caller_parked, 0, memory_order_relaxed);
+    mgpu__mutex_unlock(&d->queue_lock);
+  }
+  int result = d->lane.result;
+  atomic_store_explicit(&d->lane.state, LANE_FREE, memory_order_release);
+  if (result < 0 && detail[0] != '\0') mgpu__error(result, "%s", detail);
+  *rc = result;
+  return 1;
+}
+
 static int check_fn(int dev, mgpu_device_fn fn) {
   if (fn == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL function to run", dev);
@@ -253,6 +368,7 @@ static int run_on_device_in(int dev, mgpu_device_fn fn, void *arg) {
     return rc;
   }
   mgpu__flight_record(dev, "run_on_device", 0, 0);
+  if (host_thread_of < 0 && lane_run(d, fn, arg, &rc)) return rc;
   mgpu__work_item w = {.fn = fn, .arg = arg, .dev = dev, .waiter = -1};
   mgpu__mutex_lock(&d->queue_lock);
   if (d->stopping) {

@@ -112,6 +112,8 @@ const char *mgpu__thread_role(void) { return thread_role; }
 #define SPIN_DEFAULT_NS 16000u
 #define SPIN_MIN_NS 1000u
 #define SPIN_MAX_NS 64000u
+#define PAIR_PARK 1u /* a pair's budget: park at once */
+#define PAIR_PROBE_EVERY 16u
 
 static _Atomic int spinners; /* threads in mgpu__spin_wait now */
 static _Atomic int ncpus;    /* CPUs this process may run on; 0: not read */
@@ -176,5 +178,55 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
   if (budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
   if (budget > SPIN_MAX_NS) budget = SPIN_MAX_NS;
   atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
+  return seen;
+}
+
+int mgpu__cpu_now(void) {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
+                          const void *arg, const _Atomic int *partner_cpu) {
+  if (ready(arg)) return 1;
+  unsigned old = atomic_load_explicit(&site->budget_ns, memory_order_relaxed);
+  unsigned budget = old != 0 ? old : SPIN_DEFAULT_NS;
+  if (budget == PAIR_PARK) {
+    /* Spins ran out often: park at once, but for one probe in
+     * PAIR_PROBE_EVERY waits, which may find the partner running again. */
+    unsigned n = atomic_load_explicit(&site->probe, memory_order_relaxed) + 1;
+    atomic_store_explicit(&site->probe, n, memory_order_relaxed);
+    if (n % PAIR_PROBE_EVERY != 0) return 0;
+    budget = SPIN_MIN_NS;
+  }
+  int single = cpu_count() == 1;
+  uint64_t now = mgpu__now_ns();
+  uint64_t deadline = now + budget;
+  int seen = 0;
+  for (unsigned i = 0;; i++) {
+    if (ready(arg)) {
+      seen = 1;
+      break;
+    }
+    /* Yields while the partner shares this CPU (it can only answer once
+     * this thread gives the CPU up), pauses while it runs on another. */
+    if (single || atomic_load_explicit(partner_cpu, memory_order_relaxed) ==
+                      mgpu__cpu_now()) {
+      sched_yield();
+    } else {
+      cpu_relax();
+      if ((i & 31) != 31) continue;
+    }
+    now = mgpu__now_ns();
+    if (now >= deadline) break;
+  }
+  budget = seen ? budget * 2 : budget / 2;
+  if (budget > SPIN_MAX_NS) budget = SPIN_MAX_NS;
+  if (budget < SPIN_MIN_NS) budget = PAIR_PARK;
+  if (budget != old)
+    atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
   return seen;
 }
