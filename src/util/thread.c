@@ -114,6 +114,7 @@ const char *mgpu__thread_role(void) { return thread_role; }
 #define SPIN_MAX_NS 64000u
 #define PAIR_PARK 1u /* a pair's budget: park at once */
 #define PAIR_PROBE_EVERY 16u
+#define PAIR_MOVE_EVERY 64u
 
 static _Atomic int spinners; /* threads in mgpu__spin_wait now */
 static _Atomic int ncpus;    /* CPUs this process may run on; 0: not read */
@@ -203,6 +204,15 @@ int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
     budget = SPIN_MIN_NS;
   }
   int single = cpu_count() == 1;
+  if (!single && atomic_load_explicit(partner_cpu, memory_order_relaxed) ==
+                     mgpu__cpu_now()) {
+    /* The partner shares this CPU: once in PAIR_MOVE_EVERY waits, park, so
+     * that the wake-up may place this thread on a CPU that became free
+     * (two threads yielding to each other on one CPU stay there). */
+    unsigned n = atomic_load_explicit(&site->probe, memory_order_relaxed) + 1;
+    atomic_store_explicit(&site->probe, n, memory_order_relaxed);
+    if (n % PAIR_MOVE_EVERY == 0) return 0;
+  }
   uint64_t now = mgpu__now_ns();
   uint64_t deadline = now + budget;
   int seen = 0;
