@@ -97,8 +97,14 @@ static void bind_host_thread(mgpu__device *d) {
               d->id, node);
 }
 
-/* Fast-lane states (internal.h, mgpu__device.lane). */
-enum { LANE_FREE, LANE_FILLING, LANE_POSTED, LANE_DONE, LANE_CLOSED };
+/* Owners of the fast lane (internal.h, mgpu__device.lane). */
+enum { LANE_FREE, LANE_TAKEN, LANE_CLOSED };
+
+/* Whether a request waits in the lane (read by the host thread). */
+static int lane_posted(const mgpu__device *d) {
+  return atomic_load_explicit(&d->req.posted, memory_order_acquire) !=
+         atomic_load_explicit(&d->ans.done, memory_order_relaxed);
+}
 
 /* Runs fn on the host thread of d; the detail of a failure goes to
  * detail. */
@@ -115,30 +121,29 @@ static int run_here(mgpu__device *d, mgpu_device_fn fn, void *arg,
 }
 
 /* The host thread runs the lane's posted function and hands the result
- * back. */
-static void lane_serve(mgpu__device *d) {
-  d->lane.result = run_here(d, d->lane.fn, d->lane.arg, d->lane.detail,
-                            LANE_DETAIL);
-  atomic_store_explicit(&d->lane.host_cpu, mgpu__cpu_now(),
+ * back; returns whether the caller was awake (spinning) then, so likely
+ * to call again soon. */
+static int lane_serve(mgpu__device *d) {
+  unsigned seq = atomic_load_explicit(&d->req.posted, memory_order_acquire);
+  d->ans.result = run_here(d, d->req.fn, d->req.arg, d->req.detail,
+                           LANE_DETAIL);
+  atomic_store_explicit(&d->ans.host_cpu, mgpu__cpu_now(),
                         memory_order_relaxed);
   /* The store before the load, as the caller's park stores caller_parked
-   * before it loads the state: one of the two sees the other. The caller
-   * may free the lane as soon as it sees DONE; the host thread touches
-   * nothing of it after that but the flag. */
-  atomic_store(&d->lane.state, LANE_DONE);
-  if (atomic_load(&d->lane.caller_parked)) {
-    mgpu__mutex_lock(&d->queue_lock);
-    mgpu__cond_broadcast(&d->queue_cond);
-    mgpu__mutex_unlock(&d->queue_lock);
-  }
+   * before it loads done: one of the two sees the other. */
+  atomic_store(&d->ans.done, seq);
+  if (!atomic_load(&d->req.caller_parked)) return 1;
+  mgpu__mutex_lock(&d->queue_lock);
+  mgpu__cond_broadcast(&d->queue_cond);
+  mgpu__mutex_unlock(&d->queue_lock);
+  return 0;
 }
 
 /* What the idle host thread watches for: queued work or a posted lane. */
 static int work_ready(const void *p) {
   const mgpu__device *d = p;
   return atomic_load_explicit(&d->queue_ready, memory_order_acquire) ||
-         atomic_load_explicit(&d->lane.state, memory_order_acquire) ==
-             LANE_POSTED;
+         lane_posted(d);
 }
 
 static void *host_thread_main(void *arg) {
@@ -153,12 +158,12 @@ static void *host_thread_main(void *arg) {
   if (rc != 0)
     mgpu__log(MGPU_LOG_WARN, "device %d: host thread could not make its device "
               "current: %s", d->id, mgpu_error_detail());
+  int caller_awake = 0; /* the last lane caller was awake when answered */
   mgpu__mutex_lock(&d->queue_lock);
   for (;;) {
-    if (atomic_load_explicit(&d->lane.state, memory_order_acquire) ==
-        LANE_POSTED) {
+    if (lane_posted(d)) {
       mgpu__mutex_unlock(&d->queue_lock);
-      lane_serve(d);
+      caller_awake = lane_serve(d);
       mgpu__mutex_lock(&d->queue_lock);
       continue;
     }
@@ -167,22 +172,23 @@ static void *host_thread_main(void *arg) {
       if (d->stopping) {
         /* Closed only when free: a caller that took it is served first. */
         int expect = LANE_FREE;
-        if (atomic_compare_exchange_strong(&d->lane.state, &expect,
+        if (atomic_compare_exchange_strong(&d->lane.owner, &expect,
                                            LANE_CLOSED))
           break;
         continue;
       }
       mgpu__mutex_unlock(&d->queue_lock);
       int seen = mgpu__spin_pair_until(&d->host_spin, work_ready, d,
-                                       &d->lane.caller_cpu);
+                                       &d->req.caller_cpu, caller_awake);
+      caller_awake = 0;
       mgpu__mutex_lock(&d->queue_lock);
       if (!seen && d->queue_head == NULL && !d->stopping) {
         /* The store before the load of the lane, as its caller posts
          * before it loads host_parked: one of the two sees the other. */
-        atomic_store(&d->lane.host_parked, 1);
-        if (atomic_load(&d->lane.state) != LANE_POSTED)
+        atomic_store(&d->ans.host_parked, 1);
+        if (atomic_load(&d->req.posted) == atomic_load(&d->ans.done))
           mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
-        atomic_store_explicit(&d->lane.host_parked, 0, memory_order_relaxed);
+        atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
       }
       continue;
     }
@@ -212,9 +218,11 @@ static void *host_thread_main(void *arg) {
 
 int mgpu__device_thread_start(mgpu__device *d) {
   atomic_store(&d->waits_for, -1);
-  atomic_store(&d->lane.state, LANE_FREE);
-  atomic_store(&d->lane.host_cpu, -1);
-  atomic_store(&d->lane.caller_cpu, -1);
+  atomic_store(&d->lane.owner, LANE_FREE);
+  atomic_store(&d->req.posted, 0);
+  atomic_store(&d->ans.done, 0);
+  atomic_store(&d->ans.host_cpu, -1);
+  atomic_store(&d->req.caller_cpu, -1);
   int rc = mgpu__thread_create(&d->host_thread, host_thread_main, d);
   if (rc != 0)
     return mgpu__error(MGPU_ENOMEM, "device %d: cannot start its host thread "
@@ -298,52 +306,61 @@ static void wait_done(mgpu__device *d, mgpu__work_item *w) {
   mgpu__mutex_unlock(&d->queue_lock);
 }
 
-static int lane_done(const void *p) {
-  const mgpu__device *d = p;
-  return atomic_load_explicit(&d->lane.state, memory_order_acquire) ==
-         LANE_DONE;
+typedef struct lane_wait {
+  const mgpu__device *d;
+  unsigned seq;
+} lane_wait;
+
+static int lane_answered(const void *p) {
+  const lane_wait *w = p;
+  return atomic_load_explicit(&w->d->ans.done, memory_order_acquire) ==
+         w->seq;
 }
 
-/* The fast lane: runs fn on d's host thread through d->lane when the queue
+/* The fast lane: runs fn on d's host thread through d's lane when the queue
  * is empty (what was queued before runs first) and no other caller holds
  * the lane; returns 0 (nothing done) otherwise. Only a thread that is no
  * host thread takes it: it waits for nobody, so it needs no cycle mark. No
- * lock, no allocation, no signal while the host thread spins: a round trip
- * is the lane's cache line going to the host thread and back. */
+ * lock, no allocation, no signal while the host thread is awake: a round
+ * trip moves the request line to the host thread and the answer line
+ * back. */
 static int lane_run(mgpu__device *d, mgpu_device_fn fn, void *arg, int *rc) {
   if (atomic_load_explicit(&d->queue_ready, memory_order_acquire)) return 0;
   int expect = LANE_FREE;
-  if (!atomic_compare_exchange_strong_explicit(&d->lane.state, &expect,
-                                               LANE_FILLING,
+  if (!atomic_compare_exchange_strong_explicit(&d->lane.owner, &expect,
+                                               LANE_TAKEN,
                                                memory_order_acquire,
                                                memory_order_relaxed))
     return 0; /* taken, or the host thread stopped: the queue says which */
   char detail[LANE_DETAIL];
   detail[0] = '\0';
-  d->lane.fn = fn;
-  d->lane.arg = arg;
-  d->lane.detail = detail;
-  atomic_store_explicit(&d->lane.caller_cpu, mgpu__cpu_now(),
+  d->req.fn = fn;
+  d->req.arg = arg;
+  d->req.detail = detail;
+  atomic_store_explicit(&d->req.caller_cpu, mgpu__cpu_now(),
                         memory_order_relaxed);
+  lane_wait w = {d, atomic_load_explicit(&d->req.posted,
+                                         memory_order_relaxed) + 1};
   /* Posted before the load of host_parked, as the host thread stores it
-   * before it loads the state when it parks. */
-  atomic_store(&d->lane.state, LANE_POSTED);
-  if (atomic_load(&d->lane.host_parked)) {
+   * before it loads posted when it parks. */
+  atomic_store(&d->req.posted, w.seq);
+  int host_awake = !atomic_load(&d->ans.host_parked);
+  if (!host_awake) {
     mgpu__mutex_lock(&d->queue_lock);
     mgpu__cond_broadcast(&d->queue_cond);
     mgpu__mutex_unlock(&d->queue_lock);
   }
-  if (!mgpu__spin_pair_until(&d->lane.spin, lane_done, d,
-                                &d->lane.host_cpu)) {
+  if (!mgpu__spin_pair_until(&d->lane.spin, lane_answered, &w,
+                             &d->ans.host_cpu, host_awake)) {
     mgpu__mutex_lock(&d->queue_lock);
-    atomic_store(&d->lane.caller_parked, 1);
-    while (atomic_load(&d->lane.state) != LANE_DONE)
+    atomic_store(&d->req.caller_parked, 1);
+    while (atomic_load(&d->ans.done) != w.seq)
       mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
-    atomic_store_explicit(&d->lane.caller_parked, 0, memory_order_relaxed);
+    atomic_store_explicit(&d->req.caller_parked, 0, memory_order_relaxed);
     mgpu__mutex_unlock(&d->queue_lock);
   }
-  int result = d->lane.result;
-  atomic_store_explicit(&d->lane.state, LANE_FREE, memory_order_release);
+  int result = d->ans.result;
+  atomic_store_explicit(&d->lane.owner, LANE_FREE, memory_order_release);
   if (result < 0 && detail[0] != '\0') mgpu__error(result, "%s", detail);
   *rc = result;
   return 1;

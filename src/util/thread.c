@@ -191,11 +191,14 @@ int mgpu__cpu_now(void) {
 }
 
 int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
-                          const void *arg, const _Atomic int *partner_cpu) {
+                          const void *arg, const _Atomic int *partner_cpu,
+                          int partner_awake) {
   if (ready(arg)) return 1;
   unsigned old = atomic_load_explicit(&site->budget_ns, memory_order_relaxed);
   unsigned budget = old != 0 ? old : SPIN_DEFAULT_NS;
-  if (budget == PAIR_PARK) {
+  if (budget == PAIR_PARK && partner_awake) {
+    budget = SPIN_MIN_NS; /* it may answer at once: worth a short look */
+  } else if (budget == PAIR_PARK) {
     /* Spins ran out often: park at once, but for one probe in
      * PAIR_PROBE_EVERY waits, which may find the partner running again. */
     unsigned n = atomic_load_explicit(&site->probe, memory_order_relaxed) + 1;

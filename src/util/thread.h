@@ -75,9 +75,12 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
  *    partner was not running: spinning only holds a CPU that it, or another
  *    thread, needs, and a thread woken from a sleep gets a CPU sooner than
  *    one that spun), but for one spin of 1 us in 16 waits, which may find
- *    the partner running again. */
+ *    the partner running again; or for a spin of 1 us when partner_awake
+ *    says the partner was awake at the hand-off (it did not have to be
+ *    woken), which is likely to be answered at once. */
 int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
-                          const void *arg, const _Atomic int *partner_cpu);
+                          const void *arg, const _Atomic int *partner_cpu,
+                          int partner_awake);
 
 /* The CPU the calling thread runs on now (-1: unknown), for a partner of
  * mgpu__spin_pair_until to publish: a waiter whose partner last ran on its
