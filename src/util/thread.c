@@ -182,6 +182,26 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
   return seen;
 }
 
+int mgpu__thread_leave_cpu(int cpu) {
+#if defined(__linux__) && defined(CPU_COUNT)
+  cpu_set_t set, without;
+  if (cpu < 0 || cpu >= CPU_SETSIZE ||
+      pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0 ||
+      !CPU_ISSET(cpu, &set) || CPU_COUNT(&set) < 2)
+    return -1;
+  without = set;
+  CPU_CLR(cpu, &without);
+  /* The first call moves the thread off cpu at once; the second gives the
+   * set back without moving it again. */
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof without, &without);
+  if (rc == 0) pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  return rc == 0 ? 0 : -1;
+#else
+  (void)cpu;
+  return -1;
+#endif
+}
+
 int mgpu__cpu_now(void) {
 #if defined(__linux__)
   return sched_getcpu();

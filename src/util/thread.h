@@ -88,6 +88,13 @@ int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
  * run once the waiter gives the CPU up. */
 int mgpu__cpu_now(void);
 
+/* Moves the calling thread off CPU cpu (to another of the CPUs it may run
+ * on) and gives it back the same set of CPUs: for a thread that finds its
+ * partner in a hand-off on its own CPU, since the scheduler leaves two
+ * threads that yield to each other there for milliseconds. 0 when it
+ * moved; -1 when it could not (one CPU, not on cpu's set, not Linux). */
+int mgpu__thread_leave_cpu(int cpu);
+
 /* The same, for *word to differ from old. */
 int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word, int old);
 
