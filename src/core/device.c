@@ -193,8 +193,10 @@ static void *host_thread_main(void *arg) {
         continue;
       }
       mgpu__mutex_unlock(&d->queue_lock);
+      uint64_t since;
       int seen = mgpu__spin_pair_until(&d->host_spin, work_ready, d,
-                                       &d->req.caller_cpu, caller_awake);
+                                       &d->req.caller_cpu, caller_awake,
+                                       &since);
       caller_awake = 0;
       mgpu__mutex_lock(&d->queue_lock);
       if (!seen && d->queue_head == NULL && !d->stopping) {
@@ -204,6 +206,7 @@ static void *host_thread_main(void *arg) {
         if (atomic_load(&d->req.posted) == atomic_load(&d->ans.done))
           mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
         atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
+        mgpu__spin_pair_woke(&d->host_spin, since);
       }
       continue;
     }
@@ -365,14 +368,16 @@ static int lane_run(mgpu__device *d, mgpu_device_fn fn, void *arg, int *rc) {
     mgpu__cond_broadcast(&d->queue_cond);
     mgpu__mutex_unlock(&d->queue_lock);
   }
+  uint64_t since;
   if (!mgpu__spin_pair_until(&d->lane.spin, lane_answered, &w,
-                             &d->ans.host_cpu, host_awake)) {
+                             &d->ans.host_cpu, host_awake, &since)) {
     mgpu__mutex_lock(&d->queue_lock);
     atomic_store(&d->req.caller_parked, 1);
     while (atomic_load(&d->ans.done) != w.seq)
       mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
     atomic_store_explicit(&d->req.caller_parked, 0, memory_order_relaxed);
     mgpu__mutex_unlock(&d->queue_lock);
+    mgpu__spin_pair_woke(&d->lane.spin, since);
   }
   int result = d->ans.result;
   atomic_store_explicit(&d->lane.owner, LANE_FREE, memory_order_release);

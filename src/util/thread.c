@@ -212,7 +212,8 @@ int mgpu__cpu_now(void) {
 
 int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
                           const void *arg, const _Atomic int *partner_cpu,
-                          int partner_awake) {
+                          int partner_awake, uint64_t *since) {
+  *since = 0;
   if (ready(arg)) return 1;
   unsigned old = atomic_load_explicit(&site->budget_ns, memory_order_relaxed);
   unsigned budget = old != 0 ? old : SPIN_DEFAULT_NS;
@@ -223,7 +224,10 @@ int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
      * PAIR_PROBE_EVERY waits, which may find the partner running again. */
     unsigned n = atomic_load_explicit(&site->probe, memory_order_relaxed) + 1;
     atomic_store_explicit(&site->probe, n, memory_order_relaxed);
-    if (n % PAIR_PROBE_EVERY != 0) return 0;
+    if (n % PAIR_PROBE_EVERY != 0) {
+      *since = mgpu__now_ns();
+      return 0;
+    }
     budget = SPIN_MIN_NS;
   }
   int single = cpu_count() == 1;
@@ -237,6 +241,7 @@ int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
     if (n % PAIR_MOVE_EVERY == 0) return 0;
   }
   uint64_t now = mgpu__now_ns();
+  *since = now;
   uint64_t deadline = now + budget;
   int seen = 0;
   for (unsigned i = 0;; i++) {
@@ -262,4 +267,15 @@ int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
   if (budget != old)
     atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
   return seen;
+}
+
+void mgpu__spin_pair_woke(mgpu__spin *site, uint64_t since) {
+  if (since == 0) return;
+  uint64_t waited = mgpu__now_ns() - since;
+  if (waited >= SPIN_MAX_NS / 2) return;
+  /* The partner answered soon after the park: a spin of twice that would
+   * have seen it, and spares both sides a wake-up next time. */
+  unsigned budget = (unsigned)waited * 2;
+  if (budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
+  atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
 }

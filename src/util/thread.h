@@ -80,7 +80,13 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
  *    woken), which is likely to be answered at once. */
 int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
                           const void *arg, const _Atomic int *partner_cpu,
-                          int partner_awake);
+                          int partner_awake, uint64_t *since);
+
+/* After a park that followed mgpu__spin_pair_until (since: what it wrote):
+ * a wait that ended within 32 us sets the site's budget to twice it, so the
+ * next wait spins through it rather than park (two sides that each park
+ * before the other's wake-up lands would otherwise stay parked). */
+void mgpu__spin_pair_woke(mgpu__spin *site, uint64_t since);
 
 /* The CPU the calling thread runs on now (-1: unknown), for a partner of
  * mgpu__spin_pair_until to publish: a waiter whose partner last ran on its
