@@ -173,64 +173,69 @@ static void *host_thread_main(void *arg) {
               "current: %s", d->id, mgpu_error_detail());
   int caller_awake = 0; /* the last lane caller was awake when answered */
   unsigned shared = 0;  /* answers given on the caller's CPU */
-  mgpu__mutex_lock(&d->queue_lock);
+  /* queue_lock is taken for the queue only: the lane needs none. */
   for (;;) {
     if (lane_posted(d)) {
-      mgpu__mutex_unlock(&d->queue_lock);
       caller_awake = lane_serve(d);
       leave_caller_cpu(d, &shared);
-      mgpu__mutex_lock(&d->queue_lock);
       continue;
     }
-    mgpu__work_item *w = d->queue_head;
-    if (w == NULL) {
-      if (d->stopping) {
+    if (atomic_load_explicit(&d->queue_ready, memory_order_acquire)) {
+      mgpu__mutex_lock(&d->queue_lock);
+      mgpu__work_item *w = d->queue_head;
+      if (w == NULL) { /* stopping, and nothing left to run */
         /* Closed only when free: a caller that took it is served first. */
         int expect = LANE_FREE;
-        if (atomic_compare_exchange_strong(&d->lane.owner, &expect,
-                                           LANE_CLOSED))
-          break;
+        int closed = atomic_compare_exchange_strong(&d->lane.owner, &expect,
+                                                    LANE_CLOSED);
+        mgpu__mutex_unlock(&d->queue_lock);
+        if (closed) break;
         continue;
       }
-      mgpu__mutex_unlock(&d->queue_lock);
-      uint64_t since;
-      int seen = mgpu__spin_pair_until(&d->host_spin, work_ready, d,
-                                       &d->req.caller_cpu, caller_awake,
-                                       &since);
-      caller_awake = 0;
-      mgpu__mutex_lock(&d->queue_lock);
-      if (!seen && d->queue_head == NULL && !d->stopping) {
-        /* The store before the load of the lane, as its caller posts
-         * before it loads host_parked: one of the two sees the other. */
-        atomic_store(&d->ans.host_parked, 1);
-        if (atomic_load(&d->req.posted) == atomic_load(&d->ans.done))
-          mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
-        atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
-        mgpu__spin_pair_woke(&d->host_spin, since);
+      d->queue_head = w->next;
+      if (d->queue_head == NULL) {
+        d->queue_tail = NULL;
+        if (!d->stopping)
+          atomic_store_explicit(&d->queue_ready, 0, memory_order_relaxed);
       }
+      mgpu__mutex_unlock(&d->queue_lock);
+      int result = run_here(d, w->fn, w->arg, w->detail, sizeof w->detail);
+      mgpu__mutex_lock(&d->queue_lock);
+      w->result = result;
+      /* The waiter no longer waits for this device: clear its mark before
+       * it wakes, so a later call of this device for it is not taken for a
+       * cycle. */
+      mgpu__device *waiter =
+          w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
+      if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
+      int abandoned = w->abandoned;
+      atomic_store_explicit(&w->done, 1, memory_order_release);
+      mgpu__cond_broadcast(&d->queue_cond);
+      if (abandoned) mgpu__free(w); /* its mgpu_work, whose first member */
+      mgpu__mutex_unlock(&d->queue_lock);
       continue;
     }
-    d->queue_head = w->next;
-    if (d->queue_head == NULL) {
-      d->queue_tail = NULL;
-      if (!d->stopping)
-        atomic_store_explicit(&d->queue_ready, 0, memory_order_relaxed);
-    }
-    mgpu__mutex_unlock(&d->queue_lock);
-    int result = run_here(d, w->fn, w->arg, w->detail, sizeof w->detail);
+    uint64_t since;
+    int seen = mgpu__spin_pair_until(&d->host_spin, work_ready, d,
+                                     &d->req.caller_cpu, caller_awake, &since);
+    caller_awake = 0;
+    if (seen) continue;
     mgpu__mutex_lock(&d->queue_lock);
-    w->result = result;
-    /* The waiter no longer waits for this device: clear its mark before it
-     * wakes, so a later call of this device for it is not taken for a
-     * cycle. */
-    mgpu__device *waiter = w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
-    if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
-    int abandoned = w->abandoned;
-    atomic_store_explicit(&w->done, 1, memory_order_release);
-    mgpu__cond_broadcast(&d->queue_cond);
-    if (abandoned) mgpu__free(w); /* its mgpu_work, whose first member it is */
+    /* The store before the load of the lane, as its caller posts before it
+     * loads host_parked: one of the two sees the other. queue_ready is
+     * written under the lock. */
+    atomic_store(&d->ans.host_parked, 1);
+    if (!atomic_load_explicit(&d->queue_ready, memory_order_relaxed) &&
+        atomic_load(&d->req.posted) == atomic_load(&d->ans.done)) {
+      mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+      atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
+      mgpu__mutex_unlock(&d->queue_lock);
+      mgpu__spin_pair_woke(&d->host_spin, since);
+      continue;
+    }
+    atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
+    mgpu__mutex_unlock(&d->queue_lock);
   }
-  mgpu__mutex_unlock(&d->queue_lock);
   return NULL;
 }
 
