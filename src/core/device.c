@@ -7,11 +7,15 @@
  * consumer. A call made from the host thread for its own device runs inline,
  * since queueing it would wait on itself.
  *
- * Both sides spin before they park (mgpu__spin_wait): the host thread
- * watches for the next item for a while after each one, and the caller
- * watches for its result, so a round trip between two running threads costs
- * cache-line transfers, not two wake-ups; each side parks on queue_cond when
- * its adaptive budget runs out.
+ * A call from a thread that is no host thread, while the queue is empty,
+ * goes through the device's fast lane instead (internal.h: a request line
+ * written by the caller, an answer line written by the host thread, no
+ * lock). Both sides spin before they park (mgpu__spin_pair_until for the
+ * lane and the host thread's idle watch, mgpu__spin_wait for queued
+ * items): the host thread watches for the next call for a while after each
+ * one, and the caller watches for its result, so a round trip between two
+ * running threads costs cache-line transfers, not two wake-ups; each side
+ * parks on queue_cond when its adaptive budget runs out.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -120,6 +124,13 @@ static int run_here(mgpu__device *d, mgpu_device_fn fn, void *arg,
   return result;
 }
 
+/* Wakes whoever sleeps on d's queue_cond (the other side of the lane). */
+static void wake_sleepers(mgpu__device *d) {
+  mgpu__mutex_lock(&d->queue_lock);
+  mgpu__cond_broadcast(&d->queue_cond);
+  mgpu__mutex_unlock(&d->queue_lock);
+}
+
 /* The host thread runs the lane's posted function and hands the result
  * back; returns whether the caller was awake (spinning) then, so likely
  * to call again soon. */
@@ -133,9 +144,7 @@ static int lane_serve(mgpu__device *d) {
    * before it loads done: one of the two sees the other. */
   atomic_store(&d->ans.done, seq);
   if (!atomic_load(&d->req.caller_parked)) return 1;
-  mgpu__mutex_lock(&d->queue_lock);
-  mgpu__cond_broadcast(&d->queue_cond);
-  mgpu__mutex_unlock(&d->queue_lock);
+  wake_sleepers(d);
   return 0;
 }
 
@@ -368,11 +377,7 @@ static int lane_run(mgpu__device *d, mgpu_device_fn fn, void *arg, int *rc) {
    * before it loads posted when it parks. */
   atomic_store(&d->req.posted, w.seq);
   int host_awake = !atomic_load(&d->ans.host_parked);
-  if (!host_awake) {
-    mgpu__mutex_lock(&d->queue_lock);
-    mgpu__cond_broadcast(&d->queue_cond);
-    mgpu__mutex_unlock(&d->queue_lock);
-  }
+  if (!host_awake) wake_sleepers(d);
   uint64_t since;
   if (!mgpu__spin_pair_until(&d->lane.spin, lane_answered, &w,
                              &d->ans.host_cpu, host_awake, &since)) {
