@@ -317,6 +317,79 @@ TEST_IMPL(run_on_device_async) {
   return 0;
 }
 
+/* Several threads call one device at once: one at a time goes through
+ * the lane, the others through the queue; each sees its own result, a
+ * failure's detail, and the work it queued before its call run first. */
+typedef struct many_caller {
+  _Atomic int *total;
+  int mine; /* this thread's own count, bumped by its queued work */
+  int bad;  /* what went wrong, 0: nothing */
+} many_caller;
+
+static int bump(int dev, void *arg) {
+  _Atomic int *c = arg;
+  atomic_fetch_add(c, 1);
+  return dev + 5;
+}
+
+static int bump_plain(int dev, void *arg) {
+  ((many_caller *)arg)->mine++;
+  return dev;
+}
+
+static int read_mine(int dev, void *arg) {
+  (void)dev;
+  return ((many_caller *)arg)->mine;
+}
+
+static int fail_nodev(int dev, void *arg) {
+  (void)arg;
+  return mgpu_run_on_device(mgpu_device_count() + dev, bump, NULL);
+}
+
+static void *many_calls(void *p) {
+  many_caller *m = p;
+  for (int i = 0; i < 300 && m->bad == 0; i++) {
+    if (i % 7 == 3) {
+      if (mgpu_run_on_device(0, fail_nodev, NULL) != MGPU_ENODEV ||
+          strstr(mgpu_error_detail(), "does not exist") == NULL)
+        m->bad = 1;
+    } else if (i % 5 == 1) {
+      mgpu_work *w = NULL;
+      int before = m->mine;
+      if (mgpu_run_on_device_async(0, bump_plain, m, &w) != 0) m->bad = 2;
+      else if (mgpu_run_on_device(0, read_mine, m) != before + 1) m->bad = 3;
+      if (w != NULL && mgpu_work_wait(w) != 0) m->bad = 4;
+    } else if (mgpu_run_on_device(0, bump, m->total) != 5) {
+      m->bad = 5;
+    }
+  }
+  return NULL;
+}
+
+TEST_IMPL(run_on_device_many_callers) {
+  test_init();
+  _Atomic int total = 0;
+  many_caller m[4];
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) {
+    m[i] = (many_caller){&total, 0, 0};
+    ASSERT_EQ(pthread_create(&t[i], NULL, many_calls, &m[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  int plain = 0, queued = 0;
+  for (int i = 0; i < 300; i++) {
+    plain += i % 7 != 3 && i % 5 != 1;
+    queued += i % 7 != 3 && i % 5 == 1;
+  }
+  for (int i = 0; i < 4; i++) {
+    ASSERT_EQ(m[i].bad, 0);
+    ASSERT_EQ(m[i].mine, queued);
+  }
+  ASSERT_EQ(total, 4 * plain);
+  return 0;
+}
+
 typedef struct late_job {
   mgpu_buffer *buf;
   int seen_initialized;
@@ -532,6 +605,7 @@ TEST_ENTRY(current_device_per_thread)
 TEST_ENTRY(run_on_device_sync)
 TEST_ENTRY(run_on_device_reentrant)
 TEST_ENTRY(run_on_device_async)
+TEST_ENTRY(run_on_device_many_callers)
 TEST_ENTRY(shutdown_waits_for_queued_device_work)
 TEST_ENTRY(devices_run_concurrently)
 TEST_ENTRY(calls_before_init_fail_cleanly)

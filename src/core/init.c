@@ -207,9 +207,12 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   if (id == MGPU_MAX_DEVICES)
     return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES='%s' names more than %d "
                        "devices", config.devices, MGPU_MAX_DEVICES);
-  mgpu__device *d = mgpu__calloc(1, sizeof *d);
+  /* Aligned: the fast lane of mgpu_run_on_device is a cache line of its
+   * own (internal.h). */
+  mgpu__device *d = mgpu__aligned_alloc(64, sizeof *d);
   if (d == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", id);
+  memset(d, 0, sizeof *d);
   d->id = id;
   d->ops = ops;
   d->spec.id = id;

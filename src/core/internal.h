@@ -106,6 +106,40 @@ typedef struct mgpu__device {
   /* Spin budgets (util/thread.h): the host thread's watch for work, and
    * callers' watch for their result. */
   mgpu__spin host_spin, caller_spin;
+  /* The fast lane (device.c): one mgpu_run_on_device from a thread that is
+   * no host thread hands its function over here instead of through the
+   * queue, when the queue is empty. Three cache lines, each written by one
+   * side only, so that a round trip moves two lines (the request to the
+   * host thread, the answer back), as a two-thread ping-pong does:
+   *  - lane: owner (LANE_FREE, taken by a caller's CAS, LANE_CLOSED once
+   *    the host thread stopped) and the callers' spin budget; callers only
+   *    (the host thread closes it once);
+   *  - req: written by the caller that owns the lane: fn, arg, detail,
+   *    its CPU, then posted (a count, +1 per request); caller_parked, 1
+   *    while that caller sleeps on queue_cond (under queue_lock);
+   *  - ans: written by the host thread: result, its CPU, then done (the
+   *    count of the request answered); host_parked, 1 while it sleeps on
+   *    queue_cond (under queue_lock).
+   * Each side signals queue_cond only when the other sleeps. */
+  struct {
+    _Alignas(64) _Atomic int owner;
+    mgpu__spin spin; /* the caller's watch for its answer */
+  } lane;
+  struct {
+    _Alignas(64) _Atomic unsigned posted;
+    _Atomic int caller_parked;
+    _Atomic int caller_cpu; /* mgpu__cpu_now, -1: none yet */
+    mgpu_device_fn fn;
+    void *arg;
+    char *detail; /* the caller's buffer for the detail of a failure */
+  } req;
+  struct {
+    _Alignas(64) _Atomic unsigned done;
+    _Atomic int host_parked;
+    _Atomic int host_cpu; /* mgpu__cpu_now, -1: none yet */
+    int result;
+  } ans;
+  char lane_end_pad[64]; /* what follows lives on other lines */
   /* 1 once the device-lost hooks ran for this device (device.c): an
    * exchange, so that of two threads finding the loss one runs them. */
   _Atomic int lost_seen;

@@ -112,6 +112,9 @@ const char *mgpu__thread_role(void) { return thread_role; }
 #define SPIN_DEFAULT_NS 16000u
 #define SPIN_MIN_NS 1000u
 #define SPIN_MAX_NS 64000u
+#define PAIR_PARK 1u /* a pair's budget: park at once */
+#define PAIR_PROBE_EVERY 16u
+#define PAIR_MOVE_EVERY 64u
 
 static _Atomic int spinners; /* threads in mgpu__spin_wait now */
 static _Atomic int ncpus;    /* CPUs this process may run on; 0: not read */
@@ -177,4 +180,102 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
   if (budget > SPIN_MAX_NS) budget = SPIN_MAX_NS;
   atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
   return seen;
+}
+
+int mgpu__thread_leave_cpu(int cpu) {
+#if defined(__linux__) && defined(CPU_COUNT)
+  cpu_set_t set, without;
+  if (cpu < 0 || cpu >= CPU_SETSIZE ||
+      pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0 ||
+      !CPU_ISSET(cpu, &set) || CPU_COUNT(&set) < 2)
+    return -1;
+  without = set;
+  CPU_CLR(cpu, &without);
+  /* The first call moves the thread off cpu at once; the second gives the
+   * set back without moving it again. */
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof without, &without);
+  if (rc == 0) pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  return rc == 0 ? 0 : -1;
+#else
+  (void)cpu;
+  return -1;
+#endif
+}
+
+int mgpu__cpu_now(void) {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
+                          const void *arg, const _Atomic int *partner_cpu,
+                          int partner_awake, uint64_t *since) {
+  *since = 0;
+  if (ready(arg)) return 1;
+  unsigned old = atomic_load_explicit(&site->budget_ns, memory_order_relaxed);
+  unsigned budget = old != 0 ? old : SPIN_DEFAULT_NS;
+  if (budget == PAIR_PARK && partner_awake) {
+    budget = SPIN_MIN_NS; /* it may answer at once: worth a short look */
+  } else if (budget == PAIR_PARK) {
+    /* Spins ran out often: park at once, but for one probe in
+     * PAIR_PROBE_EVERY waits, which may find the partner running again. */
+    unsigned n = atomic_load_explicit(&site->probe, memory_order_relaxed) + 1;
+    atomic_store_explicit(&site->probe, n, memory_order_relaxed);
+    if (n % PAIR_PROBE_EVERY != 0) {
+      *since = mgpu__now_ns();
+      return 0;
+    }
+    budget = SPIN_MIN_NS;
+  }
+  int single = cpu_count() == 1;
+  if (!single && atomic_load_explicit(partner_cpu, memory_order_relaxed) ==
+                     mgpu__cpu_now()) {
+    /* The partner shares this CPU: once in PAIR_MOVE_EVERY waits, park, so
+     * that the wake-up may place this thread on a CPU that became free
+     * (two threads yielding to each other on one CPU stay there). */
+    unsigned n = atomic_load_explicit(&site->probe, memory_order_relaxed) + 1;
+    atomic_store_explicit(&site->probe, n, memory_order_relaxed);
+    if (n % PAIR_MOVE_EVERY == 0) return 0;
+  }
+  uint64_t now = mgpu__now_ns();
+  *since = now;
+  uint64_t deadline = now + budget;
+  int seen = 0;
+  for (unsigned i = 0;; i++) {
+    if (ready(arg)) {
+      seen = 1;
+      break;
+    }
+    /* Yields while the partner shares this CPU (it can only answer once
+     * this thread gives the CPU up), pauses while it runs on another. */
+    if (single || atomic_load_explicit(partner_cpu, memory_order_relaxed) ==
+                      mgpu__cpu_now()) {
+      sched_yield();
+    } else {
+      cpu_relax();
+      if ((i & 31) != 31) continue;
+    }
+    now = mgpu__now_ns();
+    if (now >= deadline) break;
+  }
+  budget = seen ? budget * 2 : budget / 2;
+  if (budget > SPIN_MAX_NS) budget = SPIN_MAX_NS;
+  if (budget < SPIN_MIN_NS) budget = PAIR_PARK;
+  if (budget != old)
+    atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
+  return seen;
+}
+
+void mgpu__spin_pair_woke(mgpu__spin *site, uint64_t since) {
+  if (since == 0) return;
+  uint64_t waited = mgpu__now_ns() - since;
+  if (waited >= SPIN_MAX_NS / 2) return;
+  /* The partner answered soon after the park: a spin of twice that would
+   * have seen it, and spares both sides a wake-up next time. */
+  unsigned budget = (unsigned)waited * 2;
+  if (budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
+  atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
 }

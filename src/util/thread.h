@@ -54,12 +54,52 @@ uint64_t mgpu__now_coarse_ns(void);
  * holds a core that the thread it waits for needs. */
 typedef struct mgpu__spin {
   _Atomic unsigned budget_ns; /* 0: the default */
+  _Atomic unsigned probe;     /* mgpu__spin_pair_until's count of parks */
 } mgpu__spin;
 
 /* Waits up to site's budget for ready(arg) to return nonzero (ready reads
  * with acquire); returns 1 when it did, 0 when the caller should park. */
 int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
                      const void *arg);
+
+/* The same for a hand-off between two threads (one waits for the one
+ * other), cheaper and fit for a machine where no core is free:
+ *  - it writes no line shared with other waiters (the process's count of
+ *    spinners is not kept), and site's budget only when it changes;
+ *  - while partner_cpu (the CPU the partner last published with
+ *    mgpu__cpu_now) is the waiter's own, it yields at each turn, since the
+ *    partner can only answer once the waiter gives the CPU up; else it
+ *    pauses;
+ *  - the budget doubles after a spin that saw ready() (to 64 us), halves
+ *    after one that ran out, and below 1 us the site parks at once (the
+ *    partner was not running: spinning only holds a CPU that it, or another
+ *    thread, needs, and a thread woken from a sleep gets a CPU sooner than
+ *    one that spun), but for one spin of 1 us in 16 waits, which may find
+ *    the partner running again; or for a spin of 1 us when partner_awake
+ *    says the partner was awake at the hand-off (it did not have to be
+ *    woken), which is likely to be answered at once. */
+int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
+                          const void *arg, const _Atomic int *partner_cpu,
+                          int partner_awake, uint64_t *since);
+
+/* After a park that followed mgpu__spin_pair_until (since: what it wrote):
+ * a wait that ended within 32 us sets the site's budget to twice it, so the
+ * next wait spins through it rather than park (two sides that each park
+ * before the other's wake-up lands would otherwise stay parked). */
+void mgpu__spin_pair_woke(mgpu__spin *site, uint64_t since);
+
+/* The CPU the calling thread runs on now (-1: unknown), for a partner of
+ * mgpu__spin_pair_until to publish: a waiter whose partner last ran on its
+ * own CPU yields at once rather than pausing, since the partner can only
+ * run once the waiter gives the CPU up. */
+int mgpu__cpu_now(void);
+
+/* Moves the calling thread off CPU cpu (to another of the CPUs it may run
+ * on) and gives it back the same set of CPUs: for a thread that finds its
+ * partner in a hand-off on its own CPU, since the scheduler leaves two
+ * threads that yield to each other there for milliseconds. 0 when it
+ * moved; -1 when it could not (one CPU, not on cpu's set, not Linux). */
+int mgpu__thread_leave_cpu(int cpu);
 
 /* The same, for *word to differ from old. */
 int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word, int old);
