@@ -68,7 +68,16 @@ typedef struct mgpu__channel {
   _Atomic uint64_t received; /* messages taken by receivers */
   _Atomic int closed;
   _Atomic int destroyed;     /* set by destroy: the calls inside leave */
-  mgpu__spin spin;
+  /* The waits of the two sides (one sender waits for room, one receiver
+   * for a message: send_lock and recv_lock let no second one in), a pair
+   * wait each (mgpu__spin_pair_until). Each side publishes the CPU it ran
+   * on (relaxed: a hint) for the other's spin. Under lock: whether a side
+   * sleeps on cond, and when the other side last published while it did
+   * (for mgpu__spin_pair_answered). */
+  mgpu__spin send_spin, recv_spin;
+  _Atomic int send_cpu, recv_cpu; /* -1: none yet */
+  int send_parked, recv_parked;
+  uint64_t sent_ns, received_ns;
 } mgpu__channel;
 
 static void chan_free(mgpu__channel *ch) {
@@ -111,6 +120,8 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   ch->dst_dev = dst_dev;
   ch->msg_size = msg_size;
   ch->capacity = capacity;
+  atomic_store(&ch->send_cpu, -1);
+  atomic_store(&ch->recv_cpu, -1);
   rc = mgpu_malloc(&ch->slots_buf, dst_dev, msg_size * (size_t)capacity);
   if (rc == 0) rc = mgpu__buf_get(ch->slots_buf, "channel slots", &ch->slots_b);
   if (rc != 0) goto fail;
@@ -293,6 +304,24 @@ static int has_message(const void *p) {
              atomic_load_explicit(&ch->sent, memory_order_acquire);
 }
 
+/* The watch before a side sleeps: a pair wait for ready(ch), the other
+ * side's last CPU in partner_cpu; *since for mgpu__spin_pair_answered. */
+static void watch(mgpu__channel *ch, mgpu__spin *site,
+                  int (*ready)(const void *), const _Atomic int *partner_cpu,
+                  uint64_t *since) {
+  mgpu__spin_pair_until(site, ready, ch, partner_cpu, 0, since);
+}
+
+/* With ch->lock held: one side published (*count + 1), and wakes the other;
+ * *stamp tells a parked other side when. */
+static void publish(mgpu__channel *ch, _Atomic uint64_t *count,
+                    _Atomic int *cpu, int other_parked, uint64_t *stamp) {
+  atomic_store_explicit(cpu, mgpu__cpu_now(), memory_order_relaxed);
+  if (other_parked) *stamp = mgpu__now_ns();
+  atomic_fetch_add(count, 1);
+  mgpu__cond_broadcast(&ch->cond);
+}
+
 /* The slots' device pointer at slot k's offset, when the small path may
  * copy by hand: device memory at both ends (host devices' device memory is
  * the caller's). NULL otherwise. */
@@ -451,18 +480,24 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
    * part of the wait. */
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->send_lock);
-  mgpu__spin_until(&ch->spin, has_room, ch);
+  uint64_t since;
+  watch(ch, &ch->send_spin, has_room, &ch->recv_cpu, &since);
   mgpu__mutex_lock(&ch->lock);
-  int late = 0, lost = -1;
+  int late = 0, lost = -1, parked = 0;
   /* Room comes from the receiver: it never comes from a lost device. */
   while (!ch->closed && !ch->destroyed &&
          ch->sent - ch->received == (uint64_t)ch->capacity && lost < 0 &&
-         !late)
+         !late) {
+    ch->send_parked = parked = 1;
     lost = wait_on(ch, ch->dst_dev, deadline, &late);
+  }
+  ch->send_parked = 0;
   int closed = ch->closed || ch->destroyed, destroyed = ch->destroyed;
   late = late && !closed && ch->sent - ch->received == (uint64_t)ch->capacity;
   uint64_t k = ch->sent;
+  uint64_t answered = ch->received_ns;
   mgpu__mutex_unlock(&ch->lock);
+  if (parked) mgpu__spin_pair_answered(&ch->send_spin, since, answered);
   if (lost >= 0 && !closed) {
     rc = peer_lost(ch, lost);
     goto out;
@@ -499,8 +534,7 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   if (rc == 0) {
     sl->size = size;
     mgpu__mutex_lock(&ch->lock);
-    ch->sent++;
-    mgpu__cond_broadcast(&ch->cond);
+    publish(ch, &ch->sent, &ch->send_cpu, ch->recv_parked, &ch->sent_ns);
     mgpu__mutex_unlock(&ch->lock);
     mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
   }
@@ -526,20 +560,26 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
                       (uintptr_t)stream);
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->recv_lock);
-  mgpu__spin_until(&ch->spin, has_message, ch);
+  uint64_t since;
+  watch(ch, &ch->recv_spin, has_message, &ch->send_cpu, &since);
   mgpu__mutex_lock(&ch->lock);
   /* A lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. */
-  int late = 0;
+  int late = 0, parked = 0;
   int lost = mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
   while (!ch->closed && !ch->destroyed && ch->received == ch->sent &&
-         lost < 0 && !late)
+         lost < 0 && !late) {
+    ch->recv_parked = parked = 1;
     lost = wait_on(ch, ch->src_dev, deadline, &late);
+  }
+  ch->recv_parked = 0;
   int drained = ch->received == ch->sent || ch->destroyed;
   int destroyed = ch->destroyed;
   late = late && drained && !ch->closed && !destroyed;
   uint64_t k = ch->received;
+  uint64_t answered = ch->sent_ns;
   mgpu__mutex_unlock(&ch->lock);
+  if (parked) mgpu__spin_pair_answered(&ch->recv_spin, since, answered);
   if (lost >= 0 && !destroyed) {
     rc = peer_lost(ch, lost);
     goto out;
@@ -572,8 +612,8 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);
-    ch->received++;
-    mgpu__cond_broadcast(&ch->cond);
+    publish(ch, &ch->received, &ch->recv_cpu, ch->send_parked,
+            &ch->received_ns);
     mgpu__mutex_unlock(&ch->lock);
     mgpu__metric_add(ch->dst_dev, MGPU__M_chan_msgs_received, 1);
     if (size != NULL) *size = n;

@@ -269,13 +269,26 @@ int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
   return seen;
 }
 
+/* Sets site's budget to twice waited when waited is under limit: a spin
+ * that long would have seen the partner's answer. */
+static void rebudget(mgpu__spin *site, uint64_t waited, uint64_t limit) {
+  if (waited >= limit) return;
+  uint64_t budget = waited * 2;
+  if (budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
+  if (budget > SPIN_MAX_NS) budget = SPIN_MAX_NS;
+  atomic_store_explicit(&site->budget_ns, (unsigned)budget,
+                        memory_order_relaxed);
+}
+
 void mgpu__spin_pair_woke(mgpu__spin *site, uint64_t since) {
   if (since == 0) return;
-  uint64_t waited = mgpu__now_ns() - since;
-  if (waited >= SPIN_MAX_NS / 2) return;
   /* The partner answered soon after the park: a spin of twice that would
    * have seen it, and spares both sides a wake-up next time. */
-  unsigned budget = (unsigned)waited * 2;
-  if (budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
-  atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
+  rebudget(site, mgpu__now_ns() - since, SPIN_MAX_NS / 2);
+}
+
+void mgpu__spin_pair_answered(mgpu__spin *site, uint64_t since,
+                              uint64_t answered_ns) {
+  if (since == 0 || answered_ns < since) return;
+  rebudget(site, answered_ns - since, SPIN_MAX_NS);
 }

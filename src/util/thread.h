@@ -88,6 +88,16 @@ int mgpu__spin_pair_until(mgpu__spin *site, int (*ready)(const void *arg),
  * before the other's wake-up lands would otherwise stay parked). */
 void mgpu__spin_pair_woke(mgpu__spin *site, uint64_t since);
 
+/* The same where the partner tells when it answered (answered_ns, the
+ * mgpu__now_ns clock, read by the partner as it published to a parked
+ * waiter): an answer within 64 us of since sets the budget to twice that
+ * (at most 64 us). The waiter's own wake-up is not counted: on a virtual
+ * machine it lasts as long as the partner's, so that two sides parking in
+ * turn each wait two wake-ups and mgpu__spin_pair_woke's rule would not
+ * see that one spin of the length of one would have sufficed. */
+void mgpu__spin_pair_answered(mgpu__spin *site, uint64_t since,
+                              uint64_t answered_ns);
+
 /* The CPU the calling thread runs on now (-1: unknown), for a partner of
  * mgpu__spin_pair_until to publish: a waiter whose partner last ran on its
  * own CPU yields at once rather than pausing, since the partner can only
