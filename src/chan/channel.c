@@ -304,14 +304,6 @@ static int has_message(const void *p) {
              atomic_load_explicit(&ch->sent, memory_order_acquire);
 }
 
-/* The watch before a side sleeps: a pair wait for ready(ch), the other
- * side's last CPU in partner_cpu; *since for mgpu__spin_pair_answered. */
-static void watch(mgpu__channel *ch, mgpu__spin *site,
-                  int (*ready)(const void *), const _Atomic int *partner_cpu,
-                  uint64_t *since) {
-  mgpu__spin_pair_until(site, ready, ch, partner_cpu, 0, since);
-}
-
 /* With ch->lock held: one side published (*count + 1), and wakes the other;
  * *stamp tells a parked other side when. */
 static void publish(mgpu__channel *ch, _Atomic uint64_t *count,
@@ -481,7 +473,9 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->send_lock);
   uint64_t since;
-  watch(ch, &ch->send_spin, has_room, &ch->recv_cpu, &since);
+  /* The watch before sleeping; since for mgpu__spin_pair_answered. */
+  mgpu__spin_pair_until(&ch->send_spin, has_room, ch, &ch->recv_cpu, 0,
+                        &since);
   mgpu__mutex_lock(&ch->lock);
   int late = 0, lost = -1, parked = 0;
   /* Room comes from the receiver: it never comes from a lost device. */
@@ -561,7 +555,8 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   uint64_t deadline = mgpu__deadline(timeout_ms);
   mgpu__mutex_lock(&ch->recv_lock);
   uint64_t since;
-  watch(ch, &ch->recv_spin, has_message, &ch->send_cpu, &since);
+  mgpu__spin_pair_until(&ch->recv_spin, has_message, ch, &ch->send_cpu, 0,
+                        &since);
   mgpu__mutex_lock(&ch->lock);
   /* A lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. */
