@@ -1,0 +1,644 @@
+# ---------------------------------------------------------------------------
+# DLPack data types
+
+_DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+_MGPU_DTYPES = {"float32": MGPU_FLOAT32, "float64": MGPU_FLOAT64,
+                "int32": MGPU_INT32, "int64": MGPU_INT64,
+                "float16": MGPU_FLOAT16}
+
+
+def _as_dtype(dtype):
+    try:
+        dt = _np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError("not a data type: %r" % (dtype,)) from e
+    if dt.kind not in _DL_CODES or dt.byteorder == ">" or dt.fields is not None:
+        raise TypeError("data type %s has no DLPack equivalent (bool, "
+                        "int, uint, float and complex types only)" % dt)
+    return dt
+
+
+cdef DLDataType _dl_dtype(object dt):
+    cdef DLDataType t
+    t.code = _DL_CODES[dt.kind]
+    t.bits = dt.itemsize * 8
+    t.lanes = 1
+    return t
+
+
+def _np_dtype_of(int code, int bits, int lanes):
+    kinds = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+    if lanes != 1 or code not in kinds or bits % 8 != 0:
+        raise TypeError("DLPack data type (code %d, %d bits, %d lanes) is "
+                        "not supported" % (code, bits, lanes))
+    if code == 6:
+        return _np.dtype(bool)
+    return _np.dtype("%s%d" % (kinds[code], bits // 8))
+
+
+def _as_shape(shape):
+    if isinstance(shape, bool):
+        raise TypeError("shape must be an int or a tuple of ints")
+    if hasattr(shape, "__index__"):
+        shape = (shape,)
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise TypeError("shape must be an int or a tuple of ints, not %s"
+                        % type(shape).__name__) from None
+    out = []
+    for s in shape:
+        if isinstance(s, bool) or not hasattr(s, "__index__"):
+            raise TypeError("shape entries must be ints, not %s" % type(s).__name__)
+        s = s.__index__()
+        if s < 0:
+            raise ValueError("negative dimension %d in shape %r" % (s, shape))
+        out.append(s)
+    if len(out) > 64:
+        raise ValueError("at most 64 dimensions")
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# Arrays
+
+_KINDS = {"device": MGPU_MEM_DEVICE, "pinned": MGPU_MEM_PINNED,
+          "unified": MGPU_MEM_UNIFIED}
+
+
+cdef void _pin_release(DLManagedTensorVersioned *pin) noexcept nogil:
+    if pin != NULL:
+        pin.deleter(pin)
+
+
+cdef class Array:
+    """An n-dimensional array in one mgpu buffer (C order).
+
+    Other libraries use its memory in place: ``np.from_dlpack(a)``,
+    ``cupy.from_dlpack(a)``, ``torch.from_dlpack(a)`` (``__dlpack__``),
+    ``np.asarray(a)`` on host memory (``__array_interface__``), CUDA
+    libraries through ``__cuda_array_interface__``. The memory lives as long
+    as the array or any export of it, also past ``mgpu.shutdown()``.
+    """
+    cdef mgpu_buffer *buf
+    # The array's own export of its buffer: keeps the memory alive while the
+    # array is, even past mgpu_shutdown (the C library then leaves exported
+    # memory in place).
+    cdef DLManagedTensorVersioned *pin
+    cdef void *ptr
+    cdef size_t nbytes_alloc
+    cdef readonly int device
+    cdef readonly tuple shape
+    cdef readonly object dtype
+    cdef readonly str kind
+    cdef int dl_type, dl_id
+    cdef object owner  # the object an imported array's memory belongs to
+    cdef size_t count  # elements
+    cdef int mdt       # the mgpu_dtype of dtype, -1 if it has none
+    # Streams with queued work that reads or writes the array (the copies
+    # queued with stream=): what an export orders a consumer after. Cleared
+    # by a host wait for the device. Touched with the GIL held.
+    cdef list pending
+    cdef object __weakref__
+
+    def __init__(self):
+        raise TypeError("use mgpu.empty, mgpu.zeros or mgpu.asarray")
+
+    # -- properties
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return self.count
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    @property
+    def strides(self):
+        """Byte strides (C order)."""
+        out = []
+        st = self.dtype.itemsize
+        for s in reversed(self.shape):
+            out.append(st)
+            st *= s
+        return tuple(reversed(out))
+
+    @property
+    def ptr(self):
+        """Address of the first element."""
+        return <uintptr_t>self.ptr
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __repr__(self):
+        return "<mgpu.Array shape=%s dtype=%s device=%d kind=%s>" % (
+            self.shape, self.dtype, self.device, self.kind)
+
+    # -- the exchange protocols
+    def __dlpack_device__(self):
+        """``(device_type, device_id)``: (1, 0) for host memory, (2, n) for
+        device memory of CUDA GPU n, (13, n) for its unified memory."""
+        return (self.dl_type, self.dl_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None,
+                   copy=None):
+        """A DLPack capsule over the array's memory (array API standard).
+
+        ``max_version >= (1, 0)`` gets a versioned, writable tensor
+        (``dltensor_versioned``), otherwise a legacy one (``dltensor``).
+        ``stream``: on host memory only None; on CUDA memory -1 skips
+        synchronization, anything else waits for the device's work first.
+        ``dl_device`` other than the array's own, or ``copy=True``, makes a
+        copy (flagged IS_COPIED) when allowed; ``copy=False`` never copies.
+        """
+        if max_version is not None:
+            try:
+                major = int(max_version[0])
+            except (TypeError, IndexError, ValueError):
+                raise TypeError("max_version must be a (major, minor) tuple")
+        else:
+            major = 0
+        if dl_device is not None:
+            try:
+                want = (int(dl_device[0]), int(dl_device[1]))
+            except (TypeError, IndexError, ValueError):
+                raise TypeError("dl_device must be a (device_type, id) tuple")
+            if want != (self.dl_type, self.dl_id):
+                if copy is False:
+                    raise BufferError("the array lives on DLPack device %s, "
+                                      "not %s, and copy=False" %
+                                      ((self.dl_type, self.dl_id), want))
+                if want[0] != 1:
+                    raise BufferError("a copy to DLPack device %s is not "
+                                      "supported" % (want,))
+                host = self.numpy(copy=True)
+                return host.__dlpack__(max_version=max_version)
+        if self.dl_type == 1:
+            if stream is not None:
+                raise ValueError("stream must be None for host memory, got %r"
+                                 % (stream,))
+        elif stream is not None and (isinstance(stream, bool) or
+                                     not isinstance(stream, int)):
+            raise TypeError("stream must be an int or None")
+        elif stream < -1:
+            raise ValueError("stream %d is not a CUDA stream" % stream)
+        elif stream == 0:
+            raise ValueError("stream 0 is ambiguous (array API standard): "
+                             "pass 1 for the legacy default stream, 2 for "
+                             "the per-thread one, or a cudaStream_t")
+        src = self
+        if copy is True:
+            src = self.copy()
+        if self.dl_type == 1:
+            src._sync()
+        elif stream != -1:
+            # The consumer's stream (None: the legacy default one) waits for
+            # the array's queued work on the device, not the host.
+            (<Array>src)._order_after(1 if stream is None else stream)
+        return (<Array>src)._capsule(major >= 1, copy is True)
+
+    cdef _order_after(self, uintptr_t consumer):
+        """Makes CUDA stream consumer wait for the work queued on the
+        array's pending streams (an event each); where that cannot be done
+        (no CUDA driver loaded, a handle the driver refuses), waits on the
+        host instead."""
+        cdef Stream st
+        cdef void *native
+        cdef int rc
+        if not self.pending:
+            return
+        for x in self.pending:
+            st = <Stream>x
+            if not st.owned or not mgpu_is_initialized():
+                continue  # destroyed: its work is done
+            native = mgpu_stream_native(st.s)
+            if native == NULL:
+                mgpu_error_clear()  # a stream of a closed session: done
+                continue
+            rc = mgpu_py_cuda_order(native, <void *>consumer)
+            if rc != 0:
+                self._sync()
+                return
+
+    cdef _touch(self, Stream st):
+        if self.pending is None:
+            self.pending = [st]
+        elif not any(x is st for x in self.pending):
+            self.pending.append(st)
+
+    cdef object _capsule(self, bint versioned, bint copied):
+        cdef DLManagedTensorVersioned *t = NULL
+        cdef int64_t shape[64]
+        cdef int nd = len(self.shape), i, rc
+        for i in range(nd):
+            shape[i] = self.shape[i]
+        rc = mgpu_buffer_dlpack(self.buf, 0, _dl_dtype(self.dtype), nd, shape,
+                                NULL, &t)
+        _check(rc)
+        if copied:
+            t.flags |= 2  # DLPACK_FLAG_BITMASK_IS_COPIED
+        return _dl_capsule(t, versioned)
+
+    @property
+    def __array_interface__(self):
+        """NumPy's array interface (version 3), for host memory only."""
+        if self.dl_type != 1:
+            raise AttributeError("__array_interface__: the array is in device "
+                                 "memory (use __cuda_array_interface__)")
+        self._sync()
+        return {"shape": self.shape, "typestr": self.dtype.str,
+                "data": (<uintptr_t>self.ptr, False), "strides": None,
+                "version": 3}
+
+    @property
+    def __cuda_array_interface__(self):
+        """The CUDA array interface (version 3), for CUDA memory only.
+        ``stream`` is the mgpu stream (a cudaStream_t) with work queued on
+        the array, which the consumer must order itself after, or None when
+        there is none; with several such streams the device's work is
+        waited for on the host first."""
+        if self.dl_type == 1:
+            raise AttributeError("__cuda_array_interface__: the array is in "
+                                 "host memory (use __array_interface__)")
+        live = [x for x in (self.pending or ()) if (<Stream>x).owned]
+        cdef uintptr_t native = 0
+        if len(live) == 1:
+            native = <uintptr_t>mgpu_stream_native((<Stream>live[0]).s)
+        elif live:
+            self._sync()
+        return {"shape": self.shape, "typestr": self.dtype.str,
+                "data": (<uintptr_t>self.ptr, False), "strides": None,
+                "version": 3, "stream": native if native > 2 else None}
+
+    def _sync(self):
+        cdef int rc = 0, d = self.device
+        if mgpu_is_initialized() and mgpu_buffer_device(self.buf) == d:
+            with nogil:
+                rc = mgpu_device_synchronize(d)
+            _check(rc)
+            self.pending = None
+        else:
+            mgpu_error_clear()
+
+    # -- host views and copies
+    def numpy(self, copy=False):
+        """The array as a NumPy array: a view of host memory (no copy), or
+        a copy for device memory (or when copy=True)."""
+        if self.dl_type == 1 and not copy:
+            self._sync()
+            out = _np.asarray(self)
+            return out
+        out = _np.empty(self.shape, self.dtype)
+        if self.nbytes:
+            self._to_host(out)
+        return out
+
+    cdef _to_host(self, object out):
+        cdef size_t n = self.nbytes
+        cdef uintptr_t dst = out.__array_interface__["data"][0]
+        cdef int rc
+        with nogil:
+            rc = mgpu_memcpy_dtoh(<void *>dst, self.buf, 0, n)
+        _check(rc)
+
+    def copy(self, device=None):
+        """A new array with the same contents, on device (default: this
+        array's device)."""
+        dev = self.device if device is None else _devno(device)
+        out = _new_array(self.shape, self.dtype, dev, "device")
+        if self.nbytes:
+            _copy_bytes(out, self, self.nbytes, None)
+        return out
+
+    def copy_to(self, device, stream=None):
+        """Copies the array to another device (peer copy where peer access
+        is on, host-staged otherwise) and returns the new array. With a
+        stream the copy is queued on it (a stream of either device)."""
+        if device is None:
+            raise TypeError("copy_to needs a device (an int or mgpu.Device)")
+        out = _new_array(self.shape, self.dtype, _devno(device), "device")
+        if self.nbytes:
+            _copy_bytes(out, self, self.nbytes, stream)
+        return out
+
+    def copy_from(self, src, stream=None):
+        """Copies src into this array: another mgpu Array of the same size
+        (any device), or anything NumPy can read (host data)."""
+        cdef const unsigned char[::1] view
+        cdef size_t n
+        cdef int rc
+        if isinstance(src, Array):
+            if (<Array>src).nbytes != self.nbytes:
+                raise ValueError("copy_from: %d bytes into %d" %
+                                 ((<Array>src).nbytes, self.nbytes))
+            if self.nbytes:
+                _copy_bytes(self, src, self.nbytes, stream)
+            return self
+        host = _np.ascontiguousarray(src, dtype=self.dtype)
+        if host.size != self.size:
+            raise ValueError("copy_from: %d elements into %d" % (host.size, self.size))
+        n = host.nbytes
+        if n:
+            view = host.reshape(-1).view(_np.uint8)
+            with nogil:
+                rc = mgpu_memcpy_htod(self.buf, 0, &view[0], n)
+            _check(rc)
+        return self
+
+    def fill(self, value):
+        """Sets every element to value."""
+        if self.dl_type == 1:
+            self._sync()
+            _np.asarray(self)[...] = value
+        else:
+            self.copy_from(_np.full(self.shape, value, self.dtype))
+        return self
+
+    def free(self):
+        """Frees the buffer now: later mgpu calls on the array raise
+        FreedError. Its memory stays while NumPy views or other exports of
+        it (and this object) are alive."""
+        cdef int rc
+        if mgpu_is_initialized():
+            with nogil:
+                rc = mgpu_free(self.buf)
+            _check(rc)
+
+    def __dealloc__(self):
+        cdef mgpu_buffer *b = self.buf
+        cdef DLManagedTensorVersioned *pin = self.pin
+        if b != NULL and mgpu_is_initialized():
+            with nogil:
+                mgpu_free(b)
+            mgpu_error_clear()
+        with nogil:
+            _pin_release(pin)
+
+
+cdef void _capsule_versioned_destructor(object cap) noexcept:
+    if PyCapsule_IsValid(cap, b"dltensor_versioned"):
+        t = <DLManagedTensorVersioned *>PyCapsule_GetPointer(cap, b"dltensor_versioned")
+        if t != NULL and t.deleter != NULL:
+            t.deleter(t)
+
+
+cdef void _capsule_legacy_destructor(object cap) noexcept:
+    if PyCapsule_IsValid(cap, b"dltensor"):
+        t = <DLManagedTensor *>PyCapsule_GetPointer(cap, b"dltensor")
+        if t != NULL and t.deleter != NULL:
+            t.deleter(t)
+
+
+cdef void _legacy_deleter(DLManagedTensor *self) noexcept nogil:
+    cdef DLManagedTensorVersioned *t = <DLManagedTensorVersioned *>self.manager_ctx
+    free(self)
+    t.deleter(t)
+
+
+cdef object _dl_capsule(DLManagedTensorVersioned *t, bint versioned):
+    """A capsule owning t: versioned, or a legacy tensor over it."""
+    cdef DLManagedTensor *legacy
+    if versioned:
+        return PyCapsule_New(<void *>t, b"dltensor_versioned",
+                             _capsule_versioned_destructor)
+    legacy = <DLManagedTensor *>malloc(sizeof(DLManagedTensor))
+    if legacy == NULL:
+        t.deleter(t)
+        raise MemoryError()
+    legacy.dl_tensor = t.dl_tensor
+    legacy.manager_ctx = <void *>t
+    legacy.deleter = _legacy_deleter
+    return PyCapsule_New(<void *>legacy, b"dltensor",
+                         _capsule_legacy_destructor)
+
+
+cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
+    """An Array owning buffer b (freed on error)."""
+    cdef Array a = Array.__new__(Array)
+    cdef DLDevice where
+    cdef int64_t n = mgpu_buffer_size(b)
+    cdef DLDataType u8
+    u8.code = 1
+    u8.bits = 8
+    u8.lanes = 1
+    a.buf = b
+    a.ptr = mgpu_buffer_ptr(b)
+    a.device = mgpu_buffer_device(b)
+    a.shape = shape
+    a.dtype = dt
+    a.kind = kind
+    a.mdt = _MGPU_DTYPES.get(dt.name, -1)
+    a.count = 1
+    for x in shape:
+        a.count *= <size_t>x
+    _check(mgpu_buffer_dlpack(b, 0, u8, 1, &n, NULL, &a.pin))
+    _check(mgpu_buffer_dldevice(b, &where))
+    a.dl_type = where.device_type
+    a.dl_id = where.device_id
+    return a
+
+
+cdef Array _new_array(tuple shape, object dt, int dev, str kind):
+    cdef mgpu_buffer *b = NULL
+    cdef size_t n = dt.itemsize
+    cdef int rc
+    for s in shape:
+        n *= <size_t>s
+    if n == 0:
+        n = 1  # mgpu has no empty buffers: one element's room
+    k = _KINDS.get(kind)
+    if k is None:
+        raise ValueError("kind must be 'device', 'pinned' or 'unified', not %r"
+                         % (kind,))
+    if k == MGPU_MEM_DEVICE:
+        rc = mgpu_malloc(&b, dev, n)
+    elif k == MGPU_MEM_PINNED:
+        rc = mgpu_malloc_host(&b, dev, n)
+    else:
+        rc = mgpu_malloc_unified(&b, dev, n)
+    _check(rc)
+    try:
+        return _wrap_buffer(b, shape, dt, kind)
+    except BaseException:
+        mgpu_free(b)
+        raise
+
+
+cdef _copy_bytes(Array dst, Array src, size_t n, object stream):
+    cdef int rc
+    cdef mgpu_stream *s = NULL
+    if stream is not None:
+        if not isinstance(stream, Stream):
+            raise TypeError("stream must be an mgpu.Stream or None")
+        s = (<Stream>stream).s
+    with nogil:
+        if s == NULL:
+            rc = mgpu_memcpy(dst.buf, 0, src.buf, 0, n)
+        else:
+            rc = mgpu_memcpy_async(dst.buf, 0, src.buf, 0, n, s)
+    _check(rc)
+    if s != NULL:
+        dst._touch(stream)
+        src._touch(stream)
+
+
+def empty(shape, dtype="float32", device=None, *, kind="device"):
+    """A new uninitialized array of the shape and dtype on device (default:
+    the current device). kind: "device", "pinned" (host memory tied to the
+    device) or "unified"."""
+    return _new_array(_as_shape(shape), _as_dtype(dtype), _devno(device), kind)
+
+
+def zeros(shape, dtype="float32", device=None, *, kind="device"):
+    """A new array of zeros (see empty)."""
+    cdef Array a = empty(shape, dtype, device, kind=kind)
+    cdef Stream s = _default_stream(a.device)
+    cdef size_t n = mgpu_buffer_size(a.buf)
+    cdef int rc
+    with nogil:
+        rc = mgpu_memset_async(a.buf, 0, 0, n, s.s)
+        if rc == 0:
+            rc = mgpu_stream_synchronize(s.s)
+    _check(rc)
+    return a
+
+
+def full(shape, value, dtype="float32", device=None, *, kind="device"):
+    """A new array with every element set to value."""
+    return empty(shape, dtype, device, kind=kind).fill(value)
+
+
+# -- import: memory another library owns, through DLPack
+
+cdef extern from *:
+    """
+    /* A legacy (unversioned) managed tensor seen as a versioned one: the
+     * wrapper's deleter calls the legacy deleter, then frees the wrapper. */
+    typedef struct mgpu_py_legacy {
+      DLManagedTensorVersioned v;
+      DLManagedTensor *legacy;
+    } mgpu_py_legacy;
+    static void mgpu_py_legacy_deleter(DLManagedTensorVersioned *self) {
+      mgpu_py_legacy *w = (mgpu_py_legacy *)self->manager_ctx;
+      DLManagedTensor *l = w->legacy;
+      free(w);
+      if (l->deleter != NULL) l->deleter(l);
+    }
+    static DLManagedTensorVersioned *mgpu_py_legacy_wrap(DLManagedTensor *l) {
+      mgpu_py_legacy *w = (mgpu_py_legacy *)calloc(1, sizeof *w);
+      if (w == NULL) return NULL;
+      w->legacy = l;
+      w->v.version.major = 1;
+      w->v.version.minor = 0;
+      w->v.manager_ctx = w;
+      w->v.deleter = mgpu_py_legacy_deleter;
+      w->v.dl_tensor = l->dl_tensor;
+      return &w->v;
+    }
+    """
+    DLManagedTensorVersioned *mgpu_py_legacy_wrap(DLManagedTensor *l) nogil
+
+
+def from_dlpack(obj, device=None):
+    """An mgpu Array over the memory of obj (anything with ``__dlpack__``:
+    a NumPy or CuPy array, a PyTorch tensor), without a copy.
+
+    The memory goes on device (default: the device it lives on: the current
+    host device for host memory, a device of the same GPU for CUDA memory)
+    and stays the producer's: it is released through its DLPack deleter
+    when the Array and its exports are gone. Raises BufferError for a
+    tensor mgpu cannot take in place (not C-contiguous, on a device mgpu did
+    not open) with the library's detail."""
+    cdef mgpu_buffer *b = NULL
+    cdef DLManagedTensorVersioned *t = NULL
+    cdef DLManagedTensor *legacy = NULL
+    cdef int dev = -1 if device is None else _devno(device)
+    cdef int rc
+    cdef bint versioned
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError("from_dlpack: %s does not speak DLPack"
+                        % type(obj).__name__)
+    try:
+        cap = obj.__dlpack__(max_version=(1, 1))
+    except TypeError:
+        cap = obj.__dlpack__()  # a producer from before DLPack 1.0
+    versioned = PyCapsule_IsValid(cap, b"dltensor_versioned")
+    if versioned:
+        t = <DLManagedTensorVersioned *>PyCapsule_GetPointer(cap, b"dltensor_versioned")
+    elif PyCapsule_IsValid(cap, b"dltensor"):
+        legacy = <DLManagedTensor *>PyCapsule_GetPointer(cap, b"dltensor")
+        t = mgpu_py_legacy_wrap(legacy)
+        if t == NULL:
+            raise MemoryError()
+    else:
+        raise TypeError("from_dlpack: __dlpack__ did not return a DLPack capsule")
+    x = &t.dl_tensor
+    try:
+        dt = _np_dtype_of(x.dtype.code, x.dtype.bits, x.dtype.lanes)
+    except TypeError:
+        if not versioned:
+            free(t.manager_ctx)
+        raise
+    shape = tuple(x.shape[i] for i in range(x.ndim))
+    rc = mgpu_buffer_from_dlpack(&b, dev, t)
+    if rc < 0:
+        err = _error(rc)
+        if not versioned:
+            free(t.manager_ctx)  # the wrapper only; the capsule keeps the tensor
+        raise BufferError(str(err)) from err
+    # The buffer owns the tensor now: the capsule must not delete it.
+    PyCapsule_SetName(cap, b"used_dltensor_versioned" if versioned else b"used_dltensor")
+    cdef Array a = _wrap_buffer(b, shape, dt, "device")
+    a.owner = None
+    return a
+
+
+def asarray(obj, dtype=None, device=None, *, copy=None):
+    """An mgpu Array from obj.
+
+    An mgpu Array on the requested device (and dtype) is returned as is.
+    Anything that speaks DLPack (NumPy, CuPy, PyTorch) is taken in place
+    when its memory can go on the device as it is (see from_dlpack);
+    otherwise, or with copy=True, its data is copied into a new array
+    (host data NumPy can read: lists, arrays). copy=False refuses to copy.
+    """
+    if isinstance(obj, Array):
+        a = <Array>obj
+        same_dev = device is None or _devno(device) == a.device
+        same_type = dtype is None or _as_dtype(dtype) == a.dtype
+        if same_dev and same_type and copy is not True:
+            return a
+        if copy is False:
+            raise ValueError("asarray: a copy is needed and copy=False")
+        out = a.copy(device) if same_type else asarray(a.numpy(), dtype, device)
+        return out
+    if hasattr(obj, "__dlpack__") and copy is not True:
+        same_type = dtype is None
+        if not same_type:
+            try:
+                same_type = _as_dtype(dtype) == _np.dtype(getattr(obj, "dtype", None))
+            except TypeError:
+                same_type = False
+        if same_type:
+            try:
+                return from_dlpack(obj, device)
+            except BufferError:
+                if copy is False:
+                    raise
+    if copy is False:
+        raise ValueError("asarray: %s cannot be used in place and copy=False"
+                         % type(obj).__name__)
+    host = _np.asarray(obj) if not hasattr(obj, "__dlpack__") else _np.from_dlpack(obj)
+    dt = _as_dtype(host.dtype if dtype is None else dtype)
+    host = _np.ascontiguousarray(host, dtype=dt)
+    out = empty(host.shape, dt, device)
+    return out.copy_from(host)
+
+

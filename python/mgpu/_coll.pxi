@@ -1,0 +1,200 @@
+# ---------------------------------------------------------------------------
+# Collectives
+
+_OPS = {"sum": MGPU_SUM, "prod": MGPU_PROD, "min": MGPU_MIN, "max": MGPU_MAX}
+
+
+cdef mgpu_dtype _mgpu_dtype(Array a) except *:
+    if a.mdt < 0:
+        raise TypeError("collectives take float32, float64, int32, int64 or "
+                        "float16 (CUDA), not %s" % a.dtype)
+    return <mgpu_dtype>a.mdt
+
+
+cdef class Comm:
+    """A communicator over a list of devices (``mgpu_comm``): rank r is
+    ``devices[r]``. Its collectives take one array per rank, in rank order,
+    and return once the data has moved (the GIL is released meanwhile).
+
+    One made by ``mgpu.mpi.comm_create`` spans the devices of every MPI
+    rank: this process's ``devices[i]`` is rank ``first_rank + i`` of
+    ``nranks``, its collectives take this process's arrays only, and roots
+    are global ranks."""
+    cdef mgpu_comm *c
+    cdef readonly tuple devices
+    cdef readonly int first_rank  # the global rank of devices[0]
+    cdef readonly int nranks      # ranks over every process
+    cdef list streams        # the package's stream of each rank's device
+    cdef mgpu_stream *ss[64]  # their handles, in rank order
+    cdef object __weakref__
+
+    def __init__(self, devices=None):
+        cdef int devs[64]
+        if devices is None:
+            devices = range(device_count())
+        devices = tuple(_devno(d) for d in devices)
+        if not 1 <= len(devices) <= 64:
+            raise ValueError("a communicator spans 1 to 64 devices")
+        for i, d in enumerate(devices):
+            devs[i] = d
+        _check(mgpu_comm_create(devs, len(devices), &self.c))
+        self.devices = devices
+        self.first_rank = 0
+        self.nranks = len(devices)
+        self.streams = [_default_stream(d) for d in devices]
+        for i, st in enumerate(self.streams):
+            self.ss[i] = (<Stream>st).s
+
+    def __dealloc__(self):
+        if self.c != NULL and mgpu_is_initialized():
+            with nogil:
+                mgpu_comm_destroy(self.c)
+
+    def close(self):
+        """Destroys the communicator."""
+        cdef int rc = 0
+        if self.c != NULL and mgpu_is_initialized():
+            with nogil:
+                rc = mgpu_comm_destroy(self.c)
+        self.c = NULL
+        _check(rc)
+
+    def abort(self):
+        """Aborts the communicator (``mgpu_comm_abort``): every collective
+        still waiting in it, in any thread or rank, ends with
+        ``mgpu.CanceledError``, and the communicator is freed once they have
+        left. Use it where a rank will never arrive (its process or device
+        is gone); ``close()`` is the orderly end. Raises the first error of
+        the ranks' devices (``mgpu.DeviceLostError`` for a lost one); the
+        communicator is closed either way."""
+        cdef int rc = 0
+        if self.c == NULL:
+            raise ValueError("the communicator was closed")
+        if mgpu_is_initialized():
+            with nogil:
+                rc = mgpu_comm_abort(self.c)
+        self.c = NULL
+        _check(rc)
+
+    cdef list _arrays(self, object arrays, str what):
+        if isinstance(arrays, Array):
+            raise TypeError("%s: pass a list of arrays, one per rank" % what)
+        if not isinstance(arrays, list):
+            arrays = list(arrays)
+        if len(arrays) != len(self.devices):
+            raise ValueError("%s: %d arrays for %d ranks" %
+                             (what, len(arrays), len(self.devices)))
+        for a in arrays:
+            if not isinstance(a, Array):
+                raise TypeError("%s: expected mgpu.Array, got %s" %
+                                (what, type(a).__name__))
+        return arrays
+
+    cdef _run(self, int which, list send, list recv, size_t count,
+              mgpu_dtype dt, mgpu_op op, int root):
+        cdef int n = len(self.devices), r, rc = 0, rc2, f = self.first_rank
+        cdef mgpu_buffer *sb[64]
+        cdef mgpu_buffer *rb[64]
+        cdef mgpu_stream **ss = self.ss
+        if self.c == NULL:
+            raise ValueError("the communicator was closed")
+        for r in range(n):
+            sb[r] = (<Array>send[r]).buf
+            rb[r] = (<Array>recv[r]).buf
+        with nogil:
+            mgpu_group_begin()
+            for r in range(n):
+                if which == 0:
+                    rc2 = mgpu_allreduce(self.c, f + r, sb[r], rb[r], count, dt, op, ss[r])
+                elif which == 1:
+                    rc2 = mgpu_broadcast(self.c, f + r, sb[r], rb[r], count, dt, root, ss[r])
+                elif which == 2:
+                    rc2 = mgpu_allgather(self.c, f + r, sb[r], rb[r], count, dt, ss[r])
+                else:
+                    rc2 = mgpu_reduce_scatter(self.c, f + r, sb[r], rb[r], count, dt, op, ss[r])
+                if rc == 0:
+                    rc = rc2
+            rc2 = mgpu_group_end()
+            if rc == 0:
+                rc = rc2
+            for r in range(n):
+                rc2 = mgpu_stream_synchronize(ss[r])
+                if rc == 0:
+                    rc = rc2
+        _check(rc)
+
+    def allreduce(self, arrays, out=None, op="sum"):
+        """Every rank's out = op over every rank's array (in place when out
+        is None). Returns out."""
+        send = self._arrays(arrays, "allreduce")
+        recv = send if out is None else self._arrays(out, "allreduce")
+        mop = _OPS.get(op)
+        if mop is None:
+            raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        a = <Array>send[0]
+        self._run(0, send, recv, a.count, _mgpu_dtype(a), mop, 0)
+        return recv
+
+    def broadcast(self, arrays, root=0):
+        """Every rank's array = root's (in place). Returns arrays."""
+        arrs = self._arrays(arrays, "broadcast")
+        a = <Array>arrs[0]
+        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM,
+                  _index(root, "root"))
+        return arrs
+
+    def allgather(self, arrays, out):
+        """out[r] (n times the elements) = every rank's array, in rank
+        order. Returns out."""
+        send = self._arrays(arrays, "allgather")
+        recv = self._arrays(out, "allgather")
+        a = <Array>send[0]
+        self._run(2, send, recv, a.size, _mgpu_dtype(a), MGPU_SUM, 0)
+        return recv
+
+    def reduce_scatter(self, arrays, out, op="sum"):
+        """Rank r's out = op over every rank's elements [r*k, (r+1)*k) with
+        k = out[r].size. Returns out."""
+        send = self._arrays(arrays, "reduce_scatter")
+        recv = self._arrays(out, "reduce_scatter")
+        if op not in _OPS:
+            raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        a = <Array>recv[0]
+        self._run(3, send, recv, a.size, _mgpu_dtype(a), _OPS[op], 0)
+        return recv
+
+
+cdef Comm _comm_of(list arrays):
+    cdef list devs = []
+    for a in arrays:
+        if not isinstance(a, Array):
+            raise TypeError("expected mgpu.Array, got %s" % type(a).__name__)
+        devs.append((<Array>a).device)
+    key = tuple(devs)
+    c = _state["comms"].get(key)
+    if c is None:
+        c = Comm(key)
+        with _state_lock:
+            _state["comms"][key] = c
+    return <Comm>c
+
+
+def allreduce(arrays, out=None, op="sum"):
+    """All-reduce over a list of per-device arrays (rank r: arrays[r]'s
+    device), through a communicator kept for that list of devices."""
+    if not isinstance(arrays, list):
+        if isinstance(arrays, Array):
+            raise TypeError("allreduce: pass a list of arrays, one per rank")
+        arrays = list(arrays)
+    return _comm_of(arrays).allreduce(arrays, out, op)
+
+
+def broadcast(arrays, root=0):
+    """Broadcast over a list of per-device arrays (see Comm.broadcast)."""
+    arrays = list(arrays)
+    for a in arrays:
+        if not isinstance(a, Array):
+            raise TypeError("broadcast: expected mgpu.Array, got %s" % type(a).__name__)
+    return _comm_of(arrays).broadcast(arrays, root)
+
+
