@@ -40,7 +40,7 @@ static void coll_device_lost(int dev) {
     mgpu__cond_broadcast(w->cond);
   mgpu__mutex_unlock(&wake_lock);
 }
-MGPU__ON_DEVICE_LOST(coll_device_lost)
+MGPU__ON_DEVICE_LOST(coll_device_lost, MGPU__LAYER_WORK)
 
 uint64_t mgpu__coll_wait_until(uint64_t deadline) {
   uint64_t until = mgpu__now_ns() + MGPU__COLL_LOST_POLL_NS;

@@ -237,4 +237,4 @@ static void copy_shutdown(void) {
   mgpu__staged_shutdown();
   mgpu__peer_reset();
 }
-MGPU__ON_SHUTDOWN(copy_shutdown)
+MGPU__ON_SHUTDOWN(copy_shutdown, MGPU__LAYER_COPY)

@@ -84,21 +84,33 @@ static mgpu__backend_env backend_env = {
     .obs = &obs_api,
 };
 
-/* Shutdown hooks of the layers above (mgpu__on_shutdown). Registered from
- * constructors or before mgpu_init; hooks_lock guards the list. */
+/* Shutdown hooks of the layers below the core (mgpu__on_shutdown), kept
+ * sorted by layer, the lowest layer first and, within a layer, the last
+ * registered first: the order they run in. Registered from constructors or
+ * before mgpu_init; hooks_lock guards the list. */
 #define MAX_HOOKS 32
 static mgpu__mutex hooks_lock = PTHREAD_MUTEX_INITIALIZER;
-static mgpu__hook_fn shutdown_hooks[MAX_HOOKS];
+static struct {
+  mgpu__hook_fn fn;
+  mgpu__layer layer;
+} shutdown_hooks[MAX_HOOKS];
 static int nshutdown_hooks;
 
-void mgpu__on_shutdown(mgpu__hook_fn fn) {
+void mgpu__on_shutdown(mgpu__hook_fn fn, mgpu__layer layer) {
   mgpu__mutex_lock(&hooks_lock);
   int known = 0;
-  for (int i = 0; i < nshutdown_hooks; i++) known |= shutdown_hooks[i] == fn;
-  if (!known && nshutdown_hooks < MAX_HOOKS)
-    shutdown_hooks[nshutdown_hooks++] = fn;
-  else if (!known)
+  for (int i = 0; i < nshutdown_hooks; i++) known |= shutdown_hooks[i].fn == fn;
+  if (!known && nshutdown_hooks == MAX_HOOKS)
     abort(); /* a fixed table too small is a bug in mgpu, caught at load */
+  if (!known) {
+    int at = 0; /* before the first hook of this layer or a higher one */
+    while (at < nshutdown_hooks && shutdown_hooks[at].layer > layer) at++;
+    for (int i = nshutdown_hooks; i > at; i--)
+      shutdown_hooks[i] = shutdown_hooks[i - 1];
+    shutdown_hooks[at].fn = fn;
+    shutdown_hooks[at].layer = layer;
+    nshutdown_hooks++;
+  }
   mgpu__mutex_unlock(&hooks_lock);
 }
 
@@ -106,9 +118,9 @@ static void run_shutdown_hooks(void) {
   mgpu__mutex_lock(&hooks_lock);
   int n = nshutdown_hooks;
   mgpu__hook_fn hooks[MAX_HOOKS];
-  for (int i = 0; i < n; i++) hooks[i] = shutdown_hooks[i];
+  for (int i = 0; i < n; i++) hooks[i] = shutdown_hooks[i].fn;
   mgpu__mutex_unlock(&hooks_lock);
-  for (int i = n - 1; i >= 0; i--) hooks[i]();
+  for (int i = 0; i < n; i++) hooks[i]();
 }
 
 /* The gate of the calls that reach the device table without holding a
