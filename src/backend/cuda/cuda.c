@@ -216,6 +216,49 @@ static int cuda_probe(int *count) {
   return 0;
 }
 
+/* The properties, PCI bus id and NUMA node of d's GPU (d's context
+ * current). */
+static int read_identity(mgpu__bdevice *d) {
+  cudaError_t err = cudaGetDeviceProperties(&d->prop, d->ordinal);
+  if (err != cudaSuccess) return mgpu__cuda_fail(d->id, err,
+                                                 "cudaGetDeviceProperties");
+  d->sm_count = d->prop.multiProcessorCount;
+  if (cudaDeviceGetPCIBusId(d->pci_bus_id, sizeof d->pci_bus_id,
+                            d->ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    d->pci_bus_id[0] = '\0';
+  }
+  for (char *c = d->pci_bus_id; *c; c++) *c = (char)tolower((unsigned char)*c);
+  d->numa_node = d->pci_bus_id[0]
+                    ? mgpu__cuda_env->numa_node_of_bus_id(d->pci_bus_id)
+                    : -1;
+  return 0;
+}
+
+/* This device's own pool: freed blocks stay cached (release threshold at
+ * its maximum) until pool_trim. Without one (d->pool NULL) the core's pool
+ * is used. */
+static void make_pool(mgpu__bdevice *d) {
+  struct cudaMemPoolProps pp;
+  memset(&pp, 0, sizeof pp);
+  pp.allocType = cudaMemAllocationTypePinned;
+  pp.handleTypes = cudaMemHandleTypeNone;
+  pp.location.type = cudaMemLocationTypeDevice;
+  pp.location.id = d->ordinal;
+  cudaError_t err = cudaMemPoolCreate(&d->pool, &pp);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    d->pool = NULL;
+    mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: device %d: no memory pool (%s); "
+                        "the core's pool is used", d->id,
+                        cudaGetErrorName(err));
+    return;
+  }
+  uint64_t threshold = UINT64_MAX;
+  (void)cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold,
+                                &threshold);
+}
+
 static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   *out = NULL;
   int rc = mgpu__cuda_driver_load();
@@ -246,42 +289,8 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
     goto fail;
   }
   d->ctx = d->primary;
-  err = cudaGetDeviceProperties(&d->prop, d->ordinal);
-  if (err != cudaSuccess) {
-    rc = mgpu__cuda_fail(d->id, err, "cudaGetDeviceProperties");
-    goto fail;
-  }
-  d->sm_count = d->prop.multiProcessorCount;
-  if (cudaDeviceGetPCIBusId(d->pci_bus_id, sizeof d->pci_bus_id,
-                            d->ordinal) != cudaSuccess) {
-    (void)cudaGetLastError();
-    d->pci_bus_id[0] = '\0';
-  }
-  for (char *c = d->pci_bus_id; *c; c++) *c = (char)tolower((unsigned char)*c);
-  d->numa_node = d->pci_bus_id[0]
-                    ? mgpu__cuda_env->numa_node_of_bus_id(d->pci_bus_id)
-                    : -1;
-
-  /* This device's own pool: freed blocks stay cached (release threshold
-   * at its maximum) until pool_trim. */
-  struct cudaMemPoolProps pp;
-  memset(&pp, 0, sizeof pp);
-  pp.allocType = cudaMemAllocationTypePinned;
-  pp.handleTypes = cudaMemHandleTypeNone;
-  pp.location.type = cudaMemLocationTypeDevice;
-  pp.location.id = d->ordinal;
-  err = cudaMemPoolCreate(&d->pool, &pp);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    d->pool = NULL;
-    mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: device %d: no memory pool (%s); "
-                        "the core's pool is used", d->id,
-                        cudaGetErrorName(err));
-  } else {
-    uint64_t threshold = UINT64_MAX;
-    (void)cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold,
-                                  &threshold);
-  }
+  if ((rc = read_identity(d)) != 0) goto fail;
+  make_pool(d);
 
   if (d->split_count > 1) mgpu__cuda_green_open(d);
   mgpu__cuda_leave(&sc);
