@@ -56,7 +56,11 @@ static int has_peer(mgpu__bdevice *d) {
 
 /* ---- errors ---- */
 
-int mgpu__cuda_sticky(cudaError_t err) {
+/* 1 for an error that poisons the CUDA context until the process ends (an
+ * illegal address, a launch failure, ...): mgpu__cuda_fail then marks the
+ * device (and every device on the same GPU) lost and returns
+ * MGPU_EDEVLOST. */
+static int sticky(cudaError_t err) {
   switch (err) {
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchTimeout:
@@ -91,9 +95,9 @@ static void lose_one(mgpu__bdevice *d, const char *why) {
   pthread_mutex_unlock(&lost_lock);
 }
 
-void mgpu__cuda_lose(mgpu__bdevice *d, const char *why) { lose_one(d, why); }
+static void cuda_lose(mgpu__bdevice *d, const char *why) { lose_one(d, why); }
 
-int mgpu__cuda_lost(mgpu__bdevice *d, char *why, size_t why_size) {
+static int cuda_lost(mgpu__bdevice *d, char *why, size_t why_size) {
   if (!__atomic_load_n(&d->lost, __ATOMIC_ACQUIRE)) return 0;
   if (why != NULL && why_size > 0) snprintf(why, why_size, "%s", d->lost_why);
   return 1;
@@ -114,8 +118,9 @@ static void lose_gpu_of(int dev, const char *why) {
   for (int i = 0; i < n; i++) lose_one(same[i], why);
 }
 
-int mgpu__cuda_code(cudaError_t err) {
-  if (mgpu__cuda_sticky(err)) return MGPU_EDEVLOST;
+/* The mgpu code for a CUDA error (MGPU_ENOMEM, MGPU_EBACKEND ...). */
+static int cuda_code(cudaError_t err) {
+  if (sticky(err)) return MGPU_EDEVLOST;
   switch (err) {
     case cudaSuccess: return 0;
     case cudaErrorMemoryAllocation: return MGPU_ENOMEM;
@@ -139,7 +144,7 @@ int mgpu__cuda_fail(int dev, cudaError_t err, const char *what) {
     hint = " (a kernel launched through mgpu must be compiled for this GPU's "
            "architecture and linked with the shared CUDA runtime, "
            "-cudart shared)";
-  if (mgpu__cuda_sticky(err)) {
+  if (sticky(err)) {
     hint = " (a sticky error: the device's context is unusable until the "
            "process ends; the device is lost)";
     char why[160];
@@ -147,11 +152,11 @@ int mgpu__cuda_fail(int dev, cudaError_t err, const char *what) {
     lose_gpu_of(dev, why);
   }
   if (dev >= 0)
-    return mgpu__cuda_env->set_error(mgpu__cuda_code(err),
+    return mgpu__cuda_env->set_error(cuda_code(err),
                                      "device %d: %s: %s (%s)%s", dev, what,
                                      cudaGetErrorName(err),
                                      cudaGetErrorString(err), hint);
-  return mgpu__cuda_env->set_error(mgpu__cuda_code(err), "%s: %s (%s)%s", what,
+  return mgpu__cuda_env->set_error(cuda_code(err), "%s: %s (%s)%s", what,
                                    cudaGetErrorName(err),
                                    cudaGetErrorString(err), hint);
 }
@@ -170,7 +175,8 @@ static void *entry_point(const char *sym, unsigned version) {
   return fn;
 }
 
-int mgpu__cuda_driver_load(void) {
+/* Fetches the entry points once; 0 or a negative code with the detail. */
+static int driver_load(void) {
   if (driver_loaded) return 0;
   mgpu__cuda_driver *v = &mgpu__cuda_drv;
   *(void **)&v->ctx_get_current = entry_point("cuCtxGetCurrent", 12000);
@@ -209,7 +215,7 @@ static int cuda_probe(int *count) {
         cudaGetErrorName(err), cudaGetErrorString(err));
   }
   if (n > 0) {
-    int rc = mgpu__cuda_driver_load();
+    int rc = driver_load();
     if (rc != 0) return rc;
   }
   *count = n;
@@ -261,7 +267,7 @@ static void make_pool(mgpu__bdevice *d) {
 
 static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   *out = NULL;
-  int rc = mgpu__cuda_driver_load();
+  int rc = driver_load();
   if (rc != 0) return rc;
   mgpu__bdevice *d = calloc(1, sizeof *d);
   if (d == NULL)
@@ -409,7 +415,7 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .ipc_import = mgpu__cuda_ipc_import,                            \
   .ipc_protect = mgpu__cuda_ipc_protect,                          \
   .ipc_unimport = mgpu__cuda_ipc_unimport,                        \
-  .lose = mgpu__cuda_lose, .lost = mgpu__cuda_lost
+  .lose = cuda_lose, .lost = cuda_lost
 
 static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
 
