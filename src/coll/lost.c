@@ -2,7 +2,8 @@
  *
  * A call that waits for other ranks (a collective's rendezvous, a host
  * barrier) registers its condition variable here while it waits. The core
- * runs mgpu__coll_device_lost when it finds a device lost; it broadcasts
+ * runs coll_device_lost, this layer's device-lost hook
+ * (mgpu__on_device_lost), when it finds a device lost; it broadcasts
  * every registered condition variable, so the waiters wake at once and look
  * at their devices. The hook may run on a thread that holds any lock (a
  * collective being issued holds its communicator's lock, a backend its

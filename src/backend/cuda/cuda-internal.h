@@ -77,7 +77,7 @@ struct mgpu__bdevice {
   /* 1 once a sticky error poisoned the device's context (or the core lost
    * it on purpose): every later call fails, so the core refuses new work.
    * Accessed with __atomic builtins (this header is also C++); lost_why is
-   * written before lost is set, under mgpu__cuda_lost_lock. */
+   * written before lost is set, under cuda.c's lost_lock. */
   int lost;
   char lost_why[160];
 };
