@@ -8,6 +8,7 @@
 
 #ifdef MGPU_HAVE_NCCL
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,11 +16,23 @@ static mgpu__mpi_nccl_api api;
 static int loaded; /* 1 loaded, -1 failed (not retried), 0 not tried */
 static const char *load_why;
 
-#define LOAD(h, field, name)                   \
-  do {                                         \
-    *(void **)&api.field = dlsym(h, name);     \
-    if (api.field == NULL) goto missing;       \
-  } while (0)
+/* NCCL's entry points and where each goes in the table. */
+static const struct nccl_sym {
+  const char *name;
+  size_t offset;
+} nccl_syms[] = {
+    {"ncclGetUniqueId", offsetof(mgpu__mpi_nccl_api, get_unique_id)},
+    {"ncclCommInitRank", offsetof(mgpu__mpi_nccl_api, comm_init_rank)},
+    {"ncclCommDestroy", offsetof(mgpu__mpi_nccl_api, comm_destroy)},
+    {"ncclGroupStart", offsetof(mgpu__mpi_nccl_api, group_start)},
+    {"ncclGroupEnd", offsetof(mgpu__mpi_nccl_api, group_end)},
+    {"ncclAllReduce", offsetof(mgpu__mpi_nccl_api, all_reduce)},
+    {"ncclReduce", offsetof(mgpu__mpi_nccl_api, reduce)},
+    {"ncclBroadcast", offsetof(mgpu__mpi_nccl_api, broadcast)},
+    {"ncclAllGather", offsetof(mgpu__mpi_nccl_api, all_gather)},
+    {"ncclReduceScatter", offsetof(mgpu__mpi_nccl_api, reduce_scatter)},
+    {"ncclGetErrorString", offsetof(mgpu__mpi_nccl_api, error_string)},
+};
 
 const mgpu__mpi_nccl_api *mgpu__mpi_nccl_load(const char **why) {
   if (loaded == 0) {
@@ -27,7 +40,7 @@ const mgpu__mpi_nccl_api *mgpu__mpi_nccl_load(const char **why) {
     char cudart[32];
     snprintf(cudart, sizeof cudart, "libcudart.so.%d", CUDART_VERSION / 1000);
     void *rt = dlopen(cudart, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    void *nc = NULL;
+    void *nc = NULL, *fn;
     if (rt == NULL) {
       load_why = "the CUDA runtime is not loaded (no CUDA plugin)";
       goto fail;
@@ -38,18 +51,14 @@ const mgpu__mpi_nccl_api *mgpu__mpi_nccl_load(const char **why) {
       load_why = "libnccl not found";
       goto fail;
     }
-    LOAD(rt, set_device, "cudaSetDevice");
-    LOAD(nc, get_unique_id, "ncclGetUniqueId");
-    LOAD(nc, comm_init_rank, "ncclCommInitRank");
-    LOAD(nc, comm_destroy, "ncclCommDestroy");
-    LOAD(nc, group_start, "ncclGroupStart");
-    LOAD(nc, group_end, "ncclGroupEnd");
-    LOAD(nc, all_reduce, "ncclAllReduce");
-    LOAD(nc, reduce, "ncclReduce");
-    LOAD(nc, broadcast, "ncclBroadcast");
-    LOAD(nc, all_gather, "ncclAllGather");
-    LOAD(nc, reduce_scatter, "ncclReduceScatter");
-    LOAD(nc, error_string, "ncclGetErrorString");
+    /* POSIX lets a dlsym result be stored as a function pointer. */
+    fn = dlsym(rt, "cudaSetDevice");
+    if (fn == NULL) goto missing;
+    memcpy(&api.set_device, &fn, sizeof fn);
+    for (size_t i = 0; i < sizeof nccl_syms / sizeof nccl_syms[0]; i++) {
+      if ((fn = dlsym(nc, nccl_syms[i].name)) == NULL) goto missing;
+      memcpy((char *)&api + nccl_syms[i].offset, &fn, sizeof fn);
+    }
     loaded = 1;
     return &api;
   missing:

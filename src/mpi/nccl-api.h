@@ -11,25 +11,23 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+/* Each entry's type is taken from the header's own declaration, so that it
+ * cannot drift from it; __typeof__ evaluates nothing and references no
+ * symbol. */
 typedef struct mgpu__mpi_nccl_api {
-  ncclResult_t (*get_unique_id)(ncclUniqueId *);
-  ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
-  ncclResult_t (*comm_destroy)(ncclComm_t);
-  ncclResult_t (*group_start)(void);
-  ncclResult_t (*group_end)(void);
-  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
-                             ncclRedOp_t, ncclComm_t, cudaStream_t);
-  ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t,
-                         ncclRedOp_t, int, ncclComm_t, cudaStream_t);
-  ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int,
-                            ncclComm_t, cudaStream_t);
-  ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t,
-                             ncclComm_t, cudaStream_t);
-  ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t,
-                                 ncclRedOp_t, ncclComm_t, cudaStream_t);
-  const char *(*error_string)(ncclResult_t);
+  __typeof__(ncclGetUniqueId) *get_unique_id;
+  __typeof__(ncclCommInitRank) *comm_init_rank;
+  __typeof__(ncclCommDestroy) *comm_destroy;
+  __typeof__(ncclGroupStart) *group_start;
+  __typeof__(ncclGroupEnd) *group_end;
+  __typeof__(ncclAllReduce) *all_reduce;
+  __typeof__(ncclReduce) *reduce;
+  __typeof__(ncclBroadcast) *broadcast;
+  __typeof__(ncclAllGather) *all_gather;
+  __typeof__(ncclReduceScatter) *reduce_scatter;
+  __typeof__(ncclGetErrorString) *error_string;
   /* From the libcudart the CUDA plugin already loaded. */
-  cudaError_t (*set_device)(int);
+  __typeof__(cudaSetDevice) *set_device;
 } mgpu__mpi_nccl_api;
 
 /* Opens libnccl and finds libcudart on first use; the table stays for the
