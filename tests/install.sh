@@ -90,6 +90,28 @@ if has mpi && [ -z "$sanitized" ]; then
     fail "the installed mgpu bench mpi"
   echo "install: mgpu bench mpi runs its installed helper"
 fi
+# The installed command finds its installed baselines: Open MPI's next to
+# `bench allreduce` (where mpirun is there), StarPU's next to `bench sched`.
+if [ -z "$sanitized" ] && [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] &&
+   command -v mpirun >/dev/null; then
+  (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+     "$tmp/prefix/bin/mgpu" bench allreduce --quick --reps 1 --devices 2 --sizes 8 --json) |
+    python3 -c '
+import json, sys
+rows = [r for r in json.load(sys.stdin)["results"] if r["metric"] == "busbw"]
+assert rows and all(r["baseline"]["name"] == "Open MPI busbw" for r in rows), rows' ||
+    fail "the installed mgpu bench allreduce has no Open MPI baseline"
+  echo "install: bench allreduce finds its installed Open MPI baseline"
+fi
+if [ -z "$sanitized" ] && [ -x "$tmp/prefix/libexec/mgpu/starpu_sched" ]; then
+  (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:1 "$tmp/prefix/bin/mgpu" bench sched --quick --reps 1 --json) |
+    python3 -c '
+import json, sys
+names = {r.get("baseline", {}).get("name") for r in json.load(sys.stdin)["results"]}
+assert "StarPU eager" in names, names' ||
+    fail "the installed mgpu bench sched has no StarPU baseline"
+  echo "install: bench sched finds its installed StarPU baseline"
+fi
 
 # A loader that cannot find CUDA's libraries: ld.so without its cache
 # searches only the system's own folders (CUDA lives in /usr/local). That
@@ -166,8 +188,10 @@ if command -v pkg-config >/dev/null; then
         missing="$missing $l" ;;
     esac
   done
+  kinds="shared, rpath, static"
   if [ -n "$missing" ]; then
     echo "install: static link skipped: cannot link$missing (Debian: apt-get install libudev-dev)" >&2
+    kinds="shared, rpath"
   else
     cc -std=c11 -o "$tmp/app-static" "$tmp/app.c" $(pkg-config --cflags mgpu) $static_libs
     if ldd "$tmp/app-static" | grep -q libmgpu; then
@@ -175,7 +199,7 @@ if command -v pkg-config >/dev/null; then
     fi
     MGPU_DEVICES=host:2 "$tmp/app-static" | grep -q "2 devices"
   fi
-  echo "install: pkg-config ok (shared, rpath, static)"
+  echo "install: pkg-config ok ($kinds)"
 else
   echo "install: pkg-config not installed, skipping that half" >&2
 fi
