@@ -8,6 +8,7 @@
  * one GPU), else with those slots NULL so the core runs its own ring.
  */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,17 +204,46 @@ static int driver_load(void) {
 
 /* ---- probe, open, close ---- */
 
+/* Why cudaGetDeviceCount failed, in the user's terms. The runtime says
+ * "driver version is insufficient" also where no driver is installed at all
+ * (libcuda.so.1 cannot be loaded), which is what a machine without a GPU
+ * looks like: tell the two apart, and call both "no GPU". */
+static int probe_fail(cudaError_t err) {
+  (void)cudaGetLastError();
+  const char *name = cudaGetErrorName(err);
+  if (err == cudaErrorNoDevice)
+    return mgpu__cuda_env->set_error(
+        MGPU_ENODEV, "no GPU was found: the NVIDIA driver sees no CUDA device "
+        "(cudaGetDeviceCount: %s)", name);
+  if (err == cudaErrorInsufficientDriver) {
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (drv == NULL)
+      return mgpu__cuda_env->set_error(
+          MGPU_ENODEV, "no GPU or driver was found: the NVIDIA driver "
+          "(libcuda.so.1) is not installed or cannot be loaded "
+          "(cudaGetDeviceCount: %s)", name);
+    dlclose(drv);
+    int drv_version = 0, rt_version = 0;
+    (void)cudaDriverGetVersion(&drv_version);
+    (void)cudaRuntimeGetVersion(&rt_version);
+    (void)cudaGetLastError();
+    return mgpu__cuda_env->set_error(
+        MGPU_EBACKEND, "the NVIDIA driver supports CUDA %d.%d, older than the "
+        "CUDA runtime %d.%d mgpu was built with: update the driver "
+        "(cudaGetDeviceCount: %s)", drv_version / 1000,
+        drv_version % 1000 / 10, rt_version / 1000, rt_version % 1000 / 10,
+        name);
+  }
+  return mgpu__cuda_env->set_error(
+      MGPU_EBACKEND, "no CUDA device can be used: cudaGetDeviceCount returned "
+      "%s (%s)", name, cudaGetErrorString(err));
+}
+
 static int cuda_probe(int *count) {
   *count = 0;
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    int code = err == cudaErrorNoDevice ? MGPU_ENODEV : MGPU_EBACKEND;
-    (void)cudaGetLastError();
-    return mgpu__cuda_env->set_error(
-        code, "no CUDA device can be used: cudaGetDeviceCount returned %s (%s)",
-        cudaGetErrorName(err), cudaGetErrorString(err));
-  }
+  if (err != cudaSuccess) return probe_fail(err);
   if (n > 0) {
     int rc = driver_load();
     if (rc != 0) return rc;
