@@ -644,7 +644,11 @@ TEST_IMPL(daemon_restart) {
   pid_t second = store_daemon_exec(&other, 0);
   int status = store_wait(second, 30000);
   ASSERT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1);
-  ASSERT(store_log_has(&env, "already serves"));
+  char serving[160];
+  snprintf(serving, sizeof serving, "a daemon is already serving %s (pid %d)",
+           env.path, (int)env.daemon);
+  ASSERT(store_log_has(&env, serving));
+  ASSERT(store_log_has(&env, "MGPU_EALREADY"));
   store_expect_counts(&env, 0, 0);
   store_daemon_stop(&env);
   /* No daemon at all: a clear error, no hang. */
