@@ -40,8 +40,11 @@
 #include "util/fault.h"
 
 #define MAX_CONNS 1024
-/* A client that lets this many reply bytes pile up is not reading. */
+/* A client that lets this many reply bytes, or replies carrying a
+ * descriptor, pile up unsent is not reading: it is dropped. A client of
+ * this library has one request out at a time. */
 #define OUT_LIMIT (4u * MGPU__STORE_MSG_MAX)
+#define FDS_LIMIT 16
 
 typedef struct object {
   uint64_t id;
@@ -79,6 +82,7 @@ typedef struct conn {
   size_t in_len, in_cap;
   mgpu__store_wbuf out;
   pending_fd *fds, *fds_tail;
+  int nfds;    /* descriptors in fds */
   int closing; /* close once out is flushed */
   lease *leases;
   struct conn *next;
@@ -94,6 +98,7 @@ static struct {
   int listen_fd;
   char path[108];
   int lock_fd;              /* PATH.lock, flock'ed while serving */
+  int spare_fd;             /* given up to refuse a client at EMFILE */
   char lock_path[128];
   gid_t allow_gid;
   int allow_group;
@@ -290,6 +295,7 @@ static void queue_fd(conn *c, size_t at, int fd) {
   f->fd = fd;
   if (c->fds_tail) c->fds_tail->next = f; else c->fds = f;
   c->fds_tail = f;
+  c->nfds++;
 }
 
 static void reply_error(conn *c, uint32_t seq, int code, const char *fmt, ...)
@@ -596,6 +602,8 @@ static int dispatch(conn *c, const mgpu__store_msg *m, char *why, size_t n) {
   return 0;
 }
 
+static int conn_flush(conn *c, char *why, size_t n);
+
 /* Reads what is there and handles every whole message. Returns 0, or -1
  * with why set ("" for a plain disconnect). */
 static int conn_read(conn *c, char *why, size_t n) {
@@ -651,9 +659,10 @@ static int conn_read(conn *c, char *why, size_t n) {
     mgpu__store_msg_free(&m);
     if (rc != 0) return -1;
     off += total;
-    if (c->out.len > OUT_LIMIT) {
-      snprintf(why, n, "does not read its replies (%zu bytes queued)",
-               c->out.len);
+    if (c->nfds >= FDS_LIMIT && conn_flush(c, why, n) != 0) return -1;
+    if (c->out.len > OUT_LIMIT || c->nfds >= FDS_LIMIT) {
+      snprintf(why, n, "does not read its replies (%zu bytes and %d "
+               "descriptors queued)", c->out.len, c->nfds);
       return -1;
     }
   }
@@ -702,6 +711,7 @@ static int conn_flush(conn *c, char *why, size_t n) {
     if (fd >= 0) {
       pending_fd *f = c->fds;
       c->fds = f->next;
+      c->nfds--;
       if (c->fds == NULL) c->fds_tail = NULL;
       close(f->fd);
       mgpu__free(f);
@@ -714,6 +724,18 @@ static int conn_flush(conn *c, char *why, size_t n) {
 
 static void accept_one(void) {
   int fd = accept4(S.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && S.spare_fd >= 0) {
+    /* Out of descriptors: the waiting client would keep the listening
+     * socket readable and the loop spinning. Take it with the spare
+     * descriptor and close it, so that it sees a refusal. */
+    close(S.spare_fd);
+    fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) close(fd);
+    S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    mgpu__log(MGPU_LOG_WARN, "store: refused a client: the daemon is out of "
+              "file descriptors (%d clients)", S.nconns);
+    return;
+  }
   if (fd < 0) return;
   struct ucred cred;
   socklen_t len = sizeof cred;
@@ -968,6 +990,7 @@ static int serve(mgpu_store_server_config *cfgp) {
   memset(&S, 0, sizeof S);
   S.listen_fd = -1;
   S.lock_fd = -1;
+  S.spare_fd = -1;
   if (cfg.capacity == 0) {
     const char *env = getenv("MGPU_STORE_CAPACITY");
     if (env != NULL && mgpu__parse_size(env, &cfg.capacity) != 0)
@@ -994,10 +1017,12 @@ static int serve(mgpu_store_server_config *cfgp) {
   S.next_id = 1;
   rc = listen_on(S.path);
   if (rc != 0) return rc;
+  S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     close(S.listen_fd);
     unlink(S.path);
     unlock_path();
+    if (S.spare_fd >= 0) close(S.spare_fd);
     return mgpu__error(MGPU_EIO, "pipe: %s", strerror(errno));
   }
   stop_requested = 0;
@@ -1059,6 +1084,7 @@ static int serve(mgpu_store_server_config *cfgp) {
   close(S.listen_fd);
   unlink(S.path);
   unlock_path();
+  if (S.spare_fd >= 0) close(S.spare_fd);
   close(wake_pipe[0]);
   close(wake_pipe[1]);
   wake_pipe[0] = wake_pipe[1] = -1;
