@@ -1046,11 +1046,11 @@ TEST_IMPL(sealed_memory_immutable) {
   }
   obj_fill(o, 21);
   ASSERT_OK(mgpu_store_seal(o));
+  ASSERT_CHILD_OK(store_spawn(writer_main, &env, NULL), 30000);
   /* The creator's own mapping cannot be made writable again. */
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   ASSERT(mprotect(mgpu_store_object_ptr(o), page, PROT_READ | PROT_WRITE) !=
          0);
-  ASSERT_CHILD_OK(store_spawn(writer_main, &env, NULL), 30000);
   /* Every holder still reads what was sealed. */
   ASSERT(obj_check(o, 21));
   ASSERT_OK(mgpu_store_get_by_name(st, "sealed", &g));
