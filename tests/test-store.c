@@ -1401,16 +1401,8 @@ static void become(uid_t uid, gid_t *groups, size_t ngroups) {
  * path, letting the victim's group in. */
 static pid_t attacker_daemon(store_env *env, const char *dir,
                              const char *path) {
-  fflush(NULL);
-  pid_t pid = fork();
-  ASSERT(pid >= 0);
+  pid_t pid = store_fork_logged(env);
   if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int log = open(env->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (log >= 0) {
-      dup2(log, 2);
-      close(log);
-    }
     /* A member of the victim's group, so it may hand the socket to it. */
     gid_t victims = VICTIM_UID;
     become(ATTACKER_UID, &victims, 1);
