@@ -9,6 +9,7 @@
 #include <pwd.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "store-helpers.h"
 #include "store/proto.h"
@@ -1508,6 +1509,44 @@ TEST_IMPL(socket_refused_is_eacces) {
   return 0;
 }
 
+/* ---- a daemon out of descriptors refuses, and recovers ---- */
+
+TEST_IMPL(descriptors_exhausted) {
+  store_env env;
+  store_env_init(&env);
+  /* A daemon allowed few descriptors, so that clients can use them up. */
+  env.daemon = store_fork_logged(&env);
+  if (env.daemon == 0) {
+    struct rlimit lim = {48, 48};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(126);
+    execl(MGPU_TEST_BIN_DIR "/mgpud", "mgpud", "--socket", env.path,
+          (char *)NULL);
+    _exit(127);
+  }
+  mgpu_store *first;
+  ASSERT_OK(store_connect_wait(&env, &first));
+  enum { MAX = 64 };
+  mgpu_store *st[MAX];
+  int n = 0, rc = 0;
+  while (n < MAX && (rc = mgpu_store_connect(&st[n], env.path)) == 0) n++;
+  /* The client over the limit is told at once (the daemon closes it), and
+   * the daemon says why. */
+  ASSERT(n < MAX);
+  ASSERT_EQ(rc, MGPU_ESTORE);
+  ASSERT_DETAIL_HAS(env.path);
+  ASSERT(store_log_has(&env, "out of file descriptors"));
+  /* The clients it took are served, and room comes back. */
+  mgpu_store_stats s = {.size = sizeof s};
+  ASSERT_OK(mgpu_store_stats_get(first, &s));
+  ASSERT_EQ(s.clients, (uint32_t)n + 1);
+  for (int i = 0; i < n; i++) ASSERT_OK(mgpu_store_disconnect(st[i]));
+  ASSERT_OK(mgpu_store_disconnect(first));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(proto_roundtrip)
 TEST_ENTRY(proto_rejects)
@@ -1526,6 +1565,7 @@ TEST_ENTRY(sealed_memory_immutable)
 TEST_ENTRY(racing_daemons)
 TEST_ENTRY(disconnect_during_calls)
 TEST_ENTRY(unread_replies_bounded)
+TEST_ENTRY(descriptors_exhausted)
 TEST_ENTRY(nothing_left_behind)
 TEST_ENTRY(create_never_fits)
 TEST_ENTRY(seal_after_delete)

@@ -728,12 +728,12 @@ static void accept_one(void) {
     /* Out of descriptors: the waiting client would keep the listening
      * socket readable and the loop spinning. Take it with the spare
      * descriptor and close it, so that it sees a refusal. */
+    mgpu__log(MGPU_LOG_WARN, "store: refused a client: the daemon is out of "
+              "file descriptors (%d clients)", S.nconns);
     close(S.spare_fd);
     fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd >= 0) close(fd);
     S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    mgpu__log(MGPU_LOG_WARN, "store: refused a client: the daemon is out of "
-              "file descriptors (%d clients)", S.nconns);
     return;
   }
   if (fd < 0) return;
