@@ -152,7 +152,10 @@ static inline void store_env_cleanup(store_env *env) {
     kill(env->daemon, SIGKILL);
     store_wait(env->daemon, 5000);
   }
+  char lock[sizeof env->path + 8];
+  snprintf(lock, sizeof lock, "%s.lock", env->path);
   unlink(env->path);
+  unlink(lock); /* left by a daemon that was killed */
   unlink(env->log);
   rmdir(env->dir);
 }
