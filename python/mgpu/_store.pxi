@@ -232,8 +232,9 @@ cdef class Store:
         return bool(deferred)
 
     def list(self):
-        """Every object as a dict: id, name (None when unnamed), device_uuid,
-        bytes, sealed, deleted, refs."""
+        """Every object as a dict: id, name (None when unnamed), device (the
+        device's UUID), bytes, sealed, deleted, refs: the keys of
+        ``mgpu store ls --json``."""
         cdef mgpu_store *st = self._open()
         cdef mgpu_store_entry *e = NULL
         cdef size_t n = 0, i
@@ -246,7 +247,7 @@ cdef class Store:
             for i in range(n):
                 name = e[i].name.decode("utf-8", "replace")
                 out.append({"id": e[i].id, "name": name or None,
-                            "device_uuid": e[i].device_uuid.decode(),
+                            "device": e[i].device_uuid.decode(),
                             "bytes": e[i].bytes, "sealed": bool(e[i].sealed),
                             "deleted": bool(e[i].deleted), "refs": e[i].refs})
         finally:

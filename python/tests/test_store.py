@@ -75,6 +75,36 @@ def mg2():
     yield from opened("host:2")
 
 
+def _tool():
+    """The mgpu command beside the daemon, or on PATH."""
+    cmd = _daemon()
+    if cmd is not None:
+        beside = pathlib.Path(cmd[0]).with_name("mgpu")
+        if beside.exists():
+            return str(beside)
+    return shutil.which("mgpu")
+
+
+def test_list_keys_match_cli(daemon, mg2):
+    tool = _tool()
+    if tool is None:
+        pytest.skip("no mgpu command found")
+    with mgpu.store.connect(daemon) as st:
+        st.put(np.arange(10, dtype="float32"), name="k", device=1)
+        ours = st.list()
+        out = subprocess.run([tool, "store", "--socket", daemon, "ls",
+                              "--json"], capture_output=True, timeout=60,
+                             check=True)
+        import json
+        theirs = json.loads(out.stdout)
+        assert len(ours) == len(theirs) == 1
+        assert set(ours[0]) == set(theirs[0])
+        for key in ("id", "device", "bytes", "sealed", "deleted", "refs"):
+            assert ours[0][key] == theirs[0][key], key
+        assert ours[0]["name"] == theirs[0]["name"] == "k"
+        st.delete("k")
+
+
 def test_put_get_same_process(daemon, mg2):
     data = np.arange(1000, dtype=np.float32)
     with mgpu.store.connect(daemon) as st:
