@@ -154,6 +154,7 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_pool_destroy(mgpu_pool *pool)
     int mgpu_pool_submit_fn(mgpu_pool *pool, mgpu_task_fn fn, void *arg, mgpu_task *task)
     int mgpu_pool_wait(mgpu_pool *pool, mgpu_task task)
+    int mgpu_pool_release(mgpu_pool *pool, mgpu_task task)
     int mgpu_pool_wait_all(mgpu_pool *pool)
 
     ctypedef enum mgpu_dist_kind:
