@@ -105,3 +105,41 @@ def test_interpreter_exit_with_exports_alive(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "4000"
+
+
+def test_pool_tasks_dropped_unwaited(tmp_path):
+    # A child: the failure this guards against kills the interpreter.
+    script = tmp_path / "drop.py"
+    script.write_text(
+        "import gc, mgpu\n"
+        "mgpu.init(devices='host:4')\n"
+        "out = []\n"
+        "with mgpu.Pool() as p:\n"
+        "    [p.submit(lambda d, x: out.append(x), i) for i in range(2000)]\n"
+        "    gc.collect()\n"
+        "print(sorted(out) == list(range(2000)))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_pool_call_released_once_run(mg):
+    class Arg:
+        pass
+
+    with mgpu.Pool() as p:
+        arg = Arg()
+        ref = weakref.ref(arg)
+        t = p.submit(lambda d, x: 5, arg)
+        del arg
+        assert t.wait() == 5
+        del t
+        gc.collect()
+        assert ref() is None  # nothing kept once the task ran and was waited
+        dropped = Arg()
+        ref = weakref.ref(dropped)
+        p.submit(lambda d, x: None, dropped)
+        del dropped
+    gc.collect()
+    assert ref() is None  # the pool let go of a dropped task's call
