@@ -12,6 +12,7 @@ cdef extern from "mgpu.h" nogil:
         MGPU_EAGAIN
         MGPU_ECANCELED
         MGPU_EREADONLY
+        MGPU_ETIMEDOUT
     unsigned mgpu_version()
     const char *mgpu_version_string()
 
@@ -32,6 +33,7 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_init(const mgpu_config *config)
     int mgpu_shutdown()
     int mgpu_is_initialized()
+    int mgpu_timeout_ms()
 
     ctypedef enum mgpu_backend_kind:
         MGPU_BACKEND_HOST
@@ -53,6 +55,10 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_device_synchronize(int dev)
     ctypedef int (*mgpu_device_fn)(int dev, void *arg) noexcept
     int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg)
+    ctypedef struct mgpu_work:
+        pass
+    int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg, mgpu_work **work)
+    int mgpu_work_wait(mgpu_work *work)
 
     ctypedef enum mgpu_mem_kind:
         MGPU_MEM_DEVICE
@@ -140,6 +146,8 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_channel_destroy(mgpu_channel *chan)
     int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src, size_t offset, size_t size, mgpu_stream *stream)
     int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset, size_t *size, mgpu_stream *stream)
+    int mgpu_channel_send_timeout(mgpu_channel *chan, const mgpu_buffer *src, size_t offset, size_t size, mgpu_stream *stream, int timeout_ms)
+    int mgpu_channel_recv_timeout(mgpu_channel *chan, mgpu_buffer *dst, size_t offset, size_t *size, mgpu_stream *stream, int timeout_ms)
     int mgpu_channel_close(mgpu_channel *chan)
 
     ctypedef uint64_t mgpu_task

@@ -161,6 +161,7 @@ def _cuda_order(uintptr_t producer, uintptr_t consumer):
 # the order below is the order the names are defined in).
 
 include "_errors.pxi"
+include "_wait.pxi"
 include "_runtime.pxi"
 include "_stream.pxi"
 include "_array.pxi"
