@@ -230,11 +230,10 @@ cdef class Array:
 
     cdef _order_after(self, uintptr_t consumer):
         """Makes CUDA stream consumer wait for the work queued on the
-        array's pending streams (an event each); where that cannot be done
-        (no CUDA driver loaded, a handle the driver refuses), waits on the
-        host instead."""
+        array's pending streams (mgpu_stream_order_native: an event each,
+        through the CUDA plugin); where that cannot be done (a handle the
+        driver refuses), waits on the host instead."""
         cdef Stream st
-        cdef void *native
         cdef int rc
         if not self.pending:
             return
@@ -242,12 +241,11 @@ cdef class Array:
             st = <Stream>x
             if not st.owned or not mgpu_is_initialized():
                 continue  # destroyed: its work is done
-            native = mgpu_stream_native(st.s)
-            if native == NULL:
+            rc = mgpu_stream_order_native(st.s, <void *>consumer)
+            if rc == MGPU_EFREED:
                 mgpu_error_clear()  # a stream of a closed session: done
-                continue
-            rc = mgpu_py_cuda_order(native, <void *>consumer)
-            if rc != 0:
+            elif rc != 0:
+                mgpu_error_clear()
                 self._sync()
                 return
 

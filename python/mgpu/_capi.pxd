@@ -227,6 +227,7 @@ cdef extern from "mgpu/dlpack.h" nogil:
 
 cdef extern from "mgpu/interop.h" nogil:
     int mgpu_buffer_dlpack(mgpu_buffer *buf, size_t offset, DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides, DLManagedTensorVersioned **managed)
+    int mgpu_stream_order_native(mgpu_stream *stream, void *native)
     int mgpu_buffer_dldevice(mgpu_buffer *buf, DLDevice *device)
     int mgpu_buffer_from_dlpack(mgpu_buffer **buf, int dev, DLManagedTensorVersioned *managed)
 
