@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import mgpu
+from conftest import LegacyConsumerView
 
 _name = ctypes.pythonapi.PyCapsule_GetName
 _name.restype = ctypes.c_char_p
@@ -126,14 +127,7 @@ def test_read_only_export_only_to_consumers_that_see_the_flag(mg):
     flags, data = _Versioned.flags(a.__dlpack__(max_version=(1, 0), copy=True))
     assert flags & 2 and not flags & 1 and data != a.ptr
 
-    class Legacy:  # a consumer from before DLPack 1.0
-        def __dlpack__(self, **kw):
-            return a.__dlpack__()
-
-        def __dlpack_device__(self):
-            return a.__dlpack_device__()
-
-    y = np.from_dlpack(Legacy())
+    y = np.from_dlpack(LegacyConsumerView(a))
     assert not np.shares_memory(y, np.asarray(a))
     assert y.tolist() == [0, 1, 2, 3]
 

@@ -15,7 +15,7 @@ import pytest
 
 import mgpu
 import mgpu.store
-from conftest import opened
+from conftest import LegacyConsumerView, opened
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -294,14 +294,7 @@ def test_dlpack_export_follows_the_array_api_rules(daemon, mg2):
         a = st.get("ro", dtype="int32")
         view = np.asarray(a)
 
-        class Legacy:  # a consumer from before DLPack 1.0
-            def __dlpack__(self, **kw):
-                return a.__dlpack__()
-
-            def __dlpack_device__(self):
-                return a.__dlpack_device__()
-
-        old = np.from_dlpack(Legacy())
+        old = np.from_dlpack(LegacyConsumerView(a))
         assert not np.shares_memory(old, view)
         np.testing.assert_array_equal(old, data)
         with pytest.raises(BufferError, match="read-only"):
