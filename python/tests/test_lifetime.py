@@ -2,8 +2,6 @@
 order, gc, shutdown with live arrays and exports, interpreter exit."""
 import gc
 import itertools
-import subprocess
-import sys
 import weakref
 
 import numpy as np
