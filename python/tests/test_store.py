@@ -15,7 +15,7 @@ import pytest
 
 import mgpu
 import mgpu.store
-from conftest import opened
+from conftest import LegacyConsumerView, opened
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -313,3 +313,32 @@ def test_mirror_views_keep_it_open(daemon, mg2):
     with mgpu.store.connect(daemon) as st:
         with pytest.raises(mgpu.NotFoundError):
             st.get("dropped")
+
+
+def test_dlpack_export_follows_the_array_api_rules(daemon, mg2):
+    # A got object is read-only: in place only to a consumer that reads
+    # DLPack 1.x's read-only flag; a copy to any other, or where asked.
+    data = np.arange(8, dtype=np.int32)
+    with mgpu.store.connect(daemon) as st:
+        st.put(data, name="ro", device=0)
+        a = st.get("ro", dtype="int32")
+        view = np.asarray(a)
+
+        old = np.from_dlpack(LegacyConsumerView(a))
+        assert not np.shares_memory(old, view)
+        np.testing.assert_array_equal(old, data)
+        with pytest.raises(BufferError, match="read-only"):
+            a.__dlpack__(copy=False)
+        mine = np.from_dlpack(a, copy=True)
+        assert mine.flags.writeable and not np.shares_memory(mine, view)
+        mine[:] = -1
+        np.testing.assert_array_equal(view, data)
+        same = np.from_dlpack(a)
+        assert np.shares_memory(same, view) and not same.flags.writeable
+        # The arguments are checked as Array.__dlpack__ checks them.
+        with pytest.raises(ValueError, match="stream"):
+            a.__dlpack__(stream=1)
+        with pytest.raises(TypeError, match="max_version"):
+            a.__dlpack__(max_version=3)
+        del old, mine, same, view, a
+        gc.collect()

@@ -157,6 +157,8 @@ int mgpu__cuda_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
 void *mgpu__cuda_stream_native(mgpu__bstream *s);
 int mgpu__cuda_event_create(mgpu__bdevice *d, mgpu__bevent **out);
 void mgpu__cuda_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__cuda_stream_order_native(mgpu__bdevice *d, mgpu__bstream *s,
+                                   void *native);
 int mgpu__cuda_event_record(mgpu__bdevice *d, mgpu__bevent *e,
                             mgpu__bstream *s);
 int mgpu__cuda_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);

@@ -421,6 +421,7 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .stream_synchronize = mgpu__cuda_stream_synchronize,            \
   .stream_query = mgpu__cuda_stream_query,                        \
   .stream_native = mgpu__cuda_stream_native,                      \
+  .stream_order_native = mgpu__cuda_stream_order_native,          \
   .event_create = mgpu__cuda_event_create,                        \
   .event_destroy = mgpu__cuda_event_destroy,                      \
   .event_record = mgpu__cuda_event_record,                        \
