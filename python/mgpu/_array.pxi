@@ -4,23 +4,56 @@
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _MGPU_DTYPES = {"float32": MGPU_FLOAT32, "float64": MGPU_FLOAT64,
                 "int32": MGPU_INT32, "int64": MGPU_INT64,
-                "float16": MGPU_FLOAT16}
+                "float16": MGPU_FLOAT16, "bfloat16": MGPU_BFLOAT16}
+
+# bfloat16: NumPy has no such type. With ml_dtypes installed it is
+# ml_dtypes.bfloat16; without, a uint16 dtype marked in its metadata, so
+# that NumPy sees the raw bits (uint16) and mgpu still knows the type. NumPy
+# ignores metadata when comparing dtypes: compare with _same_dtype.
+try:
+    import ml_dtypes as _ml_dtypes
+    _BF16 = _np.dtype(_ml_dtypes.bfloat16)
+except ImportError:
+    _BF16 = _np.dtype(_np.uint16, metadata={"mgpu_dtype": "bfloat16"})
+
+# The largest element count and byte count of an array: NumPy's (the
+# largest Py_ssize_t), which also keeps every count within size_t and
+# DLPack's int64 extents.
+_MAX_BYTES = (1 << 63) - 1
+
+
+def _is_bf16(dt):
+    return dt.name == "bfloat16" or (
+        dt.metadata is not None and dt.metadata.get("mgpu_dtype") == "bfloat16")
+
+
+def _dtype_name(dt):
+    """dt's name as the package spells it ("bfloat16" for both kinds)."""
+    return "bfloat16" if _is_bf16(dt) else dt.name
+
+
+def _same_dtype(a, b):
+    return a == b and _is_bf16(a) == _is_bf16(b)
 
 
 def _as_dtype(dtype):
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return _BF16
     try:
         dt = _np.dtype(dtype)
     except TypeError as e:
         raise TypeError("not a data type: %r" % (dtype,)) from e
+    if _is_bf16(dt):
+        return _BF16
     if dt.kind not in _DL_CODES or dt.byteorder == ">" or dt.fields is not None:
         raise TypeError("data type %s has no DLPack equivalent (bool, "
-                        "int, uint, float and complex types only)" % dt)
+                        "int, uint, float, bfloat16 and complex types only)" % dt)
     return dt
 
 
 cdef DLDataType _dl_dtype(object dt):
     cdef DLDataType t
-    t.code = _DL_CODES[dt.kind]
+    t.code = 4 if _is_bf16(dt) else _DL_CODES[dt.kind]
     t.bits = dt.itemsize * 8
     t.lanes = 1
     return t
@@ -57,6 +90,21 @@ def _as_shape(shape):
     if len(out) > 64:
         raise ValueError("at most 64 dimensions")
     return tuple(out)
+
+
+def _shape_bytes(tuple shape, dt):
+    """The element count and byte count of an array of shape and dt, in
+    Python integers (which do not wrap). ValueError past _MAX_BYTES, as
+    NumPy says it: no allocation or later size_t product can overflow."""
+    count = 1
+    for s in shape:
+        count *= s
+    nbytes = count * dt.itemsize
+    if nbytes > _MAX_BYTES:
+        raise ValueError("array is too big: shape %s of %s is %d elements, "
+                         "%d bytes, more than the largest possible (2^63 - 1 "
+                         "bytes)" % (shape, _dtype_name(dt), count, nbytes))
+    return count, nbytes
 
 
 # ---------------------------------------------------------------------------
@@ -329,21 +377,21 @@ cdef class Array:
         return out
 
     def copy_from(self, src, stream=None):
-        """Copies src into this array: another mgpu Array of the same size
-        (any device), or anything NumPy can read (host data)."""
+        """Copies src into this array: another mgpu Array of the same dtype
+        and shape (any device), or anything NumPy can read (host data) of
+        the same shape whose values convert under NumPy's "same_kind" rule.
+        TypeError / ValueError naming both otherwise, before any byte moves;
+        ReadOnlyError into read-only memory."""
         cdef const unsigned char[::1] view
         cdef size_t n
         cdef int rc
+        _writable("copy_from", "the array", self)
         if isinstance(src, Array):
-            if (<Array>src).nbytes != self.nbytes:
-                raise ValueError("copy_from: %d bytes into %d" %
-                                 ((<Array>src).nbytes, self.nbytes))
+            _same_shape("copy_from", "the array", self, "src", src)
             if self.nbytes:
                 _copy_bytes(self, src, self.nbytes, stream)
             return self
-        host = _np.ascontiguousarray(src, dtype=self.dtype)
-        if host.size != self.size:
-            raise ValueError("copy_from: %d elements into %d" % (host.size, self.size))
+        host = _host_data("copy_from", src, self.dtype, self.shape)
         n = host.nbytes
         if n:
             view = host.reshape(-1).view(_np.uint8)
@@ -434,10 +482,8 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     a.shape = shape
     a.dtype = dt
     a.kind = kind
-    a.mdt = _MGPU_DTYPES.get(dt.name, -1)
-    a.count = 1
-    for x in shape:
-        a.count *= <size_t>x
+    a.mdt = _MGPU_DTYPES.get(_dtype_name(dt), -1)
+    a.count = _shape_bytes(shape, dt)[0]
     _check(mgpu_buffer_dlpack(b, 0, u8, 1, &n, NULL, &a.pin))
     _check(mgpu_buffer_dldevice(b, &where))
     a.dl_type = where.device_type
@@ -447,10 +493,8 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
 
 cdef Array _new_array(tuple shape, object dt, int dev, str kind):
     cdef mgpu_buffer *b = NULL
-    cdef size_t n = dt.itemsize
+    cdef size_t n = _shape_bytes(shape, dt)[1]
     cdef int rc
-    for s in shape:
-        n *= <size_t>s
     if n == 0:
         n = 1  # mgpu has no empty buffers: one element's room
     k = _KINDS.get(kind)
@@ -487,6 +531,69 @@ cdef _copy_bytes(Array dst, Array src, size_t n, object stream):
     if s != NULL:
         dst._touch(stream)
         src._touch(stream)
+
+
+# -- arrays given together: every call that takes several arrays checks
+# them against each other before a byte moves; nothing is reinterpreted.
+
+def _fail(int code, str msg):
+    """The mgpu.Error subclass of code with msg (a check of the package's
+    own, before any call into the library)."""
+    return ERRORS[code]("%s: %s" % (mgpu_err_name(code).decode(), msg), msg)
+
+
+cdef _same_type(str what, str an, Array a, str bn, Array b):
+    """TypeError naming both arrays unless a and b hold the same dtype."""
+    if not _same_dtype(a.dtype, b.dtype):
+        raise TypeError("%s: %s is %s but %s is %s (nothing is converted)" %
+                        (what, bn, _dtype_name(b.dtype), an,
+                         _dtype_name(a.dtype)))
+
+
+cdef _same_shape(str what, str an, Array a, str bn, Array b):
+    """_same_type, and ValueError unless their shapes are equal."""
+    _same_type(what, an, a, bn, b)
+    if a.shape != b.shape:
+        raise ValueError("%s: %s has shape %s (%d elements) but %s has %s "
+                         "(%d elements)" % (what, bn, b.shape, b.count, an,
+                                            a.shape, a.count))
+
+
+cdef _times(str what, str an, Array a, str bn, Array b, size_t n):
+    """_same_type, and ValueError unless b has n times a's elements."""
+    _same_type(what, an, a, bn, b)
+    if b.count != a.count * n:
+        raise ValueError("%s: %s has %d elements, %d (%d ranks x %d of %s) "
+                         "wanted" % (what, bn, b.count, a.count * n, n,
+                                     a.count, an))
+
+
+cdef _writable(str what, str name, Array a):
+    """ReadOnlyError (or FreedError...) unless a's buffer takes writes."""
+    cdef int rc = mgpu_buffer_is_readonly(a.buf)
+    if rc < 0:
+        raise _error(rc)
+    if rc:
+        raise _fail(MGPU_EREADONLY, "%s: %s is read-only memory (%s on "
+                    "device %d)" % (what, name, a.shape, a.device))
+
+
+def _host_data(str what, data, dt, tuple shape):
+    """data (anything NumPy reads) as a C-contiguous NumPy array of dt and
+    shape, to copy into an array of dt and shape. Values convert only as
+    NumPy's "same_kind" rule allows (int into float, float64 into float32,
+    not float into int): TypeError otherwise; ValueError for another
+    shape."""
+    host = _np.asarray(data)
+    if not _np.can_cast(host.dtype, dt, "same_kind"):
+        raise TypeError("%s: data of %s does not convert to %s (same_kind "
+                        "casting): convert it first" %
+                        (what, host.dtype, _dtype_name(dt)))
+    if host.shape != shape:
+        raise ValueError("%s: data has shape %s (%d elements), the array %s "
+                         "(%d elements)" % (what, host.shape, host.size,
+                                            shape, _shape_bytes(shape, dt)[0]))
+    return _np.asarray(host, dtype=dt, order="C")
 
 
 def empty(shape, dtype="float32", device=None, *, kind="device"):
@@ -637,7 +744,7 @@ def asarray(obj, dtype=None, device=None, *, copy=None):
                          % type(obj).__name__)
     host = _np.asarray(obj) if not hasattr(obj, "__dlpack__") else _np.from_dlpack(obj)
     dt = _as_dtype(host.dtype if dtype is None else dtype)
-    host = _np.ascontiguousarray(host, dtype=dt)
+    host = _np.asarray(host, dtype=dt, order="C")
     out = empty(host.shape, dt, device)
     return out.copy_from(host)
 

@@ -6,9 +6,24 @@ _OPS = {"sum": MGPU_SUM, "prod": MGPU_PROD, "min": MGPU_MIN, "max": MGPU_MAX}
 
 cdef mgpu_dtype _mgpu_dtype(Array a) except *:
     if a.mdt < 0:
-        raise TypeError("collectives take float32, float64, int32, int64 or "
-                        "float16 (CUDA), not %s" % a.dtype)
+        raise TypeError("collectives take float32, float64, int32, int64, "
+                        "float16 or bfloat16, not %s" % _dtype_name(a.dtype))
     return <mgpu_dtype>a.mdt
+
+
+cdef _agree(str what, list arrays, str name):
+    """Every arrays[r] has arrays[0]'s dtype and shape."""
+    cdef int r
+    for r in range(1, len(arrays)):
+        _same_shape(what, name + "[0]", arrays[0], "%s[%d]" % (name, r),
+                    arrays[r])
+
+
+cdef _all_writable(str what, list arrays, str name):
+    """Each arrays[r] takes writes."""
+    cdef int r
+    for r in range(len(arrays)):
+        _writable(what, "%s[%d]" % (name, r), arrays[r])
 
 
 cdef class Comm:
@@ -125,40 +140,62 @@ cdef class Comm:
 
     def allreduce(self, arrays, out=None, op="sum"):
         """Every rank's out = op over every rank's array (in place when out
-        is None). Returns out."""
+        is None). Every array and out has arrays[0]'s dtype and shape
+        (TypeError / ValueError naming the two otherwise, before any byte
+        moves). Returns out."""
         send = self._arrays(arrays, "allreduce")
         recv = send if out is None else self._arrays(out, "allreduce")
         mop = _OPS.get(op)
         if mop is None:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        _agree("allreduce", send, "arrays")
+        for r in range(len(send)):
+            if recv is not send:
+                _same_shape("allreduce", "arrays[%d]" % r, send[r],
+                            "out[%d]" % r, recv[r])
+        _all_writable("allreduce", recv, "arrays" if out is None else "out")
         a = <Array>send[0]
         self._run(0, send, recv, a.count, _mgpu_dtype(a), mop, 0)
         return recv
 
     def broadcast(self, arrays, root=0):
-        """Every rank's array = root's (in place). Returns arrays."""
+        """Every rank's array = root's (in place; all of one dtype and
+        shape, all writable, root's too). Returns arrays."""
         arrs = self._arrays(arrays, "broadcast")
+        rt = _index(root, "root")
+        _agree("broadcast", arrs, "arrays")
+        _all_writable("broadcast", arrs, "arrays")  # root's too: in place
         a = <Array>arrs[0]
-        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM,
-                  _index(root, "root"))
+        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM, rt)
         return arrs
 
     def allgather(self, arrays, out):
-        """out[r] (n times the elements) = every rank's array, in rank
-        order. Returns out."""
+        """out[r] (n times the elements, the same dtype) = every rank's
+        array (all of one dtype and shape), in rank order. Returns out."""
         send = self._arrays(arrays, "allgather")
         recv = self._arrays(out, "allgather")
+        _agree("allgather", send, "arrays")
+        for r in range(len(send)):
+            _times("allgather", "arrays[%d]" % r, send[r], "out[%d]" % r,
+                   recv[r], self.nranks)
+        _all_writable("allgather", recv, "out")
         a = <Array>send[0]
         self._run(2, send, recv, a.size, _mgpu_dtype(a), MGPU_SUM, 0)
         return recv
 
     def reduce_scatter(self, arrays, out, op="sum"):
         """Rank r's out = op over every rank's elements [r*k, (r+1)*k) with
-        k = out[r].size. Returns out."""
+        k = out[r].size (every out of one dtype and shape, every array of
+        that dtype and n times k elements). Returns out."""
         send = self._arrays(arrays, "reduce_scatter")
         recv = self._arrays(out, "reduce_scatter")
         if op not in _OPS:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        _agree("reduce_scatter", recv, "out")
+        for r in range(len(send)):
+            _times("reduce_scatter", "out[%d]" % r, recv[r], "arrays[%d]" % r,
+                   send[r], self.nranks)
+        _all_writable("reduce_scatter", recv, "out")
         a = <Array>recv[0]
         self._run(3, send, recv, a.size, _mgpu_dtype(a), _OPS[op], 0)
         return recv

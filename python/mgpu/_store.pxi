@@ -193,9 +193,7 @@ cdef class Store:
         cdef StoreArray a
         dt = _as_dtype(dtype)
         shp = _as_shape(shape)
-        cdef size_t n = dt.itemsize
-        for x in shp:
-            n *= <size_t>x
+        cdef size_t n = _shape_bytes(shp, dt)[1]
         o = self._create(dev, n, name, "create")
         try:
             a = _store_array(self, o, dt, shp)
@@ -325,8 +323,9 @@ cdef class StoreArray:
         return self.id
 
     def copy_from(self, data):
-        """Writes data (anything NumPy reads, as many bytes as the object
-        view) into an object made by Store.create and not sealed yet."""
+        """Writes data (anything NumPy reads, of the object view's shape,
+        values converting under NumPy's "same_kind" rule) into an object
+        made by Store.create and not sealed yet."""
         cdef mgpu_store_object *o = self._obj()
         cdef const unsigned char[::1] view
         cdef size_t n
@@ -334,10 +333,7 @@ cdef class StoreArray:
         if not self.writable:
             raise ERRORS[MGPU_EREADONLY]("MGPU_EREADONLY: store object %d is "
                                          "sealed" % self.id, "")
-        host = _np.ascontiguousarray(data, dtype=self.dtype)
-        if host.nbytes != self.nbytes:
-            raise ValueError("copy_from: %d bytes into %d" % (host.nbytes,
-                                                               self.nbytes))
+        host = _host_data("copy_from", data, self.dtype, self.shape)
         view = host.reshape(-1).view(_np.uint8)
         n = host.nbytes
         with nogil:

@@ -1,0 +1,140 @@
+"""Arguments checked against each other: dtypes, counts, shapes, writability
+and sizes, before any byte moves. Nothing is reinterpreted."""
+import numpy as np
+import pytest
+
+import mgpu
+
+
+def _values(arrays):
+    return [a.numpy().tolist() for a in arrays]
+
+
+def _refused(exc, words, fn, *args, **kw):
+    """fn(*args) raises exc whose message names every one of words."""
+    with pytest.raises(exc) as info:
+        fn(*args, **kw)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
+def test_allreduce_refuses_other_counts_and_dtypes(mg):
+    four = [mgpu.full(4, 1, "float32", device=0),
+            mgpu.full(5, 2, "float32", device=1)]
+    _refused(ValueError, ["arrays[1]", "(5,)", "(4,)"], mgpu.allreduce, four)
+    assert _values(four) == [[1.0] * 4, [2.0] * 5]
+    mixed = [mgpu.full(4, 1, "float32", device=0),
+             mgpu.full(4, 2, "float64", device=1)]
+    _refused(TypeError, ["arrays[1]", "float64", "float32"], mgpu.allreduce,
+             mixed)
+    assert _values(mixed) == [[1.0] * 4, [2.0] * 4]
+    # Same count, other shape.
+    square = [mgpu.full((2, 2), 1, "float32", device=0),
+              mgpu.full(4, 2, "float32", device=1)]
+    _refused(ValueError, ["arrays[1]", "(2, 2)"], mgpu.allreduce, square)
+
+
+def test_allreduce_out_must_match(mg):
+    send = [mgpu.full(4, 1.5, "float32", device=d) for d in (0, 1)]
+    out = [mgpu.full(4, 7, "int32", device=d) for d in (0, 1)]
+    _refused(TypeError, ["out[0]", "int32", "float32"], mgpu.allreduce, send,
+             out=out)
+    assert _values(out) == [[7] * 4, [7] * 4]
+    short = [mgpu.full(4, 7, "float32", device=0),
+             mgpu.full(3, 7, "float32", device=1)]
+    _refused(ValueError, ["out[1]", "(3,)"], mgpu.allreduce, send, out=short)
+    assert _values(short) == [[7.0] * 4, [7.0] * 3]
+    comm = mgpu.Comm([0, 1])
+    _refused(TypeError, ["out[0]"], comm.allreduce, send, out)
+    comm.close()
+
+
+def test_broadcast_refuses_other_dtypes(mg):
+    arrays = [mgpu.full(3, 2.5, "float64", device=0),
+              mgpu.full(3, 9, "int64", device=1)]
+    _refused(TypeError, ["arrays[1]", "int64", "float64"], mgpu.broadcast,
+             arrays, root=0)
+    assert _values(arrays) == [[2.5] * 3, [9] * 3]
+    longer = [mgpu.full(3, 2.5, "float64", device=0),
+              mgpu.full(4, 9, "float64", device=1)]
+    _refused(ValueError, ["arrays[1]"], mgpu.broadcast, longer)
+    assert _values(longer) == [[2.5] * 3, [9.0] * 4]
+
+
+def test_allgather_and_reduce_scatter_sizes(mg):
+    comm = mgpu.Comm([0, 1])
+    send = [mgpu.full(2, d + 1, "float32", device=d) for d in (0, 1)]
+    small = [mgpu.full(3, 0, "float32", device=d) for d in (0, 1)]
+    _refused(ValueError, ["out[0]", "3 elements", "4"], comm.allgather, send,
+             small)
+    wrong = [mgpu.full(4, 0, "int32", device=d) for d in (0, 1)]
+    _refused(TypeError, ["out[0]", "int32"], comm.allgather, send, wrong)
+    assert _values(small) == [[0.0] * 3] * 2
+    assert _values(wrong) == [[0] * 4] * 2
+    big = [mgpu.full(4, d + 1, "float32", device=d) for d in (0, 1)]
+    out = [mgpu.full(3, 0, "float32", device=d) for d in (0, 1)]
+    _refused(ValueError, ["arrays[0]", "4 elements"], comm.reduce_scatter,
+             big, out)
+    good = [mgpu.zeros(2, "float32", device=d) for d in (0, 1)]
+    comm.reduce_scatter(big, good)
+    assert _values(good) == [[3.0, 3.0], [3.0, 3.0]]
+    comm.close()
+
+
+def test_collective_into_read_only_memory(mg):
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    ro = mgpu.from_dlpack(frozen, device=1)
+    send = [mgpu.full(4, 1, "float32", device=0), ro]
+    _refused(mgpu.ReadOnlyError, ["arrays[1]"], mgpu.allreduce, send)
+    assert send[0].numpy().tolist() == [1.0] * 4
+    assert frozen.tolist() == [0.0] * 4
+    # A broadcast is in place on every rank, the root's too.
+    dst = mgpu.full(4, 5, "float32", device=0)
+    _refused(mgpu.ReadOnlyError, ["arrays[1]"], mgpu.broadcast, [dst, ro],
+             root=1)
+    assert dst.numpy().tolist() == [5.0] * 4
+
+
+def test_copies_check_dtype_and_shape(mg):
+    a = mgpu.full(4, 1, "float32", device=0)
+    b = mgpu.full(2, 2, "float64", device=1)   # as many bytes
+    _refused(TypeError, ["src", "float64", "float32"], a.copy_from, b)
+    _refused(ValueError, ["src", "(2, 2)", "(4,)"], a.copy_from,
+             mgpu.zeros((2, 2), "float32", device=1))
+    _refused(TypeError, ["float64", "int32"], mgpu.zeros(2, "int32").copy_from,
+             np.array([1.5, 2.5]))
+    _refused(ValueError, ["(5,)", "(4,)"], a.copy_from, np.arange(5.0))
+    assert a.numpy().tolist() == [1.0] * 4
+    a.copy_from(np.arange(4))            # int64 values into float32: kept
+    assert a.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_dist_gather_checks_parts(mg):
+    d = mgpu.dist.Dist(8, "block")
+    parts = d.scatter(np.arange(8.0))
+    other = list(parts)
+    other[1] = mgpu.zeros(parts[1].size, "int64", device=parts[1].device)
+    _refused(TypeError, ["arrays[1]", "int64"], d.gather, other)
+    _refused(TypeError, ["out"], d.gather, parts, out=np.zeros(8, np.int32))
+    assert d.gather(parts).tolist() == list(np.arange(8.0))
+
+
+def test_shapes_do_not_wrap(mg):
+    _refused(ValueError, ["too big"], mgpu.zeros, 1 << 62, "float64")   # 2^65 B
+    _refused(ValueError, ["too big"], mgpu.zeros, (1 << 62, 1 << 62))   # 2^124
+    _refused(ValueError, ["too big"], mgpu.empty, (1 << 40, 1 << 40, 2), "u1")
+    with pytest.raises(MemoryError):
+        mgpu.zeros(1 << 62, "int8")    # 2^62 bytes: fits a size, not a device
+    _refused(ValueError, ["too big"], mgpu.zeros, 1 << 64)  # not a size_t
+
+
+def test_zero_dimensional(mg):
+    z = mgpu.zeros(())
+    assert z.shape == () and z.size == 1 and z.ndim == 0
+    assert z.numpy().shape == ()
+    assert mgpu.asarray(3.0).shape == ()
+    assert mgpu.asarray(np.float32(3)).numpy().shape == ()
+    f = mgpu.full((), 2, "int64")
+    f.copy_from(np.int64(5))
+    assert f.numpy().tolist() == 5
