@@ -517,7 +517,12 @@ cdef class StoreMirror:
             raise ERRORS[MGPU_EREADONLY](
                 "MGPU_EREADONLY: the store object %d is sealed: its host "
                 "mirror is read-only" % self.arr.id, "")
-        self.numpy()[key] = value
+        host = _np.asarray(value)
+        if not _np.can_cast(host.dtype, self.arr.dtype, "same_kind"):
+            raise TypeError("mirror: values of %s do not convert to the "
+                            "object's %s (same_kind casting)" %
+                            (host.dtype, _dtype_name(self.arr.dtype)))
+        self.numpy()[key] = host
 
     def end(self):
         """Writes the host copy back (writable objects) and frees it.
