@@ -418,9 +418,7 @@ cdef _mpi_coll(int which, str what, object send, object recv, object count_of,
     if recv is not None:
         mr = _moved(recv, what, red)
         rb = mr.buf
-    if ms is not None and mr is not None and (ms.dt != mr.dt):
-        raise TypeError("%s: send is %s and recv is %s" %
-                        (what, send.dtype, recv.dtype))
+    _mpi_agree(which, what, send, recv, c.size)
     mc = ms if count_of is send else mr
     cdef size_t count = mc.count
     cdef mgpu_dtype dt = mc.dt
@@ -441,6 +439,23 @@ cdef _mpi_coll(int which, str what, object send, object recv, object count_of,
             else:
                 rc = mgpu_mpi_gather(sb, 0, rb, 0, count, dt, root, c.c, s)
     _check(rc)
+
+
+cdef _mpi_agree(int which, str what, object send, object recv, int size):
+    """The arrays of one collective checked against each other on this
+    rank, with the package's shared checks (_array.pxi), before any MPI
+    call: the same dtype (never reinterpreted), matching counts, out
+    writable."""
+    if recv is not None:
+        _writable(what, "a" if which == _BCAST else "out", recv)
+    if send is None or recv is None or send is recv:
+        return
+    if which == _REDUCE or which == _ALLREDUCE:
+        _same_shape(what, "a", send, "out", recv)
+    elif which == _ALLGATHER or which == _GATHER:
+        _times(what, "a", send, "out", recv, size)
+    else:  # reduce_scatter, scatter: out is one rank's share of a
+        _times(what, "out", recv, "a", send, size)
 
 
 cdef bint _is_root(int root, object comm) except -1:

@@ -214,6 +214,14 @@ def errors():
     raises(ValueError, mgpu.mpi.allreduce, a, op="avg")
     raises(TypeError, mgpu.mpi.allreduce, a, mgpu.zeros(4, "float64", device=0))
     raises(TypeError, mgpu.mpi.gather, a, None, root=rank)  # root needs out
+    # The arrays of one call agree on each rank before anything moves.
+    e = raises(ValueError, mgpu.mpi.allreduce, a, mgpu.zeros(5, "float32", device=0))
+    assert "out" in str(e) and "(5,)" in str(e), e
+    raises(TypeError, mgpu.mpi.allgather, mgpu.zeros(4, "complex64", device=0),
+           mgpu.zeros(4 * size, "int64", device=0))  # the same 8-byte units
+    e = raises(ValueError, mgpu.mpi.allgather, a,
+               mgpu.zeros(4 * size + 1, "float32", device=0))
+    assert "%d ranks x 4" % size in str(e), e
     # Counts that differ between ranks fail the call on every rank before
     # any data moves, naming the rank.
     if size > 1:
