@@ -138,3 +138,25 @@ def test_zero_dimensional(mg):
     f = mgpu.full((), 2, "int64")
     f.copy_from(np.int64(5))
     assert f.numpy().tolist() == 5
+
+
+def test_channel_checks_its_arrays(mg):
+    ch = mgpu.Channel(0, 1, 16, dtype="float32")
+    assert ch.dtype == np.float32
+    _refused(TypeError, ["float64", "float32"], ch.send,
+             mgpu.zeros(2, "float64", device=0))
+    _refused(ValueError, ["whole elements"], ch.send,
+             mgpu.zeros(4, "float32", device=0), 6)
+    ch.send(mgpu.full(4, 3, "float32", device=0))
+    _refused(TypeError, ["int32", "float32"], ch.recv,
+             mgpu.zeros(4, "int32", device=1))
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    _refused(mgpu.ReadOnlyError, ["recv", "read-only"], ch.recv,
+             mgpu.from_dlpack(frozen, device=1))
+    got = mgpu.zeros(4, "float32", device=1)
+    assert ch.recv(got) == 16           # the message waited for a good array
+    assert got.numpy().tolist() == [3.0] * 4
+    with pytest.raises(ValueError):
+        mgpu.Channel(0, 1, 6, dtype="float32")
+    ch.close()
