@@ -187,7 +187,28 @@ cdef class Array:
 
     def __repr__(self):
         return "<mgpu.Array shape=%s dtype=%s device=%d kind=%s>" % (
-            self.shape, self.dtype, self.device, self.kind)
+            self.shape, _dtype_name(self.dtype), self.device, self.kind)
+
+    # -- views: parts of the same buffer
+    def __getitem__(self, key):
+        """A view of the part basic indexing selects (ints, slices, ...,
+        None), when that part is one contiguous piece of the buffer:
+        ``a[i:j]``, ``a[k]``, ``a[2, 1:3]`` of a 2-d array. ValueError
+        for a part that is not (``a[::2]``, ``a[:, 1]``), IndexError for an
+        index out of range. See reshape for what a view is."""
+        first, shape = _basic_index(self.shape, key)
+        return _view(self, first, shape)
+
+    def reshape(self, *shape):
+        """A view of the array with another shape of as many elements
+        (one extent may be -1: inferred). A view is an mgpu.Array over the
+        same memory (its ptr is inside this one's): NumPy, the collectives,
+        copies, channels and mgpu.mpi take it like any array, and writes
+        through either are seen by both. It keeps this array's memory
+        alive."""
+        if len(shape) == 1 and not hasattr(shape[0], "__index__"):
+            shape = shape[0]
+        return _view(self, 0, _reshaped(self.count, shape))
 
     # -- the exchange protocols
     def __dlpack_device__(self):
@@ -488,6 +509,139 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     _check(mgpu_buffer_dldevice(b, &where))
     a.dl_type = where.device_type
     a.dl_id = where.device_id
+    return a
+
+
+def _reshaped(count, shape):
+    """shape (an int or a tuple, one extent may be -1) for count elements."""
+    shape = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+    for i, s in enumerate(shape):
+        if isinstance(s, bool) or not hasattr(s, "__index__"):
+            raise TypeError("shape entries must be ints, not %s" %
+                            type(s).__name__)
+        shape[i] = s.__index__()
+    if shape.count(-1) > 1:
+        raise ValueError("reshape: only one extent may be -1")
+    if -1 in shape:
+        rest = 1
+        for s in shape:
+            rest *= s if s != -1 else 1
+        if rest == 0 or count % rest:
+            raise ValueError("cannot reshape %d elements into shape %s" %
+                             (count, tuple(shape)))
+        shape[shape.index(-1)] = count // rest
+    out = _as_shape(tuple(shape))
+    n = 1
+    for s in out:
+        n *= s
+    if n != count:
+        raise ValueError("cannot reshape %d elements into shape %s" %
+                         (count, out))
+    return out
+
+
+def _key_items(int ndim, key):
+    """key as a tuple of ints, slices and None with one int or slice per
+    dimension (... expanded)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    nreal = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if nreal > ndim:
+        raise IndexError("too many indices: %d for %d dimensions" %
+                         (nreal, ndim))
+    if Ellipsis not in key:
+        key = key + (Ellipsis,)
+    i = key.index(Ellipsis)
+    return key[:i] + (slice(None),) * (ndim - nreal) + key[i + 1:]
+
+
+def _basic_index(tuple shape, key):
+    """(first element, shape) of the part of a C-order array of shape that
+    the basic index key selects; ValueError unless that part is one
+    contiguous run of elements."""
+    cstride = [1] * len(shape)
+    for ax in range(len(shape) - 2, -1, -1):
+        cstride[ax] = cstride[ax + 1] * shape[ax + 1]
+    first, out, steps, ax = 0, [], [], 0
+    for k in _key_items(len(shape), key):
+        if k is None:
+            out.append(1)
+            steps.append(0)
+            continue
+        n, st = shape[ax], cstride[ax]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            out.append(len(range(start, stop, step)))
+            steps.append(step * st)
+            first += start * st
+        elif isinstance(k, bool) or not hasattr(k, "__index__"):
+            raise IndexError("an mgpu.Array takes basic indices only (ints, "
+                             "slices, ..., None), not %s" % type(k).__name__)
+        else:
+            j = k.__index__()
+            if not -n <= j < n:
+                raise IndexError("index %d is out of bounds for axis %d with "
+                                 "size %d" % (j, ax, n))
+            first += (j % n) * st
+        ax += 1
+    count = 1
+    for s in out:
+        count *= s
+    want = 1
+    for i in range(len(out) - 1, -1, -1):
+        if count > 1 and out[i] != 1 and steps[i] != want:
+            raise ValueError(
+                "%r selects elements that are not one contiguous piece "
+                "(dimension %d of the result steps %d elements, %d wanted): "
+                "an mgpu.Array view is a part of its buffer in C order; "
+                "copy the part through NumPy instead" % (key, i, steps[i], want))
+        want *= out[i]
+    return (first if count else 0), tuple(out)
+
+
+cdef Array _view(Array base, size_t first, tuple shape):
+    """An Array over elements [first, first + its size) of base's buffer,
+    of shape: an export of that range (mgpu_buffer_dlpack), taken back as a
+    buffer of its own (mgpu_buffer_from_dlpack), so that every call takes
+    it as any buffer while the export keeps base's memory alive. Read-only
+    memory stays read-only. An empty view has no bytes to share: it is a
+    new empty array."""
+    cdef DLManagedTensorVersioned *t = NULL
+    cdef mgpu_buffer *b = NULL
+    cdef DLDataType u8
+    cdef int64_t n
+    cdef int rc, ro
+    cdef Array a
+    dt = base.dtype
+    n = _shape_bytes(shape, dt)[1]
+    if n == 0:
+        return _new_array(shape, dt, base.device, base.kind)
+    u8.code = 1
+    u8.bits = 8
+    u8.lanes = 1
+    ro = mgpu_buffer_is_readonly(base.buf)
+    if ro < 0:
+        raise _error(ro)
+    _check(mgpu_buffer_dlpack(base.buf, first * dt.itemsize, u8, 1, &n, NULL, &t))
+    if ro:
+        t.flags |= 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+    if base.kind == "pinned" and Device(base.device).backend != "host":
+        t.dl_tensor.device.device_type = kDLCUDAHost  # pinned, of its GPU
+    rc = mgpu_buffer_from_dlpack(&b, base.device, t)
+    if rc < 0:
+        err = _error(rc)
+        t.deleter(t)
+        raise err
+    try:
+        a = _wrap_buffer(b, shape, dt, base.kind)
+    except BaseException:
+        mgpu_free(b)
+        raise
+    a.owner = base
+    if base.pending:
+        a.pending = list(base.pending)
     return a
 
 

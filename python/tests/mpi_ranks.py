@@ -153,6 +153,12 @@ def reduce_scatter_allgather():
     every = mgpu.zeros(size * k, "int64", device=0)
     assert mgpu.mpi.allgather(mine, every) is every
     assert (every.numpy() == np.repeat(np.arange(size), k)).all(), every.numpy()
+    # Views: a part of a buffer moves in place, the rest stays.
+    whole = mgpu.full((3, k), -1, "float64", device=0)
+    part = whole[1]
+    mgpu.mpi.allreduce(mgpu.full(k, rank + 1, "float64", device=0), part)
+    got = whole.numpy()
+    assert (got[1] == size * (size + 1) / 2).all() and (got[[0, 2]] == -1).all(), got
 
 
 @case

@@ -160,3 +160,60 @@ def test_channel_checks_its_arrays(mg):
     with pytest.raises(ValueError):
         mgpu.Channel(0, 1, 6, dtype="float32")
     ch.close()
+
+
+def test_views_share_the_buffer(mg):
+    a = mgpu.asarray(np.arange(12.0).reshape(3, 4), device=1)
+    row = a[1]
+    assert row.shape == (4,) and row.ptr == a.ptr + 4 * 8
+    assert np.asarray(row).tolist() == [4.0, 5.0, 6.0, 7.0]
+    assert np.from_dlpack(row).__array_interface__["data"][0] == row.ptr
+    np.asarray(row)[0] = 40                     # seen through the base
+    assert a.numpy()[1, 0] == 40
+    assert a[1:3].ptr == row.ptr and a[1:3].shape == (2, 4)
+    assert a[-1, 1:3].numpy().tolist() == [9.0, 10.0]
+    assert a[2, 3].shape == () and a[2, 3].numpy() == 11
+    assert a[None, 0, ...].shape == (1, 4)
+    flat = a.reshape(-1)
+    assert flat.ptr == a.ptr and flat.shape == (12,)
+    assert a.reshape(4, 3).numpy()[1].tolist() == [3.0, 40.0, 5.0]
+    assert a.reshape((2, 6)).shape == (2, 6)
+    assert a[1:1].size == 0
+    _refused(ValueError, ["12 elements", "(5, 2)"], a.reshape, 5, 2)
+    _refused(ValueError, ["contiguous"], a.__getitem__, (slice(None), 1))
+    _refused(ValueError, ["contiguous"], a.__getitem__, slice(None, None, 2))
+    _refused(IndexError, ["out of bounds"], a.__getitem__, 3)
+    _refused(IndexError, ["basic"], a.__getitem__, [0, 1])
+
+
+def test_views_keep_the_base_and_its_read_only_flag(mg):
+    a = mgpu.full(6, 2, "int32", device=0)
+    tail = a[3:]
+    del a
+    import gc
+    gc.collect()
+    assert tail.numpy().tolist() == [2, 2, 2]
+    frozen = np.arange(4.0)
+    frozen.flags.writeable = False
+    part = mgpu.from_dlpack(frozen, device=0)[2:]
+    with pytest.raises(mgpu.ReadOnlyError):
+        part.copy_from(np.zeros(2))
+    assert frozen.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_views_in_collectives_copies_and_channels(mg):
+    bufs = [mgpu.zeros(8, "float32", device=d) for d in (0, 1)]
+    parts = [b[2:6] for b in bufs]
+    parts[0].fill(1)
+    parts[1].fill(2)
+    mgpu.allreduce(parts)                       # only the middle moves
+    for b in bufs:
+        assert b.numpy().tolist() == [0, 0, 3, 3, 3, 3, 0, 0]
+    bufs[1][6:].copy_from(bufs[0][2:4])
+    assert bufs[1].numpy().tolist() == [0, 0, 3, 3, 3, 3, 3, 3]
+    ch = mgpu.Channel(0, 1, 8, dtype="float32")
+    src = mgpu.asarray(np.arange(4, dtype=np.float32), device=0)
+    ch.send(src[1:3])
+    ch.recv(bufs[1][0:2])
+    assert bufs[1].numpy().tolist()[:3] == [1, 2, 3]
+    ch.close()
