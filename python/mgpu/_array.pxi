@@ -13,7 +13,7 @@ _MGPU_DTYPES = {"float32": MGPU_FLOAT32, "float64": MGPU_FLOAT64,
 try:
     import ml_dtypes as _ml_dtypes
     _BF16 = _np.dtype(_ml_dtypes.bfloat16)
-except ImportError:
+except (ImportError, AttributeError):  # absent (or blocked: None)
     _BF16 = _np.dtype(_np.uint16, metadata={"mgpu_dtype": "bfloat16"})
 
 # The largest element count and byte count of an array: NumPy's (the
@@ -30,6 +30,23 @@ def _is_bf16(dt):
 def _dtype_name(dt):
     """dt's name as the package spells it ("bfloat16" for both kinds)."""
     return "bfloat16" if _is_bf16(dt) else dt.name
+
+
+def _typestr(dt):
+    """dt in the array interfaces: bfloat16 as its raw bits ("<u2"), which
+    is all that a type string can say of it."""
+    return "<u2" if _is_bf16(dt) else dt.str
+
+
+def _as_values(host, dt):
+    """host (a NumPy array) converted to dt, refusing values that cannot be
+    bfloat16 without ml_dtypes (the array then holds raw uint16 bits)."""
+    if (_is_bf16(dt) and dt.name != "bfloat16" and not _is_bf16(host.dtype)
+            and host.dtype.kind not in "biu"):
+        raise TypeError("%s values into bfloat16 need ml_dtypes (pip install "
+                        "ml_dtypes); without it bfloat16 arrays take raw "
+                        "uint16 bits only" % host.dtype)
+    return _np.asarray(host, dtype=dt, order="C")
 
 
 def _same_dtype(a, b):
@@ -322,7 +339,7 @@ cdef class Array:
             raise AttributeError("__array_interface__: the array is in device "
                                  "memory (use __cuda_array_interface__)")
         self._sync()
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, False), "strides": None,
                 "version": 3}
 
@@ -342,7 +359,7 @@ cdef class Array:
             native = <uintptr_t>mgpu_stream_native((<Stream>live[0]).s)
         elif live:
             self._sync()
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, False), "strides": None,
                 "version": 3, "stream": native if native > 2 else None}
 
@@ -363,7 +380,9 @@ cdef class Array:
         if self.dl_type == 1 and not copy:
             self._sync()
             out = _np.asarray(self)
-            return out
+            # A type string says only raw bits of bfloat16: the view gets
+            # the array's own dtype (ml_dtypes.bfloat16 where installed).
+            return out.view(self.dtype) if _is_bf16(self.dtype) else out
         out = _np.empty(self.shape, self.dtype)
         if self.nbytes:
             self._to_host(out)
@@ -423,11 +442,12 @@ cdef class Array:
 
     def fill(self, value):
         """Sets every element to value."""
+        v = _as_values(_np.asarray(value), self.dtype)
+        _writable("fill", "the array", self)
         if self.dl_type == 1:
-            self._sync()
-            _np.asarray(self)[...] = value
+            self.numpy()[...] = v
         else:
-            self.copy_from(_np.full(self.shape, value, self.dtype))
+            self.copy_from(_np.full(self.shape, v, self.dtype))
         return self
 
     def free(self):
@@ -747,7 +767,7 @@ def _host_data(str what, data, dt, tuple shape):
         raise ValueError("%s: data has shape %s (%d elements), the array %s "
                          "(%d elements)" % (what, host.shape, host.size,
                                             shape, _shape_bytes(shape, dt)[0]))
-    return _np.asarray(host, dtype=dt, order="C")
+    return _as_values(host, dt)
 
 
 def empty(shape, dtype="float32", device=None, *, kind="device"):
@@ -896,9 +916,12 @@ def asarray(obj, dtype=None, device=None, *, copy=None):
     if copy is False:
         raise ValueError("asarray: %s cannot be used in place and copy=False"
                          % type(obj).__name__)
-    host = _np.asarray(obj) if not hasattr(obj, "__dlpack__") else _np.from_dlpack(obj)
+    if isinstance(obj, _np.ndarray) or not hasattr(obj, "__dlpack__"):
+        host = _np.asarray(obj)   # also what NumPy cannot export (bfloat16)
+    else:
+        host = _np.from_dlpack(obj)
     dt = _as_dtype(host.dtype if dtype is None else dtype)
-    host = _np.asarray(host, dtype=dt, order="C")
+    host = _as_values(host, dt)
     out = empty(host.shape, dt, device)
     return out.copy_from(host)
 

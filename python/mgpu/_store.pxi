@@ -420,7 +420,7 @@ cdef class StoreArray:
         if self.dl_type != 1:
             raise AttributeError("__array_interface__: the object is in "
                                  "device memory (use __cuda_array_interface__)")
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, True), "strides": None,
                 "version": 3}
 
@@ -430,7 +430,7 @@ cdef class StoreArray:
         if self.dl_type == 1:
             raise AttributeError("__cuda_array_interface__: the object is in "
                                  "host memory (use __array_interface__)")
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, True), "strides": None,
                 "version": 3, "stream": None}
 
@@ -569,7 +569,7 @@ cdef class _MirrorMemory:
 
     @property
     def __array_interface__(self):
-        return {"shape": self.m.arr.shape, "typestr": self.m.arr.dtype.str,
+        return {"shape": self.m.arr.shape, "typestr": _typestr(self.m.arr.dtype),
                 "data": (<uintptr_t>self.m.host, not self.m.writable),
                 "strides": None, "version": 3}
 
