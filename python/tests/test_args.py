@@ -1,9 +1,12 @@
 """Arguments checked against each other: dtypes, counts, shapes, writability
 and sizes, before any byte moves. Nothing is reinterpreted."""
+import gc
+
 import numpy as np
 import pytest
 
 import mgpu
+from conftest import run_python
 
 
 def _values(arrays):
@@ -190,7 +193,6 @@ def test_views_keep_the_base_and_its_read_only_flag(mg):
     a = mgpu.full(6, 2, "int32", device=0)
     tail = a[3:]
     del a
-    import gc
     gc.collect()
     assert tail.numpy().tolist() == [2, 2, 2]
     frozen = np.arange(4.0)
@@ -249,9 +251,6 @@ def test_bfloat16_with_ml_dtypes(mg):
 def test_bfloat16_without_ml_dtypes():
     # Without ml_dtypes a bfloat16 array holds raw uint16 bits: values that
     # would need a conversion are refused, bits go in and out as they are.
-    import os
-    import subprocess
-    import sys
     code = """if True:
         import sys
         sys.modules["ml_dtypes"] = None        # as if not installed
@@ -266,12 +265,7 @@ def test_bfloat16_without_ml_dtypes():
         print(a.numpy().dtype, a.numpy().tolist(), repr(a))
         mgpu.shutdown()
     """
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(mgpu.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, env.get("PYTHONPATH")) if p)
-    out = subprocess.run([sys.executable, "-c", code], env=env, timeout=60,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         check=True).stdout.decode()
+    out = run_python(code)
     assert "refused: float64 values into bfloat16 need ml_dtypes" in out, out
     assert "uint16 [16320, 16320, 16320] <mgpu.Array shape=(3,) dtype=bfloat16" in out, out
 
