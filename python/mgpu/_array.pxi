@@ -428,6 +428,7 @@ cdef class Array:
         _writable("copy_from", "the array", self)
         if isinstance(src, Array):
             _same_shape("copy_from", "the array", self, "src", src)
+            _disjoint("copy_from", "the array", self, "src", src)
             if self.nbytes:
                 _copy_bytes(self, src, self.nbytes, stream)
             return self
@@ -716,40 +717,61 @@ def _fail(int code, str msg):
     return ERRORS[code]("%s: %s" % (mgpu_err_name(code).decode(), msg), msg)
 
 
-cdef _same_type(str what, str an, Array a, str bn, Array b):
+cdef str _arg(object name):
+    """An argument's name: a str, or (name, index) for "name[index]" (made
+    only when a check fails, so the checks cost no formatting)."""
+    return name if isinstance(name, str) else "%s[%d]" % name
+
+
+cdef _same_type(str what, object an, Array a, object bn, Array b):
     """TypeError naming both arrays unless a and b hold the same dtype."""
-    if not _same_dtype(a.dtype, b.dtype):
+    if a.dtype is b.dtype:
+        return
+    if a.mdt != b.mdt or not _same_dtype(a.dtype, b.dtype):
         raise TypeError("%s: %s is %s but %s is %s (nothing is converted)" %
-                        (what, bn, _dtype_name(b.dtype), an,
+                        (what, _arg(bn), _dtype_name(b.dtype), _arg(an),
                          _dtype_name(a.dtype)))
 
 
-cdef _same_shape(str what, str an, Array a, str bn, Array b):
+cdef _same_shape(str what, object an, Array a, object bn, Array b):
     """_same_type, and ValueError unless their shapes are equal."""
     _same_type(what, an, a, bn, b)
     if a.shape != b.shape:
         raise ValueError("%s: %s has shape %s (%d elements) but %s has %s "
-                         "(%d elements)" % (what, bn, b.shape, b.count, an,
-                                            a.shape, a.count))
+                         "(%d elements)" % (what, _arg(bn), b.shape, b.count,
+                                            _arg(an), a.shape, a.count))
 
 
-cdef _times(str what, str an, Array a, str bn, Array b, size_t n):
+cdef _times(str what, object an, Array a, object bn, Array b, size_t n):
     """_same_type, and ValueError unless b has n times a's elements."""
     _same_type(what, an, a, bn, b)
     if b.count != a.count * n:
         raise ValueError("%s: %s has %d elements, %d (%d ranks x %d of %s) "
-                         "wanted" % (what, bn, b.count, a.count * n, n,
-                                     a.count, an))
+                         "wanted" % (what, _arg(bn), b.count, a.count * n, n,
+                                     a.count, _arg(an)))
 
 
-cdef _writable(str what, str name, Array a):
+cdef _writable(str what, object name, Array a):
     """ReadOnlyError (or FreedError...) unless a's buffer takes writes."""
     cdef int rc = mgpu_buffer_is_readonly(a.buf)
     if rc < 0:
         raise _error(rc)
     if rc:
         raise _fail(MGPU_EREADONLY, "%s: %s is read-only memory (%s on "
-                    "device %d)" % (what, name, a.shape, a.device))
+                    "device %d)" % (what, _arg(name), a.shape, a.device))
+
+
+cdef _disjoint(str what, object an, Array a, object bn, Array b):
+    """OverlapError when a and b are two arrays over overlapping memory
+    (views of one buffer): the library sees two buffers and would read
+    what it has already written. The same array twice is in place."""
+    cdef uintptr_t pa = <uintptr_t>a.ptr, pb = <uintptr_t>b.ptr
+    cdef size_t na = a.count * a.dtype.itemsize, nb = b.count * b.dtype.itemsize
+    if a is b or na == 0 or nb == 0 or pa >= pb + nb or pb >= pa + na:
+        return
+    raise _fail(MGPU_EOVERLAP, "%s: %s and %s overlap ([%#x, %#x) and [%#x, "
+                "%#x)): views of one buffer; the same array twice is in "
+                "place" % (what, _arg(an), _arg(bn), pa, pa + na, pb, pb + nb))
 
 
 def _host_data(str what, data, dt, tuple shape):

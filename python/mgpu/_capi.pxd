@@ -12,6 +12,7 @@ cdef extern from "mgpu.h" nogil:
         MGPU_EAGAIN
         MGPU_ECANCELED
         MGPU_EREADONLY
+        MGPU_EOVERLAP
     unsigned mgpu_version()
     const char *mgpu_version_string()
 

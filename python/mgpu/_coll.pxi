@@ -15,15 +15,29 @@ cdef _agree(str what, list arrays, str name):
     """Every arrays[r] has arrays[0]'s dtype and shape."""
     cdef int r
     for r in range(1, len(arrays)):
-        _same_shape(what, name + "[0]", arrays[0], "%s[%d]" % (name, r),
-                    arrays[r])
+        _same_shape(what, (name, 0), arrays[0], (name, r), arrays[r])
 
 
 cdef _all_writable(str what, list arrays, str name):
     """Each arrays[r] takes writes."""
     cdef int r
     for r in range(len(arrays)):
-        _writable(what, "%s[%d]" % (name, r), arrays[r])
+        _writable(what, (name, r), arrays[r])
+
+
+cdef _pairs(str what, list send, list recv, int mode, size_t n):
+    """Rank by rank, recv[r] against send[r]: the same dtype and shape
+    (mode 0), n times send[r]'s elements (1), or send[r] n times recv[r]'s
+    (2); and not two arrays over overlapping memory."""
+    cdef int r
+    for r in range(len(send)):
+        if mode == 0:
+            _same_shape(what, ("arrays", r), send[r], ("out", r), recv[r])
+        elif mode == 1:
+            _times(what, ("arrays", r), send[r], ("out", r), recv[r], n)
+        else:
+            _times(what, ("out", r), recv[r], ("arrays", r), send[r], n)
+        _disjoint(what, ("arrays", r), send[r], ("out", r), recv[r])
 
 
 cdef class Comm:
@@ -149,10 +163,8 @@ cdef class Comm:
         if mop is None:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
         _agree("allreduce", send, "arrays")
-        for r in range(len(send)):
-            if recv is not send:
-                _same_shape("allreduce", "arrays[%d]" % r, send[r],
-                            "out[%d]" % r, recv[r])
+        if recv is not send:
+            _pairs("allreduce", send, recv, 0, 1)
         _all_writable("allreduce", recv, "arrays" if out is None else "out")
         a = <Array>send[0]
         self._run(0, send, recv, a.count, _mgpu_dtype(a), mop, 0)
@@ -175,9 +187,7 @@ cdef class Comm:
         send = self._arrays(arrays, "allgather")
         recv = self._arrays(out, "allgather")
         _agree("allgather", send, "arrays")
-        for r in range(len(send)):
-            _times("allgather", "arrays[%d]" % r, send[r], "out[%d]" % r,
-                   recv[r], self.nranks)
+        _pairs("allgather", send, recv, 1, self.nranks)
         _all_writable("allgather", recv, "out")
         a = <Array>send[0]
         self._run(2, send, recv, a.size, _mgpu_dtype(a), MGPU_SUM, 0)
@@ -192,9 +202,7 @@ cdef class Comm:
         if op not in _OPS:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
         _agree("reduce_scatter", recv, "out")
-        for r in range(len(send)):
-            _times("reduce_scatter", "out[%d]" % r, recv[r], "arrays[%d]" % r,
-                   send[r], self.nranks)
+        _pairs("reduce_scatter", send, recv, 2, self.nranks)
         _all_writable("reduce_scatter", recv, "out")
         a = <Array>recv[0]
         self._run(3, send, recv, a.size, _mgpu_dtype(a), _OPS[op], 0)

@@ -445,7 +445,7 @@ cdef _mpi_agree(int which, str what, object send, object recv, int size):
     """The arrays of one collective checked against each other on this
     rank, with the package's shared checks (_array.pxi), before any MPI
     call: the same dtype (never reinterpreted), matching counts, out
-    writable."""
+    writable, a and out not two views of overlapping memory."""
     if recv is not None:
         _writable(what, "a" if which == _BCAST else "out", recv)
     if send is None or recv is None or send is recv:
@@ -456,6 +456,7 @@ cdef _mpi_agree(int which, str what, object send, object recv, int size):
         _times(what, "a", send, "out", recv, size)
     else:  # reduce_scatter, scatter: out is one rank's share of a
         _times(what, "out", recv, "a", send, size)
+    _disjoint(what, "a", send, "out", recv)
 
 
 cdef bint _is_root(int root, object comm) except -1:

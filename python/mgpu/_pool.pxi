@@ -208,7 +208,7 @@ cdef class Dist:
         for i, (a, (_, count, _)) in enumerate(zip(arrays, parts)):
             if not isinstance(a, Array):
                 raise TypeError("gather: expected mgpu.Array")
-            _same_type("gather", "arrays[0]", arrays[0], "arrays[%d]" % i, a)
+            _same_type("gather", ("arrays", 0), arrays[0], ("arrays", i), a)
             if (<Array>a).count != count:
                 raise ValueError("gather: arrays[%d] has %d elements, its part "
                                  "%d" % (i, (<Array>a).count, count))

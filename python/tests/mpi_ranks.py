@@ -228,6 +228,8 @@ def errors():
     e = raises(ValueError, mgpu.mpi.allgather, a,
                mgpu.zeros(4 * size + 1, "float32", device=0))
     assert "%d ranks x 4" % size in str(e), e
+    w = mgpu.zeros(8, "float32", device=0)
+    raises(mgpu.OverlapError, mgpu.mpi.allreduce, w[0:4], w[2:6])
     # Counts that differ between ranks fail the call on every rank before
     # any data moves, naming the rank.
     if size > 1:

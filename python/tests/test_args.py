@@ -298,3 +298,17 @@ def test_half_precision_collectives(mg, dtype):
     gathered = [mgpu.zeros(6, dtype, device=d) for d in range(2)]
     mgpu.Comm([0, 1]).allgather(src, gathered)
     assert np.asarray(gathered[0]).tolist() == np.asarray(src[1]).tolist() * 2
+
+
+def test_views_over_the_same_memory_are_not_in_place(mg):
+    # The library sees two buffers: it would read what it already wrote.
+    a = mgpu.asarray(np.arange(8.0), device=0)
+    _refused(mgpu.OverlapError, ["src", "overlap"], a[0:4].copy_from, a[2:6])
+    a[0:4].copy_from(a[4:8])                      # disjoint parts: fine
+    assert a.numpy().tolist() == [4, 5, 6, 7, 4, 5, 6, 7]
+    b = mgpu.asarray(np.arange(8.0), device=1)
+    _refused(mgpu.OverlapError, ["arrays[0]", "out[0]"], mgpu.allreduce,
+             [a[0:4], b[0:4]], out=[a[2:6], b[4:8]])
+    assert a.numpy().tolist() == [4, 5, 6, 7, 4, 5, 6, 7]
+    mgpu.allreduce([a[0:4], b[0:4]])              # one array each: in place
+    assert a.numpy().tolist() == [4, 6, 8, 10, 4, 5, 6, 7]
