@@ -160,6 +160,7 @@ cdef class Array:
     cdef object owner  # the object an imported array's memory belongs to
     cdef size_t count  # elements
     cdef int mdt       # the mgpu_dtype of dtype, -1 if it has none
+    cdef bint ro       # read-only memory (fixed when the buffer is made)
     # Streams with queued work that reads or writes the array (the copies
     # queued with stream=): what an export orders a consumer after. Cleared
     # by a host wait for the device. Touched with the GIL held.
@@ -526,6 +527,7 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     a.kind = kind
     a.mdt = _MGPU_DTYPES.get(_dtype_name(dt), -1)
     a.count = _shape_bytes(shape, dt)[0]
+    a.ro = _check(mgpu_buffer_is_readonly(b)) == 1
     _check(mgpu_buffer_dlpack(b, 0, u8, 1, &n, NULL, &a.pin))
     _check(mgpu_buffer_dldevice(b, &where))
     a.dl_type = where.device_type
@@ -642,9 +644,7 @@ cdef Array _view(Array base, size_t first, tuple shape):
     u8.code = 1
     u8.bits = 8
     u8.lanes = 1
-    ro = mgpu_buffer_is_readonly(base.buf)
-    if ro < 0:
-        raise _error(ro)
+    ro = base.ro
     _check(mgpu_buffer_dlpack(base.buf, first * dt.itemsize, u8, 1, &n, NULL, &t))
     if ro:
         t.flags |= 1  # DLPACK_FLAG_BITMASK_READ_ONLY
@@ -752,11 +752,8 @@ cdef _times(str what, object an, Array a, object bn, Array b, size_t n):
 
 
 cdef _writable(str what, object name, Array a):
-    """ReadOnlyError (or FreedError...) unless a's buffer takes writes."""
-    cdef int rc = mgpu_buffer_is_readonly(a.buf)
-    if rc < 0:
-        raise _error(rc)
-    if rc:
+    """ReadOnlyError unless a's buffer takes writes."""
+    if a.ro:
         raise _fail(MGPU_EREADONLY, "%s: %s is read-only memory (%s on "
                     "device %d)" % (what, _arg(name), a.shape, a.device))
 

@@ -14,15 +14,19 @@ cdef mgpu_dtype _mgpu_dtype(Array a) except *:
 cdef _agree(str what, list arrays, str name):
     """Every arrays[r] has arrays[0]'s dtype and shape."""
     cdef int r
+    cdef Array a = arrays[0], b
     for r in range(1, len(arrays)):
-        _same_shape(what, (name, 0), arrays[0], (name, r), arrays[r])
+        b = arrays[r]
+        if a.dtype is not b.dtype or a.shape != b.shape:
+            _same_shape(what, (name, 0), a, (name, r), b)
 
 
 cdef _all_writable(str what, list arrays, str name):
     """Each arrays[r] takes writes."""
     cdef int r
     for r in range(len(arrays)):
-        _writable(what, (name, r), arrays[r])
+        if (<Array>arrays[r]).ro:
+            _writable(what, (name, r), arrays[r])
 
 
 cdef _pairs(str what, list send, list recv, int mode, size_t n):
