@@ -62,9 +62,12 @@ def _as_dtype(dtype):
         raise TypeError("not a data type: %r" % (dtype,)) from e
     if _is_bf16(dt):
         return _BF16
-    if dt.kind not in _DL_CODES or dt.byteorder == ">" or dt.fields is not None:
+    # long double is not an IEEE type DLPack could name (NumPy refuses it).
+    if (dt.kind not in _DL_CODES or dt.byteorder == ">" or dt.fields is not None
+            or (dt.kind == "f" and dt.itemsize > 8) or dt.itemsize > 16):
         raise TypeError("data type %s has no DLPack equivalent (bool, "
-                        "int, uint, float, bfloat16 and complex types only)" % dt)
+                        "int, uint, float16/32/64, bfloat16 and complex64/128 "
+                        "only)" % dt)
     return dt
 
 
@@ -939,6 +942,8 @@ def asarray(obj, dtype=None, device=None, *, copy=None):
         host = _np.asarray(obj)   # also what NumPy cannot export (bfloat16)
     else:
         host = _np.from_dlpack(obj)
+    if dtype is None and host.dtype.byteorder == ">":
+        dtype = host.dtype.newbyteorder("=")   # copied in native order
     dt = _as_dtype(host.dtype if dtype is None else dtype)
     host = _as_values(host, dt)
     out = empty(host.shape, dt, device)

@@ -312,3 +312,15 @@ def test_views_over_the_same_memory_are_not_in_place(mg):
     assert a.numpy().tolist() == [4, 5, 6, 7, 4, 5, 6, 7]
     mgpu.allreduce([a[0:4], b[0:4]])              # one array each: in place
     assert a.numpy().tolist() == [4, 6, 8, 10, 4, 5, 6, 7]
+
+
+def test_asarray_of_what_dlpack_cannot_carry(mg):
+    # NumPy's own exporter refuses these with BufferError: mgpu says which
+    # dtype and which it takes.
+    for x in (np.array(["a"]), np.array([b"a"]), np.array([object()]),
+              np.array(["2020-01-01"], "datetime64[D]"), np.zeros(2, "f4,i4"),
+              np.zeros(2, np.longdouble)):
+        _refused(TypeError, [str(x.dtype), "bfloat16"], mgpu.asarray, x)
+    big = np.arange(4, dtype=">f4")                  # copied, native order
+    a = mgpu.asarray(big, device=1)
+    assert a.dtype == np.float32 and a.numpy().tolist() == [0, 1, 2, 3]
