@@ -446,8 +446,8 @@ cdef _mpi_agree(int which, str what, object send, object recv, int size):
     rank, with the package's shared checks (_array.pxi), before any MPI
     call: the same dtype (never reinterpreted), matching counts, out
     writable, a and out not two views of overlapping memory."""
-    if recv is not None:
-        _writable(what, "a" if which == _BCAST else "out", recv)
+    if recv is not None and which != _BCAST:  # the root's a is only read
+        _writable(what, "out", recv)
     if send is None or recv is None or send is recv:
         return
     if which == _REDUCE or which == _ALLREDUCE:
