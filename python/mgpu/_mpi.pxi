@@ -653,7 +653,7 @@ def mpi_dist_scatter(MPIDist dist not None, src, root=0, *, dtype=None):
             said = ("V", "dist_scatter: root's src has %d elements, the "
                     "distribution %d" % ((<Array>src).count, dist.n))
         else:
-            said = ("", src.dtype.str)
+            said = ("", _dtype_name(src.dtype))  # bfloat16 too
             sb = (<Array>src).buf
     said = m.comm.bcast(said, root=r)
     if said[0]:
@@ -691,15 +691,17 @@ def mpi_dist_gather(MPIDist dist not None, parts, out=None, root=0):
             raise TypeError("dist_gather: expected mgpu.Array, got %s" %
                             type(a).__name__)
         bufs[i] = (<Array>a).buf
+        _same_type("dist_gather", ("parts", 0), parts[0], ("parts", i), a)
     dt = (<Array>parts[0]).dtype
     cdef size_t es = _dist_elem(dt, "dist_gather")
     here = m.rank == r
     if here:
         if out is None:
             out = empty(dist.n, dt, 0)
-        if not isinstance(out, Array) or (<Array>out).nbytes != dist.n * es:
+        if not isinstance(out, Array) or (<Array>out).count != dist.n:
             raise ValueError("dist_gather: out must be an mgpu.Array of %d "
                              "elements of %s" % (dist.n, dt))
+        _same_type("dist_gather", ("parts", 0), parts[0], "out", out)
         db = (<Array>out).buf
     with _mpi_lock:
         with nogil:

@@ -308,6 +308,11 @@ def distribution():
     raises(TypeError, d.scatter, np.arange(n))
     raises(TypeError, mgpu.mpi.dist_scatter, d,
            mgpu.zeros(n, "uint8", device=0) if rank == 0 else None)
+    if several():   # parts of two dtypes, refused on every rank
+        bad = list(parts)
+        bad[1] = mgpu.zeros(bad[1].size, "int64", device=1)
+        e = raises(TypeError, mgpu.mpi.dist_gather, d, bad, root=0)
+        assert "parts[1] is int64" in str(e), e
 
 
 @case
