@@ -5,36 +5,68 @@ _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _MGPU_DTYPES = {"float32": MGPU_FLOAT32, "float64": MGPU_FLOAT64,
                 "int32": MGPU_INT32, "int64": MGPU_INT64,
                 "float16": MGPU_FLOAT16, "bfloat16": MGPU_BFLOAT16}
-_TAKES = ("bool, int8 to int64, uint8 to uint64, float16, bfloat16 (with "
-          "ml_dtypes), float32, float64, complex64, complex128")
+_TAKES = ("bool, int8 to int64, uint8 to uint64, float16, bfloat16, "
+          "float32, float64, complex64, complex128")
+
+# bfloat16: NumPy has no such type. With ml_dtypes installed it is
+# ml_dtypes.bfloat16; without, a uint16 dtype marked in its metadata, so
+# that NumPy sees the raw bits (uint16) and mgpu still knows the type. NumPy
+# ignores metadata when comparing dtypes: compare with _same_dtype.
+try:
+    import ml_dtypes as _ml_dtypes
+    _BF16 = _np.dtype(_ml_dtypes.bfloat16)
+except (ImportError, AttributeError):  # absent (or blocked: None)
+    _BF16 = _np.dtype(_np.uint16, metadata={"mgpu_dtype": "bfloat16"})
+
+# The largest element count and byte count of an array: NumPy's (the
+# largest Py_ssize_t), which also keeps every count within size_t and
+# DLPack's int64 extents.
+_MAX_BYTES = (1 << 63) - 1
 
 
-def _bfloat16():
-    """ml_dtypes.bfloat16 as a NumPy dtype (the bfloat16 that NumPy users
-    have: JAX's), or None where ml_dtypes is not installed."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    return _np.dtype(ml_dtypes.bfloat16)
+def _is_bf16(dt):
+    return dt.name == "bfloat16" or (
+        dt.metadata is not None and dt.metadata.get("mgpu_dtype") == "bfloat16")
+
+
+def _dtype_name(dt):
+    """dt's name as the package spells it ("bfloat16" for both kinds)."""
+    return "bfloat16" if _is_bf16(dt) else dt.name
+
+
+def _typestr(dt):
+    """dt in the array interfaces: bfloat16 as its raw bits ("<u2"), which
+    is all that a type string can say of it."""
+    return "<u2" if _is_bf16(dt) else dt.str
+
+
+def _as_values(host, dt):
+    """host (a NumPy array) converted to dt, refusing values that cannot be
+    bfloat16 without ml_dtypes (the array then holds raw uint16 bits)."""
+    if (_is_bf16(dt) and dt.name != "bfloat16" and not _is_bf16(host.dtype)
+            and host.dtype.kind not in "biu"):
+        raise TypeError("%s values into bfloat16 need ml_dtypes (pip install "
+                        "ml_dtypes); without it bfloat16 arrays take raw "
+                        "uint16 bits only" % host.dtype)
+    return _np.asarray(host, dtype=dt, order="C")
+
+
+def _same_dtype(a, b):
+    return a == b and _is_bf16(a) == _is_bf16(b)
 
 
 def _as_dtype(dtype):
     if isinstance(dtype, str) and dtype == "bfloat16":
-        dt = _bfloat16()
-        if dt is None:
-            raise TypeError("data type bfloat16 needs ml_dtypes (pip install "
-                            "ml_dtypes)")
-        return dt
+        return _BF16
     try:
         dt = _np.dtype(dtype)
     except TypeError as e:
         raise TypeError("not a data type: %r" % (dtype,)) from e
-    if dt.name == "bfloat16" and dt.itemsize == 2:
-        return dt
+    if _is_bf16(dt):
+        return _BF16
+    # long double is not an IEEE type DLPack could name (NumPy refuses it).
     if (dt.kind not in _DL_CODES or dt.byteorder == ">" or dt.fields is not None
-            or (dt.kind == "f" and dt.itemsize > 8)
-            or (dt.kind == "c" and dt.itemsize > 16)):
+            or (dt.kind == "f" and dt.itemsize > 8) or dt.itemsize > 16):
         raise TypeError("data type %s has no DLPack equivalent: mgpu takes %s"
                         % (dt, _TAKES))
     return dt
@@ -42,7 +74,7 @@ def _as_dtype(dtype):
 
 cdef DLDataType _dl_dtype(object dt):
     cdef DLDataType t
-    t.code = 4 if dt.name == "bfloat16" else _DL_CODES[dt.kind]
+    t.code = 4 if _is_bf16(dt) else _DL_CODES[dt.kind]
     t.bits = dt.itemsize * 8
     t.lanes = 1
     return t
@@ -51,11 +83,7 @@ cdef DLDataType _dl_dtype(object dt):
 def _np_dtype_of(int code, int bits, int lanes):
     kinds = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
     if code == 4 and bits == 16 and lanes == 1:  # kDLBfloat
-        dt = _bfloat16()
-        if dt is None:
-            raise TypeError("DLPack data type bfloat16 (code 4, 16 bits) "
-                            "needs ml_dtypes (pip install ml_dtypes)")
-        return dt
+        return _BF16
     if lanes != 1 or code not in kinds or bits % 8 != 0:
         raise TypeError("DLPack data type (code %d, %d bits, %d lanes) is "
                         "not supported: mgpu takes %s"
@@ -86,6 +114,21 @@ def _as_shape(shape):
     if len(out) > 64:
         raise ValueError("at most 64 dimensions")
     return tuple(out)
+
+
+def _shape_bytes(tuple shape, dt):
+    """The element count and byte count of an array of shape and dt, in
+    Python integers (which do not wrap). ValueError past _MAX_BYTES, as
+    NumPy says it: no allocation or later size_t product can overflow."""
+    count = 1
+    for s in shape:
+        count *= s
+    nbytes = count * dt.itemsize
+    if nbytes > _MAX_BYTES:
+        raise ValueError("array is too big: shape %s of %s is %d elements, "
+                         "%d bytes, more than the largest possible (2^63 - 1 "
+                         "bytes)" % (shape, _dtype_name(dt), count, nbytes))
+    return count, nbytes
 
 
 # ---------------------------------------------------------------------------
@@ -171,12 +214,6 @@ cdef class Array:
         mgpu never writes it, and its views and exports are read-only."""
         return not self.readonly
 
-    cdef _check_writable(self, str what):
-        if self.readonly:
-            raise ERRORS[MGPU_EREADONLY](
-                "MGPU_EREADONLY: %s: the array of device %d is read-only "
-                "memory (imported read-only)" % (what, self.device), "")
-
     def __len__(self):
         if not self.shape:
             raise TypeError("len() of a 0-d array")
@@ -184,7 +221,28 @@ cdef class Array:
 
     def __repr__(self):
         return "<mgpu.Array shape=%s dtype=%s device=%d kind=%s>" % (
-            self.shape, self.dtype, self.device, self.kind)
+            self.shape, _dtype_name(self.dtype), self.device, self.kind)
+
+    # -- views: parts of the same buffer
+    def __getitem__(self, key):
+        """A view of the part basic indexing selects (ints, slices, ...,
+        None), when that part is one contiguous piece of the buffer:
+        ``a[i:j]``, ``a[k]``, ``a[2, 1:3]`` of a 2-d array. ValueError
+        for a part that is not (``a[::2]``, ``a[:, 1]``), IndexError for an
+        index out of range. See reshape for what a view is."""
+        first, shape = _basic_index(self.shape, key)
+        return _view(self, first, shape)
+
+    def reshape(self, *shape):
+        """A view of the array with another shape of as many elements
+        (one extent may be -1: inferred). A view is an mgpu.Array over the
+        same memory (its ptr is inside this one's): NumPy, the collectives,
+        copies, channels and mgpu.mpi take it like any array, and writes
+        through either are seen by both. It keeps this array's memory
+        alive."""
+        if len(shape) == 1 and not hasattr(shape[0], "__index__"):
+            shape = shape[0]
+        return _view(self, 0, _reshaped(self.count, shape))
 
     # -- the exchange protocols
     def __dlpack_device__(self):
@@ -262,7 +320,7 @@ cdef class Array:
             raise AttributeError("__array_interface__: the array is in device "
                                  "memory (use __cuda_array_interface__)")
         self._sync()
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, self.readonly), "strides": None,
                 "version": 3}
 
@@ -283,7 +341,7 @@ cdef class Array:
             native = <uintptr_t>mgpu_stream_native((<Stream>live[0]).s)
         elif live:
             self._sync()
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, self.readonly), "strides": None,
                 "version": 3, "stream": native if native > 2 else None}
 
@@ -304,9 +362,9 @@ cdef class Array:
         if self.dl_type == 1 and not copy:
             self._sync()
             out = _np.asarray(self)
-            # A dtype without a typestr of its own (ml_dtypes' bfloat16 is
-            # "<V2") comes back as raw bytes: view it as the array's.
-            return out if out.dtype == self.dtype else out.view(self.dtype)
+            # A type string says only raw bits of bfloat16: the view gets
+            # the array's own dtype (ml_dtypes.bfloat16 where installed).
+            return out.view(self.dtype) if _is_bf16(self.dtype) else out
         out = _np.empty(self.shape, self.dtype)
         if self.nbytes:
             self._to_host(out)
@@ -341,22 +399,22 @@ cdef class Array:
         return out
 
     def copy_from(self, src, stream=None):
-        """Copies src into this array: another mgpu Array of the same size
-        (any device), or anything NumPy can read (host data)."""
+        """Copies src into this array: another mgpu Array of the same dtype
+        and shape (any device), or anything NumPy can read (host data) of
+        the same shape whose values convert under NumPy's "same_kind" rule.
+        TypeError / ValueError naming both otherwise, before any byte moves;
+        ReadOnlyError into read-only memory."""
         cdef const unsigned char[::1] view
         cdef size_t n
         cdef int rc
-        self._check_writable("copy_from")
+        _writable("copy_from", "the array", self)
         if isinstance(src, Array):
-            if (<Array>src).nbytes != self.nbytes:
-                raise ValueError("copy_from: %d bytes into %d" %
-                                 ((<Array>src).nbytes, self.nbytes))
+            _same_shape("copy_from", "the array", self, "src", src)
+            _disjoint("copy_from", "the array", self, "src", src)
             if self.nbytes:
                 _copy_bytes(self, src, self.nbytes, stream)
             return self
-        host = _np.ascontiguousarray(src, dtype=self.dtype)
-        if host.size != self.size:
-            raise ValueError("copy_from: %d elements into %d" % (host.size, self.size))
+        host = _host_data("copy_from", src, self.dtype, self.shape)
         n = host.nbytes
         if n:
             view = host.reshape(-1).view(_np.uint8)
@@ -367,12 +425,12 @@ cdef class Array:
 
     def fill(self, value):
         """Sets every element to value."""
-        self._check_writable("fill")
+        v = _as_values(_np.asarray(value), self.dtype)
+        _writable("fill", "the array", self)
         if self.dl_type == 1:
-            self._sync()
-            _np.asarray(self)[...] = value
+            self.numpy()[...] = v
         else:
-            self.copy_from(_np.full(self.shape, value, self.dtype))
+            self.copy_from(_np.full(self.shape, v, self.dtype))
         return self
 
     def free(self):
@@ -576,11 +634,9 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     a.shape = shape
     a.dtype = dt
     a.kind = kind
-    a.mdt = _MGPU_DTYPES.get(dt.name, -1)
-    a.readonly = mgpu_buffer_is_readonly(b) == 1
-    a.count = 1
-    for x in shape:
-        a.count *= <size_t>x
+    a.mdt = _MGPU_DTYPES.get(_dtype_name(dt), -1)
+    a.count = _shape_bytes(shape, dt)[0]
+    a.readonly = _check(mgpu_buffer_is_readonly(b)) == 1
     _check(mgpu_buffer_dlpack(b, 0, u8, 1, &n, NULL, &a.pin))
     _check(mgpu_buffer_dldevice(b, &where))
     a.dl_type = where.device_type
@@ -588,12 +644,141 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     return a
 
 
+def _reshaped(count, shape):
+    """shape (an int or a tuple, one extent may be -1) for count elements."""
+    shape = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+    for i, s in enumerate(shape):
+        if isinstance(s, bool) or not hasattr(s, "__index__"):
+            raise TypeError("shape entries must be ints, not %s" %
+                            type(s).__name__)
+        shape[i] = s.__index__()
+    if shape.count(-1) > 1:
+        raise ValueError("reshape: only one extent may be -1")
+    if -1 in shape:
+        rest = 1
+        for s in shape:
+            rest *= s if s != -1 else 1
+        if rest == 0 or count % rest:
+            raise ValueError("cannot reshape %d elements into shape %s" %
+                             (count, tuple(shape)))
+        shape[shape.index(-1)] = count // rest
+    out = _as_shape(tuple(shape))
+    n = 1
+    for s in out:
+        n *= s
+    if n != count:
+        raise ValueError("cannot reshape %d elements into shape %s" %
+                         (count, out))
+    return out
+
+
+def _key_items(int ndim, key):
+    """key as a tuple of ints, slices and None with one int or slice per
+    dimension (... expanded)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    nreal = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if nreal > ndim:
+        raise IndexError("too many indices: %d for %d dimensions" %
+                         (nreal, ndim))
+    if Ellipsis not in key:
+        key = key + (Ellipsis,)
+    i = key.index(Ellipsis)
+    return key[:i] + (slice(None),) * (ndim - nreal) + key[i + 1:]
+
+
+def _basic_index(tuple shape, key):
+    """(first element, shape) of the part of a C-order array of shape that
+    the basic index key selects; ValueError unless that part is one
+    contiguous run of elements."""
+    cstride = [1] * len(shape)
+    for ax in range(len(shape) - 2, -1, -1):
+        cstride[ax] = cstride[ax + 1] * shape[ax + 1]
+    first, out, steps, ax = 0, [], [], 0
+    for k in _key_items(len(shape), key):
+        if k is None:
+            out.append(1)
+            steps.append(0)
+            continue
+        n, st = shape[ax], cstride[ax]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            out.append(len(range(start, stop, step)))
+            steps.append(step * st)
+            first += start * st
+        elif isinstance(k, bool) or not hasattr(k, "__index__"):
+            raise IndexError("an mgpu.Array takes basic indices only (ints, "
+                             "slices, ..., None), not %s" % type(k).__name__)
+        else:
+            j = k.__index__()
+            if not -n <= j < n:
+                raise IndexError("index %d is out of bounds for axis %d with "
+                                 "size %d" % (j, ax, n))
+            first += (j % n) * st
+        ax += 1
+    count = 1
+    for s in out:
+        count *= s
+    want = 1
+    for i in range(len(out) - 1, -1, -1):
+        if count > 1 and out[i] != 1 and steps[i] != want:
+            raise ValueError(
+                "%r selects elements that are not one contiguous piece "
+                "(dimension %d of the result steps %d elements, %d wanted): "
+                "an mgpu.Array view is a part of its buffer in C order; "
+                "copy the part through NumPy instead" % (key, i, steps[i], want))
+        want *= out[i]
+    return (first if count else 0), tuple(out)
+
+
+cdef Array _view(Array base, size_t first, tuple shape):
+    """An Array over elements [first, first + its size) of base's buffer,
+    of shape: an export of that range (mgpu_buffer_dlpack), taken back as a
+    buffer of its own (mgpu_buffer_from_dlpack), so that every call takes
+    it as any buffer while the export keeps base's memory alive. Read-only
+    memory stays read-only. An empty view has no bytes to share: it is a
+    new empty array."""
+    cdef DLManagedTensorVersioned *t = NULL
+    cdef mgpu_buffer *b = NULL
+    cdef DLDataType u8
+    cdef int64_t n
+    cdef int rc, ro
+    cdef Array a
+    dt = base.dtype
+    n = _shape_bytes(shape, dt)[1]
+    if n == 0:
+        return _new_array(shape, dt, base.device, base.kind)
+    u8.code = 1
+    u8.bits = 8
+    u8.lanes = 1
+    ro = base.readonly
+    _check(mgpu_buffer_dlpack(base.buf, first * dt.itemsize, u8, 1, &n, NULL, &t))
+    if ro:
+        t.flags |= 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+    if base.kind == "pinned" and Device(base.device).backend != "host":
+        t.dl_tensor.device.device_type = kDLCUDAHost  # pinned, of its GPU
+    rc = mgpu_buffer_from_dlpack(&b, base.device, t)
+    if rc < 0:
+        err = _error(rc)
+        t.deleter(t)
+        raise err
+    try:
+        a = _wrap_buffer(b, shape, dt, base.kind)
+    except BaseException:
+        mgpu_free(b)
+        raise
+    a.owner = base
+    if base.pending:
+        a.pending = list(base.pending)
+    return a
+
+
 cdef Array _new_array(tuple shape, object dt, int dev, str kind):
     cdef mgpu_buffer *b = NULL
-    cdef size_t n = dt.itemsize
+    cdef size_t n = _shape_bytes(shape, dt)[1]
     cdef int rc
-    for s in shape:
-        n *= <size_t>s
     if n == 0:
         n = 1  # mgpu has no empty buffers: one element's room
     k = _KINDS.get(kind)
@@ -630,6 +815,87 @@ cdef _copy_bytes(Array dst, Array src, size_t n, object stream):
     if s != NULL:
         dst._touch(stream)
         src._touch(stream)
+
+
+# -- arrays given together: every call that takes several arrays checks
+# them against each other before a byte moves; nothing is reinterpreted.
+
+def _fail(int code, str msg):
+    """The mgpu.Error subclass of code with msg (a check of the package's
+    own, before any call into the library)."""
+    return ERRORS[code]("%s: %s" % (mgpu_err_name(code).decode(), msg), msg)
+
+
+cdef str _arg(object name):
+    """An argument's name: a str, or (name, index) for "name[index]" (made
+    only when a check fails, so the checks cost no formatting)."""
+    return name if isinstance(name, str) else "%s[%d]" % name
+
+
+cdef _same_type(str what, object an, Array a, object bn, Array b):
+    """TypeError naming both arrays unless a and b hold the same dtype."""
+    if a.dtype is b.dtype:
+        return
+    if a.mdt != b.mdt or not _same_dtype(a.dtype, b.dtype):
+        raise TypeError("%s: %s is %s but %s is %s (nothing is converted)" %
+                        (what, _arg(bn), _dtype_name(b.dtype), _arg(an),
+                         _dtype_name(a.dtype)))
+
+
+cdef _same_shape(str what, object an, Array a, object bn, Array b):
+    """_same_type, and ValueError unless their shapes are equal."""
+    _same_type(what, an, a, bn, b)
+    if a.shape != b.shape:
+        raise ValueError("%s: %s has shape %s (%d elements) but %s has %s "
+                         "(%d elements)" % (what, _arg(bn), b.shape, b.count,
+                                            _arg(an), a.shape, a.count))
+
+
+cdef _times(str what, object an, Array a, object bn, Array b, size_t n):
+    """_same_type, and ValueError unless b has n times a's elements."""
+    _same_type(what, an, a, bn, b)
+    if b.count != a.count * n:
+        raise ValueError("%s: %s has %d elements, %d (%d ranks x %d of %s) "
+                         "wanted" % (what, _arg(bn), b.count, a.count * n, n,
+                                     a.count, _arg(an)))
+
+
+cdef _writable(str what, object name, Array a):
+    """ReadOnlyError unless a's buffer takes writes."""
+    if a.readonly:
+        raise _fail(MGPU_EREADONLY, "%s: %s is read-only memory (%s on "
+                    "device %d)" % (what, _arg(name), a.shape, a.device))
+
+
+cdef _disjoint(str what, object an, Array a, object bn, Array b):
+    """OverlapError when a and b are two arrays over overlapping memory
+    (views of one buffer): the library sees two buffers and would read
+    what it has already written. The same array twice is in place."""
+    cdef uintptr_t pa = <uintptr_t>a.ptr, pb = <uintptr_t>b.ptr
+    cdef size_t na = a.count * a.dtype.itemsize, nb = b.count * b.dtype.itemsize
+    if a is b or na == 0 or nb == 0 or pa >= pb + nb or pb >= pa + na:
+        return
+    raise _fail(MGPU_EOVERLAP, "%s: %s and %s overlap ([%#x, %#x) and [%#x, "
+                "%#x)): views of one buffer; the same array twice is in "
+                "place" % (what, _arg(an), _arg(bn), pa, pa + na, pb, pb + nb))
+
+
+def _host_data(str what, data, dt, tuple shape):
+    """data (anything NumPy reads) as a C-contiguous NumPy array of dt and
+    shape, to copy into an array of dt and shape. Values convert only as
+    NumPy's "same_kind" rule allows (int into float, float64 into float32,
+    not float into int): TypeError otherwise; ValueError for another
+    shape."""
+    host = _np.asarray(data)
+    if not _np.can_cast(host.dtype, dt, "same_kind"):
+        raise TypeError("%s: data of %s does not convert to %s (same_kind "
+                        "casting): convert it first" %
+                        (what, host.dtype, _dtype_name(dt)))
+    if host.shape != shape:
+        raise ValueError("%s: data has shape %s (%d elements), the array %s "
+                         "(%d elements)" % (what, host.shape, host.size,
+                                            shape, _shape_bytes(shape, dt)[0]))
+    return _as_values(host, dt)
 
 
 def empty(shape, dtype="float32", device=None, *, kind="device"):
@@ -766,7 +1032,7 @@ cdef tuple _import_tensor(DLManagedTensorVersioned *t, int dev):
     return a, True
 
 
-cdef object _host_data(object obj):
+cdef object _host_data_of(object obj):
     """obj's data as a NumPy array: through the buffer protocol or the array
     interface where obj has them (NumPy arrays of every dtype, big-endian
     and ml_dtypes' bfloat16 included, which NumPy's DLPack export refuses),
@@ -812,11 +1078,11 @@ def asarray(obj, dtype=None, device=None, *, copy=None):
     if copy is False:
         raise ValueError("asarray: %s cannot be used in place and copy=False"
                          % type(obj).__name__)
-    host = _host_data(obj)
+    host = _host_data_of(obj)
     if dtype is None and host.dtype.byteorder == ">":
-        host = host.astype(host.dtype.newbyteorder("="))
+        dtype = host.dtype.newbyteorder("=")   # copied in native order
     dt = _as_dtype(host.dtype if dtype is None else dtype)
-    host = _np.ascontiguousarray(host, dtype=dt)
+    host = _as_values(host, dt)
     out = empty(host.shape, dt, device)
     return out.copy_from(host)
 

@@ -13,6 +13,7 @@ cdef extern from "mgpu.h" nogil:
         MGPU_ECANCELED
         MGPU_EREADONLY
         MGPU_ETIMEDOUT
+        MGPU_EOVERLAP
     unsigned mgpu_version()
     const char *mgpu_version_string()
 

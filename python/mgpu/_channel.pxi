@@ -5,28 +5,49 @@ cdef class Channel:
     """A bounded queue of messages from one device's memory to another's
     (``mgpu_channel``). send and recv block (GIL released) while the channel
     is full or empty; recv raises ClosedError once it is closed and
-    drained."""
+    drained.
+
+    With ``dtype`` the messages are elements of that dtype: send and recv
+    take arrays of it only (TypeError naming the array and both dtypes),
+    and a message is whole elements. Without, they are bytes of any
+    array."""
     cdef mgpu_channel *ch
     cdef readonly int src, dst
     cdef readonly size_t msg_size
+    cdef readonly object dtype
 
-    def __init__(self, src, dst, msg_size, capacity=4):
+    def __init__(self, src, dst, msg_size, capacity=4, *, dtype=None):
         self.src = _devno(src)
         self.dst = _devno(dst)
         self.msg_size = _index(msg_size, "msg_size")
+        self.dtype = None if dtype is None else _as_dtype(dtype)
+        if self.dtype is not None and self.msg_size % self.dtype.itemsize:
+            raise ValueError("msg_size %d is not whole elements of %s" %
+                             (self.msg_size, _dtype_name(self.dtype)))
         _check(mgpu_channel_create(self.src, self.dst, self.msg_size,
                                    _index(capacity, "capacity"), &self.ch))
+
+    cdef _typed(self, str what, Array a):
+        if self.dtype is not None and not _same_dtype(a.dtype, self.dtype):
+            raise TypeError("%s: a is %s, the channel carries %s" %
+                            (what, _dtype_name(a.dtype),
+                             _dtype_name(self.dtype)))
 
     def send(self, Array a not None, nbytes=None):
         """Sends the array's first nbytes (default: all) bytes."""
         cdef size_t n = a.nbytes if nbytes is None else _index(nbytes, "nbytes")
+        self._typed("send", a)
+        if self.dtype is not None and n % a.dtype.itemsize:
+            raise ValueError("send: %d bytes are not whole elements of %s" %
+                             (n, _dtype_name(a.dtype)))
         cdef Stream s = _default_stream(a.device)
         self._move(a, n, s, True)
 
     def recv(self, Array a not None):
         """Receives the next message into the array; returns its size in
         bytes."""
-        a._check_writable("recv")
+        self._typed("recv", a)
+        _writable("recv", "a", a)
         return self._move(a, 0, _default_stream(a.device), False)
 
     cdef size_t _move(self, Array a, size_t n, Stream s, bint send) except? 0:

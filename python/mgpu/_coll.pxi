@@ -6,9 +6,42 @@ _OPS = {"sum": MGPU_SUM, "prod": MGPU_PROD, "min": MGPU_MIN, "max": MGPU_MAX}
 
 cdef mgpu_dtype _mgpu_dtype(Array a) except *:
     if a.mdt < 0:
-        raise TypeError("collectives take float32, float64, int32, int64 or "
-                        "float16 (CUDA), not %s" % a.dtype)
+        raise TypeError("collectives take float32, float64, int32, int64, "
+                        "float16 or bfloat16, not %s" % _dtype_name(a.dtype))
     return <mgpu_dtype>a.mdt
+
+
+cdef _agree(str what, list arrays, str name):
+    """Every arrays[r] has arrays[0]'s dtype and shape."""
+    cdef int r
+    cdef Array a = arrays[0], b
+    for r in range(1, len(arrays)):
+        b = arrays[r]
+        if a.dtype is not b.dtype or a.shape != b.shape:
+            _same_shape(what, (name, 0), a, (name, r), b)
+
+
+cdef _all_writable(str what, list arrays, str name):
+    """Each arrays[r] takes writes."""
+    cdef int r
+    for r in range(len(arrays)):
+        if (<Array>arrays[r]).readonly:
+            _writable(what, (name, r), arrays[r])
+
+
+cdef _pairs(str what, list send, list recv, int mode, size_t n):
+    """Rank by rank, recv[r] against send[r]: the same dtype and shape
+    (mode 0), n times send[r]'s elements (1), or send[r] n times recv[r]'s
+    (2); and not two arrays over overlapping memory."""
+    cdef int r
+    for r in range(len(send)):
+        if mode == 0:
+            _same_shape(what, ("arrays", r), send[r], ("out", r), recv[r])
+        elif mode == 1:
+            _times(what, ("arrays", r), send[r], ("out", r), recv[r], n)
+        else:
+            _times(what, ("out", r), recv[r], ("arrays", r), send[r], n)
+        _disjoint(what, ("arrays", r), send[r], ("out", r), recv[r])
 
 
 cdef class Comm:
@@ -125,40 +158,56 @@ cdef class Comm:
 
     def allreduce(self, arrays, out=None, op="sum"):
         """Every rank's out = op over every rank's array (in place when out
-        is None). Returns out."""
+        is None). Every array and out has arrays[0]'s dtype and shape
+        (TypeError / ValueError naming the two otherwise, before any byte
+        moves). Returns out."""
         send = self._arrays(arrays, "allreduce")
         recv = send if out is None else self._arrays(out, "allreduce")
         mop = _OPS.get(op)
         if mop is None:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        _agree("allreduce", send, "arrays")
+        if recv is not send:
+            _pairs("allreduce", send, recv, 0, 1)
+        _all_writable("allreduce", recv, "arrays" if out is None else "out")
         a = <Array>send[0]
         self._run(0, send, recv, a.count, _mgpu_dtype(a), mop, 0)
         return recv
 
     def broadcast(self, arrays, root=0):
-        """Every rank's array = root's (in place). Returns arrays."""
+        """Every rank's array = root's (in place; all of one dtype and
+        shape, all writable, root's too). Returns arrays."""
         arrs = self._arrays(arrays, "broadcast")
+        rt = _index(root, "root")
+        _agree("broadcast", arrs, "arrays")
+        _all_writable("broadcast", arrs, "arrays")  # root's too: in place
         a = <Array>arrs[0]
-        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM,
-                  _index(root, "root"))
+        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM, rt)
         return arrs
 
     def allgather(self, arrays, out):
-        """out[r] (n times the elements) = every rank's array, in rank
-        order. Returns out."""
+        """out[r] (n times the elements, the same dtype) = every rank's
+        array (all of one dtype and shape), in rank order. Returns out."""
         send = self._arrays(arrays, "allgather")
         recv = self._arrays(out, "allgather")
+        _agree("allgather", send, "arrays")
+        _pairs("allgather", send, recv, 1, self.nranks)
+        _all_writable("allgather", recv, "out")
         a = <Array>send[0]
         self._run(2, send, recv, a.size, _mgpu_dtype(a), MGPU_SUM, 0)
         return recv
 
     def reduce_scatter(self, arrays, out, op="sum"):
         """Rank r's out = op over every rank's elements [r*k, (r+1)*k) with
-        k = out[r].size. Returns out."""
+        k = out[r].size (every out of one dtype and shape, every array of
+        that dtype and n times k elements). Returns out."""
         send = self._arrays(arrays, "reduce_scatter")
         recv = self._arrays(out, "reduce_scatter")
         if op not in _OPS:
             raise ValueError("op must be one of %s" % ", ".join(_OPS))
+        _agree("reduce_scatter", recv, "out")
+        _pairs("reduce_scatter", send, recv, 2, self.nranks)
+        _all_writable("reduce_scatter", recv, "out")
         a = <Array>recv[0]
         self._run(3, send, recv, a.size, _mgpu_dtype(a), _OPS[op], 0)
         return recv

@@ -16,6 +16,11 @@ class Error(Exception):
         super().__init__(message)
         self.detail = detail
 
+    def __str__(self):
+        # The message as it is: KeyError's own __str__ (a base of
+        # NotFoundError) would quote it as a repr.
+        return BaseException.__str__(self)
+
 
 # Python names of the codes; a code the library adds later gets a name made
 # from its own ("MGPU_EFOO" -> "EFooError") and still its own class.

@@ -418,9 +418,7 @@ cdef _mpi_coll(int which, str what, object send, object recv, object count_of,
     if recv is not None:
         mr = _moved(recv, what, red)
         rb = mr.buf
-    if ms is not None and mr is not None and (ms.dt != mr.dt):
-        raise TypeError("%s: send is %s and recv is %s" %
-                        (what, send.dtype, recv.dtype))
+    _mpi_agree(which, what, send, recv, c.size)
     mc = ms if count_of is send else mr
     cdef size_t count = mc.count
     cdef mgpu_dtype dt = mc.dt
@@ -441,6 +439,24 @@ cdef _mpi_coll(int which, str what, object send, object recv, object count_of,
             else:
                 rc = mgpu_mpi_gather(sb, 0, rb, 0, count, dt, root, c.c, s)
     _check(rc)
+
+
+cdef _mpi_agree(int which, str what, object send, object recv, int size):
+    """The arrays of one collective checked against each other on this
+    rank, with the package's shared checks (_array.pxi), before any MPI
+    call: the same dtype (never reinterpreted), matching counts, out
+    writable, a and out not two views of overlapping memory."""
+    if recv is not None and which != _BCAST:  # the root's a is only read
+        _writable(what, "out", recv)
+    if send is None or recv is None or send is recv:
+        return
+    if which == _REDUCE or which == _ALLREDUCE:
+        _same_shape(what, "a", send, "out", recv)
+    elif which == _ALLGATHER or which == _GATHER:
+        _times(what, "a", send, "out", recv, size)
+    else:  # reduce_scatter, scatter: out is one rank's share of a
+        _times(what, "out", recv, "a", send, size)
+    _disjoint(what, "a", send, "out", recv)
 
 
 cdef bint _is_root(int root, object comm) except -1:
@@ -637,7 +653,7 @@ def mpi_dist_scatter(MPIDist dist not None, src, root=0, *, dtype=None):
             said = ("V", "dist_scatter: root's src has %d elements, the "
                     "distribution %d" % ((<Array>src).count, dist.n))
         else:
-            said = ("", src.dtype.str)
+            said = ("", _dtype_name(src.dtype))  # bfloat16 too
             sb = (<Array>src).buf
     said = m.comm.bcast(said, root=r)
     if said[0]:
@@ -675,15 +691,17 @@ def mpi_dist_gather(MPIDist dist not None, parts, out=None, root=0):
             raise TypeError("dist_gather: expected mgpu.Array, got %s" %
                             type(a).__name__)
         bufs[i] = (<Array>a).buf
+        _same_type("dist_gather", ("parts", 0), parts[0], ("parts", i), a)
     dt = (<Array>parts[0]).dtype
     cdef size_t es = _dist_elem(dt, "dist_gather")
     here = m.rank == r
     if here:
         if out is None:
             out = empty(dist.n, dt, 0)
-        if not isinstance(out, Array) or (<Array>out).nbytes != dist.n * es:
+        if not isinstance(out, Array) or (<Array>out).count != dist.n:
             raise ValueError("dist_gather: out must be an mgpu.Array of %d "
                              "elements of %s" % (dist.n, dt))
+        _same_type("dist_gather", ("parts", 0), parts[0], "out", out)
         db = (<Array>out).buf
     with _mpi_lock:
         with nogil:

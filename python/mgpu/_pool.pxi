@@ -250,12 +250,23 @@ cdef class Dist:
         parts = self.parts
         if len(arrays) != len(parts):
             raise ValueError("gather: one array per part")
+        for i, (a, (_, count, _)) in enumerate(zip(arrays, parts)):
+            if not isinstance(a, Array):
+                raise TypeError("gather: expected mgpu.Array")
+            _same_type("gather", ("arrays", 0), arrays[0], ("arrays", i), a)
+            if (<Array>a).count != count:
+                raise ValueError("gather: arrays[%d] has %d elements, its part "
+                                 "%d" % (i, (<Array>a).count, count))
         dt = (<Array>arrays[0]).dtype if arrays else _np.float32
         if out is None:
             out = _np.empty(self.n, dt)
+        elif _np.asarray(out).dtype != dt:
+            raise TypeError("gather: out is %s, the arrays %s" %
+                            (_np.asarray(out).dtype, dt))
+        elif _np.shape(out) != (self.n,):
+            raise ValueError("gather: out has shape %s, (%d,) wanted" %
+                             (_np.shape(out), self.n))
         for a, (_, count, ranges) in zip(arrays, parts):
-            if not isinstance(a, Array):
-                raise TypeError("gather: expected mgpu.Array")
             vals = (<Array>a).numpy(copy=True)
             k = 0
             for b, e in ranges:

@@ -166,9 +166,7 @@ cdef class Store:
         cdef StoreArray a
         dt = _as_dtype(dtype)
         shp = _as_shape(shape)
-        cdef size_t n = dt.itemsize
-        for x in shp:
-            n *= <size_t>x
+        cdef size_t n = _shape_bytes(shp, dt)[1]
         o = self._create(dev, n, name, "create")
         try:
             a = _store_array(self, o, dt, shp)
@@ -299,8 +297,9 @@ cdef class StoreArray:
         return self.id
 
     def copy_from(self, data):
-        """Writes data (anything NumPy reads, as many bytes as the object
-        view) into an object made by Store.create and not sealed yet."""
+        """Writes data (anything NumPy reads, of the object view's shape,
+        values converting under NumPy's "same_kind" rule) into an object
+        made by Store.create and not sealed yet."""
         cdef mgpu_store_object *o = self._obj()
         cdef const unsigned char[::1] view
         cdef size_t n
@@ -308,10 +307,7 @@ cdef class StoreArray:
         if not self.writable:
             raise ERRORS[MGPU_EREADONLY]("MGPU_EREADONLY: store object %d is "
                                          "sealed" % self.id, "")
-        host = _np.ascontiguousarray(data, dtype=self.dtype)
-        if host.nbytes != self.nbytes:
-            raise ValueError("copy_from: %d bytes into %d" % (host.nbytes,
-                                                               self.nbytes))
+        host = _host_data("copy_from", data, self.dtype, self.shape)
         view = host.reshape(-1).view(_np.uint8)
         n = host.nbytes
         with nogil:
@@ -397,7 +393,7 @@ cdef class StoreArray:
         if self.dl_type != 1:
             raise AttributeError("__array_interface__: the object is in "
                                  "device memory (use __cuda_array_interface__)")
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, True), "strides": None,
                 "version": 3}
 
@@ -407,7 +403,7 @@ cdef class StoreArray:
         if self.dl_type == 1:
             raise AttributeError("__cuda_array_interface__: the object is in "
                                  "host memory (use __array_interface__)")
-        return {"shape": self.shape, "typestr": self.dtype.str,
+        return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, True), "strides": None,
                 "version": 3, "stream": None}
 
@@ -494,7 +490,12 @@ cdef class StoreMirror:
             raise ERRORS[MGPU_EREADONLY](
                 "MGPU_EREADONLY: the store object %d is sealed: its host "
                 "mirror is read-only" % self.arr.id, "")
-        self.numpy()[key] = value
+        host = _np.asarray(value)
+        if not _np.can_cast(host.dtype, self.arr.dtype, "same_kind"):
+            raise TypeError("mirror: values of %s do not convert to the "
+                            "object's %s (same_kind casting)" %
+                            (host.dtype, _dtype_name(self.arr.dtype)))
+        self.numpy()[key] = host
 
     def end(self):
         """Writes the host copy back (writable objects) and frees it.
@@ -541,7 +542,7 @@ cdef class _MirrorMemory:
 
     @property
     def __array_interface__(self):
-        return {"shape": self.m.arr.shape, "typestr": self.m.arr.dtype.str,
+        return {"shape": self.m.arr.shape, "typestr": _typestr(self.m.arr.dtype),
                 "data": (<uintptr_t>self.m.host, not self.m.writable),
                 "strides": None, "version": 3}
 

@@ -1,4 +1,5 @@
 import gc
+import os
 import subprocess
 import sys
 
@@ -51,3 +52,15 @@ class LegacyConsumerView:
 
 def mem_in_use(dev):
     return mgpu.metrics()["devices"][dev]["mem_in_use"]
+
+
+def run_python(code, timeout=60):
+    """Runs code in a new interpreter that imports this same mgpu, under a
+    timeout; returns its output (stdout and stderr), failing on a non-zero
+    exit."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(mgpu.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-c", code], env=env, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          check=True).stdout.decode()

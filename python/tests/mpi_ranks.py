@@ -153,6 +153,12 @@ def reduce_scatter_allgather():
     every = mgpu.zeros(size * k, "int64", device=0)
     assert mgpu.mpi.allgather(mine, every) is every
     assert (every.numpy() == np.repeat(np.arange(size), k)).all(), every.numpy()
+    # Views: a part of a buffer moves in place, the rest stays.
+    whole = mgpu.full((3, k), -1, "float64", device=0)
+    part = whole[1]
+    mgpu.mpi.allreduce(mgpu.full(k, rank + 1, "float64", device=0), part)
+    got = whole.numpy()
+    assert (got[1] == size * (size + 1) / 2).all() and (got[[0, 2]] == -1).all(), got
 
 
 @case
@@ -214,6 +220,16 @@ def errors():
     raises(ValueError, mgpu.mpi.allreduce, a, op="avg")
     raises(TypeError, mgpu.mpi.allreduce, a, mgpu.zeros(4, "float64", device=0))
     raises(TypeError, mgpu.mpi.gather, a, None, root=rank)  # root needs out
+    # The arrays of one call agree on each rank before anything moves.
+    e = raises(ValueError, mgpu.mpi.allreduce, a, mgpu.zeros(5, "float32", device=0))
+    assert "out" in str(e) and "(5,)" in str(e), e
+    raises(TypeError, mgpu.mpi.allgather, mgpu.zeros(4, "complex64", device=0),
+           mgpu.zeros(4 * size, "int64", device=0))  # the same 8-byte units
+    e = raises(ValueError, mgpu.mpi.allgather, a,
+               mgpu.zeros(4 * size + 1, "float32", device=0))
+    assert "%d ranks x 4" % size in str(e), e
+    w = mgpu.zeros(8, "float32", device=0)
+    raises(mgpu.OverlapError, mgpu.mpi.allreduce, w[0:4], w[2:6])
     # Counts that differ between ranks fail the call on every rank before
     # any data moves, naming the rank.
     if size > 1:
@@ -292,6 +308,11 @@ def distribution():
     raises(TypeError, d.scatter, np.arange(n))
     raises(TypeError, mgpu.mpi.dist_scatter, d,
            mgpu.zeros(n, "uint8", device=0) if rank == 0 else None)
+    if several():   # parts of two dtypes, refused on every rank
+        bad = list(parts)
+        bad[1] = mgpu.zeros(bad[1].size, "int64", device=1)
+        e = raises(TypeError, mgpu.mpi.dist_gather, d, bad, root=0)
+        assert "parts[1] is int64" in str(e), e
 
 
 @case

@@ -70,8 +70,12 @@ def test_bfloat16_without_ml_dtypes_says_so(mg):
         pytest.skip("ml_dtypes is installed")
     except ImportError:
         pass
+    # Without ml_dtypes a bfloat16 array holds raw bits: values that would
+    # have to be converted are refused, naming what would convert them.
+    z = mgpu.zeros(2, "bfloat16")
+    assert repr(z).find("bfloat16") > 0
     with pytest.raises(TypeError, match="ml_dtypes"):
-        mgpu.zeros(2, "bfloat16")
+        z.fill(1.5)
 
 
 def test_jax_zero_copy_both_ways(mg):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import mgpu
+from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "python", "shift_mpi.py")
@@ -100,12 +101,7 @@ def test_import_without_mpi():
     code = ("import mgpu._core as c; c._MPI_MISSING = 'mgpu was built "
             "without MPI (not found)'\n"
             "try:\n import mgpu.mpi\nexcept ImportError as e:\n print('IE', e)\n")
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(mgpu.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, env.get("PYTHONPATH")) if p)
-    out = subprocess.run([sys.executable, "-c", code], env=env, timeout=60,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         check=True).stdout.decode()
+    out = run_python(code)
     assert out.startswith("IE mgpu.mpi is not available: mgpu was built "
                           "without MPI (not found)"), out
     assert "libopenmpi-dev" in out

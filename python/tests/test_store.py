@@ -342,3 +342,30 @@ def test_dlpack_export_follows_the_array_api_rules(daemon, mg2):
             a.__dlpack__(max_version=3)
         del old, mine, same, view, a
         gc.collect()
+
+
+def test_writes_check_dtype_and_shape(daemon, mg2):
+    with mgpu.store.connect(daemon) as st:
+        obj = st.create((2, 4), "int32", device=1)
+        obj.copy_from(np.arange(8, dtype=np.int32).reshape(2, 4))
+        with pytest.raises(TypeError, match="float64"):
+            obj.copy_from(np.full((2, 4), 1.5))     # would truncate
+        with pytest.raises(ValueError, match=r"\(8,\)"):
+            obj.copy_from(np.arange(8, dtype=np.int32))
+        with pytest.raises(ValueError, match=r"\(2, 2\)"):
+            obj.copy_from(np.zeros((2, 2), np.int64))
+        with obj.mirror() as m:
+            with pytest.raises(TypeError, match="int32"):
+                m[0] = np.full(4, 2.5)
+            m[1] = np.arange(4, dtype=np.int16)      # widens: kept
+        assert np.asarray(obj).tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+        obj.seal()
+
+
+def test_not_found_text_is_not_quoted(daemon, mg2):
+    with mgpu.store.connect(daemon) as st:
+        with pytest.raises(mgpu.NotFoundError) as info:
+            st.get("no-such-object")
+        text = str(info.value)
+        assert text.startswith("MGPU_ENOENT") and text == info.value.args[0]
+        assert isinstance(info.value, KeyError)
