@@ -281,6 +281,20 @@ static int wait_on(mgpu__channel *ch, int peer, uint64_t deadline,
   return mgpu__device_is_lost(peer) ? peer : -1;
 }
 
+/* A send waiting for room, or a receive waiting for a message, whose
+ * buffer a free (on another thread) has begun to release: the call gives
+ * up, nothing moved, and the free, which waits for the calls inside the
+ * buffer, goes on. Waiting instead would keep the free waiting for a
+ * receiver (or sender) that may be the very thread calling the free. */
+static int freed_while_waiting(const mgpu__channel *ch, const char *call,
+                               const char *arg, const mgpu_buffer *buf,
+                               const char *waited_for) {
+  return mgpu__error(MGPU_EFREED, "channel %d -> %d: %s buffer %p was freed "
+                     "while the %s waited for %s; nothing was %s",
+                     ch->src_dev, ch->dst_dev, arg, (const void *)buf, call,
+                     waited_for, call[0] == 's' ? "sent" : "received");
+}
+
 static int peer_lost(const mgpu__channel *ch, int lost) {
   return mgpu__error(MGPU_EDEVLOST, "channel %d -> %d: device %d was lost",
                      ch->src_dev, ch->dst_dev, lost);
@@ -477,23 +491,30 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   mgpu__spin_pair_until(&ch->send_spin, has_room, ch, &ch->recv_cpu, 0,
                         &since);
   mgpu__mutex_lock(&ch->lock);
-  int late = 0, lost = -1, parked = 0;
-  /* Room comes from the receiver: it never comes from a lost device. */
+  int late = 0, lost = -1, parked = 0, freed = 0;
+  /* Room comes from the receiver: it never comes from a lost device. A
+   * free of the source gives up the wait (see freed_while_waiting). */
   while (!ch->closed && !ch->destroyed &&
          ch->sent - ch->received == (uint64_t)ch->capacity && lost < 0 &&
-         !late) {
+         !late && !(freed = mgpu__handle_closing(b->handle))) {
     ch->send_parked = parked = 1;
     lost = wait_on(ch, ch->dst_dev, deadline, &late);
   }
   ch->send_parked = 0;
   int closed = ch->closed || ch->destroyed, destroyed = ch->destroyed;
-  late = late && !closed && ch->sent - ch->received == (uint64_t)ch->capacity;
+  int full = ch->sent - ch->received == (uint64_t)ch->capacity;
+  freed = freed && !closed && full;
+  late = late && !closed && full;
   uint64_t k = ch->sent;
   uint64_t answered = ch->received_ns;
   mgpu__mutex_unlock(&ch->lock);
   if (parked) mgpu__spin_pair_answered(&ch->send_spin, since, answered);
   if (lost >= 0 && !closed) {
     rc = peer_lost(ch, lost);
+    goto out;
+  }
+  if (freed) {
+    rc = freed_while_waiting(ch, "send", "src", src, "room");
     goto out;
   }
   if (late) {
@@ -560,16 +581,17 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   mgpu__mutex_lock(&ch->lock);
   /* A lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. */
-  int late = 0, parked = 0;
+  int late = 0, parked = 0, freed = 0;
   int lost = mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
   while (!ch->closed && !ch->destroyed && ch->received == ch->sent &&
-         lost < 0 && !late) {
+         lost < 0 && !late && !(freed = mgpu__handle_closing(b->handle))) {
     ch->recv_parked = parked = 1;
     lost = wait_on(ch, ch->src_dev, deadline, &late);
   }
   ch->recv_parked = 0;
   int drained = ch->received == ch->sent || ch->destroyed;
   int destroyed = ch->destroyed;
+  freed = freed && drained && !ch->closed && !destroyed;
   late = late && drained && !ch->closed && !destroyed;
   uint64_t k = ch->received;
   uint64_t answered = ch->sent_ns;
@@ -577,6 +599,10 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   if (parked) mgpu__spin_pair_answered(&ch->recv_spin, since, answered);
   if (lost >= 0 && !destroyed) {
     rc = peer_lost(ch, lost);
+    goto out;
+  }
+  if (freed) {
+    rc = freed_while_waiting(ch, "receive", "dst", dst, "a message");
     goto out;
   }
   if (late) {
