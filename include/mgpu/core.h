@@ -405,8 +405,8 @@ typedef enum mgpu_dtype {
   MGPU_FLOAT64 = 1,
   MGPU_INT32 = 2,
   MGPU_INT64 = 3,
-  MGPU_FLOAT16 = 4, /* CUDA devices only */
-  MGPU_BFLOAT16 = 5 /* CUDA devices only */
+  MGPU_FLOAT16 = 4, /* IEEE half; computed in float, rounded per step */
+  MGPU_BFLOAT16 = 5 /* bfloat16; the same */
 } mgpu_dtype;
 
 typedef enum mgpu_op {

@@ -173,10 +173,6 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
   if (has_root(p->kind) && (p->root < 0 || p->root >= c->nglobal))
     return mgpu__error(MGPU_EINVAL, "%s rank %d: root %d of %d ranks", what,
                        grank, p->root, c->nglobal);
-  if (esz == 2 && c->provider != MGPU_COLL_PROVIDER_NCCL &&
-      mgpu__device_get(dev)->ops->kind == MGPU_BACKEND_HOST)
-    return mgpu__error(MGPU_ENOTSUP, "%s rank %d: %s on host device %d", what,
-                       rank, mgpu_dtype_name(p->dtype), dev);
   size_t n = (size_t)c->nglobal, bytes, total;
   /* count * esz * n must fit, checked without dividing. */
   if (__builtin_mul_overflow(p->count, esz, &bytes) ||
