@@ -23,6 +23,10 @@
 
 #define NDEV 3
 #define N 4096 /* floats per buffer */
+/* Floats per rank of the large all-reduce: over the 4 MiB up to which the
+ * direct algorithm may run a call on the issuing thread, so its work is
+ * queued (stream barriers, a launch per rank). */
+#define BIG (5 << 18)
 
 /* Fails the workload when a call fails: the code must be a known negative
  * one and come with a detail. */
@@ -169,6 +173,7 @@ static int workload(void) {
   /* Outputs of one collective each (watched), and of the copies. */
   mgpu_buffer *reduced = NULL, *bcast[NDEV] = {0}, *gathered[NDEV] = {0};
   mgpu_buffer *scattered[NDEV] = {0}, *ring_out[NDEV] = {0};
+  mgpu_buffer *big_in[NDEV] = {0}, *big_out[NDEV] = {0};
   static float host[N], back[N], whole[N];
   int group_open = 0, ran = 0;
 
@@ -191,6 +196,11 @@ static int workload(void) {
     watch_fill(scattered[d], N / NDEV * sizeof(float));
     STEP(mgpu_malloc(&ring_out[d], d, N * sizeof(float)));
     watch_fill(ring_out[d], N * sizeof(float));
+    STEP(mgpu_malloc(&big_in[d], d, BIG * sizeof(float)));
+    STEP(mgpu_malloc(&big_out[d], d, BIG * sizeof(float)));
+    float *in = mgpu_buffer_ptr(big_in[d]);
+    for (size_t i = 0; i < BIG; i++) in[i] = (float)(d + 1);
+    watch_fill(big_out[d], BIG * sizeof(float));
   }
   STEP(mgpu_malloc(&reduced, 1, N * sizeof(float)));
   watch_fill(reduced, N * sizeof(float));
@@ -320,6 +330,16 @@ static int workload(void) {
   group_open = 0;
   STEP(mgpu_group_end());
   watch.n = 0;
+  watch_set("large allreduce group", __LINE__, big_out, NDEV,
+            BIG * sizeof(float));
+  STEP(mgpu_group_begin());
+  group_open = 1;
+  for (int r = 0; r < NDEV; r++)
+    STEP(mgpu_allreduce(comm, r, big_in[r], big_out[r], BIG, MGPU_FLOAT32,
+                        MGPU_SUM, s[r]));
+  group_open = 0;
+  STEP(mgpu_group_end());
+  watch.n = 0;
   /* The ring queues its work (chunks, events, copies, reductions) where
    * the direct algorithm above may run a small call on the issuing thread:
    * every one of those steps is a site, none may leave an output changed. */
@@ -367,6 +387,26 @@ static int workload(void) {
       _exit(14);
     }
   }
+  /* The other collectives, which may have completed on the calling thread
+   * after a failure part-way (they must then be right too). Read through
+   * the host pointers: every stream was synchronized above. */
+  const float *ring1 = mgpu_buffer_ptr(ring_out[1]);
+  const float *red = mgpu_buffer_ptr(reduced), *bc2 = mgpu_buffer_ptr(bcast[2]);
+  const float *big0 = mgpu_buffer_ptr(big_out[0]);
+  for (int i = 0; i < N; i++) {
+    if (ring1[i] != 5.0f * (float)i + 1.0f || red[i] != ring1[i] ||
+        bc2[i] != (float)i) {
+      fprintf(stderr, "wrong collective result at %d: ring %g, reduce %g, "
+              "broadcast %g\n", i, ring1[i], red[i], bc2[i]);
+      _exit(14);
+    }
+  }
+  for (size_t i = 0; i < BIG; i++)
+    if (big0[i] != 6.0f) {
+      fprintf(stderr, "wrong large all-reduce result at %zu: %g\n", i,
+              big0[i]);
+      _exit(14);
+    }
   if (ran != 2 || got != 64) {
     fprintf(stderr, "tasks ran %d times, channel gave %zu bytes\n", ran, got);
     _exit(14);
