@@ -55,9 +55,7 @@ static inline int64_t to_i64(double x) {
       case MGPU__BUILTIN_AXPY:                                               \
         axpy_##SUFFIX(k->dst, k->a, k->count, k->alpha);                     \
         break;                                                               \
-      case MGPU__BUILTIN_ELEMENTWISE:                                        \
-        mgpu__elementwise_host(k->dst, k->a, k->b, k->count, k->dtype,     \
-                               k->op);                                       \
+      default: /* element-wise: mgpu__host_builtin_run */                   \
         break;                                                               \
     }                                                                        \
   }
@@ -86,9 +84,7 @@ DEFINE_KERNELS(int64_t, i64)
         for (size_t i = 0; i < k->count; i++)                                \
           d[i] = FROM_F(TO_F(d[i]) + (float)k->alpha * TO_F(x[i]));          \
         break;                                                               \
-      case MGPU__BUILTIN_ELEMENTWISE:                                        \
-        mgpu__elementwise_host(k->dst, k->a, k->b, k->count, k->dtype,       \
-                               k->op);                                       \
+      default: /* element-wise: mgpu__host_builtin_run */                   \
         break;                                                               \
     }                                                                        \
   }
@@ -97,6 +93,10 @@ DEFINE_KERNELS16(f16, mgpu__half_to_float, mgpu__float_to_half)
 DEFINE_KERNELS16(bf16, mgpu__bf16_to_float, mgpu__float_to_bf16)
 
 void mgpu__host_builtin_run(const mgpu__builtin *b) {
+  if (b->kind == MGPU__BUILTIN_ELEMENTWISE) { /* every type: the platform's */
+    mgpu__elementwise_host(b->dst, b->a, b->b, b->count, b->dtype, b->op);
+    return;
+  }
   switch (b->dtype) {
     case MGPU_FLOAT32: run_f32(b, b->value.f32); break;
     case MGPU_FLOAT64: run_f64(b, b->value.f64); break;
