@@ -718,6 +718,75 @@ TEST_IMPL(channel_buffer_freed_while_waiting) {
   return 0;
 }
 
+typedef struct timed_send {
+  chan_call c;
+  int timeout_ms;
+} timed_send;
+
+static void *send_timed(void *p) {
+  timed_send *t = p;
+  t->c.rc = mgpu_channel_send_timeout(t->c.ch, t->c.buf, 0, 64, t->c.stream,
+                                      t->timeout_ms);
+  snprintf(t->c.detail, sizeof t->c.detail, "%s", mgpu_error_detail());
+  return NULL;
+}
+
+/* A send waiting behind another send that waits for room (with no limit)
+ * ends by its own timeout, and by a free of its source: it waited on a
+ * lock past every limit. */
+TEST_IMPL(channel_send_behind_another_ends) {
+  int ndev = test_init();
+  int dst = ndev > 1 ? 1 : 0;
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_channel_create(0, dst, 64, 1, &ch));
+  mgpu_stream *ss, *ds;
+  ASSERT_OK(mgpu_stream_create(&ss, 0));
+  ASSERT_OK(mgpu_stream_create(&ds, dst));
+  mgpu_buffer *first, *ahead, *out;
+  ASSERT_OK(mgpu_malloc(&first, 0, 64));
+  ASSERT_OK(mgpu_malloc(&ahead, 0, 64));
+  ASSERT_OK(mgpu_malloc(&out, dst, 64));
+  ASSERT_OK(mgpu_channel_send(ch, first, 0, 64, ss)); /* now full */
+  /* The send ahead waits for room with no limit. */
+  timed_send a = {{ch, ahead, ss, -1, ""}, -1};
+  pthread_t ta;
+  ASSERT(pthread_create(&ta, NULL, send_timed, &a) == 0);
+  while (mgpu__handle_users((uintptr_t)ahead, MGPU__H_BUFFER) < 1)
+    usleep(100);
+  /* Behind it: its own timeout ends the wait. */
+  timed_send b = {{ch, NULL, ss, -1, ""}, 50};
+  ASSERT_OK(mgpu_malloc(&b.c.buf, 0, 64));
+  pthread_t tb;
+  ASSERT(pthread_create(&tb, NULL, send_timed, &b) == 0);
+  pthread_join(tb, NULL);
+  ASSERT_EQ(b.c.rc, MGPU_ETIMEDOUT);
+  ASSERT(strstr(b.c.detail, "earlier send") != NULL);
+  /* Behind it with no limit: a free of its source ends the wait. */
+  b.timeout_ms = -1;
+  ASSERT(pthread_create(&tb, NULL, send_timed, &b) == 0);
+  while (mgpu__handle_users((uintptr_t)b.c.buf, MGPU__H_BUFFER) < 1)
+    usleep(100);
+  ASSERT_OK(mgpu_free(b.c.buf));
+  pthread_join(tb, NULL);
+  ASSERT_EQ(b.c.rc, MGPU_EFREED);
+  ASSERT(strstr(b.c.detail, "src buffer") != NULL);
+  /* Room for the send ahead; then both messages come out. */
+  size_t len;
+  ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
+  pthread_join(ta, NULL);
+  ASSERT_OK(a.c.rc);
+  ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
+  ASSERT_ERR(MGPU_ETIMEDOUT, mgpu_channel_recv_timeout(ch, out, 0, &len, ds, 1));
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_OK(mgpu_free(first));
+  ASSERT_OK(mgpu_free(ahead));
+  ASSERT_OK(mgpu_free(out));
+  ASSERT_OK(mgpu_stream_destroy(ss));
+  ASSERT_OK(mgpu_stream_destroy(ds));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* ---- pins (the collectives' batched uses) ---- */
 
 typedef struct freer {
@@ -879,6 +948,7 @@ TEST_ENTRY(rank_buffer_freed_while_waiting)
 TEST_ENTRY(rank_buffer_freed_while_issued)
 TEST_ENTRY(pin_holds_like_a_use)
 TEST_ENTRY(channel_buffer_freed_while_waiting)
+TEST_ENTRY(channel_send_behind_another_ends)
 TEST_ENTRY(shutdown_races_calls)
 TEST_ENTRY(shutdown_from_device_function_refused)
 TEST_ENTRY(shutdown_from_pool_task_refused)
