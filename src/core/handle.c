@@ -217,7 +217,8 @@ static void *hold(uintptr_t h, mgpu__htype type, int *code) {
   if (s == NULL) return NULL;
   uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);
   do {
-    uint64_t seen = lent.n > 0 && (st & ST_CLOSING) && is_lent(h)
+    /* CLOSING first: the thread-local look only when it is set (rare). */
+    uint64_t seen = (st & ST_CLOSING) && lent.n > 0 && is_lent(h)
                         ? st & ~ST_CLOSING
                         : st;
     if ((*code = open_code(s, seen, h, type)) != 0) return NULL;
