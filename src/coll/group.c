@@ -575,11 +575,13 @@ static int withdraw_if_freed(mgpu__comm *c, group_call *g, char *detail,
                      : mgpu__handle_closing((uintptr_t)p->stream_h) ? "stream"
                                                                     : NULL;
   if (what == NULL || !p->present || c->next_seq[r] != op->seq + 1) return 0;
+  const char *gone = strcmp(what, "stream") == 0 ? "destroyed" : "freed";
   if (detail != NULL)
-    snprintf(detail, dlen, "%s #%llu rank %d (device %d): its %s was freed "
+    snprintf(detail, dlen, "%s #%llu rank %d (device %d): its %s was %s "
              "while it waited for the other ranks; it left the collective "
              "and nothing was moved", kind_name(p->kind),
-             (unsigned long long)op->seq, c->first + r, c->devs[r], what);
+             (unsigned long long)op->seq, c->first + r, c->devs[r], what,
+             gone);
   memset(&op->part[r], 0, sizeof op->part[r]);
   op->arrived--;
   op->pickups--;
