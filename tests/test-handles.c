@@ -553,6 +553,40 @@ TEST_IMPL(rank_buffer_freed_while_waiting) {
   return 0;
 }
 
+/* The same for the rank's stream: a destroy of it ends the wait. */
+TEST_IMPL(rank_stream_destroyed_while_waiting) {
+  int ndev = test_init();
+  if (ndev < 2) return TEST_SKIP;
+  mgpu_stream *s1;
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  mgpu_buffer *b0, *b1;
+  ASSERT_OK(mgpu_malloc(&b0, 0, 1024 * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&b1, 1, 1024 * sizeof(float)));
+  mgpu_comm *c = comm_of(MGPU_COLL_ALGO_AUTO);
+  rank_call rc0 = {c, b0, b0, NULL, -1, ""};
+  ASSERT_OK(mgpu_stream_create(&rc0.stream, 0));
+  pthread_t t0;
+  ASSERT(pthread_create(&t0, NULL, rank0, &rc0) == 0);
+  wait_joined(c, 0);
+  ASSERT_OK(mgpu_stream_destroy(rc0.stream));
+  pthread_join(t0, NULL);
+  ASSERT_EQ(rc0.rc, MGPU_EFREED);
+  ASSERT(strstr(rc0.detail, "its stream was destroyed") != NULL);
+  /* The communicator goes on. */
+  ASSERT_OK(mgpu_stream_create(&rc0.stream, 0));
+  ASSERT(pthread_create(&t0, NULL, rank0, &rc0) == 0);
+  ASSERT_OK(mgpu_allreduce(c, 1, b1, b1, 1024, MGPU_FLOAT32, MGPU_SUM, s1));
+  pthread_join(t0, NULL);
+  ASSERT_OK(rc0.rc);
+  ASSERT_OK(mgpu_stream_destroy(rc0.stream));
+  ASSERT_OK(mgpu_comm_destroy(c));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_free(b0));
+  ASSERT_OK(mgpu_free(b1));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 typedef struct group_call2 {
   mgpu_comm *comm;
   mgpu_buffer *first, *second;
@@ -946,6 +980,7 @@ TEST_ENTRY(stale_comm_barrier_channel_after_shutdown)
 TEST_ENTRY(group_buffer_freed_before_end)
 TEST_ENTRY(rank_buffer_freed_while_waiting)
 TEST_ENTRY(rank_buffer_freed_while_issued)
+TEST_ENTRY(rank_stream_destroyed_while_waiting)
 TEST_ENTRY(pin_holds_like_a_use)
 TEST_ENTRY(channel_buffer_freed_while_waiting)
 TEST_ENTRY(channel_send_behind_another_ends)
