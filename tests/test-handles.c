@@ -674,13 +674,15 @@ typedef struct chan_call {
   mgpu_channel *ch;
   mgpu_buffer *buf;
   mgpu_stream *stream;
+  int timeout_ms;
   int rc;
   char detail[512];
 } chan_call;
 
 static void *send_one(void *p) {
   chan_call *s = p;
-  s->rc = mgpu_channel_send_timeout(s->ch, s->buf, 0, 64, s->stream, -1);
+  s->rc = mgpu_channel_send_timeout(s->ch, s->buf, 0, 64, s->stream,
+                                    s->timeout_ms);
   snprintf(s->detail, sizeof s->detail, "%s", mgpu_error_detail());
   return NULL;
 }
@@ -688,9 +690,38 @@ static void *send_one(void *p) {
 static void *recv_one(void *p) {
   chan_call *s = p;
   size_t len;
-  s->rc = mgpu_channel_recv_timeout(s->ch, s->buf, 0, &len, s->stream, -1);
+  s->rc = mgpu_channel_recv_timeout(s->ch, s->buf, 0, &len, s->stream,
+                                    s->timeout_ms);
   snprintf(s->detail, sizeof s->detail, "%s", mgpu_error_detail());
   return NULL;
+}
+
+/* A channel of one 64-byte slot from device 0 to dst, a stream at each end,
+ * a source buffer (first) and a destination (out). */
+typedef struct chan_fixture {
+  int dst;
+  mgpu_channel *ch;
+  mgpu_stream *ss, *ds;
+  mgpu_buffer *first, *out;
+} chan_fixture;
+
+static void chan_open(chan_fixture *f) {
+  int ndev = test_init();
+  f->dst = ndev > 1 ? 1 : 0;
+  ASSERT_OK(mgpu_channel_create(0, f->dst, 64, 1, &f->ch));
+  ASSERT_OK(mgpu_stream_create(&f->ss, 0));
+  ASSERT_OK(mgpu_stream_create(&f->ds, f->dst));
+  ASSERT_OK(mgpu_malloc(&f->first, 0, 64));
+  ASSERT_OK(mgpu_malloc(&f->out, f->dst, 64));
+}
+
+static void chan_close_all(chan_fixture *f) {
+  ASSERT_OK(mgpu_channel_destroy(f->ch));
+  ASSERT_OK(mgpu_free(f->first));
+  ASSERT_OK(mgpu_free(f->out));
+  ASSERT_OK(mgpu_stream_destroy(f->ss));
+  ASSERT_OK(mgpu_stream_destroy(f->ds));
+  ASSERT_OK(mgpu_shutdown());
 }
 
 /* A send waiting for room (with no time limit) whose source is freed, and
@@ -698,21 +729,13 @@ static void *recv_one(void *p) {
  * MGPU_EFREED and nothing moved, so the free returns although the thread
  * that would make room (or send) is the one freeing; the channel goes on. */
 TEST_IMPL(channel_buffer_freed_while_waiting) {
-  int ndev = test_init();
-  int dst = ndev > 1 ? 1 : 0;
-  mgpu_channel *ch;
-  ASSERT_OK(mgpu_channel_create(0, dst, 64, 1, &ch));
-  mgpu_stream *ss, *ds;
-  ASSERT_OK(mgpu_stream_create(&ss, 0));
-  ASSERT_OK(mgpu_stream_create(&ds, dst));
-  mgpu_buffer *first, *out;
-  ASSERT_OK(mgpu_malloc(&first, 0, 64));
-  ASSERT_OK(mgpu_malloc(&out, dst, 64));
+  chan_fixture f;
+  chan_open(&f);
   unsigned char got[64];
   for (int i = 0; i < 10; i++) {
     /* The receive side first: the channel is empty. */
-    chan_call r = {ch, NULL, ds, -1, ""};
-    ASSERT_OK(mgpu_malloc(&r.buf, dst, 64));
+    chan_call r = {f.ch, NULL, f.ds, -1, -1, ""};
+    ASSERT_OK(mgpu_malloc(&r.buf, f.dst, 64));
     pthread_t t;
     ASSERT(pthread_create(&t, NULL, recv_one, &r) == 0);
     while (mgpu__handle_users((uintptr_t)r.buf, MGPU__H_BUFFER) < 1)
@@ -722,11 +745,11 @@ TEST_IMPL(channel_buffer_freed_while_waiting) {
     ASSERT_EQ(r.rc, MGPU_EFREED);
     ASSERT(strstr(r.detail, "dst buffer") != NULL);
     /* The send side: the channel is full. */
-    chan_call s = {ch, NULL, ss, -1, ""};
+    chan_call s = {f.ch, NULL, f.ss, -1, -1, ""};
     ASSERT_OK(mgpu_malloc(&s.buf, 0, 64));
-    ASSERT_OK(mgpu_memset_async(first, 0, 1, 64, ss));
-    ASSERT_OK(mgpu_memset_async(s.buf, 0, 2, 64, ss));
-    ASSERT_OK(mgpu_channel_send(ch, first, 0, 64, ss)); /* now full */
+    ASSERT_OK(mgpu_memset_async(f.first, 0, 1, 64, f.ss));
+    ASSERT_OK(mgpu_memset_async(s.buf, 0, 2, 64, f.ss));
+    ASSERT_OK(mgpu_channel_send(f.ch, f.first, 0, 64, f.ss)); /* now full */
     ASSERT(pthread_create(&t, NULL, send_one, &s) == 0);
     while (mgpu__handle_users((uintptr_t)s.buf, MGPU__H_BUFFER) < 1)
       usleep(100);
@@ -736,88 +759,59 @@ TEST_IMPL(channel_buffer_freed_while_waiting) {
     ASSERT(strstr(s.detail, "src buffer") != NULL);
     /* Only the first message is there. */
     size_t len;
-    ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
-    ASSERT_OK(mgpu_stream_synchronize(ds));
-    ASSERT_OK(mgpu_memcpy_dtoh(got, out, 0, sizeof got));
+    ASSERT_OK(mgpu_channel_recv(f.ch, f.out, 0, &len, f.ds));
+    ASSERT_OK(mgpu_stream_synchronize(f.ds));
+    ASSERT_OK(mgpu_memcpy_dtoh(got, f.out, 0, sizeof got));
     for (int k = 0; k < 64; k++) ASSERT_EQ(got[k], 1);
     ASSERT_ERR(MGPU_ETIMEDOUT,
-               mgpu_channel_recv_timeout(ch, out, 0, &len, ds, 1));
+               mgpu_channel_recv_timeout(f.ch, f.out, 0, &len, f.ds, 1));
   }
-  ASSERT_OK(mgpu_channel_destroy(ch));
-  ASSERT_OK(mgpu_free(first));
-  ASSERT_OK(mgpu_free(out));
-  ASSERT_OK(mgpu_stream_destroy(ss));
-  ASSERT_OK(mgpu_stream_destroy(ds));
-  ASSERT_OK(mgpu_shutdown());
+  chan_close_all(&f);
   return 0;
-}
-
-typedef struct timed_send {
-  chan_call c;
-  int timeout_ms;
-} timed_send;
-
-static void *send_timed(void *p) {
-  timed_send *t = p;
-  t->c.rc = mgpu_channel_send_timeout(t->c.ch, t->c.buf, 0, 64, t->c.stream,
-                                      t->timeout_ms);
-  snprintf(t->c.detail, sizeof t->c.detail, "%s", mgpu_error_detail());
-  return NULL;
 }
 
 /* A send waiting behind another send that waits for room (with no limit)
  * ends by its own timeout, and by a free of its source: it waited on a
  * lock past every limit. */
 TEST_IMPL(channel_send_behind_another_ends) {
-  int ndev = test_init();
-  int dst = ndev > 1 ? 1 : 0;
-  mgpu_channel *ch;
-  ASSERT_OK(mgpu_channel_create(0, dst, 64, 1, &ch));
-  mgpu_stream *ss, *ds;
-  ASSERT_OK(mgpu_stream_create(&ss, 0));
-  ASSERT_OK(mgpu_stream_create(&ds, dst));
-  mgpu_buffer *first, *ahead, *out;
-  ASSERT_OK(mgpu_malloc(&first, 0, 64));
+  chan_fixture f;
+  chan_open(&f);
+  mgpu_buffer *ahead;
   ASSERT_OK(mgpu_malloc(&ahead, 0, 64));
-  ASSERT_OK(mgpu_malloc(&out, dst, 64));
-  ASSERT_OK(mgpu_channel_send(ch, first, 0, 64, ss)); /* now full */
+  ASSERT_OK(mgpu_channel_send(f.ch, f.first, 0, 64, f.ss)); /* now full */
   /* The send ahead waits for room with no limit. */
-  timed_send a = {{ch, ahead, ss, -1, ""}, -1};
+  chan_call a = {f.ch, ahead, f.ss, -1, -1, ""};
   pthread_t ta;
-  ASSERT(pthread_create(&ta, NULL, send_timed, &a) == 0);
+  ASSERT(pthread_create(&ta, NULL, send_one, &a) == 0);
   while (mgpu__handle_users((uintptr_t)ahead, MGPU__H_BUFFER) < 1)
     usleep(100);
   /* Behind it: its own timeout ends the wait. */
-  timed_send b = {{ch, NULL, ss, -1, ""}, 50};
-  ASSERT_OK(mgpu_malloc(&b.c.buf, 0, 64));
+  chan_call b = {f.ch, NULL, f.ss, 50, -1, ""};
+  ASSERT_OK(mgpu_malloc(&b.buf, 0, 64));
   pthread_t tb;
-  ASSERT(pthread_create(&tb, NULL, send_timed, &b) == 0);
+  ASSERT(pthread_create(&tb, NULL, send_one, &b) == 0);
   pthread_join(tb, NULL);
-  ASSERT_EQ(b.c.rc, MGPU_ETIMEDOUT);
-  ASSERT(strstr(b.c.detail, "earlier send") != NULL);
+  ASSERT_EQ(b.rc, MGPU_ETIMEDOUT);
+  ASSERT(strstr(b.detail, "earlier send") != NULL);
   /* Behind it with no limit: a free of its source ends the wait. */
   b.timeout_ms = -1;
-  ASSERT(pthread_create(&tb, NULL, send_timed, &b) == 0);
-  while (mgpu__handle_users((uintptr_t)b.c.buf, MGPU__H_BUFFER) < 1)
+  ASSERT(pthread_create(&tb, NULL, send_one, &b) == 0);
+  while (mgpu__handle_users((uintptr_t)b.buf, MGPU__H_BUFFER) < 1)
     usleep(100);
-  ASSERT_OK(mgpu_free(b.c.buf));
+  ASSERT_OK(mgpu_free(b.buf));
   pthread_join(tb, NULL);
-  ASSERT_EQ(b.c.rc, MGPU_EFREED);
-  ASSERT(strstr(b.c.detail, "src buffer") != NULL);
+  ASSERT_EQ(b.rc, MGPU_EFREED);
+  ASSERT(strstr(b.detail, "src buffer") != NULL);
   /* Room for the send ahead; then both messages come out. */
   size_t len;
-  ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
+  ASSERT_OK(mgpu_channel_recv(f.ch, f.out, 0, &len, f.ds));
   pthread_join(ta, NULL);
-  ASSERT_OK(a.c.rc);
-  ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
-  ASSERT_ERR(MGPU_ETIMEDOUT, mgpu_channel_recv_timeout(ch, out, 0, &len, ds, 1));
-  ASSERT_OK(mgpu_channel_destroy(ch));
-  ASSERT_OK(mgpu_free(first));
+  ASSERT_OK(a.rc);
+  ASSERT_OK(mgpu_channel_recv(f.ch, f.out, 0, &len, f.ds));
+  ASSERT_ERR(MGPU_ETIMEDOUT,
+             mgpu_channel_recv_timeout(f.ch, f.out, 0, &len, f.ds, 1));
   ASSERT_OK(mgpu_free(ahead));
-  ASSERT_OK(mgpu_free(out));
-  ASSERT_OK(mgpu_stream_destroy(ss));
-  ASSERT_OK(mgpu_stream_destroy(ds));
-  ASSERT_OK(mgpu_shutdown());
+  chan_close_all(&f);
   return 0;
 }
 
