@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "task.h"
+#include "util/half.h"
 
 #define KINDS 5
 enum { ALLREDUCE, REDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER };
@@ -422,106 +423,131 @@ TEST_IMPL(ring_staged) {
   return 0;
 }
 
-/* 16-bit floats (CUDA devices only; host devices refuse them). Small
- * integers are exact in both formats, so sums and maxima compare exactly. */
-static uint16_t to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  int exp = (int)((x >> 23) & 0xff) - 127 + 15;
-  if ((x & 0x7fffffffu) == 0) return (uint16_t)sign;
-  return (uint16_t)(sign | ((uint32_t)exp << 10) | ((x >> 13) & 0x3ffu));
+/* 16-bit floats, on every backend. Small integers are exact in both
+ * formats, so sums, products, minima and maxima compare exactly whatever
+ * the order of the reduction; on two ranks (one rounding per element) any
+ * values compare exactly with the correctly rounded result. */
+static float half_value(size_t i, int r, int op) {
+  int m = op == MGPU_PROD ? 5 : 41; /* products of 4 stay small */
+  return (float)((int)((i * 7 + (size_t)r * 13) % (size_t)m) - m / 2);
 }
 
-static float from_half(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  int exp = (h >> 10) & 0x1f;
-  uint32_t man = h & 0x3ffu;
-  uint32_t x = exp == 0 && man == 0
-                   ? sign
-                   : sign | ((uint32_t)(exp - 15 + 127) << 23) | (man << 13);
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
+static uint16_t half_from(mgpu_dtype t, float v) {
+  return t == MGPU_BFLOAT16 ? mgpu__float_to_bf16(v) : mgpu__float_to_half(v);
 }
 
-static uint16_t to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  return (uint16_t)(x >> 16);
+static float half_to(mgpu_dtype t, uint16_t h) {
+  return t == MGPU_BFLOAT16 ? mgpu__bf16_to_float(h) : mgpu__half_to_float(h);
 }
 
-static float from_bf16(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
+static void half_exact(world *w, mgpu_dtype t, int op, uint16_t *h,
+                       size_t count) {
+  int n = w->n;
+  for (int r = 0; r < n; r++) {
+    for (size_t i = 0; i < count * (size_t)n; i++)
+      h[i] = half_from(t, half_value(i, r, op));
+    ASSERT_OK(mgpu_memcpy_htod(w->a[r], 0, h, count * (size_t)n * 2));
+  }
+  ASSERT_OK(mgpu_group_begin());
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_allreduce(w->comm, r, w->a[r], w->b[r], count, t,
+                             (mgpu_op)op, w->s[r]));
+    ASSERT_OK(mgpu_reduce_scatter(w->comm, r, w->a[r], w->a[r], count / 4, t,
+                                  (mgpu_op)op, w->s[r]));
+  }
+  ASSERT_OK(mgpu_group_end());
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_stream_synchronize(w->s[r]));
+    ASSERT_OK(mgpu_memcpy_dtoh(h, w->b[r], 0, count * 2));
+    for (size_t i = 0; i < count; i++) {
+      float want = half_value(i, 0, op);
+      for (int q = 1; q < n; q++)
+        want = (float)apply((mgpu_op)op, want, half_value(i, q, op));
+      float got = half_to(t, h[i]);
+      if (got != want) {
+        fprintf(stderr, "%s %s rank %d element %zu: got %g want %g\n",
+                mgpu_dtype_name(t), mgpu_op_name((mgpu_op)op), r, i, got,
+                want);
+        abort();
+      }
+    }
+    /* The in-place reduce-scatter: rank r's block of its buffer. */
+    size_t c4 = count / 4;
+    ASSERT_OK(mgpu_memcpy_dtoh(h, w->a[r], (size_t)r * c4 * 2, c4 * 2));
+    for (size_t i = 0; i < c4; i++) {
+      size_t j = (size_t)r * c4 + i;
+      float want = half_value(j, 0, op);
+      for (int q = 1; q < n; q++)
+        want = (float)apply((mgpu_op)op, want, half_value(j, q, op));
+      ASSERT(half_to(t, h[i]) == want);
+    }
+  }
+}
+
+/* Two ranks, values that are not exact: each element of the result is the
+ * float result of the two rounded once to the type. */
+static void half_rounded(world *w, mgpu_dtype t, int op, uint16_t *h,
+                         size_t count) {
+  for (int r = 0; r < 2; r++) {
+    for (size_t i = 0; i < count; i++)
+      h[i] = half_from(t, (float)((i * 37 + (size_t)r * 11) % 1000) / 7.0f -
+                              70.0f);
+    ASSERT_OK(mgpu_memcpy_htod(w->a[r], 0, h, count * 2));
+  }
+  ASSERT_OK(mgpu_group_begin());
+  for (int r = 0; r < 2; r++)
+    ASSERT_OK(mgpu_allreduce(w->comm, r, w->a[r], w->b[r], count, t,
+                             (mgpu_op)op, w->s[r]));
+  ASSERT_OK(mgpu_group_end());
+  uint16_t *in0 = h + count, *in1 = h + 2 * count;
+  ASSERT_OK(mgpu_memcpy_dtoh(in0, w->a[0], 0, count * 2));
+  ASSERT_OK(mgpu_memcpy_dtoh(in1, w->a[1], 0, count * 2));
+  for (int r = 0; r < 2; r++) {
+    ASSERT_OK(mgpu_stream_synchronize(w->s[r]));
+    ASSERT_OK(mgpu_memcpy_dtoh(h, w->b[r], 0, count * 2));
+    for (size_t i = 0; i < count; i++) {
+      /* The exact result (in double), rounded once to float, as the float
+       * operation rounds it, then to the type. */
+      uint16_t want = half_from(
+          t, (float)apply((mgpu_op)op, half_to(t, in0[i]), half_to(t, in1[i])));
+      if (h[i] != want) {
+        fprintf(stderr, "%s %s rank %d element %zu: got 0x%04x want 0x%04x\n",
+                mgpu_dtype_name(t), mgpu_op_name((mgpu_op)op), r, i, h[i],
+                want);
+        abort();
+      }
+    }
+  }
 }
 
 TEST_IMPL(half_types) {
   test_init();
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_CUDA) return TEST_SKIP;
   int devs[4];
   int n = test_same_backend(devs, 4);
   const size_t count = 1001;
-  world w;
-  world_open(&w, devs, n, count, NULL);
-  uint16_t *h = malloc(count * (size_t)n * sizeof *h);
-  for (int ti = 0; ti < 2; ti++) {
-    mgpu_dtype t = ti ? MGPU_BFLOAT16 : MGPU_FLOAT16;
-    for (int op = 0; op < 4; op += 3) { /* sum and max */
-      for (int r = 0; r < n; r++) {
-        for (size_t i = 0; i < count * (size_t)n; i++) {
-          float v = (float)((int)((i * 7 + (size_t)r * 13) % 41) - 20);
-          h[i] = ti ? to_bf16(v) : to_half(v);
-        }
-        ASSERT_OK(mgpu_memcpy_htod(w.a[r], 0, h, count * (size_t)n * 2));
-      }
-      ASSERT_OK(mgpu_group_begin());
-      for (int r = 0; r < n; r++) {
-        ASSERT_OK(mgpu_allreduce(w.comm, r, w.a[r], w.b[r], count, t,
-                                 (mgpu_op)op, w.s[r]));
-        ASSERT_OK(mgpu_reduce_scatter(w.comm, r, w.a[r], w.a[r], count / 4, t,
-                                      (mgpu_op)op, w.s[r]));
-      }
-      ASSERT_OK(mgpu_group_end());
-      for (int r = 0; r < n; r++) {
-        ASSERT_OK(mgpu_stream_synchronize(w.s[r]));
-        ASSERT_OK(mgpu_memcpy_dtoh(h, w.b[r], 0, count * 2));
-        for (size_t i = 0; i < count; i++) {
-          float want = 0;
-          for (int q = 0; q < n; q++) {
-            float v = (float)((int)((i * 7 + (size_t)q * 13) % 41) - 20);
-            want = q == 0 ? v : op == MGPU_SUM ? want + v : (v > want ? v : want);
-          }
-          float got = ti ? from_bf16(h[i]) : from_half(h[i]);
-          if (got != want) {
-            fprintf(stderr, "%s %s rank %d element %zu: got %g want %g\n",
-                    mgpu_dtype_name(t), mgpu_op_name((mgpu_op)op), r, i, got,
-                    want);
-            abort();
-          }
-        }
-        /* The in-place reduce-scatter: rank r's block of its buffer. */
-        size_t c4 = count / 4;
-        ASSERT_OK(mgpu_memcpy_dtoh(h, w.a[r], (size_t)r * c4 * 2, c4 * 2));
-        for (size_t i = 0; i < c4; i++) {
-          size_t j = (size_t)r * c4 + i;
-          float want = 0;
-          for (int q = 0; q < n; q++) {
-            float v = (float)((int)((j * 7 + (size_t)q * 13) % 41) - 20);
-            want = q == 0 ? v : op == MGPU_SUM ? want + v : (v > want ? v : want);
-          }
-          float got = ti ? from_bf16(h[i]) : from_half(h[i]);
-          ASSERT(got == want);
-        }
-      }
-    }
+  uint16_t *h = malloc(count * 4 * sizeof *h);
+  ASSERT(h != NULL);
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(devs[0], &p));
+  /* On host devices both algorithms: the direct one and the ring. */
+  int algos = p.backend_kind == MGPU_BACKEND_HOST ? 2 : 1;
+  for (int a = 0; a < algos; a++) {
+    mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+    cfg.algo = a ? MGPU_COLL_ALGO_RING : MGPU_COLL_ALGO_AUTO;
+    world w;
+    world_open(&w, devs, n, count, &cfg);
+    for (int ti = 0; ti < 2; ti++)
+      for (int op = 0; op < 4; op++)
+        half_exact(&w, ti ? MGPU_BFLOAT16 : MGPU_FLOAT16, op, h, count);
+    world_close(&w);
+    if (n < 2) continue;
+    world_open(&w, devs, 2, count, &cfg);
+    for (int ti = 0; ti < 2; ti++)
+      for (int op = 0; op < 4; op++)
+        half_rounded(&w, ti ? MGPU_BFLOAT16 : MGPU_FLOAT16, op, h, count);
+    world_close(&w);
   }
   free(h);
-  world_close(&w);
   return 0;
 }
 
@@ -694,11 +720,6 @@ TEST_IMPL(errors) {
                                          MGPU_FLOAT32, (mgpu_op)9, w.s[0]));
   ASSERT_ERR(MGPU_EBADHANDLE, mgpu_allreduce(w.comm, 0, NULL, w.b[0], 1,
                                              MGPU_FLOAT32, MGPU_SUM, w.s[0]));
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind == MGPU_BACKEND_HOST && mgpu_comm_provider(w.comm) == MGPU_COLL_PROVIDER_MGPU)
-    ASSERT_ERR(MGPU_ENOTSUP, mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 1,
-                                            MGPU_FLOAT16, MGPU_SUM, w.s[0]));
   expect_untouched(&w);
 
   /* A rank that never comes: the call times out and names its device. */

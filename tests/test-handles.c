@@ -454,142 +454,364 @@ TEST_IMPL(group_buffer_freed_before_end) {
 
 typedef struct rank_call {
   mgpu_comm *comm;
-  mgpu_buffer *buf;
+  mgpu_buffer *send, *recv;
   mgpu_stream *stream;
   int rc;
-  _Atomic int freed;
+  char detail[512];
 } rank_call;
 
 static void *rank0(void *p) {
   rank_call *c = p;
-  c->rc = mgpu_allreduce(c->comm, 0, c->buf, c->buf, 1024, MGPU_FLOAT32,
+  c->rc = mgpu_allreduce(c->comm, 0, c->send, c->recv, 1024, MGPU_FLOAT32,
                          MGPU_SUM, c->stream);
+  snprintf(c->detail, sizeof c->detail, "%s", mgpu_error_detail());
   return NULL;
 }
 
-static void *free_it(void *p) {
-  rank_call *c = p;
-  int rc = mgpu_free(c->buf);
-  atomic_store(&c->freed, rc == 0 ? 1 : rc);
-  return NULL;
+/* Until rank 0 has joined the operation of sequence number seq. */
+static void wait_joined(mgpu_comm *c, uint64_t seq) {
+  for (int joined = 0; !joined;) {
+    mgpu__comm *in;
+    ASSERT_OK(mgpu__comm_get(c, &in));
+    mgpu__mutex_lock(&in->lock);
+    joined = in->next_seq[0] > seq;
+    mgpu__mutex_unlock(&in->lock);
+    mgpu__comm_put(in);
+    if (!joined) usleep(100);
+  }
 }
 
+static mgpu_comm *comm_of(int algo) {
+  int devs[2] = {0, 1};
+  mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  cfg.algo = algo;
+  cfg.timeout_ms = -1; /* a wait that never ends fails the test (runner) */
+  mgpu_comm *c;
+  ASSERT_OK(mgpu_comm_create_config(devs, 2, &cfg, &c));
+  return c;
+}
+
+/* A rank waits for the other; a thread frees the rank's receive (or send)
+ * buffer, and only then calls the other rank. The waiting call leaves the
+ * collective with MGPU_EFREED and nothing moved, so the free returns; the
+ * communicator goes on with the rank's next call. */
 TEST_IMPL(rank_buffer_freed_while_waiting) {
   int ndev = test_init();
   if (ndev < 2) return TEST_SKIP;
-  int devs[2] = {0, 1};
-  mgpu_comm *c;
-  ASSERT_OK(mgpu_comm_create(devs, 2, &c));
   mgpu_stream *s0, *s1;
   ASSERT_OK(mgpu_stream_create(&s0, 0));
   ASSERT_OK(mgpu_stream_create(&s1, 1));
-  mgpu_buffer *b1;
+  mgpu_buffer *b1, *keep;
   ASSERT_OK(mgpu_malloc(&b1, 1, 1024 * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&keep, 0, 1024 * sizeof(float)));
   float one = 1.0f, got[1024];
-  for (int i = 0; i < 20; i++) {
-    rank_call rc0 = {c, NULL, s0, -1, 0};
-    ASSERT_OK(mgpu_malloc(&rc0.buf, 0, 1024 * sizeof(float)));
-    ASSERT_OK(mgpu_fill(s0, rc0.buf, 0, 1024, MGPU_FLOAT32, &one));
+  int algos[2] = {MGPU_COLL_ALGO_DIRECT, MGPU_COLL_ALGO_RING};
+  for (int i = 0; i < 8; i++) {
+    mgpu_comm *c = comm_of(algos[i % 2]);
+    int free_send = (i / 2) % 2, in_place = i / 4;
+    mgpu_buffer *gone;
+    ASSERT_OK(mgpu_malloc(&gone, 0, 1024 * sizeof(float)));
+    ASSERT_OK(mgpu_fill(s0, gone, 0, 1024, MGPU_FLOAT32, &one));
+    ASSERT_OK(mgpu_fill(s0, keep, 0, 1024, MGPU_FLOAT32, &one));
     ASSERT_OK(mgpu_fill(s1, b1, 0, 1024, MGPU_FLOAT32, &one));
     ASSERT_OK(mgpu_stream_synchronize(s0));
-    pthread_t t0, tf;
+    rank_call rc0 = {c, free_send ? gone : keep, free_send ? keep : gone, s0,
+                     -1, ""};
+    if (in_place) rc0.send = rc0.recv = gone;
+    pthread_t t0;
     ASSERT(pthread_create(&t0, NULL, rank0, &rc0) == 0);
-    /* Until rank 0 has joined the operation and waits for rank 1. */
-    for (int joined = 0; !joined;) {
-      mgpu__comm *in;
-      ASSERT_OK(mgpu__comm_get(c, &in));
-      mgpu__mutex_lock(&in->lock);
-      joined = in->ops != NULL && in->ops->arrived == 1;
-      mgpu__mutex_unlock(&in->lock);
-      mgpu__comm_put(in);
-      if (!joined) usleep(100);
-    }
-    ASSERT(pthread_create(&tf, NULL, free_it, &rc0) == 0);
-    usleep(2000);
-    /* The free waits for the collective holding the buffer. */
-    ASSERT_EQ(atomic_load(&rc0.freed), 0);
+    wait_joined(c, 0);
+    /* This thread would call rank 1 next: the free must not wait for it. */
+    ASSERT_OK(mgpu_free(gone));
+    pthread_join(t0, NULL);
+    ASSERT_EQ(rc0.rc, MGPU_EFREED);
+    ASSERT(strstr(rc0.detail, "rank 0 (device 0)") != NULL);
+    ASSERT(strstr(rc0.detail, free_send && !in_place ? "send buffer"
+                                                     : "recv buffer") != NULL);
+    /* Nothing moved into the buffer the call kept. */
+    ASSERT_OK(mgpu_memcpy_dtoh(got, keep, 0, sizeof got));
+    for (int k = 0; k < 1024; k++) ASSERT(got[k] == 1.0f);
+    /* The rank's next call meets rank 1's. */
+    rank_call again = {c, keep, keep, s0, -1, ""};
+    ASSERT(pthread_create(&t0, NULL, rank0, &again) == 0);
     ASSERT_OK(mgpu_allreduce(c, 1, b1, b1, 1024, MGPU_FLOAT32, MGPU_SUM, s1));
     pthread_join(t0, NULL);
-    pthread_join(tf, NULL);
-    ASSERT_OK(rc0.rc);
-    ASSERT_EQ(atomic_load(&rc0.freed), 1);
+    ASSERT_OK(again.rc);
     ASSERT_OK(mgpu_stream_synchronize(s1));
+    ASSERT_OK(mgpu_stream_synchronize(s0));
     ASSERT_OK(mgpu_memcpy_dtoh(got, b1, 0, sizeof got));
     for (int k = 0; k < 1024; k++) ASSERT(got[k] == 2.0f);
+    ASSERT_OK(mgpu_memcpy_dtoh(got, keep, 0, sizeof got));
+    for (int k = 0; k < 1024; k++) ASSERT(got[k] == 2.0f);
+    ASSERT_OK(mgpu_comm_destroy(c));
   }
   ASSERT_OK(mgpu_free(b1));
+  ASSERT_OK(mgpu_free(keep));
   ASSERT_OK(mgpu_stream_destroy(s0));
   ASSERT_OK(mgpu_stream_destroy(s1));
-  ASSERT_OK(mgpu_comm_destroy(c));
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
 
-typedef struct sender {
-  mgpu_channel *ch;
-  mgpu_buffer *src;
+/* The same for the rank's stream: a destroy of it ends the wait. */
+TEST_IMPL(rank_stream_destroyed_while_waiting) {
+  int ndev = test_init();
+  if (ndev < 2) return TEST_SKIP;
+  mgpu_stream *s1;
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  mgpu_buffer *b0, *b1;
+  ASSERT_OK(mgpu_malloc(&b0, 0, 1024 * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&b1, 1, 1024 * sizeof(float)));
+  mgpu_comm *c = comm_of(MGPU_COLL_ALGO_AUTO);
+  rank_call rc0 = {c, b0, b0, NULL, -1, ""};
+  ASSERT_OK(mgpu_stream_create(&rc0.stream, 0));
+  pthread_t t0;
+  ASSERT(pthread_create(&t0, NULL, rank0, &rc0) == 0);
+  wait_joined(c, 0);
+  ASSERT_OK(mgpu_stream_destroy(rc0.stream));
+  pthread_join(t0, NULL);
+  ASSERT_EQ(rc0.rc, MGPU_EFREED);
+  ASSERT(strstr(rc0.detail, "its stream was destroyed") != NULL);
+  /* The communicator goes on. */
+  ASSERT_OK(mgpu_stream_create(&rc0.stream, 0));
+  ASSERT(pthread_create(&t0, NULL, rank0, &rc0) == 0);
+  ASSERT_OK(mgpu_allreduce(c, 1, b1, b1, 1024, MGPU_FLOAT32, MGPU_SUM, s1));
+  pthread_join(t0, NULL);
+  ASSERT_OK(rc0.rc);
+  ASSERT_OK(mgpu_stream_destroy(rc0.stream));
+  ASSERT_OK(mgpu_comm_destroy(c));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_free(b0));
+  ASSERT_OK(mgpu_free(b1));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+typedef struct group_call2 {
+  mgpu_comm *comm;
+  mgpu_buffer *first, *second;
   mgpu_stream *stream;
   int rc;
-  _Atomic int freed; /* 1 once mgpu_free(src) returned 0 */
-} sender;
+} group_call2;
+
+static void *rank0_twice(void *p) {
+  group_call2 *g = p;
+  mgpu_group_begin();
+  mgpu_allreduce(g->comm, 0, g->first, g->first, 1 << 18, MGPU_FLOAT32,
+                 MGPU_SUM, g->stream);
+  mgpu_allreduce(g->comm, 0, g->second, g->second, 1 << 18, MGPU_FLOAT32,
+                 MGPU_SUM, g->stream);
+  g->rc = mgpu_group_end();
+  return NULL;
+}
+
+static void *free_first(void *p) {
+  group_call2 *g = p;
+  if (mgpu_free(g->first) != 0) abort();
+  return NULL;
+}
+
+/* A free begun while a rank's call cannot leave its collective (a later
+ * call of the rank in the same group has joined the next one) waits for
+ * it; the thread that brings the last rank issues the work with the rank's
+ * handles, closing or not, completely (not half, with a crash or a failure
+ * after some of the work was queued), and the free goes on after. */
+TEST_IMPL(rank_buffer_freed_while_issued) {
+  int ndev = test_init();
+  if (ndev < 2) return TEST_SKIP;
+  const size_t n = 1 << 18; /* 1 MiB: the queued paths */
+  mgpu_stream *s0, *s1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  mgpu_buffer *b1, *b1b, *second;
+  ASSERT_OK(mgpu_malloc(&b1, 1, n * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&b1b, 1, n * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&second, 0, n * sizeof(float)));
+  static float got[1 << 18];
+  float one = 1.0f;
+  for (int i = 0; i < 4; i++) {
+    mgpu_comm *c = comm_of(i % 2 ? MGPU_COLL_ALGO_RING : MGPU_COLL_ALGO_DIRECT);
+    group_call2 g = {c, NULL, second, s0, -1};
+    ASSERT_OK(mgpu_malloc(&g.first, 0, n * sizeof(float)));
+    ASSERT_OK(mgpu_fill(s0, g.first, 0, n, MGPU_FLOAT32, &one));
+    ASSERT_OK(mgpu_fill(s0, second, 0, n, MGPU_FLOAT32, &one));
+    ASSERT_OK(mgpu_fill(s1, b1, 0, n, MGPU_FLOAT32, &one));
+    ASSERT_OK(mgpu_fill(s1, b1b, 0, n, MGPU_FLOAT32, &one));
+    ASSERT_OK(mgpu_stream_synchronize(s0));
+    pthread_t t0, tf;
+    ASSERT(pthread_create(&t0, NULL, rank0_twice, &g) == 0);
+    wait_joined(c, 1);
+    ASSERT(pthread_create(&tf, NULL, free_first, &g) == 0);
+    /* Until the free has begun: lookups of the buffer then fail. */
+    while (mgpu_buffer_size(g.first) != 0) usleep(100);
+    ASSERT_OK(mgpu_group_begin());
+    ASSERT_OK(mgpu_allreduce(c, 1, b1, b1, n, MGPU_FLOAT32, MGPU_SUM, s1));
+    ASSERT_OK(mgpu_allreduce(c, 1, b1b, b1b, n, MGPU_FLOAT32, MGPU_SUM, s1));
+    ASSERT_OK(mgpu_group_end());
+    pthread_join(t0, NULL);
+    pthread_join(tf, NULL);
+    ASSERT_OK(g.rc);
+    ASSERT_OK(mgpu_stream_synchronize(s1));
+    ASSERT_OK(mgpu_stream_synchronize(s0));
+    ASSERT_OK(mgpu_memcpy_dtoh(got, b1, 0, sizeof got));
+    for (size_t k = 0; k < n; k++) ASSERT(got[k] == 2.0f);
+    ASSERT_OK(mgpu_memcpy_dtoh(got, b1b, 0, sizeof got));
+    for (size_t k = 0; k < n; k++) ASSERT(got[k] == 2.0f);
+    ASSERT_OK(mgpu_memcpy_dtoh(got, second, 0, sizeof got));
+    for (size_t k = 0; k < n; k++) ASSERT(got[k] == 2.0f);
+    ASSERT_OK(mgpu_comm_destroy(c));
+  }
+  ASSERT_OK(mgpu_free(b1));
+  ASSERT_OK(mgpu_free(b1b));
+  ASSERT_OK(mgpu_free(second));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+typedef struct chan_call {
+  mgpu_channel *ch;
+  mgpu_buffer *buf;
+  mgpu_stream *stream;
+  int timeout_ms;
+  int rc;
+  char detail[512];
+} chan_call;
 
 static void *send_one(void *p) {
-  sender *s = p;
-  s->rc = mgpu_channel_send(s->ch, s->src, 0, 64, s->stream);
+  chan_call *s = p;
+  s->rc = mgpu_channel_send_timeout(s->ch, s->buf, 0, 64, s->stream,
+                                    s->timeout_ms);
+  snprintf(s->detail, sizeof s->detail, "%s", mgpu_error_detail());
   return NULL;
 }
 
-static void *free_src(void *p) {
-  sender *s = p;
-  atomic_store(&s->freed, mgpu_free(s->src) == 0 ? 1 : -1);
+static void *recv_one(void *p) {
+  chan_call *s = p;
+  size_t len;
+  s->rc = mgpu_channel_recv_timeout(s->ch, s->buf, 0, &len, s->stream,
+                                    s->timeout_ms);
+  snprintf(s->detail, sizeof s->detail, "%s", mgpu_error_detail());
   return NULL;
 }
 
-TEST_IMPL(channel_source_freed_while_send_waits) {
-  int ndev = test_init();
-  int dst = ndev > 1 ? 1 : 0;
+/* A channel of one 64-byte slot from device 0 to dst, a stream at each end,
+ * a source buffer (first) and a destination (out). */
+typedef struct chan_fixture {
+  int dst;
   mgpu_channel *ch;
-  ASSERT_OK(mgpu_channel_create(0, dst, 64, 1, &ch));
   mgpu_stream *ss, *ds;
-  ASSERT_OK(mgpu_stream_create(&ss, 0));
-  ASSERT_OK(mgpu_stream_create(&ds, dst));
   mgpu_buffer *first, *out;
-  ASSERT_OK(mgpu_malloc(&first, 0, 64));
-  ASSERT_OK(mgpu_malloc(&out, dst, 64));
-  unsigned char got[64];
-  for (int i = 0; i < 20; i++) {
-    sender s = {ch, NULL, ss, -1, 0};
-    ASSERT_OK(mgpu_malloc(&s.src, 0, 64));
-    ASSERT_OK(mgpu_memset_async(first, 0, 1, 64, ss));
-    ASSERT_OK(mgpu_memset_async(s.src, 0, 2, 64, ss));
-    ASSERT_OK(mgpu_channel_send(ch, first, 0, 64, ss)); /* now full */
-    pthread_t ts, tf;
-    ASSERT(pthread_create(&ts, NULL, send_one, &s) == 0);
-    /* Until the send holds its source (it then waits for room). */
-    while (mgpu__handle_users((uintptr_t)s.src, MGPU__H_BUFFER) < 1)
-      usleep(100);
-    ASSERT(pthread_create(&tf, NULL, free_src, &s) == 0);
-    usleep(2000);
-    /* The free waits for the send. */
-    ASSERT_EQ(atomic_load(&s.freed), 0);
-    size_t len;
-    ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
-    pthread_join(ts, NULL);
-    pthread_join(tf, NULL);
-    /* The send copied the bytes it was given, then the free went on. */
-    ASSERT_OK(s.rc);
-    ASSERT_EQ(atomic_load(&s.freed), 1);
-    ASSERT_OK(mgpu_channel_recv(ch, out, 0, &len, ds));
-    ASSERT_OK(mgpu_stream_synchronize(ds));
-    ASSERT_OK(mgpu_memcpy_dtoh(got, out, 0, sizeof got));
-    for (int k = 0; k < 64; k++) ASSERT_EQ(got[k], 2);
-  }
-  ASSERT_OK(mgpu_channel_destroy(ch));
-  ASSERT_OK(mgpu_free(first));
-  ASSERT_OK(mgpu_free(out));
-  ASSERT_OK(mgpu_stream_destroy(ss));
-  ASSERT_OK(mgpu_stream_destroy(ds));
+} chan_fixture;
+
+static void chan_open(chan_fixture *f) {
+  int ndev = test_init();
+  f->dst = ndev > 1 ? 1 : 0;
+  ASSERT_OK(mgpu_channel_create(0, f->dst, 64, 1, &f->ch));
+  ASSERT_OK(mgpu_stream_create(&f->ss, 0));
+  ASSERT_OK(mgpu_stream_create(&f->ds, f->dst));
+  ASSERT_OK(mgpu_malloc(&f->first, 0, 64));
+  ASSERT_OK(mgpu_malloc(&f->out, f->dst, 64));
+}
+
+static void chan_close_all(chan_fixture *f) {
+  ASSERT_OK(mgpu_channel_destroy(f->ch));
+  ASSERT_OK(mgpu_free(f->first));
+  ASSERT_OK(mgpu_free(f->out));
+  ASSERT_OK(mgpu_stream_destroy(f->ss));
+  ASSERT_OK(mgpu_stream_destroy(f->ds));
   ASSERT_OK(mgpu_shutdown());
+}
+
+/* A send waiting for room (with no time limit) whose source is freed, and
+ * a receive waiting for a message whose destination is freed, give up with
+ * MGPU_EFREED and nothing moved, so the free returns although the thread
+ * that would make room (or send) is the one freeing; the channel goes on. */
+TEST_IMPL(channel_buffer_freed_while_waiting) {
+  chan_fixture f;
+  chan_open(&f);
+  unsigned char got[64];
+  for (int i = 0; i < 10; i++) {
+    /* The receive side first: the channel is empty. */
+    chan_call r = {f.ch, NULL, f.ds, -1, -1, ""};
+    ASSERT_OK(mgpu_malloc(&r.buf, f.dst, 64));
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, recv_one, &r) == 0);
+    while (mgpu__handle_users((uintptr_t)r.buf, MGPU__H_BUFFER) < 1)
+      usleep(100);
+    ASSERT_OK(mgpu_free(r.buf));
+    pthread_join(t, NULL);
+    ASSERT_EQ(r.rc, MGPU_EFREED);
+    ASSERT(strstr(r.detail, "dst buffer") != NULL);
+    /* The send side: the channel is full. */
+    chan_call s = {f.ch, NULL, f.ss, -1, -1, ""};
+    ASSERT_OK(mgpu_malloc(&s.buf, 0, 64));
+    ASSERT_OK(mgpu_memset_async(f.first, 0, 1, 64, f.ss));
+    ASSERT_OK(mgpu_memset_async(s.buf, 0, 2, 64, f.ss));
+    ASSERT_OK(mgpu_channel_send(f.ch, f.first, 0, 64, f.ss)); /* now full */
+    ASSERT(pthread_create(&t, NULL, send_one, &s) == 0);
+    while (mgpu__handle_users((uintptr_t)s.buf, MGPU__H_BUFFER) < 1)
+      usleep(100);
+    ASSERT_OK(mgpu_free(s.buf));
+    pthread_join(t, NULL);
+    ASSERT_EQ(s.rc, MGPU_EFREED);
+    ASSERT(strstr(s.detail, "src buffer") != NULL);
+    /* Only the first message is there. */
+    size_t len;
+    ASSERT_OK(mgpu_channel_recv(f.ch, f.out, 0, &len, f.ds));
+    ASSERT_OK(mgpu_stream_synchronize(f.ds));
+    ASSERT_OK(mgpu_memcpy_dtoh(got, f.out, 0, sizeof got));
+    for (int k = 0; k < 64; k++) ASSERT_EQ(got[k], 1);
+    ASSERT_ERR(MGPU_ETIMEDOUT,
+               mgpu_channel_recv_timeout(f.ch, f.out, 0, &len, f.ds, 1));
+  }
+  chan_close_all(&f);
+  return 0;
+}
+
+/* A send waiting behind another send that waits for room (with no limit)
+ * ends by its own timeout, and by a free of its source: it waited on a
+ * lock past every limit. */
+TEST_IMPL(channel_send_behind_another_ends) {
+  chan_fixture f;
+  chan_open(&f);
+  mgpu_buffer *ahead;
+  ASSERT_OK(mgpu_malloc(&ahead, 0, 64));
+  ASSERT_OK(mgpu_channel_send(f.ch, f.first, 0, 64, f.ss)); /* now full */
+  /* The send ahead waits for room with no limit. */
+  chan_call a = {f.ch, ahead, f.ss, -1, -1, ""};
+  pthread_t ta;
+  ASSERT(pthread_create(&ta, NULL, send_one, &a) == 0);
+  while (mgpu__handle_users((uintptr_t)ahead, MGPU__H_BUFFER) < 1)
+    usleep(100);
+  /* Behind it: its own timeout ends the wait. */
+  chan_call b = {f.ch, NULL, f.ss, 50, -1, ""};
+  ASSERT_OK(mgpu_malloc(&b.buf, 0, 64));
+  pthread_t tb;
+  ASSERT(pthread_create(&tb, NULL, send_one, &b) == 0);
+  pthread_join(tb, NULL);
+  ASSERT_EQ(b.rc, MGPU_ETIMEDOUT);
+  ASSERT(strstr(b.detail, "earlier send") != NULL);
+  /* Behind it with no limit: a free of its source ends the wait. */
+  b.timeout_ms = -1;
+  ASSERT(pthread_create(&tb, NULL, send_one, &b) == 0);
+  while (mgpu__handle_users((uintptr_t)b.buf, MGPU__H_BUFFER) < 1)
+    usleep(100);
+  ASSERT_OK(mgpu_free(b.buf));
+  pthread_join(tb, NULL);
+  ASSERT_EQ(b.rc, MGPU_EFREED);
+  ASSERT(strstr(b.detail, "src buffer") != NULL);
+  /* Room for the send ahead; then both messages come out. */
+  size_t len;
+  ASSERT_OK(mgpu_channel_recv(f.ch, f.out, 0, &len, f.ds));
+  pthread_join(ta, NULL);
+  ASSERT_OK(a.rc);
+  ASSERT_OK(mgpu_channel_recv(f.ch, f.out, 0, &len, f.ds));
+  ASSERT_ERR(MGPU_ETIMEDOUT,
+             mgpu_channel_recv_timeout(f.ch, f.out, 0, &len, f.ds, 1));
+  ASSERT_OK(mgpu_free(ahead));
+  chan_close_all(&f);
   return 0;
 }
 
@@ -751,8 +973,11 @@ TEST_ENTRY(stale_pool_and_dist)
 TEST_ENTRY(stale_comm_barrier_channel_after_shutdown)
 TEST_ENTRY(group_buffer_freed_before_end)
 TEST_ENTRY(rank_buffer_freed_while_waiting)
+TEST_ENTRY(rank_buffer_freed_while_issued)
+TEST_ENTRY(rank_stream_destroyed_while_waiting)
 TEST_ENTRY(pin_holds_like_a_use)
-TEST_ENTRY(channel_source_freed_while_send_waits)
+TEST_ENTRY(channel_buffer_freed_while_waiting)
+TEST_ENTRY(channel_send_behind_another_ends)
 TEST_ENTRY(shutdown_races_calls)
 TEST_ENTRY(shutdown_from_device_function_refused)
 TEST_ENTRY(shutdown_from_pool_task_refused)

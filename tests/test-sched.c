@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "sched/internal.h"
+#include "util/fault.h"
 #include "task.h"
 
 static const mgpu_sched_policy policies[] = {MGPU_SCHED_STATIC,
@@ -451,6 +452,41 @@ static int bad_return_task(int dev, mgpu_stream *s, void *arg) {
   (void)s;
   (void)arg;
   return 7; /* positive: not a valid code */
+}
+
+/* Fails for lack of memory, and leaves every later allocation failing:
+ * no memory is left for the pool to keep the task's detail. */
+static int nomem_task(int dev, mgpu_stream *s, void *arg) {
+  (void)dev;
+  (void)s;
+  (void)arg;
+  mgpu__fault_set("alloc:1+", NULL, 0);
+  return mgpu__error(MGPU_ENOMEM, "the task's own allocation failed");
+}
+
+/* A task that fails when no memory is left for its detail still gives
+ * mgpu_pool_wait_all and mgpu_pool_wait a detail naming the task and the
+ * code (it was empty). */
+TEST_IMPL(failure_without_memory_has_a_detail) {
+  test_init();
+  for (int k = 0; k < 3; k++) {
+    mgpu_pool *p = make_pool(policies[k], MGPU_POOL_WAIT);
+    ASSERT_OK(mgpu_pool_submit_fn(p, nomem_task, NULL, NULL));
+    int rc = mgpu_pool_wait_all(p);
+    mgpu__fault_set(NULL, NULL, 0);
+    ASSERT_ERR(MGPU_ENOMEM, rc);
+    ASSERT_DETAIL_HAS("MGPU_ENOMEM");
+    mgpu_task t;
+    ASSERT_OK(mgpu_pool_submit_fn(p, nomem_task, NULL, &t));
+    rc = mgpu_pool_wait(p, t);
+    mgpu__fault_set(NULL, NULL, 0);
+    ASSERT_ERR(MGPU_ENOMEM, rc);
+    ASSERT_DETAIL_HAS("MGPU_ENOMEM");
+    mgpu_pool_wait_all(p); /* the first failure was the wait's: cleared */
+    ASSERT_OK(mgpu_pool_destroy(p));
+  }
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
 }
 
 TEST_IMPL(failure_propagates) {
@@ -979,6 +1015,7 @@ TEST_ENTRY(affinity_is_respected)
 TEST_ENTRY(preference_spreads_when_busy)
 TEST_ENTRY(device_restored_after_task)
 TEST_ENTRY(failure_propagates)
+TEST_ENTRY(failure_without_memory_has_a_detail)
 TEST_ENTRY(misuse_is_an_error)
 TEST_ENTRY(destroy_waits)
 TEST_ENTRY(destroy_cancels)

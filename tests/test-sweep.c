@@ -23,6 +23,10 @@
 
 #define NDEV 3
 #define N 4096 /* floats per buffer */
+/* Floats per rank of the large all-reduce: over the 4 MiB up to which the
+ * direct algorithm may run a call on the issuing thread, so its work is
+ * queued (stream barriers, a launch per rank). */
+#define BIG (5 << 18)
 
 /* Fails the workload when a call fails: the code must be a known negative
  * one and come with a detail. */
@@ -53,6 +57,64 @@ static void check_failure(int code, const char *what, int line) {
             mgpu_error_detail());
 }
 
+/* What the call being made writes: its output regions, filled with SENTINEL
+ * (through their host pointers, before any work on them) before the call.
+ * A call that fails must leave them so (docs/faults.md, "The sweep"). Set
+ * before the call, cleared once it returned 0. */
+#define SENTINEL 0x5a
+#define MAX_WATCH 8
+static struct {
+  int n, line;
+  const char *what;
+  mgpu_buffer *buf[MAX_WATCH];
+  size_t bytes[MAX_WATCH];
+} watch;
+
+/* Fills the buffer with the sentinel (host devices: host memory, with
+ * nothing queued on it yet) and watches it from now on. */
+static void watch_fill(mgpu_buffer *b, size_t bytes) {
+  memset(mgpu_buffer_ptr(b), SENTINEL, bytes);
+}
+
+static void watch_set(const char *what, int line, mgpu_buffer *const *bufs,
+                      int n, size_t bytes) {
+  watch.what = what;
+  watch.line = line;
+  watch.n = n;
+  for (int i = 0; i < n; i++) {
+    watch.buf[i] = bufs[i];
+    watch.bytes[i] = bytes;
+  }
+}
+
+/* After a failed call (rc, not a lost device, whose memory is gone): once
+ * every queued operation has run, its outputs must hold the sentinel. */
+static void watch_check(int rc) {
+  if (watch.n == 0 || rc == 0 || rc == MGPU_EDEVLOST) return;
+  for (int d = 0; d < NDEV; d++)
+    if (mgpu_device_synchronize(d) == MGPU_EDEVLOST) return;
+  for (int i = 0; i < watch.n; i++) {
+    const unsigned char *p = mgpu_buffer_ptr(watch.buf[i]);
+    if (p == NULL) continue; /* never made */
+    for (size_t k = 0; k < watch.bytes[i]; k++)
+      if (p[k] != SENTINEL) {
+        fprintf(stderr, "line %d: %s failed with %s, but changed byte %zu "
+                "of its output %d\n", watch.line, watch.what,
+                mgpu_err_name(rc), k, i);
+        _exit(18);
+      }
+  }
+}
+
+/* STEP for a call that writes the n buffers (bytes each): they are filled
+ * with the sentinel before it and checked after it if it failed. */
+#define OUT_STEP(expr, bufs, nbufs, bytes)                                  \
+  do {                                                                      \
+    watch_set(#expr, __LINE__, bufs, nbufs, bytes);                         \
+    STEP(expr);                                                             \
+    watch.n = 0;                                                            \
+  } while (0)
+
 static void add_one(const mgpu_kernel_ctx *ctx, const void *args) {
   const struct {
     float *p;
@@ -68,6 +130,17 @@ static int task_add(int dev, mgpu_stream *s, void *arg) {
   (void)s;
   *(int *)arg += 1;
   return 0;
+}
+
+/* A task that allocates: under a fault it fails, and its detail must reach
+ * mgpu_pool_wait_all even when no memory is left to keep it. */
+static int task_alloc(int dev, mgpu_stream *s, void *arg) {
+  (void)s;
+  (void)arg;
+  mgpu_buffer *b;
+  int rc = mgpu_malloc(&b, dev, 64);
+  if (rc == 0) rc = mgpu_free(b);
+  return rc;
 }
 
 typedef struct barrier_arg {
@@ -91,12 +164,16 @@ static int workload(void) {
   mgpu_stream *s[NDEV] = {0};
   mgpu_event *ev[2] = {0};
   mgpu_pool *pool = NULL;
-  mgpu_comm *comm = NULL;
+  mgpu_comm *comm = NULL, *ring = NULL;
   mgpu_channel *chan = NULL;
   mgpu_barrier *barrier = NULL;
   mgpu_stream_barrier *sbar = NULL;
   mgpu_dist *dist = NULL;
   mgpu_buffer *parts[NDEV] = {0};
+  /* Outputs of one collective each (watched), and of the copies. */
+  mgpu_buffer *reduced = NULL, *bcast[NDEV] = {0}, *gathered[NDEV] = {0};
+  mgpu_buffer *scattered[NDEV] = {0}, *ring_out[NDEV] = {0};
+  mgpu_buffer *big_in[NDEV] = {0}, *big_out[NDEV] = {0};
   static float host[N], back[N], whole[N];
   int group_open = 0, ran = 0;
 
@@ -109,9 +186,28 @@ static int workload(void) {
     STEP(mgpu_stream_create(&s[d], d));
     STEP(mgpu_malloc(&buf[d], d, N * sizeof(float)));
     STEP(mgpu_malloc(&recv[d], d, N * sizeof(float)));
+    STEP(mgpu_malloc(&bcast[d], d, N * sizeof(float)));
+    STEP(mgpu_malloc(&gathered[d], d, NDEV * N * sizeof(float)));
+    STEP(mgpu_malloc(&scattered[d], d, N / NDEV * sizeof(float)));
+    watch_fill(buf[d], N * sizeof(float));
+    watch_fill(recv[d], N * sizeof(float));
+    watch_fill(bcast[d], N * sizeof(float));
+    watch_fill(gathered[d], NDEV * N * sizeof(float));
+    watch_fill(scattered[d], N / NDEV * sizeof(float));
+    STEP(mgpu_malloc(&ring_out[d], d, N * sizeof(float)));
+    watch_fill(ring_out[d], N * sizeof(float));
+    STEP(mgpu_malloc(&big_in[d], d, BIG * sizeof(float)));
+    STEP(mgpu_malloc(&big_out[d], d, BIG * sizeof(float)));
+    float *in = mgpu_buffer_ptr(big_in[d]);
+    for (size_t i = 0; i < BIG; i++) in[i] = (float)(d + 1);
+    watch_fill(big_out[d], BIG * sizeof(float));
   }
+  STEP(mgpu_malloc(&reduced, 1, N * sizeof(float)));
+  watch_fill(reduced, N * sizeof(float));
   STEP(mgpu_malloc_host(&pinned, 0, N * sizeof(float)));
   STEP(mgpu_malloc_unified(&unified, 1, N * sizeof(float)));
+  watch_fill(pinned, N * sizeof(float));
+  watch_fill(unified, N * sizeof(float));
   STEP(mgpu_event_create(&ev[0], 0));
   STEP(mgpu_event_create(&ev[1], 0));
 
@@ -120,14 +216,19 @@ static int workload(void) {
   for (int i = 0; i < N; i++) host[i] = (float)i;
   STEP(mgpu_peer_disable(0, 2));
   STEP(mgpu_event_record(ev[0], s[0]));
-  STEP(mgpu_memcpy_htod_async(buf[0], 0, host, sizeof host, s[0]));
-  STEP(mgpu_memcpy_async(pinned, 0, buf[0], 0, sizeof host, s[0]));
+  OUT_STEP(mgpu_memcpy_htod_async(buf[0], 0, host, sizeof host, s[0]),
+           &buf[0], 1, sizeof host);
+  OUT_STEP(mgpu_memcpy_async(pinned, 0, buf[0], 0, sizeof host, s[0]),
+           &pinned, 1, sizeof host);
   STEP(mgpu_event_record(ev[1], s[0]));
   STEP(mgpu_stream_wait_event(s[1], ev[1]));
   STEP(mgpu_stream_wait_event(s[2], ev[1]));
-  STEP(mgpu_memcpy_async(buf[1], 0, buf[0], 0, sizeof host, s[1]));
-  STEP(mgpu_memcpy_async(buf[2], 0, buf[0], 0, sizeof host, s[2]));
-  STEP(mgpu_memcpy_async(unified, 0, buf[1], 0, sizeof host, s[1]));
+  OUT_STEP(mgpu_memcpy_async(buf[1], 0, buf[0], 0, sizeof host, s[1]),
+           &buf[1], 1, sizeof host);
+  OUT_STEP(mgpu_memcpy_async(buf[2], 0, buf[0], 0, sizeof host, s[2]),
+           &buf[2], 1, sizeof host);
+  OUT_STEP(mgpu_memcpy_async(unified, 0, buf[1], 0, sizeof host, s[1]),
+           &unified, 1, sizeof host);
   STEP(mgpu_memset_async(recv[0], 0, 0, sizeof host, s[0]));
   STEP(mgpu_event_synchronize(ev[1]));
   float ms;
@@ -163,6 +264,7 @@ static int workload(void) {
   td.ndeps = 1;
   td.device = 1;
   STEP(mgpu_pool_submit(pool, &td, NULL));
+  STEP(mgpu_pool_submit_fn(pool, task_alloc, NULL, NULL));
   STEP(mgpu_pool_wait_all(pool));
   STEP(mgpu_pool_destroy(pool));
   pool = NULL;
@@ -176,8 +278,13 @@ static int workload(void) {
   STEP(mgpu_scatter(dist, host, sizeof(float), parts, NULL));
   STEP(mgpu_gather(dist, whole, sizeof(float), parts, NULL));
 
-  /* Collectives: an all-reduce in a group, then a broadcast. */
+  /* Collectives, each a group over every rank: all-reduce (its receive
+   * buffers were written by nothing yet but recv[0]'s memset, after which
+   * they are watched), reduce, broadcast, all-gather, reduce-scatter. */
   STEP(mgpu_comm_create(devs, NDEV, &comm));
+  STEP(mgpu_stream_synchronize(s[0]));
+  watch_fill(recv[0], N * sizeof(float));
+  watch_set("allreduce group", __LINE__, recv, NDEV, N * sizeof(float));
   STEP(mgpu_group_begin());
   group_open = 1;
   for (int r = 0; r < NDEV; r++)
@@ -185,6 +292,71 @@ static int workload(void) {
                         s[r]));
   group_open = 0;
   STEP(mgpu_group_end());
+  watch.n = 0;
+  watch_set("reduce group", __LINE__, &reduced, 1, N * sizeof(float));
+  STEP(mgpu_group_begin());
+  group_open = 1;
+  for (int r = 0; r < NDEV; r++)
+    STEP(mgpu_reduce(comm, r, buf[r], r == 1 ? reduced : NULL, N,
+                     MGPU_FLOAT32, MGPU_SUM, 1, s[r]));
+  group_open = 0;
+  STEP(mgpu_group_end());
+  watch.n = 0;
+  watch_set("broadcast group", __LINE__, bcast, NDEV, N * sizeof(float));
+  STEP(mgpu_group_begin());
+  group_open = 1;
+  for (int r = 0; r < NDEV; r++)
+    STEP(mgpu_broadcast(comm, r, r == 0 ? buf[0] : NULL, bcast[r], N,
+                        MGPU_FLOAT32, 0, s[r]));
+  group_open = 0;
+  STEP(mgpu_group_end());
+  watch.n = 0;
+  watch_set("allgather group", __LINE__, gathered, NDEV,
+            NDEV * N * sizeof(float));
+  STEP(mgpu_group_begin());
+  group_open = 1;
+  for (int r = 0; r < NDEV; r++)
+    STEP(mgpu_allgather(comm, r, buf[r], gathered[r], N, MGPU_FLOAT32, s[r]));
+  group_open = 0;
+  STEP(mgpu_group_end());
+  watch.n = 0;
+  watch_set("reduce_scatter group", __LINE__, scattered, NDEV,
+            N / NDEV * sizeof(float));
+  STEP(mgpu_group_begin());
+  group_open = 1;
+  for (int r = 0; r < NDEV; r++)
+    STEP(mgpu_reduce_scatter(comm, r, buf[r], scattered[r], N / NDEV,
+                             MGPU_FLOAT32, MGPU_SUM, s[r]));
+  group_open = 0;
+  STEP(mgpu_group_end());
+  watch.n = 0;
+  watch_set("large allreduce group", __LINE__, big_out, NDEV,
+            BIG * sizeof(float));
+  STEP(mgpu_group_begin());
+  group_open = 1;
+  for (int r = 0; r < NDEV; r++)
+    STEP(mgpu_allreduce(comm, r, big_in[r], big_out[r], BIG, MGPU_FLOAT32,
+                        MGPU_SUM, s[r]));
+  group_open = 0;
+  STEP(mgpu_group_end());
+  watch.n = 0;
+  /* The ring queues its work (chunks, events, copies, reductions) where
+   * the direct algorithm above may run a small call on the issuing thread:
+   * every one of those steps is a site, none may leave an output changed. */
+  mgpu_comm_config ring_cfg = MGPU_COMM_CONFIG_INITIALIZER;
+  ring_cfg.algo = MGPU_COLL_ALGO_RING;
+  ring_cfg.chunk_bytes = 4096;
+  STEP(mgpu_comm_create_config(devs, NDEV, &ring_cfg, &ring));
+  watch_set("ring allreduce group", __LINE__, ring_out, NDEV,
+            N * sizeof(float));
+  STEP(mgpu_group_begin());
+  group_open = 1;
+  for (int r = 0; r < NDEV; r++)
+    STEP(mgpu_allreduce(ring, r, buf[r], ring_out[r], N, MGPU_FLOAT32,
+                        MGPU_SUM, s[r]));
+  group_open = 0;
+  STEP(mgpu_group_end());
+  watch.n = 0;
   for (int r = 0; r < NDEV; r++) STEP(mgpu_stream_synchronize(s[r]));
 
   /* A channel 0 -> 2, a stream barrier and a host barrier. */
@@ -215,6 +387,26 @@ static int workload(void) {
       _exit(14);
     }
   }
+  /* The other collectives, which may have completed on the calling thread
+   * after a failure part-way (they must then be right too). Read through
+   * the host pointers: every stream was synchronized above. */
+  const float *ring1 = mgpu_buffer_ptr(ring_out[1]);
+  const float *red = mgpu_buffer_ptr(reduced), *bc2 = mgpu_buffer_ptr(bcast[2]);
+  const float *big0 = mgpu_buffer_ptr(big_out[0]);
+  for (int i = 0; i < N; i++) {
+    if (ring1[i] != 5.0f * (float)i + 1.0f || red[i] != ring1[i] ||
+        bc2[i] != (float)i) {
+      fprintf(stderr, "wrong collective result at %d: ring %g, reduce %g, "
+              "broadcast %g\n", i, ring1[i], red[i], bc2[i]);
+      _exit(14);
+    }
+  }
+  for (size_t i = 0; i < BIG; i++)
+    if (big0[i] != 6.0f) {
+      fprintf(stderr, "wrong large all-reduce result at %zu: %g\n", i,
+              big0[i]);
+      _exit(14);
+    }
   if (ran != 2 || got != 64) {
     fprintf(stderr, "tasks ran %d times, channel gave %zu bytes\n", ran, got);
     _exit(14);
@@ -226,10 +418,14 @@ cleanup:
   if (group_open) {
     int r = mgpu_group_end();
     if (r != 0) check_failure(r, "mgpu_group_end (cleanup)", __LINE__);
+    if (r == 0) watch.n = 0; /* a call in the group failed, not the group */
   }
+  watch_check(rc);
+  watch.n = 0;
   if (barrier) mgpu_barrier_destroy(barrier);
   if (sbar) mgpu_stream_barrier_destroy(sbar);
   if (chan) mgpu_channel_destroy(chan);
+  if (ring) mgpu_comm_destroy(ring);
   if (comm) mgpu_comm_destroy(comm);
   if (dist) {
     mgpu_dist_free_buffers(dist, parts);

@@ -45,8 +45,10 @@ MGPU_EXTERN int mgpu_channel_destroy(mgpu_channel *chan);
  * on stream after this call. Blocks while the channel is full, at most
  * MGPU_TIMEOUT (mgpu_config.timeout_ms, default 30 s): then MGPU_ETIMEDOUT
  * with a detail naming the destination device and its last operations, and
- * nothing was sent (the channel stays usable). src is held meanwhile, so a
- * mgpu_free of it on another thread waits for the send. */
+ * nothing was sent (the channel stays usable). src is held meanwhile: a
+ * mgpu_free of it on another thread while the send waits for room ends the
+ * wait (MGPU_EFREED, nothing was sent), and one once the message is being
+ * copied waits for the send. */
 MGPU_EXTERN int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
                                   size_t offset, size_t size,
                                   mgpu_stream *stream);
@@ -58,7 +60,9 @@ MGPU_EXTERN int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
  * drained. dst must have room for msg_size bytes from offset, else
  * MGPU_ERANGE and the message stays for the next call; the range is checked
  * only when a message is there, so the call that finds the channel closed
- * and drained is MGPU_ECLOSED whatever its offset. */
+ * and drained is MGPU_ECLOSED whatever its offset. A mgpu_free of dst on
+ * another thread while the receive waits for a message ends the wait
+ * (MGPU_EFREED, nothing was received). */
 MGPU_EXTERN int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst,
                                   size_t offset, size_t *size,
                                   mgpu_stream *stream);

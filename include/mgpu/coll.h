@@ -202,7 +202,9 @@ MGPU_EXTERN int mgpu_comm_create_remote(const int *devs, int n,
  * A call's buffers, stream and communicator are looked up again by
  * mgpu_group_end: one freed in between fails the whole group (MGPU_EFREED)
  * before any of it runs. From there to the completion they are held: a
- * free on another thread waits for the collective. */
+ * free on another thread waits for the collective, except while a call
+ * still waits for the other ranks: then it leaves its operation and
+ * returns MGPU_EFREED (mgpu_free, mgpu/core.h, has the rule). */
 MGPU_EXTERN int mgpu_group_begin(void);
 MGPU_EXTERN int mgpu_group_end(void);
 

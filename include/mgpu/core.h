@@ -260,10 +260,20 @@ MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
 /* Frees a buffer after the work already queued on its device has finished
  * (as cudaFree does). A second free returns MGPU_EFREED, and so does any
  * call that starts on the buffer once the free has begun. Calls already
- * inside the buffer on other threads (a copy, a collective waiting for its
- * other ranks, a channel send waiting for room) finish first: the free
- * waits for them, so never free a buffer that the same thread still has in
- * a pending call. A buffer exported with mgpu_buffer_dlpack
+ * inside the buffer on other threads follow one rule, so that every wait
+ * ends and no free waits for a party that may never come (the thread that
+ * frees may be the one that would come):
+ * - a call waiting for another party with nothing moved yet (a collective's
+ *   rank waiting for the other ranks, a channel send waiting for room, a
+ *   receive waiting for a message) gives up: it returns MGPU_EFREED, its
+ *   outputs untouched, and a collective's rank leaves the operation as if
+ *   it had not called (the other ranks meet its next call);
+ * - any other call inside the buffer (a copy, a collective whose work is
+ *   being issued, a send copying its message, a rank's earlier collective
+ *   in a group whose later call already joined the next operation, which
+ *   cannot leave) finishes first: the free waits for it.
+ * A thread must not free a buffer it still has in a pending call of its
+ * own (an open group). A buffer exported with mgpu_buffer_dlpack
  * (mgpu/interop.h) loses its handle at once, and its memory is released by
  * the last export's deleter. */
 MGPU_EXTERN int mgpu_free(mgpu_buffer *buf);
@@ -401,8 +411,8 @@ typedef enum mgpu_dtype {
   MGPU_FLOAT64 = 1,
   MGPU_INT32 = 2,
   MGPU_INT64 = 3,
-  MGPU_FLOAT16 = 4, /* CUDA devices only */
-  MGPU_BFLOAT16 = 5 /* CUDA devices only */
+  MGPU_FLOAT16 = 4, /* IEEE half; computed in float, rounded per step */
+  MGPU_BFLOAT16 = 5 /* bfloat16; the same */
 } mgpu_dtype;
 
 typedef enum mgpu_op {

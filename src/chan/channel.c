@@ -30,9 +30,12 @@
  * direct path (a pair with peer access turned off keeps its host-staged
  * copy); the metrics count the copy as the copy layer would.
  *
- * Locking: send_lock serializes senders (messages keep the order of the send
- * calls), recv_lock serializes receivers; lock guards the counts, closed and
- * destroyed. Lock order: send_lock or recv_lock, then lock. */
+ * Locking: a turn serializes senders (messages keep the order of the send
+ * calls), another receivers (send_turn, recv_turn: flags under lock, waited
+ * for on cond, so that a call waiting behind another ends by its timeout,
+ * a destroy, a lost device or a free of its buffer like any other wait; a
+ * mutex held by a sender blocked for room kept the next sender past every
+ * limit). lock guards the counts, the turns, closed and destroyed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +62,8 @@ typedef struct mgpu__channel {
   mgpu__buf *slots_b; /* slots_buf resolved: the channel owns it */
   slot *slots;
 
-  mgpu__mutex send_lock, recv_lock;
+  int send_turn, recv_turn; /* under lock: a sender (receiver) is inside */
+  int turn_waiters;         /* under lock: calls waiting for a turn */
   mgpu__mutex lock;
   mgpu__cond cond;
   /* Written under lock; read without it by a thread that watches for room
@@ -69,7 +73,7 @@ typedef struct mgpu__channel {
   _Atomic int closed;
   _Atomic int destroyed;     /* set by destroy: the calls inside leave */
   /* The waits of the two sides (one sender waits for room, one receiver
-   * for a message: send_lock and recv_lock let no second one in), a pair
+   * for a message: the turns let no second one in), a pair
    * wait each (mgpu__spin_pair_until). Each side publishes the CPU it ran
    * on (relaxed: a hint) for the other's spin. Under lock: whether a side
    * sleeps on cond, and when the other side last published while it did
@@ -136,8 +140,6 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
     if (rc == 0) rc = mgpu_event_create(&ch->slots[i].consumed, dst_dev);
     if (rc != 0) goto fail;
   }
-  mgpu__mutex_init(&ch->send_lock);
-  mgpu__mutex_init(&ch->recv_lock);
   mgpu__mutex_init(&ch->lock);
   mgpu__cond_init(&ch->cond);
   uintptr_t h = mgpu__handle_new(MGPU__H_CHANNEL, ch);
@@ -152,8 +154,6 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
 fail_locks:
   mgpu__cond_destroy(&ch->cond);
   mgpu__mutex_destroy(&ch->lock);
-  mgpu__mutex_destroy(&ch->recv_lock);
-  mgpu__mutex_destroy(&ch->send_lock);
 fail:
   chan_free(ch);
   return rc;
@@ -195,8 +195,6 @@ static void chan_destroy(mgpu__channel *ch) {
   }
   mgpu__cond_destroy(&ch->cond);
   mgpu__mutex_destroy(&ch->lock);
-  mgpu__mutex_destroy(&ch->recv_lock);
-  mgpu__mutex_destroy(&ch->send_lock);
   chan_free(ch);
 }
 
@@ -281,9 +279,64 @@ static int wait_on(mgpu__channel *ch, int peer, uint64_t deadline,
   return mgpu__device_is_lost(peer) ? peer : -1;
 }
 
+/* A send waiting for room, or a receive waiting for a message, whose
+ * buffer a free (on another thread) has begun to release: the call gives
+ * up, nothing moved, and the free, which waits for the calls inside the
+ * buffer, goes on. Waiting instead would keep the free waiting for a
+ * receiver (or sender) that may be the very thread calling the free. */
+static int freed_while_waiting(const mgpu__channel *ch, const char *call,
+                               const char *arg, const mgpu_buffer *buf,
+                               const char *waited_for) {
+  return mgpu__error(MGPU_EFREED, "channel %d -> %d: %s buffer %p was freed "
+                     "while the %s waited for %s; nothing was %s",
+                     ch->src_dev, ch->dst_dev, arg, (const void *)buf, call,
+                     waited_for, call[0] == 's' ? "sent" : "received");
+}
+
 static int peer_lost(const mgpu__channel *ch, int lost) {
   return mgpu__error(MGPU_EDEVLOST, "channel %d -> %d: device %d was lost",
                      ch->src_dev, ch->dst_dev, lost);
+}
+
+static int timed_out(const mgpu__channel *ch, const char *what, int timeout_ms,
+                     int other_dev);
+
+/* Takes the turn of one side (turn: &ch->send_turn or &ch->recv_turn),
+ * waiting behind the call inside as for room or a message: until the
+ * deadline, a destroy, the loss of the other end (peer) or a free of the
+ * call's buffer (bh; arg and buf name it). 0 with the turn, else the code
+ * with its detail. */
+static int turn_take(mgpu__channel *ch, int *turn, int peer,
+                     uint64_t deadline, int timeout_ms, uintptr_t bh,
+                     const char *call, const char *arg,
+                     const mgpu_buffer *buf) {
+  int late = 0, lost = -1, freed = 0;
+  mgpu__mutex_lock(&ch->lock);
+  ch->turn_waiters++;
+  while (*turn && !ch->destroyed && !late && lost < 0 &&
+         !(freed = mgpu__handle_closing(bh)))
+    lost = wait_on(ch, peer, deadline, &late);
+  ch->turn_waiters--;
+  int destroyed = ch->destroyed, got = !*turn && !destroyed;
+  if (got) *turn = 1;
+  mgpu__mutex_unlock(&ch->lock);
+  if (got) return 0;
+  if (destroyed) return ended(ch, 1, "destroyed");
+  if (lost >= 0) return peer_lost(ch, lost);
+  if (freed)
+    return freed_while_waiting(ch, call, arg, buf,
+                               call[0] == 's' ? "room" : "a message");
+  return timed_out(ch, call[0] == 's' ? "no room (an earlier send still "
+                   "waits for room)" : "no message (an earlier receive still "
+                   "waits for one)", timeout_ms, peer);
+}
+
+/* Gives the turn back and wakes the call waiting for it. */
+static void turn_give(mgpu__channel *ch, int *turn) {
+  mgpu__mutex_lock(&ch->lock);
+  *turn = 0;
+  if (ch->turn_waiters > 0) mgpu__cond_broadcast(&ch->cond);
+  mgpu__mutex_unlock(&ch->lock);
 }
 
 /* Conditions a sender or receiver watches before it sleeps. */
@@ -471,29 +524,41 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   /* The deadline counts from the call: waiting behind another sender is
    * part of the wait. */
   uint64_t deadline = mgpu__deadline(timeout_ms);
-  mgpu__mutex_lock(&ch->send_lock);
+  if ((rc = turn_take(ch, &ch->send_turn, ch->dst_dev, deadline, timeout_ms,
+                      b->handle, "send", "src", src)) != 0) {
+    mgpu__stream_put(s);
+    mgpu__buf_put(b);
+    return rc;
+  }
   uint64_t since;
   /* The watch before sleeping; since for mgpu__spin_pair_answered. */
   mgpu__spin_pair_until(&ch->send_spin, has_room, ch, &ch->recv_cpu, 0,
                         &since);
   mgpu__mutex_lock(&ch->lock);
-  int late = 0, lost = -1, parked = 0;
-  /* Room comes from the receiver: it never comes from a lost device. */
+  int late = 0, lost = -1, parked = 0, freed = 0;
+  /* Room comes from the receiver: it never comes from a lost device. A
+   * free of the source gives up the wait (see freed_while_waiting). */
   while (!ch->closed && !ch->destroyed &&
          ch->sent - ch->received == (uint64_t)ch->capacity && lost < 0 &&
-         !late) {
+         !late && !(freed = mgpu__handle_closing(b->handle))) {
     ch->send_parked = parked = 1;
     lost = wait_on(ch, ch->dst_dev, deadline, &late);
   }
   ch->send_parked = 0;
   int closed = ch->closed || ch->destroyed, destroyed = ch->destroyed;
-  late = late && !closed && ch->sent - ch->received == (uint64_t)ch->capacity;
+  int full = ch->sent - ch->received == (uint64_t)ch->capacity;
+  freed = freed && !closed && full;
+  late = late && !closed && full;
   uint64_t k = ch->sent;
   uint64_t answered = ch->received_ns;
   mgpu__mutex_unlock(&ch->lock);
   if (parked) mgpu__spin_pair_answered(&ch->send_spin, since, answered);
   if (lost >= 0 && !closed) {
     rc = peer_lost(ch, lost);
+    goto out;
+  }
+  if (freed) {
+    rc = freed_while_waiting(ch, "send", "src", src, "room");
     goto out;
   }
   if (late) {
@@ -533,7 +598,7 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
     mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
   }
 out:
-  mgpu__mutex_unlock(&ch->send_lock);
+  turn_give(ch, &ch->send_turn);
   mgpu__stream_put(s);
   mgpu__buf_put(b);
   return rc;
@@ -553,23 +618,29 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
                       (uintptr_t)stream);
   uint64_t deadline = mgpu__deadline(timeout_ms);
-  mgpu__mutex_lock(&ch->recv_lock);
+  if ((rc = turn_take(ch, &ch->recv_turn, ch->src_dev, deadline, timeout_ms,
+                      b->handle, "receive", "dst", dst)) != 0) {
+    mgpu__stream_put(s);
+    mgpu__buf_put(b);
+    return rc;
+  }
   uint64_t since;
   mgpu__spin_pair_until(&ch->recv_spin, has_message, ch, &ch->send_cpu, 0,
                         &since);
   mgpu__mutex_lock(&ch->lock);
   /* A lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. */
-  int late = 0, parked = 0;
+  int late = 0, parked = 0, freed = 0;
   int lost = mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
   while (!ch->closed && !ch->destroyed && ch->received == ch->sent &&
-         lost < 0 && !late) {
+         lost < 0 && !late && !(freed = mgpu__handle_closing(b->handle))) {
     ch->recv_parked = parked = 1;
     lost = wait_on(ch, ch->src_dev, deadline, &late);
   }
   ch->recv_parked = 0;
   int drained = ch->received == ch->sent || ch->destroyed;
   int destroyed = ch->destroyed;
+  freed = freed && drained && !ch->closed && !destroyed;
   late = late && drained && !ch->closed && !destroyed;
   uint64_t k = ch->received;
   uint64_t answered = ch->sent_ns;
@@ -577,6 +648,10 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   if (parked) mgpu__spin_pair_answered(&ch->recv_spin, since, answered);
   if (lost >= 0 && !destroyed) {
     rc = peer_lost(ch, lost);
+    goto out;
+  }
+  if (freed) {
+    rc = freed_while_waiting(ch, "receive", "dst", dst, "a message");
     goto out;
   }
   if (late) {
@@ -614,7 +689,7 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
     if (size != NULL) *size = n;
   }
 out:
-  mgpu__mutex_unlock(&ch->recv_lock);
+  turn_give(ch, &ch->recv_turn);
   mgpu__stream_put(s);
   mgpu__buf_put(b);
   return rc;

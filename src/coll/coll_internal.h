@@ -141,6 +141,12 @@ int mgpu__comm_stream(mgpu__comm *c, int r, mgpu_stream **out);
  * with c->lock held. */
 int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op);
 int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op);
+/* Completes op on the calling thread: waits for every rank's stream, then
+ * runs every rank's job of the direct algorithm there (host devices only:
+ * it reads and writes their memory from the CPU). For an issue that failed
+ * after some of its work was queued, when the call must not fail any more.
+ * Returns 0, or MGPU_EDEVLOST. */
+int mgpu__coll_direct_complete(mgpu__comm *c, mgpu__coll_op *op);
 /* 0 when every device of the (checked) list has the same backend, else
  * MGPU_ENOTSUP naming two that differ. */
 int mgpu__coll_same_backend(const char *what, const int *devs, int n);

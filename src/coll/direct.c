@@ -215,6 +215,35 @@ static void one_shot_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
 static const mgpu_kernel one_shot = {"mgpu_coll_one_shot", one_shot_kernel,
                                      NULL};
 
+/* A step after the first job was queued failed (a launch, a barrier's
+ * event): the call can no longer fail, since some output may already be
+ * written, so it completes here instead. Every rank's stream is waited for
+ * (the jobs queued so far run to their end), then this thread runs the jobs
+ * of ranks from `from` on itself, as the inline path does. Nothing after the
+ * call can overtake it: its work is done before it returns. The streams'
+ * waits need no allocation and no new stream operation. Returns 0, or
+ * MGPU_EDEVLOST when a device was lost meanwhile. */
+static int complete_here(mgpu__comm *c, mgpu__coll_op *op, int from) {
+  int nslices = c->n;
+  for (int r = 0; r < c->n; r++) {
+    int rc = mgpu_stream_synchronize(op->part[r].stream_h);
+    if (rc == MGPU_EDEVLOST) return rc;
+  }
+  mgpu_kernel_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.grid_dim = ctx.block_dim = MGPU_DIM3(1, 1, 1);
+  for (int r = from; r < nslices; r++) {
+    job_args j;
+    ctx.device = c->devs[r];
+    if (make_job(c, op, r, nslices, &j)) job_kernel(&ctx, &j);
+  }
+  return 0;
+}
+
+int mgpu__coll_direct_complete(mgpu__comm *c, mgpu__coll_op *op) {
+  return complete_here(c, op, 0);
+}
+
 static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
   const mgpu__coll_part *p0 = &op->part[0];
   int n = c->n;
@@ -233,16 +262,20 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
     if (rc == 0) rc = mgpu_event_record(start, op->part[r].stream_h);
     if (rc == 0) rc = mgpu_stream_wait_event(se, start);
   }
+  /* Everything the exit needs is taken before the launch, the one write. */
+  mgpu_event *done;
+  if (rc == 0) rc = mgpu__comm_event(c, e, &done);
   if (rc == 0)
     rc = mgpu_launch(se, &one_shot, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), a,
                      sizeof *a);
   mgpu__free(a);
-  mgpu_event *done;
-  if (rc == 0) rc = mgpu__comm_event(c, e, &done);
-  if (rc == 0) rc = mgpu_event_record(done, se);
+  if (rc != 0) return rc; /* nothing was written */
+  rc = mgpu_event_record(done, se);
   for (int r = 0; r < n && rc == 0; r++)
     if (r != e) rc = mgpu_stream_wait_event(op->part[r].stream_h, done);
-  return rc;
+  /* The job is queued: the call completes whatever fails now (the job
+   * ran once se is waited for). */
+  return rc == 0 ? 0 : complete_here(c, op, n);
 }
 
 /* The smallest path: when every rank's stream is idle, the issuing thread
@@ -440,7 +473,9 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
   if (c->n > 1 && c->n <= ONE_SHOT_RANKS && bytes <= ONE_SHOT_BYTES)
     return one_shot_issue(c, op);
   int rc = c->n > 1 ? stream_barrier(c, op) : 0;
-  for (int r = 0; r < c->n && rc == 0; r++) {
+  int queued = 0; /* jobs launched: from the first, the call must complete */
+  int r = 0;
+  for (; r < c->n && rc == 0; r++) {
     job_args j;
     if (!make_job(c, op, r, c->n, &j)) continue;
     if (j.nsrc == 1 && j.ndst == 1 && SRC(&j, 0) == DST(&j, 0)) continue;
@@ -457,7 +492,10 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
         offsetof(job_args, ptr) + (size_t)(j.nsrc + j.ndst) * sizeof(void *);
     rc = mgpu_launch(op->part[r].stream_h, &job, MGPU_DIM3(blocks, 1, 1),
                      MGPU_DIM3(1, 1, 1), &j, args_size);
+    if (rc != 0) break; /* job r was not queued */
+    queued = 1;
   }
   if (rc == 0 && c->n > 1) rc = stream_barrier(c, op);
+  if (rc != 0 && queued) return complete_here(c, op, r);
   return rc;
 }

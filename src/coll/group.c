@@ -173,10 +173,6 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
   if (has_root(p->kind) && (p->root < 0 || p->root >= c->nglobal))
     return mgpu__error(MGPU_EINVAL, "%s rank %d: root %d of %d ranks", what,
                        grank, p->root, c->nglobal);
-  if (esz == 2 && c->provider != MGPU_COLL_PROVIDER_NCCL &&
-      mgpu__device_get(dev)->ops->kind == MGPU_BACKEND_HOST)
-    return mgpu__error(MGPU_ENOTSUP, "%s rank %d: %s on host device %d", what,
-                       rank, mgpu_dtype_name(p->dtype), dev);
   size_t n = (size_t)c->nglobal, bytes, total;
   /* count * esz * n must fit, checked without dividing. */
   if (__builtin_mul_overflow(p->count, esz, &bytes) ||
@@ -312,6 +308,19 @@ static int trace_tag(const mgpu__comm *c, const mgpu__coll_op *op) {
 
 static int lost_device(const mgpu__comm *c);
 
+/* Lends this thread the handles every rank of op holds (see issue). */
+static void lend_handles(const mgpu__comm *c, const mgpu__coll_op *op) {
+  uintptr_t h[3 * MGPU_MAX_DEVICES];
+  int k = 0;
+  for (int r = 0; r < c->n; r++) {
+    const mgpu__coll_part *p = &op->part[r];
+    h[k++] = (uintptr_t)p->stream_h;
+    h[k++] = (uintptr_t)p->send_h;
+    h[k++] = (uintptr_t)p->recv_h;
+  }
+  mgpu__handle_lend(h, k);
+}
+
 static void issue(mgpu__comm *c, mgpu__coll_op *op) {
   int rc = check_consistent(c, op);
   int lost = rc == 0 ? lost_device(c) : -1;
@@ -321,6 +330,12 @@ static void issue(mgpu__comm *c, mgpu__coll_op *op) {
   int pushed = rc == 0 && mgpu__trace_enabled() ? trace_tag(c, op) : 0;
   if (rc == 0) {
     for (int r = 0; r < c->n; r++) c->events_used[r] = 0;
+    /* The algorithms look the ranks' streams and buffers up again. Each
+     * rank's thread holds its own until it has collected the result, also
+     * when a free of one has begun meanwhile (the free waits for it): this
+     * thread acts for them, so those lookups must not fail half-way
+     * through the issue, with some of the work queued. */
+    lend_handles(c, op);
     /* A communicator with remote ranks never reaches the direct issue's
      * small-message paths (the calling thread running every rank's job):
      * its other ranks live in other processes. */
@@ -333,6 +348,7 @@ static void issue(mgpu__comm *c, mgpu__coll_op *op) {
     else
       rc = mgpu__coll_ring_issue(c, op);
   }
+  mgpu__handle_lend_end();
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) {
     enum mgpu__metric m = c->provider == MGPU_COLL_PROVIDER_NCCL
@@ -540,6 +556,41 @@ static int join_run(group_call *g, int k, int reserve_here) {
   return rc;
 }
 
+/* With c->lock held, while g's operation waits for other ranks: when a
+ * free (or destroy) of one of g's buffers or its stream has begun, takes
+ * g's part out of the operation, as if the call had never joined, so the
+ * free does not wait for ranks that may never come (the thread that would
+ * call them may be the one freeing). Only the rank's latest call can
+ * leave: the sequence numbers of its later calls in a group are taken (that
+ * call then waits, and the free with it, until the operation runs or times
+ * out). Returns 1 when g left; the detail goes to detail. */
+static int withdraw_if_freed(mgpu__comm *c, group_call *g, char *detail,
+                             size_t dlen) {
+  mgpu__coll_op *op = g->op;
+  int r = g->rank;
+  const mgpu__coll_part *p = &op->part[r];
+  /* recv and send are 0 where the kind does not use them (never closing). */
+  const char *what = mgpu__handle_closing((uintptr_t)p->recv_h)   ? "recv buffer"
+                     : mgpu__handle_closing((uintptr_t)p->send_h) ? "send buffer"
+                     : mgpu__handle_closing((uintptr_t)p->stream_h) ? "stream"
+                                                                    : NULL;
+  if (what == NULL || !p->present || c->next_seq[r] != op->seq + 1) return 0;
+  const char *gone = strcmp(what, "stream") == 0 ? "destroyed" : "freed";
+  if (detail != NULL)
+    snprintf(detail, dlen, "%s #%llu rank %d (device %d): its %s was %s "
+             "while it waited for the other ranks; it left the collective "
+             "and nothing was moved", kind_name(p->kind),
+             (unsigned long long)op->seq, c->first + r, c->devs[r], what,
+             gone);
+  memset(&op->part[r], 0, sizeof op->part[r]);
+  op->arrived--;
+  op->pickups--;
+  c->next_seq[r]--;
+  g->c = NULL;
+  g->op = NULL;
+  return 1;
+}
+
 /* With c->lock held: waits for a joined call's operation and collects its
  * result; the detail of a failure goes to detail. */
 static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
@@ -551,10 +602,14 @@ static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
     mgpu__cond_timedwait(&c->cond, &c->lock, mgpu__coll_wait_until(deadline));
     if (g->op->done) continue;
     int lost = lost_device(c);
-    if (lost >= 0)
+    if (lost >= 0) {
       abort_comm(c, g->op, lost);
-    else if (deadline != 0 && mgpu__now_ns() >= deadline)
+    } else if (deadline != 0 && mgpu__now_ns() >= deadline) {
       abort_comm(c, g->op, -1);
+    } else if (withdraw_if_freed(c, g, detail, dlen)) {
+      if (waits) mgpu__coll_wait_end(&waiter);
+      return MGPU_EFREED;
+    }
   }
   if (waits) mgpu__coll_wait_end(&waiter);
   int rc = g->op->done ? g->op->rc : MGPU_EFREED;

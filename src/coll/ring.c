@@ -385,6 +385,18 @@ static int single(ring *g) {
   return copy(g, 0, recv_of(g, 0), send_of(g, 0), p->count);
 }
 
+/* 1 when a ring that failed part-way can be completed on the calling thread
+ * instead (mgpu__coll_direct_complete): host devices, whose memory the CPU
+ * reads, and no rank in place (the ring writes only the receive buffers and
+ * its scratch, so the inputs are still there to start again from). */
+static int completes_on_host(const mgpu__comm *c, const mgpu__coll_op *op) {
+  for (int r = 0; r < c->n; r++)
+    if (op->part[r].in_place ||
+        mgpu__device_get(c->devs[r])->ops->kind != MGPU_BACKEND_HOST)
+      return 0;
+  return 1;
+}
+
 int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op) {
   ring g;
   memset(&g, 0, sizeof g);
@@ -410,5 +422,12 @@ int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op) {
     }
   }
   mgpu__free(g.ev);
+  /* Out of memory or a refused backend call part-way: some chunks may be
+   * queued already, and a failed call must leave its outputs as they were.
+   * Where it can, the call completes here instead (one CPU pass over the
+   * inputs); elsewhere (CUDA devices, in place) the failure stands and the
+   * outputs may hold part of the result: docs/faults.md says so. */
+  if ((rc == MGPU_ENOMEM || rc == MGPU_EBACKEND) && completes_on_host(c, op))
+    rc = mgpu__coll_direct_complete(c, op);
   return rc;
 }

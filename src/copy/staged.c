@@ -352,6 +352,22 @@ static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
   release_op(op);
 }
 
+/* A step failed after pieces may have been queued (abandon_op waited for
+ * them): some of dst may be written, and a failed copy must leave it as it
+ * was. Host devices' memory is the CPU's, so the copy completes here with
+ * one memcpy, after everything queued before it on s (abandon_op waited for
+ * s too); elsewhere the failure stands (docs/faults.md). Returns the code
+ * of the call. */
+static int complete_or_fail(int rc, mgpu__device *dd, void *dst,
+                            const mgpu__device *sd, const void *src,
+                            size_t size) {
+  if ((rc != MGPU_ENOMEM && rc != MGPU_EBACKEND) ||
+      sd->ops->kind != MGPU_BACKEND_HOST || dd->ops->kind != MGPU_BACKEND_HOST)
+    return rc;
+  memcpy(dst, src, size);
+  return 0;
+}
+
 /* Records op's done event (events[0], taken first) on s and puts op on the
  * pending list. */
 static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
@@ -522,9 +538,10 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
     rc = sd->ops->stream_wait_event(sd->bdev, s->bstream, dd->bdev, p.drained[last]);
   if (rc != 0) {
     abandon_op(op, xd, s, hd, h);
-    return rc;
+    return complete_or_fail(rc, dd, dst, sd, src, size);
   }
-  return finish_op(op, xd, s, hd, h);
+  rc = finish_op(op, xd, s, hd, h);
+  return rc == 0 ? 0 : complete_or_fail(rc, dd, dst, sd, src, size);
 }
 
 /* ---- shutdown ---- */

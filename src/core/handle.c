@@ -183,7 +183,29 @@ static void *failed(int code, uintptr_t h, mgpu__htype type, const char *what,
   return NULL;
 }
 
-/* Takes a use of an open handle; NULL with *code otherwise. */
+/* The handles the calling thread lent itself (mgpu__handle_lend). */
+static _Thread_local struct {
+  int n;
+  uintptr_t h[MGPU__LEND_MAX];
+} lent;
+
+void mgpu__handle_lend(const uintptr_t *h, int k) {
+  lent.n = 0;
+  for (int i = 0; i < k && lent.n < MGPU__LEND_MAX; i++)
+    if (h[i] != 0) lent.h[lent.n++] = h[i];
+}
+
+void mgpu__handle_lend_end(void) { lent.n = 0; }
+
+static int is_lent(uintptr_t h) {
+  for (int i = 0; i < lent.n; i++)
+    if (lent.h[i] == h) return 1;
+  return 0;
+}
+
+/* Takes a use of an open handle; NULL with *code otherwise. A handle the
+ * thread lent itself may be closing: its holders keep it from retiring
+ * while the thread acts for them, and the use taken here does too. */
 static void *hold(uintptr_t h, mgpu__htype type, int *code) {
   /* In a child forked after mgpu_init the objects' threads are in the
    * parent: every handle is refused there. */
@@ -195,7 +217,11 @@ static void *hold(uintptr_t h, mgpu__htype type, int *code) {
   if (s == NULL) return NULL;
   uint64_t st = atomic_load_explicit(&s->state, memory_order_acquire);
   do {
-    if ((*code = open_code(s, st, h, type)) != 0) return NULL;
+    /* CLOSING first: the thread-local look only when it is set (rare). */
+    uint64_t seen = (st & ST_CLOSING) && lent.n > 0 && is_lent(h)
+                        ? st & ~ST_CLOSING
+                        : st;
+    if ((*code = open_code(s, seen, h, type)) != 0) return NULL;
     if ((st & ST_USERS) == ST_USERS) {
       *code = MGPU_EAGAIN;
       return NULL;
@@ -410,6 +436,17 @@ void mgpu__handle_foreach(mgpu__htype type, void (*fn)(void *obj, void *arg),
     if (close_slot(h, type, &code) == NULL) continue;
     fn(s->obj, arg); /* must retire the object's handle */
   }
+}
+
+int mgpu__handle_closing(uintptr_t h) {
+  uint32_t i = slot_index(h);
+  if (h == 0) return 0; /* no handle: nothing to free */
+  if (i == 0 || i > atomic_load_explicit(&nslots, memory_order_acquire))
+    return 1;
+  uint64_t st = atomic_load_explicit(&slot_at(i - 1)->state,
+                                     memory_order_acquire);
+  return !(st & ST_LIVE) || (st & ST_CLOSING) ||
+         ST_GEN(st) != (uint32_t)((h >> 40) & GEN_MASK);
 }
 
 int mgpu__handle_users(uintptr_t h, mgpu__htype type) {

@@ -263,6 +263,22 @@ int mgpu__handle_pin(const uintptr_t *h, int k);
 void *mgpu__handle_pinned(uintptr_t h, mgpu__htype type, const char *what,
                           int *err);
 void mgpu__handle_unpin(int mark);
+/* Lending: a thread that acts for the holders of some handles (the thread
+ * that issues a collective for every rank, while the other ranks' threads
+ * hold their handles and wait for it) lends them to itself with
+ * mgpu__handle_lend (h[0 .. k), at most MGPU__LEND_MAX, until
+ * mgpu__handle_lend_end). Its lookups of a lent handle then succeed while
+ * the handle is closing (a free has begun and waits for the holders), so a
+ * call the holders are inside runs to its end instead of failing half-way.
+ * Lookups of a handle not lent, and of a lent one that is gone, fail as
+ * usual. */
+#define MGPU__LEND_MAX (4 * MGPU_MAX_DEVICES)
+void mgpu__handle_lend(const uintptr_t *h, int k);
+void mgpu__handle_lend_end(void);
+/* 1 when a free or destroy of h has begun (or h is gone; 0 for h 0): a
+ * call holding h and waiting for another party gives up (MGPU_EFREED)
+ * instead of keeping the free waiting. */
+int mgpu__handle_closing(uintptr_t h);
 /* How many calls hold h now, pins included (tests and diagnostics; -1: not
  * a handle). */
 int mgpu__handle_users(uintptr_t h, mgpu__htype type);

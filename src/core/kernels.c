@@ -2,10 +2,10 @@
  * element-wise ops. The checks (device, ranges, type) are made here, once,
  * for every backend; each backend then runs its own variant (host loops in
  * src/backend/host/kernels.c, CUDA kernels in the plugin). Offsets are in bytes. */
-#include <math.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "util/half.h"
 
 size_t mgpu_dtype_size(mgpu_dtype dtype) {
   switch (dtype) {
@@ -41,41 +41,7 @@ const char *mgpu_op_name(mgpu_op op) {
   return "unknown";
 }
 
-/* IEEE half from a double (round to nearest even, via float). */
-static uint16_t to_half(double v) {
-  float f = (float)v;
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffffu;
-  if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-  if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
-  if (exp <= 0) {
-    if (exp < -10) return (uint16_t)sign;
-    mant |= 0x800000u;
-    uint32_t shift = (uint32_t)(14 - exp);
-    uint32_t h = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-  return (uint16_t)h;
-}
-
-static uint16_t to_bf16(double v) {
-  float f = (float)v;
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if (isnan(f)) return (uint16_t)((x >> 16) | 0x40);
-  x += 0x7fffu + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
-
-/* Resolves stream and type and checks the type is supported there. */
+/* Resolves stream and type (every backend takes every type). */
 static int prepare(mgpu_stream *h, mgpu_dtype dtype, const char *what,
                    mgpu__stream **s, mgpu__device **d, size_t *esize) {
   int rc = mgpu__stream_get(h, s); /* held: the caller puts it */
@@ -85,10 +51,6 @@ static int prepare(mgpu_stream *h, mgpu_dtype dtype, const char *what,
   if (*esize == 0)
     return mgpu__error(MGPU_EINVAL, "device %d: %s with unknown type %d",
                        (*s)->dev, what, (int)dtype);
-  if ((dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) &&
-      (*d)->ops->kind != MGPU_BACKEND_CUDA)
-    return mgpu__error(MGPU_ENOTSUP, "device %d: %s on %s is supported on CUDA "
-                       "devices only", (*s)->dev, what, mgpu_dtype_name(dtype));
   return 0;
 }
 
@@ -150,8 +112,12 @@ int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
     case MGPU_FLOAT64: memcpy(&b.value.f64, value, 8); break;
     case MGPU_INT32: memcpy(&b.value.i32, value, 4); break;
     case MGPU_INT64: memcpy(&b.value.i64, value, 8); break;
-    case MGPU_FLOAT16: b.value.bits16 = to_half(*(const double *)value); break;
-    case MGPU_BFLOAT16: b.value.bits16 = to_bf16(*(const double *)value); break;
+    case MGPU_FLOAT16:
+      b.value.bits16 = mgpu__float_to_half((float)*(const double *)value);
+      break;
+    case MGPU_BFLOAT16:
+      b.value.bits16 = mgpu__float_to_bf16((float)*(const double *)value);
+      break;
   }
   rc = submit(d, s, &b);
 out:

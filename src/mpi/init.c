@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "mpi/mpi-internal.h"
+#include "util/half.h"
 
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
@@ -76,69 +77,6 @@ int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type) {
                            mgpu__mpi.rank, (int)dtype);
 }
 
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f,
-           man = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else { /* subnormal: normalize */
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400)) {
-        man <<= 1;
-        exp--;
-      }
-      man &= 0x3ff;
-      bits = sign | (exp << 23) | (man << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-static uint16_t float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  uint32_t sign = (x >> 16) & 0x8000, man = x & 0x7fffff;
-  int exp = (int)((x >> 23) & 0xff);
-  if (exp == 255) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-  exp = exp - 127 + 15;
-  if (exp >= 31) return (uint16_t)(sign | 0x7c00);
-  if (exp <= 0) {
-    if (exp < -10) return (uint16_t)sign;
-    man |= 0x800000;
-    int shift = 14 - exp;
-    uint32_t half = man >> shift, rem = man & ((1u << shift) - 1),
-             mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) half++;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t half = sign | ((uint32_t)exp << 10) | (man >> 13);
-  uint32_t rem = man & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
-  return (uint16_t)half;
-}
-
-static float bf16_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-static uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
-  x += 0x7fff + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
-
 #define SUM_OF(a, b) ((a) + (b))
 #define PROD_OF(a, b) ((a) * (b))
 #define MIN_OF(a, b) ((b) < (a) ? (b) : (a))
@@ -151,14 +89,14 @@ static uint16_t float_to_bf16(float f) {
     for (int i = 0; i < *len; i++)                                         \
       b[i] = from_f(OP(to_f(b[i]), to_f(a[i])));                           \
   }
-HALF_OP(f16_sum, half_to_float, float_to_half, SUM_OF)
-HALF_OP(f16_prod, half_to_float, float_to_half, PROD_OF)
-HALF_OP(f16_min, half_to_float, float_to_half, MIN_OF)
-HALF_OP(f16_max, half_to_float, float_to_half, MAX_OF)
-HALF_OP(bf16_sum, bf16_to_float, float_to_bf16, SUM_OF)
-HALF_OP(bf16_prod, bf16_to_float, float_to_bf16, PROD_OF)
-HALF_OP(bf16_min, bf16_to_float, float_to_bf16, MIN_OF)
-HALF_OP(bf16_max, bf16_to_float, float_to_bf16, MAX_OF)
+HALF_OP(f16_sum, mgpu__half_to_float, mgpu__float_to_half, SUM_OF)
+HALF_OP(f16_prod, mgpu__half_to_float, mgpu__float_to_half, PROD_OF)
+HALF_OP(f16_min, mgpu__half_to_float, mgpu__float_to_half, MIN_OF)
+HALF_OP(f16_max, mgpu__half_to_float, mgpu__float_to_half, MAX_OF)
+HALF_OP(bf16_sum, mgpu__bf16_to_float, mgpu__float_to_bf16, SUM_OF)
+HALF_OP(bf16_prod, mgpu__bf16_to_float, mgpu__float_to_bf16, PROD_OF)
+HALF_OP(bf16_min, mgpu__bf16_to_float, mgpu__float_to_bf16, MIN_OF)
+HALF_OP(bf16_max, mgpu__bf16_to_float, mgpu__float_to_bf16, MAX_OF)
 
 int mgpu__mpi_ops_create(void) {
   MPI_User_function *fns[2][4] = {

@@ -54,12 +54,20 @@ static char *dup_printf(const char *fmt, ...) {
   return mgpu__strdup(buf);
 }
 
-static void record_failure(mgpu__pool *p, int r, const char *detail) {
+/* A failed task's detail is kept on the heap (dup_printf); when no memory
+ * was left for it (an allocation failure is often why the task failed),
+ * the failure still says what failed and how. */
+static void record_failure(mgpu__pool *p, const mgpu__task *t, int r) {
   mgpu__mutex_lock(&p->err_lock);
   if (p->first_err == 0) {
     p->first_err = r;
-    snprintf(p->first_detail, sizeof p->first_detail, "%s",
-             detail ? detail : "");
+    if (t->detail != NULL && t->detail[0] != '\0')
+      snprintf(p->first_detail, sizeof p->first_detail, "%s", t->detail);
+    else
+      snprintf(p->first_detail, sizeof p->first_detail,
+               "task 0x%llx failed with %s (no memory was left to keep its "
+               "detail)", (unsigned long long)mgpu__task_handle(t),
+               mgpu_err_name(r));
   }
   mgpu__mutex_unlock(&p->err_lock);
 }
@@ -88,7 +96,7 @@ void mgpu__task_complete(mgpu__pool *p, mgpu__task *t, int r,
   mgpu__task *work = NULL;
   for (;;) {
     t->result = r;
-    if (r != 0) record_failure(p, r, t->detail);
+    if (r != 0) record_failure(p, t, r);
     mgpu__edge *e =
         atomic_exchange_explicit(&t->succ, MGPU__SEALED, memory_order_acq_rel);
     while (e != NULL) {
@@ -423,7 +431,11 @@ static int pool_wait(mgpu__pool *p, mgpu_task h) {
   if (rc != 0) return rc;
   wait_done(t);
   int r = t->result;
-  if (r != 0) mgpu__error(r, "%s", t->detail ? t->detail : "task failed");
+  if (r != 0 && t->detail != NULL && t->detail[0] != '\0')
+    mgpu__error(r, "%s", t->detail);
+  else if (r != 0)
+    mgpu__error(r, "task 0x%llx failed with %s (no memory was left to keep "
+                "its detail)", (unsigned long long)h, mgpu_err_name(r));
   mgpu__task_unref(p, t, NULL); /* the hold this wait claimed */
   return r;
 }

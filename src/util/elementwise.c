@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "util/elementwise.h"
+#include "util/half.h"
 
 /* U is the type sums and products are taken in: T itself for floating
  * point, the unsigned type of the same width for integers, so that an
@@ -59,6 +60,31 @@ DEF_EW(double, double, f64)
 DEF_EW(int32_t, uint32_t, i32)
 DEF_EW(int64_t, uint64_t, i64)
 
+/* The 16-bit types: each element is widened to float (exactly), combined,
+ * and rounded back to nearest even, so every step of a reduction is
+ * correctly rounded, as the MPI module's operators round (src/mpi/init.c,
+ * the same conversions). Element by element, so any overlap of dst with a
+ * or b is safe. */
+#define DEF_EW16(NAME, TO_F, FROM_F)                                       \
+  static void ew_##NAME(void *dst, const void *av, const void *bv,         \
+                        size_t n, mgpu_op op) {                            \
+    uint16_t *d = dst;                                                     \
+    const uint16_t *a = av, *b = bv;                                       \
+    for (size_t i = 0; i < n; i++) {                                       \
+      float x = TO_F(a[i]), y = TO_F(b[i]), r;                             \
+      switch (op) {                                                        \
+        case MGPU_SUM: r = x + y; break;                                   \
+        case MGPU_PROD: r = x * y; break;                                  \
+        case MGPU_MIN: r = y < x ? y : x; break;                           \
+        default: r = y > x ? y : x; break;                                 \
+      }                                                                    \
+      d[i] = FROM_F(r);                                                    \
+    }                                                                      \
+  }
+
+DEF_EW16(f16, mgpu__half_to_float, mgpu__float_to_half)
+DEF_EW16(bf16, mgpu__bf16_to_float, mgpu__float_to_bf16)
+
 void mgpu__elementwise_host(void *dst, const void *a, const void *b,
                             size_t count, mgpu_dtype dtype, mgpu_op op) {
   if (count == 0) return;
@@ -67,6 +93,8 @@ void mgpu__elementwise_host(void *dst, const void *a, const void *b,
     case MGPU_FLOAT64: ew_f64(dst, a, b, count, sizeof(double), op); break;
     case MGPU_INT32: ew_i32(dst, a, b, count, sizeof(int32_t), op); break;
     case MGPU_INT64: ew_i64(dst, a, b, count, sizeof(int64_t), op); break;
+    case MGPU_FLOAT16: ew_f16(dst, a, b, count, op); break;
+    case MGPU_BFLOAT16: ew_bf16(dst, a, b, count, op); break;
     default: break;
   }
 }

@@ -1,5 +1,7 @@
 /* Host implementations of the built-in kernels: fill, scale, axpy and
- * element-wise sum, prod, min and max for float, double, int32 and int64.
+ * element-wise sum, prod, min and max for float, double, int32 and int64,
+ * and for float16 and bfloat16 (computed in float or double, each result
+ * rounded to the 16-bit type: the platform's conversions, util/half.h).
  *
  * One macro writes each loop once per type, so the four types cannot drift
  * apart. The loops are plain and contiguous, which lets the compiler
@@ -9,6 +11,7 @@
 
 #include "backend/host/host.h"
 #include "util/elementwise.h"
+#include "util/half.h"
 
 /* The result of scale and axpy is computed in double and converted back.
  * For integers a value outside the type's range would be undefined
@@ -52,9 +55,7 @@ static inline int64_t to_i64(double x) {
       case MGPU__BUILTIN_AXPY:                                               \
         axpy_##SUFFIX(k->dst, k->a, k->count, k->alpha);                     \
         break;                                                               \
-      case MGPU__BUILTIN_ELEMENTWISE:                                        \
-        mgpu__elementwise_host(k->dst, k->a, k->b, k->count, k->dtype,     \
-                               k->op);                                       \
+      default: /* element-wise: mgpu__host_builtin_run */                   \
         break;                                                               \
     }                                                                        \
   }
@@ -64,12 +65,45 @@ DEFINE_KERNELS(double, f64)
 DEFINE_KERNELS(int32_t, i32)
 DEFINE_KERNELS(int64_t, i64)
 
+/* The 16-bit types: stored as bits; scale and axpy compute in float with
+ * alpha as a float, as the CUDA kernels do (src/backend/cuda/kernels.cu),
+ * and round each result to the type. */
+#define DEFINE_KERNELS16(SUFFIX, TO_F, FROM_F)                             \
+  static void run_##SUFFIX(const mgpu__builtin *k) {                         \
+    uint16_t *d = k->dst;                                                    \
+    const uint16_t *x = k->a;                                                \
+    switch (k->kind) {                                                       \
+      case MGPU__BUILTIN_FILL:                                               \
+        for (size_t i = 0; i < k->count; i++) d[i] = k->value.bits16;        \
+        break;                                                               \
+      case MGPU__BUILTIN_SCALE:                                              \
+        for (size_t i = 0; i < k->count; i++)                                \
+          d[i] = FROM_F(TO_F(d[i]) * (float)k->alpha);                       \
+        break;                                                               \
+      case MGPU__BUILTIN_AXPY:                                               \
+        for (size_t i = 0; i < k->count; i++)                                \
+          d[i] = FROM_F(TO_F(d[i]) + (float)k->alpha * TO_F(x[i]));          \
+        break;                                                               \
+      default: /* element-wise: mgpu__host_builtin_run */                   \
+        break;                                                               \
+    }                                                                        \
+  }
+
+DEFINE_KERNELS16(f16, mgpu__half_to_float, mgpu__float_to_half)
+DEFINE_KERNELS16(bf16, mgpu__bf16_to_float, mgpu__float_to_bf16)
+
 void mgpu__host_builtin_run(const mgpu__builtin *b) {
+  if (b->kind == MGPU__BUILTIN_ELEMENTWISE) { /* every type: the platform's */
+    mgpu__elementwise_host(b->dst, b->a, b->b, b->count, b->dtype, b->op);
+    return;
+  }
   switch (b->dtype) {
     case MGPU_FLOAT32: run_f32(b, b->value.f32); break;
     case MGPU_FLOAT64: run_f64(b, b->value.f64); break;
     case MGPU_INT32: run_i32(b, b->value.i32); break;
     case MGPU_INT64: run_i64(b, b->value.i64); break;
+    case MGPU_FLOAT16: run_f16(b); break;
+    case MGPU_BFLOAT16: run_bf16(b); break;
     default: break; /* refused by the core before it gets here */
   }
 }
