@@ -270,11 +270,8 @@ def test_bfloat16_without_ml_dtypes():
     assert "uint16 [16320, 16320, 16320] <mgpu.Array shape=(3,) dtype=bfloat16" in out, out
 
 
-# The C side of host-device collectives reduces float16 and bfloat16 from
-# the core's change on; until then they are MGPU_ENOTSUP. Strict: once the
-# C side reduces them this test passes and the marker must go.
-@pytest.mark.xfail(raises=mgpu.NotSupportedError, strict=True,
-                   reason="host devices reduce float16/bfloat16 from the core's change on")
+# Host devices reduce float16 and bfloat16 as CUDA devices and the MPI
+# module do.
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_collectives(mg, dtype):
     # Written and read through np.asarray: float16 values, or bfloat16's raw
