@@ -328,7 +328,7 @@ int mgpu_demo_mandelbrot(int argc, char **argv) {
   }
   int rc = mgpu_cmd_init();
   if (rc != 0) return rc;
-  d.kernel = (mgpu_kernel){"mandel", mandel_host, find_cuda_variant()};
+  d.kernel = (mgpu_kernel){"mandel", mandel_host, find_cuda_variant(), NULL};
   int t = d.o.tile, ndev = mgpu_device_count();
   d.tiles_x = (d.o.width + t - 1) / t;
   d.ntiles = d.tiles_x * ((d.o.height + t - 1) / t);

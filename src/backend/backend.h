@@ -134,7 +134,7 @@ typedef struct mgpu__coll_args {
 } mgpu__coll_args;
 
 typedef struct mgpu__backend_ops {
-  const char *name; /* "host", "cuda" */
+  const char *name; /* "host", "cuda", "opencl" */
   mgpu_backend_kind kind;
 
   /* Number of physical devices present. 0 devices is not an error; a missing
@@ -291,5 +291,10 @@ const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *env);
 /* Loads the CUDA plugin; NULL with the error detail set when it cannot. */
 const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env);
 void mgpu__cuda_backend_unload(void);
+
+/* Loads the OpenCL plugin (libmgpu-opencl.so), the same way. */
+const mgpu__backend_ops *mgpu__opencl_backend_load(
+    const mgpu__backend_env *env);
+void mgpu__opencl_backend_unload(void);
 
 #endif /* MGPU_BACKEND_H */

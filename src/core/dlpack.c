@@ -31,6 +31,13 @@ static void export_deleter(DLManagedTensorVersioned *self) {
  * (docs/ARCHITECTURE.md lists it): the backend table has no DLPack device. */
 static DLDevice dl_device_of(const mgpu__buf *b, const mgpu__device *d) {
   DLDevice dev = {kDLCPU, 0};
+  /* OpenCL device memory is not the host's to read (coarse-grained SVM):
+   * kDLOpenCL; its pinned and unified (fine-grained SVM) memory is. */
+  if (d->ops->kind == MGPU_BACKEND_OPENCL && b->kind == MGPU_MEM_DEVICE) {
+    dev.device_type = kDLOpenCL;
+    dev.device_id = d->spec.ordinal;
+    return dev;
+  }
   if (d->ops->kind != MGPU_BACKEND_CUDA || b->kind == MGPU_MEM_PINNED)
     return dev;
   dev.device_type = b->kind == MGPU_MEM_UNIFIED ? kDLCUDAManaged : kDLCUDA;
