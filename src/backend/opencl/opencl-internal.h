@@ -47,7 +47,7 @@ typedef struct mgpu__ocl_prog {
   cl_program program;
   /* The user kernel in kernels[0]; the built-ins by kind and dtype
    * (kernels.c), made on first use under lock. */
-  cl_kernel kernels[16];
+  cl_kernel kernels[17];
   int built;            /* the build ran (under lock) */
   int rc;               /* 0, or the build's error code (kept) */
   char *log;            /* the build log of a failed build (owned) */
@@ -99,6 +99,7 @@ struct mgpu__bstream {
 struct mgpu__bevent {
   pthread_mutex_t lock; /* guards ev */
   cl_event ev;          /* the marker of the last record, or NULL */
+  cl_command_queue q;   /* the queue it was recorded on (compared only) */
 };
 
 /* ---- errors (opencl.c) ---- */
@@ -154,6 +155,10 @@ int mgpu__ocl_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                              mgpu__copy_kind kind);
 int mgpu__ocl_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                            int value, size_t size);
+/* The relay thread (stream.c), running while a device is open: start
+ * returns 0 or MGPU_ENOMEM (without the detail). */
+int mgpu__ocl_relay_start(void);
+void mgpu__ocl_relay_stop(void);
 int mgpu__ocl_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
                             void (*fn)(void *arg), void *arg);
 

@@ -162,10 +162,20 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
       svm = 0;
     (void)clGetDeviceInfo(ids[i], CL_DEVICE_ADDRESS_BITS, sizeof bits, &bits,
                           NULL);
-    if (!(svm & CL_DEVICE_SVM_COARSE_GRAIN_BUFFER) || bits != 64) {
+    /* PoCL's "basic" driver runs a command that waits for a user event or
+     * another queue's event in the thread that completes that event, with
+     * the implementation's locks held (it deadlocks), or lets clFinish
+     * return before such a command ran: mgpu's ordering rests on exactly
+     * those waits, so its devices are not used. */
+    int pocl_basic = strstr(pname, "Portable Computing Language") != NULL &&
+                     strncmp(dname, "basic", 5) == 0;
+    if (!(svm & CL_DEVICE_SVM_COARSE_GRAIN_BUFFER) || bits != 64 ||
+        pocl_basic) {
       mgpu__ocl_env->log(MGPU_LOG_INFO, "opencl: %s on %s skipped (%s)", dname,
-                         pname, bits != 64 ? "not 64-bit"
-                                           : "no shared virtual memory");
+                         pname, pocl_basic ? "PoCL's basic driver orders "
+                         "waits across queues wrongly"
+                         : bits != 64 ? "not 64-bit"
+                                      : "no shared virtual memory");
       continue;
     }
     usable[nu++] = ids[i];
@@ -284,6 +294,12 @@ static int ocl_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   d->split_index = spec->split_index;
   d->split_count = spec->split_count > 0 ? spec->split_count : 1;
   d->phys = &mgpu__ocl_phys_list[spec->ordinal];
+  if (mgpu__ocl_relay_start() != 0) {
+    free(d);
+    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: cannot start "
+                                    "the OpenCL plugin's relay thread",
+                                    spec->id);
+  }
   pthread_mutex_lock(&registry_lock);
   if (d->id >= 0 && d->id < MGPU_MAX_DEVICES) open_devs[d->id] = d;
   pthread_mutex_unlock(&registry_lock);
@@ -297,6 +313,7 @@ static void ocl_close(mgpu__bdevice *d) {
   if (d->id >= 0 && d->id < MGPU_MAX_DEVICES && open_devs[d->id] == d)
     open_devs[d->id] = NULL;
   pthread_mutex_unlock(&registry_lock);
+  mgpu__ocl_relay_stop();
   free(d);
 }
 

@@ -7,18 +7,26 @@
  * after a failed one). query and synchronize read it, and clear it once
  * they reported an error.
  *
- * Events are markers. A stream waits for an event of its own context with a
- * barrier on it; for an event of another platform (another context) with a
- * user event of its own context that a callback on the source event
- * completes. Host callbacks are the same pattern on one queue: a marker
- * whose completion callback runs fn and then completes a user event that a
- * barrier behind it waits for, so later work waits for fn.
+ * Events are markers. OpenCL implementations differ in how well they order
+ * a command after an event of another queue (PoCL 3.1's "basic" device
+ * deadlocks or runs it early), and a completion callback may run at once
+ * in the thread that registers it, with the implementation's locks held.
+ * So no command here depends on another queue's event directly, and no
+ * callback of the implementation runs mgpu's code: a stream waits for an
+ * event of another queue with a barrier on a user event of its own, and the
+ * event's completion callback only hands the user event to the relay
+ * thread, which completes it. Host callbacks are the same pattern on one
+ * queue: a marker whose completion hands fn to the relay thread, which runs
+ * fn and then completes the user event that a barrier behind the marker
+ * waits for, so later work waits for fn. The relay thread runs while a
+ * device is open (relay_start / relay_stop, from open and close).
  *
  * Commands that others wait for from the host (records, callbacks) are
  * flushed at once, so that they run even if nobody synchronizes the queue.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 
 #include "opencl-internal.h"
 
@@ -136,6 +144,142 @@ int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
 
 void *mgpu__ocl_stream_native(mgpu__bstream *s) { return (void *)s->q; }
 
+/* ---- the relay thread ---- */
+
+/* One hand-off: when src completes, the relay thread runs fn (if any) and
+ * then completes gate with src's status. */
+typedef struct relay {
+  void (*fn)(void *arg);
+  void *arg;
+  cl_event gate;
+  cl_int status;
+  struct relay *next;
+} relay;
+
+/* relay_lock guards everything below; it is taken last (a leaf). */
+static pthread_mutex_t relay_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t relay_cond = PTHREAD_COND_INITIALIZER;
+static relay *relay_head, *relay_tail; /* handed over, not yet run */
+static int relay_pending; /* registered and not yet run */
+static int relay_users;   /* open devices */
+static int relay_stopping;
+static pthread_t relay_thread;
+
+static void *relay_main(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&relay_lock);
+  for (;;) {
+    relay *r = relay_head;
+    if (r == NULL) {
+      if (relay_stopping && relay_pending == 0) break;
+      pthread_cond_wait(&relay_cond, &relay_lock);
+      continue;
+    }
+    relay_head = r->next;
+    if (relay_head == NULL) relay_tail = NULL;
+    pthread_mutex_unlock(&relay_lock);
+    /* A callback runs even when earlier work failed (it frees what the
+     * work used); the failure passes on to the gate. */
+    if (r->fn != NULL) r->fn(r->arg);
+    clSetUserEventStatus(r->gate, r->status < 0 ? r->status : CL_COMPLETE);
+    clReleaseEvent(r->gate);
+    free(r);
+    pthread_mutex_lock(&relay_lock);
+    relay_pending--;
+  }
+  pthread_mutex_unlock(&relay_lock);
+  return NULL;
+}
+
+/* The implementation's completion callback: hands r over, nothing more. */
+static void CL_CALLBACK relay_notify(cl_event src, cl_int status, void *p) {
+  (void)src;
+  relay *r = p;
+  r->status = status;
+  pthread_mutex_lock(&relay_lock);
+  if (relay_tail != NULL)
+    relay_tail->next = r;
+  else
+    relay_head = r;
+  relay_tail = r;
+  pthread_cond_signal(&relay_cond);
+  pthread_mutex_unlock(&relay_lock);
+}
+
+int mgpu__ocl_relay_start(void) {
+  int rc = 0;
+  pthread_mutex_lock(&relay_lock);
+  if (relay_users == 0) {
+    relay_stopping = 0;
+    rc = pthread_create(&relay_thread, NULL, relay_main, NULL);
+  }
+  if (rc == 0) relay_users++;
+  pthread_mutex_unlock(&relay_lock);
+  return rc == 0 ? 0 : MGPU_ENOMEM;
+}
+
+void mgpu__ocl_relay_stop(void) {
+  pthread_mutex_lock(&relay_lock);
+  int last = --relay_users == 0;
+  if (last) {
+    /* Every queue was finished, so every registered callback comes: the
+     * thread runs them all before it ends. */
+    relay_stopping = 1;
+    pthread_cond_signal(&relay_cond);
+  }
+  pthread_mutex_unlock(&relay_lock);
+  if (last) pthread_join(relay_thread, NULL);
+}
+
+/* Queues on s a barrier that later work waits behind until src completed
+ * and fn (when set) ran on the relay thread. src NULL: a marker queued on s
+ * here is the source (a host callback). Returns a CL error code; on
+ * failure fn will not run. */
+static cl_int relay_queue(mgpu__bdevice *d, mgpu__bstream *s, cl_event src,
+                          void (*fn)(void *arg), void *arg) {
+  relay *r = calloc(1, sizeof *r);
+  if (r == NULL) return CL_OUT_OF_HOST_MEMORY;
+  r->fn = fn;
+  r->arg = arg;
+  cl_int err = CL_SUCCESS;
+  r->gate = clCreateUserEvent(d->phys->ctx, &err);
+  if (err != CL_SUCCESS) {
+    free(r);
+    return err;
+  }
+  cl_event marker = NULL, bar = NULL;
+  mgpu__ocl_enqueue_begin(s);
+  if (src == NULL) {
+    err = clEnqueueMarkerWithWaitList(s->q, 0, NULL, &marker);
+    src = marker;
+  }
+  if (err == CL_SUCCESS)
+    err = clEnqueueBarrierWithWaitList(s->q, 1, &r->gate, &bar);
+  if (err == CL_SUCCESS) {
+    pthread_mutex_lock(&relay_lock);
+    relay_pending++;
+    pthread_mutex_unlock(&relay_lock);
+    /* Registered last: once it is, r belongs to the relay. */
+    err = clSetEventCallback(src, CL_COMPLETE, relay_notify, r);
+    if (err != CL_SUCCESS) {
+      pthread_mutex_lock(&relay_lock);
+      relay_pending--;
+      pthread_mutex_unlock(&relay_lock);
+      /* The barrier is queued: let it pass rather than block the stream. */
+      clSetUserEventStatus(r->gate, CL_COMPLETE);
+    }
+  }
+  mgpu__ocl_enqueue_end(s, err, bar);
+  if (marker != NULL) clReleaseEvent(marker);
+  if (err != CL_SUCCESS) {
+    clReleaseEvent(r->gate);
+    free(r);
+    return err;
+  }
+  (void)clFlush(s->q);
+  return CL_SUCCESS;
+}
+
 /* ---- events ---- */
 
 int mgpu__ocl_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
@@ -179,6 +323,7 @@ int mgpu__ocl_event_record(mgpu__bdevice *d, mgpu__bevent *e,
   pthread_mutex_lock(&e->lock);
   cl_event old = e->ev;
   e->ev = ev;
+  e->q = s->q;
   pthread_mutex_unlock(&e->lock);
   if (old != NULL) clReleaseEvent(old);
   return 0;
@@ -234,42 +379,19 @@ int mgpu__ocl_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
   return rc;
 }
 
-/* Completes a user event of another context when the source event does,
- * with the source's error if it failed. */
-static void CL_CALLBACK complete_user(cl_event src, cl_int status, void *p) {
-  (void)src;
-  cl_event user = p;
-  clSetUserEventStatus(user, status < 0 ? status : CL_COMPLETE);
-  clReleaseEvent(user);
-}
-
 int mgpu__ocl_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
                                 mgpu__bdevice *ed, mgpu__bevent *e) {
-  cl_event ev = event_get(e);
+  pthread_mutex_lock(&e->lock);
+  cl_event ev = e->ev;
+  if (ev != NULL) clRetainEvent(ev);
+  int same_queue = e->q == s->q;
+  pthread_mutex_unlock(&e->lock);
   if (ev == NULL) return 0;
-  cl_event wait = ev, user = NULL;
-  cl_int err = CL_SUCCESS;
-  if (ed->phys->ctx != d->phys->ctx) {
-    user = clCreateUserEvent(d->phys->ctx, &err);
-    if (err == CL_SUCCESS) wait = user;
+  if (same_queue) { /* in order already */
+    clReleaseEvent(ev);
+    return 0;
   }
-  cl_event bar = NULL;
-  if (err == CL_SUCCESS) {
-    mgpu__ocl_enqueue_begin(s);
-    err = clEnqueueBarrierWithWaitList(s->q, 1, &wait, &bar);
-    mgpu__ocl_enqueue_end(s, err, bar);
-  }
-  if (err == CL_SUCCESS && user != NULL) {
-    clRetainEvent(user); /* the callback's reference */
-    err = clSetEventCallback(ev, CL_COMPLETE, complete_user, user);
-    if (err != CL_SUCCESS) {
-      /* The barrier is queued: let it pass rather than block the stream
-       * for good, and report the failure. */
-      clSetUserEventStatus(user, CL_COMPLETE);
-      clReleaseEvent(user);
-    }
-  }
-  if (user != NULL) clReleaseEvent(user);
+  cl_int err = relay_queue(d, s, ev, NULL, NULL);
   clReleaseEvent(ev);
   if (err != CL_SUCCESS) {
     char what[96];
@@ -346,58 +468,10 @@ int mgpu__ocl_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
 
 /* ---- host callbacks ---- */
 
-typedef struct callback_rec {
-  void (*fn)(void *arg);
-  void *arg;
-  cl_event gate; /* the user event the barrier behind the marker waits for */
-} callback_rec;
-
-/* Runs even when earlier work failed (a callback frees what the work used);
- * the failure then passes on to the gate, so later work sees it. */
-static void CL_CALLBACK run_callback(cl_event marker, cl_int status,
-                                     void *p) {
-  (void)marker;
-  callback_rec *rec = p;
-  rec->fn(rec->arg);
-  clSetUserEventStatus(rec->gate, status < 0 ? status : CL_COMPLETE);
-  clReleaseEvent(rec->gate);
-  free(rec);
-}
-
 int mgpu__ocl_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
                             void (*fn)(void *arg), void *arg) {
-  callback_rec *rec = calloc(1, sizeof *rec);
-  if (rec == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                    "memory for a stream callback", d->id);
-  rec->fn = fn;
-  rec->arg = arg;
-  cl_int err = CL_SUCCESS;
-  rec->gate = clCreateUserEvent(d->phys->ctx, &err);
-  if (err != CL_SUCCESS) {
-    free(rec);
-    return mgpu__ocl_fail(d, err, "clCreateUserEvent for a stream callback");
-  }
-  cl_event marker = NULL, bar = NULL;
-  mgpu__ocl_enqueue_begin(s);
-  err = clEnqueueMarkerWithWaitList(s->q, 0, NULL, &marker);
-  if (err == CL_SUCCESS) {
-    err = clEnqueueBarrierWithWaitList(s->q, 1, &rec->gate, &bar);
-    if (err != CL_SUCCESS) clSetUserEventStatus(rec->gate, CL_COMPLETE);
-  }
-  /* Registered last: once it is, fn runs whatever happens, so nothing may
-   * fail after it. */
-  if (err == CL_SUCCESS)
-    err = clSetEventCallback(marker, CL_COMPLETE, run_callback, rec);
-  if (err != CL_SUCCESS && bar != NULL)
-    clSetUserEventStatus(rec->gate, CL_COMPLETE);
-  mgpu__ocl_enqueue_end(s, err, bar);
-  if (marker != NULL) clReleaseEvent(marker);
-  if (err != CL_SUCCESS) {
-    clReleaseEvent(rec->gate);
-    free(rec);
+  cl_int err = relay_queue(d, s, NULL, fn, arg);
+  if (err != CL_SUCCESS)
     return mgpu__ocl_fail(d, err, "queueing a stream callback");
-  }
-  (void)clFlush(s->q);
   return 0;
 }
