@@ -39,6 +39,31 @@ static int ocl_init(const char *devices) {
 
 /* ---- devices ---- */
 
+/* The tokens are checked before the plugin is looked for: this runs (and
+ * fails on a build that does not know them) everywhere. */
+TEST_IMPL(opencl_tokens_parsed) {
+  const char *bad[] = {"opencl:x", "opencl:1/0", "opencl:-1", "openclx",
+                       "opencl:1/"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+    cfg.devices = bad[i];
+    ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));
+    ASSERT_DETAIL_HAS("opencl:K/S");
+  }
+  /* A good token gets past the parser: it opens devices, or names the
+   * missing plugin or device. */
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "opencl:0/2,host:1";
+  int rc = mgpu_init(&cfg);
+  ASSERT(rc == 0 || rc == MGPU_EPLUGIN || rc == MGPU_ENODEV);
+  if (rc == MGPU_EPLUGIN) ASSERT_DETAIL_HAS("libmgpu-opencl.so");
+  if (rc == 0) {
+    ASSERT_EQ(mgpu_device_count(), 3);
+    ASSERT_OK(mgpu_shutdown());
+  }
+  return 0;
+}
+
 TEST_IMPL(opencl_devices_mix_and_split) {
   OCL_INIT(n, "opencl,host:2");
   ASSERT(n >= 3);
@@ -440,6 +465,7 @@ TEST_IMPL(opencl_dlpack_device_memory_is_not_host) {
 }
 
 TEST_LIST_BEGIN
+TEST_ENTRY(opencl_tokens_parsed)
 TEST_ENTRY(opencl_devices_mix_and_split)
 TEST_ENTRY(opencl_kernel_variant)
 TEST_ENTRY(opencl_build_error_has_log)
