@@ -408,6 +408,41 @@ TEST_IMPL(opencl_wait_across_devices) {
   return 0;
 }
 
+/* Each copy's bytes and time reach the metrics of its path once the stream
+ * is synchronized. */
+TEST_IMPL(opencl_copy_metrics_per_path) {
+  OCL_INIT(n, "opencl");
+  mgpu_buffer *a, *b;
+  ASSERT_OK(mgpu_malloc(&a, 0, 1 << 20));
+  ASSERT_OK(mgpu_malloc(&b, n - 1, 1 << 20));
+  char *host = calloc(1, 1 << 20);
+  ASSERT(host != NULL);
+  mgpu_metrics m0 = {.size = sizeof m0}, m1 = {.size = sizeof m1};
+  ASSERT_OK(mgpu_metrics_snapshot(&m0));
+  ASSERT_OK(mgpu_memcpy_htod(a, 0, host, 1 << 20));
+  ASSERT_OK(mgpu_memcpy_dtoh(host, a, 0, 1000));
+  if (n > 1) ASSERT_OK(mgpu_memcpy(b, 0, a, 0, 4096));
+  ASSERT_OK(mgpu_metrics_snapshot(&m1));
+  const mgpu_device_metrics *d0 = &m0.dev[0], *d1 = &m1.dev[0];
+  ASSERT_EQ(d1->copy_bytes[MGPU_METRIC_PATH_H2D] -
+                d0->copy_bytes[MGPU_METRIC_PATH_H2D], (uint64_t)1 << 20);
+  ASSERT_EQ(d1->copy_bytes[MGPU_METRIC_PATH_D2H] -
+                d0->copy_bytes[MGPU_METRIC_PATH_D2H], 1000);
+  ASSERT(d1->copy_ns[MGPU_METRIC_PATH_H2D] > d0->copy_ns[MGPU_METRIC_PATH_H2D]);
+  if (n > 1) {
+    uint64_t direct = 0;
+    for (int d = 0; d < n; d++)
+      direct += m1.dev[d].copy_bytes[MGPU_METRIC_PATH_PEER_DIRECT] -
+                m0.dev[d].copy_bytes[MGPU_METRIC_PATH_PEER_DIRECT];
+    ASSERT_EQ(direct, 4096);
+  }
+  free(host);
+  ASSERT_OK(mgpu_free(a));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* ---- lost devices, DLPack ---- */
 
 TEST_IMPL(opencl_lost_device_by_injection) {
@@ -472,6 +507,7 @@ TEST_ENTRY(opencl_build_error_has_log)
 TEST_ENTRY(opencl_builtins_match_host)
 TEST_ENTRY(opencl_allreduce_every_type)
 TEST_ENTRY(opencl_wait_across_devices)
+TEST_ENTRY(opencl_copy_metrics_per_path)
 TEST_ENTRY(opencl_lost_device_by_injection)
 TEST_ENTRY(opencl_dlpack_device_memory_is_not_host)
 TEST_LIST_END

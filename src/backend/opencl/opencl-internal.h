@@ -89,11 +89,21 @@ struct mgpu__bdevice {
   char lost_why[160];
 };
 
+/* A copy whose time is read from its profiling event once it completed. */
+typedef struct mgpu__ocl_timed_copy {
+  cl_event ev;
+  int path; /* MGPU_METRIC_PATH_... */
+  size_t bytes;
+  struct mgpu__ocl_timed_copy *next;
+} mgpu__ocl_timed_copy;
+
 struct mgpu__bstream {
   cl_command_queue q;
   mgpu__bdevice *d;
-  pthread_mutex_t lock; /* orders enqueues with last */
+  pthread_mutex_t lock; /* orders enqueues with last; guards copies */
   cl_event last;        /* the newest command's event, or NULL */
+  mgpu__ocl_timed_copy *copies; /* not yet handed to the metrics */
+  int ncopies;
 };
 
 struct mgpu__bevent {
@@ -167,6 +177,10 @@ int mgpu__ocl_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
  * (taking the caller's reference) when err is CL_SUCCESS. */
 void mgpu__ocl_enqueue_begin(mgpu__bstream *s);
 void mgpu__ocl_enqueue_end(mgpu__bstream *s, cl_int err, cl_event ev);
+/* Between begin and end: ev (queued) is a copy of bytes on path, whose
+ * time goes to the metrics once it completed. */
+void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
+                          size_t bytes);
 
 /* kernels.c */
 int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,

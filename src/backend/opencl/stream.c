@@ -42,6 +42,59 @@ void mgpu__ocl_enqueue_end(mgpu__bstream *s, cl_int err, cl_event ev) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* ---- copy times (s->lock held) ---- */
+
+/* Hands the completed copies to the metrics (every one when all is set,
+ * after the queue was finished), and drops failed ones. */
+static void copies_harvest_locked(mgpu__bstream *s) {
+  mgpu__ocl_timed_copy **pp = &s->copies;
+  while (*pp != NULL) {
+    mgpu__ocl_timed_copy *c = *pp;
+    cl_int st = CL_COMPLETE;
+    if (clGetEventInfo(c->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st,
+                       &st, NULL) != CL_SUCCESS)
+      st = -1;
+    if (st > CL_COMPLETE) { /* still queued or running */
+      pp = &c->next;
+      continue;
+    }
+    cl_ulong t0 = 0, t1 = 0;
+    if (st == CL_COMPLETE &&
+        clGetEventProfilingInfo(c->ev, CL_PROFILING_COMMAND_START, sizeof t0,
+                                &t0, NULL) == CL_SUCCESS &&
+        clGetEventProfilingInfo(c->ev, CL_PROFILING_COMMAND_END, sizeof t1,
+                                &t1, NULL) == CL_SUCCESS)
+      mgpu__ocl_env->obs->copy_ran(s->d->id, c->path, c->bytes,
+                                   t1 > t0 ? t1 - t0 : 0);
+    *pp = c->next;
+    clReleaseEvent(c->ev);
+    free(c);
+    s->ncopies--;
+  }
+}
+
+void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
+                          size_t bytes) {
+  if (path < 0 || path >= MGPU_METRIC_PATHS || ev == NULL) return;
+  /* A stream that is never synchronized keeps a bounded list. */
+  if (s->ncopies >= 256) copies_harvest_locked(s);
+  mgpu__ocl_timed_copy *c = malloc(sizeof *c);
+  if (c == NULL) return; /* the copy is not counted, nothing else */
+  clRetainEvent(ev);
+  c->ev = ev;
+  c->path = path;
+  c->bytes = bytes;
+  c->next = s->copies;
+  s->copies = c;
+  s->ncopies++;
+}
+
+static void copies_harvest(mgpu__bstream *s) {
+  pthread_mutex_lock(&s->lock);
+  copies_harvest_locked(s);
+  pthread_mutex_unlock(&s->lock);
+}
+
 /* A reference to s's last event, or NULL. */
 static cl_event last_event(mgpu__bstream *s) {
   pthread_mutex_lock(&s->lock);
@@ -104,6 +157,7 @@ void mgpu__ocl_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   (void)d;
   if (s == NULL) return;
   (void)clFinish(s->q);
+  copies_harvest_locked(s); /* finished: every copy is done */
   if (s->last != NULL) clReleaseEvent(s->last);
   clReleaseCommandQueue(s->q);
   pthread_mutex_destroy(&s->lock);
@@ -121,6 +175,7 @@ int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
     rc = mgpu__ocl_fail(d, err, "work on the stream failed");
   }
   if (ev != NULL) clReleaseEvent(ev);
+  copies_harvest(s);
   if (rc == 0) rc = lost_rc(d);
   return rc;
 }
@@ -136,6 +191,8 @@ int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
     rc = mgpu__ocl_fail(d, st, "work on the stream failed");
   } else if (st != CL_COMPLETE) {
     rc = MGPU_EAGAIN;
+  } else {
+    copies_harvest(s);
   }
   clReleaseEvent(ev);
   if (rc == 0) rc = lost_rc(d);
@@ -407,10 +464,16 @@ int mgpu__ocl_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
                            const void *src, size_t size,
                            mgpu__copy_kind kind) {
   if (size == 0) return 0;
+  /* The path the copy layer set, else the kind's (host to host: none). */
+  static const int kind_path[] = {MGPU_METRIC_PATH_H2D, MGPU_METRIC_PATH_D2H,
+                                  MGPU_METRIC_PATH_D2D, -1};
+  int path = mgpu__ocl_env->obs->path();
+  if (path < 0 && (unsigned)kind < 4) path = kind_path[kind];
   cl_event ev = NULL;
   mgpu__ocl_enqueue_begin(s);
   cl_int err = clEnqueueSVMMemcpy(s->q, CL_FALSE, dst, src, size, 0, NULL,
                                   &ev);
+  if (err == CL_SUCCESS) mgpu__ocl_copy_timed(s, ev, path, size);
   mgpu__ocl_enqueue_end(s, err, ev);
   if (err != CL_SUCCESS) {
     static const char *names[] = {"host-to-device", "device-to-host",
