@@ -95,13 +95,18 @@ static void copies_harvest(mgpu__bstream *s) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* A reference to the event in *slot (guarded by lock), or NULL. */
+static cl_event event_ref(pthread_mutex_t *lock, cl_event *slot) {
+  pthread_mutex_lock(lock);
+  cl_event ev = *slot;
+  if (ev != NULL) clRetainEvent(ev);
+  pthread_mutex_unlock(lock);
+  return ev;
+}
+
 /* A reference to s's last event, or NULL. */
 static cl_event last_event(mgpu__bstream *s) {
-  pthread_mutex_lock(&s->lock);
-  cl_event ev = s->last;
-  if (ev != NULL) clRetainEvent(ev);
-  pthread_mutex_unlock(&s->lock);
-  return ev;
+  return event_ref(&s->lock, &s->last);
 }
 
 /* Drops s's last event if it is still ev (its error was reported). */
@@ -360,11 +365,7 @@ void mgpu__ocl_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
 
 /* A reference to e's marker, or NULL when never recorded. */
 static cl_event event_get(mgpu__bevent *e) {
-  pthread_mutex_lock(&e->lock);
-  cl_event ev = e->ev;
-  if (ev != NULL) clRetainEvent(ev);
-  pthread_mutex_unlock(&e->lock);
-  return ev;
+  return event_ref(&e->lock, &e->ev);
 }
 
 int mgpu__ocl_event_record(mgpu__bdevice *d, mgpu__bevent *e,
