@@ -69,6 +69,10 @@ typedef struct mgpu__backend_env {
    * src/util/numa.c). */
   int (*numa_node_of_bus_id)(const char *bus_id);
   const mgpu__obs_api *obs;
+  /* Names what a thread the plugin starts runs for the core
+   * (mgpu__thread_role_set), so that a call the core refuses from such a
+   * thread (mgpu_shutdown from a stream callback) is refused there too. */
+  void (*thread_role_set)(const char *role);
 } mgpu__backend_env;
 
 /* What a device is opened as. */

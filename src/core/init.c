@@ -83,6 +83,7 @@ static mgpu__backend_env backend_env = {
     .config = &config,
     .numa_node_of_bus_id = mgpu__numa_node_of_bus_id,
     .obs = &obs_api,
+    .thread_role_set = mgpu__thread_role_set,
 };
 
 /* Shutdown hooks of the layers above (mgpu__on_shutdown). Registered from

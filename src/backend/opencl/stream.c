@@ -229,6 +229,8 @@ static pthread_t relay_thread;
 
 static void *relay_main(void *unused) {
   (void)unused;
+  mgpu__ocl_env->thread_role_set("the OpenCL plugin's relay thread (a "
+                                 "stream callback)");
   pthread_mutex_lock(&relay_lock);
   for (;;) {
     relay *r = relay_head;
