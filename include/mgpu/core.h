@@ -366,9 +366,10 @@ typedef struct mgpu_kernel_ctx {
  * opencl_src is OpenCL C source text holding a __kernel function called
  * name that takes the struct by value as its single parameter, with device
  * pointers declared as ulong and cast in the kernel; it is built once per
- * device and cached by the address of this struct (the text is not copied:
- * it must stay valid while the kernel is launched). A device runs the
- * variant that fits it; a missing one is MGPU_ENOTSUP. */
+ * device and cached by the addresses of this struct, its text and its name
+ * (nothing is copied: they must stay valid while the kernel is launched;
+ * docs/opencl.md). A device runs the variant that fits it; a missing one is
+ * MGPU_ENOTSUP. */
 typedef struct mgpu_kernel {
   const char *name;
   void (*host_fn)(const mgpu_kernel_ctx *ctx, const void *args);

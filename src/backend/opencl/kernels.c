@@ -3,7 +3,7 @@
  *
  * Programs are built once per physical device and kept in the device's
  * list (mgpu__ocl_phys.progs) for the life of the process, keyed by the
- * mgpu_kernel's address and its source pointer (or by builtins_key). An
+ * mgpu_kernel's address, its source and name pointers (or by builtins_key). An
  * entry is put in the list before it is built, and built under its own
  * lock, so that two launches of one new kernel build it once and launches
  * of other kernels do not wait for the build. A failed build is kept with
@@ -114,11 +114,13 @@ static int build_failed(mgpu__ocl_phys *ph, mgpu__ocl_prog *e, int id,
  * returned with its lock held; a negative code with the detail set when the
  * build failed or memory ran out. */
 static int program_get(mgpu__ocl_phys *ph, const void *key, const char *src,
-                       int id, const char *what, mgpu__ocl_prog **out) {
+                       const char *name, int id, const char *what,
+                       mgpu__ocl_prog **out) {
   *out = NULL;
   pthread_mutex_lock(&ph->progs_lock);
   mgpu__ocl_prog *e = ph->progs;
-  while (e != NULL && (e->key != key || e->src != src)) e = e->next;
+  while (e != NULL && (e->key != key || e->src != src || e->name != name))
+    e = e->next;
   if (e == NULL) {
     e = calloc(1, sizeof *e);
     if (e == NULL) {
@@ -128,6 +130,7 @@ static int program_get(mgpu__ocl_phys *ph, const void *key, const char *src,
     }
     e->key = key;
     e->src = src;
+    e->name = name;
     pthread_mutex_init(&e->lock, NULL);
     e->next = ph->progs;
     ph->progs = e;
@@ -176,7 +179,7 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   char what[96];
   snprintf(what, sizeof what, "the OpenCL C of kernel '%.40s'", name);
   mgpu__ocl_prog *e;
-  int rc = program_get(d->phys, k, k->opencl_src, d->id, what, &e);
+  int rc = program_get(d->phys, k, k->opencl_src, k->name, d->id, what, &e);
   if (rc != 0) return rc;
   cl_int err;
   cl_kernel kern = kernel_get(e, 0, k->name, &err);
@@ -242,7 +245,7 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
                                     d->id, d->phys->name);
   if (b->count == 0) return 0;
   mgpu__ocl_prog *e;
-  int rc = program_get(d->phys, &builtins_key, builtins_src, d->id,
+  int rc = program_get(d->phys, &builtins_key, builtins_src, NULL, d->id,
                        "the built-in kernels", &e);
   if (rc != 0) return rc;
   cl_int err;

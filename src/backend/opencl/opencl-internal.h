@@ -44,6 +44,7 @@ extern const mgpu__backend_env *mgpu__ocl_env;
 typedef struct mgpu__ocl_prog {
   const void *key; /* the mgpu_kernel, or &builtins_key */
   const char *src; /* the text it was built from */
+  const char *name; /* the kernel's name (NULL for the built-ins) */
   cl_program program;
   /* The user kernel in kernels[0]; the built-ins by kind and dtype
    * (kernels.c), made on first use under lock. */
