@@ -292,6 +292,74 @@ TEST_IMPL(opencl_builtins_match_host) {
   return 0;
 }
 
+/* The bits of a small integer (|v| < 2048) as float16 and as bfloat16,
+ * both exact. */
+static uint16_t half_of(int v) {
+  if (v == 0) return 0;
+  uint16_t sign = v < 0 ? 0x8000 : 0;
+  unsigned a = (unsigned)(v < 0 ? -v : v);
+  int e = 0;
+  while ((a >> (e + 1)) != 0) e++;
+  return (uint16_t)(sign | (unsigned)(e + 15) << 10 | ((a << (10 - e)) & 0x3ff));
+}
+
+static uint16_t bf16_of(int v) {
+  float f = (float)v;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return (uint16_t)(x >> 16);
+}
+
+/* float16 and bfloat16 compute in float as on CUDA devices. */
+TEST_IMPL(opencl_builtins_16_bit) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  mgpu_buffer *a, *b, *c;
+  ASSERT_OK(mgpu_malloc(&a, 0, 64));
+  ASSERT_OK(mgpu_malloc(&b, 0, 64));
+  ASSERT_OK(mgpu_malloc(&c, 0, 64));
+  for (int bf = 0; bf < 2; bf++) {
+    mgpu_dtype t = bf ? MGPU_BFLOAT16 : MGPU_FLOAT16;
+    uint16_t (*of)(int) = bf ? bf16_of : half_of;
+    uint16_t x[4] = {of(3), of(-5), of(7), of(100)};
+    uint16_t y[4] = {of(4), of(2), of(-9), of(1)}, out[4];
+    ASSERT_OK(mgpu_memcpy_htod(a, 0, x, sizeof x));
+    ASSERT_OK(mgpu_memcpy_htod(b, 0, y, sizeof y));
+    ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 4, t, MGPU_SUM));
+    ASSERT_OK(mgpu_memcpy_dtoh_async(out, c, 0, sizeof out, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_EQ(out[0], of(7));
+    ASSERT_EQ(out[1], of(-3));
+    ASSERT_EQ(out[2], of(-2));
+    ASSERT_EQ(out[3], of(101));
+    ASSERT_OK(mgpu_elementwise(s, c, 0, a, 0, b, 0, 4, t, MGPU_MAX));
+    ASSERT_OK(mgpu_memcpy_dtoh_async(out, c, 0, sizeof out, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT(out[0] == of(4) && out[1] == of(2) && out[2] == of(7));
+    ASSERT_OK(mgpu_scale(s, a, 0, 4, t, -2.0));
+    ASSERT_OK(mgpu_axpy(s, a, 0, b, 0, 4, t, 3.0)); /* -2x + 3y */
+    ASSERT_OK(mgpu_memcpy_dtoh_async(out, a, 0, sizeof out, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_EQ(out[0], of(6));
+    ASSERT_EQ(out[1], of(16));
+    ASSERT_EQ(out[2], of(-41));
+    ASSERT_EQ(out[3], of(-197));
+    double one = 1.0; /* a double: the core converts it */
+    ASSERT_OK(mgpu_fill(s, c, 2, 2, t, &one));
+    ASSERT_OK(mgpu_memcpy_dtoh_async(out, c, 0, sizeof out, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT(out[1] == of(1) && out[2] == of(1));
+  }
+  ASSERT_OK(mgpu_free(a));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_free(c));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_IMPL(opencl_allreduce_every_type) {
   OCL_INIT(n, "opencl");
   if (n < 2) {
@@ -505,6 +573,7 @@ TEST_ENTRY(opencl_devices_mix_and_split)
 TEST_ENTRY(opencl_kernel_variant)
 TEST_ENTRY(opencl_build_error_has_log)
 TEST_ENTRY(opencl_builtins_match_host)
+TEST_ENTRY(opencl_builtins_16_bit)
 TEST_ENTRY(opencl_allreduce_every_type)
 TEST_ENTRY(opencl_wait_across_devices)
 TEST_ENTRY(opencl_copy_metrics_per_path)

@@ -404,8 +404,8 @@ typedef enum mgpu_dtype {
   MGPU_FLOAT64 = 1,
   MGPU_INT32 = 2,
   MGPU_INT64 = 3,
-  MGPU_FLOAT16 = 4, /* CUDA devices only */
-  MGPU_BFLOAT16 = 5 /* CUDA devices only */
+  MGPU_FLOAT16 = 4, /* CUDA and OpenCL devices only */
+  MGPU_BFLOAT16 = 5 /* CUDA and OpenCL devices only */
 } mgpu_dtype;
 
 typedef enum mgpu_op {

@@ -86,9 +86,10 @@ static int prepare(mgpu_stream *h, mgpu_dtype dtype, const char *what,
     return mgpu__error(MGPU_EINVAL, "device %d: %s with unknown type %d",
                        (*s)->dev, what, (int)dtype);
   if ((dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) &&
-      (*d)->ops->kind != MGPU_BACKEND_CUDA)
+      (*d)->ops->kind == MGPU_BACKEND_HOST)
     return mgpu__error(MGPU_ENOTSUP, "device %d: %s on %s is supported on CUDA "
-                       "devices only", (*s)->dev, what, mgpu_dtype_name(dtype));
+                       "and OpenCL devices only", (*s)->dev, what,
+                       mgpu_dtype_name(dtype));
   return 0;
 }
 

@@ -12,7 +12,9 @@
  * The built-ins compute as the host's loops do (src/backend/host/kernels.c,
  * src/util/elementwise.c): scale and axpy in double (float where the device
  * has no double), integers converted back with saturation and NaN as 0,
- * integer sums and products wrapping.
+ * integer sums and products wrapping; float16 and bfloat16 as the CUDA
+ * kernels do (src/backend/cuda/kernels.cu): in float, rounded to nearest
+ * even.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,14 +66,55 @@ static const char builtins_src[] =
     "DEF(double, double, f64)\n"
     "#endif\n"
     "DEF(int, uint, i32)\n"
-    "DEF(long, ulong, i64)\n";
+    "DEF(long, ulong, i64)\n"
+    /* The 16-bit types, kept as ushort and computed in float: half through
+     * vload_half / vstore_half_rte (core OpenCL C, no extension needed),
+     * bfloat16 by its bits (round to nearest even, as the core's to_bf16).
+     * min and max keep an operand's bits. */
+    "float up_f16(__global const ushort *p, size_t i) {\n"
+    "  return vload_half(0, (__global const half *)(p + i)); }\n"
+    "void down_f16(float v, __global ushort *p, size_t i) {\n"
+    "  vstore_half_rte(v, 0, (__global half *)(p + i)); }\n"
+    "float up_bf16(__global const ushort *p, size_t i) {\n"
+    "  return as_float((uint)p[i] << 16); }\n"
+    "void down_bf16(float v, __global ushort *p, size_t i) {\n"
+    "  uint x = as_uint(v);\n"
+    "  if (isnan(v)) { p[i] = (ushort)((x >> 16) | 0x40); return; }\n"
+    "  p[i] = (ushort)((x + 0x7fff + ((x >> 16) & 1)) >> 16); }\n"
+    "__kernel void fill_u16(__global ushort *d, ushort v, ulong n) {\n"
+    "  size_t i = get_global_id(0); if (i < n) d[i] = v; }\n"
+    "#define DEF16(S)                                                      \\\n"
+    "__kernel void scale_##S(__global ushort *d, float a, ulong n) {       \\\n"
+    "  size_t i = get_global_id(0);                                        \\\n"
+    "  if (i < n) down_##S(up_##S(d, i) * a, d, i); }                      \\\n"
+    "__kernel void axpy_##S(__global ushort *y, __global const ushort *x,  \\\n"
+    "                       float a, ulong n) {                            \\\n"
+    "  size_t i = get_global_id(0);                                        \\\n"
+    "  if (i < n) down_##S(up_##S(y, i) + a * up_##S(x, i), y, i); }       \\\n"
+    "__kernel void ew_##S(__global ushort *d, __global const ushort *a,    \\\n"
+    "                     __global const ushort *b, int op, ulong n) {     \\\n"
+    "  size_t i = get_global_id(0);                                        \\\n"
+    "  if (i >= n) return;                                                 \\\n"
+    "  float x = up_##S(a, i), y = up_##S(b, i);                           \\\n"
+    "  ushort xa = a[i], yb = b[i];                                        \\\n"
+    "  switch (op) {                                                       \\\n"
+    "    case 0: down_##S(x + y, d, i); break;                             \\\n"
+    "    case 1: down_##S(x * y, d, i); break;                             \\\n"
+    "    case 2: d[i] = y < x ? yb : xa; break;                            \\\n"
+    "    default: d[i] = x < y ? yb : xa; break;                           \\\n"
+    "  } }\n"
+    "DEF16(f16)\n"
+    "DEF16(bf16)\n";
 
-/* Built-in kernels by [kind][dtype] (float, double, int32, int64). */
-static const char *const builtin_names[4][4] = {
-    {"fill_f32", "fill_f64", "fill_i32", "fill_i64"},
-    {"scale_f32", "scale_f64", "scale_i32", "scale_i64"},
-    {"axpy_f32", "axpy_f64", "axpy_i32", "axpy_i64"},
-    {"ew_f32", "ew_f64", "ew_i32", "ew_i64"}};
+/* Built-in kernels by [kind][dtype] (float, double, int32, int64, half,
+ * bfloat16: mgpu_dtype's order). */
+#define NTYPES 6
+static const char *const builtin_names[4][NTYPES] = {
+    {"fill_f32", "fill_f64", "fill_i32", "fill_i64", "fill_u16", "fill_u16"},
+    {"scale_f32", "scale_f64", "scale_i32", "scale_i64", "scale_f16",
+     "scale_bf16"},
+    {"axpy_f32", "axpy_f64", "axpy_i32", "axpy_i64", "axpy_f16", "axpy_bf16"},
+    {"ew_f32", "ew_f64", "ew_i32", "ew_i64", "ew_f16", "ew_bf16"}};
 
 /* ---- the program cache ---- */
 
@@ -229,12 +272,12 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
     case MGPU_FLOAT64: di = 1; es = 8; break;
     case MGPU_INT32: di = 2; es = 4; break;
     case MGPU_INT64: di = 3; es = 8; break;
+    case MGPU_FLOAT16: di = 4; es = 2; break;
+    case MGPU_BFLOAT16: di = 5; es = 2; break;
     default:
-      return mgpu__ocl_env->set_error(MGPU_ENOTSUP, "device %d: built-in "
-                                      "kernels on %s are not supported on "
-                                      "OpenCL devices yet", d->id,
-                                      b->dtype == MGPU_FLOAT16 ? "float16"
-                                                               : "bfloat16");
+      return mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: built-in "
+                                      "kernel of unknown type %d", d->id,
+                                      (int)b->dtype);
   }
   if ((unsigned)b->kind > 3)
     return mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: unknown built-in "
@@ -250,15 +293,15 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   if (rc != 0) return rc;
   cl_int err;
   const char *name = builtin_names[b->kind][di];
-  cl_kernel kern = kernel_get(e, 1 + (int)b->kind * 4 + di, name, &err);
+  cl_kernel kern = kernel_get(e, 1 + (int)b->kind * NTYPES + di, name, &err);
   cl_ulong n = b->count;
-  /* The accumulation type is the program's: double where the device has
-   * it, else float. */
+  /* The accumulation type: float for the 16-bit types, else the program's
+   * (double where the device has it, else float). */
   double alpha = b->alpha;
   float alpha_f = (float)b->alpha;
-  const void *alpha_p = d->phys->has_fp64 ? (const void *)&alpha
-                                          : (const void *)&alpha_f;
-  size_t alpha_size = d->phys->has_fp64 ? sizeof alpha : sizeof alpha_f;
+  int wide = d->phys->has_fp64 && es > 2;
+  const void *alpha_p = wide ? (const void *)&alpha : (const void *)&alpha_f;
+  size_t alpha_size = wide ? sizeof alpha : sizeof alpha_f;
   cl_uint a = 0;
 #define ARG(size, ptr) \
   if (err == CL_SUCCESS) err = clSetKernelArg(kern, a++, size, ptr)

@@ -48,7 +48,7 @@ typedef struct mgpu__ocl_prog {
   cl_program program;
   /* The user kernel in kernels[0]; the built-ins by kind and dtype
    * (kernels.c), made on first use under lock. */
-  cl_kernel kernels[17];
+  cl_kernel kernels[25];
   int built;            /* the build ran (under lock) */
   int rc;               /* 0, or the build's error code (kept) */
   char *log;            /* the build log of a failed build (owned) */
