@@ -555,10 +555,35 @@ TEST_IMPL(opencl_dlpack_device_memory_is_not_host) {
   ASSERT_EQ(dl.device_id, 0);
   ASSERT_OK(mgpu_buffer_dldevice(pinned, &dl));
   ASSERT_EQ(dl.device_type, kDLCPU);
+  /* The device memory comes back as the same buffer memory; host memory
+   * never goes on an OpenCL device. */
+  int64_t shape = 256;
+  DLManagedTensorVersioned *t = NULL;
+  ASSERT_OK(mgpu_buffer_dlpack(dev, 0, (DLDataType){kDLUInt, 8, 1}, 1, &shape,
+                               NULL, &t));
+  ASSERT_EQ(t->dl_tensor.device.device_type, kDLOpenCL);
+  mgpu_buffer *back;
+  ASSERT_OK(mgpu_buffer_from_dlpack(&back, -1, t));
+  ASSERT(mgpu_buffer_ptr(back) == mgpu_buffer_ptr(dev));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_memset_async(back, 0, 0x31, 256, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_free(back)); /* calls t's deleter */
+  unsigned char host[256];
+  ASSERT_OK(mgpu_memcpy_dtoh(host, dev, 0, sizeof host));
+  for (int i = 0; i < 256; i++) ASSERT_EQ(host[i], 0x31);
+  ASSERT_OK(mgpu_buffer_dlpack(pinned, 0, (DLDataType){kDLUInt, 8, 1}, 1,
+                               &shape, NULL, &t));
+  ASSERT_EQ(t->dl_tensor.device.device_type, kDLCPU);
+  ASSERT_ERR(MGPU_EWRONGDEV, mgpu_buffer_from_dlpack(&back, 0, t));
+  ASSERT_DETAIL_HAS("cannot go on device 0 (OpenCL device 0)");
+  ASSERT_ERR(MGPU_ENODEV, mgpu_buffer_from_dlpack(&back, -1, t));
+  t->deleter(t);
   /* Pinned memory is the host's: written directly, copied in. */
   memset(mgpu_buffer_ptr(pinned), 0x77, 256);
   ASSERT_OK(mgpu_memcpy(dev, 0, pinned, 0, 256));
-  unsigned char host[256];
   ASSERT_OK(mgpu_memcpy_dtoh(host, dev, 0, sizeof host));
   for (int i = 0; i < 256; i++) ASSERT_EQ(host[i], 0x77);
   ASSERT_OK(mgpu_free(dev));
