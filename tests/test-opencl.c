@@ -229,14 +229,34 @@ TEST_IMPL(opencl_build_error_has_log) {
 
 /* ---- built-in kernels and reductions ---- */
 
+/* A stream and three 64-byte buffers of device 0, and their end (which also
+ * shuts mgpu down). */
+typedef struct three_bufs {
+  mgpu_stream *s;
+  mgpu_buffer *a, *b, *c;
+} three_bufs;
+
+static void three_open(three_bufs *t) {
+  ASSERT_OK(mgpu_stream_create(&t->s, 0));
+  ASSERT_OK(mgpu_malloc(&t->a, 0, 64));
+  ASSERT_OK(mgpu_malloc(&t->b, 0, 64));
+  ASSERT_OK(mgpu_malloc(&t->c, 0, 64));
+}
+
+static void three_close(three_bufs *t) {
+  ASSERT_OK(mgpu_free(t->a));
+  ASSERT_OK(mgpu_free(t->b));
+  ASSERT_OK(mgpu_free(t->c));
+  ASSERT_OK(mgpu_stream_destroy(t->s));
+  ASSERT_OK(mgpu_shutdown());
+}
+
 TEST_IMPL(opencl_builtins_match_host) {
   OCL_INIT(n, "opencl");
-  mgpu_stream *s;
-  ASSERT_OK(mgpu_stream_create(&s, 0));
-  mgpu_buffer *a, *b, *c;
-  ASSERT_OK(mgpu_malloc(&a, 0, 64));
-  ASSERT_OK(mgpu_malloc(&b, 0, 64));
-  ASSERT_OK(mgpu_malloc(&c, 0, 64));
+  three_bufs t3;
+  three_open(&t3);
+  mgpu_stream *s = t3.s;
+  mgpu_buffer *a = t3.a, *b = t3.b, *c = t3.c;
 
   /* int32: scale saturates, NaN gives 0, sums wrap, min and max. */
   int32_t i32[4] = {INT32_MAX, -5, 7, INT32_MIN}, j32[4] = {1, 3, -9, -1};
@@ -284,11 +304,7 @@ TEST_IMPL(opencl_builtins_match_host) {
   ASSERT_OK(mgpu_memcpy_dtoh_async(od, c, 0, sizeof od, s));
   ASSERT_OK(mgpu_stream_synchronize(s));
   ASSERT(od[0] == 2.25 && od[1] == 5 && od[2] == 2.25 && od[3] == 3);
-  ASSERT_OK(mgpu_free(a));
-  ASSERT_OK(mgpu_free(b));
-  ASSERT_OK(mgpu_free(c));
-  ASSERT_OK(mgpu_stream_destroy(s));
-  ASSERT_OK(mgpu_shutdown());
+  three_close(&t3);
   return 0;
 }
 
@@ -314,12 +330,10 @@ static uint16_t bf16_of(int v) {
 TEST_IMPL(opencl_builtins_16_bit) {
   OCL_INIT(n, "opencl:0");
   (void)n;
-  mgpu_stream *s;
-  ASSERT_OK(mgpu_stream_create(&s, 0));
-  mgpu_buffer *a, *b, *c;
-  ASSERT_OK(mgpu_malloc(&a, 0, 64));
-  ASSERT_OK(mgpu_malloc(&b, 0, 64));
-  ASSERT_OK(mgpu_malloc(&c, 0, 64));
+  three_bufs t3;
+  three_open(&t3);
+  mgpu_stream *s = t3.s;
+  mgpu_buffer *a = t3.a, *b = t3.b, *c = t3.c;
   for (int bf = 0; bf < 2; bf++) {
     mgpu_dtype t = bf ? MGPU_BFLOAT16 : MGPU_FLOAT16;
     uint16_t (*of)(int) = bf ? bf16_of : half_of;
@@ -352,11 +366,7 @@ TEST_IMPL(opencl_builtins_16_bit) {
     ASSERT_OK(mgpu_stream_synchronize(s));
     ASSERT(out[1] == of(1) && out[2] == of(1));
   }
-  ASSERT_OK(mgpu_free(a));
-  ASSERT_OK(mgpu_free(b));
-  ASSERT_OK(mgpu_free(c));
-  ASSERT_OK(mgpu_stream_destroy(s));
-  ASSERT_OK(mgpu_shutdown());
+  three_close(&t3);
   return 0;
 }
 
