@@ -129,7 +129,8 @@ static void empty_kernel(const mgpu_kernel_ctx *ctx, const void *args) {
   (void)args;
 }
 
-static const mgpu_kernel empty = {"empty", empty_kernel, NULL};
+static const mgpu_kernel empty = {"empty", empty_kernel, NULL,
+                                  "__kernel void empty(int arg) {}\n"};
 
 /* One launch: the empty kernel on host devices, a one-element fill on
  * CUDA devices (see the top of the file). */

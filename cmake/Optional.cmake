@@ -46,6 +46,25 @@ if(NOT MGPU_WITH_CUDA STREQUAL "OFF")
 endif()
 mgpu_optional_result(CUDA _found "${_note}")
 
+# OpenCL: the Khronos headers and the ICD loader (libOpenCL). Finding both
+# builds the plugin libmgpu-opencl.so; which platforms and devices exist is
+# decided at run time by the loader.
+set(MGPU_WITH_OPENCL AUTO CACHE STRING "Build the OpenCL backend plugin (AUTO, ON, OFF)")
+set(_found OFF)
+set(_note "(MGPU_WITH_OPENCL=OFF)")
+if(NOT MGPU_WITH_OPENCL STREQUAL "OFF")
+  find_package(OpenCL QUIET)
+  if(OpenCL_FOUND AND OpenCL_VERSION_STRING VERSION_GREATER_EQUAL 2.0)
+    set(_found ON)
+    set(_note "(${OpenCL_LIBRARY}, headers ${OpenCL_VERSION_STRING}: builds libmgpu-opencl.so)")
+  elseif(OpenCL_FOUND)
+    set(_note "(headers ${OpenCL_VERSION_STRING} found, 2.0 or later needed for SVM)")
+  else()
+    set(_note "(no OpenCL headers or ICD loader found)")
+  endif()
+endif()
+mgpu_optional_result(OPENCL _found "${_note}")
+
 # NCCL: header and library, next to the CUDA toolkit or in the system.
 set(_found OFF)
 set(_note "(needs CUDA)")

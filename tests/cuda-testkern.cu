@@ -36,7 +36,7 @@ static void tk_axpy_host(const mgpu_kernel_ctx *ctx, const void *args) {
 }
 
 EXPORT const mgpu_kernel tk_axpy_kernel = {"tk_axpy", tk_axpy_host,
-                                           (const void *)tk_axpy};
+                                           (const void *)tk_axpy, NULL};
 
 /* Spins for about `cycles` clock cycles, then writes value to *flag: a kernel
  * slow enough that a missing wait would be seen. */
@@ -56,7 +56,7 @@ __global__ void tk_slow_write(struct tk_slow_write_args a) {
 }
 
 EXPORT const mgpu_kernel tk_slow_write_kernel = {"tk_slow_write", NULL,
-                                                 (const void *)tk_slow_write};
+                                                 (const void *)tk_slow_write, NULL};
 
 /* dst[0] = *src: reads what another stream wrote. */
 struct tk_read_args {
@@ -67,7 +67,7 @@ struct tk_read_args {
 __global__ void tk_read(struct tk_read_args a) { a.dst[0] = *a.src; }
 
 EXPORT const mgpu_kernel tk_read_kernel = {"tk_read", NULL,
-                                           (const void *)tk_read};
+                                           (const void *)tk_read, NULL};
 
 /* Writes through a bad pointer: an asynchronous error. */
 struct tk_fault_args {
@@ -77,7 +77,7 @@ struct tk_fault_args {
 __global__ void tk_fault(struct tk_fault_args a) { a.bad[threadIdx.x] = 1; }
 
 EXPORT const mgpu_kernel tk_fault_kernel = {"tk_fault", NULL,
-                                            (const void *)tk_fault};
+                                            (const void *)tk_fault, NULL};
 
 struct tk_empty_args {
   int unused;
@@ -86,7 +86,7 @@ struct tk_empty_args {
 __global__ void tk_empty(struct tk_empty_args) {}
 
 EXPORT const mgpu_kernel tk_empty_kernel = {"tk_empty", NULL,
-                                            (const void *)tk_empty};
+                                            (const void *)tk_empty, NULL};
 
 /* The CUDA device current on the calling thread, or -1. */
 EXPORT int tk_current_device(void) {
@@ -153,4 +153,4 @@ __global__ void tk_smid(struct tk_smid_args a) {
 }
 
 EXPORT const mgpu_kernel tk_smid_kernel = {"tk_smid", NULL,
-                                           (const void *)tk_smid};
+                                           (const void *)tk_smid, NULL};

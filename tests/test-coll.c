@@ -320,7 +320,7 @@ static void slow_fill_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
 }
 
 static const mgpu_kernel slow_fill = {"test_slow_fill", slow_fill_kernel,
-                                      NULL};
+                                      NULL, NULL};
 
 /* Small and medium collectives are run by the issuing thread (with the
  * devices' workers for medium ones) when every stream is idle, and queued as

@@ -283,7 +283,7 @@ TEST_IMPL(cuda_launch_no_variant) {
   (void)n;
   mgpu_stream *s;
   ASSERT_OK(mgpu_stream_create(&s, 0));
-  mgpu_kernel k = {"host_only", host_only, NULL};
+  mgpu_kernel k = {"host_only", host_only, NULL, NULL};
   int arg = 0;
   ASSERT_ERR(MGPU_ENOTSUP, mgpu_launch(s, &k, MGPU_DIM3(1, 1, 1),
                                        MGPU_DIM3(1, 1, 1), &arg, sizeof arg));

@@ -374,7 +374,7 @@ static void fail_in_block_2(const mgpu_kernel_ctx *ctx, const void *args) {
   if (ctx->block_idx.x == 2)
     mgpu_kernel_fail(ctx, MGPU_ERANGE, "index 42 out of bounds");
 }
-static const mgpu_kernel failing_kernel = {"failing", fail_in_block_2, NULL};
+static const mgpu_kernel failing_kernel = {"failing", fail_in_block_2, NULL, NULL};
 
 /* A host kernel variant can fail: the launch call succeeds (it is
  * asynchronous), the blocks after the failing one do not run, and the next

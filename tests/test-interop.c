@@ -365,7 +365,10 @@ TEST_IMPL(import_errors) {
   ASSERT_ERR(MGPU_ENODEV, mgpu_buffer_from_dlpack(&b, -1, &o.t));
   ASSERT_DETAIL_HAS("kDLCUDA");
   ASSERT_ERR(MGPU_EWRONGDEV, mgpu_buffer_from_dlpack(&b, 0, &o.t));
-  o.t.dl_tensor.device.device_type = kDLOpenCL;
+  o.t.dl_tensor.device.device_type = kDLOpenCL; /* no OpenCL device 7 */
+  ASSERT_ERR(MGPU_ENODEV, mgpu_buffer_from_dlpack(&b, -1, &o.t));
+  ASSERT_DETAIL_HAS("kDLOpenCL");
+  o.t.dl_tensor.device.device_type = kDLVulkan;
   ASSERT_ERR(MGPU_ENOTSUP, mgpu_buffer_from_dlpack(&b, -1, &o.t));
   own_init(&o, 0, 8);
   ASSERT_ERR(MGPU_EINVAL, mgpu_buffer_from_dlpack(&b, -1, &o.t));

@@ -243,7 +243,7 @@ static void iota_host(const mgpu_kernel_ctx *ctx, const void *args) {
   a->out[i] = a->base + (int)i;
 }
 
-static const mgpu_kernel iota_kernel = {"iota", iota_host, NULL};
+static const mgpu_kernel iota_kernel = {"iota", iota_host, NULL, NULL};
 
 typedef struct big_args {
   int *out;
@@ -256,7 +256,7 @@ static void big_host(const mgpu_kernel_ctx *ctx, const void *args) {
   a->out[i] = a->add[i];
 }
 
-static const mgpu_kernel big_kernel = {"big", big_host, NULL};
+static const mgpu_kernel big_kernel = {"big", big_host, NULL, NULL};
 
 TEST_IMPL(kernel_tasks) {
   int ndev = test_init();
@@ -305,7 +305,7 @@ TEST_IMPL(kernel_tasks) {
     ASSERT_OK(mgpu_free(buf));
   }
   /* A kernel with no host variant fails like its launch does. */
-  static const mgpu_kernel cuda_only = {"cuda_only", NULL, NULL};
+  static const mgpu_kernel cuda_only = {"cuda_only", NULL, NULL, NULL};
   mgpu_task_desc t = MGPU_TASK_DESC_INITIALIZER;
   t.kernel = &cuda_only;
   mgpu_task h;
@@ -323,7 +323,7 @@ static void nap_host(const mgpu_kernel_ctx *ctx, const void *args) {
   sleep_us(20000);
 }
 
-static const mgpu_kernel nap_kernel = {"nap", nap_host, NULL};
+static const mgpu_kernel nap_kernel = {"nap", nap_host, NULL, NULL};
 
 /* A kernel task's time is counted once in the device's busy_ns, though
  * the host backend counts the kernel it runs as busy too. */

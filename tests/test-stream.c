@@ -216,7 +216,7 @@ static void saxpy_host(const mgpu_kernel_ctx *ctx, const void *argp) {
     a->out[i] = a->in[i] * a->scale + (float)ctx->block_idx.x;
 }
 
-static const mgpu_kernel saxpy_kernel = {"saxpy_block", saxpy_host, NULL};
+static const mgpu_kernel saxpy_kernel = {"saxpy_block", saxpy_host, NULL, NULL};
 
 TEST_IMPL(launch_host_kernel) {
   int n = test_init();
@@ -274,7 +274,7 @@ TEST_IMPL(launch_errors) {
   ASSERT_DETAIL_HAS("saxpy_block");
   ASSERT_ERR(MGPU_EINVAL, mgpu_launch(s, &saxpy_kernel, MGPU_DIM3(1, 1, 1),
                                       MGPU_DIM3(1, 1, 1), NULL, 8));
-  static const mgpu_kernel cuda_only = {"cuda_only", NULL, NULL};
+  static const mgpu_kernel cuda_only = {"cuda_only", NULL, NULL, NULL};
   ASSERT_ERR(MGPU_ENOTSUP, mgpu_launch(s, &cuda_only, MGPU_DIM3(1, 1, 1),
                                        MGPU_DIM3(1, 1, 1), NULL, 0));
   ASSERT_OK(mgpu_stream_destroy(s));

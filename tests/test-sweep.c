@@ -123,7 +123,7 @@ static void add_one(const mgpu_kernel_ctx *ctx, const void *args) {
   size_t per = a->n / ctx->grid_dim.x, begin = ctx->block_idx.x * per;
   for (size_t i = begin; i < begin + per; i++) a->p[i] += 1.0f;
 }
-static const mgpu_kernel add_one_kernel = {"add_one", add_one, NULL};
+static const mgpu_kernel add_one_kernel = {"add_one", add_one, NULL, NULL};
 
 static int task_add(int dev, mgpu_stream *s, void *arg) {
   (void)dev;

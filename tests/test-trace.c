@@ -486,7 +486,7 @@ TEST_IMPL(trace_of_every_layer) {
     ASSERT_OK(mgpu_malloc(&a[d], d, N * sizeof(float)));
   }
   /* Kernels, copies of every path, memset, callback. */
-  const mgpu_kernel k = {"tiny", tiny_kernel, NULL};
+  const mgpu_kernel k = {"tiny", tiny_kernel, NULL, NULL};
   ASSERT_OK(mgpu_memcpy_htod_async(a[0], 0, host, sizeof host, s[0]));
   ASSERT_OK(mgpu_launch(s[0], &k, MGPU_DIM3(2, 1, 1), MGPU_DIM3(32, 1, 1), NULL, 0));
   ASSERT_OK(mgpu_memset_async(a[0], 0, 0, sizeof host, s[0]));

@@ -5,7 +5,8 @@
  * (the middle of the picture costs far more than its edges, so owners
  * finish at different times and idle devices steal). A task launches the
  * kernel (host variant on host devices, CUDA variant on GPUs, opened from
- * libmgpu-demo-cuda.so) into its device's tile buffer and copies the tile
+ * libmgpu-demo-cuda.so, OpenCL C variant on OpenCL devices) into its
+ * device's tile buffer and copies the tile
  * back, both on the pool's stream of that device.
  *
  * The run is recorded as a trace and drawn as a timeline; then the same
@@ -62,6 +63,35 @@ static void mandel_host(const mgpu_kernel_ctx *ctx, const void *argp) {
     }
   }
 }
+
+/* The OpenCL C variant: the same operations in the same order, with
+ * contraction off (OpenCL C fuses a * b + c by default), so its pixels
+ * match the host variant's. The struct is mandel_args (mandel.h) with the
+ * pointer as a ulong; one work-item per pixel. */
+static const char mandel_opencl_src[] =
+    "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    "#pragma OPENCL FP_CONTRACT OFF\n"
+    "typedef struct { ulong out; double x0, y0, dx, dy;\n"
+    "  int px0, py0, tile, width, height, iters; } mandel_args;\n"
+    "__kernel void mandel(mandel_args a) {\n"
+    "  __global ushort *out = (__global ushort *)a.out;\n"
+    "  int tx = get_global_id(0), ty = get_global_id(1);\n"
+    "  int px = a.px0 + tx, py = a.py0 + ty;\n"
+    "  if (tx >= a.tile || ty >= a.tile) return;\n"
+    "  if (px >= a.width || py >= a.height) { out[ty * a.tile + tx] = 0; return; }\n"
+    "  double cr = a.x0 + (double)px * a.dx, ci = a.y0 + (double)py * a.dy;\n"
+    "  double zr = 0, zi = 0;\n"
+    "  int n = 0;\n"
+    "  while (n < a.iters) {\n"
+    "    double zr2 = zr * zr, zi2 = zi * zi;\n"
+    "    if (zr2 + zi2 > 4.0) break;\n"
+    "    double t = (zr2 - zi2) + cr;\n"
+    "    zi = (2.0 * zr) * zi + ci;\n"
+    "    zr = t;\n"
+    "    n++;\n"
+    "  }\n"
+    "  out[ty * a.tile + tx] = (ushort)n;\n"
+    "}\n";
 
 /* The CUDA variant's host stub from libmgpu-demo-cuda.so, or NULL when the
  * library is not there (a build without CUDA). */
@@ -328,7 +358,8 @@ int mgpu_demo_mandelbrot(int argc, char **argv) {
   }
   int rc = mgpu_cmd_init();
   if (rc != 0) return rc;
-  d.kernel = (mgpu_kernel){"mandel", mandel_host, find_cuda_variant()};
+  d.kernel = (mgpu_kernel){"mandel", mandel_host, find_cuda_variant(),
+                           mandel_opencl_src};
   int t = d.o.tile, ndev = mgpu_device_count();
   d.tiles_x = (d.o.width + t - 1) / t;
   d.ntiles = d.tiles_x * ((d.o.height + t - 1) / t);

@@ -24,8 +24,8 @@ static int usage(FILE *out) {
   fprintf(out, "usage: mgpu COMMAND [ARGS]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].help);
-  fprintf(out, "\nenvironment: MGPU_DEVICES (host:4, cuda, cuda:1, cuda:0/4),"
-               " MGPU_HOST_MEM, MGPU_LOG\n");
+  fprintf(out, "\nenvironment: MGPU_DEVICES (host:4, cuda, cuda:1, cuda:0/4,"
+               " opencl, opencl:0/2), MGPU_HOST_MEM, MGPU_LOG\n");
   return 2;
 }
 

@@ -31,7 +31,7 @@ struct empty_args {
 
 __global__ void empty_kernel(struct empty_args) {}
 
-static const mgpu_kernel empty = {"empty", NULL, (const void *)empty_kernel};
+static const mgpu_kernel empty = {"empty", NULL, (const void *)empty_kernel, NULL};
 
 #define CHECK(expr)                                                         \
   do {                                                                      \

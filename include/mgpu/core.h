@@ -157,13 +157,14 @@ MGPU_EXTERN int mgpu_timeout_ms(void);
 
 typedef enum mgpu_backend_kind {
   MGPU_BACKEND_HOST = 0,
-  MGPU_BACKEND_CUDA = 1
+  MGPU_BACKEND_CUDA = 1,
+  MGPU_BACKEND_OPENCL = 2 /* the OpenCL plugin (docs/opencl.md) */
 } mgpu_backend_kind;
 
 typedef struct mgpu_device_props {
   size_t size;             /* sizeof(mgpu_device_props), set by the caller */
   char name[96];           /* "host device 2", "NVIDIA H100 80GB HBM3 [1/4]" */
-  char backend[16];        /* "host", "cuda" */
+  char backend[16];        /* "host", "cuda", "opencl" */
   mgpu_backend_kind backend_kind;
   int ordinal;             /* backend's physical device index */
   int split_index;         /* index among the logical devices of one GPU */
@@ -373,15 +374,23 @@ typedef struct mgpu_kernel_ctx {
   int device;
 } mgpu_kernel_ctx;
 
-/* One kernel, two variants. Both take the same argument struct: the host
- * variant as a pointer, the CUDA variant by value as its single parameter,
+/* One kernel, up to three variants. All take the same argument struct: the
+ * host variant as a pointer, the CUDA variant by value as its single
+ * parameter,
  *     __global__ void vecadd(struct vecadd_args a);
  * cuda_fn is that __global__ function's address (its host stub), as void *.
- * A device runs the variant that fits it; a missing one is MGPU_ENOTSUP. */
+ * opencl_src is OpenCL C source text holding a __kernel function called
+ * name that takes the struct by value as its single parameter, with device
+ * pointers declared as ulong and cast in the kernel; it is built once per
+ * device and cached by the addresses of this struct, its text and its name
+ * (nothing is copied: they must stay valid while the kernel is launched;
+ * docs/opencl.md). A device runs the variant that fits it; a missing one is
+ * MGPU_ENOTSUP. */
 typedef struct mgpu_kernel {
   const char *name;
   void (*host_fn)(const mgpu_kernel_ctx *ctx, const void *args);
   const void *cuda_fn;
+  const char *opencl_src;
 } mgpu_kernel;
 
 /* Queues a launch of grid blocks of block threads. args (args_size bytes) is

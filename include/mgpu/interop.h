@@ -27,7 +27,9 @@ extern "C" {
  * Its device is kDLCPU (id 0) for every host device and for pinned memory,
  * kDLCUDA with the GPU's CUDA ordinal for device memory of a CUDA device
  * (also of a logical device cut from a split GPU: the ordinal is the
- * GPU's), and kDLCUDAManaged for unified memory of a CUDA device.
+ * GPU's), kDLCUDAManaged for unified memory of a CUDA device, and kDLOpenCL
+ * with the OpenCL ordinal for device memory of an OpenCL device (its pinned
+ * and unified memory is kDLCPU).
  *
  * Ownership: the tensor holds a reference on the buffer's memory until its
  * deleter is called, exactly once, by whoever holds it: on any thread, also
@@ -63,8 +65,10 @@ MGPU_EXTERN int mgpu_buffer_dlpack(mgpu_buffer *buf, size_t offset,
  * kDLCPU and kDLCUDAHost memory goes on a host device (dev -1: the calling
  * thread's current device if it is a host device, else the first one);
  * kDLCUDA and kDLCUDAManaged memory of CUDA GPU n on a device cut from GPU
- * n (dev -1: the first such device). kDLCUDAHost memory may also go on a
- * device of any CUDA GPU, as pinned memory.
+ * n (dev -1: the first such device); kDLOpenCL memory of OpenCL device n
+ * on a device cut from it. kDLCUDAHost memory may also go on a device of
+ * any CUDA GPU, as pinned memory. Host memory never goes on an OpenCL
+ * device (MGPU_EWRONGDEV): its kernels need the device's own memory.
  *
  * The buffer covers the tensor's elements from data + byte_offset, which
  * must be compact row-major (strides NULL, or those of a C-order array;

@@ -17,7 +17,7 @@ def init(devices=None, *, host_mem=None, host_workers=None, host_peer=None,
     """Opens the devices (``mgpu_init``).
 
     ``devices`` is an ``MGPU_DEVICES`` spec: ``"host:4"``, ``"cuda"``,
-    ``"cuda:0/4"``...; None takes ``MGPU_DEVICES`` from the environment,
+    ``"cuda:0/4"``, ``"opencl"``...; None takes ``MGPU_DEVICES`` from the environment,
     else every GPU, else ``"host:4"``. ``host_mem`` is each host device's
     budget in bytes; ``trace`` a file to record a trace into until
     shutdown (see mgpu.trace). The CUDA plugin is looked for beside the package

@@ -69,6 +69,10 @@ typedef struct mgpu__backend_env {
    * src/util/numa.c). */
   int (*numa_node_of_bus_id)(const char *bus_id);
   const mgpu__obs_api *obs;
+  /* Names what a thread the plugin starts runs for the core
+   * (mgpu__thread_role_set), so that a call the core refuses from such a
+   * thread (mgpu_shutdown from a stream callback) is refused there too. */
+  void (*thread_role_set)(const char *role);
 } mgpu__backend_env;
 
 /* What a device is opened as. */
@@ -134,7 +138,7 @@ typedef struct mgpu__coll_args {
 } mgpu__coll_args;
 
 typedef struct mgpu__backend_ops {
-  const char *name; /* "host", "cuda" */
+  const char *name; /* "host", "cuda", "opencl" */
   mgpu_backend_kind kind;
 
   /* Number of physical devices present. 0 devices is not an error; a missing
@@ -297,5 +301,10 @@ const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *env);
 /* Loads the CUDA plugin; NULL with the error detail set when it cannot. */
 const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env);
 void mgpu__cuda_backend_unload(void);
+
+/* Loads the OpenCL plugin (libmgpu-opencl.so), the same way. */
+const mgpu__backend_ops *mgpu__opencl_backend_load(
+    const mgpu__backend_env *env);
+void mgpu__opencl_backend_unload(void);
 
 #endif /* MGPU_BACKEND_H */

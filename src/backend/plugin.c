@@ -1,8 +1,9 @@
-/* Loading of the CUDA backend plugin (libmgpu-cuda.so).
+/* Loading of the backend plugins (libmgpu-cuda.so, libmgpu-opencl.so).
  *
- * libmgpu itself never links the CUDA runtime, so that one build runs on
- * machines with no GPU and no driver. mgpu_init asks for the plugin here; the
- * plugin is opened with dlopen from the first of these places that holds it:
+ * libmgpu itself never links the CUDA runtime or the OpenCL loader, so that
+ * one build runs on machines with no GPU and no driver. mgpu_init asks for a
+ * plugin here; it is opened with dlopen from the first of these places that
+ * holds it:
  *   1. every directory (or file) of MGPU_PLUGIN_PATH, colon-separated;
  *   2. the directory of the object that holds libmgpu (found with dladdr);
  *   3. the build tree's library directory (MGPU_BUILD_LIBDIR);
@@ -11,10 +12,11 @@
  * A file that is found but cannot be opened (a missing libcudart, say) stops
  * the search: its dlerror is the clearest explanation there is.
  *
- * The plugin exports one versioned entry symbol (MGPU__PLUGIN_ENTRY) and the
+ * A plugin exports one versioned entry symbol (MGPU__PLUGIN_ENTRY) and the
  * integer mgpu_backend_plugin_abi. A plugin whose ABI differs is refused with
- * one log line and closed again. The handle stays open until
- * mgpu__cuda_backend_unload (called by mgpu_shutdown).
+ * one log line and closed again. Both plugins stay open for the life of the
+ * process once opened (see the unload functions). Each plugin is described
+ * by one struct plugin below; the search and the checks are shared.
  *
  * Threading: called by mgpu_init and mgpu_shutdown only, which the core
  * serializes; the static state below needs no lock of its own.
@@ -28,7 +30,6 @@
 #include "backend/backend.h"
 #include "mgpu/error.h"
 
-#define PLUGIN_FILE "libmgpu-cuda.so"
 #define PLUGIN_ABI_SYMBOL "mgpu_backend_plugin_abi"
 
 #ifndef MGPU_BUILD_LIBDIR
@@ -38,9 +39,25 @@
 #define MGPU_INSTALL_LIBDIR ""
 #endif
 
+/* One plugin: its file, its name in messages, the backend kind it must
+ * return, and its handle once opened. */
+typedef struct plugin {
+  const char *file;
+  const char *label; /* "cuda" in log lines */
+  const char *title; /* "CUDA" in details */
+  const char *hint;  /* how to get it built */
+  mgpu_backend_kind kind;
+  void *handle;
+} plugin;
+
 /* Owned by init/shutdown (serialized by the core). penv is the environment
  * of the load in progress: its logger, error setter and configuration. */
-static void *plugin_handle;
+static plugin cuda_plugin = {"libmgpu-cuda.so", "cuda", "CUDA",
+                             "build with the CUDA toolkit",
+                             MGPU_BACKEND_CUDA, NULL};
+static plugin opencl_plugin = {"libmgpu-opencl.so", "opencl", "OpenCL",
+                               "build with the OpenCL headers and ICD loader",
+                               MGPU_BACKEND_OPENCL, NULL};
 static const mgpu__backend_env *penv;
 
 /* Why the search failed, for the detail: the first dlerror of a file that
@@ -57,16 +74,25 @@ static void note_searched(search_state *st, const char *what) {
            len ? ", " : "", what);
 }
 
-/* Tries one path: a directory (PLUGIN_FILE is appended) or a file. Returns
- * the handle, or NULL when absent or broken (st notes which). */
-static void *try_path(search_state *st, const char *where) {
+/* Tries one path: a directory (the plugin's file is appended) or a file
+ * (taken only when it is that plugin's file, so that one MGPU_PLUGIN_PATH
+ * can name both plugins). Returns the handle, or NULL when absent or broken
+ * (st notes which). */
+static void *try_path(const plugin *pl, search_state *st, const char *where) {
   char path[1024];
   if (where == NULL || where[0] == '\0') return NULL;
   size_t n = strlen(where);
-  if (n >= 3 && strcmp(where + n - 3, ".so") == 0)
+  if (n >= 3 && strcmp(where + n - 3, ".so") == 0) {
+    const char *base = strrchr(where, '/');
+    base = base ? base + 1 : where;
+    /* A file named in the path: the CUDA plugin keeps taking any .so, as
+     * it always did; the OpenCL plugin only its own file. */
+    if (pl->kind != MGPU_BACKEND_CUDA && strcmp(base, pl->file) != 0)
+      return NULL;
     snprintf(path, sizeof path, "%s", where);
-  else
-    snprintf(path, sizeof path, "%s/%s", where, PLUGIN_FILE);
+  } else {
+    snprintf(path, sizeof path, "%s/%s", where, pl->file);
+  }
   note_searched(st, where);
   if (access(path, R_OK) != 0) return NULL;
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -75,11 +101,12 @@ static void *try_path(search_state *st, const char *where) {
     snprintf(st->failure, sizeof st->failure, "%.500s", e ? e : path);
     st->found_broken = 1;
   }
-  if (h != NULL) penv->log(MGPU_LOG_DEBUG, "cuda: opened plugin %s", path);
+  if (h != NULL) penv->log(MGPU_LOG_DEBUG, "%s: opened plugin %s", pl->label,
+                           path);
   return h;
 }
 
-static void *search_plugin(search_state *st) {
+static void *search_plugin(const plugin *pl, search_state *st) {
   void *h = NULL;
   const char *env = penv->config->plugin_path;
   if (env != NULL && env[0] != '\0') {
@@ -88,28 +115,28 @@ static void *search_plugin(search_state *st) {
     char *save = NULL;
     for (char *dir = strtok_r(list, ":", &save); dir && !h && !st->found_broken;
          dir = strtok_r(NULL, ":", &save))
-      h = try_path(st, dir);
+      h = try_path(pl, st, dir);
   }
 
   /* The directory of the object holding this code: libmgpu.so, or the
    * executable when libmgpu is linked statically. */
   Dl_info info;
   if (!h && !st->found_broken &&
-      dladdr((void *)&mgpu__cuda_backend_load, &info) != 0 &&
+      dladdr((void *)&search_plugin, &info) != 0 &&
       info.dli_fname != NULL) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", info.dli_fname);
     char *slash = strrchr(dir, '/');
     if (slash != NULL) {
       *slash = '\0';
-      h = try_path(st, dir);
+      h = try_path(pl, st, dir);
     }
   }
-  if (!h && !st->found_broken) h = try_path(st, MGPU_BUILD_LIBDIR);
-  if (!h && !st->found_broken) h = try_path(st, MGPU_INSTALL_LIBDIR);
+  if (!h && !st->found_broken) h = try_path(pl, st, MGPU_BUILD_LIBDIR);
+  if (!h && !st->found_broken) h = try_path(pl, st, MGPU_INSTALL_LIBDIR);
   if (!h && !st->found_broken) {
     note_searched(st, "the default library path");
-    h = dlopen(PLUGIN_FILE, RTLD_NOW | RTLD_LOCAL);
+    h = dlopen(pl->file, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
       const char *e = dlerror();
       /* "cannot open shared object file" only means it is not there. */
@@ -122,24 +149,26 @@ static void *search_plugin(search_state *st) {
   return h;
 }
 
-const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env) {
+static const mgpu__backend_ops *plugin_load(plugin *pl,
+                                            const mgpu__backend_env *env) {
   search_state st;
   memset(&st, 0, sizeof st);
   penv = env;
   /* A plugin opened by an earlier mgpu_init stays open (see unload); its
    * entry is called again so that it takes this init's environment. */
-  void *h = plugin_handle != NULL ? plugin_handle : search_plugin(&st);
+  void *h = pl->handle != NULL ? pl->handle : search_plugin(pl, &st);
   if (h == NULL) {
     if (st.found_broken) {
-      penv->log(MGPU_LOG_INFO, "cuda: plugin refused: %s", st.failure);
-      penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s could not be "
-                  "opened: %s", PLUGIN_FILE, st.failure);
+      penv->log(MGPU_LOG_INFO, "%s: plugin refused: %s", pl->label,
+                st.failure);
+      penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s could not be "
+                      "opened: %s", pl->title, pl->file, st.failure);
     } else {
-      penv->log(MGPU_LOG_INFO, "cuda: plugin %s not found (searched %s)",
-                PLUGIN_FILE, st.searched);
-      penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s was not found "
-                  "(searched %s; set MGPU_PLUGIN_PATH, or build with the "
-                  "CUDA toolkit)", PLUGIN_FILE, st.searched);
+      penv->log(MGPU_LOG_INFO, "%s: plugin %s not found (searched %s)",
+                pl->label, pl->file, st.searched);
+      penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s was not found "
+                      "(searched %s; set MGPU_PLUGIN_PATH, or %s)", pl->title,
+                      pl->file, st.searched, pl->hint);
     }
     return NULL;
   }
@@ -149,36 +178,42 @@ const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env) {
   /* dlsym returns an object pointer; POSIX guarantees it converts. */
   *(void **)&entry = dlsym(h, MGPU__PLUGIN_ENTRY);
   if (abi == NULL || entry == NULL) {
-    penv->log(MGPU_LOG_WARN, "cuda: plugin refused: %s lacks the entry "
-              "symbol %s", PLUGIN_FILE, MGPU__PLUGIN_ENTRY);
-    penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s lacks the entry "
-                "symbol %s (built for another mgpu version?)", PLUGIN_FILE,
-                MGPU__PLUGIN_ENTRY);
+    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s lacks the entry "
+              "symbol %s", pl->label, pl->file, MGPU__PLUGIN_ENTRY);
+    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s lacks the entry "
+                    "symbol %s (built for another mgpu version?)", pl->title,
+                    pl->file, MGPU__PLUGIN_ENTRY);
     dlclose(h);
     return NULL;
   }
   if (*abi != MGPU__BACKEND_ABI) {
-    penv->log(MGPU_LOG_WARN, "cuda: plugin refused: %s has backend ABI %d, "
-              "libmgpu has %d", PLUGIN_FILE, *abi, MGPU__BACKEND_ABI);
-    penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s has backend ABI %d, "
-                "this libmgpu needs %d: install matching versions",
-                PLUGIN_FILE, *abi, MGPU__BACKEND_ABI);
+    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s has backend ABI %d, "
+              "libmgpu has %d", pl->label, pl->file, *abi, MGPU__BACKEND_ABI);
+    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s has backend ABI "
+                    "%d, this libmgpu needs %d: install matching versions",
+                    pl->title, pl->file, *abi, MGPU__BACKEND_ABI);
     dlclose(h);
     return NULL;
   }
 
   /* The entry sets the error detail through env->set_error on failure. */
   const mgpu__backend_ops *ops = entry(env);
-  if (ops == NULL || ops->kind != MGPU_BACKEND_CUDA) {
+  if (ops == NULL || ops->kind != pl->kind) {
     if (ops != NULL)
-      penv->set_error(MGPU_EPLUGIN, "the CUDA backend plugin %s returned a "
-                  "backend of another kind (%s)", PLUGIN_FILE, ops->name);
-    penv->log(MGPU_LOG_WARN, "cuda: plugin refused: %s", mgpu_error_detail());
-    if (h != plugin_handle) dlclose(h);
+      penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s returned a "
+                      "backend of another kind (%s)", pl->title, pl->file,
+                      ops->name);
+    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s", pl->label,
+              mgpu_error_detail());
+    if (h != pl->handle) dlclose(h);
     return NULL;
   }
-  plugin_handle = h;
+  pl->handle = h;
   return ops;
+}
+
+const mgpu__backend_ops *mgpu__cuda_backend_load(const mgpu__backend_env *env) {
+  return plugin_load(&cuda_plugin, env);
 }
 
 void mgpu__cuda_backend_unload(void) {
@@ -186,4 +221,15 @@ void mgpu__cuda_backend_unload(void) {
    * closing libcudart under them is not safe, so the handle is kept open
    * for the life of the process and reused by the next mgpu_init. The
    * plugin's own state was torn down by the devices' close calls. */
+}
+
+const mgpu__backend_ops *mgpu__opencl_backend_load(
+    const mgpu__backend_env *env) {
+  return plugin_load(&opencl_plugin, env);
+}
+
+void mgpu__opencl_backend_unload(void) {
+  /* OpenCL implementations (PoCL among them) start threads of their own
+   * and keep them until the process ends: the loader is not closed under
+   * them. The plugin keeps its contexts for the next mgpu_init. */
 }

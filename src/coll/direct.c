@@ -112,7 +112,8 @@ static void job_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
 #endif
 }
 
-static const mgpu_kernel job = {"mgpu_coll_direct", job_kernel, NULL};
+static const mgpu_kernel job = {"mgpu_coll_direct", job_kernel, NULL,
+                                NULL};
 
 /* Every stream of the operation waits until all of them reach this point. */
 static int stream_barrier(mgpu__comm *c, mgpu__coll_op *op) {
@@ -213,7 +214,7 @@ static void one_shot_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
 }
 
 static const mgpu_kernel one_shot = {"mgpu_coll_one_shot", one_shot_kernel,
-                                     NULL};
+                                     NULL, NULL};
 
 /* A step after the first job was queued failed (a launch, a barrier's
  * event): the call can no longer fail, since some output may already be
@@ -368,7 +369,8 @@ static void share_kernel(const mgpu_kernel_ctx *ctx, const void *argp) {
   atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_release);
 }
 
-static const mgpu_kernel share_job = {"mgpu_coll_shares", share_kernel, NULL};
+static const mgpu_kernel share_job = {"mgpu_coll_shares", share_kernel, NULL,
+                                      NULL};
 
 static int all_done(const void *arg) {
   const shares_t *sh = arg;

@@ -71,7 +71,7 @@
   XX(stream_synchronize, (mgpu__bdevice *d, mgpu__bstream *s), (d, s), d)       \
   XX(event_synchronize, (mgpu__bdevice *d, mgpu__bevent *e), (d, e), d)
 
-enum { KIND_HOST, KIND_CUDA, NKINDS };
+enum { KIND_HOST, KIND_CUDA, KIND_OPENCL, NKINDS };
 
 static mgpu__mutex wrap_lock = PTHREAD_MUTEX_INITIALIZER;
 static const mgpu__backend_ops *real_ops[NKINDS]; /* guarded by wrap_lock */
@@ -139,7 +139,8 @@ static int refuse_lost(int kind, mgpu__bdevice *dev, const char *op) {
   }
 #define MGPU__FAULT_WRAP(op, params, args, dev)                              \
   MGPU__FAULT_WRAP_KIND(KIND_HOST, host, op, params, args, dev)              \
-  MGPU__FAULT_WRAP_KIND(KIND_CUDA, cuda, op, params, args, dev)
+  MGPU__FAULT_WRAP_KIND(KIND_CUDA, cuda, op, params, args, dev)              \
+  MGPU__FAULT_WRAP_KIND(KIND_OPENCL, opencl, op, params, args, dev)
 MGPU__FAULT_OPS(MGPU__FAULT_WRAP)
 
 #define MGPU__FAULT_WAIT_KIND(kind, prefix, op, params, args, dev)          \
@@ -151,16 +152,22 @@ MGPU__FAULT_OPS(MGPU__FAULT_WRAP)
   }
 #define MGPU__FAULT_WAIT(op, params, args, dev)                              \
   MGPU__FAULT_WAIT_KIND(KIND_HOST, host, op, params, args, dev)              \
-  MGPU__FAULT_WAIT_KIND(KIND_CUDA, cuda, op, params, args, dev)
+  MGPU__FAULT_WAIT_KIND(KIND_CUDA, cuda, op, params, args, dev)              \
+  MGPU__FAULT_WAIT_KIND(KIND_OPENCL, opencl, op, params, args, dev)
 MGPU__FAULT_WAITS(MGPU__FAULT_WAIT)
 
 /* An optional entry the backend leaves NULL stays NULL. */
 #define MGPU__FAULT_SET(op, params, args, dev)                               \
-  if (real->op != NULL) w->op = kind == KIND_HOST ? host_##op : cuda_##op;
+  if (real->op != NULL)                                                      \
+    w->op = kind == KIND_HOST   ? host_##op                                  \
+            : kind == KIND_CUDA ? cuda_##op                                  \
+                                : opencl_##op;
 
 const mgpu__backend_ops *mgpu__backend_fault_wrap(
     const mgpu__backend_ops *real) {
-  int kind = real->kind == MGPU_BACKEND_HOST ? KIND_HOST : KIND_CUDA;
+  int kind = real->kind == MGPU_BACKEND_HOST   ? KIND_HOST
+             : real->kind == MGPU_BACKEND_CUDA ? KIND_CUDA
+                                               : KIND_OPENCL;
   mgpu__mutex_lock(&wrap_lock);
   if (real_ops[kind] != real) {
     /* First use, or a plugin loaded again after a shutdown. No device of

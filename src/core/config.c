@@ -84,7 +84,8 @@ static int launcher_local_rank(mgpu__devspec_entry *e) {
                      "MPI_LOCALRANKID or PMI_LOCAL_RANK) is set");
 }
 
-/* One token of MGPU_DEVICES: host[:N] | cuda[:K[/S]] | local. */
+/* One token of MGPU_DEVICES: host[:N] | cuda[:K[/S]] | opencl[:K[/S]] |
+ * local. */
 static int parse_device_token(const char *tok, mgpu__devspec_entry *e) {
   memset(e, 0, sizeof *e);
   if (strcmp(tok, "local") == 0) {
@@ -103,8 +104,10 @@ static int parse_device_token(const char *tok, mgpu__devspec_entry *e) {
       return MGPU_EINVAL;
     return 0;
   }
-  if (name_len == 4 && strncmp(tok, "cuda", 4) == 0) {
-    e->backend = MGPU_BACKEND_CUDA;
+  int is_cuda = name_len == 4 && strncmp(tok, "cuda", 4) == 0;
+  int is_opencl = name_len == 6 && strncmp(tok, "opencl", 6) == 0;
+  if (is_cuda || is_opencl) {
+    e->backend = is_cuda ? MGPU_BACKEND_CUDA : MGPU_BACKEND_OPENCL;
     e->split = 1;
     if (rest == NULL) {
       e->all = 1;
@@ -147,7 +150,8 @@ int mgpu__parse_devices(const char *spec, mgpu__devspec_entry *out, int max,
     if (prc != 0)
       return mgpu__error(MGPU_EINVAL,
                          "MGPU_DEVICES='%s': bad token '%s' (expected host:N, "
-                         "cuda, cuda:K, cuda:K/S or local)", spec, tok);
+                         "cuda, cuda:K, cuda:K/S, opencl, opencl:K, "
+                         "opencl:K/S or local)", spec, tok);
     (*n)++;
     if (comma == NULL) return 0;
     p = comma + 1;

@@ -31,6 +31,13 @@ static void export_deleter(DLManagedTensorVersioned *self) {
  * (docs/ARCHITECTURE.md lists it): the backend table has no DLPack device. */
 static DLDevice dl_device_of(const mgpu__buf *b, const mgpu__device *d) {
   DLDevice dev = {kDLCPU, 0};
+  /* OpenCL device memory is not the host's to read (coarse-grained SVM):
+   * kDLOpenCL; its pinned and unified (fine-grained SVM) memory is. */
+  if (d->ops->kind == MGPU_BACKEND_OPENCL && b->kind == MGPU_MEM_DEVICE) {
+    dev.device_type = kDLOpenCL;
+    dev.device_id = d->spec.ordinal;
+    return dev;
+  }
   if (d->ops->kind != MGPU_BACKEND_CUDA || b->kind == MGPU_MEM_PINNED)
     return dev;
   dev.device_type = b->kind == MGPU_MEM_UNIFIED ? kDLCUDAManaged : kDLCUDA;
@@ -176,6 +183,7 @@ static const char *dl_type_name(int type) {
     case kDLCUDA: return "kDLCUDA";
     case kDLCUDAHost: return "kDLCUDAHost";
     case kDLCUDAManaged: return "kDLCUDAManaged";
+    case kDLOpenCL: return "kDLOpenCL";
   }
   return "an unsupported DLPack device type";
 }
@@ -187,7 +195,8 @@ static int import_device(int type, int id, int want, int *dev,
                          mgpu_mem_kind *kind) {
   int host_mem = type == kDLCPU || type == kDLCUDAHost;
   int cuda_mem = type == kDLCUDA || type == kDLCUDAManaged;
-  if (!host_mem && !cuda_mem)
+  int ocl_mem = type == kDLOpenCL;
+  if (!host_mem && !cuda_mem && !ocl_mem)
     return mgpu__error(MGPU_ENOTSUP, "mgpu_buffer_from_dlpack: memory of "
                        "DLPack device type %d (id %d) cannot be used by mgpu",
                        type, id);
@@ -196,7 +205,10 @@ static int import_device(int type, int id, int want, int *dev,
     int rc = mgpu__device_check(want, &d);
     if (rc != 0) return rc;
     int is_cuda = d->ops->kind == MGPU_BACKEND_CUDA;
-    if (host_mem && !is_cuda) {
+    int is_ocl = d->ops->kind == MGPU_BACKEND_OPENCL;
+    /* Host memory is device memory of host devices only: an OpenCL
+     * device's kernels and copies need its own (SVM) memory. */
+    if (host_mem && !is_cuda && !is_ocl) {
       *dev = want;
       *kind = MGPU_MEM_DEVICE;
       return 0;
@@ -206,24 +218,29 @@ static int import_device(int type, int id, int want, int *dev,
       *kind = MGPU_MEM_PINNED;
       return 0;
     }
-    if (is_cuda && cuda_mem && d->spec.ordinal == id) {
-      *dev = want;
-      *kind = type == kDLCUDA ? MGPU_MEM_DEVICE : MGPU_MEM_UNIFIED;
-      return 0;
+    if ((is_cuda && cuda_mem) || (is_ocl && ocl_mem)) {
+      if (d->spec.ordinal == id) {
+        *dev = want;
+        *kind = type == kDLCUDAManaged ? MGPU_MEM_UNIFIED : MGPU_MEM_DEVICE;
+        return 0;
+      }
     }
     return mgpu__error(MGPU_EWRONGDEV, "mgpu_buffer_from_dlpack: %s memory "
                        "(id %d) cannot go on device %d (%s %d)",
                        dl_type_name(type), id, want, is_cuda ? "CUDA GPU"
-                       : "host device", is_cuda ? d->spec.ordinal : want);
+                       : is_ocl ? "OpenCL device" : "host device",
+                       is_cuda || is_ocl ? d->spec.ordinal : want);
   }
   int n = mgpu__ndevices(), cur = 0;
   if (host_mem && mgpu_get_device(&cur) == 0 && cur < n &&
-      mgpu__device_get(cur)->ops->kind != MGPU_BACKEND_CUDA)
+      mgpu__device_get(cur)->ops->kind == MGPU_BACKEND_HOST)
     return import_device(type, id, cur, dev, kind);
   for (int i = 0; i < n; i++) {
     mgpu__device *d = mgpu__device_get(i);
-    int is_cuda = d->ops->kind == MGPU_BACKEND_CUDA;
-    if ((host_mem && !is_cuda) || (cuda_mem && is_cuda && d->spec.ordinal == id))
+    mgpu_backend_kind k = d->ops->kind;
+    if ((host_mem && k == MGPU_BACKEND_HOST) ||
+        (cuda_mem && k == MGPU_BACKEND_CUDA && d->spec.ordinal == id) ||
+        (ocl_mem && k == MGPU_BACKEND_OPENCL && d->spec.ordinal == id))
       return import_device(type, id, i, dev, kind);
   }
   return mgpu__error(MGPU_ENODEV, "mgpu_buffer_from_dlpack: %s memory (id "

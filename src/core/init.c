@@ -58,6 +58,7 @@ static char plugin_path[1024];  /* config.plugin_path points here */
 static char metrics_path[1024]; /* config.metrics points here */
 static int trace_from_init;     /* mgpu_init started the trace (MGPU_TRACE) */
 static const mgpu__backend_ops *cuda_ops;
+static const mgpu__backend_ops *opencl_ops;
 
 static void env_metric_add(int dev, mgpu__bmetric metric, uint64_t value) {
   if (metric == MGPU__BMETRIC_BUSY_NS)
@@ -82,6 +83,7 @@ static mgpu__backend_env backend_env = {
     .config = &config,
     .numa_node_of_bus_id = mgpu__numa_node_of_bus_id,
     .obs = &obs_api,
+    .thread_role_set = mgpu__thread_role_set,
 };
 
 /* Shutdown hooks of the layers below the core (mgpu__on_shutdown), kept
@@ -273,6 +275,11 @@ static int load_cuda(void) {
   return cuda_ops != NULL ? 0 : MGPU_EPLUGIN;
 }
 
+static int load_opencl(void) {
+  if (opencl_ops == NULL) opencl_ops = mgpu__opencl_backend_load(&backend_env);
+  return opencl_ops != NULL ? 0 : MGPU_EPLUGIN;
+}
+
 /* "local": GPU (local rank mod GPUs) when the CUDA plugin finds GPUs, else
  * one host device. */
 static int open_local(const mgpu__devspec_entry *e) {
@@ -305,21 +312,24 @@ static int open_entry(const mgpu__devspec_entry *e) {
     }
     return 0;
   }
-  int rc = load_cuda();
+  int is_cuda = e->backend == MGPU_BACKEND_CUDA;
+  int rc = is_cuda ? load_cuda() : load_opencl();
   if (rc != 0) return rc;
+  const mgpu__backend_ops *ops = is_cuda ? cuda_ops : opencl_ops;
   int count = 0;
-  rc = cuda_ops->probe(&count);
+  rc = ops->probe(&count);
   if (rc != 0) return rc;
   if (count == 0)
-    return mgpu__error(MGPU_ENODEV, "MGPU_DEVICES='%s': no CUDA device found",
-                       config.devices);
+    return mgpu__error(MGPU_ENODEV, "MGPU_DEVICES='%s': no %s device found",
+                       config.devices, is_cuda ? "CUDA" : "OpenCL");
   int first = e->all ? 0 : e->ordinal, last = e->all ? count - 1 : e->ordinal;
   if (first >= count)
-    return mgpu__error(MGPU_ENODEV, "MGPU_DEVICES='%s': GPU %d does not exist "
-                       "(%d found)", config.devices, first, count);
+    return mgpu__error(MGPU_ENODEV, "MGPU_DEVICES='%s': %s %d does not exist "
+                       "(%d found)", config.devices,
+                       is_cuda ? "GPU" : "OpenCL device", first, count);
   for (int g = first; g <= last; g++)
     for (int s = 0; s < e->split; s++) {
-      rc = open_device(cuda_ops, g, s, e->split);
+      rc = open_device(ops, g, s, e->split);
       if (rc != 0) return rc;
     }
   return 0;
@@ -352,6 +362,10 @@ static void unwind_devices(void) {
   if (cuda_ops != NULL) {
     mgpu__cuda_backend_unload();
     cuda_ops = NULL;
+  }
+  if (opencl_ops != NULL) {
+    mgpu__opencl_backend_unload();
+    opencl_ops = NULL;
   }
 }
 

@@ -488,7 +488,8 @@ static int launch_on(mgpu__stream *s, const mgpu_kernel *k, mgpu_dim3 grid,
     return mgpu__error(MGPU_EINVAL, "device %d: kernel %s given %zu bytes of "
                        "arguments at NULL", s->dev, name, args_size);
   if ((d->ops->kind == MGPU_BACKEND_HOST && k->host_fn == NULL) ||
-      (d->ops->kind == MGPU_BACKEND_CUDA && k->cuda_fn == NULL))
+      (d->ops->kind == MGPU_BACKEND_CUDA && k->cuda_fn == NULL) ||
+      (d->ops->kind == MGPU_BACKEND_OPENCL && k->opencl_src == NULL))
     return mgpu__error(MGPU_ENOTSUP, "device %d: kernel %s has no %s variant",
                        s->dev, name, d->ops->name);
   mgpu__flight_record(s->dev, "launch", args_size, s->handle);

@@ -1,0 +1,193 @@
+/* Shared state of the OpenCL backend plugin (libmgpu-opencl.so).
+ *
+ * Devices: every device of every platform the ICD loader offers that has
+ * shared virtual memory (SVM, OpenCL 2.0 and later) with 64-bit addresses,
+ * numbered platform by platform in the loader's order. Each platform gets
+ * one context holding all its usable devices, made at the first probe and
+ * kept for the life of the process (the implementation's threads outlive
+ * mgpu_shutdown anyway), so that SVM allocations of one device are usable
+ * by every other device of the same platform: those are peers.
+ *
+ * Memory: device buffers are coarse-grained SVM (clSVMAlloc), so a device
+ * pointer is an address that offsets and mgpu_buffer_ptr work on, and that
+ * clEnqueueSVMMemcpy / clSetKernelArgSVMPointer accept anywhere inside an
+ * allocation. Unified buffers are fine-grained SVM where the device offers
+ * it (the host may touch them), pinned buffers are CL_MEM_ALLOC_HOST_PTR
+ * buffers mapped once for their whole life.
+ *
+ * Streams are in-order command queues with profiling on; every command
+ * queued keeps its event as the stream's last one, which query and
+ * synchronize read for errors.
+ *
+ * Lock order: a stream's lock, then a kernel cache entry's lock, then
+ * pinned_lock / the device registry lock. Nothing is called back into the
+ * core with a lock held except set_error and log.
+ */
+#ifndef MGPU_OPENCL_INTERNAL_H
+#define MGPU_OPENCL_INTERNAL_H
+
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "mgpu/error.h"
+#include "mgpu/metrics.h"
+
+/* Set by the entry function, read-only afterwards. */
+extern const mgpu__backend_env *mgpu__ocl_env;
+
+/* A cached program of one physical device: the built-in kernels, or the
+ * OpenCL C variant of one mgpu_kernel. lock serializes clSetKernelArg and
+ * the enqueue of kernel (a cl_kernel's arguments are shared state). */
+typedef struct mgpu__ocl_prog {
+  const void *key; /* the mgpu_kernel, or &builtins_key */
+  const char *src; /* the text it was built from */
+  const char *name; /* the kernel's name (NULL for the built-ins) */
+  cl_program program;
+  /* The user kernel in kernels[0]; the built-ins by kind and dtype
+   * (kernels.c), made on first use under lock. */
+  cl_kernel kernels[25];
+  int built;            /* the build ran (under lock) */
+  int rc;               /* 0, or the build's error code (kept) */
+  char *log;            /* the build log of a failed build (owned) */
+  pthread_mutex_t lock; /* see above */
+  struct mgpu__ocl_prog *next;
+} mgpu__ocl_prog;
+
+/* One physical device, found by the probe. Fields are set once. */
+typedef struct mgpu__ocl_phys {
+  cl_device_id dev;
+  cl_context ctx; /* the platform's context */
+  int platform;   /* index of the platform */
+  char name[96];
+  char platform_name[64];
+  cl_ulong global_mem;
+  cl_uint compute_units;
+  cl_device_svm_capabilities svm;
+  int has_fp64;
+  size_t max_work_group;
+  /* Programs built for this device; progs_lock guards the list (entries
+   * are never removed before the process ends). */
+  pthread_mutex_t progs_lock;
+  mgpu__ocl_prog *progs;
+} mgpu__ocl_phys;
+
+/* The probe's result (opencl.c): nphys devices, set once. */
+extern mgpu__ocl_phys *mgpu__ocl_phys_list;
+extern int mgpu__ocl_nphys;
+
+struct mgpu__bdevice {
+  int id; /* mgpu device id */
+  int ordinal;
+  int split_index, split_count;
+  mgpu__ocl_phys *phys;
+  /* Set by lose (or an error that loses the device), never cleared; read
+   * with __atomic builtins. lost_why is written before lost, under the
+   * registry lock. */
+  int lost;
+  char lost_why[160];
+};
+
+/* A copy whose time is read from its profiling event once it completed. */
+typedef struct mgpu__ocl_timed_copy {
+  cl_event ev;
+  int path; /* MGPU_METRIC_PATH_... */
+  size_t bytes;
+  struct mgpu__ocl_timed_copy *next;
+} mgpu__ocl_timed_copy;
+
+struct mgpu__bstream {
+  cl_command_queue q;
+  mgpu__bdevice *d;
+  pthread_mutex_t lock; /* orders enqueues with last; guards copies */
+  cl_event last;        /* the newest command's event, or NULL */
+  mgpu__ocl_timed_copy *copies; /* not yet handed to the metrics */
+  int ncopies;
+};
+
+struct mgpu__bevent {
+  pthread_mutex_t lock; /* guards ev */
+  cl_event ev;          /* the marker of the last record, or NULL */
+  cl_command_queue q;   /* the queue it was recorded on (compared only) */
+};
+
+/* ---- errors (opencl.c) ---- */
+
+/* The name of a CL error code ("CL_OUT_OF_RESOURCES"). */
+const char *mgpu__ocl_err_name(cl_int err);
+/* Sets the detail "device N: what: CL_X" and returns the fitting code;
+ * CL_DEVICE_NOT_AVAILABLE and CL_OUT_OF_RESOURCES lose the device (and
+ * every split of the same physical device) and return MGPU_EDEVLOST. */
+int mgpu__ocl_fail(mgpu__bdevice *d, cl_int err, const char *what);
+int mgpu__ocl_lost(mgpu__bdevice *d, char *why, size_t why_size);
+void mgpu__ocl_lose(mgpu__bdevice *d, const char *why);
+
+/* ---- the table's slots ---- */
+
+/* memory.c */
+int mgpu__ocl_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
+                        void **ptr);
+void mgpu__ocl_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
+int mgpu__ocl_mem_info(mgpu__bdevice *d, size_t *free_bytes,
+                       size_t *total_bytes);
+int mgpu__ocl_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
+                              int *yes);
+int mgpu__ocl_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer);
+int mgpu__ocl_peer_disable(mgpu__bdevice *d, mgpu__bdevice *peer);
+int mgpu__ocl_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
+                                mgpu__bdevice *sd, const void *src,
+                                size_t size, mgpu__bdevice *s_dev,
+                                mgpu__bstream *s);
+
+/* stream.c */
+int mgpu__ocl_stream_create(mgpu__bdevice *d, mgpu__bstream **out);
+void mgpu__ocl_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s);
+int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s);
+int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
+void *mgpu__ocl_stream_native(mgpu__bstream *s);
+int mgpu__ocl_event_create(mgpu__bdevice *d, mgpu__bevent **out);
+void mgpu__ocl_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__ocl_event_record(mgpu__bdevice *d, mgpu__bevent *e,
+                           mgpu__bstream *s);
+int mgpu__ocl_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__ocl_event_query(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__ocl_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
+                               mgpu__bevent *end, float *ms);
+int mgpu__ocl_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
+                                mgpu__bdevice *ed, mgpu__bevent *e);
+int mgpu__ocl_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                           const void *src, size_t size,
+                           mgpu__copy_kind kind);
+int mgpu__ocl_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                             size_t dpitch, const void *src, size_t spitch,
+                             size_t width, size_t height,
+                             mgpu__copy_kind kind);
+int mgpu__ocl_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                           int value, size_t size);
+/* The relay thread (stream.c), running while a device is open: start
+ * returns 0 or MGPU_ENOMEM (without the detail). */
+int mgpu__ocl_relay_start(void);
+void mgpu__ocl_relay_stop(void);
+int mgpu__ocl_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
+                            void (*fn)(void *arg), void *arg);
+
+/* The enqueue helpers of stream.c, for kernels.c: s->lock held by the
+ * caller between begin and end; end keeps ev as the stream's last event
+ * (taking the caller's reference) when err is CL_SUCCESS. */
+void mgpu__ocl_enqueue_begin(mgpu__bstream *s);
+void mgpu__ocl_enqueue_end(mgpu__bstream *s, cl_int err, cl_event ev);
+/* Between begin and end: ev (queued) is a copy of bytes on path, whose
+ * time goes to the metrics once it completed. */
+void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
+                          size_t bytes);
+
+/* kernels.c */
+int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
+                     mgpu_dim3 grid, mgpu_dim3 block, const void *args,
+                     size_t args_size);
+int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
+                      const mgpu__builtin *b);
+
+#endif /* MGPU_OPENCL_INTERNAL_H */
