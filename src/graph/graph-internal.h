@@ -1,0 +1,61 @@
+/* The graph layer's shared state: graphs (nodes and edges), executable
+ * graphs and captures.
+ *
+ * A node is one stream call (core/capture.h's mgpu__graph_op) on one
+ * device plus the nodes it waits for. A graph is built by one thread at a
+ * time (mgpu/graph.h); the capture recorder builds its graph under
+ * capture_lock (capture.c). An executable graph (exec.c) holds its own copy
+ * of the nodes, the order it issues them in, a stream per device and the
+ * events that carry edges between devices; exec->lock serializes its
+ * launches and updates.
+ */
+#ifndef MGPU_GRAPH_INTERNAL_H
+#define MGPU_GRAPH_INTERNAL_H
+
+#include "core/capture.h"
+#include "core/internal.h"
+#include "mgpu/graph.h"
+
+typedef struct mgpu__gnode {
+  mgpu__graph_op op; /* op.args points at args below */
+  void *args;        /* the node's own copy of a kernel's arguments */
+  int *deps;         /* nodes this one waits for, no repeats */
+  int ndeps, deps_cap;
+} mgpu__gnode;
+
+typedef struct mgpu__graph {
+  uintptr_t handle;
+  mgpu__gnode *nodes;
+  int n, cap;
+} mgpu__graph;
+
+/* A graph not yet on the handle table (capture builds one). */
+mgpu__graph *mgpu__graph_new(void);
+void mgpu__graph_free(mgpu__graph *g);
+/* Appends a node for op after deps (a copy of op's arguments is kept);
+ * *node: its index. 0 or MGPU_ENOMEM, the graph unchanged on failure. */
+int mgpu__graph_append(mgpu__graph *g, const mgpu__graph_op *op,
+                       const int *deps, int ndeps, int *node);
+/* Adds the edge from -> to (nothing when already there). */
+int mgpu__graph_edge(mgpu__graph *g, int from, int to);
+/* Gives g a handle; on failure frees it. */
+int mgpu__graph_publish(mgpu__graph *g, mgpu_graph **out);
+/* Copies node src into dst (arguments and edges included). */
+int mgpu__gnode_copy(mgpu__gnode *dst, const mgpu__gnode *src);
+void mgpu__gnode_clear(mgpu__gnode *n);
+/* Replaces a node's kernel arguments by a copy of args. */
+int mgpu__gnode_set_args(mgpu__gnode *n, const void *args, size_t size);
+
+/* The checks of a copy node (add and update); *src_dev: the source's
+ * device, where the copy runs. */
+int mgpu__graph_check_copy(const char *what, mgpu_buffer *dst,
+                           size_t dst_offset, const mgpu_buffer *src,
+                           size_t src_offset, size_t size, int *src_dev);
+
+/* Issues one node's call on stream (the public call it records). */
+int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);
+
+/* Ends every capture still in progress (shutdown). */
+void mgpu__capture_drop_all(void);
+
+#endif /* MGPU_GRAPH_INTERNAL_H */
