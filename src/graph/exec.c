@@ -2,16 +2,19 @@
  *
  * An executable graph owns a copy of the graph's nodes, their order (each
  * after everything it depends on), one stream per device its nodes run on,
- * an event after each node that a node of another device waits for, an
- * event at the end of each device's part and one per launching device at
- * the start. A launch records the start on the caller's stream, lets every
- * device's stream wait for it, issues the nodes in order on their devices'
- * streams (a node waiting for another device's node waits for that node's
- * event first), and lets the caller's stream wait for every device's end:
- * so the caller's later work waits for the whole run, and the nodes wait
- * for the caller's earlier work. Each node is issued through the public
- * call it records, so every backend replays graphs, node by node; docs/
- * graph.md says what a backend with graph slots of its own would save.
+ * an event after each node that a node of another device waits for, and
+ * per device an event at the start and one at the end of a launch. A launch
+ * issues the nodes of the caller's stream's device on that stream itself
+ * (so their failures surface at its next synchronize, as any work's), lets
+ * the other devices' streams wait for a start event recorded there, issues
+ * every node in order (a node waiting for another device's node waits for
+ * that node's event first), and lets the caller's stream wait for every
+ * other device's end: the caller's later work waits for the whole run, and
+ * the nodes wait for the caller's earlier work. A failure of a node on
+ * another device surfaces at the next launch (or at the destroy), which
+ * finds it on that device's stream. Each node is issued through the public
+ * call it records, so every backend replays graphs, node by node;
+ * docs/graph.md says what a backend with graph slots would save.
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,8 +31,12 @@ typedef struct mgpu__exec {
   mgpu_event **done; /* by node: waited on by another device, else NULL */
   int devs[MGPU_MAX_DEVICES], ndevs; /* the devices of the nodes */
   mgpu_stream *streams[MGPU_MAX_DEVICES];
+  /* By device, made when first needed: the end of its part of a launch,
+   * and the start recorded on a caller's stream of that device. */
   mgpu_event *end[MGPU_MAX_DEVICES];
-  mgpu_event *start[MGPU_MAX_DEVICES]; /* by launching device, made lazily */
+  mgpu_event *start[MGPU_MAX_DEVICES];
+  mgpu_stream *last_stream; /* of the last launch, or NULL */
+  int last_dev;             /* its device */
 } mgpu__exec;
 
 static const char *kind_name(mgpu__graph_op_kind k) {
@@ -129,9 +136,14 @@ out:
   return rc;
 }
 
-static void exec_free(mgpu__exec *x) {
+/* Frees x after its work; returns the first failure of that work. */
+static int exec_free(mgpu__exec *x) {
+  int rc = 0;
   for (int i = 0; i < MGPU_MAX_DEVICES; i++) {
-    if (x->streams[i] != NULL) mgpu_stream_destroy(x->streams[i]);
+    if (x->streams[i] != NULL) {
+      int r = mgpu_stream_destroy(x->streams[i]);
+      if (rc == 0) rc = r;
+    }
     if (x->end[i] != NULL) mgpu_event_destroy(x->end[i]);
     if (x->start[i] != NULL) mgpu_event_destroy(x->start[i]);
   }
@@ -144,6 +156,7 @@ static void exec_free(mgpu__exec *x) {
   mgpu__free(x->done);
   mgpu__mutex_destroy(&x->lock);
   mgpu__free(x);
+  return rc;
 }
 
 /* The streams and events of x (its nodes in place). */
@@ -153,7 +166,6 @@ static int exec_build(mgpu__exec *x) {
     int dev = x->nodes[i].op.dev;
     if (x->streams[dev] == NULL) {
       rc = mgpu_stream_create(&x->streams[dev], dev);
-      if (rc == 0) rc = mgpu_event_create(&x->end[dev], dev);
       if (rc == 0) x->devs[x->ndevs++] = dev;
     }
     for (int j = 0; rc == 0 && j < x->nodes[i].ndeps; j++) {
@@ -221,17 +233,46 @@ static int exec_get(mgpu_graph_exec *h, mgpu__exec **out) {
   return *out != NULL ? 0 : err;
 }
 
+static int event_of(mgpu_event **slot, int dev) {
+  return *slot != NULL ? 0 : mgpu_event_create(slot, dev);
+}
+
+/* A failure an earlier launch left on a device's stream, else 0. */
+static int earlier_failure(mgpu__exec *x) {
+  for (int i = 0; i < x->ndevs; i++) {
+    int rc = mgpu_stream_query(x->streams[x->devs[i]]);
+    if (rc != 0 && rc != MGPU_EAGAIN) {
+      char detail[256];
+      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+      return mgpu__error(rc, "mgpu_graph_launch: an earlier launch failed "
+                         "on device %d: %s", x->devs[i], detail);
+    }
+  }
+  return 0;
+}
+
 /* Queues one run (x->lock held, the handles checked). */
 static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
-  int rc = 0;
-  if (x->start[sdev] == NULL) rc = mgpu_event_create(&x->start[sdev], sdev);
+  mgpu_stream *on[MGPU_MAX_DEVICES];
+  int rc = event_of(&x->start[sdev], sdev);
+  if (rc == 0) rc = event_of(&x->end[sdev], sdev);
+  for (int i = 0; rc == 0 && i < x->ndevs; i++) {
+    int dev = x->devs[i];
+    on[dev] = dev == sdev ? stream : x->streams[dev];
+    if (dev != sdev) rc = event_of(&x->end[dev], dev);
+  }
+  /* Launches of one graph run one after another, also from streams of
+   * different devices. */
+  if (rc == 0 && x->last_stream != NULL && x->last_stream != stream)
+    rc = mgpu_stream_wait_event(stream, x->end[x->last_dev]);
   if (rc == 0) rc = mgpu_event_record(x->start[sdev], stream);
   for (int i = 0; rc == 0 && i < x->ndevs; i++)
-    rc = mgpu_stream_wait_event(x->streams[x->devs[i]], x->start[sdev]);
+    if (x->devs[i] != sdev)
+      rc = mgpu_stream_wait_event(on[x->devs[i]], x->start[sdev]);
   for (int k = 0; rc == 0 && k < x->n; k++) {
     int v = x->order[k];
     const mgpu__gnode *n = &x->nodes[v];
-    mgpu_stream *st = x->streams[n->op.dev];
+    mgpu_stream *st = on[n->op.dev];
     for (int j = 0; rc == 0 && j < n->ndeps; j++)
       if (x->nodes[n->deps[j]].op.dev != n->op.dev)
         rc = mgpu_stream_wait_event(st, x->done[n->deps[j]]);
@@ -240,8 +281,14 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   }
   for (int i = 0; rc == 0 && i < x->ndevs; i++) {
     int dev = x->devs[i];
-    rc = mgpu_event_record(x->end[dev], x->streams[dev]);
+    if (dev == sdev) continue;
+    rc = mgpu_event_record(x->end[dev], on[dev]);
     if (rc == 0) rc = mgpu_stream_wait_event(stream, x->end[dev]);
+  }
+  if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
+  if (rc == 0) {
+    x->last_stream = stream;
+    x->last_dev = sdev;
   }
   return rc;
 }
@@ -263,6 +310,7 @@ int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {
   mgpu__mutex_lock(&x->lock);
   for (int i = 0; rc == 0 && i < x->n; i++)
     rc = node_check(&x->nodes[i], i, "mgpu_graph_launch");
+  if (rc == 0) rc = earlier_failure(x);
   if (rc == 0) rc = issue(x, stream, s->dev);
   mgpu__mutex_unlock(&x->lock);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_graph_launches, 1);
@@ -345,8 +393,7 @@ int mgpu_graph_exec_destroy(mgpu_graph_exec *h) {
   mgpu__exec *x = mgpu__handle_release((uintptr_t)h, MGPU__H_GRAPH_EXEC,
                                        "executable graph", &err);
   if (x == NULL) return err;
-  exec_free(x);
-  return 0;
+  return exec_free(x);
 }
 
 /* ---- shutdown ---- */
