@@ -110,9 +110,14 @@ MGPU_EXTERN int mgpu_graph_instantiate(mgpu_graph *graph,
                                        mgpu_graph_exec **exec);
 /* Queues one run of every node after the work queued so far on stream;
  * work queued on stream later waits for the whole run. Launches of one
- * executable graph run one after another. Asynchronous failures of a node
- * surface at the next synchronize of stream. A stream that is capturing is
- * MGPU_ENOTSUP. */
+ * executable graph run one after another, also from different streams.
+ * The nodes of stream's device run on stream itself: their asynchronous
+ * failures surface at its next synchronize. The nodes of other devices run
+ * on the graph's own streams: their failures are returned by
+ * mgpu_graph_exec_synchronize, by mgpu_graph_exec_destroy, or by a later
+ * launch that finds them (before it queues anything). A failure while the
+ * launch queues its nodes (a backend error) leaves the nodes queued before
+ * it to run. A stream that is capturing is MGPU_ENOTSUP. */
 MGPU_EXTERN int mgpu_graph_launch(mgpu_graph_exec *exec, mgpu_stream *stream);
 /* Replace a kernel node's arguments for the launches that follow (args is
  * copied; args_size may differ from before). Launches already queued keep
@@ -130,8 +135,13 @@ MGPU_EXTERN int mgpu_graph_exec_update_copy(mgpu_graph_exec *exec,
                                             size_t dst_offset,
                                             const mgpu_buffer *src,
                                             size_t src_offset, size_t size);
-/* Waits for the launches queued, then frees the executable graph and its
- * streams and events. */
+/* Waits for every launch queued so far and returns the first failure of
+ * a node (on any device) since the last report, naming its device. */
+MGPU_EXTERN int mgpu_graph_exec_synchronize(mgpu_graph_exec *exec);
+/* Waits for the graph's own streams (the launches queued so far; work
+ * queued on a caller's stream stays that stream's), then frees the
+ * executable graph with its streams and events. Returns a node failure
+ * found on its streams, the graph freed all the same. */
 MGPU_EXTERN int mgpu_graph_exec_destroy(mgpu_graph_exec *exec);
 
 /* ---- capture ---- */
@@ -139,13 +149,14 @@ MGPU_EXTERN int mgpu_graph_exec_destroy(mgpu_graph_exec *exec);
 /* From now on the work queued on stream is recorded instead of run:
  * kernels (mgpu_launch and the built-in kernels), copies
  * (mgpu_memcpy_async, _htod_async, _dtoh_async), mgpu_memset_async, host
- * callbacks, event records and waits. A stream that waits on an event
+ * callbacks, event records and waits, and so stream barriers
+ * (mgpu_stream_barrier_wait is records and waits). A stream that waits on an event
  * recorded in the capture joins it (its later work is recorded too, after
  * the event's point), as on CUDA; it must rejoin the origin stream (an
  * event recorded on it that the origin waits for) before
  * mgpu_stream_end_capture. Calls that cannot be recorded on a capturing
- * stream (collectives, channels, stream barriers, 2-D copies, the
- * stream-ordered pool) fail with MGPU_ENOTSUP and queue nothing; a
+ * stream (collectives, channels, 2-D copies, the stream-ordered
+ * pool) fail with MGPU_ENOTSUP and queue nothing; a
  * synchronize or query of a capturing stream, of a device with one, or of
  * an event recorded in a capture, is MGPU_ENOTSUP naming the call. A
  * stream already capturing is MGPU_EINVAL. */

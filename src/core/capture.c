@@ -47,3 +47,8 @@ int mgpu__capture_marked(mgpu__event *e) {
   const mgpu__capture_hooks *h = active_hooks();
   return h != NULL ? h->marked(e) : 0;
 }
+
+void mgpu__capture_drop_all(void) {
+  const mgpu__capture_hooks *h = active_hooks();
+  if (h != NULL) h->drop_all();
+}

@@ -71,6 +71,9 @@ typedef struct mgpu__capture_hooks {
   void (*forget)(mgpu__event *e);
   /* 1 when e was last recorded inside a capture in progress. */
   int (*marked)(mgpu__event *e);
+  /* Ends every capture in progress, dropping its graph (mgpu_shutdown,
+   * before it synchronizes the devices). */
+  void (*drop_all)(void);
 } mgpu__capture_hooks;
 
 /* Set once, by the graph layer's constructor. */
@@ -94,5 +97,6 @@ int mgpu__capture_record(mgpu__stream *s, const mgpu__graph_op *op);
 int mgpu__capture_join(mgpu__stream *s, mgpu__event *e);
 void mgpu__capture_forget(mgpu__event *e);
 int mgpu__capture_marked(mgpu__event *e);
+void mgpu__capture_drop_all(void);
 
 #endif /* MGPU_CORE_CAPTURE_H */

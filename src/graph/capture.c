@@ -205,11 +205,24 @@ static int hook_marked(mgpu__event *e) {
   return marked;
 }
 
+static void detach(capture *c);
+
+static void hook_drop_all(void) {
+  mgpu__mutex_lock(&capture_lock);
+  while (captures != NULL) {
+    capture *c = captures;
+    detach(c);
+    capture_free(c);
+  }
+  mgpu__mutex_unlock(&capture_lock);
+}
+
 static const mgpu__capture_hooks hooks = {
     .record = hook_record,
     .join = hook_join,
     .forget = hook_forget,
     .marked = hook_marked,
+    .drop_all = hook_drop_all,
 };
 
 __attribute__((constructor)) static void register_hooks(void) {
@@ -342,12 +355,3 @@ int mgpu_stream_is_capturing(mgpu_stream *h) {
   return rc;
 }
 
-void mgpu__capture_drop_all(void) {
-  mgpu__mutex_lock(&capture_lock);
-  while (captures != NULL) {
-    capture *c = captures;
-    detach(c);
-    capture_free(c);
-  }
-  mgpu__mutex_unlock(&capture_lock);
-}

@@ -385,6 +385,29 @@ int mgpu_graph_exec_update_copy(mgpu_graph_exec *h, mgpu_graph_node node,
   return rc;
 }
 
+int mgpu_graph_exec_synchronize(mgpu_graph_exec *h) {
+  mgpu__exec *x;
+  int rc = exec_get(h, &x);
+  if (rc != 0) return rc;
+  mgpu__mutex_lock(&x->lock);
+  for (int i = 0; i < x->ndevs; i++) {
+    int r = mgpu_stream_synchronize(x->streams[x->devs[i]]);
+    if (r != 0 && rc == 0) {
+      char detail[256];
+      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+      rc = mgpu__error(r, "mgpu_graph_exec_synchronize: a node on device %d "
+                       "failed: %s", x->devs[i], detail);
+    }
+  }
+  if (x->last_stream != NULL) {
+    int r = mgpu_event_synchronize(x->end[x->last_dev]);
+    if (rc == 0) rc = r;
+  }
+  mgpu__mutex_unlock(&x->lock);
+  mgpu__handle_put(x->handle);
+  return rc;
+}
+
 int mgpu_graph_exec_destroy(mgpu_graph_exec *h) {
   int err = 0;
   if (!mgpu_is_initialized())
@@ -413,7 +436,6 @@ static void release_graph(void *obj, void *arg) {
 }
 
 static void graphs_shutdown(void) {
-  mgpu__capture_drop_all();
   mgpu__handle_foreach(MGPU__H_GRAPH_EXEC, release_exec, NULL);
   mgpu__handle_foreach(MGPU__H_GRAPH, release_graph, NULL);
 }

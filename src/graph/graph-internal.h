@@ -55,7 +55,4 @@ int mgpu__graph_check_copy(const char *what, mgpu_buffer *dst,
 /* Issues one node's call on stream (the public call it records). */
 int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);
 
-/* Ends every capture still in progress (shutdown). */
-void mgpu__capture_drop_all(void);
-
 #endif /* MGPU_GRAPH_INTERNAL_H */
