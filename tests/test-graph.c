@@ -45,8 +45,9 @@ enum { N = 64 };
 
 /* fill x0 on device 0, x0 = 2*x0 + 1, copy to x1 on device 1, x1 += 10 on
  * device 1, a host function after it: every launch redoes the chain. */
-TEST_IMPL(explicit_graph_across_devices) {
-  int n = test_init();
+static int explicit_graph(const mgpu_config *config) {
+  ASSERT_OK(mgpu_init(config));
+  int n = mgpu_device_count();
   int d1 = n > 1 ? 1 : 0;
   mgpu_buffer *x0, *x1;
   ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
@@ -96,6 +97,17 @@ TEST_IMPL(explicit_graph_across_devices) {
   ASSERT_OK(mgpu_free(x1));
   ASSERT_OK(mgpu_shutdown());
   return 0;
+}
+
+TEST_IMPL(explicit_graph_across_devices) { return explicit_graph(NULL); }
+
+/* Without peer access the copy between devices is staged, which a device's
+ * part cannot run in place: the graph is issued node by node, with the
+ * same results. */
+TEST_IMPL(explicit_graph_node_by_node) {
+  mgpu_config c = MGPU_CONFIG_INITIALIZER;
+  c.host_peer = 0;
+  return explicit_graph(&c);
 }
 
 /* A graph launched from a stream of another device than its nodes', and
@@ -298,17 +310,28 @@ TEST_IMPL(fault_inside_replay) {
     ASSERT_ERR(MGPU_EINVAL, mgpu_graph_exec_destroy(x));
     ASSERT_OK(mgpu_graph_destroy(g));
   }
-  /* A backend failure while a launch queues its nodes is the launch's. */
-  ASSERT_OK(mgpu_graph_create(&g));
-  ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &failing, MGPU_DIM3(1, 1, 1),
-                                  MGPU_DIM3(1, 1, 1), NULL, 0, NULL));
-  ASSERT_OK(mgpu_graph_instantiate(g, &x));
-  ASSERT_OK(mgpu__fault_set("backend:launch:1", NULL, 0));
-  ASSERT_ERR(MGPU_EBACKEND, mgpu_graph_launch(x, s));
-  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
-  ASSERT_OK(mgpu_stream_synchronize(s));
-  ASSERT_OK(mgpu_graph_exec_destroy(x));
-  ASSERT_OK(mgpu_graph_destroy(g));
+  /* A backend failure while a launch queues its work is the launch's: on
+   * host devices a graph is one operation per device (graph_launch); with
+   * an event node it is issued node by node (launch). */
+  mgpu_event *ev;
+  ASSERT_OK(mgpu_event_create(&ev, 0));
+  for (int by_node = 0; by_node < 2; by_node++) {
+    ASSERT_OK(mgpu_graph_create(&g));
+    ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &affine,
+                                    MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                                    &(affine_args){NULL, 0, 1, 1},
+                                    sizeof(affine_args), &k));
+    if (by_node) ASSERT_OK(mgpu_graph_add_event_record(g, &k, 1, ev, NULL));
+    ASSERT_OK(mgpu_graph_instantiate(g, &x));
+    ASSERT_OK(mgpu__fault_set(by_node ? "backend:launch:1"
+                                      : "backend:graph_launch:1", NULL, 0));
+    ASSERT_ERR(MGPU_EBACKEND, mgpu_graph_launch(x, s));
+    ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+    ASSERT_OK(mgpu_graph_launch(x, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_OK(mgpu_graph_exec_destroy(x));
+    ASSERT_OK(mgpu_graph_destroy(g));
+  }
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
@@ -549,6 +572,7 @@ TEST_IMPL(capture_invalid) {
 
 TEST_LIST_BEGIN
 TEST_ENTRY(explicit_graph_across_devices)
+TEST_ENTRY(explicit_graph_node_by_node)
 TEST_ENTRY(launches_from_other_streams_run_in_order)
 TEST_ENTRY(exec_update_kernel_and_copy)
 TEST_ENTRY(graph_errors)

@@ -37,7 +37,19 @@ typedef struct mgpu__exec {
   mgpu_event *start[MGPU_MAX_DEVICES];
   mgpu_stream *last_stream; /* of the last launch, or NULL */
   int last_dev;             /* its device */
+  /* One part per device (parts.c), or NULL: node by node. After an
+   * update the parts are made again before the next launch (stale); the
+   * old ones are retired until the launches that use them are done. */
+  mgpu__parts *parts;
+  int parts_stale;
+  struct retired_parts *retired;
+  uint64_t launches; /* launches numbered so far */
 } mgpu__exec;
+
+typedef struct retired_parts {
+  mgpu__parts *parts;
+  struct retired_parts *next;
+} retired_parts;
 
 static const char *kind_name(mgpu__graph_op_kind k) {
   static const char *const names[] = {
@@ -136,9 +148,20 @@ out:
   return rc;
 }
 
+static void retired_free(mgpu__exec *x) {
+  while (x->retired != NULL) {
+    retired_parts *r = x->retired;
+    x->retired = r->next;
+    mgpu__parts_free(r->parts);
+    mgpu__free(r);
+  }
+}
+
 /* Frees x after its work; returns the first failure of that work. */
 static int exec_free(mgpu__exec *x) {
   int rc = 0;
+  /* The last launch's end on its caller's stream follows every launch. */
+  if (x->last_stream != NULL) mgpu_event_synchronize(x->end[x->last_dev]);
   for (int i = 0; i < MGPU_MAX_DEVICES; i++) {
     if (x->streams[i] != NULL) {
       int r = mgpu_stream_destroy(x->streams[i]);
@@ -149,6 +172,8 @@ static int exec_free(mgpu__exec *x) {
   }
   for (int i = 0; x->done != NULL && i < x->n; i++)
     if (x->done[i] != NULL) mgpu_event_destroy(x->done[i]);
+  mgpu__parts_free(x->parts);
+  retired_free(x);
   for (int i = 0; x->nodes != NULL && i < x->n; i++)
     mgpu__gnode_clear(&x->nodes[i]);
   mgpu__free(x->nodes);
@@ -208,6 +233,7 @@ int mgpu_graph_instantiate(mgpu_graph *h, mgpu_graph_exec **out) {
   for (int i = 0; rc == 0 && i < g->n; i++, x->n++)
     rc = mgpu__gnode_copy(&x->nodes[i], &g->nodes[i]);
   if (rc == 0) rc = exec_build(x);
+  if (rc == 0) rc = mgpu__parts_build(x->nodes, x->n, x->order, &x->parts);
   if (rc != 0) goto fail;
   x->handle = mgpu__handle_new(MGPU__H_GRAPH_EXEC, x);
   if (x->handle == 0) {
@@ -251,6 +277,34 @@ static int earlier_failure(mgpu__exec *x) {
   return 0;
 }
 
+/* Makes the parts again after an update; the old ones are freed once the
+ * last launch is done (x->lock held). */
+static int parts_refresh(mgpu__exec *x) {
+  if (x->retired != NULL && x->last_stream != NULL &&
+      mgpu_event_query(x->end[x->last_dev]) == 0)
+    retired_free(x);
+  if (!x->parts_stale) return 0;
+  retired_parts *r = mgpu__calloc(1, sizeof *r);
+  mgpu__parts *parts;
+  int rc = r == NULL ? mgpu__error(MGPU_ENOMEM, "mgpu_graph_launch: out of "
+                                   "host memory")
+                     : mgpu__parts_build(x->nodes, x->n, x->order, &parts);
+  if (rc != 0) {
+    mgpu__free(r);
+    return rc;
+  }
+  if (x->parts != NULL) {
+    r->parts = x->parts;
+    r->next = x->retired;
+    x->retired = r;
+  } else {
+    mgpu__free(r);
+  }
+  x->parts = parts;
+  x->parts_stale = 0;
+  return 0;
+}
+
 /* Queues one run (x->lock held, the handles checked). */
 static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
@@ -269,7 +323,10 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   for (int i = 0; rc == 0 && i < x->ndevs; i++)
     if (x->devs[i] != sdev)
       rc = mgpu_stream_wait_event(on[x->devs[i]], x->start[sdev]);
-  for (int k = 0; rc == 0 && k < x->n; k++) {
+  uint64_t launch = ++x->launches;
+  for (int i = 0; rc == 0 && x->parts != NULL && i < x->ndevs; i++)
+    rc = mgpu__parts_launch(x->parts, x->devs[i], on[x->devs[i]], launch);
+  for (int k = 0; rc == 0 && x->parts == NULL && k < x->n; k++) {
     int v = x->order[k];
     const mgpu__gnode *n = &x->nodes[v];
     mgpu_stream *st = on[n->op.dev];
@@ -311,6 +368,7 @@ int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {
   for (int i = 0; rc == 0 && i < x->n; i++)
     rc = node_check(&x->nodes[i], i, "mgpu_graph_launch");
   if (rc == 0) rc = earlier_failure(x);
+  if (rc == 0) rc = parts_refresh(x);
   if (rc == 0) rc = issue(x, stream, s->dev);
   mgpu__mutex_unlock(&x->lock);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_graph_launches, 1);
@@ -349,6 +407,7 @@ int mgpu_graph_exec_update_kernel(mgpu_graph_exec *h, mgpu_graph_node node,
     rc = mgpu__error(MGPU_EINVAL, "%s: node %d given %zu bytes of arguments "
                      "at NULL", what, node, args_size);
   if (rc == 0) rc = mgpu__gnode_set_args(&x->nodes[node], args, args_size);
+  if (rc == 0) x->parts_stale = 1;
   mgpu__mutex_unlock(&x->lock);
   mgpu__handle_put(x->handle);
   return rc;
@@ -379,6 +438,7 @@ int mgpu_graph_exec_update_copy(mgpu_graph_exec *h, mgpu_graph_node node,
     o->a = src;
     o->a_offset = src_offset;
     o->size = size;
+    x->parts_stale = 1;
   }
   mgpu__mutex_unlock(&x->lock);
   mgpu__handle_put(x->handle);

@@ -52,6 +52,20 @@ int mgpu__graph_check_copy(const char *what, mgpu_buffer *dst,
                            size_t dst_offset, const mgpu_buffer *src,
                            size_t src_offset, size_t size, int *src_dev);
 
+/* The parts of an executable graph on backends with graph slots
+ * (parts.c): one per device, each run as one operation per launch. */
+typedef struct mgpu__parts mgpu__parts;
+/* Cuts nodes (issued in order) into parts. *out NULL (and 0) when some
+ * node or device cannot be part of one: the graph is then issued node by
+ * node. */
+int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
+                      mgpu__parts **out);
+/* Queues device dev's part of launch number launch on stream. */
+int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
+                       uint64_t launch);
+/* Frees the parts once no run of them is queued. */
+void mgpu__parts_free(mgpu__parts *p);
+
 /* Issues one node's call on stream (the public call it records). */
 int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);
 

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 
+#include "backend/graph.h"
 #include "backend/host/host.h"
 #include "mgpu/error.h"
 #include "obs/obs.h"
@@ -53,8 +54,11 @@ typedef enum op_kind {
   OP_BUILTIN,
   OP_CALLBACK,
   OP_RECORD,
-  OP_WAIT
+  OP_WAIT,
+  OP_GRAPH
 } op_kind;
+
+typedef struct host_graph host_graph;
 
 typedef struct op {
   op_kind kind;
@@ -93,6 +97,10 @@ typedef struct op {
       mgpu__bevent *event;
       uint64_t seq;
     } event;
+    struct {
+      host_graph *graph;
+      uint64_t launch;
+    } graph;
   } u;
 } op;
 
@@ -319,7 +327,7 @@ int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code, const char *detail) {
 /* Runs every block, in order, until one reports a failure: that ends the
  * launch, and the stream's next synchronize returns it (a GPU kernel's
  * trap ends the same way). */
-static void run_launch(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
+static void run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
   mgpu_kernel_ctx ctx;
   ctx.grid_dim = o->u.launch.grid;
   ctx.block_dim = o->u.launch.block;
@@ -410,6 +418,8 @@ static void wait_on_lost(mgpu__bdevice *d, mgpu__bstream *s, int lost_by) {
   mgpu__mutex_unlock(&d->lock);
 }
 
+static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, const op *o);
+
 /* Runs o, the head of s (see worker_main). */
 static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   uint64_t t0 = mgpu__now_ns();
@@ -437,6 +447,9 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     case OP_CALLBACK:
       o->u.callback.fn(o->u.callback.arg);
       break;
+    case OP_GRAPH:
+      run_graph(d, s, o);
+      break;
     case OP_RECORD:
       complete_event(o->u.event.event, o->u.event.seq, s);
       return;
@@ -461,8 +474,11 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   if (mgpu__trace_enabled()) trace_op(s, o, t0, t1);
 }
 
+static void graph_unref(host_graph *g);
+
 static void op_free(op *o) {
   if (o->kind == OP_LAUNCH) mgpu__free(o->u.launch.args);
+  if (o->kind == OP_GRAPH) graph_unref(o->u.graph.graph);
   mgpu__free(o->tag);
   mgpu__free(o);
 }
@@ -526,7 +542,8 @@ static int skip_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   }
   if (atomic_load_explicit(&s->lost_from, memory_order_relaxed) == 0)
     atomic_store_explicit(&s->lost_from, d->id + 1, memory_order_relaxed);
-  return o->kind != OP_CALLBACK;
+  /* A graph's part still posts its signals (and runs its callbacks). */
+  return o->kind != OP_CALLBACK && o->kind != OP_GRAPH;
 }
 
 static void *worker_main(void *arg) {
@@ -1052,6 +1069,193 @@ static int host_lost(mgpu__bdevice *d, char *why, size_t why_size) {
   return 1;
 }
 
+/* ---- graphs (backend/graph.h) ----
+ *
+ * A device's part of a graph is one operation: the worker that takes it
+ * runs the part's nodes in order, in place, waiting for the signals of
+ * other devices' nodes on the board (a short spin, then a park) and posting
+ * its own. One hand-off per device and launch instead of one per node. */
+
+struct host_graph {
+  _Atomic int refs; /* the owner's, and one per run queued */
+  mgpu__graph_board *board;
+  mgpu__bgraph_node *nodes; /* args and waits point into blob */
+  int n;
+  void *blob;
+};
+
+static void graph_unref(host_graph *g) {
+  if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  mgpu__free(g->blob);
+  mgpu__free(g->nodes);
+  mgpu__free(g);
+}
+
+typedef struct signal_wait {
+  _Atomic uint64_t *signal;
+  uint64_t want;
+} signal_wait;
+
+/* seq_cst: a waiter counts itself parked, then looks; a poster stores, then
+ * looks for parked waiters: one of the two sees the other. */
+static int signal_ready(const void *arg) {
+  const signal_wait *w = arg;
+  return atomic_load(w->signal) >= w->want;
+}
+
+/* Waits for signal sig of b to reach want; its value in *value, or
+ * MGPU_ETIMEDOUT after the board's timeout. */
+static int board_wait(mgpu__graph_board *b, int sig, uint64_t want,
+                      uint64_t *value) {
+  signal_wait w = {&b->signals[sig], want};
+  if (!signal_ready(&w) && !mgpu__spin_until(&b->spin, signal_ready, &w)) {
+    uint64_t deadline = b->timeout_ms < 0 ? UINT64_MAX
+                        : mgpu__now_ns() + (uint64_t)b->timeout_ms * 1000000u;
+    int rc = 0;
+    mgpu__mutex_lock(&b->lock);
+    atomic_fetch_add(&b->parked, 1);
+    while (!signal_ready(&w) && rc == 0)
+      rc = mgpu__cond_timedwait(&b->cond, &b->lock, deadline);
+    atomic_fetch_sub(&b->parked, 1);
+    mgpu__mutex_unlock(&b->lock);
+    if (!signal_ready(&w)) return MGPU_ETIMEDOUT;
+  }
+  *value = atomic_load(w.signal);
+  return 0;
+}
+
+static void board_post(mgpu__graph_board *b, int sig, uint64_t value) {
+  atomic_store(&b->signals[sig], value);
+  if (atomic_load(&b->parked) > 0) {
+    mgpu__mutex_lock(&b->lock);
+    mgpu__cond_broadcast(&b->cond);
+    mgpu__mutex_unlock(&b->lock);
+  }
+}
+
+static void graph_fail(mgpu__bdevice *d, mgpu__bstream *s, int code,
+                       const char *fmt, int node, int sig) {
+  mgpu__mutex_lock(&d->lock);
+  if (s->error == 0) {
+    s->error = code;
+    snprintf(s->error_detail, sizeof s->error_detail, fmt, d->id, node, sig);
+  }
+  mgpu__mutex_unlock(&d->lock);
+}
+
+static void run_graph_node(mgpu__bdevice *d, mgpu__bstream *s,
+                           const mgpu__bgraph_node *n) {
+  switch (n->kind) {
+    case MGPU__BG_NOP: break;
+    case MGPU__BG_COPY: memmove(n->dst, n->src, n->size); break;
+    case MGPU__BG_MEMSET: memset(n->dst, n->value, n->size); break;
+    case MGPU__BG_BUILTIN: mgpu__host_builtin_run(&n->builtin); break;
+    case MGPU__BG_CALLBACK: n->fn(n->arg); break;
+    case MGPU__BG_LAUNCH: {
+      op k = {.kind = OP_LAUNCH};
+      k.u.launch.fn = n->kernel->host_fn;
+      k.u.launch.grid = n->grid;
+      k.u.launch.block = n->block;
+      k.u.launch.args = (void *)n->args;
+      snprintf(k.u.launch.name, sizeof k.u.launch.name, "%s",
+               n->kernel->name != NULL ? n->kernel->name : "?");
+      run_launch(d, s, &k);
+      break;
+    }
+  }
+}
+
+static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
+  static const char *const names[] = {"graph nop", "graph copy",
+                                      "graph memset", "graph kernel",
+                                      "graph builtin", "graph callback"};
+  host_graph *g = o->u.graph.graph;
+  uint64_t posted = 2 * o->u.graph.launch;
+  int lost = atomic_load_explicit(&d->lost, memory_order_acquire);
+  for (int i = 0; i < g->n; i++) {
+    const mgpu__bgraph_node *n = &g->nodes[i];
+    uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
+    for (int j = 0; j < n->nwaits; j++) {
+      uint64_t value = 0;
+      if (board_wait(g->board, n->waits[j], posted, &value) != 0)
+        graph_fail(d, s, MGPU_ETIMEDOUT, "host device %d: graph node %d "
+                   "timed out waiting for signal %d of another device",
+                   n->node, n->waits[j]);
+      else if (value & 1)
+        graph_fail(d, s, MGPU_EDEVLOST, "host device %d: graph node %d "
+                   "waited for signal %d, whose device was lost", n->node,
+                   n->waits[j]);
+    }
+    if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
+    if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
+    if (t0 != 0) {
+      mgpu__trace_arg a[] = {MGPU__TARG_I("node", n->node)};
+      mgpu__trace_span(d->id, s->track, names[n->kind], t0, mgpu__now_ns(),
+                       a, 1);
+    }
+  }
+}
+
+static int host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
+                             void **out) {
+  size_t blob_size = 0;
+  for (int i = 0; i < part->n; i++)
+    blob_size += (part->nodes[i].args_size + 15) / 16 * 16 +
+                 (size_t)part->nodes[i].nwaits * sizeof(int);
+  host_graph *g = mgpu__calloc(1, sizeof *g);
+  if (g != NULL) {
+    g->nodes = mgpu__calloc((size_t)part->n + 1, sizeof *g->nodes);
+    g->blob = mgpu__malloc(blob_size + 1);
+  }
+  if (g == NULL || g->nodes == NULL || g->blob == NULL) {
+    if (g != NULL) {
+      mgpu__free(g->nodes);
+      mgpu__free(g->blob);
+    }
+    mgpu__free(g);
+    return op_nomem(d);
+  }
+  /* Arguments first (16-byte aligned), then the waits. */
+  char *at = g->blob;
+  for (int i = 0; i < part->n; i++) {
+    g->nodes[i] = part->nodes[i];
+    if (part->nodes[i].args_size > 0) {
+      memcpy(at, part->nodes[i].args, part->nodes[i].args_size);
+      g->nodes[i].args = at;
+      at += (part->nodes[i].args_size + 15) / 16 * 16;
+    }
+  }
+  for (int i = 0; i < part->n; i++) {
+    size_t bytes = (size_t)part->nodes[i].nwaits * sizeof(int);
+    if (bytes > 0) memcpy(at, part->nodes[i].waits, bytes);
+    g->nodes[i].waits = (const int *)at;
+    at += bytes;
+  }
+  g->n = part->n;
+  g->board = part->board;
+  atomic_init(&g->refs, 1);
+  *out = g;
+  return 0;
+}
+
+static int host_graph_launch(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
+                             uint64_t launch) {
+  op *o = op_new(OP_GRAPH);
+  if (o == NULL) return op_nomem(d);
+  host_graph *g = graph;
+  atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+  o->u.graph.graph = g;
+  o->u.graph.launch = launch;
+  enqueue(s, o);
+  return 0;
+}
+
+static void host_graph_destroy(mgpu__bdevice *d, void *graph) {
+  (void)d;
+  graph_unref(graph);
+}
+
 static const mgpu__backend_ops host_ops = {
     .name = "host",
     .kind = MGPU_BACKEND_HOST,
@@ -1099,6 +1303,9 @@ static const mgpu__backend_ops host_ops = {
     .ipc_unimport = mgpu__host_ipc_unimport,
     .lose = host_lose,
     .lost = host_lost,
+    .graph_create = host_graph_create,
+    .graph_launch = host_graph_launch,
+    .graph_destroy = host_graph_destroy,
 };
 
 const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *e) {
