@@ -9,9 +9,10 @@
  * the graph layer owns and every part of one graph shares; a launch is
  * numbered, and a signal holds 2 * launch, plus 1 when its node did not
  * run because its device was lost (the waiter's stream then fails with
- * MGPU_EDEVLOST, as a wait for a lost device's event does). A wait lasts
- * at most the board's timeout, then fails the stream with MGPU_ETIMEDOUT
- * and goes on, so nothing waits for ever.
+ * MGPU_EDEVLOST, as a wait for a lost device's event does). A part whose
+ * next node must wait spins briefly, then gives its worker back: its stream
+ * parks on the board (as on an event) until a post puts it back on its
+ * device's ready list, and the part goes on from that node.
  *
  * C only: read by the host backend and the graph layer (the CUDA plugin,
  * whose table leaves the slots NULL, does not need it).
@@ -27,13 +28,14 @@
 typedef struct mgpu__graph_board {
   _Atomic uint64_t *signals; /* by signal; owned by the graph layer */
   int nsignals;
-  /* A waiter that spun in vain parks on cond (under lock) and counts
-   * itself in parked; a post wakes the parked ones. */
+  /* Streams parked until a post (the backend's, linked through its own
+   * field): lock guards the list; nparked counts them, so that a post
+   * looks at the list only when someone waits. Lock order: a device's
+   * lock, then the board's. */
   mgpu__mutex lock;
-  mgpu__cond cond;
-  _Atomic int parked;
-  mgpu__spin spin;
-  int timeout_ms; /* how long a wait lasts before it fails */
+  struct mgpu__bstream *parked;
+  _Atomic int nparked;
+  mgpu__spin spin; /* the waits' spin budget */
 } mgpu__graph_board;
 
 typedef enum mgpu__bgraph_kind {

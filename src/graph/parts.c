@@ -124,7 +124,6 @@ void mgpu__parts_free(mgpu__parts *p) {
     }
   mgpu__free((void *)p->board.signals);
   mgpu__free(p->signal_of);
-  mgpu__cond_destroy(&p->board.cond);
   mgpu__mutex_destroy(&p->board.lock);
   mgpu__free(p);
 }
@@ -169,7 +168,6 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
   int rc = 0, nsignals = 0;
   if (p != NULL) {
     mgpu__mutex_init(&p->board.lock);
-    mgpu__cond_init(&p->board.cond);
     p->signal_of = mgpu__calloc((size_t)n + 1, sizeof *p->signal_of);
   }
   if (p == NULL || buf == NULL || waits == NULL || p->signal_of == NULL) {
@@ -191,7 +189,6 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
     goto out;
   }
   p->board.nsignals = nsignals;
-  p->board.timeout_ms = mgpu__timeout_ms(0);
   int made[MGPU_MAX_DEVICES] = {0};
   for (int i = 0; i < n && rc == 0; i++) {
     int dev = nodes[i].op.dev;

@@ -100,6 +100,7 @@ typedef struct op {
     struct {
       host_graph *graph;
       uint64_t launch;
+      int next; /* the node to run next (owned by the running worker) */
     } graph;
   } u;
 } op;
@@ -418,7 +419,9 @@ static void wait_on_lost(mgpu__bdevice *d, mgpu__bstream *s, int lost_by) {
   mgpu__mutex_unlock(&d->lock);
 }
 
-static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, const op *o);
+static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, op *o);
+static int graph_must_park(mgpu__bstream *s, op *o);
+static int graph_unfinished(const op *o);
 
 /* Runs o, the head of s (see worker_main). */
 static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
@@ -565,12 +568,19 @@ static void *worker_main(void *arg) {
     }
     op *o = s->head;
     if (o->kind == OP_WAIT && must_park(s, o)) continue;
+    if (o->kind == OP_GRAPH && graph_must_park(s, o)) continue;
     int skip = skip_op(d, s, o);
     s->running = 1;
     mgpu__mutex_unlock(&d->lock);
     if (!skip) run_op(d, s, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
+    if (graph_unfinished(o)) {
+      /* A part stopped at a node that waits: the stream parks there when
+       * it is taken next, unless the wait is over by then. */
+      ready_push(d, s);
+      continue;
+    }
     s->nfinished++;
     s->head = o->next;
     if (s->head == NULL) {
@@ -1104,33 +1114,60 @@ static int signal_ready(const void *arg) {
   return atomic_load(w->signal) >= w->want;
 }
 
-/* Waits for signal sig of b to reach want; its value in *value, or
- * MGPU_ETIMEDOUT after the board's timeout. */
-static int board_wait(mgpu__graph_board *b, int sig, uint64_t want,
-                      uint64_t *value) {
-  signal_wait w = {&b->signals[sig], want};
-  if (!signal_ready(&w) && !mgpu__spin_until(&b->spin, signal_ready, &w)) {
-    uint64_t deadline = b->timeout_ms < 0 ? UINT64_MAX
-                        : mgpu__now_ns() + (uint64_t)b->timeout_ms * 1000000u;
-    int rc = 0;
-    mgpu__mutex_lock(&b->lock);
-    atomic_fetch_add(&b->parked, 1);
-    while (!signal_ready(&w) && rc == 0)
-      rc = mgpu__cond_timedwait(&b->cond, &b->lock, deadline);
-    atomic_fetch_sub(&b->parked, 1);
-    mgpu__mutex_unlock(&b->lock);
-    if (!signal_ready(&w)) return MGPU_ETIMEDOUT;
+/* The first wait of o's next node that is not over, or -1. */
+static int pending_wait(const op *o) {
+  const host_graph *g = o->u.graph.graph;
+  const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
+  for (int j = 0; j < n->nwaits; j++) {
+    signal_wait w = {&g->board->signals[n->waits[j]], 2 * o->u.graph.launch};
+    if (!signal_ready(&w)) return n->waits[j];
   }
-  *value = atomic_load(w.signal);
-  return 0;
+  return -1;
 }
 
+static int graph_unfinished(const op *o) {
+  return o->kind == OP_GRAPH && o->u.graph.next < o->u.graph.graph->n;
+}
+
+/* With s's device lock held, s's head o a part: 1 when its next node must
+ * wait, and s is now parked on the board (a post puts it back). */
+static int graph_must_park(mgpu__bstream *s, op *o) {
+  if (!graph_unfinished(o) ||
+      atomic_load_explicit(&s->dev->lost, memory_order_acquire))
+    return 0;
+  mgpu__graph_board *b = o->u.graph.graph->board;
+  mgpu__mutex_lock(&b->lock);
+  atomic_fetch_add(&b->nparked, 1);
+  int park = pending_wait(o) >= 0;
+  if (park) {
+    s->parked = 1;
+    s->wait_next = b->parked;
+    b->parked = s;
+  } else {
+    atomic_fetch_sub(&b->nparked, 1);
+  }
+  mgpu__mutex_unlock(&b->lock);
+  return park;
+}
+
+/* Posts value to signal sig and puts the streams parked on b back on their
+ * devices' ready lists (each looks at its wait again when taken). */
 static void board_post(mgpu__graph_board *b, int sig, uint64_t value) {
   atomic_store(&b->signals[sig], value);
-  if (atomic_load(&b->parked) > 0) {
-    mgpu__mutex_lock(&b->lock);
-    mgpu__cond_broadcast(&b->cond);
-    mgpu__mutex_unlock(&b->lock);
+  if (atomic_load(&b->nparked) == 0) return;
+  mgpu__mutex_lock(&b->lock);
+  mgpu__bstream *w = b->parked;
+  b->parked = NULL;
+  for (mgpu__bstream *x = w; x != NULL; x = x->wait_next)
+    atomic_fetch_sub(&b->nparked, 1);
+  mgpu__mutex_unlock(&b->lock);
+  while (w != NULL) {
+    mgpu__bstream *next = w->wait_next;
+    mgpu__mutex_lock(&w->dev->lock);
+    w->parked = 0;
+    if (!w->queued && !w->running && w->head) ready_push(w->dev, w);
+    mgpu__mutex_unlock(&w->dev->lock);
+    w = next;
   }
 }
 
@@ -1166,27 +1203,32 @@ static void run_graph_node(mgpu__bdevice *d, mgpu__bstream *s,
   }
 }
 
-static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
+/* Runs o's nodes from the next one on, until the end or a node whose
+ * wait is not over after a short spin: there the worker gives the stream
+ * back (worker_main), to come back to that node once it is posted. On a
+ * lost device nothing waits and nothing but host callbacks runs; its
+ * signals post the loss. */
+static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   static const char *const names[] = {"graph nop", "graph copy",
                                       "graph memset", "graph kernel",
                                       "graph builtin", "graph callback"};
   host_graph *g = o->u.graph.graph;
   uint64_t posted = 2 * o->u.graph.launch;
   int lost = atomic_load_explicit(&d->lost, memory_order_acquire);
-  for (int i = 0; i < g->n; i++) {
-    const mgpu__bgraph_node *n = &g->nodes[i];
+  while (o->u.graph.next < g->n) {
+    const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
-    for (int j = 0; j < n->nwaits; j++) {
-      uint64_t value = 0;
-      if (board_wait(g->board, n->waits[j], posted, &value) != 0)
-        graph_fail(d, s, MGPU_ETIMEDOUT, "host device %d: graph node %d "
-                   "timed out waiting for signal %d of another device",
-                   n->node, n->waits[j]);
-      else if (value & 1)
+    int sig;
+    if (!lost && (sig = pending_wait(o)) >= 0) {
+      signal_wait w = {&g->board->signals[sig], posted};
+      if (!mgpu__spin_until(&g->board->spin, signal_ready, &w)) return;
+      continue; /* look at every wait of the node again */
+    }
+    for (int j = 0; !lost && j < n->nwaits; j++)
+      if (atomic_load(&g->board->signals[n->waits[j]]) & 1)
         graph_fail(d, s, MGPU_EDEVLOST, "host device %d: graph node %d "
                    "waited for signal %d, whose device was lost", n->node,
                    n->waits[j]);
-    }
     if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
     if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
     if (t0 != 0) {
@@ -1194,6 +1236,7 @@ static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
       mgpu__trace_span(d->id, s->track, names[n->kind], t0, mgpu__now_ns(),
                        a, 1);
     }
+    o->u.graph.next++;
   }
 }
 
