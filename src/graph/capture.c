@@ -49,16 +49,10 @@ static capture *captures; /* in progress, guarded by capture_lock */
 static int set_add(node_set *set, int node) {
   for (int i = 0; i < set->n; i++)
     if (set->nodes[i] == node) return 0;
-  if (set->n == set->cap) {
-    int cap = set->cap ? set->cap * 2 : 4;
-    int *nodes = mgpu__realloc(set->nodes, (size_t)cap * sizeof *nodes);
-    if (nodes == NULL)
-      return mgpu__error(MGPU_ENOMEM, "capture: out of host memory");
-    set->nodes = nodes;
-    set->cap = cap;
-  }
-  set->nodes[set->n++] = node;
-  return 0;
+  int rc = mgpu__graph_grow((void **)&set->nodes, &set->cap, set->n + 1,
+                            sizeof *set->nodes, 4, "captured nodes");
+  if (rc == 0) set->nodes[set->n++] = node;
+  return rc;
 }
 
 static int set_union(node_set *dst, const node_set *src) {
@@ -98,15 +92,10 @@ static capture *find_mark(uintptr_t event, capture_mark **mark) {
 }
 
 static int streams_add(capture *c, mgpu__stream *s, capture_stream **out) {
-  if (c->nstreams == c->streams_cap) {
-    int cap = c->streams_cap ? c->streams_cap * 2 : 4;
-    capture_stream *st = mgpu__realloc(c->streams, (size_t)cap * sizeof *st);
-    if (st == NULL)
-      return mgpu__error(MGPU_ENOMEM, "capture: out of host memory for the "
-                         "stream of device %d", s->dev);
-    c->streams = st;
-    c->streams_cap = cap;
-  }
+  int rc = mgpu__graph_grow((void **)&c->streams, &c->streams_cap,
+                            c->nstreams + 1, sizeof *c->streams, 4,
+                            "capturing streams");
+  if (rc != 0) return rc;
   *out = &c->streams[c->nstreams++];
   memset(*out, 0, sizeof **out);
   (*out)->s = s;
@@ -117,15 +106,10 @@ static int streams_add(capture *c, mgpu__stream *s, capture_stream **out) {
 static int mark_set(capture *c, uintptr_t event, const node_set *tail) {
   capture_mark *m = mark_of(c, event);
   if (m == NULL) {
-    if (c->nmarks == c->marks_cap) {
-      int cap = c->marks_cap ? c->marks_cap * 2 : 4;
-      capture_mark *marks = mgpu__realloc(c->marks, (size_t)cap * sizeof *marks);
-      if (marks == NULL)
-        return mgpu__error(MGPU_ENOMEM, "capture: out of host memory for an "
-                           "event");
-      c->marks = marks;
-      c->marks_cap = cap;
-    }
+    int rc = mgpu__graph_grow((void **)&c->marks, &c->marks_cap,
+                              c->nmarks + 1, sizeof *c->marks, 4,
+                              "captured events");
+    if (rc != 0) return rc;
     m = &c->marks[c->nmarks++];
     memset(m, 0, sizeof *m);
     m->event = event;

@@ -29,6 +29,11 @@ typedef struct mgpu__graph {
   int n, cap;
 } mgpu__graph;
 
+/* Makes room for need items of size bytes in *items (capacity *cap,
+ * doubled from first): 0, or MGPU_ENOMEM with the detail naming what. */
+int mgpu__graph_grow(void **items, int *cap, int need, size_t size,
+                     int first, const char *what);
+
 /* A graph not yet on the handle table (capture builds one). */
 mgpu__graph *mgpu__graph_new(void);
 void mgpu__graph_free(mgpu__graph *g);

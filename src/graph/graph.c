@@ -45,16 +45,23 @@ int mgpu__gnode_set_args(mgpu__gnode *n, const void *args, size_t size) {
   return 0;
 }
 
-static int deps_reserve(mgpu__gnode *n, int want) {
-  if (want <= n->deps_cap) return 0;
-  int cap = n->deps_cap ? n->deps_cap * 2 : 4;
-  while (cap < want) cap *= 2;
-  int *d = mgpu__realloc(n->deps, (size_t)cap * sizeof *d);
-  if (d == NULL)
-    return mgpu__error(MGPU_ENOMEM, "graph: out of host memory for edges");
-  n->deps = d;
-  n->deps_cap = cap;
+int mgpu__graph_grow(void **items, int *cap, int need, size_t size,
+                     int first, const char *what) {
+  if (need <= *cap) return 0;
+  int grown = *cap ? *cap * 2 : first;
+  while (grown < need) grown *= 2;
+  void *p = mgpu__realloc(*items, (size_t)grown * size);
+  if (p == NULL)
+    return mgpu__error(MGPU_ENOMEM, "graph: out of host memory for %d %s",
+                       grown, what);
+  *items = p;
+  *cap = grown;
   return 0;
+}
+
+static int deps_reserve(mgpu__gnode *n, int want) {
+  return mgpu__graph_grow((void **)&n->deps, &n->deps_cap, want,
+                          sizeof *n->deps, 4, "edges");
 }
 
 int mgpu__gnode_copy(mgpu__gnode *dst, const mgpu__gnode *src) {
@@ -84,20 +91,14 @@ int mgpu__graph_edge(mgpu__graph *g, int from, int to) {
 
 int mgpu__graph_append(mgpu__graph *g, const mgpu__graph_op *op,
                        const int *deps, int ndeps, int *node) {
-  if (g->n == g->cap) {
-    int cap = g->cap ? g->cap * 2 : 16;
-    mgpu__gnode *nodes = mgpu__realloc(g->nodes, (size_t)cap * sizeof *nodes);
-    if (nodes == NULL)
-      return mgpu__error(MGPU_ENOMEM, "graph: out of host memory for node "
-                         "%d", g->n);
-    g->nodes = nodes;
-    g->cap = cap;
-  }
+  int rc = mgpu__graph_grow((void **)&g->nodes, &g->cap, g->n + 1,
+                            sizeof *g->nodes, 16, "nodes");
+  if (rc != 0) return rc;
   mgpu__gnode *n = &g->nodes[g->n];
   memset(n, 0, sizeof *n);
   n->op = *op;
   n->op.args = NULL;
-  int rc = mgpu__gnode_set_args(n, op->args, op->args_size);
+  rc = mgpu__gnode_set_args(n, op->args, op->args_size);
   for (int i = 0; rc == 0 && i < ndeps; i++) {
     int dup = 0;
     for (int j = 0; j < n->ndeps; j++) dup |= n->deps[j] == deps[i];

@@ -272,6 +272,19 @@ static void copy_streaming(void *dst, const void *src, size_t size) {
 #endif
 }
 
+/* Puts the parked streams of list w (linked through wait_next, taken off
+ * whatever they waited on) back on their devices' ready lists. */
+static void unpark(mgpu__bstream *w) {
+  while (w != NULL) {
+    mgpu__bstream *next = w->wait_next;
+    mgpu__mutex_lock(&w->dev->lock);
+    w->parked = 0;
+    if (!w->queued && !w->running && w->head) ready_push(w->dev, w);
+    mgpu__mutex_unlock(&w->dev->lock);
+    w = next;
+  }
+}
+
 static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   int lost_by = atomic_load_explicit(&s->lost_from, memory_order_relaxed);
   if (lost_by == 0 && atomic_load_explicit(&s->dev->lost, memory_order_acquire))
@@ -292,14 +305,7 @@ static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   e->waiters = NULL;
   mgpu__cond_broadcast(&e->done);
   mgpu__mutex_unlock(&e->lock);
-  while (w != NULL) {
-    mgpu__bstream *next = w->wait_next;
-    mgpu__mutex_lock(&w->dev->lock);
-    w->parked = 0;
-    if (!w->queued && !w->running && w->head) ready_push(w->dev, w);
-    mgpu__mutex_unlock(&w->dev->lock);
-    w = next;
-  }
+  unpark(w);
 }
 
 /* The failure a host kernel reports with mgpu_kernel_fail, for the launch
@@ -709,15 +715,18 @@ static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   return 0;
 }
 
-typedef struct sync_target {
-  const mgpu__bstream *s;
+/* A counter to watch until it reaches a target (mgpu__spin_until): a
+ * stream's finished operations, a graph's signal. seq_cst: a graph's
+ * waiter counts itself parked and then looks, a poster stores and then
+ * looks for parked waiters, and one of the two must see the other. */
+typedef struct counter_target {
+  const _Atomic uint64_t *counter;
   uint64_t target;
-} sync_target;
+} counter_target;
 
-static int sync_reached(const void *p) {
-  const sync_target *t = p;
-  return atomic_load_explicit(&t->s->nfinished, memory_order_acquire) >=
-         t->target;
+static int counter_reached(const void *p) {
+  const counter_target *t = p;
+  return atomic_load(t->counter) >= t->target;
 }
 
 static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
@@ -725,9 +734,9 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   uint64_t target = s->nqueued;
   if (s->nfinished < target) {
     /* Watch first: work that ends soon is seen without a wake-up. */
-    sync_target t = {s, target};
+    counter_target t = {&s->nfinished, target};
     mgpu__mutex_unlock(&d->lock);
-    mgpu__spin_until(&d->sync_spin, sync_reached, &t);
+    mgpu__spin_until(&d->sync_spin, counter_reached, &t);
     mgpu__mutex_lock(&d->lock);
   }
   s->syncs++;
@@ -1102,25 +1111,14 @@ static void graph_unref(host_graph *g) {
   mgpu__free(g);
 }
 
-typedef struct signal_wait {
-  _Atomic uint64_t *signal;
-  uint64_t want;
-} signal_wait;
-
-/* seq_cst: a waiter counts itself parked, then looks; a poster stores, then
- * looks for parked waiters: one of the two sees the other. */
-static int signal_ready(const void *arg) {
-  const signal_wait *w = arg;
-  return atomic_load(w->signal) >= w->want;
-}
-
 /* The first wait of o's next node that is not over, or -1. */
 static int pending_wait(const op *o) {
   const host_graph *g = o->u.graph.graph;
   const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
   for (int j = 0; j < n->nwaits; j++) {
-    signal_wait w = {&g->board->signals[n->waits[j]], 2 * o->u.graph.launch};
-    if (!signal_ready(&w)) return n->waits[j];
+    counter_target w = {&g->board->signals[n->waits[j]],
+                        2 * o->u.graph.launch};
+    if (!counter_reached(&w)) return n->waits[j];
   }
   return -1;
 }
@@ -1161,14 +1159,7 @@ static void board_post(mgpu__graph_board *b, int sig, uint64_t value) {
   for (mgpu__bstream *x = w; x != NULL; x = x->wait_next)
     atomic_fetch_sub(&b->nparked, 1);
   mgpu__mutex_unlock(&b->lock);
-  while (w != NULL) {
-    mgpu__bstream *next = w->wait_next;
-    mgpu__mutex_lock(&w->dev->lock);
-    w->parked = 0;
-    if (!w->queued && !w->running && w->head) ready_push(w->dev, w);
-    mgpu__mutex_unlock(&w->dev->lock);
-    w = next;
-  }
+  unpark(w);
 }
 
 static void graph_fail(mgpu__bdevice *d, mgpu__bstream *s, int code,
@@ -1220,8 +1211,8 @@ static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
     int sig;
     if (!lost && (sig = pending_wait(o)) >= 0) {
-      signal_wait w = {&g->board->signals[sig], posted};
-      if (!mgpu__spin_until(&g->board->spin, signal_ready, &w)) return;
+      counter_target w = {&g->board->signals[sig], posted};
+      if (!mgpu__spin_until(&g->board->spin, counter_reached, &w)) return;
       continue; /* look at every wait of the node again */
     }
     for (int j = 0; !lost && j < n->nwaits; j++)
