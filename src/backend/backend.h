@@ -21,7 +21,7 @@
 #include "backend/ipc.h"
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 4
+#define MGPU__BACKEND_ABI 5
 #define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
 
 /* Each backend defines these structs for itself; the core only holds
