@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "core/internal.h"
 #include "task.h"
 #include "util/fault.h"
 
@@ -336,6 +337,60 @@ TEST_IMPL(fault_inside_replay) {
   return 0;
 }
 
+/* A gate a host callback waits at until the test opens it. */
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int open;
+} gate;
+
+static void gate_wait(void *arg) {
+  gate *g = arg;
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_open(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+}
+
+/* Device 1 is lost after a launch was queued and before its part ran: the
+ * node of device 0 that waits for device 1's node does not wait for ever,
+ * and the launching stream reports the loss naming device 1. */
+TEST_IMPL(device_lost_during_replay) {
+  int n = test_init();
+  if (n < 2) return TEST_SKIP;
+  int calls = 0;
+  mgpu_graph *g;
+  mgpu_graph_node a;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_host(g, 1, NULL, 0, count_cb, &calls, &a));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, &a, 1, count_cb, &calls, NULL));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  gate held = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ASSERT_OK(mgpu_stream_add_callback(s, gate_wait, &held));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu__device_lose(1, "lost by the test"));
+  gate_open(&held);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s));
+  ASSERT_DETAIL_HAS("device 1");
+  /* Host functions still run on a lost device (they free what the work
+   * used), as queued callbacks do. */
+  ASSERT_EQ(calls, 2);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_graph_launch(x, s));
+  mgpu_graph_exec_destroy(x);
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* Destroying an executable graph with launches queued waits for them. */
 TEST_IMPL(destroy_while_launched) {
   test_init();
@@ -578,6 +633,7 @@ TEST_ENTRY(exec_update_kernel_and_copy)
 TEST_ENTRY(graph_errors)
 TEST_ENTRY(fault_inside_replay)
 TEST_ENTRY(destroy_while_launched)
+TEST_ENTRY(device_lost_during_replay)
 TEST_ENTRY(capture_across_devices)
 TEST_ENTRY(capture_host_copies_and_outside_events)
 TEST_ENTRY(capture_invalid)

@@ -27,6 +27,7 @@
 
 typedef struct mgpu__graph_board {
   _Atomic uint64_t *signals; /* by signal; owned by the graph layer */
+  int *signal_device;        /* by signal: the device of its node */
   int nsignals;
   /* Streams parked until a post (the backend's, linked through its own
    * field): lock guards the list; nparked counts them, so that a post

@@ -123,6 +123,7 @@ void mgpu__parts_free(mgpu__parts *p) {
       if (dev != NULL) dev->ops->graph_destroy(dev->bdev, p->part[d]);
     }
   mgpu__free((void *)p->board.signals);
+  mgpu__free(p->board.signal_device);
   mgpu__free(p->signal_of);
   mgpu__mutex_destroy(&p->board.lock);
   mgpu__free(p);
@@ -183,12 +184,16 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
         p->signal_of[d] = nsignals++;
     }
   p->board.signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
-  if (p->board.signals == NULL) {
+  p->board.signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
+  if (p->board.signals == NULL || p->board.signal_device == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
                      "memory for %d signals", nsignals);
     goto out;
   }
   p->board.nsignals = nsignals;
+  for (int i = 0; i < n; i++)
+    if (p->signal_of[i] >= 0)
+      p->board.signal_device[p->signal_of[i]] = nodes[i].op.dev;
   int made[MGPU_MAX_DEVICES] = {0};
   for (int i = 0; i < n && rc == 0; i++) {
     int dev = nodes[i].op.dev;

@@ -1162,12 +1162,16 @@ static void board_post(mgpu__graph_board *b, int sig, uint64_t value) {
   unpark(w);
 }
 
-static void graph_fail(mgpu__bdevice *d, mgpu__bstream *s, int code,
-                       const char *fmt, int node, int sig) {
+/* Node node of s's part waited for a node of device lost_dev, which was
+ * lost: what it reads was never made. */
+static void graph_wait_lost(mgpu__bdevice *d, mgpu__bstream *s, int node,
+                            int lost_dev) {
   mgpu__mutex_lock(&d->lock);
   if (s->error == 0) {
-    s->error = code;
-    snprintf(s->error_detail, sizeof s->error_detail, fmt, d->id, node, sig);
+    s->error = MGPU_EDEVLOST;
+    snprintf(s->error_detail, sizeof s->error_detail,
+             "host device %d: graph node %d waited for a node of host device "
+             "%d, which was lost", d->id, node, lost_dev);
   }
   mgpu__mutex_unlock(&d->lock);
 }
@@ -1217,9 +1221,8 @@ static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     }
     for (int j = 0; !lost && j < n->nwaits; j++)
       if (atomic_load(&g->board->signals[n->waits[j]]) & 1)
-        graph_fail(d, s, MGPU_EDEVLOST, "host device %d: graph node %d "
-                   "waited for signal %d, whose device was lost", n->node,
-                   n->waits[j]);
+        graph_wait_lost(d, s, n->node,
+                        g->board->signal_device[n->waits[j]]);
     if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
     if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
     if (t0 != 0) {
