@@ -1,9 +1,12 @@
 /* Graphs: built node by node and captured from streams, across devices,
  * replayed, updated, destroyed, and refused where they must be. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/internal.h"
+#include "json.h"
 #include "task.h"
 #include "util/fault.h"
 
@@ -391,6 +394,79 @@ TEST_IMPL(device_lost_during_replay) {
   return 0;
 }
 
+/* A trace shows each device's part of a launch as one span named "graph
+ * launch" on its stream's track, with a span per node inside it, and the
+ * launch call as a span of the calling thread. */
+TEST_IMPL(trace_shows_launch_with_nodes_inside) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  char path[256];
+  const char *dir = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/mgpu-test-graph-%d.json", dir ? dir : "/tmp",
+           (int)getpid());
+  mgpu_buffer *x0, *x1;
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&x1, d1, N * sizeof(float)));
+  mgpu_graph *g;
+  mgpu_graph_node k0;
+  ASSERT_OK(mgpu_graph_create(&g));
+  affine_args a0 = {mgpu_buffer_ptr(x0), N, 1.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &affine, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a0, sizeof a0, &k0));
+  mgpu_graph_node cp;
+  ASSERT_OK(mgpu_graph_add_copy(g, &k0, 1, x1, 0, x0, 0, N * sizeof(float),
+                                &cp));
+  affine_args a1 = {mgpu_buffer_ptr(x1), N, 1.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, d1, &cp, 1, &affine, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a1, sizeof a1, NULL));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_trace_start(path));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_trace_stop());
+  char err[256];
+  json *j = json_parse_file(path, err, sizeof err);
+  ASSERT(j != NULL);
+  const json *ev = json_get(j, "traceEvents");
+  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
+  int parts = 0, inside = 0, calls = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *e = &ev->items[i];
+    const char *name = json_get_string(e, "name");
+    if (name == NULL || strcmp(name, "graph launch") != 0) continue;
+    if (json_get(json_get(e, "args"), "nodes") != NULL) {
+      calls++; /* the launch call, on the calling thread */
+      continue;
+    }
+    parts++;
+    double t0 = json_get_number(e, "ts", -1);
+    double t1 = t0 + json_get_number(e, "dur", -1);
+    for (size_t k = 0; k < ev->n; k++) {
+      const json *f = &ev->items[k];
+      const char *fn = json_get_string(f, "name");
+      double ts = json_get_number(f, "ts", -1);
+      if (fn != NULL && strncmp(fn, "graph ", 6) == 0 &&
+          strcmp(fn, "graph launch") != 0 &&
+          json_get_number(f, "pid", -2) == json_get_number(e, "pid", -3) &&
+          json_get_number(f, "tid", -2) == json_get_number(e, "tid", -3) &&
+          ts >= t0 && ts + json_get_number(f, "dur", 0) <= t1)
+        inside++;
+    }
+  }
+  ASSERT_EQ(calls, 1);
+  ASSERT_EQ(parts, d1 != 0 ? 2 : 1);
+  ASSERT_EQ(inside, 3); /* kernel and copy on device 0, kernel on d1 */
+  json_free(j);
+  unlink(path);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* Destroying an executable graph with launches queued waits for them. */
 TEST_IMPL(destroy_while_launched) {
   test_init();
@@ -634,6 +710,7 @@ TEST_ENTRY(graph_errors)
 TEST_ENTRY(fault_inside_replay)
 TEST_ENTRY(destroy_while_launched)
 TEST_ENTRY(device_lost_during_replay)
+TEST_ENTRY(trace_shows_launch_with_nodes_inside)
 TEST_ENTRY(capture_across_devices)
 TEST_ENTRY(capture_host_copies_and_outside_events)
 TEST_ENTRY(capture_invalid)
