@@ -105,6 +105,7 @@ class capture:
         cdef Graph graph = self.graph
         rc = mgpu_stream_end_capture((<Stream>self.stream).s, &g)
         graph.calls = _captured_calls[self._calls_before:]
+        del _captured_calls[self._calls_before:]
         if exc_type is not None:
             if g != NULL:
                 mgpu_graph_destroy(g)

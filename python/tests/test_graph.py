@@ -54,3 +54,18 @@ def test_unjoined_stream_fails_the_capture(mg):
             a.copy_from(mgpu.zeros(4, "float32", device=1), stream=s1)
     s0.synchronize()
     s1.synchronize()
+
+
+def test_captured_callbacks_live_with_the_graph(mg):
+    s = mgpu.Stream(0)
+    seen = []
+    with mgpu.capture(s) as g:
+        s.add_callback(lambda: seen.append(1))   # no other reference to it
+    import gc
+    gc.collect()
+    g.launch()
+    g.launch()
+    s.synchronize()
+    assert seen == [1, 1]
+    assert mgpu._core._captured_calls == []      # handed to the graph
+    g.close()
