@@ -1,8 +1,10 @@
 /* Graphs: built node by node and captured from streams, across devices,
  * replayed, updated, destroyed, and refused where they must be. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -701,6 +703,170 @@ TEST_IMPL(capture_invalid) {
   return 0;
 }
 
+/* ---- the fault sweep of graphs ----
+ *
+ * A workload that builds a graph node by node and one by capture across
+ * two devices, instantiates and launches both, runs once to count its
+ * fault sites, then once per site with that site made to fail (an
+ * allocation: alone, and with every later one; a backend call: as an
+ * error, and as a lost device), each run in a child process under
+ * a timeout: every call must return 0 or a coded error with a detail,
+ * everything made must be released (LeakSanitizer checks at exit), a run
+ * whose calls all succeeded must have the right results, and mgpu must
+ * start again afterwards. */
+
+#define SWEEP_STEP(expr)                                                    \
+  do {                                                                      \
+    int step_rc_ = (expr);                                                  \
+    if (step_rc_ != 0) {                                                    \
+      if (step_rc_ > 0 || mgpu_error_detail()[0] == '\0') _exit(12);        \
+      rc = step_rc_;                                                        \
+      goto cleanup;                                                         \
+    }                                                                       \
+  } while (0)
+
+static int sweep_workload(void) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2";
+  int rc = mgpu_init(&cfg);
+  if (rc != 0) return rc;
+  mgpu_buffer *x0 = NULL, *x1 = NULL;
+  mgpu_stream *s0 = NULL, *s1 = NULL;
+  mgpu_event *e0 = NULL, *e1 = NULL;
+  mgpu_graph *g = NULL, *c = NULL;
+  mgpu_graph_exec *xg = NULL, *xc = NULL;
+  int calls = 0;
+  float two = 2.0f, out[N];
+  SWEEP_STEP(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  SWEEP_STEP(mgpu_malloc(&x1, 1, N * sizeof(float)));
+  SWEEP_STEP(mgpu_stream_create(&s0, 0));
+  SWEEP_STEP(mgpu_stream_create(&s1, 1));
+  SWEEP_STEP(mgpu_event_create(&e0, 0));
+  SWEEP_STEP(mgpu_event_create(&e1, 1));
+  mgpu_graph_node fill, k0, cp;
+  SWEEP_STEP(mgpu_graph_create(&g));
+  SWEEP_STEP(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &two,
+                                 &fill));
+  affine_args a0 = {mgpu_buffer_ptr(x0), N, 2.0f, 1.0f};
+  SWEEP_STEP(mgpu_graph_add_kernel(g, 0, &fill, 1, &affine,
+                                   MGPU_DIM3(2, 1, 1), MGPU_DIM3(1, 1, 1),
+                                   &a0, sizeof a0, &k0));
+  SWEEP_STEP(mgpu_graph_add_copy(g, &k0, 1, x1, 0, x0, 0, N * sizeof(float),
+                                 &cp));
+  SWEEP_STEP(mgpu_graph_add_host(g, 1, &cp, 1, count_cb, &calls, NULL));
+  SWEEP_STEP(mgpu_graph_instantiate(g, &xg));
+  SWEEP_STEP(mgpu_graph_launch(xg, s0));
+  SWEEP_STEP(mgpu_graph_launch(xg, s0));
+  SWEEP_STEP(mgpu_stream_synchronize(s0));
+  SWEEP_STEP(mgpu_graph_exec_synchronize(xg));
+  SWEEP_STEP(mgpu_memcpy_dtoh(out, x1, 0, sizeof out));
+  if (calls != 2 || out[0] != 5.0f || out[N - 1] != 5.0f) _exit(13);
+  /* The same across streams by capture, with an event node (node by
+   * node). */
+  SWEEP_STEP(mgpu_stream_begin_capture(s0));
+  SWEEP_STEP(mgpu_memset_async(x0, 0, 0, N * sizeof(float), s0));
+  SWEEP_STEP(mgpu_event_record(e0, s0));
+  SWEEP_STEP(mgpu_stream_wait_event(s1, e0));
+  SWEEP_STEP(mgpu_memcpy_async(x1, 0, x0, 0, N * sizeof(float), s1));
+  SWEEP_STEP(mgpu_stream_add_callback(s1, count_cb, &calls));
+  SWEEP_STEP(mgpu_event_record(e1, s1));
+  SWEEP_STEP(mgpu_stream_wait_event(s0, e1));
+  SWEEP_STEP(mgpu_stream_end_capture(s0, &c));
+  SWEEP_STEP(mgpu_graph_instantiate(c, &xc));
+  SWEEP_STEP(mgpu_graph_launch(xc, s0));
+  SWEEP_STEP(mgpu_stream_synchronize(s0));
+  SWEEP_STEP(mgpu_memcpy_dtoh(out, x1, 0, sizeof out));
+  if (calls != 3 || out[0] != 0.0f) _exit(14);
+cleanup:
+  if (s0 != NULL && mgpu_stream_is_capturing(s0) == 1) {
+    mgpu_graph *dropped = NULL;
+    if (mgpu_stream_end_capture(s0, &dropped) == 0) mgpu_graph_destroy(dropped);
+  }
+  if (xc != NULL) mgpu_graph_exec_destroy(xc);
+  if (xg != NULL) mgpu_graph_exec_destroy(xg);
+  if (c != NULL) mgpu_graph_destroy(c);
+  if (g != NULL) mgpu_graph_destroy(g);
+  if (e0 != NULL) mgpu_event_destroy(e0);
+  if (e1 != NULL) mgpu_event_destroy(e1);
+  if (s0 != NULL) mgpu_stream_destroy(s0);
+  if (s1 != NULL) mgpu_stream_destroy(s1);
+  if (x0 != NULL) mgpu_free(x0);
+  if (x1 != NULL) mgpu_free(x1);
+  mgpu_shutdown();
+  return rc;
+}
+
+static void sweep_child(const char *spec, int fd) {
+  alarm(10); /* the workload takes milliseconds: past 10 s it hangs */
+  if (mgpu__fault_set(spec, NULL, 0) != 0) _exit(10);
+  int rc = sweep_workload();
+  uint64_t sites[2] = {mgpu__fault_calls(MGPU__FAULT_ALLOC),
+                       mgpu__fault_calls(MGPU__FAULT_BACKEND)};
+  mgpu__fault_set(NULL, NULL, 0);
+  if (spec[0] == '\0' && rc != 0) _exit(15);
+  if (fd >= 0 && write(fd, sites, sizeof sites) != (ssize_t)sizeof sites)
+    _exit(16);
+  mgpu_buffer *b;
+  if (mgpu_init(NULL) != 0 || mgpu_malloc(&b, 0, 64) != 0 ||
+      mgpu_shutdown() != 0)
+    _exit(17);
+  exit(0); /* exit, not _exit: LeakSanitizer checks here */
+}
+
+/* Runs one child; 0 when it exited 0. */
+static int sweep_run(const char *spec, uint64_t *sites) {
+  int fds[2] = {-1, -1};
+  if (sites != NULL && pipe(fds) != 0) return -1;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (fds[0] >= 0) close(fds[0]);
+    sweep_child(spec, fds[1]);
+  }
+  if (fds[1] >= 0) close(fds[1]);
+  if (sites != NULL) {
+    if (read(fds[0], sites, 2 * sizeof *sites) != 2 * sizeof *sites)
+      sites[0] = sites[1] = 0;
+    close(fds[0]);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  fprintf(stderr, "fault %s: %s %d\n", spec,
+          WIFEXITED(status) ? "exit" : "signal",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  return 1;
+}
+
+TEST_IMPL(fault_sweep) {
+  /* One run, for a closer look: MGPU_GRAPH_SWEEP_SPEC=alloc:17 */
+  const char *one = getenv("MGPU_GRAPH_SWEEP_SPEC");
+  if (one != NULL) sweep_child(one, -1);
+  uint64_t sites[2];
+  ASSERT_EQ(sweep_run("", sites), 0);
+  ASSERT(sites[0] > 20 && sites[1] > 20);
+  printf("graph sweep: %llu allocation sites, %llu backend sites\n",
+         (unsigned long long)sites[0], (unsigned long long)sites[1]);
+  int bad = 0;
+  char spec[64];
+  for (uint64_t k = 1; k <= sites[0]; k++)
+    for (int later = 0; later < 2; later++) {
+      snprintf(spec, sizeof spec, "alloc:%llu%s", (unsigned long long)k,
+               later ? "+" : "");
+      bad += sweep_run(spec, NULL) != 0;
+    }
+  for (uint64_t k = 1; k <= sites[1]; k++)
+    for (int lose = 0; lose < 2; lose++) {
+      snprintf(spec, sizeof spec, "backend:%llu%s", (unsigned long long)k,
+               lose ? "=devlost" : "");
+      bad += sweep_run(spec, NULL) != 0;
+    }
+  ASSERT_EQ(bad, 0);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(explicit_graph_across_devices)
 TEST_ENTRY(explicit_graph_node_by_node)
@@ -711,6 +877,7 @@ TEST_ENTRY(fault_inside_replay)
 TEST_ENTRY(destroy_while_launched)
 TEST_ENTRY(device_lost_during_replay)
 TEST_ENTRY(trace_shows_launch_with_nodes_inside)
+TEST_ENTRY(fault_sweep)
 TEST_ENTRY(capture_across_devices)
 TEST_ENTRY(capture_host_copies_and_outside_events)
 TEST_ENTRY(capture_invalid)

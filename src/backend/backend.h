@@ -293,6 +293,10 @@ typedef struct mgpu__backend_ops {
                       void **graph);
   int (*graph_launch)(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
                       uint64_t launch);
+  /* A launch that failed before this part was queued: posts the part's
+   * signals of that launch as failed, so that the parts already queued do
+   * not wait for ever. */
+  void (*graph_cancel)(mgpu__bdevice *d, void *graph, uint64_t launch);
   void (*graph_destroy)(mgpu__bdevice *d, void *graph);
 } mgpu__backend_ops;
 

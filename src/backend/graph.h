@@ -25,8 +25,15 @@
 #include "backend/backend.h"
 #include "util/thread.h"
 
-typedef struct mgpu__graph_board {
-  _Atomic uint64_t *signals; /* by signal; owned by the graph layer */
+typedef struct mgpu__graph_board mgpu__graph_board;
+struct mgpu__graph_board {
+  /* Held by the graph layer and by every backend part made over the board
+   * (a part lives until its last queued run is done, which may be after
+   * the graph layer let go): the last mgpu__graph_board_unref frees it
+   * with release, the graph layer's. */
+  _Atomic int refs;
+  void (*release)(mgpu__graph_board *b);
+  _Atomic uint64_t *signals; /* by signal */
   int *signal_device;        /* by signal: the device of its node */
   int nsignals;
   /* Streams parked until a post (the backend's, linked through its own
@@ -37,7 +44,16 @@ typedef struct mgpu__graph_board {
   struct mgpu__bstream *parked;
   _Atomic int nparked;
   mgpu__spin spin; /* the waits' spin budget */
-} mgpu__graph_board;
+};
+
+static inline void mgpu__graph_board_ref(mgpu__graph_board *b) {
+  atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+static inline void mgpu__graph_board_unref(mgpu__graph_board *b) {
+  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+    b->release(b);
+}
 
 typedef enum mgpu__bgraph_kind {
   MGPU__BG_NOP = 0,

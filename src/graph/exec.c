@@ -324,8 +324,11 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     if (x->devs[i] != sdev)
       rc = mgpu_stream_wait_event(on[x->devs[i]], x->start[sdev]);
   uint64_t launch = ++x->launches;
-  for (int i = 0; rc == 0 && x->parts != NULL && i < x->ndevs; i++)
+  for (int i = 0; rc == 0 && x->parts != NULL && i < x->ndevs; i++) {
     rc = mgpu__parts_launch(x->parts, x->devs[i], on[x->devs[i]], launch);
+    for (int j = i; rc != 0 && j < x->ndevs; j++) /* it and the rest */
+      mgpu__parts_cancel(x->parts, x->devs[j], launch);
+  }
   for (int k = 0; rc == 0 && x->parts == NULL && k < x->n; k++) {
     int v = x->order[k];
     const mgpu__gnode *n = &x->nodes[v];

@@ -68,7 +68,11 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
 /* Queues device dev's part of launch number launch on stream. */
 int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
                        uint64_t launch);
-/* Frees the parts once no run of them is queued. */
+/* Launch number launch failed before device dev's part was queued: posts
+ * its signals as failed, so the parts queued do not wait for ever. */
+void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch);
+/* Frees the parts (each backend part lives on until its queued runs are
+ * done). */
 void mgpu__parts_free(mgpu__parts *p);
 
 /* Issues one node's call on stream (the public call it records). */

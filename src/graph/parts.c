@@ -23,7 +23,7 @@
 #include "util/fault.h"
 
 struct mgpu__parts {
-  mgpu__graph_board board;
+  mgpu__graph_board *board;       /* one reference of it */
   void *part[MGPU_MAX_DEVICES];    /* the backend's, by device */
   int kernels[MGPU_MAX_DEVICES];   /* kernel nodes per part, for metrics */
   int *signal_of;                  /* by node: its signal, or -1 */
@@ -115,6 +115,13 @@ static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
   return 0;
 }
 
+static void board_release(mgpu__graph_board *b) {
+  mgpu__free((void *)b->signals);
+  mgpu__free(b->signal_device);
+  mgpu__mutex_destroy(&b->lock);
+  mgpu__free(b);
+}
+
 void mgpu__parts_free(mgpu__parts *p) {
   if (p == NULL) return;
   for (int d = 0; d < MGPU_MAX_DEVICES; d++)
@@ -122,10 +129,8 @@ void mgpu__parts_free(mgpu__parts *p) {
       mgpu__device *dev = mgpu__device_get(d);
       if (dev != NULL) dev->ops->graph_destroy(dev->bdev, p->part[d]);
     }
-  mgpu__free((void *)p->board.signals);
-  mgpu__free(p->board.signal_device);
+  if (p->board != NULL) mgpu__graph_board_unref(p->board);
   mgpu__free(p->signal_of);
-  mgpu__mutex_destroy(&p->board.lock);
   mgpu__free(p);
 }
 
@@ -150,7 +155,7 @@ static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
     b->nwaits = (int)(&waits[w] - b->waits);
   }
   mgpu__device *d = mgpu__device_get(dev);
-  mgpu__bgraph_part part = {buf, m, &p->board};
+  mgpu__bgraph_part part = {buf, m, p->board};
   return d->ops->graph_create(d->bdev, &part, &p->part[dev]);
 }
 
@@ -159,7 +164,9 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
   *out = NULL;
   for (int i = 0; i < n; i++) {
     mgpu__device *d = mgpu__device_get(nodes[i].op.dev);
-    if (d == NULL || d->ops->graph_create == NULL) return 0;
+    if (d == NULL || d->ops->graph_create == NULL ||
+        d->ops->graph_cancel == NULL)
+      return 0;
   }
   int total = 0;
   for (int i = 0; i < n; i++) total += nodes[i].ndeps;
@@ -168,10 +175,16 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
   int *waits = mgpu__calloc((size_t)total + 1, sizeof *waits);
   int rc = 0, nsignals = 0;
   if (p != NULL) {
-    mgpu__mutex_init(&p->board.lock);
     p->signal_of = mgpu__calloc((size_t)n + 1, sizeof *p->signal_of);
+    p->board = mgpu__calloc(1, sizeof *p->board);
   }
-  if (p == NULL || buf == NULL || waits == NULL || p->signal_of == NULL) {
+  if (p != NULL && p->board != NULL) {
+    mgpu__mutex_init(&p->board->lock);
+    atomic_init(&p->board->refs, 1);
+    p->board->release = board_release;
+  }
+  if (p == NULL || buf == NULL || waits == NULL || p->signal_of == NULL ||
+      p->board == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
                      "memory for %d nodes", n);
     goto out;
@@ -183,17 +196,17 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
       if (nodes[d].op.dev != nodes[i].op.dev && p->signal_of[d] < 0)
         p->signal_of[d] = nsignals++;
     }
-  p->board.signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
-  p->board.signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
-  if (p->board.signals == NULL || p->board.signal_device == NULL) {
+  p->board->signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
+  p->board->signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
+  if (p->board->signals == NULL || p->board->signal_device == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
                      "memory for %d signals", nsignals);
     goto out;
   }
-  p->board.nsignals = nsignals;
+  p->board->nsignals = nsignals;
   for (int i = 0; i < n; i++)
     if (p->signal_of[i] >= 0)
-      p->board.signal_device[p->signal_of[i]] = nodes[i].op.dev;
+      p->board->signal_device[p->signal_of[i]] = nodes[i].op.dev;
   int made[MGPU_MAX_DEVICES] = {0};
   for (int i = 0; i < n && rc == 0; i++) {
     int dev = nodes[i].op.dev;
@@ -211,6 +224,11 @@ out:
   mgpu__free(buf);
   mgpu__parts_free(p);
   return rc;
+}
+
+void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch) {
+  mgpu__device *d = mgpu__device_get(dev);
+  d->ops->graph_cancel(d->bdev, p->part[dev], launch);
 }
 
 int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,

@@ -1106,6 +1106,7 @@ struct host_graph {
 static void graph_unref(host_graph *g) {
   if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
     return;
+  mgpu__graph_board_unref(g->board);
   mgpu__free(g->blob);
   mgpu__free(g->nodes);
   mgpu__free(g);
@@ -1271,6 +1272,7 @@ static int host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
   }
   g->n = part->n;
   g->board = part->board;
+  mgpu__graph_board_ref(g->board);
   atomic_init(&g->refs, 1);
   *out = g;
   return 0;
@@ -1286,6 +1288,15 @@ static int host_graph_launch(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
   o->u.graph.launch = launch;
   enqueue(s, o);
   return 0;
+}
+
+static void host_graph_cancel(mgpu__bdevice *d, void *graph,
+                              uint64_t launch) {
+  (void)d;
+  host_graph *g = graph;
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i].signal >= 0)
+      board_post(g->board, g->nodes[i].signal, 2 * launch + 1);
 }
 
 static void host_graph_destroy(mgpu__bdevice *d, void *graph) {
@@ -1342,6 +1353,7 @@ static const mgpu__backend_ops host_ops = {
     .lost = host_lost,
     .graph_create = host_graph_create,
     .graph_launch = host_graph_launch,
+    .graph_cancel = host_graph_cancel,
     .graph_destroy = host_graph_destroy,
 };
 
