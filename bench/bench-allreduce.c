@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cmd.h"
 
 #define MAXDEV 4
 #define MAXSIZES 16
@@ -49,7 +50,7 @@ static int fail(const char *what, int rc) {
 }
 
 static int open_comm(setup *st, int algo) {
-  int devs[MAXDEV];
+  int devs[MAXDEV] = {0};
   for (int i = 0; i < st->n; i++) devs[i] = i;
   mgpu_comm_config cfg = MGPU_COMM_CONFIG_INITIALIZER;
   cfg.algo = algo;
@@ -99,19 +100,6 @@ static void size_name(size_t bytes, char *out, size_t len) {
     snprintf(out, len, "%zuB", bytes);
 }
 
-/* The MPI peer beside this program: <dir of mgpu>/../bench/mpi_allreduce. */
-static int mpi_peer_path(char *out, size_t len) {
-  char self[PATH_MAX - 32];
-  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (k <= 0) return 0;
-  self[k] = '\0';
-  char *slash = strrchr(self, '/');
-  if (slash == NULL) return 0;
-  *slash = '\0';
-  snprintf(out, len, "%s/../bench/mpi_allreduce", self);
-  return access(out, X_OK) == 0;
-}
-
 /* Runs Open MPI's MPI_Allreduce on n local ranks over the sizes; secs[i]
  * gets the median seconds of size i (0 where none came back). Returns 0, or
  * -1 with why filled in. */
@@ -123,8 +111,14 @@ static int run_mpi(int n, const size_t *sizes, int nsizes, int reps,
     snprintf(why, wlen, "mpirun not found");
     return -1;
   }
-  if (!mpi_peer_path(peer, sizeof peer)) {
-    snprintf(why, wlen, "bench/mpi_allreduce not built (no MPI found)");
+  if (!mgpu_cmd_helper_path("mpi_allreduce", peer, sizeof peer)) {
+#ifdef MGPU_PEER_MPI_ALLREDUCE
+    snprintf(why, wlen, "%s is missing (it is built and installed with this "
+             "command)", peer);
+#else
+    snprintf(why, wlen, "mpi_allreduce was not built: CMake found no MPI C "
+             "library when mgpu was configured");
+#endif
     return -1;
   }
   char cmd[PATH_MAX + 512];
@@ -196,7 +190,7 @@ static int sweep(int n, const size_t *sizes, int nsizes, const bench_opts *o,
 
   /* Open MPI on as many ranks, the same sizes, now. */
   double mpi[MAXSIZES];
-  char why[128] = "";
+  char why[PATH_MAX + 128] = "";
   if (run_mpi(n, sizes, nsizes, o->reps, o->quick, mpi, why, sizeof why) != 0)
     fprintf(stderr, "bench allreduce: no Open MPI baseline on %d ranks: %s\n",
             n, why);

@@ -1,4 +1,6 @@
-/* mgpu bench mpi: all-reduce of device buffers across MPI ranks.
+/* mgpu bench mpi: all-reduce of device buffers across MPI ranks. The
+ * program mgpu-bench-mpi, installed among the command's helpers
+ * (libexec/mgpu), which `mgpu bench mpi` runs in its place:
  *
  *   mpirun -np N mgpu bench mpi --json      (alone: one rank)
  *
@@ -87,7 +89,6 @@ int mgpu_bench_mpi(int argc, char **argv) {
                         &o, rest, &nrest);
   if (prc != 0) return prc;
   /* The module opens this rank's share of the devices itself. */
-  mgpu_shutdown();
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) MPI_Init(NULL, NULL);
@@ -170,4 +171,6 @@ int mgpu_bench_mpi(int argc, char **argv) {
   if (!inited) MPI_Finalize();
   return 0;
 }
+
+int main(int argc, char **argv) { return mgpu_bench_mpi(argc, argv); }
 #endif /* MGPU_HAVE_MPI */

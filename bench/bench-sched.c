@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cmd.h"
 #include "sched_work.h"
 
 static int skew_body(int dev, mgpu_stream *s, void *arg) {
@@ -88,16 +89,16 @@ static double skew_run(mgpu_pool *p, skew_task *t, int n, int ndev,
  * where it did not run), from the peer program beside this one. */
 static void starpu_eager(int quick, int reps, double out[3]) {
   out[0] = out[1] = out[2] = 0;
-  char self[PATH_MAX - 64];
-  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-  char *slash = k > 0 ? (self[k] = '\0', strrchr(self, '/')) : NULL;
-  if (slash == NULL) return;
-  *slash = '\0';
   char peer[PATH_MAX];
-  snprintf(peer, sizeof peer, "%s/starpu_sched", self);
-  if (access(peer, X_OK) != 0) {
-    fprintf(stderr, "mgpu bench sched: no StarPU baseline (%s not built)\n",
-            peer);
+  if (!mgpu_cmd_helper_path("starpu_sched", peer, sizeof peer)) {
+#ifdef MGPU_PEER_STARPU_SCHED
+    fprintf(stderr, "mgpu bench sched: no StarPU baseline: %s is missing (it "
+            "is built and installed with this command)\n", peer);
+#else
+    fprintf(stderr, "mgpu bench sched: no StarPU baseline: starpu_sched was "
+            "not built (pkg-config found no starpu-1.3 when mgpu was "
+            "configured)\n");
+#endif
     return;
   }
   char cmd[PATH_MAX + 128];

@@ -6,21 +6,27 @@
  * measures, on device 0:
  * - the round trips of an object's life (create, seal, get, release,
  *   release, delete: six requests) and of a get + release of a sealed
- *   object (two requests), next to as many round trips of a bare UNIX-socket
- *   ping-pong with messages of the same sizes, between this process and a
- *   child that only echoes; ratio = store / ping-pong (target: at most 3);
+ *   object (two requests), next to the same round trips over a bare
+ *   UNIX socket with what a program sharing memory without the store would
+ *   do: the same message sizes, a descriptor passed (SCM_RIGHTS) where the
+ *   store's reply carries one (create, get) and mapped and unmapped on
+ *   arrival as the store's client does, the peer a child process that waits
+ *   in poll() like the daemon; ratio = store / baseline (target: at most 3);
  * - a get + release of a sealed 256 MiB object (32 MiB with --quick), as
  *   the bandwidth it would take to hand the bytes over by copying, next to a
  *   single-thread memcpy of the same size; ratio = get / memcpy (a get maps,
  *   it does not copy: target at least 20). Gets are timed 20 in a row.
  * Every figure is a median of reps batches after a warm-up, the store and
- * its baseline timed alternately, batch for batch. */
+ * its baseline timed alternately, batch for batch, in the order ABBA (a
+ * batch right after the other side's is not favoured). */
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,6 +43,7 @@ typedef struct store_bench {
   char dir[64], path[96];
   pid_t daemon, echo;
   int echo_fd;
+  int memfd; /* what the baseline's peer passes (REPLY_FD requests) */
   mgpu_store *st;
 } store_bench;
 
@@ -68,43 +75,102 @@ static int start_daemon(store_bench *b) {
   return -1;
 }
 
-/* The baseline's other end: echoes REPLY_BYTES for every REQ_BYTES. Only
- * read, write and _exit run in the child. */
+/* A request of the baseline whose reply carries a descriptor. */
+#define REPLY_FD 1
+
+/* The baseline's other end, shaped like the daemon: waits in poll(), reads
+ * a request of REQ_BYTES, answers REPLY_BYTES, with fd attached when the
+ * request's first byte is REPLY_FD. Only poll, read, sendmsg and _exit run
+ * in the child. */
+static void echo_loop(int sock, int fd) {
+  char req[REQ_BYTES], reply[REPLY_BYTES] = {0};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  for (;;) {
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    if (poll(&p, 1, -1) < 0) _exit(1);
+    size_t got = 0;
+    while (got < REQ_BYTES) {
+      ssize_t r = read(sock, req + got, REQ_BYTES - got);
+      if (r <= 0) _exit(0);
+      got += (size_t)r;
+    }
+    struct iovec iov = {reply, REPLY_BYTES};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (req[0] == REPLY_FD) {
+      memset(&ctl, 0, sizeof ctl);
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    }
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != REPLY_BYTES) _exit(1);
+  }
+}
+
 static int start_echo(store_bench *b) {
   int sv[2];
+  b->memfd = memfd_create("mgpu-bench-store", MFD_CLOEXEC);
+  if (b->memfd < 0 || ftruncate(b->memfd, 4096) != 0) return -1;
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
   fflush(NULL);
   b->echo = fork();
   if (b->echo < 0) return -1;
   if (b->echo == 0) {
     close(sv[0]);
-    char buf[REPLY_BYTES] = {0};
-    for (;;) {
-      size_t got = 0;
-      while (got < REQ_BYTES) {
-        ssize_t r = read(sv[1], buf, REQ_BYTES - got);
-        if (r <= 0) _exit(0);
-        got += (size_t)r;
-      }
-      if (write(sv[1], buf, REPLY_BYTES) != REPLY_BYTES) _exit(1);
-    }
+    echo_loop(sv[1], b->memfd);
   }
   close(sv[1]);
   b->echo_fd = sv[0];
   return 0;
 }
 
-static int ping_pong(store_bench *b, int rounds) {
-  char req[REQ_BYTES] = {1}, reply[REPLY_BYTES];
-  for (int i = 0; i < rounds; i++) {
-    if (write(b->echo_fd, req, sizeof req) != (ssize_t)sizeof req) return -1;
-    size_t got = 0;
-    while (got < sizeof reply) {
-      ssize_t r = read(b->echo_fd, reply + got, sizeof reply - got);
-      if (r <= 0) return -1;
-      got += (size_t)r;
-    }
+/* One round trip of the baseline, as the store's client makes one: send the
+ * request, wait in poll(), receive the reply with recvmsg; a descriptor
+ * that came with it is mapped, unmapped and closed. */
+static int round_trip(store_bench *b, int with_fd) {
+  char req[REQ_BYTES] = {(char)(with_fd ? REPLY_FD : 0)}, reply[REPLY_BYTES];
+  if (write(b->echo_fd, req, sizeof req) != (ssize_t)sizeof req) return -1;
+  size_t got = 0;
+  int fd = -1;
+  while (got < sizeof reply) {
+    struct pollfd p = {.fd = b->echo_fd, .events = POLLIN};
+    if (poll(&p, 1, -1) < 0) return -1;
+    union {
+      char buf[CMSG_SPACE(sizeof(int))];
+      struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {reply + got, sizeof reply - got};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t r = recvmsg(b->echo_fd, &mh, MSG_CMSG_CLOEXEC);
+    if (r <= 0) return -1;
+    got += (size_t)r;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    if (cm != NULL && cm->cmsg_type == SCM_RIGHTS)
+      memcpy(&fd, CMSG_DATA(cm), sizeof fd);
   }
+  if (with_fd) {
+    if (fd < 0) return -1;
+    void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return -1;
+    munmap(m, 4096);
+  }
+  if (fd >= 0) close(fd);
+  return 0;
+}
+
+/* The baseline of one store case: its requests' round trips in order
+ * (fds[i]: whether request i's reply carries a descriptor). */
+static int baseline(store_bench *b, const int *fds, int n) {
+  for (int i = 0; i < n; i++)
+    if (round_trip(b, fds[i]) != 0) return -1;
   return 0;
 }
 
@@ -129,22 +195,35 @@ static int get_release(mgpu_store *st, uint64_t id) {
   return rc ? rc : mgpu_store_release(g);
 }
 
+/* The requests of each store case, and whether each one's reply carries a
+ * descriptor: create, seal, get, release, release, delete; get, release. */
+static const int LIFECYCLE_FDS[] = {1, 0, 1, 0, 0, 0};
+static const int GET_RELEASE_FDS[] = {1, 0};
+
 /* Median seconds per op of the store case (kind 0 lifecycle, 1 get+release
- * of id) and of `rounds` ping-pongs, in alternate batches. */
-static int latency(store_bench *b, int kind, uint64_t id, int rounds,
-                   int batch, int reps, double *store_s, double *base_s) {
+ * of id) and of its baseline, in alternate batches (ABBA). */
+static int latency(store_bench *b, int kind, uint64_t id, int batch,
+                   int reps, double *store_s, double *base_s) {
+  const int *fds = kind == 0 ? LIFECYCLE_FDS : GET_RELEASE_FDS;
+  int nfds = kind == 0 ? 6 : 2;
   double *t = calloc((size_t)reps, sizeof *t), *u = calloc((size_t)reps, sizeof *u);
   int rc = t && u ? 0 : MGPU_ENOMEM;
   for (int r = -1; r < reps && rc == 0; r++) { /* r = -1: warm-up */
-    double t0 = bench_now();
-    for (int i = 0; i < batch && rc == 0; i++)
-      rc = kind == 0 ? lifecycle(b->st) : get_release(b->st, id);
-    double t1 = bench_now();
-    if (rc == 0 && ping_pong(b, rounds * batch) != 0) rc = MGPU_EIO;
-    double t2 = bench_now();
+    double ts = 0, tb = 0;
+    for (int side = 0; side < 2 && rc == 0; side++) {
+      int store_side = (side == 0) == ((r & 1) == 0);
+      double t0 = bench_now();
+      for (int i = 0; i < batch && rc == 0; i++) {
+        if (store_side)
+          rc = kind == 0 ? lifecycle(b->st) : get_release(b->st, id);
+        else if (baseline(b, fds, nfds) != 0)
+          rc = MGPU_EIO;
+      }
+      *(store_side ? &ts : &tb) = (bench_now() - t0) / batch;
+    }
     if (r >= 0) {
-      t[r] = (t1 - t0) / batch;
-      u[r] = (t2 - t1) / batch;
+      t[r] = ts;
+      u[r] = tb;
     }
   }
   if (rc == 0) {
@@ -205,6 +284,7 @@ static void stop(store_bench *b) {
     close(b->echo_fd);
     waitpid(b->echo, NULL, 0);
   }
+  if (b->memfd >= 0) close(b->memfd);
   if (b->daemon > 0) {
     kill(b->daemon, SIGTERM);
     waitpid(b->daemon, NULL, 0);
@@ -222,7 +302,7 @@ int mgpu_bench_store(int argc, char **argv) {
     if (nrest != 0) fprintf(stderr, "usage: %s\n", usage);
     return 2;
   }
-  store_bench b = {.echo_fd = -1};
+  store_bench b = {.echo_fd = -1, .memfd = -1};
   if (start_daemon(&b) != 0 || start_echo(&b) != 0) {
     stop(&b);
     return mgpu_cmd_fail("bench store: start", MGPU_EIO);
@@ -230,21 +310,21 @@ int mgpu_bench_store(int argc, char **argv) {
   bench_report *r = bench_report_new("store");
   int batch = o.quick ? 50 : 500;
   double s, base;
-  int rc = latency(&b, 0, 0, 6, batch, o.reps, &s, &base);
+  int rc = latency(&b, 0, 0, batch, o.reps, &s, &base);
   if (rc == 0)
     bench_report_add(r, "create+seal+get+release+release+delete (6 requests)",
-                     "latency", s * 1e6, "us", "6 bare UNIX-socket ping-pongs",
-                     base * 1e6);
+                     "latency", s * 1e6, "us",
+                     "6 UNIX-socket round trips, 2 passing an fd", base * 1e6);
   mgpu_store_object *kept = NULL;
   if (rc == 0) rc = mgpu_store_create(b.st, 0, 4096, "bench-kept", &kept);
   if (rc == 0) rc = mgpu_store_seal(kept);
   if (rc == 0)
-    rc = latency(&b, 1, mgpu_store_object_id(kept), 2, batch, o.reps, &s,
+    rc = latency(&b, 1, mgpu_store_object_id(kept), batch, o.reps, &s,
                  &base);
   if (rc == 0)
     bench_report_add(r, "get+release of a sealed 4KiB object (2 requests)",
-                     "latency", s * 1e6, "us", "2 bare UNIX-socket ping-pongs",
-                     base * 1e6);
+                     "latency", s * 1e6, "us",
+                     "2 UNIX-socket round trips, 1 passing an fd", base * 1e6);
   if (kept) mgpu_store_release(kept);
   size_t big = (size_t)(o.quick ? 32 : 256) << 20;
   double get_gbps, memcpy_gbps;

@@ -177,12 +177,22 @@ int mgpu_bench_trace(int argc, char **argv) {
            mgpu_device_count());
   double on_ns = bench_median(v[1], reps), off_ns = bench_median(v[0], reps);
   bench_report_add(rep, name, "time", on_ns, "ns/task", "tracing off", off_ns);
-  /* The extra time per task over the events each task recorded; at or
-   * below 0 when the difference is within the noise of the run. */
+  /* The extra time per task over the events each task recorded. Its noise
+   * is the spread of the tracing-off repetitions (half their range), per
+   * event: a difference within it, or below 0, is no measurement and is
+   * printed as such, not as a cost. */
   double per_task = events / reps / TASKS;
   double per_event = per_task > 0 ? (on_ns - off_ns) / per_task : 0;
+  double lo = v[0][0], hi = v[0][0];
+  for (int r = 1; r < reps; r++) {
+    if (v[0][r] < lo) lo = v[0][r];
+    if (v[0][r] > hi) hi = v[0][r];
+  }
+  double noise = per_task > 0 ? (hi - lo) / 2 / per_task : 0;
+  if (noise < 0.01) noise = 0.01; /* below the printed precision */
   bench_report_add(rep, "sched: cost per recorded event", "cost", per_event,
                    "ns/event", NULL, 0);
+  bench_report_noise(rep, noise);
   bench_report_add(rep, "sched: events per task", "count", per_task,
                    "events", NULL, 0);
 

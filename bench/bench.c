@@ -18,6 +18,7 @@ typedef struct bench_row {
   char baseline_name[48];
   double value, baseline;
   int has_baseline;
+  double noise; /* > 0: the figure is this noisy (bench_report_noise) */
 } bench_row;
 
 struct bench_report {
@@ -97,6 +98,15 @@ void bench_report_add(bench_report *r, const char *case_name,
   }
 }
 
+void bench_report_noise(bench_report *r, double noise) {
+  if (r != NULL && r->nrows > 0) r->rows[r->nrows - 1].noise = noise;
+}
+
+/* The figure is within its noise of 0: no measurement. */
+static int below_noise(const bench_row *row) {
+  return row->noise > 0 && row->value <= row->noise;
+}
+
 static void json_string(const char *s) {
   putchar('"');
   for (; *s; s++) {
@@ -124,7 +134,12 @@ void bench_report_finish(bench_report *r, int json) {
       json_string(row->case_name);
       printf(", \"metric\": ");
       json_string(row->metric);
-      printf(", \"value\": %.6g, \"unit\": ", row->value);
+      if (below_noise(row))
+        printf(", \"value\": null, \"below_noise\": true");
+      else
+        printf(", \"value\": %.6g", row->value);
+      if (row->noise > 0) printf(", \"noise\": %.6g", row->noise);
+      printf(", \"unit\": ");
       json_string(row->unit);
       if (row->has_baseline) {
         printf(", \"baseline\": {\"name\": ");
@@ -142,8 +157,15 @@ void bench_report_finish(bench_report *r, int json) {
            "unit", "baseline", "value", "ratio");
     for (int i = 0; i < r->nrows; i++) {
       bench_row *row = &r->rows[i];
-      printf("%-40s %-10s %12.4g %-7s", row->case_name, row->metric,
-             row->value, row->unit);
+      if (below_noise(row)) {
+        char what[64];
+        snprintf(what, sizeof what, "below noise (± %.3g %s)", row->noise,
+                 row->unit);
+        printf("%-40s %-10s %s", row->case_name, row->metric, what);
+      } else {
+        printf("%-40s %-10s %12.4g %-7s", row->case_name, row->metric,
+               row->value, row->unit);
+      }
       if (row->has_baseline && row->baseline != 0)
         printf(" %-22s %12.4g %7.3f", row->baseline_name, row->baseline,
                row->value / row->baseline);

@@ -39,6 +39,12 @@ void bench_report_add(bench_report *r, const char *case_name,
                       const char *metric, double value, const char *unit,
                       const char *baseline_name, double baseline_value);
 
+/* Gives the figure added last its noise, in its unit: a figure within
+ * ± noise of 0 is not a measurement, and is printed as "below noise
+ * (± noise unit)" in the table, and in JSON as "value": null with
+ * "below_noise": true and "noise". */
+void bench_report_noise(bench_report *r, double noise);
+
 /* Prints the report (a table, or JSON with json != 0) and frees it. */
 void bench_report_finish(bench_report *r, int json);
 

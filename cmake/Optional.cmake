@@ -4,8 +4,10 @@
 set(MGPU_FEATURE_DEFINES "")
 set(MGPU_FEATURE_INCLUDES "")
 set(MGPU_FEATURE_LIBS "")
-# Link flags of the optional libraries, for mgpu.pc's Libs.private.
-set(MGPU_PC_LIBS_PRIVATE "")
+# The pkg-config modules of the optional libraries, for mgpu.pc's
+# Requires.private: pkg-config --static then brings each module's own
+# private libraries too.
+set(MGPU_PC_REQUIRES_PRIVATE "")
 
 macro(mgpu_optional_result name found note)
   if(${found})
@@ -74,8 +76,9 @@ if(NOT MGPU_WITH_HWLOC STREQUAL "OFF")
     set(_note "(${MGPU_HWLOC_VERSION}: NUMA from hwloc, device threads pinned)")
     list(APPEND MGPU_FEATURE_INCLUDES ${MGPU_HWLOC_INCLUDE_DIRS})
     list(APPEND MGPU_FEATURE_LIBS ${MGPU_HWLOC_LINK_LIBRARIES})
-    # A static link of libmgpu.a needs hwloc too: mgpu.pc's Libs.private.
-    list(APPEND MGPU_PC_LIBS_PRIVATE ${MGPU_HWLOC_LDFLAGS})
+    # A static link of libmgpu.a needs hwloc too, and what hwloc needs
+    # (libudev on Debian): mgpu.pc's Requires.private.
+    list(APPEND MGPU_PC_REQUIRES_PRIVATE hwloc)
   else()
     set(_note "(not found: NUMA from sysfs, threads not pinned)")
   endif()

@@ -2,7 +2,9 @@
 # mgpu bench allreduce --quick: the one JSON shape, every figure positive,
 # every size on 2 devices, the traffic rows next to their memcpy baseline,
 # the busbw rows next to Open MPI's when the peer was built and mpirun is
-# present; and the Open MPI peer's own output in the same shape.
+# present; and the Open MPI peer's own output in the same shape. A command
+# whose helpers are not beside it says that they are missing, not that MPI
+# was not found.
 set -euo pipefail
 mgpu=$1
 build=$3
@@ -31,7 +33,7 @@ for r in rows:
 '
 sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
 have_mpi=0
-if [ -z "$sanitized" ] && [ -x "$build/bench/mpi_allreduce" ] &&
+if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce" ] &&
    command -v mpirun >/dev/null; then
   have_mpi=1
 fi
@@ -45,7 +47,20 @@ MGPU_DEVICES=host:3 "$mgpu" bench allreduce --quick >/dev/null ||
 # checked in plain builds only.
 if [ "$have_mpi" = 1 ]; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 \
-    mpirun --oversubscribe -np 2 "$build/bench/mpi_allreduce" --quick --json |
+    mpirun --oversubscribe -np 2 "$build/libexec/mgpu/mpi_allreduce" --quick --json |
     python3 -c "$check" mpi 0 || fail "mpi_allreduce --quick --json"
+fi
+
+# The command copied away from its helpers (its RUNPATH still finds libmgpu).
+if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce" ] &&
+   command -v mpirun >/dev/null; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  mkdir "$tmp/bin"
+  cp "$mgpu" "$tmp/bin/mgpu"
+  MGPU_DEVICES=host:2 "$tmp/bin/mgpu" bench allreduce --quick --devices 2 --sizes 8 \
+    >/dev/null 2>"$tmp/err" || fail "mgpu bench allreduce away from its helpers"
+  grep -q "mpi_allreduce is missing" "$tmp/err" && ! grep -q "no MPI" "$tmp/err" ||
+    fail "away from its helpers, the reason given: $(cat "$tmp/err")"
 fi
 echo "bench-allreduce: ok"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mgpu bench store --quick --json prints its three figures, each with the
-# baseline measured in the same run (bare ping-pongs, memcpy).
+# baseline measured in the same run (bare UNIX-socket round trips, memcpy).
 set -euo pipefail
 mgpu=$1
 out=$(timeout 300 "$mgpu" bench store --quick --json)
@@ -13,7 +13,7 @@ assert len(cases) == 3, cases
 for x in cases.values():
     assert x["value"] > 0 and x["baseline"]["value"] > 0 and x["ratio"] > 0, x
 life = cases["create+seal+get+release+release+delete (6 requests)"]
-assert life["unit"] == "us" and "ping-pong" in life["baseline"]["name"], life
+assert life["unit"] == "us" and "round trips" in life["baseline"]["name"], life
 big = cases["get+release of a sealed 32MiB object"]
 assert big["unit"] == "GB/s" and big["baseline"]["name"] == "memcpy 1 thread", big
 ' || { echo "FAIL: bench store --quick --json"; echo "$out"; exit 1; }

@@ -17,6 +17,14 @@ assert span["baseline"]["name"] == "tracing off" and span["baseline"]["value"] >
 sched = [x for c, x in cases.items() if c.startswith("sched:") and x["unit"] == "ns/task"]
 assert len(sched) == 1 and sched[0]["baseline"]["name"] == "tracing off", sched
 assert cases["sched: events per task"]["value"] >= 1, cases
+# The cost per event is a figure or, within its noise, no figure: never a
+# negative cost.
+ev = cases["sched: cost per recorded event"]
+assert ev["noise"] > 0, ev
+if ev.get("below_noise"):
+    assert ev["value"] is None, ev
+else:
+    assert ev["value"] > ev["noise"], ev
 ar = [x for c, x in cases.items() if c.startswith("allreduce 64MiB")]
 assert len(ar) == 1 and ar[0]["value"] > 0 and ar[0]["baseline"]["value"] > 0, ar
 ' || { echo "FAIL: bench trace --quick --json"; echo "$out"; exit 1; }

@@ -21,6 +21,12 @@ for i, d in enumerate(devs):
 
 MGPU_DEVICES=host:3 "$mgpu" devices | grep -q "host device 2" || fail "devices table"
 "$mgpu" version | grep -Eq '^mgpu [0-9]+\.[0-9]+\.[0-9]+$' || fail "version"
+"$mgpu" version --json | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+assert v["version"] == "%d.%d.%d" % (v["major"], v["minor"], v["patch"]), v
+assert set(v["built_with"]) == {"cuda", "nccl", "mpi", "hwloc"}, v
+' || fail "version --json"
 MGPU_DEVICES=host:4 "$mgpu" demo vecadd 100003 | grep -q "all 100003 elements correct" || fail "demo vecadd"
 
 set +e

@@ -2,7 +2,8 @@
 # The paths of a machine with no usable GPU (as CI is):
 #  - MGPU_DEVICES=cuda fails cleanly (exit 1, no crash) with the CUDA error
 #    named in the detail (cudaErrorNoDevice, cudaErrorInsufficientDriver ...),
-#    or, where the plugin was not built, says the plugin is missing;
+#    and, where no driver is installed, saying that no GPU or driver was
+#    found; where the plugin was not built, it says the plugin is missing;
 #  - MGPU_DEVICES unset falls back to four host devices and says so under
 #    MGPU_LOG=info.
 # On a machine where a GPU is usable the first case cannot be shown: skip.
@@ -28,6 +29,14 @@ if [ -e "$build/lib/libmgpu-cuda.so" ]; then
     fail "MGPU_DEVICES=cuda: the CUDA error is not named"
   grep -Eq 'MGPU_E(NODEV|BACKEND)' "$out/cuda.err" ||
     fail "MGPU_DEVICES=cuda: want MGPU_ENODEV or MGPU_EBACKEND"
+  # Where no NVIDIA driver can be loaded at all, the message says that no
+  # GPU or driver was found, not that the driver's version is insufficient.
+  if ! python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
+    grep -q 'MGPU_ENODEV' "$out/cuda.err" && grep -q 'no GPU or driver was found' "$out/cuda.err" ||
+      fail "MGPU_DEVICES=cuda without a driver: want MGPU_ENODEV, 'no GPU or driver was found'"
+    ! grep -q 'version is insufficient' "$out/cuda.err" ||
+      fail "MGPU_DEVICES=cuda without a driver: the message speaks of an insufficient driver"
+  fi
 else
   grep -q 'MGPU_EPLUGIN' "$out/cuda.err" ||
     fail "MGPU_DEVICES=cuda without the plugin: want MGPU_EPLUGIN"

@@ -1,14 +1,154 @@
 #!/usr/bin/env bash
-# Installs the build into a temporary prefix, then builds a small program
-# against the installed copy both ways: pkg-config and CMake's
-# find_package(mgpu) with its imported target. Both programs must run.
+# Installs the build into a temporary prefix, then:
+# - reads the NEEDED entries of every installed ELF file and of the Python
+#   extension: only the CUDA side links CUDA or NCCL, only the MPI side MPI;
+# - runs every installed program without LD_LIBRARY_PATH (their RUNPATH is
+#   $ORIGIN-relative), and the command and `import mgpu` (with the README's
+#   Python block) under a loader that cannot find CUDA's libraries;
+# - builds a small program against the installed copy both ways, pkg-config
+#   and CMake's find_package(mgpu) with its imported target, and runs it.
 set -euo pipefail
 src=$2
 build=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+fail() { echo "install: FAIL: $*" >&2; exit 1; }
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 libdir=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
+libdir=${libdir%/}
+# The wheel's files (the extension and the CUDA plugin beside it), as
+# scikit-build-core installs them, where the build has the extension. A
+# plain install leaves them out.
+[ ! -e "$tmp/prefix/mgpu" ] || fail "make install put the Python package's files at the prefix's root"
+ext=""
+if ls "$build"/python/mgpu/_core*.so >/dev/null 2>&1; then
+  cmake --install "$build" --component python --prefix "$tmp/wheel" >/dev/null
+  ext=$(ls "$tmp"/wheel/mgpu/_core*.so)
+fi
+built_with=$(env -u LD_LIBRARY_PATH "$tmp/prefix/bin/mgpu" version --json) ||
+  fail "the installed mgpu version --json did not run"
+has() {
+  echo "$built_with" | python3 -c "import json, sys; sys.exit(0 if json.load(sys.stdin)['built_with']['$1'] else 1)"
+}
+
+# NEEDED entries. The CUDA plugin and the demo's CUDA kernels (both opened
+# with dlopen, only on CUDA devices) may link CUDA's runtime; nothing links
+# libcuda or libnccl (the plugin opens NCCL with dlopen). MPI only for the
+# MPI module, the helpers that are MPI programs and the extension (whose
+# mgpu.mpi part is compiled in).
+elves=$(find "$tmp/prefix" -type f | while read -r f; do
+  if [ "$(head -c4 "$f" | tail -c3)" = "ELF" ]; then echo "$f"; fi; done)
+[ -n "$elves" ] || fail "no ELF file installed"
+checked=0
+for f in $elves $ext; do
+  name=$(basename "$f")
+  needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  for lib in $needed; do
+    case "$lib" in
+      libcudart.so*)
+        case "$name" in libmgpu-cuda.so|libmgpu-demo-cuda.so) ;;
+          *) fail "$f carries NEEDED $lib: only the CUDA plugin may link CUDA" ;; esac ;;
+      libcuda.so*|libnccl.so*)
+        fail "$f carries NEEDED $lib: CUDA's driver and NCCL are opened with dlopen" ;;
+      libmpi.so*|libmpich.so*)
+        case "$name" in libmgpu_mpi.so*|mgpu-bench-mpi|mpi_allreduce|mpi_jacobi|_core*.so) ;;
+          *) fail "$f carries NEEDED $lib: only the MPI module may link MPI" ;; esac ;;
+    esac
+  done
+  checked=$((checked + 1))
+done
+echo "install: NEEDED entries of $checked files ok"
+
+# Every installed program starts with no LD_LIBRARY_PATH, from wherever the
+# prefix is. The helpers are started with a bad option: each says its usage
+# (exit 2) once it has loaded; a loader failure is exit 127.
+(
+  unset LD_LIBRARY_PATH
+  MGPU_DEVICES=host:2 "$tmp/prefix/bin/mgpu" devices | grep -q "host device 1" ||
+    fail "the installed mgpu devices"
+  for f in $(find "$tmp/prefix/bin" "$tmp/prefix/libexec" -type f 2>/dev/null); do
+    set +e
+    out=$(timeout 60 "$f" --no-such-option 2>&1 </dev/null)
+    rc=$?
+    set -e
+    case "$out" in *"error while loading shared libraries"*) fail "$f does not start: $out" ;; esac
+    [ $rc -ne 127 ] && [ $rc -ne 126 ] || fail "$f does not start (exit $rc): $out"
+  done
+)
+echo "install: every installed program starts without LD_LIBRARY_PATH"
+
+# The helpers are where the command looks for them: `mgpu bench mpi` runs
+# mgpu-bench-mpi as one rank (in plain builds: Open MPI is not
+# sanitizer-clean, it leaks at finalize).
+sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
+if has mpi && [ -z "$sanitized" ]; then
+  [ -x "$tmp/prefix/libexec/mgpu/mgpu-bench-mpi" ] || fail "mgpu-bench-mpi not installed"
+  [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] || fail "mpi_allreduce not installed"
+  (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+     timeout 240 "$tmp/prefix/bin/mgpu" bench mpi --quick --reps 1 --json) |
+    python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["bench"] == "mpi" and r["results"], r' ||
+    fail "the installed mgpu bench mpi"
+  echo "install: mgpu bench mpi runs its installed helper"
+fi
+# The installed command finds its installed baselines: Open MPI's next to
+# `bench allreduce` (where mpirun is there), StarPU's next to `bench sched`.
+if [ -z "$sanitized" ] && [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] &&
+   command -v mpirun >/dev/null; then
+  (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+     "$tmp/prefix/bin/mgpu" bench allreduce --quick --reps 1 --devices 2 --sizes 8 --json) |
+    python3 -c '
+import json, sys
+rows = [r for r in json.load(sys.stdin)["results"] if r["metric"] == "busbw"]
+assert rows and all(r["baseline"]["name"] == "Open MPI busbw" for r in rows), rows' ||
+    fail "the installed mgpu bench allreduce has no Open MPI baseline"
+  echo "install: bench allreduce finds its installed Open MPI baseline"
+fi
+if [ -z "$sanitized" ] && [ -x "$tmp/prefix/libexec/mgpu/starpu_sched" ]; then
+  (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:1 "$tmp/prefix/bin/mgpu" bench sched --quick --reps 1 --json) |
+    python3 -c '
+import json, sys
+names = {r.get("baseline", {}).get("name") for r in json.load(sys.stdin)["results"]}
+assert "StarPU eager" in names, names' ||
+    fail "the installed mgpu bench sched has no StarPU baseline"
+  echo "install: bench sched finds its installed StarPU baseline"
+fi
+
+# A loader that cannot find CUDA's libraries: ld.so without its cache
+# searches only the system's own folders (CUDA lives in /usr/local). That
+# CUDA's runtime and NCCL are hidden so is checked first (a dlopen of each
+# fails there); the command and `import mgpu` with the README's Python block
+# must run all the same.
+ldso=$(readelf -l "$tmp/prefix/bin/mgpu" | sed -n 's/.*interpreter: \(.*\)\]/\1/p')
+py=$(python3 -c "import sys; print(sys.executable)")
+hidden=$(cd "$tmp" && unset LD_LIBRARY_PATH && "$ldso" --inhibit-cache "$py" -c '
+import ctypes
+found = []
+for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so", "libnccl.so.2", "libcuda.so.1"):
+    try:
+        ctypes.CDLL(name)
+        found.append(name)
+    except OSError:
+        pass
+print(" ".join(found) if found else "hidden")')
+if [ "$hidden" != "hidden" ]; then
+  echo "install: $hidden found in a system folder here: the run without CUDA is skipped" >&2
+else
+  (unset LD_LIBRARY_PATH; "$ldso" --inhibit-cache "$tmp/prefix/bin/mgpu" version) |
+    grep -Eq '^mgpu [0-9]' || fail "mgpu version where CUDA cannot be found"
+  (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 "$ldso" --inhibit-cache "$tmp/prefix/bin/mgpu" devices) |
+    grep -q "host device 1" || fail "mgpu devices where CUDA cannot be found"
+  if [ -n "$ext" ] && python3 -c "import numpy" 2>/dev/null; then
+    mkdir -p "$tmp/pkg/mgpu"
+    cp "$src"/python/mgpu/*.py "$tmp"/wheel/mgpu/* "$tmp/pkg/mgpu/"
+    awk '/^```python$/ {on=1; next} /^```$/ && on {exit} on {print}' "$src/README.md" > "$tmp/readme.py"
+    out=$(cd "$tmp" && unset LD_LIBRARY_PATH && PYTHONPATH="$tmp/pkg" "$ldso" --inhibit-cache "$py" readme.py 2>&1) ||
+      fail "import mgpu and README's Python block where CUDA cannot be found: $out"
+    echo "$out" | grep -q "\[7\. 7\. 7\. 7\.\]" || fail "README's Python block printed: $out"
+    echo "install: import mgpu and README's Python block run where CUDA cannot be found"
+  fi
+  echo "install: mgpu runs where CUDA cannot be found"
+fi
+
 cat > "$tmp/app.c" <<'C'
 #include <mgpu.h>
 #include <stdio.h>
@@ -30,16 +170,36 @@ if command -v pkg-config >/dev/null; then
   cc -std=c11 -o "$tmp/app-rpath" "$tmp/app.c" $(pkg-config --cflags --libs mgpu) \
     -Wl,-rpath,"$(pkg-config --variable=libdir mgpu)"
   MGPU_DEVICES=host:2 "$tmp/app-rpath" | grep -q "2 devices"
-  # A static link of libmgpu.a with what `pkg-config --static` lists (hwloc
-  # among it when the build uses hwloc).
-  cc -std=c11 -o "$tmp/app-static" "$tmp/app.c" \
-    $(pkg-config --cflags --static --libs mgpu | sed 's/-lmgpu\b/-l:libmgpu.a/')
-  if ldd "$tmp/app-static" | grep -q libmgpu; then
-    echo "install: the static program loads libmgpu.so" >&2
-    exit 1
+  # hwloc is a pkg-config module of its own (Requires.private), so that
+  # --static brings hwloc's own libraries, not a hard-coded -lhwloc.
+  if has hwloc; then
+    pkg-config --print-requires-private mgpu | grep -qx hwloc ||
+      fail "mgpu.pc: hwloc is not in Requires.private"
   fi
-  MGPU_DEVICES=host:2 "$tmp/app-static" | grep -q "2 devices"
-  echo "install: pkg-config ok (shared, rpath, static)"
+  ! grep -q -- "-lhwloc" "$libdir/pkgconfig/mgpu.pc" || fail "mgpu.pc hard-codes -lhwloc"
+  # A static link of libmgpu.a with what `pkg-config --static` lists. Each
+  # library it names must be there to link (Debian: hwloc's libudev needs
+  # libudev-dev); where one is not, that part says so and is skipped.
+  static_libs=$(pkg-config --static --libs mgpu | sed 's/-lmgpu\b/-l:libmgpu.a/')
+  missing=""
+  for l in $static_libs; do
+    case "$l" in -l:*|-lmgpu) ;; -l*)
+      echo 'int main(void){return 0;}' | cc -x c - -o "$tmp/probe" $(pkg-config --libs-only-L mgpu) "$l" 2>/dev/null ||
+        missing="$missing $l" ;;
+    esac
+  done
+  kinds="shared, rpath, static"
+  if [ -n "$missing" ]; then
+    echo "install: static link skipped: cannot link$missing (Debian: apt-get install libudev-dev)" >&2
+    kinds="shared, rpath"
+  else
+    cc -std=c11 -o "$tmp/app-static" "$tmp/app.c" $(pkg-config --cflags mgpu) $static_libs
+    if ldd "$tmp/app-static" | grep -q libmgpu; then
+      fail "the static program loads libmgpu.so"
+    fi
+    MGPU_DEVICES=host:2 "$tmp/app-static" | grep -q "2 devices"
+  fi
+  echo "install: pkg-config ok ($kinds)"
 else
   echo "install: pkg-config not installed, skipping that half" >&2
 fi
@@ -56,10 +216,11 @@ cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/nu
 cmake --build "$tmp/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" MGPU_DEVICES=host:3 "$tmp/cm/build/app" | grep -q "3 devices"
 test -x "$tmp/prefix/bin/mgpu"
-# The installed command starts with no LD_LIBRARY_PATH (its rpath is
-# $ORIGIN/../lib) and uses the library installed beside it.
-(unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 "$tmp/prefix/bin/mgpu" devices >/dev/null)
-ldd "$tmp/prefix/bin/mgpu" | grep libmgpu | grep -q "$tmp/prefix"
+# The installed programs use the library installed beside them.
+for f in "$tmp/prefix/bin/mgpu" "$tmp/prefix/bin/mgpud"; do
+  (unset LD_LIBRARY_PATH; ldd "$f") | grep libmgpu | grep -q "$tmp/prefix" ||
+    fail "$f does not load the libmgpu installed beside it"
+done
 echo "install: find_package ok"
 
 # The MPI module, where it was built: mgpu-mpi.pc and the mgpu::mpi target,

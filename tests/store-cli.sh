@@ -59,11 +59,24 @@ timeout 30 "$mgpu" store --socket "$sock" stat --json | grep -q '"objects": 0'
 
 # A second daemon on a live socket is refused; the first stops cleanly.
 timeout 30 "$build/bin/mgpud" --socket "$sock" 2>"$dir/err2" && exit 1
-grep -q "already serves" "$dir/err2"
+grep -q "MGPU_EALREADY" "$dir/err2"
+grep -q "a daemon is already serving $sock (pid $daemon)" "$dir/err2"
 kill "$daemon"
 status=0
 wait "$daemon" || status=$?
 daemon=""
 [ "$status" = 0 ] || { cat "$dir/daemon.log"; exit 1; }
 [ ! -e "$sock" ]
+[ ! -e "$sock.lock" ]
+
+# A device that is not a number is an error, not device 0.
+timeout 30 "$mgpu" store --socket "$sock" put "$dir/in.bin" --device abc 2>"$dir/err" && exit 1
+grep -q "not a device number" "$dir/err"
+
+# A regular file where the socket should be is never removed.
+echo "keep me" >"$dir/file"
+timeout 30 "$build/bin/mgpud" --socket "$dir/file" 2>"$dir/err3" && exit 1
+grep -q "MGPU_EEXIST" "$dir/err3"
+grep -q "is not a socket" "$dir/err3"
+[ "$(cat "$dir/file")" = "keep me" ]
 echo "store-cli: ok"

@@ -76,11 +76,9 @@ static inline pid_t store_spawn(int (*fn)(store_env *env, void *arg),
   return pid;
 }
 
-/* Runs the mgpud binary of this build in a child process, its stderr
- * appended to the log. Returns its pid. */
-static inline pid_t store_daemon_exec(store_env *env, size_t capacity) {
-  char cap[32];
-  snprintf(cap, sizeof cap, "%zu", capacity);
+/* Forks a child that dies with this process, its stderr appended to the
+ * daemon's log. Returns as fork does. */
+static inline pid_t store_fork_logged(store_env *env) {
   fflush(NULL);
   pid_t pid = fork();
   ASSERT(pid >= 0);
@@ -91,6 +89,17 @@ static inline pid_t store_daemon_exec(store_env *env, size_t capacity) {
       dup2(log, 2);
       close(log);
     }
+  }
+  return pid;
+}
+
+/* Runs the mgpud binary of this build in a child process, its stderr
+ * appended to the log. Returns its pid. */
+static inline pid_t store_daemon_exec(store_env *env, size_t capacity) {
+  char cap[32];
+  snprintf(cap, sizeof cap, "%zu", capacity);
+  pid_t pid = store_fork_logged(env);
+  if (pid == 0) {
     if (capacity != 0)
       execl(MGPU_TEST_BIN_DIR "/mgpud", "mgpud", "--socket", env->path,
             "--capacity", cap, (char *)NULL);
@@ -143,7 +152,10 @@ static inline void store_env_cleanup(store_env *env) {
     kill(env->daemon, SIGKILL);
     store_wait(env->daemon, 5000);
   }
+  char lock[sizeof env->path + 8];
+  snprintf(lock, sizeof lock, "%s.lock", env->path);
   unlink(env->path);
+  unlink(lock); /* left by a daemon that was killed */
   unlink(env->log);
   rmdir(env->dir);
 }

@@ -592,7 +592,28 @@ TEST_IMPL(current_device_after_reinit) {
   return 0;
 }
 
+/* mgpu_timeout_ms: the default before init, what init resolved (the
+ * config's own value, else MGPU_TIMEOUT), kept past shutdown. */
+TEST_IMPL(timeout_as_resolved) {
+  unsetenv("MGPU_TIMEOUT");
+  ASSERT_EQ(mgpu_timeout_ms(), 30000);
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:1";
+  cfg.timeout_ms = 1234;
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_EQ(mgpu_timeout_ms(), 1234);
+  ASSERT_OK(mgpu_shutdown());
+  setenv("MGPU_TIMEOUT", "777", 1);
+  cfg.timeout_ms = 0;
+  ASSERT_OK(mgpu_init(&cfg));
+  unsetenv("MGPU_TIMEOUT");
+  ASSERT_EQ(mgpu_timeout_ms(), 777);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
+TEST_ENTRY(timeout_as_resolved)
 TEST_ENTRY(init_shutdown_twice)
 TEST_ENTRY(bad_device_spec_names_token)
 TEST_ENTRY(config_from_environment)

@@ -411,7 +411,27 @@ TEST_IMPL(import_export_chain) {
   return 0;
 }
 
+/* mgpu_stream_order_native: host devices have no foreign streams to order
+ * (the caller waits on the host), and the stream handle is checked. */
+TEST_IMPL(order_native_stream) {
+  test_init();
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  if (is_host(0)) {
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_stream_order_native(s, (void *)1));
+    ASSERT_DETAIL_HAS("device 0");
+  } else {
+    ASSERT_OK(mgpu_stream_order_native(s, (void *)1));
+    ASSERT_ERR(MGPU_EINVAL, mgpu_stream_order_native(s, NULL));
+  }
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_ERR(MGPU_EFREED, mgpu_stream_order_native(s, (void *)1));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_stream_order_native(NULL, (void *)1));
+  return 0;
+}
+
 TEST_LIST_BEGIN
+TEST_ENTRY(order_native_stream)
 TEST_ENTRY(export_view_shares_memory)
 TEST_ENTRY(export_device_of_each_kind)
 TEST_ENTRY(export_errors)

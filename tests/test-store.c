@@ -3,10 +3,17 @@
  * own daemon (a child process, instrumented like the test) on a socket in a
  * fresh private directory, and stops it at the end: the daemon must exit
  * cleanly, which under ASan also means without leaks. */
+#include <dirent.h>
+#include <grp.h>
+#include <pthread.h>
 #include <pwd.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "store-helpers.h"
 #include "store/proto.h"
+#include "util/fault.h"
 
 #define MIB (1024u * 1024u)
 
@@ -644,7 +651,11 @@ TEST_IMPL(daemon_restart) {
   pid_t second = store_daemon_exec(&other, 0);
   int status = store_wait(second, 30000);
   ASSERT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1);
-  ASSERT(store_log_has(&env, "already serves"));
+  char serving[160];
+  snprintf(serving, sizeof serving, "a daemon is already serving %s (pid %d)",
+           env.path, (int)env.daemon);
+  ASSERT(store_log_has(&env, serving));
+  ASSERT(store_log_has(&env, "MGPU_EALREADY"));
   store_expect_counts(&env, 0, 0);
   store_daemon_stop(&env);
   /* No daemon at all: a clear error, no hang. */
@@ -913,6 +924,629 @@ TEST_IMPL(object_buffers) {
   return 0;
 }
 
+/* ---- raw clients: the protocol spoken by hand ---- */
+
+/* Reads exactly n bytes from sock (10 s at most); a descriptor that comes
+ * along lands in *fd. */
+static void raw_recv(int sock, uint8_t *buf, size_t n, int *fd) {
+  while (n > 0) {
+    struct pollfd p = {sock, POLLIN, 0};
+    ASSERT(poll(&p, 1, 10000) == 1);
+    struct iovec iov = {buf, n};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    ASSERT(r > 0);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    if (cm != NULL && cm->cmsg_type == SCM_RIGHTS)
+      memcpy(fd, CMSG_DATA(cm), sizeof *fd);
+    buf += r;
+    n -= (size_t)r;
+  }
+}
+
+/* Reads one message into *m (free with mgpu__store_msg_free). */
+static void raw_reply(int sock, mgpu__store_msg *m, int *fd) {
+  static uint8_t buf[MGPU__STORE_MSG_MAX];
+  uint32_t plen;
+  char why[256];
+  raw_recv(sock, buf, MGPU__STORE_HDR, fd);
+  ASSERT_OK(mgpu__store_header_check(buf, &plen, why, sizeof why));
+  raw_recv(sock, buf + MGPU__STORE_HDR, plen, fd);
+  ASSERT_OK(mgpu__store_decode(buf, MGPU__STORE_HDR + plen, m, why,
+                               sizeof why));
+}
+
+static void raw_send_hello(int sock) {
+  mgpu__store_wbuf w = {0};
+  mgpu__store_wbuf_begin(&w, MGPU__SM_HELLO, 1);
+  mgpu__store_put_u32(&w, (uint32_t)getpid());
+  ASSERT_OK(mgpu__store_wbuf_end(&w));
+  ASSERT(send(sock, w.data, w.len, MSG_NOSIGNAL) == (ssize_t)w.len);
+  mgpu__store_wbuf_free(&w);
+  mgpu__store_msg m;
+  int fd = -1;
+  raw_reply(sock, &m, &fd);
+  ASSERT_EQ(m.type, MGPU__SM_HELLO | MGPU__SM_REPLY);
+  mgpu__store_msg_free(&m);
+}
+
+static void raw_put_get(mgpu__store_wbuf *w, const char *name, uint32_t seq) {
+  mgpu__store_wbuf_begin(w, MGPU__SM_GET, seq);
+  mgpu__store_put_u64(w, 0);
+  mgpu__store_put_str(w, name, 255);
+  ASSERT_OK(mgpu__store_wbuf_end(w));
+}
+
+/* ---- a sealed object cannot be written by anyone ---- */
+
+/* A reader holding the read-only descriptor of a sealed object tries every
+ * way to write it; each must fail. */
+static int writer_main(store_env *env, void *arg) {
+  (void)arg;
+  int sock = raw_connect(env);
+  raw_send_hello(sock);
+  mgpu__store_wbuf w = {0};
+  raw_put_get(&w, "sealed", 2);
+  ASSERT(send(sock, w.data, w.len, MSG_NOSIGNAL) == (ssize_t)w.len);
+  mgpu__store_wbuf_free(&w);
+  mgpu__store_msg m;
+  int fd = -1;
+  raw_reply(sock, &m, &fd);
+  ASSERT_EQ(m.type, MGPU__SM_GET | MGPU__SM_REPLY);
+  ASSERT(fd >= 0);
+  size_t n = m.obj.map_size;
+  mgpu__store_msg_free(&m);
+  ASSERT(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) ==
+         MAP_FAILED);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int rw = open(path, O_RDWR);
+  if (rw >= 0) {
+    /* The reopen is allowed (a memfd lets everyone open it); what it
+     * could change is not. */
+    ASSERT(pwrite(rw, "XXXX", 4, 0) < 0);
+    ASSERT(write(rw, "XXXX", 4) < 0);
+    ASSERT(mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) ==
+           MAP_FAILED);
+    ASSERT(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                     4096) != 0);
+    ASSERT(ftruncate(rw, 0) != 0);
+    ASSERT(fcntl(rw, F_ADD_SEALS, F_SEAL_WRITE) != 0); /* seals are final */
+    close(rw);
+  }
+  /* A read-only mapping cannot be made writable either. */
+  void *ro = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT(ro != MAP_FAILED);
+  ASSERT(mprotect(ro, n, PROT_READ | PROT_WRITE) != 0);
+  munmap(ro, n);
+  close(fd);
+  close(sock);
+  return 0;
+}
+
+TEST_IMPL(sealed_memory_immutable) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  mgpu_store *st;
+  mgpu_store_object *o, *g;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  ASSERT_OK(mgpu_store_create(st, 0, 3 * 4096 + 5, "sealed", &o));
+  if (!on_host_device(o)) {
+    ASSERT_OK(mgpu_store_disconnect(st));
+    store_daemon_stop(&env);
+    store_env_cleanup(&env);
+    return TEST_SKIP;
+  }
+  obj_fill(o, 21);
+  ASSERT_OK(mgpu_store_seal(o));
+  /* Forked from an initialized process, the writer ends with _exit: what
+   * it inherited is not its to free (nor LeakSanitizer's to report). */
+  fflush(NULL);
+  pid_t writer = fork();
+  ASSERT(writer >= 0);
+  if (writer == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    _exit(writer_main(&env, NULL));
+  }
+  ASSERT_CHILD_OK(writer, 30000);
+  /* The creator's own mapping cannot be made writable again. */
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  ASSERT(mprotect(mgpu_store_object_ptr(o), page, PROT_READ | PROT_WRITE) !=
+         0);
+  /* Every holder still reads what was sealed. */
+  ASSERT(obj_check(o, 21));
+  ASSERT_OK(mgpu_store_get_by_name(st, "sealed", &g));
+  ASSERT(obj_check(g, 21));
+  ASSERT_OK(mgpu_store_release(g));
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_delete_by_name(st, "sealed", NULL));
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- two daemons started at once on one path ---- */
+
+TEST_IMPL(racing_daemons) {
+  store_env env;
+  store_env_init(&env);
+  for (int round = 0; round < 20; round++) {
+    pid_t a = store_daemon_exec(&env, 0), b = store_daemon_exec(&env, 0);
+    /* Exactly one gives up, with MGPU_EALREADY; the other serves. */
+    pid_t loser = 0;
+    int status = 0;
+    for (int i = 0; i < 2000 && loser == 0; i++) {
+      if (waitpid(a, &status, WNOHANG) == a) loser = a;
+      else if (waitpid(b, &status, WNOHANG) == b) loser = b;
+      else store_sleep_ms(5);
+    }
+    if (loser == 0) {
+      fprintf(stderr, "round %d: both daemons still run\n", round);
+      kill(a, SIGKILL);
+      kill(b, SIGKILL);
+      store_wait(a, 5000);
+      store_wait(b, 5000);
+      abort();
+    }
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    env.daemon = loser == a ? b : a;
+    mgpu_store *st;
+    ASSERT_OK(store_connect_wait(&env, &st));
+    mgpu_store_stats s = {.size = sizeof s};
+    ASSERT_OK(mgpu_store_stats_get(st, &s));
+    ASSERT_EQ(s.clients, 1);
+    ASSERT_OK(mgpu_store_disconnect(st));
+    ASSERT_EQ(waitpid(env.daemon, &status, WNOHANG), 0); /* still serving */
+    store_daemon_stop(&env);
+    struct stat sb;
+    ASSERT(lstat(env.path, &sb) != 0); /* socket and lock removed */
+    char lock[128];
+    snprintf(lock, sizeof lock, "%s.lock", env.path);
+    ASSERT(lstat(lock, &sb) != 0);
+  }
+  ASSERT(store_log_has(&env, "a daemon is already serving"));
+  ASSERT(!store_log_has(&env, "already initialized\n"));
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- a disconnect while other threads are inside calls ---- */
+
+typedef struct busy_thread {
+  mgpu_store *st;
+  _Atomic int *calls;
+  int last_rc;
+} busy_thread;
+
+static void *busy_thread_main(void *arg) {
+  busy_thread *t = arg;
+  for (;;) {
+    mgpu_store_object *o = NULL, *g = NULL;
+    mgpu_store_stats s = {.size = sizeof s};
+    uint64_t id = 0;
+    int rc = mgpu_store_create(t->st, 0, 4096, NULL, &o);
+    /* Once the disconnect has begun, o may be gone: id 0 says so. */
+    if (rc == 0 && (id = mgpu_store_object_id(o)) == 0) rc = MGPU_EFREED;
+    if (rc == 0) rc = mgpu_store_seal(o);
+    if (rc == 0) rc = mgpu_store_get(t->st, id, &g);
+    if (rc == 0) rc = mgpu_store_stats_get(t->st, &s);
+    if (rc == 0) rc = mgpu_store_delete(t->st, id, NULL);
+    if (rc == 0) rc = mgpu_store_release(g);
+    if (rc == 0) rc = mgpu_store_release(o);
+    if (rc != 0) {
+      t->last_rc = rc;
+      return NULL;
+    }
+    atomic_fetch_add(t->calls, 1);
+  }
+}
+
+TEST_IMPL(disconnect_during_calls) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  for (int round = 0; round < 5; round++) {
+    mgpu_store *st;
+    ASSERT_OK(mgpu_store_connect(&st, env.path));
+    _Atomic int calls = 0;
+    busy_thread t[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+      t[i] = (busy_thread){st, &calls, 0};
+      ASSERT(pthread_create(&th[i], NULL, busy_thread_main, &t[i]) == 0);
+    }
+    /* Threads are inside calls of the connection: close it under them. */
+    for (int i = 0; i < 100000 && atomic_load(&calls) < 20; i++)
+      store_sleep_ms(1);
+    ASSERT(atomic_load(&calls) >= 20);
+    ASSERT_OK(mgpu_store_disconnect(st));
+    for (int i = 0; i < 4; i++) {
+      ASSERT(pthread_join(th[i], NULL) == 0);
+      int rc = t[i].last_rc;
+      if (rc != MGPU_ESTORE && rc != MGPU_EBADHANDLE && rc != MGPU_EFREED) {
+        fprintf(stderr, "thread %d ended with %s\n", i, mgpu_err_name(rc));
+        abort();
+      }
+    }
+  }
+  /* An object sealed just before its thread's delete was cut off stays,
+   * unreferenced: delete what is left. */
+  mgpu_store *st;
+  mgpu_store_entry *e;
+  size_t n;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  ASSERT_OK(mgpu_store_list(st, &e, &n));
+  for (size_t i = 0; i < n; i++) {
+    ASSERT(e[i].sealed && e[i].refs == 0);
+    ASSERT_OK(mgpu_store_delete(st, e[i].id, NULL));
+  }
+  mgpu_store_list_free(e);
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- a client that never reads its replies ---- */
+
+static int count_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  ASSERT(d != NULL);
+  int n = 0;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n - 2;
+}
+
+TEST_IMPL(unread_replies_bounded) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  int fds_before = count_fds(env.daemon);
+  mgpu_store *good;
+  mgpu_store_object *o, *g;
+  ASSERT_OK(mgpu_store_connect(&good, env.path));
+  ASSERT_OK(mgpu_store_create(good, 0, 4096, "x", &o));
+  ASSERT_OK(mgpu_store_seal(o));
+  /* The flood: 3,000 GETs, each answered with a descriptor, none read. */
+  int sock = raw_connect(&env);
+  raw_send_hello(sock);
+  mgpu__store_wbuf w = {0};
+  for (uint32_t i = 0; i < 3000; i++) raw_put_get(&w, "x", i + 2);
+  size_t sent = 0;
+  while (sent < w.len) {
+    ssize_t r = send(sock, w.data + sent, w.len - sent,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r > 0) {
+      sent += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno != EAGAIN) break; /* dropped */
+    struct pollfd p = {sock, POLLOUT, 0};
+    if (poll(&p, 1, 2000) != 1) break; /* the daemon stopped reading */
+  }
+  mgpu__store_wbuf_free(&w);
+  /* The daemon drops the flooder (it says so) and keeps few descriptors. */
+  for (int i = 0; i < 1000 && !store_log_has(&env, "does not read its replies");
+       i++)
+    store_sleep_ms(10);
+  int fds = count_fds(env.daemon);
+  if (fds > fds_before + 32) {
+    fprintf(stderr, "the daemon holds %d descriptors (%d before)\n", fds,
+            fds_before);
+    abort();
+  }
+  ASSERT(store_log_has(&env, "does not read its replies"));
+  /* Others are served all along. */
+  ASSERT_OK(mgpu_store_get_by_name(good, "x", &g));
+  ASSERT_OK(mgpu_store_release(g));
+  close(sock);
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_delete_by_name(good, "x", NULL));
+  ASSERT_OK(mgpu_store_disconnect(good));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- nothing is left behind by a closed client or a failed create ---- */
+
+TEST_IMPL(nothing_left_behind) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 64 * 1024);
+  test_init();
+  mgpu_store *st;
+  mgpu_store_object *o;
+  mgpu_store_stats s = {.size = sizeof s};
+  /* Released unsealed, then disconnected: the objects go. */
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  for (int i = 0; i < 4; i++) {
+    ASSERT_OK(mgpu_store_create(st, 0, 16 * 1024, NULL, &o));
+    ASSERT_OK(mgpu_store_release(o));
+  }
+  ASSERT_OK(mgpu_store_stats_get(st, &s));
+  ASSERT_EQ(s.devices[0].in_use, 64 * 1024);
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  ASSERT_OK(mgpu_store_create(st, 0, 64 * 1024, NULL, &o)); /* all of it */
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  /* Every allocation of a create, failed in turn: no object stays. */
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(mgpu_store_create(st, 0, 4096, "f", &o));
+  uint64_t sites = mgpu__fault_calls(MGPU__FAULT_ALLOC);
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_delete_by_name(st, "f", NULL));
+  ASSERT(sites > 0);
+  for (uint64_t n = 1; n <= sites; n++) {
+    char spec[32];
+    snprintf(spec, sizeof spec, "alloc:%llu", (unsigned long long)n);
+    ASSERT_OK(mgpu__fault_set(spec, NULL, 0));
+    int rc = mgpu_store_create(st, 0, 4096, "f", &o);
+    ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+    if (rc == 0) {
+      ASSERT_OK(mgpu_store_release(o));
+      ASSERT_OK(mgpu_store_delete_by_name(st, "f", NULL));
+    }
+    ASSERT_OK(mgpu_store_stats_get(st, &s));
+    if (s.objects != 0) {
+      fprintf(stderr, "alloc:%llu: create returned %s, %llu objects left\n",
+              (unsigned long long)n, mgpu_err_name(rc),
+              (unsigned long long)s.objects);
+      abort();
+    }
+  }
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- a create that can never fit evicts nothing ---- */
+
+TEST_IMPL(create_never_fits) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 1 * MIB);
+  test_init();
+  mgpu_store *st;
+  mgpu_store_object *o, *held, *x;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  const char *names[2] = {"a", "b"};
+  for (int i = 0; i < 2; i++) {
+    ASSERT_OK(mgpu_store_create(st, 0, 300 * 1024, names[i], &o));
+    ASSERT_OK(mgpu_store_seal(o));
+    ASSERT_OK(mgpu_store_release(o));
+  }
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_store_create(st, 0, 2 * MIB, NULL, &x));
+  ASSERT_DETAIL_HAS("capacity 1048576");
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_store_create(st, 0, SIZE_MAX / 2, NULL, &x));
+  /* "a" held: 900 KiB would need it gone, so "b" stays too. */
+  ASSERT_OK(mgpu_store_get_by_name(st, "a", &held));
+  ASSERT_ERR(MGPU_ENOMEM, mgpu_store_create(st, 0, 900 * 1024, NULL, &x));
+  mgpu_store_stats s = {.size = sizeof s};
+  ASSERT_OK(mgpu_store_stats_get(st, &s));
+  ASSERT_EQ(s.evictions, 0);
+  ASSERT_EQ(s.objects, 2);
+  ASSERT_OK(mgpu_store_release(held));
+  /* What can fit still evicts, least recently used first. */
+  ASSERT_OK(mgpu_store_create(st, 0, 600 * 1024, NULL, &x));
+  ASSERT_OK(mgpu_store_stats_get(st, &s));
+  ASSERT_EQ(s.evictions, 1);
+  ASSERT_OK(mgpu_store_release(x));
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 1, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- errors say what happened ---- */
+
+TEST_IMPL(seal_after_delete) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  mgpu_store *a, *b;
+  mgpu_store_object *o;
+  ASSERT_OK(mgpu_store_connect(&a, env.path));
+  ASSERT_OK(mgpu_store_connect(&b, env.path));
+  ASSERT_OK(mgpu_store_create(a, 0, 4096, "gone", &o));
+  ASSERT_OK(mgpu_store_delete_by_name(b, "gone", NULL));
+  ASSERT_ERR(MGPU_ENOENT, mgpu_store_seal(o));
+  ASSERT_DETAIL_HAS("deleted");
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_disconnect(a));
+  ASSERT_OK(mgpu_store_disconnect(b));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- whom a client trusts (as root, playing two other users) ---- */
+
+#define ATTACKER_UID 65534
+#define VICTIM_UID 65533
+
+/* Becomes uid (and gid uid), in the groups given. */
+static void become(uid_t uid, gid_t *groups, size_t ngroups) {
+  ASSERT(setgroups(ngroups, groups) == 0);
+  ASSERT(setgid(uid) == 0);
+  ASSERT(setuid(uid) == 0);
+}
+
+/* Another user's daemon, in a directory of theirs at the victim's default
+ * path, letting the victim's group in. */
+static pid_t attacker_daemon(store_env *env, const char *dir,
+                             const char *path) {
+  pid_t pid = store_fork_logged(env);
+  if (pid == 0) {
+    /* A member of the victim's group, so it may hand the socket to it. */
+    gid_t victims = VICTIM_UID;
+    become(ATTACKER_UID, &victims, 1);
+    if (mkdir(dir, 0777) != 0 || chmod(dir, 0777) != 0) _exit(126);
+    char gid[16];
+    snprintf(gid, sizeof gid, "%d", VICTIM_UID);
+    execl(MGPU_TEST_BIN_DIR "/mgpud", "mgpud", "--socket", path,
+          "--allow-group", gid, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+typedef struct victim_paths {
+  const char *xdg, *path;
+} victim_paths;
+
+static int trusting_victim_main(store_env *env, void *arg) {
+  (void)env;
+  victim_paths *v = arg;
+  become(VICTIM_UID, NULL, 0);
+  setenv("XDG_RUNTIME_DIR", v->xdg, 1);
+  mgpu_store *st;
+  int rc = MGPU_ESTORE;
+  /* The default path: the directory is not the victim's. */
+  for (int i = 0; i < 2000 && rc == MGPU_ESTORE; i++) {
+    rc = mgpu_store_connect(&st, NULL);
+    if (rc == MGPU_ESTORE) store_sleep_ms(5);
+  }
+  if (rc != MGPU_EACCES) {
+    fprintf(stderr, "default path: %s: %s\n", mgpu_err_name(rc),
+            mgpu_error_detail());
+    return 1;
+  }
+  if (strstr(mgpu_error_detail(), "65534") == NULL) return 2;
+  /* The same socket named: the daemon runs as another user. */
+  rc = MGPU_ESTORE;
+  for (int i = 0; i < 2000 && rc == MGPU_ESTORE; i++) {
+    rc = mgpu_store_connect(&st, v->path);
+    if (rc == MGPU_ESTORE) store_sleep_ms(5);
+  }
+  if (rc != MGPU_EACCES) {
+    fprintf(stderr, "named path: %s: %s\n", mgpu_err_name(rc),
+            mgpu_error_detail());
+    return 3;
+  }
+  if (strstr(mgpu_error_detail(), "runs as uid 65534") == NULL) return 4;
+  /* Told to trust that user, it connects (the daemon lets its group in). */
+  setenv("MGPU_STORE_TRUST", "65534", 1);
+  rc = mgpu_store_connect(&st, v->path);
+  if (rc != 0) {
+    fprintf(stderr, "trusted: %s: %s\n", mgpu_err_name(rc),
+            mgpu_error_detail());
+    return 5;
+  }
+  mgpu_store_disconnect(st);
+  return 0;
+}
+
+TEST_IMPL(untrusted_daemon_refused) {
+  if (geteuid() != 0) return TEST_SKIP;
+  store_env env;
+  store_env_init(&env);
+  /* The directory above is shared, as /tmp is. */
+  ASSERT(chmod(env.dir, 01777) == 0);
+  char dir[128], path[160];
+  snprintf(dir, sizeof dir, "%s/mgpu", env.dir);
+  snprintf(path, sizeof path, "%s/store.sock", dir);
+  env.daemon = attacker_daemon(&env, dir, path);
+  victim_paths v = {env.dir, path};
+  ASSERT_CHILD_OK(store_spawn(trusting_victim_main, &env, &v), 60000);
+  kill(env.daemon, SIGTERM);
+  ASSERT_CHILD_OK(env.daemon, 20000);
+  env.daemon = 0;
+  rmdir(dir);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+static int refused_by_fs_main(store_env *env, void *arg) {
+  (void)arg;
+  become(ATTACKER_UID, NULL, 0);
+  mgpu_store *st;
+  int rc = mgpu_store_connect(&st, env->path);
+  if (rc != MGPU_EACCES) {
+    fprintf(stderr, "%s: %s\n", mgpu_err_name(rc), mgpu_error_detail());
+    return 1;
+  }
+  return strstr(mgpu_error_detail(), env->path) != NULL ? 0 : 2;
+}
+
+TEST_IMPL(socket_refused_is_eacces) {
+  if (geteuid() != 0) return TEST_SKIP;
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  /* The directory lets others through; the socket (0600) does not. */
+  ASSERT(chmod(env.dir, 0755) == 0);
+  ASSERT_CHILD_OK(store_spawn(refused_by_fs_main, &env, NULL), 30000);
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
+/* ---- a daemon out of descriptors refuses, and recovers ---- */
+
+TEST_IMPL(descriptors_exhausted) {
+  store_env env;
+  store_env_init(&env);
+  /* A daemon allowed few descriptors, so that clients can use them up. */
+  env.daemon = store_fork_logged(&env);
+  if (env.daemon == 0) {
+    struct rlimit lim = {48, 48};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(126);
+    execl(MGPU_TEST_BIN_DIR "/mgpud", "mgpud", "--socket", env.path,
+          (char *)NULL);
+    _exit(127);
+  }
+  mgpu_store *first;
+  ASSERT_OK(store_connect_wait(&env, &first));
+  enum { MAX = 64 };
+  mgpu_store *st[MAX];
+  int n = 0, rc = 0;
+  while (n < MAX && (rc = mgpu_store_connect(&st[n], env.path)) == 0) n++;
+  /* The client over the limit is told at once (the daemon closes it), and
+   * the daemon says why. */
+  ASSERT(n < MAX);
+  ASSERT_EQ(rc, MGPU_ESTORE);
+  ASSERT_DETAIL_HAS(env.path);
+  ASSERT(store_log_has(&env, "out of file descriptors"));
+  /* The clients it took are served, and room comes back. */
+  mgpu_store_stats s = {.size = sizeof s};
+  ASSERT_OK(mgpu_store_stats_get(first, &s));
+  ASSERT_EQ(s.clients, (uint32_t)n + 1);
+  for (int i = 0; i < n; i++) ASSERT_OK(mgpu_store_disconnect(st[i]));
+  ASSERT_OK(mgpu_store_disconnect(first));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(proto_roundtrip)
 TEST_ENTRY(proto_rejects)
@@ -927,4 +1561,14 @@ TEST_ENTRY(other_user_refused)
 TEST_ENTRY(malformed_messages)
 TEST_ENTRY(buffer_wrap)
 TEST_ENTRY(object_buffers)
+TEST_ENTRY(sealed_memory_immutable)
+TEST_ENTRY(racing_daemons)
+TEST_ENTRY(disconnect_during_calls)
+TEST_ENTRY(unread_replies_bounded)
+TEST_ENTRY(descriptors_exhausted)
+TEST_ENTRY(nothing_left_behind)
+TEST_ENTRY(create_never_fits)
+TEST_ENTRY(seal_after_delete)
+TEST_ENTRY(untrusted_daemon_refused)
+TEST_ENTRY(socket_refused_is_eacces)
 TEST_LIST_END

@@ -1,17 +1,32 @@
 #!/usr/bin/env python3
 """The layer check: each layer of src/ uses only the layers above it.
 
-Reads every #include "..." of the .c, .h and .cu files under src/ and fails
-(exit 1, one line per offence naming the file and line) when a file includes
-a header of a layer below its own, or of another folder of its own row
-(sideways). docs/ARCHITECTURE.md explains the order; this table is the
-one place that writes down the layer of each folder.
+Two checks, each failing (exit 1, one line per offence):
 
-Usage: tools/check-layers.py [--root DIR]   (DIR: the repository, default
-the one holding this script)
+- by include: every #include "..." of the .c, .h and .cu files under src/;
+  a file may not include a header of a layer below its own, or of another
+  folder of its own row (sideways);
+- by symbol (with --build DIR, a configured and built tree): every object
+  file's undefined symbols (readelf) are mapped to the folder whose object
+  defines them. A folder of the library may reference only its own folder
+  and the layers above it, whatever the source wrote (a local prototype, an
+  `extern`, a public header); the link units outside the library see only
+  what they can link: a backend plugin nothing of libmgpu (it reaches the
+  library through its env table), the MPI module, the Python extension
+  and the tools (tools/, bench/) only libmgpu's exported public calls
+  (mgpu_*, default visibility). Only a CUDA plugin may reference CUDA or
+  NCCL, only an OpenCL plugin OpenCL, and nothing in libmgpu MPI.
+
+docs/ARCHITECTURE.md explains the order; this table is the one place that
+writes down the layer of each folder.
+
+Usage: tools/check-layers.py [--root DIR] [--build DIR]   (--root: the
+repository, default the one holding this script; --build: a build folder
+of it, for the symbol check)
 """
 import os
 import re
+import subprocess
 import sys
 
 # The layers, from the top (the floor every layer may use) down. A file may
@@ -40,7 +55,6 @@ PUBLIC = {
     "mgpu/error.h": "util",
     "mgpu/metrics.h": "obs",
     "mgpu/trace.h": "obs",
-    "mgpu/fault.h": "util",
     "mgpu/module.h": "util",
     "mgpu/interop.h": "core",
 }
@@ -106,13 +120,140 @@ def check(root):
     return errors
 
 
+# The link units of a build folder, by where CMake puts their objects
+# (relative to the build folder): (pattern, unit). Groups: the library's
+# folder is its first path part under src/; a plugin is one unit of its own.
+UNITS = [
+    (re.compile(r"^CMakeFiles/mgpu_objects\.dir/src/([^/]+)/"), "lib"),
+    (re.compile(r"^src/backend/([^/]+)/CMakeFiles/mgpu_\1\.dir/"), "plugin"),
+    (re.compile(r"^src/mpi/CMakeFiles/mgpu_mpi\.dir/"), "mpi"),
+    (re.compile(r"^python/CMakeFiles/mgpu_python\.dir/"), "python"),
+    (re.compile(r"^CMakeFiles/(mgpu_tool|mgpu_toollib|mgpud)\.dir/"), "tools"),
+]
+
+# Vendor APIs and the one unit kind that may reference each.
+VENDOR = [
+    (re.compile(r"^(cuda|cu[A-Z]|__cuda|nccl|nvrtc)"), "CUDA", "cuda"),
+    (re.compile(r"^cl[A-Z]"), "OpenCL", "opencl"),
+    (re.compile(r"^P?MPI[X_]"), "MPI", None),
+]
+
+
+def unit_of(rel):
+    """(unit, name) of an object file, or None for objects outside the
+    check (tests, examples, fuzzers, peer baselines)."""
+    for pattern, unit in UNITS:
+        m = pattern.match(rel)
+        if m:
+            if unit == "lib":
+                return ("lib", m.group(1))
+            if unit == "plugin":
+                return ("plugin", m.group(1))
+            return (unit, unit)
+    return None
+
+
+def symbols(path):
+    """(defined, undefined) global symbols of one object file: defined maps
+    a name to True when it is exported (default visibility)."""
+    out = subprocess.run(["readelf", "-sW", path], capture_output=True,
+                         text=True, check=True).stdout
+    defined, undefined = {}, set()
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) < 8 or not f[0].endswith(":") or f[4] not in ("GLOBAL", "WEAK"):
+            continue
+        name = f[7].split("@")[0]
+        if f[6] == "UND":
+            undefined.add(name)
+        else:
+            defined[name] = f[5] == "DEFAULT"
+    return defined, undefined
+
+
+def objects(build):
+    for dirpath, _, files in sorted(os.walk(build)):
+        for name in sorted(files):
+            if name.endswith(".o"):
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, build)
+                u = unit_of(rel)
+                if u:
+                    yield rel, path, u
+
+
+def check_symbols(build):
+    """The symbol check over a build folder (see the module's comment)."""
+    objs = [(rel, u, *symbols(path)) for rel, path, u in objects(build)]
+    if not any(u[0] == "lib" for _, u, _, _ in objs):
+        return [f"{build}: no object of libmgpu found (build it first)"]
+    where = {}      # symbol -> (unit, name, exported)
+    for _, u, defined, _ in objs:
+        for sym, exported in defined.items():
+            where.setdefault(sym, (u[0], u[1], exported))
+    errors = []
+    for rel, (unit, name), _, undefined in objs:
+        for sym in sorted(undefined):
+            why = offence(unit, name, sym, where.get(sym))
+            if why:
+                errors.append(f"{rel}: references {sym}, {why}")
+    return errors
+
+
+def offence(unit, name, sym, home):
+    """Why `unit`/`name` may not reference `sym` defined at `home`, or None."""
+    if home is None:
+        for pattern, api, plugin in VENDOR:
+            if pattern.match(sym) and not (unit == "plugin" and name == plugin) \
+                    and not (api == "MPI" and unit in ("mpi", "python", "tools")):
+                return f"a {api} call: only the {plugin or 'MPI'} " \
+                       f"{'plugin' if plugin else 'module'} may use {api}"
+        return None
+    hunit, hname, exported = home
+    if (hunit, hname) == (unit, name):
+        return None
+    if unit == "lib" and hunit == "lib":
+        if hname not in RANK or name not in RANK:
+            return f"defined in src/{hname}, a folder of no known layer"
+        if RANK[hname] == RANK[name]:
+            return f"defined in src/{hname}, beside {name} (sideways)"
+        if RANK[hname] > RANK[name]:
+            return f"defined in src/{hname}, a layer below {name}"
+        return None
+    if unit == "plugin":
+        return f"defined in {label(home)}: a plugin links nothing of " \
+               "libmgpu (it reaches the library through its env table)"
+    if unit == "lib":
+        return f"defined in {label(home)}, outside the library"
+    if unit == "tools" and hunit == "python":
+        return f"defined in {label(home)}"
+    if hunit in ("lib", "mpi") and exported and sym.startswith("mgpu_") \
+            and not sym.startswith("mgpu__"):
+        return None
+    return f"defined in {label(home)}, not a public call (only mgpu_* " \
+           "of include/ cross a link boundary)"
+
+
+def label(home):
+    unit, name, _ = home
+    return {"lib": f"src/{name}", "plugin": f"the {name} plugin"}.get(
+        unit, f"the {unit} unit")
+
+
 def main(argv):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if len(argv) == 3 and argv[1] == "--root":
-        root = argv[2]
-    elif len(argv) != 1:
-        print("usage: tools/check-layers.py [--root DIR]", file=sys.stderr)
-        return 2
+    build = None
+    args = argv[1:]
+    while args:
+        if len(args) >= 2 and args[0] == "--root":
+            root = args[1]
+        elif len(args) >= 2 and args[0] == "--build":
+            build = args[1]
+        else:
+            print("usage: tools/check-layers.py [--root DIR] [--build DIR]",
+                  file=sys.stderr)
+            return 2
+        args = args[2:]
     if not os.path.isdir(os.path.join(root, "src")):
         print(f"check-layers: {root} has no src/", file=sys.stderr)
         return 2
@@ -124,6 +265,17 @@ def main(argv):
               "(docs/ARCHITECTURE.md)")
         return 1
     print("check-layers: every include of src/ follows the layer order")
+    if build is None:
+        return 0
+    errors = check_symbols(build)
+    for e in errors:
+        print(e)
+    if errors:
+        print(f"check-layers: {len(errors)} reference(s) break the layer "
+              "order or a link boundary (docs/ARCHITECTURE.md)")
+        return 1
+    print("check-layers: every symbol reference of the build follows the "
+          "layer order and the link boundaries")
     return 0
 
 

@@ -222,8 +222,18 @@ int mgpu_cmd_store(int argc, char **argv) {
   for (; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) json = 1;
     else if (strcmp(argv[i], "--name") == 0 && i + 1 < argc) name = argv[++i];
-    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-      dev = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      const char *d = argv[++i];
+      char *end;
+      errno = 0;
+      long v = strtol(d, &end, 10);
+      if (end == d || *end != '\0' || errno != 0 || v < 0 || v > 1 << 20) {
+        fprintf(stderr, "mgpu store: --device %s is not a device number "
+                "(0, 1, ...)\n", d);
+        return 2;
+      }
+      dev = (int)v;
+    }
     else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
       path = argv[++i];
     else if (argv[i][0] != '-' && npos < 2) pos[npos++] = argv[i];

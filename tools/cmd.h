@@ -29,4 +29,9 @@ int mgpu_cmd_fail(const char *what, int rc);
 /* mgpu_init(NULL), reporting a failure; returns 0 or 1. */
 int mgpu_cmd_init(void);
 
+/* The path of helper program name (tools/helpers.c) into out; returns 1
+ * when it is there and executable, 0 when not (out still holds the path
+ * that was looked at, for the message). */
+int mgpu_cmd_helper_path(const char *name, char *out, size_t len);
+
 #endif /* MGPU_TOOLS_CMD_H */

@@ -145,6 +145,12 @@ MGPU_EXTERN int mgpu_shutdown(void);
 /* 1 between a successful mgpu_init and mgpu_shutdown, else 0. */
 MGPU_EXTERN int mgpu_is_initialized(void);
 
+/* MGPU_TIMEOUT in milliseconds as the last mgpu_init resolved it (before the
+ * first, its default, 30000): how long a call whose own timeout is 0 waits
+ * for another party. Lets a caller that waits in slices (to stay responsive
+ * to signals, say) keep the same overall limit. Never fails. */
+MGPU_EXTERN int mgpu_timeout_ms(void);
+
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                  */
 /* ------------------------------------------------------------------------ */

@@ -23,7 +23,7 @@ extern "C" {
   XX(ENODEV, -3, "no such device")                                            \
   XX(ENOTSUP, -4, "operation not supported")                                  \
   XX(ENOINIT, -5, "mgpu is not initialized")                                  \
-  XX(EALREADY, -6, "already initialized")                                     \
+  XX(EALREADY, -6, "already initialized, running or done")                    \
   XX(EBADHANDLE, -7, "invalid or NULL handle")                                \
   XX(EFREED, -8, "handle used after it was freed or destroyed")               \
   XX(EWRONGDEV, -9, "handle belongs to another device")                       \

@@ -81,6 +81,18 @@ MGPU_EXTERN int mgpu_buffer_dlpack(mgpu_buffer *buf, size_t offset,
 MGPU_EXTERN int mgpu_buffer_from_dlpack(mgpu_buffer **buf, int dev,
                                         DLManagedTensorVersioned *managed);
 
+/* Makes work that native, another library's stream of the backend's kind,
+ * queues from now on wait for the work queued on stream so far, without
+ * blocking the host: the order a DLPack consumer's stream needs before it
+ * reads an export. On CUDA native is a cudaStream_t (1: the legacy default
+ * stream, 2: the per-thread default stream); an event recorded on stream,
+ * in its device's context (a green context for a split GPU), is waited on by
+ * native. Errors: MGPU_EBADHANDLE / MGPU_EFREED for stream, MGPU_EINVAL for
+ * a NULL native, MGPU_ENOTSUP on a backend without such streams (host
+ * devices: the caller waits for the stream on the host instead),
+ * MGPU_EBACKEND with the driver's error (a handle the driver refuses). */
+MGPU_EXTERN int mgpu_stream_order_native(mgpu_stream *stream, void *native);
+
 /* The DLPack device of buf's memory (as mgpu_buffer_dlpack reports it). */
 MGPU_EXTERN int mgpu_buffer_dldevice(mgpu_buffer *buf, DLDevice *device);
 

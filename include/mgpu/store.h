@@ -22,7 +22,14 @@
  *
  * Threads: one mgpu_store connection may be used from several threads; its
  * calls are serialized. An object belongs to the connection that returned
- * it.
+ * it. A disconnect while other threads are inside calls on the connection
+ * makes those calls return (MGPU_ESTORE) and waits for them before it frees
+ * anything.
+ *
+ * A sealed object is immutable: on host devices the memory itself is sealed
+ * against writes through any descriptor or mapping; on CUDA devices every
+ * mapping mgpu makes is read-only (docs/store.md says what the driver
+ * cannot enforce).
  */
 #ifndef MGPU_STORE_H
 #define MGPU_STORE_H
@@ -61,9 +68,12 @@ typedef struct mgpu_store_server_config {
 
 /* Runs the daemon on the devices mgpu_init opened (it must be initialized)
  * until SIGINT or SIGTERM arrives, or mgpu_store_server_stop is called from
- * a signal handler or another thread. Refuses (MGPU_EALREADY) to start when
- * a daemon already answers on the path, and MGPU_EACCES when the socket's
- * directory is not private to this user. Returns 0 after a clean stop. */
+ * a signal handler or another thread. The path is taken under a lock file
+ * (path + ".lock"): refuses (MGPU_EALREADY, naming the pid) to start when a
+ * daemon already serves the path, MGPU_EEXIST when something other than a
+ * socket is there (never removed; only a dead daemon's socket is), and
+ * MGPU_EACCES when the socket's directory is not private to this user.
+ * Returns 0 after a clean stop, which removes the socket and the lock. */
 MGPU_EXTERN int mgpu_store_serve(const mgpu_store_server_config *config);
 
 /* Asks a running mgpu_store_serve to stop. Async-signal-safe. */
@@ -76,13 +86,18 @@ MGPU_EXTERN int mgpu_store_default_path(char *buf, size_t n);
 /* ---- connections ----------------------------------------------------- */
 
 /* Connects to the daemon at path (NULL: the default path) and says hello.
- * MGPU_ESTORE when no daemon answers, MGPU_EACCES when it refuses this
- * process's user. The caller owns *store until mgpu_store_disconnect. */
+ * MGPU_ESTORE when no daemon answers. MGPU_EACCES when the daemon or the
+ * socket's permissions refuse this process's user, and when this process
+ * does not trust the daemon: it must run as this user or root (or a user
+ * MGPU_STORE_TRUST names: comma-separated names or uids), and the default
+ * path's directory must be this user's, writable by no one else. The
+ * caller owns *store until mgpu_store_disconnect. */
 MGPU_EXTERN int mgpu_store_connect(mgpu_store **store, const char *path);
 
 /* Releases every object still held through the connection (unmapping it
- * and freeing its buffer), then closes it. Returns 0 even when the daemon
- * is gone. */
+ * and freeing its buffer), then closes it. Calls other threads are making
+ * on the connection return MGPU_ESTORE and are waited for; later calls are
+ * MGPU_EBADHANDLE. Returns 0 even when the daemon is gone. */
 MGPU_EXTERN int mgpu_store_disconnect(mgpu_store *store);
 
 /* ---- objects --------------------------------------------------------- */
@@ -92,12 +107,14 @@ MGPU_EXTERN int mgpu_store_disconnect(mgpu_store *store);
  * name is MGPU_EEXIST). *obj is writable by this process until
  * mgpu_store_seal. A create that does not fit the device's capacity after
  * evicting unheld sealed objects is MGPU_ENOMEM naming the device, the
- * request and what is held. */
+ * request and what is held; one that could not fit even then evicts
+ * nothing. */
 MGPU_EXTERN int mgpu_store_create(mgpu_store *store, int dev, size_t size,
                                   const char *name, mgpu_store_object **obj);
 
 /* Seals an object this connection created: read-only from then on, in this
- * process too, and gettable by others. */
+ * process too, and gettable by others. MGPU_ENOENT when another connection
+ * deleted it first, MGPU_EALREADY when it is sealed already. */
 MGPU_EXTERN int mgpu_store_seal(mgpu_store_object *obj);
 
 /* Gets a sealed object by id or by name, mapped read-only into this

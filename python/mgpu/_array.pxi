@@ -4,23 +4,45 @@
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _MGPU_DTYPES = {"float32": MGPU_FLOAT32, "float64": MGPU_FLOAT64,
                 "int32": MGPU_INT32, "int64": MGPU_INT64,
-                "float16": MGPU_FLOAT16}
+                "float16": MGPU_FLOAT16, "bfloat16": MGPU_BFLOAT16}
+_TAKES = ("bool, int8 to int64, uint8 to uint64, float16, bfloat16 (with "
+          "ml_dtypes), float32, float64, complex64, complex128")
+
+
+def _bfloat16():
+    """ml_dtypes.bfloat16 as a NumPy dtype (the bfloat16 that NumPy users
+    have: JAX's), or None where ml_dtypes is not installed."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return _np.dtype(ml_dtypes.bfloat16)
 
 
 def _as_dtype(dtype):
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        dt = _bfloat16()
+        if dt is None:
+            raise TypeError("data type bfloat16 needs ml_dtypes (pip install "
+                            "ml_dtypes)")
+        return dt
     try:
         dt = _np.dtype(dtype)
     except TypeError as e:
         raise TypeError("not a data type: %r" % (dtype,)) from e
-    if dt.kind not in _DL_CODES or dt.byteorder == ">" or dt.fields is not None:
-        raise TypeError("data type %s has no DLPack equivalent (bool, "
-                        "int, uint, float and complex types only)" % dt)
+    if dt.name == "bfloat16" and dt.itemsize == 2:
+        return dt
+    if (dt.kind not in _DL_CODES or dt.byteorder == ">" or dt.fields is not None
+            or (dt.kind == "f" and dt.itemsize > 8)
+            or (dt.kind == "c" and dt.itemsize > 16)):
+        raise TypeError("data type %s has no DLPack equivalent: mgpu takes %s"
+                        % (dt, _TAKES))
     return dt
 
 
 cdef DLDataType _dl_dtype(object dt):
     cdef DLDataType t
-    t.code = _DL_CODES[dt.kind]
+    t.code = 4 if dt.name == "bfloat16" else _DL_CODES[dt.kind]
     t.bits = dt.itemsize * 8
     t.lanes = 1
     return t
@@ -28,9 +50,16 @@ cdef DLDataType _dl_dtype(object dt):
 
 def _np_dtype_of(int code, int bits, int lanes):
     kinds = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+    if code == 4 and bits == 16 and lanes == 1:  # kDLBfloat
+        dt = _bfloat16()
+        if dt is None:
+            raise TypeError("DLPack data type bfloat16 (code 4, 16 bits) "
+                            "needs ml_dtypes (pip install ml_dtypes)")
+        return dt
     if lanes != 1 or code not in kinds or bits % 8 != 0:
         raise TypeError("DLPack data type (code %d, %d bits, %d lanes) is "
-                        "not supported" % (code, bits, lanes))
+                        "not supported: mgpu takes %s"
+                        % (code, bits, lanes, _TAKES))
     if code == 6:
         return _np.dtype(bool)
     return _np.dtype("%s%d" % (kinds[code], bits // 8))
@@ -95,6 +124,10 @@ cdef class Array:
     cdef object owner  # the object an imported array's memory belongs to
     cdef size_t count  # elements
     cdef int mdt       # the mgpu_dtype of dtype, -1 if it has none
+    # Imported from read-only memory (a read-only NumPy array or DLPack
+    # tensor): every mgpu call that would write it raises ReadOnlyError,
+    # and its NumPy views and exports are read-only.
+    cdef bint readonly
     # Streams with queued work that reads or writes the array (the copies
     # queued with stream=): what an export orders a consumer after. Cleared
     # by a host wait for the device. Touched with the GIL held.
@@ -132,6 +165,18 @@ cdef class Array:
         """Address of the first element."""
         return <uintptr_t>self.ptr
 
+    @property
+    def writable(self):
+        """False for an array over read-only memory it was imported from:
+        mgpu never writes it, and its views and exports are read-only."""
+        return not self.readonly
+
+    cdef _check_writable(self, str what):
+        if self.readonly:
+            raise ERRORS[MGPU_EREADONLY](
+                "MGPU_EREADONLY: %s: the array of device %d is read-only "
+                "memory (imported read-only)" % (what, self.device), "")
+
     def __len__(self):
         if not self.shape:
             raise TypeError("len() of a 0-d array")
@@ -151,66 +196,44 @@ cdef class Array:
                    copy=None):
         """A DLPack capsule over the array's memory (array API standard).
 
-        ``max_version >= (1, 0)`` gets a versioned, writable tensor
-        (``dltensor_versioned``), otherwise a legacy one (``dltensor``).
-        ``stream``: on host memory only None; on CUDA memory -1 skips
-        synchronization, anything else waits for the device's work first.
-        ``dl_device`` other than the array's own, or ``copy=True``, makes a
-        copy (flagged IS_COPIED) when allowed; ``copy=False`` never copies.
+        ``max_version >= (1, 0)`` gets a versioned tensor
+        (``dltensor_versioned``, flagged read-only for read-only memory),
+        otherwise a legacy one (``dltensor``), which cannot say read-only:
+        read-only memory then goes as a copy (BufferError with
+        ``copy=False``). ``stream``: on host memory only None; on CUDA
+        memory -1 skips synchronization, anything else waits for the
+        device's work first. ``dl_device`` other than the array's own, or
+        ``copy=True``, makes a copy (flagged IS_COPIED) when allowed;
+        ``copy=False`` never copies.
         """
-        if max_version is not None:
-            try:
-                major = int(max_version[0])
-            except (TypeError, IndexError, ValueError):
-                raise TypeError("max_version must be a (major, minor) tuple")
-        else:
-            major = 0
-        if dl_device is not None:
-            try:
-                want = (int(dl_device[0]), int(dl_device[1]))
-            except (TypeError, IndexError, ValueError):
-                raise TypeError("dl_device must be a (device_type, id) tuple")
-            if want != (self.dl_type, self.dl_id):
-                if copy is False:
-                    raise BufferError("the array lives on DLPack device %s, "
-                                      "not %s, and copy=False" %
-                                      ((self.dl_type, self.dl_id), want))
-                if want[0] != 1:
-                    raise BufferError("a copy to DLPack device %s is not "
-                                      "supported" % (want,))
-                host = self.numpy(copy=True)
-                return host.__dlpack__(max_version=max_version)
+        return _dlpack_export(self, stream, max_version, dl_device, copy)
+
+    def _export_copy(self, bint to_host):
+        """A writable copy for an export: in host memory of the array's
+        device (to_host), else of the array's own kind."""
+        out = _new_array(self.shape, self.dtype, self.device,
+                         "pinned" if to_host else self.kind)
+        if self.nbytes:
+            _copy_bytes(out, self, self.nbytes, None)
+        return out
+
+    def _in_place(self, stream, bint versioned, bint copied):
+        """The capsule over the array itself, ordered after its work."""
         if self.dl_type == 1:
-            if stream is not None:
-                raise ValueError("stream must be None for host memory, got %r"
-                                 % (stream,))
-        elif stream is not None and (isinstance(stream, bool) or
-                                     not isinstance(stream, int)):
-            raise TypeError("stream must be an int or None")
-        elif stream < -1:
-            raise ValueError("stream %d is not a CUDA stream" % stream)
-        elif stream == 0:
-            raise ValueError("stream 0 is ambiguous (array API standard): "
-                             "pass 1 for the legacy default stream, 2 for "
-                             "the per-thread one, or a cudaStream_t")
-        src = self
-        if copy is True:
-            src = self.copy()
-        if self.dl_type == 1:
-            src._sync()
+            self._sync()
         elif stream != -1:
             # The consumer's stream (None: the legacy default one) waits for
             # the array's queued work on the device, not the host.
-            (<Array>src)._order_after(1 if stream is None else stream)
-        return (<Array>src)._capsule(major >= 1, copy is True)
+            self._order_after(1 if stream is None else stream)
+        return _export(self.buf, self.dtype, self.shape, self.readonly, copied,
+                       None, versioned)
 
     cdef _order_after(self, uintptr_t consumer):
         """Makes CUDA stream consumer wait for the work queued on the
-        array's pending streams (an event each); where that cannot be done
-        (no CUDA driver loaded, a handle the driver refuses), waits on the
-        host instead."""
+        array's pending streams (mgpu_stream_order_native: an event each,
+        through the CUDA plugin); where that cannot be done (a handle the
+        driver refuses), waits on the host instead."""
         cdef Stream st
-        cdef void *native
         cdef int rc
         if not self.pending:
             return
@@ -218,12 +241,11 @@ cdef class Array:
             st = <Stream>x
             if not st.owned or not mgpu_is_initialized():
                 continue  # destroyed: its work is done
-            native = mgpu_stream_native(st.s)
-            if native == NULL:
+            rc = mgpu_stream_order_native(st.s, <void *>consumer)
+            if rc == MGPU_EFREED:
                 mgpu_error_clear()  # a stream of a closed session: done
-                continue
-            rc = mgpu_py_cuda_order(native, <void *>consumer)
-            if rc != 0:
+            elif rc != 0:
+                mgpu_error_clear()
                 self._sync()
                 return
 
@@ -233,19 +255,6 @@ cdef class Array:
         elif not any(x is st for x in self.pending):
             self.pending.append(st)
 
-    cdef object _capsule(self, bint versioned, bint copied):
-        cdef DLManagedTensorVersioned *t = NULL
-        cdef int64_t shape[64]
-        cdef int nd = len(self.shape), i, rc
-        for i in range(nd):
-            shape[i] = self.shape[i]
-        rc = mgpu_buffer_dlpack(self.buf, 0, _dl_dtype(self.dtype), nd, shape,
-                                NULL, &t)
-        _check(rc)
-        if copied:
-            t.flags |= 2  # DLPACK_FLAG_BITMASK_IS_COPIED
-        return _dl_capsule(t, versioned)
-
     @property
     def __array_interface__(self):
         """NumPy's array interface (version 3), for host memory only."""
@@ -254,8 +263,9 @@ cdef class Array:
                                  "memory (use __cuda_array_interface__)")
         self._sync()
         return {"shape": self.shape, "typestr": self.dtype.str,
-                "data": (<uintptr_t>self.ptr, False), "strides": None,
+                "data": (<uintptr_t>self.ptr, self.readonly), "strides": None,
                 "version": 3}
+
 
     @property
     def __cuda_array_interface__(self):
@@ -274,7 +284,7 @@ cdef class Array:
         elif live:
             self._sync()
         return {"shape": self.shape, "typestr": self.dtype.str,
-                "data": (<uintptr_t>self.ptr, False), "strides": None,
+                "data": (<uintptr_t>self.ptr, self.readonly), "strides": None,
                 "version": 3, "stream": native if native > 2 else None}
 
     def _sync(self):
@@ -294,7 +304,9 @@ cdef class Array:
         if self.dl_type == 1 and not copy:
             self._sync()
             out = _np.asarray(self)
-            return out
+            # A dtype without a typestr of its own (ml_dtypes' bfloat16 is
+            # "<V2") comes back as raw bytes: view it as the array's.
+            return out if out.dtype == self.dtype else out.view(self.dtype)
         out = _np.empty(self.shape, self.dtype)
         if self.nbytes:
             self._to_host(out)
@@ -334,6 +346,7 @@ cdef class Array:
         cdef const unsigned char[::1] view
         cdef size_t n
         cdef int rc
+        self._check_writable("copy_from")
         if isinstance(src, Array):
             if (<Array>src).nbytes != self.nbytes:
                 raise ValueError("copy_from: %d bytes into %d" %
@@ -354,6 +367,7 @@ cdef class Array:
 
     def fill(self, value):
         """Sets every element to value."""
+        self._check_writable("fill")
         if self.dl_type == 1:
             self._sync()
             _np.asarray(self)[...] = value
@@ -419,6 +433,134 @@ cdef object _dl_capsule(DLManagedTensorVersioned *t, bint versioned):
                          _capsule_legacy_destructor)
 
 
+# -- export: the one __dlpack__ of Array and StoreArray
+
+cdef extern from "Python.h":
+    ctypedef int PyGILState_STATE
+    PyGILState_STATE PyGILState_Ensure() noexcept nogil
+    void PyGILState_Release(PyGILState_STATE) noexcept nogil
+    int Py_IsInitialized() noexcept nogil
+    void Py_DecRef(PyObject *) noexcept nogil
+
+
+# An export that also holds a Python object (a StoreArray: its store object
+# stays held, and mapped, while a consumer holds the tensor): the inner
+# tensor is the library's export of the buffer.
+ctypedef struct _owned_export:
+    DLManagedTensorVersioned outer
+    DLManagedTensorVersioned *inner
+    PyObject *owner
+
+
+cdef void _owned_export_deleter(DLManagedTensorVersioned *t) noexcept nogil:
+    cdef _owned_export *e = <_owned_export *>t.manager_ctx
+    cdef PyGILState_STATE g
+    e.inner.deleter(e.inner)
+    if Py_IsInitialized():
+        g = PyGILState_Ensure()
+        Py_DecRef(e.owner)
+        PyGILState_Release(g)
+    free(e)
+
+
+cdef object _export(mgpu_buffer *buf, object dt, tuple shape, bint readonly,
+                    bint copied, object owner, bint versioned):
+    """A capsule over buf viewed as shape and dt, flagged read-only and
+    copied as said, holding owner (None: nothing but the buffer)."""
+    cdef DLManagedTensorVersioned *t = NULL
+    cdef _owned_export *e
+    cdef int64_t dims[64]
+    cdef int nd = len(shape), i
+    for i in range(nd):
+        dims[i] = shape[i]
+    _check(mgpu_buffer_dlpack(buf, 0, _dl_dtype(dt), nd, dims, NULL, &t))
+    if readonly:
+        t.flags |= 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+    if copied:
+        t.flags |= 2  # DLPACK_FLAG_BITMASK_IS_COPIED
+    if owner is None:
+        return _dl_capsule(t, versioned)
+    e = <_owned_export *>calloc(1, sizeof(_owned_export))
+    if e == NULL:
+        t.deleter(t)
+        raise MemoryError()
+    e.outer = t[0]
+    e.outer.manager_ctx = <void *>e
+    e.outer.deleter = _owned_export_deleter
+    e.inner = t
+    e.owner = <PyObject *>owner
+    Py_INCREF(owner)
+    return _dl_capsule(&e.outer, versioned)
+
+
+cdef tuple _dlpack_args(tuple where, stream, max_version, dl_device, copy):
+    """Checks __dlpack__'s arguments (array API standard) for memory on
+    DLPack device where; returns (versioned, to_host): whether the consumer
+    reads DLPack 1.x tensors, and whether it asked for host memory instead
+    (a copy)."""
+    cdef bint versioned = False, to_host = False
+    if max_version is not None:
+        try:
+            versioned = int(max_version[0]) >= 1
+        except (TypeError, IndexError, ValueError):
+            raise TypeError("max_version must be a (major, minor) tuple, not %r"
+                            % (max_version,)) from None
+    if copy is not None and not isinstance(copy, bool):
+        raise TypeError("copy must be True, False or None, not %r" % (copy,))
+    if dl_device is not None:
+        try:
+            want = (int(dl_device[0]), int(dl_device[1]))
+        except (TypeError, IndexError, ValueError):
+            raise TypeError("dl_device must be a (device_type, id) tuple, not "
+                            "%r" % (dl_device,)) from None
+        if want != where:
+            if copy is False:
+                raise BufferError("the array lives on DLPack device %s, not "
+                                  "%s, and copy=False" % (where, want))
+            if want[0] != 1:
+                raise BufferError("a copy to DLPack device %s is not "
+                                  "supported" % (want,))
+            to_host = True
+    if where[0] == 1:
+        if stream is not None:
+            raise ValueError("stream must be None for host memory, got %r"
+                             % (stream,))
+    elif stream is not None and (isinstance(stream, bool) or
+                                 not isinstance(stream, int)):
+        raise TypeError("stream must be an int or None")
+    elif stream is not None and stream < -1:
+        raise ValueError("stream %d is not a CUDA stream" % stream)
+    elif stream == 0:
+        raise ValueError("stream 0 is ambiguous (array API standard): "
+                         "pass 1 for the legacy default stream, 2 for "
+                         "the per-thread one, or a cudaStream_t")
+    return versioned, to_host
+
+
+def _dlpack_export(src, stream, max_version, dl_device, copy):
+    """__dlpack__ of src (an Array or a StoreArray): in place where the
+    consumer may have it, else a copy where copy allows one. Read-only
+    memory goes in place only to a consumer that reads DLPack 1.x's
+    read-only flag (max_version >= (1, 0)): a legacy capsule cannot carry
+    the flag, and a consumer that writes through it would write (or fault
+    on) memory that is not its to write."""
+    versioned, to_host = _dlpack_args(src.__dlpack_device__(), stream,
+                                      max_version, dl_device, copy)
+    # A store object's exports are read-only even before it is sealed: a
+    # consumer's view outlives the seal.
+    readonly = isinstance(src, StoreArray) or not src.writable
+    if readonly and not versioned and copy is False:
+        raise BufferError(
+            "%r is read-only and the consumer cannot see DLPack's read-only "
+            "flag (max_version %r, not >= (1, 0)); copy=False forbids a copy"
+            % (src, max_version))
+    if to_host or copy is True or (readonly and not versioned):
+        out = src._export_copy(to_host)
+        return (<Array>out)._in_place(None if to_host else stream, versioned,
+                                      True)
+    return src._in_place(stream, versioned, False)
+
+
 cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     """An Array owning buffer b (freed on error)."""
     cdef Array a = Array.__new__(Array)
@@ -435,6 +577,7 @@ cdef Array _wrap_buffer(mgpu_buffer *b, tuple shape, object dt, str kind):
     a.dtype = dt
     a.kind = kind
     a.mdt = _MGPU_DTYPES.get(dt.name, -1)
+    a.readonly = mgpu_buffer_is_readonly(b) == 1
     a.count = 1
     for x in shape:
         a.count *= <size_t>x
@@ -548,56 +691,90 @@ cdef extern from *:
 
 def from_dlpack(obj, device=None):
     """An mgpu Array over the memory of obj (anything with ``__dlpack__``:
-    a NumPy or CuPy array, a PyTorch tensor), without a copy.
+    a NumPy or CuPy array, a PyTorch tensor, a JAX array), without a copy.
 
     The memory goes on device (default: the device it lives on: the current
     host device for host memory, a device of the same GPU for CUDA memory)
     and stays the producer's: it is released through its DLPack deleter
-    when the Array and its exports are gone. Raises BufferError for a
-    tensor mgpu cannot take in place (not C-contiguous, on a device mgpu did
+    when the Array and its exports are gone. Read-only memory (a read-only
+    NumPy array, a tensor flagged read-only) gives a read-only Array
+    (``writable`` False). An empty tensor gives a new empty Array. Raises
+    TypeError for a dtype DLPack cannot carry, BufferError for a tensor mgpu
+    cannot take in place (not C-contiguous, big-endian, on a device mgpu did
     not open) with the library's detail."""
-    cdef mgpu_buffer *b = NULL
-    cdef DLManagedTensorVersioned *t = NULL
-    cdef DLManagedTensor *legacy = NULL
     cdef int dev = -1 if device is None else _devno(device)
-    cdef int rc
-    cdef bint versioned
     if not hasattr(obj, "__dlpack__"):
         raise TypeError("from_dlpack: %s does not speak DLPack"
                         % type(obj).__name__)
+    dt = getattr(obj, "dtype", None)
+    if isinstance(dt, _np.dtype):
+        # NumPy refuses these with a BufferError from its internals.
+        _as_dtype(dt.newbyteorder("=") if dt.byteorder == ">" else dt)
     try:
         cap = obj.__dlpack__(max_version=(1, 1))
     except TypeError:
         cap = obj.__dlpack__()  # a producer from before DLPack 1.0
-    versioned = PyCapsule_IsValid(cap, b"dltensor_versioned")
+    return _import_capsule(cap, dev)
+
+
+cdef Array _import_capsule(object cap, int dev):
+    """The Array over the tensor of a DLPack capsule (see from_dlpack)."""
+    cdef DLManagedTensorVersioned *t = NULL
+    cdef bint versioned = PyCapsule_IsValid(cap, b"dltensor_versioned")
     if versioned:
         t = <DLManagedTensorVersioned *>PyCapsule_GetPointer(cap, b"dltensor_versioned")
     elif PyCapsule_IsValid(cap, b"dltensor"):
-        legacy = <DLManagedTensor *>PyCapsule_GetPointer(cap, b"dltensor")
-        t = mgpu_py_legacy_wrap(legacy)
+        t = mgpu_py_legacy_wrap(<DLManagedTensor *>PyCapsule_GetPointer(cap, b"dltensor"))
         if t == NULL:
             raise MemoryError()
     else:
         raise TypeError("from_dlpack: __dlpack__ did not return a DLPack capsule")
-    x = &t.dl_tensor
     try:
-        dt = _np_dtype_of(x.dtype.code, x.dtype.bits, x.dtype.lanes)
-    except TypeError:
+        a, took = _import_tensor(t, dev)
+    except BaseException:
         if not versioned:
-            free(t.manager_ctx)
+            free(t.manager_ctx)  # the wrapper only; the capsule keeps the tensor
         raise
+    if took:
+        # The buffer owns the tensor now: the capsule must not delete it.
+        PyCapsule_SetName(cap, b"used_dltensor_versioned" if versioned
+                          else b"used_dltensor")
+    elif not versioned:
+        free(t.manager_ctx)
+    return a
+
+
+cdef tuple _import_tensor(DLManagedTensorVersioned *t, int dev):
+    """(Array, whether it took t): an Array over t's memory, or a new empty
+    Array for a tensor without elements (nothing to share)."""
+    cdef mgpu_buffer *b = NULL
+    cdef DLTensor *x = &t.dl_tensor
+    cdef Array a
+    cdef int rc
+    dt = _np_dtype_of(x.dtype.code, x.dtype.bits, x.dtype.lanes)
     shape = tuple(x.shape[i] for i in range(x.ndim))
+    if 0 in shape:
+        a = _new_array(shape, dt, _devno(None) if dev < 0 else dev, "device")
+        a.readonly = (t.flags & 1) != 0
+        return a, False
     rc = mgpu_buffer_from_dlpack(&b, dev, t)
     if rc < 0:
         err = _error(rc)
-        if not versioned:
-            free(t.manager_ctx)  # the wrapper only; the capsule keeps the tensor
         raise BufferError(str(err)) from err
-    # The buffer owns the tensor now: the capsule must not delete it.
-    PyCapsule_SetName(cap, b"used_dltensor_versioned" if versioned else b"used_dltensor")
-    cdef Array a = _wrap_buffer(b, shape, dt, "device")
+    a = _wrap_buffer(b, shape, dt, "device")
     a.owner = None
-    return a
+    return a, True
+
+
+cdef object _host_data(object obj):
+    """obj's data as a NumPy array: through the buffer protocol or the array
+    interface where obj has them (NumPy arrays of every dtype, big-endian
+    and ml_dtypes' bfloat16 included, which NumPy's DLPack export refuses),
+    else through DLPack (a tensor of another library)."""
+    if (isinstance(obj, _np.ndarray) or not hasattr(obj, "__dlpack__") or
+            hasattr(obj, "__array_interface__")):
+        return _np.asarray(obj)
+    return _np.from_dlpack(obj)
 
 
 def asarray(obj, dtype=None, device=None, *, copy=None):
@@ -635,7 +812,9 @@ def asarray(obj, dtype=None, device=None, *, copy=None):
     if copy is False:
         raise ValueError("asarray: %s cannot be used in place and copy=False"
                          % type(obj).__name__)
-    host = _np.asarray(obj) if not hasattr(obj, "__dlpack__") else _np.from_dlpack(obj)
+    host = _host_data(obj)
+    if dtype is None and host.dtype.byteorder == ">":
+        host = host.astype(host.dtype.newbyteorder("="))
     dt = _as_dtype(host.dtype if dtype is None else dtype)
     host = _np.ascontiguousarray(host, dtype=dt)
     out = empty(host.shape, dt, device)

@@ -12,6 +12,7 @@ cdef extern from "mgpu.h" nogil:
         MGPU_EAGAIN
         MGPU_ECANCELED
         MGPU_EREADONLY
+        MGPU_ETIMEDOUT
     unsigned mgpu_version()
     const char *mgpu_version_string()
 
@@ -32,6 +33,7 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_init(const mgpu_config *config)
     int mgpu_shutdown()
     int mgpu_is_initialized()
+    int mgpu_timeout_ms()
 
     ctypedef enum mgpu_backend_kind:
         MGPU_BACKEND_HOST
@@ -53,6 +55,10 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_device_synchronize(int dev)
     ctypedef int (*mgpu_device_fn)(int dev, void *arg) noexcept
     int mgpu_run_on_device(int dev, mgpu_device_fn fn, void *arg)
+    ctypedef struct mgpu_work:
+        pass
+    int mgpu_run_on_device_async(int dev, mgpu_device_fn fn, void *arg, mgpu_work **work)
+    int mgpu_work_wait(mgpu_work *work)
 
     ctypedef enum mgpu_mem_kind:
         MGPU_MEM_DEVICE
@@ -140,6 +146,8 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_channel_destroy(mgpu_channel *chan)
     int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src, size_t offset, size_t size, mgpu_stream *stream)
     int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset, size_t *size, mgpu_stream *stream)
+    int mgpu_channel_send_timeout(mgpu_channel *chan, const mgpu_buffer *src, size_t offset, size_t size, mgpu_stream *stream, int timeout_ms)
+    int mgpu_channel_recv_timeout(mgpu_channel *chan, mgpu_buffer *dst, size_t offset, size_t *size, mgpu_stream *stream, int timeout_ms)
     int mgpu_channel_close(mgpu_channel *chan)
 
     ctypedef uint64_t mgpu_task
@@ -154,6 +162,7 @@ cdef extern from "mgpu.h" nogil:
     int mgpu_pool_destroy(mgpu_pool *pool)
     int mgpu_pool_submit_fn(mgpu_pool *pool, mgpu_task_fn fn, void *arg, mgpu_task *task)
     int mgpu_pool_wait(mgpu_pool *pool, mgpu_task task)
+    int mgpu_pool_release(mgpu_pool *pool, mgpu_task task)
     int mgpu_pool_wait_all(mgpu_pool *pool)
 
     ctypedef enum mgpu_dist_kind:
@@ -218,6 +227,7 @@ cdef extern from "mgpu/dlpack.h" nogil:
 
 cdef extern from "mgpu/interop.h" nogil:
     int mgpu_buffer_dlpack(mgpu_buffer *buf, size_t offset, DLDataType dtype, int ndim, const int64_t *shape, const int64_t *strides, DLManagedTensorVersioned **managed)
+    int mgpu_stream_order_native(mgpu_stream *stream, void *native)
     int mgpu_buffer_dldevice(mgpu_buffer *buf, DLDevice *device)
     int mgpu_buffer_from_dlpack(mgpu_buffer **buf, int dev, DLManagedTensorVersioned *managed)
 

@@ -84,83 +84,12 @@ cdef extern from *:
     void mgpu_py_keep_thread_state()
 
 
-cdef extern from *:
-    """
-    #include <dlfcn.h>
-    #include <stddef.h>
-    /* Stream order between mgpu and a consumer's CUDA stream, through the
-     * CUDA driver the CUDA plugin loaded (never loaded from here: without
-     * it there is no CUDA memory to order). Its handles are opaque
-     * pointers, so this compiles without the toolkit. Called with the GIL
-     * held, which guards the one-time lookup. */
-    static struct {
-      int tried;
-      void *lib;
-      int (*stream_get_ctx)(void *stream, void **ctx);
-      int (*ctx_push)(void *ctx);
-      int (*ctx_pop)(void **ctx);
-      int (*event_create)(void **ev, unsigned flags);
-      int (*event_record)(void *ev, void *stream);
-      int (*stream_wait_event)(void *stream, void *ev, unsigned flags);
-      int (*event_destroy)(void *ev);
-    } mgpu_py_cu;
-    static int mgpu_py_cu_loaded(void) {
-      if (!mgpu_py_cu.tried) {
-        mgpu_py_cu.tried = 1;
-        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-        if (h != NULL) {
-    #define MGPU_PY_CU(field, name) \\
-          *(void **)&mgpu_py_cu.field = dlsym(h, name); \\
-          if (mgpu_py_cu.field == NULL) return 0;
-          MGPU_PY_CU(stream_get_ctx, "cuStreamGetCtx")
-          MGPU_PY_CU(ctx_push, "cuCtxPushCurrent_v2")
-          MGPU_PY_CU(ctx_pop, "cuCtxPopCurrent_v2")
-          MGPU_PY_CU(event_create, "cuEventCreate")
-          MGPU_PY_CU(event_record, "cuEventRecord")
-          MGPU_PY_CU(stream_wait_event, "cuStreamWaitEvent")
-          MGPU_PY_CU(event_destroy, "cuEventDestroy_v2")
-    #undef MGPU_PY_CU
-          mgpu_py_cu.lib = h;
-        }
-      }
-      return mgpu_py_cu.lib != NULL;
-    }
-    /* Work queued on consumer from now on waits for the work queued on
-     * producer so far (both cudaStream_t / CUstream; consumer may be
-     * CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2)), without blocking
-     * the host: an event recorded on producer, in producer's context, and
-     * waited on by consumer. 0, -1 without a CUDA driver, or the driver's
-     * error. */
-    static int mgpu_py_cuda_order(void *producer, void *consumer) {
-      if (!mgpu_py_cu_loaded()) return -1;
-      void *ctx = NULL, *ev = NULL, *prev = NULL;
-      int rc = mgpu_py_cu.stream_get_ctx(producer, &ctx);
-      if (rc != 0) return rc;
-      rc = mgpu_py_cu.ctx_push(ctx);
-      if (rc != 0) return rc;
-      rc = mgpu_py_cu.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */);
-      if (rc == 0) rc = mgpu_py_cu.event_record(ev, producer);
-      if (rc == 0) rc = mgpu_py_cu.stream_wait_event(consumer, ev, 0);
-      /* The wait holds on to the recorded work; the event may go. */
-      if (ev != NULL) mgpu_py_cu.event_destroy(ev);
-      mgpu_py_cu.ctx_pop(&prev);
-      return rc;
-    }
-    """
-    int mgpu_py_cuda_order(void *producer, void *consumer)
-
-
-def _cuda_order(uintptr_t producer, uintptr_t consumer):
-    """mgpu_py_cuda_order(producer, consumer): 0, -1 without a CUDA driver
-    loaded, or the driver's error (for the tests)."""
-    return mgpu_py_cuda_order(<void *>producer, <void *>consumer)
-
-
 # ---------------------------------------------------------------------------
 # One file per area, compiled as one module (Cython's include is textual:
 # the order below is the order the names are defined in).
 
 include "_errors.pxi"
+include "_wait.pxi"
 include "_runtime.pxi"
 include "_stream.pxi"
 include "_array.pxi"

@@ -10,6 +10,11 @@ cdef int _task_trampoline(int dev, mgpu_stream *stream, void *arg) noexcept nogi
         except BaseException as e:
             call[3] = e
             return MGPU_ECANCELED  # the exception is raised by wait()
+        finally:
+            # The pool's reference (taken by submit): the task has run, so
+            # what it needed may go, whatever the Task object's fate.
+            (<dict>call[4]).pop(id(call), None)
+            mgpu_py_waiter_post(<void *><uintptr_t>call[5])
     return 0
 
 
@@ -18,7 +23,10 @@ cdef class Task:
     its exception."""
     cdef Pool pool
     cdef mgpu_task t
+    # [fn, args, result, exception, the pool's calls, the address of the
+    # waiter the task posts once it has run]
     cdef list call
+    cdef mgpu_py_waiter *ran  # the Task's end of that waiter
     cdef bint done
 
     def wait(self):
@@ -33,6 +41,12 @@ cdef class Task:
             if self.call[3] is not None:
                 raise self.call[3]
             return self.call[2]
+        if _on_main():
+            # In slices: Ctrl-C ends the wait, and the task can be waited
+            # for again after. A pool shut down under it never runs it.
+            while not _slice(self.ran):
+                if self.pool.p == NULL or not mgpu_is_initialized():
+                    break
         self.done = True
         with nogil:
             rc = mgpu_pool_wait(self.pool.p, self.t)
@@ -41,13 +55,26 @@ cdef class Task:
         _check(rc)
         return self.call[2]
 
+    def __dealloc__(self):
+        if self.ran != NULL:
+            mgpu_py_waiter_unref(self.ran)
+        # A task dropped unwaited still runs (its call is held by the
+        # pool); only its handle is given back.
+        if (not self.done and self.call is not None and self.pool is not None
+                and self.pool.p != NULL and mgpu_is_initialized()):
+            mgpu_pool_release(self.pool.p, self.t)
+            mgpu_error_clear()
+
 
 cdef class Pool:
     """The task pool (``mgpu_pool``): Python functions run on the devices'
     threads, spread by work stealing. ``submit(fn, *args)`` calls
     ``fn(device, *args)`` on some device."""
     cdef mgpu_pool *p
-    cdef set calls
+    # The calls of the tasks submitted and not run yet, by id: what a task
+    # needs stays alive until it has run, also when Python drops its Task.
+    # Touched with the GIL held.
+    cdef dict calls
 
     def __init__(self, devices=None):
         cdef mgpu_pool_opts o = mgpu_py_pool_opts_init()
@@ -61,18 +88,26 @@ cdef class Pool:
             o.ndevices = len(devices)
             o.devices = devs
         _check(mgpu_pool_create(&self.p, &o))
-        self.calls = set()
+        self.calls = {}
 
     def submit(self, fn, *args):
         """Queues fn(device, *args); returns a Task."""
+        cdef int rc
         if not callable(fn):
             raise TypeError("fn must be callable")
         if self.p == NULL:
             raise ValueError("the pool was closed")
         cdef Task t = Task.__new__(Task)
         t.pool = self
-        t.call = [fn, args, None, None]
-        _check(mgpu_pool_submit_fn(self.p, _task_trampoline, <void *>t.call, &t.t))
+        t.ran = _waiter()
+        t.call = [fn, args, None, None, self.calls, <uintptr_t>t.ran]
+        self.calls[id(t.call)] = t.call
+        rc = mgpu_pool_submit_fn(self.p, _task_trampoline, <void *>t.call, &t.t)
+        if rc < 0:
+            del self.calls[id(t.call)]
+            t.call = None
+            mgpu_py_waiter_unref(t.ran)  # the task's end: it never runs
+            _check(rc)
         return t
 
     def map(self, fn, iterable):
@@ -87,8 +122,16 @@ cdef class Pool:
             with nogil:
                 rc = mgpu_pool_destroy(self.p)
         self.p = NULL
+        self._drop_unrun()
         if rc != 0 and rc != MGPU_ECANCELED:
             _check(rc)
+
+    cdef _drop_unrun(self):
+        """Lets go of the calls of tasks that never ran (canceled), and of
+        their ends of the waiters."""
+        for call in self.calls.values():
+            mgpu_py_waiter_unref(<mgpu_py_waiter *><uintptr_t>call[5])
+        self.calls.clear()
 
     def __enter__(self):
         return self
@@ -101,6 +144,8 @@ cdef class Pool:
         if self.p != NULL and mgpu_is_initialized():
             with nogil:
                 mgpu_pool_destroy(self.p)
+        if self.calls:
+            self._drop_unrun()
 
 
 # ---------------------------------------------------------------------------

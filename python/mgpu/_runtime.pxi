@@ -70,9 +70,9 @@ def _opened():
         _state["generation"] += 1
 
 
-# Called (without arguments) before the library shuts down: the MPI part
-# finalizes its module there.
-_before_shutdown = []
+# Called (without arguments) before the library shuts down: the run_on_device
+# calls a Ctrl-C left are waited for, and the MPI part finalizes its module.
+_before_shutdown = [_reap_abandoned]
 
 
 def shutdown():
@@ -246,13 +246,28 @@ cdef extern from *:
     /* run_on_device's call, made on the device's thread without Cython's
      * `with gil` (PyGILState_Ensure/Release each time): the thread's
      * Python state is made once and kept (as mgpu_py_keep_thread_state
-     * does), then only the GIL is taken and dropped around the call. */
+     * does), then only the GIL is taken and dropped around the call.
+     *
+     * A caller that waits in one piece keeps the call on its stack with fn
+     * and args borrowed (done NULL). One that waits in slices (the main
+     * thread, see _wait.pxi) allocates it and owns fn and args; if it stops
+     * waiting (Ctrl-C) it sets abandoned, and the device's thread frees the
+     * call once it has run. finished and abandoned are touched with the GIL
+     * held, which orders the two sides. */
     typedef struct {
-      PyObject *fn, *args;          /* borrowed from the caller */
+      PyObject *fn, *args;
       PyObject *result;             /* new reference, NULL on error */
       PyObject *et, *ev, *tb;       /* the error, as PyErr_Fetch gives it */
+      mgpu_py_waiter *done;         /* posted once the call has run */
+      int finished, abandoned;
     } mgpu_py_call;
     static __thread PyThreadState *mgpu_py_tstate;
+    /* Drops what an allocated call holds, and the call. */
+    static void mgpu_py_call_free(mgpu_py_call *c) {
+      Py_XDECREF(c->result); Py_XDECREF(c->et); Py_XDECREF(c->ev);
+      Py_XDECREF(c->tb); Py_XDECREF(c->fn); Py_XDECREF(c->args);
+      free(c);
+    }
     static int mgpu_py_run_call(int dev, void *arg) {
       mgpu_py_call *c = (mgpu_py_call *)arg;
       (void)dev;
@@ -265,6 +280,13 @@ cdef extern from *:
       }
       c->result = PyObject_Call(c->fn, c->args, NULL);
       if (c->result == NULL) PyErr_Fetch(&c->et, &c->ev, &c->tb);
+      c->finished = 1;
+      if (c->abandoned) {
+        mgpu_py_waiter_unref(c->done);
+        mgpu_py_call_free(c);
+      } else if (c->done != NULL) {
+        mgpu_py_waiter_post(c->done);
+      }
       (void)PyEval_SaveThread();
       return 0;
     }
@@ -287,15 +309,20 @@ cdef extern from *:
         PyObject *et
         PyObject *ev
         PyObject *tb
+        mgpu_py_waiter *done
+        int finished
+        int abandoned
     int mgpu_py_run_call(int dev, void *arg) noexcept nogil
     int mgpu_py_call_raise(mgpu_py_call *c) except -1
     void mgpu_py_call_clear(mgpu_py_call *c)
+    void mgpu_py_call_free(mgpu_py_call *c)
 
 
 def run_on_device(device, fn, *args):
     """Runs ``fn(*args)`` on the device's own host thread (with that device
     current) and returns its result; its exception is raised here. The GIL
-    is released while the call waits."""
+    is released while the call waits. On the main thread Ctrl-C ends the
+    wait (KeyboardInterrupt) while fn runs on to its end."""
     cdef mgpu_py_call c
     cdef int d, rc
     if type(device) is int and 0 <= <long>device < (1 << 30):
@@ -304,20 +331,74 @@ def run_on_device(device, fn, *args):
         d = _devno(device)
     if not callable(fn):
         raise TypeError("fn must be callable, not %s" % type(fn).__name__)
+    if _on_main():
+        return _run_sliced(d, fn, args)
     c.fn = <PyObject *>fn
     c.args = <PyObject *>args
     c.result = c.et = c.ev = c.tb = NULL
+    c.done = NULL
+    c.finished = c.abandoned = 0
     with nogil:
         rc = mgpu_run_on_device(d, <mgpu_device_fn>mgpu_py_run_call, &c)
+    return _call_outcome(&c, rc)
+
+
+cdef object _call_outcome(mgpu_py_call *c, int rc):
+    """What a call that ran (rc 0) or failed to (rc < 0) gives: its result,
+    its exception, or the library's error."""
     if c.result != NULL:
         out = <object>c.result
         Py_DECREF(out)
-    elif rc == 0:
-        mgpu_py_call_raise(&c)
-    else:
-        mgpu_py_call_clear(&c)
+        c.result = NULL
+        return out
+    if rc == 0:
+        mgpu_py_call_raise(c)
+    mgpu_py_call_clear(c)
     _check(rc)
-    return out
+
+
+cdef object _run_sliced(int d, object fn, tuple args):
+    """run_on_device from the main thread: queued, then waited for in
+    slices (_wait.pxi); a Ctrl-C leaves the call to finish on its own."""
+    cdef mgpu_py_call *c = <mgpu_py_call *>calloc(1, sizeof(mgpu_py_call))
+    cdef mgpu_work *work = NULL
+    cdef int rc
+    if c == NULL:
+        raise MemoryError()
+    c.done = mgpu_py_waiter_new()
+    if c.done == NULL:
+        free(c)
+        raise MemoryError()
+    c.fn = <PyObject *>fn
+    c.args = <PyObject *>args
+    Py_INCREF(fn)
+    Py_INCREF(args)
+    with nogil:
+        rc = mgpu_run_on_device_async(d, <mgpu_device_fn>mgpu_py_run_call, c, &work)
+    if rc < 0:
+        mgpu_py_waiter_unref(c.done)  # the device's end: it never runs
+    else:
+        try:
+            while not _slice(c.done):
+                pass
+        except BaseException:
+            if not c.finished:
+                c.abandoned = 1
+                mgpu_py_waiter_unref(c.done)
+                _abandoned.append(<uintptr_t>work)
+                raise
+            with nogil:
+                mgpu_work_wait(work)
+            mgpu_py_waiter_unref(c.done)
+            mgpu_py_call_free(c)
+            raise
+        with nogil:
+            rc = mgpu_work_wait(work)
+    mgpu_py_waiter_unref(c.done)
+    try:
+        return _call_outcome(c, rc)
+    finally:
+        mgpu_py_call_free(c)
 
 
 def synchronize(device=None):

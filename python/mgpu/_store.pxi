@@ -2,33 +2,6 @@
 # The store (include/mgpu/store.h): objects shared between processes through
 # a daemon, got back as read-only arrays over the shared memory.
 
-cdef extern from "Python.h":
-    ctypedef int PyGILState_STATE
-    PyGILState_STATE PyGILState_Ensure() noexcept nogil
-    void PyGILState_Release(PyGILState_STATE) noexcept nogil
-    int Py_IsInitialized() noexcept nogil
-    void Py_DecRef(PyObject *) noexcept nogil
-
-# A read-only export of a StoreArray: the inner tensor is the library's
-# export of the object's buffer, owner the StoreArray (so the object stays
-# held, and mapped, while any consumer holds the tensor).
-ctypedef struct _store_export:
-    DLManagedTensorVersioned outer
-    DLManagedTensorVersioned *inner
-    PyObject *owner
-
-
-cdef void _store_export_deleter(DLManagedTensorVersioned *t) noexcept nogil:
-    cdef _store_export *e = <_store_export *>t.manager_ctx
-    cdef PyGILState_STATE g
-    e.inner.deleter(e.inner)
-    if Py_IsInitialized():
-        g = PyGILState_Ensure()
-        Py_DecRef(e.owner)
-        PyGILState_Release(g)
-    free(e)
-
-
 cdef int _store_by_key(mgpu_store *st, object key, mgpu_store_object **got,
                       int *deferred) except -1:
     """Gets (got not NULL) or deletes the object of key: an id (int) or a
@@ -232,8 +205,9 @@ cdef class Store:
         return bool(deferred)
 
     def list(self):
-        """Every object as a dict: id, name (None when unnamed), device_uuid,
-        bytes, sealed, deleted, refs."""
+        """Every object as a dict: id, name (None when unnamed), device (the
+        device's UUID), bytes, sealed, deleted, refs: the keys of
+        ``mgpu store ls --json``."""
         cdef mgpu_store *st = self._open()
         cdef mgpu_store_entry *e = NULL
         cdef size_t n = 0, i
@@ -246,7 +220,7 @@ cdef class Store:
             for i in range(n):
                 name = e[i].name.decode("utf-8", "replace")
                 out.append({"id": e[i].id, "name": name or None,
-                            "device_uuid": e[i].device_uuid.decode(),
+                            "device": e[i].device_uuid.decode(),
                             "bytes": e[i].bytes, "sealed": bool(e[i].sealed),
                             "deleted": bool(e[i].deleted), "refs": e[i].refs})
         finally:
@@ -387,36 +361,35 @@ cdef class StoreArray:
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None,
                    copy=None):
-        """A read-only DLPack capsule over the object (no copy). A consumer
-        asking for a copy or another device gets BufferError."""
-        cdef DLManagedTensorVersioned *t = NULL
-        cdef _store_export *e
-        cdef int64_t shape[64]
-        cdef int nd = len(self.shape), i
-        if copy is True:
-            raise BufferError("a store array exports only in place (copy=True)")
-        if dl_device is not None and tuple(dl_device) != (self.dl_type, self.dl_id):
-            raise BufferError("the store array lives on DLPack device %s" %
-                              ((self.dl_type, self.dl_id),))
-        if self.obj == NULL:
-            raise ValueError("the store array was released")
-        for i in range(nd):
-            shape[i] = self.shape[i]
-        _check(mgpu_buffer_dlpack(mgpu_store_object_buffer(self.obj), 0,
-                                  _dl_dtype(self.dtype), nd, shape, NULL, &t))
-        e = <_store_export *>calloc(1, sizeof(_store_export))
-        if e == NULL:
-            t.deleter(t)
-            raise MemoryError()
-        e.outer = t[0]
-        e.outer.manager_ctx = <void *>e
-        e.outer.deleter = _store_export_deleter
-        e.outer.flags |= 1  # DLPACK_FLAG_BITMASK_READ_ONLY
-        e.inner = t
-        e.owner = <PyObject *>self
-        Py_INCREF(self)
-        return _dl_capsule(&e.outer, max_version is not None and
-                           int(max_version[0]) >= 1)
+        """A DLPack capsule over the object (array API standard, as
+        Array.__dlpack__): in place and flagged read-only for a consumer
+        that reads DLPack 1.x (``max_version >= (1, 0)``); a copy for one
+        that cannot see the flag, or that asks for a copy or another device
+        (BufferError where ``copy=False``)."""
+        self._obj()
+        return _dlpack_export(self, stream, max_version, dl_device, copy)
+
+    def _export_copy(self, bint to_host):
+        """A writable mgpu Array with the object's contents, on its device
+        (in host memory of it: to_host)."""
+        cdef Array out
+        cdef size_t n = self.nbytes
+        cdef int rc
+        out = _new_array(self.shape, self.dtype, self.device,
+                         "pinned" if to_host else "device")
+        if n:
+            with nogil:
+                rc = mgpu_memcpy(out.buf, 0, mgpu_store_object_buffer(self.obj),
+                                 0, n)
+            _check(rc)
+        return out
+
+    def _in_place(self, stream, bint versioned, bint copied):
+        """The capsule over the object itself, read-only (also before the
+        seal: a consumer's view outlives it): the object stays held while
+        the capsule or its tensor lives."""
+        return _export(mgpu_store_object_buffer(self._obj()), self.dtype,
+                       self.shape, True, copied, self, versioned)
 
     @property
     def __array_interface__(self):

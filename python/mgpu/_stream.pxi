@@ -5,7 +5,8 @@ cdef class Stream:
     """An in-order queue of work on one device (``mgpu_stream``).
 
     Work on one stream runs in order; several streams of a device run
-    concurrently. ``synchronize()`` waits with the GIL released.
+    concurrently. ``synchronize()`` waits with the GIL released, in slices
+    that let Ctrl-C through.
     """
     cdef mgpu_stream *s
     cdef readonly int device
@@ -17,11 +18,9 @@ cdef class Stream:
         self.owned = True
 
     def synchronize(self):
-        """Waits until the work queued so far is done; raises its error."""
-        cdef int rc
-        with nogil:
-            rc = mgpu_stream_synchronize(self.s)
-        _check(rc)
+        """Waits until the work queued so far is done; raises its error.
+        On the main thread Ctrl-C ends the wait (the work goes on)."""
+        _stream_wait(self.s)
 
     def query(self):
         """True when all work queued so far is done."""

@@ -1,4 +1,6 @@
 import gc
+import subprocess
+import sys
 
 import pytest
 
@@ -20,6 +22,31 @@ def opened(devices):
     yield mgpu
     gc.collect()
     mgpu.shutdown()
+
+
+def run_child(tmp_path, code, timeout=120):
+    """Runs code in a fresh interpreter (a crash there fails a test, not the
+    suite); returns its stdout, stripped, after checking it exited 0."""
+    script = tmp_path / "child.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+class LegacyConsumerView:
+    """What a consumer from before DLPack 1.0 sees of x: __dlpack__ called
+    without max_version (a legacy capsule)."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __dlpack__(self, **kw):
+        return self.x.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.x.__dlpack_device__()
 
 
 def mem_in_use(dev):

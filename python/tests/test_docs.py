@@ -1,4 +1,4 @@
-"""The Python example of README.md runs as it stands."""
+"""The Python examples of README.md and docs/python.md run as they stand."""
 import os
 import re
 import subprocess
@@ -14,6 +14,19 @@ def test_readme_python_example():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[7. 7. 7. 7.]", "1"]
+
+
+def test_python_md_channel_example():
+    """docs/python.md's Channel example: recv's array has room for
+    msg_size bytes, and the example prints what it received."""
+    with open(os.path.join(ROOT, "docs", "python.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    block = [b for b in blocks if "mgpu.Channel(" in b and "mgpu.init(" in b]
+    assert len(block) == 1, "no runnable Channel example in docs/python.md"
+    out = subprocess.run([sys.executable, "-c", block[0]], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["400 250.0"]
 
 
 def test_bench_runs_and_prints_json():

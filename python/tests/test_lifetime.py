@@ -2,15 +2,13 @@
 order, gc, shutdown with live arrays and exports, interpreter exit."""
 import gc
 import itertools
-import subprocess
-import sys
 import weakref
 
 import numpy as np
 import pytest
 
 import mgpu
-from conftest import mem_in_use
+from conftest import mem_in_use, run_child
 
 N = 1 << 16
 
@@ -91,8 +89,7 @@ def test_shutdown_with_live_arrays_and_exports():
 
 
 def test_interpreter_exit_with_exports_alive(tmp_path):
-    script = tmp_path / "exit.py"
-    script.write_text(
+    assert run_child(tmp_path,
         "import mgpu, numpy as np\n"
         "mgpu.init(devices='host:2')\n"
         "a = mgpu.full(1000, 4, 'int32', device=1)\n"
@@ -100,8 +97,37 @@ def test_interpreter_exit_with_exports_alive(tmp_path):
         "cap = a.__dlpack__(max_version=(1, 0))\n"
         "s = mgpu.Stream(0)\n"
         "keep = [a, x, cap, s, mgpu.zeros(3, device=0)]\n"
-        "print(int(x.sum()))\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "4000"
+        "print(int(x.sum()))\n") == "4000"
+
+
+def test_pool_tasks_dropped_unwaited(tmp_path):
+    # A child: the failure this guards against kills the interpreter.
+    assert run_child(tmp_path,
+        "import gc, mgpu\n"
+        "mgpu.init(devices='host:4')\n"
+        "out = []\n"
+        "with mgpu.Pool() as p:\n"
+        "    [p.submit(lambda d, x: out.append(x), i) for i in range(2000)]\n"
+        "    gc.collect()\n"
+        "print(sorted(out) == list(range(2000)))\n") == "True"
+
+
+def test_pool_call_released_once_run(mg):
+    class Arg:
+        pass
+
+    with mgpu.Pool() as p:
+        arg = Arg()
+        ref = weakref.ref(arg)
+        t = p.submit(lambda d, x: 5, arg)
+        del arg
+        assert t.wait() == 5
+        del t
+        gc.collect()
+        assert ref() is None  # nothing kept once the task ran and was waited
+        dropped = Arg()
+        ref = weakref.ref(dropped)
+        p.submit(lambda d, x: None, dropped)
+        del dropped
+    gc.collect()
+    assert ref() is None  # the pool let go of a dropped task's call

@@ -15,7 +15,7 @@ import pytest
 
 import mgpu
 import mgpu.store
-from conftest import opened
+from conftest import LegacyConsumerView, opened
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -73,6 +73,36 @@ def daemon(tmp_path):
 @pytest.fixture
 def mg2():
     yield from opened("host:2")
+
+
+def _tool():
+    """The mgpu command beside the daemon, or on PATH."""
+    cmd = _daemon()
+    if cmd is not None:
+        beside = pathlib.Path(cmd[0]).with_name("mgpu")
+        if beside.exists():
+            return str(beside)
+    return shutil.which("mgpu")
+
+
+def test_list_keys_match_cli(daemon, mg2):
+    tool = _tool()
+    if tool is None:
+        pytest.skip("no mgpu command found")
+    with mgpu.store.connect(daemon) as st:
+        st.put(np.arange(10, dtype="float32"), name="k", device=1)
+        ours = st.list()
+        out = subprocess.run([tool, "store", "--socket", daemon, "ls",
+                              "--json"], capture_output=True, timeout=60,
+                             check=True)
+        import json
+        theirs = json.loads(out.stdout)
+        assert len(ours) == len(theirs) == 1
+        assert set(ours[0]) == set(theirs[0])
+        for key in ("id", "device", "bytes", "sealed", "deleted", "refs"):
+            assert ours[0][key] == theirs[0][key], key
+        assert ours[0]["name"] == theirs[0]["name"] == "k"
+        st.delete("k")
 
 
 def test_put_get_same_process(daemon, mg2):
@@ -283,3 +313,32 @@ def test_mirror_views_keep_it_open(daemon, mg2):
     with mgpu.store.connect(daemon) as st:
         with pytest.raises(mgpu.NotFoundError):
             st.get("dropped")
+
+
+def test_dlpack_export_follows_the_array_api_rules(daemon, mg2):
+    # A got object is read-only: in place only to a consumer that reads
+    # DLPack 1.x's read-only flag; a copy to any other, or where asked.
+    data = np.arange(8, dtype=np.int32)
+    with mgpu.store.connect(daemon) as st:
+        st.put(data, name="ro", device=0)
+        a = st.get("ro", dtype="int32")
+        view = np.asarray(a)
+
+        old = np.from_dlpack(LegacyConsumerView(a))
+        assert not np.shares_memory(old, view)
+        np.testing.assert_array_equal(old, data)
+        with pytest.raises(BufferError, match="read-only"):
+            a.__dlpack__(copy=False)
+        mine = np.from_dlpack(a, copy=True)
+        assert mine.flags.writeable and not np.shares_memory(mine, view)
+        mine[:] = -1
+        np.testing.assert_array_equal(view, data)
+        same = np.from_dlpack(a)
+        assert np.shares_memory(same, view) and not same.flags.writeable
+        # The arguments are checked as Array.__dlpack__ checks them.
+        with pytest.raises(ValueError, match="stream"):
+            a.__dlpack__(stream=1)
+        with pytest.raises(TypeError, match="max_version"):
+            a.__dlpack__(max_version=3)
+        del old, mine, same, view, a
+        gc.collect()

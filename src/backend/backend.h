@@ -21,7 +21,7 @@
 #include "backend/ipc.h"
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 5
+#define MGPU__BACKEND_ABI 6
 #define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
 
 /* Each backend defines these structs for itself; the core only holds
@@ -167,6 +167,12 @@ typedef struct mgpu__backend_ops {
   /* 0 done, MGPU_EAGAIN pending, or the asynchronous error. */
   int (*stream_query)(mgpu__bdevice *d, mgpu__bstream *s);
   void *(*stream_native)(mgpu__bstream *s);
+  /* Optional: work that native, a stream of the backend's own kind that
+   * another library made (a cudaStream_t; 1 and 2 the legacy and
+   * per-thread default streams), queues from now on waits for the work
+   * queued on s so far, without blocking the host. NULL: the backend has
+   * no such streams. */
+  int (*stream_order_native)(mgpu__bdevice *d, mgpu__bstream *s, void *native);
   /* Optional: lets the calling thread run work in s's place. stream_claim
    * returns 1 when s has nothing queued or running, and then holds s as if
    * a worker ran an operation of it: work queued meanwhile waits, and

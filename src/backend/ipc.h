@@ -43,11 +43,17 @@ void mgpu__host_ipc_free(struct mgpu__bdevice *d, void *alloc);
  * (a reopen with O_RDONLY) unless writable, or -1 with errno. */
 int mgpu__host_ipc_export_fd(struct mgpu__bdevice *d, void *alloc,
                              int writable);
+/* Seals the memory against every later write, through any descriptor or
+ * mapping made from now on (F_SEAL_FUTURE_WRITE): what a sealed store
+ * object is. MGPU_ENOTSUP when the kernel cannot. */
+int mgpu__host_ipc_seal(struct mgpu__bdevice *d, void *alloc);
 /* Import side: maps m (writable or read-only) or takes another reference
  * on the mapping of the same key. The caller keeps m->fd and closes it. */
 int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
                           int writable, void **ptr);
-/* Makes an imported mapping read-only (after a seal). */
+/* Makes an imported mapping read-only (after a seal): a writable import is
+ * remapped, at the same address, from a read-only reopen of its
+ * descriptor, so that mprotect cannot make it writable again. */
 int mgpu__host_ipc_protect(struct mgpu__bdevice *d, void *ptr);
 void mgpu__host_ipc_unimport(struct mgpu__bdevice *d, void *ptr);
 

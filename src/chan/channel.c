@@ -210,7 +210,7 @@ static void shutdown_channel(void *obj, void *arg) {
 static void channels_shutdown(void) {
   mgpu__handle_foreach(MGPU__H_CHANNEL, shutdown_channel, NULL);
 }
-MGPU__ON_SHUTDOWN(channels_shutdown)
+MGPU__ON_SHUTDOWN(channels_shutdown, MGPU__LAYER_WORK)
 
 int mgpu_channel_close(mgpu_channel *chan) {
   mgpu__channel *ch;

@@ -330,4 +330,4 @@ static void barriers_shutdown(void) {
   mgpu__handle_foreach(MGPU__H_BARRIER, shutdown_barrier, NULL);
   mgpu__handle_foreach(MGPU__H_STREAM_BARRIER, shutdown_stream_barrier, NULL);
 }
-MGPU__ON_SHUTDOWN(barriers_shutdown)
+MGPU__ON_SHUTDOWN(barriers_shutdown, MGPU__LAYER_WORK)

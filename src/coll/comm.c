@@ -336,7 +336,7 @@ static void shutdown_comm(void *obj, void *arg) {
 static void comms_shutdown(void) {
   mgpu__handle_foreach(MGPU__H_COMM, shutdown_comm, NULL);
 }
-MGPU__ON_SHUTDOWN(comms_shutdown)
+MGPU__ON_SHUTDOWN(comms_shutdown, MGPU__LAYER_WORK)
 
 int mgpu_comm_size(const mgpu_comm *comm) {
   mgpu__comm *c;

@@ -2,7 +2,8 @@
  *
  * A call that waits for other ranks (a collective's rendezvous, a host
  * barrier) registers its condition variable here while it waits. The core
- * runs mgpu__coll_device_lost when it finds a device lost; it broadcasts
+ * runs coll_device_lost, this layer's device-lost hook
+ * (mgpu__on_device_lost), when it finds a device lost; it broadcasts
  * every registered condition variable, so the waiters wake at once and look
  * at their devices. The hook may run on a thread that holds any lock (a
  * collective being issued holds its communicator's lock, a backend its
@@ -40,7 +41,7 @@ static void coll_device_lost(int dev) {
     mgpu__cond_broadcast(w->cond);
   mgpu__mutex_unlock(&wake_lock);
 }
-MGPU__ON_DEVICE_LOST(coll_device_lost)
+MGPU__ON_DEVICE_LOST(coll_device_lost, MGPU__LAYER_WORK)
 
 uint64_t mgpu__coll_wait_until(uint64_t deadline) {
   uint64_t until = mgpu__now_ns() + MGPU__COLL_LOST_POLL_NS;

@@ -22,11 +22,6 @@ int mgpu__same_physical(const mgpu__device *a, const mgpu__device *b);
 int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                       const void *src, size_t size, mgpu__stream *s);
 
-/* The staging parameters in force for copies from device src: set at run
- * time, or the config's, or (chunk) chosen by src's backend. src NULL: the
- * chunk is 0 when it is chosen per backend. */
-void mgpu__staging_params(const mgpu__device *src, size_t *chunk, int *depth);
-
 /* Copies size bytes between two device buffers of different devices of one
  * backend, ordered on s (which belongs to dst->dev or src->dev): it starts
  * after the work queued on s before it, and work queued on s after it (or
@@ -43,8 +38,5 @@ int mgpu__copy_async(mgpu__buf *dst, size_t dst_offset, const mgpu__buf *src,
 
 /* Releases helper streams, pooled events and bounce buffers (shutdown). */
 void mgpu__staged_shutdown(void);
-
-/* Forgets the peer state (shutdown). */
-void mgpu__peer_reset(void);
 
 #endif /* MGPU_COPY_INTERNAL_H */

@@ -183,7 +183,8 @@ const char *mgpu_copy_path_name(mgpu_copy_path path) {
   return "unknown";
 }
 
-void mgpu__peer_reset(void) {
+/* Forgets the peer state (shutdown). */
+static void peer_reset(void) {
   mgpu__mutex_lock(&peer_lock);
   for (int i = 0; i < MGPU_MAX_DEVICES; i++)
     for (int j = 0; j < MGPU_MAX_DEVICES; j++) peer_state[i][j] = PEER_UNSET;
@@ -235,6 +236,6 @@ int mgpu__copy_between_devices(mgpu__buf *dst, size_t dst_offset,
  * pooled events and bounce buffers, and forgets the peer state. */
 static void copy_shutdown(void) {
   mgpu__staged_shutdown();
-  mgpu__peer_reset();
+  peer_reset();
 }
-MGPU__ON_SHUTDOWN(copy_shutdown)
+MGPU__ON_SHUTDOWN(copy_shutdown, MGPU__LAYER_COPY)

@@ -110,8 +110,11 @@ static _Atomic int staging_depth_set;
 
 /* ---- parameters ---- */
 
-void mgpu__staging_params(const mgpu__device *src, size_t *chunk,
-                          int *depth) {
+/* The staging parameters in force for copies from device src: set at run
+ * time, or the config's, or (chunk) chosen by src's backend. src NULL: the
+ * chunk is 0 when it is chosen per backend. */
+static void staging_params(const mgpu__device *src, size_t *chunk,
+                           int *depth) {
   const mgpu_config *cfg = mgpu__config();
   size_t c = staging_chunk_set;
   int d = staging_depth_set;
@@ -149,7 +152,7 @@ int mgpu_staging_get(size_t *chunk, int *depth) {
                        "initialized");
   size_t c;
   int d;
-  mgpu__staging_params(NULL, &c, &d);
+  staging_params(NULL, &c, &d);
   if (chunk != NULL) *chunk = c;
   if (depth != NULL) *depth = d;
   return 0;
@@ -471,7 +474,7 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                        sd->id, dd->id);
   staged_plan p = {.sd = sd, .dd = dd, .size = size};
   int depth;
-  mgpu__staging_params(sd, &p.chunk, &depth);
+  staging_params(sd, &p.chunk, &depth);
   p.chunk = copy_chunk(p.chunk, size, depth);
   p.ramp = p.chunk >= 32768 && size >= 4 * p.chunk;
   size_t npieces = piece_count(&p);

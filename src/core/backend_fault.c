@@ -43,6 +43,8 @@
               size_t args_size), (d, s, k, grid, block, args, args_size), d)    \
   XX(builtin, (mgpu__bdevice *d, mgpu__bstream *s, const mgpu__builtin *b),  \
      (d, s, b), d)                                                              \
+  XX(stream_order_native, (mgpu__bdevice *d, mgpu__bstream *s,              \
+                           void *native), (d, s, native), d)                    \
   XX(host_callback, (mgpu__bdevice *d, mgpu__bstream *s,                     \
                      void (*fn)(void *arg), void *arg), (d, s, fn, arg), d)     \
   XX(peer_enable, (mgpu__bdevice *d, mgpu__bdevice *peer), (d, peer), d)        \

@@ -344,3 +344,5 @@ uint64_t mgpu__deadline(int timeout_ms) {
 int mgpu__timeout_ms(int timeout_ms) {
   return timeout_ms == 0 ? config_timeout() : timeout_ms;
 }
+
+int mgpu_timeout_ms(void) { return config_timeout(); }

@@ -589,17 +589,28 @@ int mgpu__device_lose(int dev, const char *why) {
   return 0;
 }
 
-/* Hooks of the layers above that wait for devices (mgpu__on_device_lost).
- * Registered from constructors, before any thread can run them; read-only
- * afterwards. */
+/* Hooks of the layers below the core that wait for devices
+ * (mgpu__on_device_lost), kept sorted by layer, the highest first (the
+ * order they run in). Registered from constructors, before any thread can
+ * run them; read-only afterwards. */
 #define MAX_LOST_HOOKS 8
 static mgpu__lost_hook_fn lost_hooks[MAX_LOST_HOOKS];
+static mgpu__layer lost_layers[MAX_LOST_HOOKS];
 static int nlost_hooks;
 
-void mgpu__on_device_lost(mgpu__lost_hook_fn fn) {
+void mgpu__on_device_lost(mgpu__lost_hook_fn fn, mgpu__layer layer) {
   for (int i = 0; i < nlost_hooks; i++)
     if (lost_hooks[i] == fn) return;
-  if (nlost_hooks < MAX_LOST_HOOKS) lost_hooks[nlost_hooks++] = fn;
+  if (nlost_hooks == MAX_LOST_HOOKS) abort(); /* a bug in mgpu, at load */
+  int at = nlost_hooks; /* after every hook of this layer or a higher one */
+  while (at > 0 && lost_layers[at - 1] > layer) at--;
+  for (int i = nlost_hooks; i > at; i--) {
+    lost_hooks[i] = lost_hooks[i - 1];
+    lost_layers[i] = lost_layers[i - 1];
+  }
+  lost_hooks[at] = fn;
+  lost_layers[at] = layer;
+  nlost_hooks++;
 }
 
 void mgpu__device_lost_seen(int dev) {

@@ -85,21 +85,33 @@ static mgpu__backend_env backend_env = {
     .obs = &obs_api,
 };
 
-/* Shutdown hooks of the layers above (mgpu__on_shutdown). Registered from
- * constructors or before mgpu_init; hooks_lock guards the list. */
+/* Shutdown hooks of the layers below the core (mgpu__on_shutdown), kept
+ * sorted by layer, the lowest layer first and, within a layer, the last
+ * registered first: the order they run in. Registered from constructors or
+ * before mgpu_init; hooks_lock guards the list. */
 #define MAX_HOOKS 32
 static mgpu__mutex hooks_lock = PTHREAD_MUTEX_INITIALIZER;
-static mgpu__hook_fn shutdown_hooks[MAX_HOOKS];
+static struct {
+  mgpu__hook_fn fn;
+  mgpu__layer layer;
+} shutdown_hooks[MAX_HOOKS];
 static int nshutdown_hooks;
 
-void mgpu__on_shutdown(mgpu__hook_fn fn) {
+void mgpu__on_shutdown(mgpu__hook_fn fn, mgpu__layer layer) {
   mgpu__mutex_lock(&hooks_lock);
   int known = 0;
-  for (int i = 0; i < nshutdown_hooks; i++) known |= shutdown_hooks[i] == fn;
-  if (!known && nshutdown_hooks < MAX_HOOKS)
-    shutdown_hooks[nshutdown_hooks++] = fn;
-  else if (!known)
+  for (int i = 0; i < nshutdown_hooks; i++) known |= shutdown_hooks[i].fn == fn;
+  if (!known && nshutdown_hooks == MAX_HOOKS)
     abort(); /* a fixed table too small is a bug in mgpu, caught at load */
+  if (!known) {
+    int at = 0; /* before the first hook of this layer or a higher one */
+    while (at < nshutdown_hooks && shutdown_hooks[at].layer > layer) at++;
+    for (int i = nshutdown_hooks; i > at; i--)
+      shutdown_hooks[i] = shutdown_hooks[i - 1];
+    shutdown_hooks[at].fn = fn;
+    shutdown_hooks[at].layer = layer;
+    nshutdown_hooks++;
+  }
   mgpu__mutex_unlock(&hooks_lock);
 }
 
@@ -107,9 +119,9 @@ static void run_shutdown_hooks(void) {
   mgpu__mutex_lock(&hooks_lock);
   int n = nshutdown_hooks;
   mgpu__hook_fn hooks[MAX_HOOKS];
-  for (int i = 0; i < n; i++) hooks[i] = shutdown_hooks[i];
+  for (int i = 0; i < n; i++) hooks[i] = shutdown_hooks[i].fn;
   mgpu__mutex_unlock(&hooks_lock);
-  for (int i = n - 1; i >= 0; i--) hooks[i]();
+  for (int i = 0; i < n; i++) hooks[i]();
 }
 
 /* The gate of the calls that reach the device table without holding a
@@ -390,6 +402,73 @@ static int keep_string(const char **field, char *buf, size_t size,
   return 0;
 }
 
+/* Resolves cfg into `config` and keeps what it points to (init_lock held). */
+static int take_config(const mgpu_config *cfg) {
+  int rc = mgpu__config_resolve(cfg, &config);
+  if (rc != 0) return rc;
+  init_epoch++; /* before the device threads start: they set theirs */
+  if (config.fault != NULL) {
+    char why[200];
+    if (mgpu__fault_set(config.fault, why, sizeof why) != 0)
+      return mgpu__error(MGPU_EINVAL, "MGPU_FAULT='%s': %s", config.fault, why);
+  }
+  if ((rc = keep_string(&config.devices, devices_spec, sizeof devices_spec,
+                        "MGPU_DEVICES")) != 0 ||
+      (rc = keep_string(&config.plugin_path, plugin_path, sizeof plugin_path,
+                        "MGPU_PLUGIN_PATH")) != 0 ||
+      (rc = keep_string(&config.metrics, metrics_path, sizeof metrics_path,
+                        "MGPU_METRICS")) != 0)
+    return rc;
+  mgpu__log_set_level(config.log_level);
+  return 0;
+}
+
+/* Opens the devices config.devices names, or the default ones; on failure
+ * closes those it opened (init_lock held). */
+static int open_devices(void) {
+  int rc;
+  if (config.devices == NULL) {
+    rc = open_default();
+  } else {
+    mgpu__devspec_entry entries[MGPU_MAX_DEVICES];
+    int n = 0;
+    rc = mgpu__parse_devices(config.devices, entries, MGPU_MAX_DEVICES, &n);
+    for (int i = 0; rc == 0 && i < n; i++) rc = open_entry(&entries[i]);
+  }
+  if (rc != 0) unwind_devices();
+  return rc;
+}
+
+/* With the devices open: the recording floor, the trace MGPU_TRACE asks
+ * for and the library's handle; on failure undoes all of it and closes the
+ * devices (init_lock held). */
+static int open_library(void) {
+  mgpu__obs_open(ndevices);
+  name_devices();
+  int rc = 0;
+  if (config.trace != NULL) {
+    rc = mgpu_trace_start(config.trace);
+    if (rc != 0) goto fail;
+    trace_from_init = 1;
+  }
+  uintptr_t lib = mgpu__handle_new(MGPU__H_LIBRARY, devices);
+  if (lib == 0) {
+    if (trace_from_init) {
+      trace_from_init = 0;
+      mgpu_trace_stop();
+    }
+    rc = mgpu__error(MGPU_ENOMEM, "mgpu_init: no handle left for the device "
+                     "table");
+    goto fail;
+  }
+  atomic_store_explicit(&library, lib, memory_order_release);
+  return 0;
+fail:
+  mgpu__obs_close();
+  unwind_devices();
+  return rc;
+}
+
 int mgpu_init(const mgpu_config *cfg) {
   if (mgpu__forked_from()) return mgpu__fork_error("mgpu_init");
   pthread_once(&atfork_once, atfork_register);
@@ -400,61 +479,9 @@ int mgpu_init(const mgpu_config *cfg) {
                      "devices; call mgpu_shutdown first", ndevices);
     goto out;
   }
-  rc = mgpu__config_resolve(cfg, &config);
-  if (rc != 0) goto out;
-  init_epoch++; /* before the device threads start: they set theirs */
-  if (config.fault != NULL) {
-    char why[200];
-    if (mgpu__fault_set(config.fault, why, sizeof why) != 0) {
-      rc = mgpu__error(MGPU_EINVAL, "MGPU_FAULT='%s': %s", config.fault, why);
-      goto out;
-    }
-  }
-  if ((rc = keep_string(&config.devices, devices_spec, sizeof devices_spec,
-                        "MGPU_DEVICES")) != 0 ||
-      (rc = keep_string(&config.plugin_path, plugin_path, sizeof plugin_path,
-                        "MGPU_PLUGIN_PATH")) != 0 ||
-      (rc = keep_string(&config.metrics, metrics_path, sizeof metrics_path,
-                        "MGPU_METRICS")) != 0)
-    goto out;
-  mgpu__log_set_level(config.log_level);
-  if (config.devices == NULL) {
-    rc = open_default();
-  } else {
-    mgpu__devspec_entry entries[MGPU_MAX_DEVICES];
-    int n = 0;
-    rc = mgpu__parse_devices(config.devices, entries, MGPU_MAX_DEVICES, &n);
-    for (int i = 0; rc == 0 && i < n; i++) rc = open_entry(&entries[i]);
-  }
-  if (rc != 0) {
-    unwind_devices();
-    goto out;
-  }
+  if ((rc = take_config(cfg)) != 0 || (rc = open_devices()) != 0) goto out;
   initialized_by = getpid();
-  mgpu__obs_open(ndevices);
-  name_devices();
-  if (config.trace != NULL) {
-    rc = mgpu_trace_start(config.trace);
-    if (rc != 0) {
-      mgpu__obs_close();
-      unwind_devices();
-      goto out;
-    }
-    trace_from_init = 1;
-  }
-  uintptr_t lib = mgpu__handle_new(MGPU__H_LIBRARY, devices);
-  if (lib == 0) {
-    if (trace_from_init) {
-      trace_from_init = 0;
-      mgpu_trace_stop();
-    }
-    mgpu__obs_close();
-    unwind_devices();
-    rc = mgpu__error(MGPU_ENOMEM, "mgpu_init: no handle left for the device "
-                     "table");
-    goto out;
-  }
-  atomic_store_explicit(&library, lib, memory_order_release);
+  if ((rc = open_library()) != 0) goto out;
   initialized = 1;
   mgpu__log(MGPU_LOG_INFO, "initialized %d device%s", ndevices,
             ndevices == 1 ? "" : "s");
@@ -469,8 +496,9 @@ static int drain_noop(int dev, void *arg) {
   return 0;
 }
 
-int mgpu_shutdown(void) {
-  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_shutdown");
+/* MGPU_EBUSY where the calling thread is one mgpu_shutdown would wait for
+ * or join, else 0. */
+static int shutdown_refused(void) {
   /* Shutdown waits for every device and stops the library's threads: from
    * one of them it would wait for itself, then free what it is running. */
   const char *role = mgpu__thread_role();
@@ -490,19 +518,13 @@ int mgpu_shutdown(void) {
     return mgpu__error(MGPU_EBUSY, "mgpu_shutdown called on %s: shutdown "
                        "joins that thread, it would wait for itself",
                        thread_owner);
-  mgpu__mutex_lock(&init_lock);
-  if (!initialized) {
-    mgpu__mutex_unlock(&init_lock);
-    return 0;
-  }
-  /* Later calls that need the device table are refused; the calls inside
-   * finish first. The calls holding handles are waited for below, as each
-   * kind of handle is closed. */
-  uintptr_t lib = atomic_exchange_explicit(&library, 0, memory_order_acq_rel);
-  int err = 0;
-  if (mgpu__handle_close(lib, MGPU__H_LIBRARY, "mgpu_shutdown", &err) != NULL)
-    mgpu__handle_retire(lib);
-  shutdown_thread = 1;
+  return 0;
+}
+
+/* Runs what was queued, synchronizes every device, then tears down the
+ * layers below (hooks) and the core's streams, buffers and pools. The
+ * first error of a device, or 0 (init_lock held). */
+static int drain_and_release(void) {
   int rc = 0;
   /* Work queued with mgpu_run_on_device_async runs first, while its buffers
    * and streams still exist: a no-op queued behind it returns once it has
@@ -520,6 +542,27 @@ int mgpu_shutdown(void) {
     mgpu__spare_drain(devices[i]);
     mgpu__mempool_release(devices[i]);
   }
+  return rc;
+}
+
+int mgpu_shutdown(void) {
+  if (mgpu__forked_from()) return mgpu__fork_error("mgpu_shutdown");
+  int rc = shutdown_refused();
+  if (rc != 0) return rc;
+  mgpu__mutex_lock(&init_lock);
+  if (!initialized) {
+    mgpu__mutex_unlock(&init_lock);
+    return 0;
+  }
+  /* Later calls that need the device table are refused; the calls inside
+   * finish first. The calls holding handles are waited for below, as each
+   * kind of handle is closed. */
+  uintptr_t lib = atomic_exchange_explicit(&library, 0, memory_order_acq_rel);
+  int err = 0;
+  if (mgpu__handle_close(lib, MGPU__H_LIBRARY, "mgpu_shutdown", &err) != NULL)
+    mgpu__handle_retire(lib);
+  shutdown_thread = 1;
+  rc = drain_and_release();
   if (config.metrics != NULL) {
     int r = print_metrics();
     if (rc == 0) rc = r;

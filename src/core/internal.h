@@ -372,35 +372,48 @@ void mgpu__mempool_release(mgpu__device *d);
 
 /* ---- hooks (init.c) ---- */
 
-/* A layer above the core that keeps state of its own across mgpu_init and
- * mgpu_shutdown registers a hook here, so the core never calls up into it.
- * Shutdown hooks run in mgpu_shutdown after every device was synchronized
- * and before streams, buffers and devices are released, in the reverse
- * order of registration (the last layer registered is torn down first).
- * Register from a constructor (MGPU__ON_SHUTDOWN) or before mgpu_init;
- * registering the same function twice is a no-op. */
-typedef void (*mgpu__hook_fn)(void);
-void mgpu__on_shutdown(mgpu__hook_fn fn);
+/* The layers below the core that register hooks, in the order of
+ * docs/ARCHITECTURE.md's table (the same as tools/check-layers.py's):
+ * hooks run by layer, never by link or load order. */
+typedef enum {
+  MGPU__LAYER_COPY = 1,
+  MGPU__LAYER_TOPO,
+  MGPU__LAYER_WORK,   /* part, sched, coll, chan: beside each other */
+  MGPU__LAYER_MODULE, /* mpi, store */
+} mgpu__layer;
 
-/* Registers fn as a shutdown hook when the library is loaded. */
-#define MGPU__ON_SHUTDOWN(fn)                                             \
+/* A layer below the core that keeps state of its own across mgpu_init and
+ * mgpu_shutdown registers a hook here, so the core never calls down into
+ * it. Shutdown hooks run in mgpu_shutdown after every device was
+ * synchronized and before streams, buffers and devices are released, the
+ * lowest layer first (a layer is torn down before the layers it uses);
+ * hooks of one layer run in the reverse order of registration. Register
+ * from a constructor (MGPU__ON_SHUTDOWN) or before mgpu_init; registering
+ * the same function twice is a no-op. */
+typedef void (*mgpu__hook_fn)(void);
+void mgpu__on_shutdown(mgpu__hook_fn fn, mgpu__layer layer);
+
+/* Registers fn as a shutdown hook of `layer` when the library is loaded. */
+#define MGPU__ON_SHUTDOWN(fn, layer)                                      \
   __attribute__((constructor)) static void mgpu__register_##fn(void) {     \
-    mgpu__on_shutdown(fn);                                                \
+    mgpu__on_shutdown(fn, layer);                                         \
   }
 
-/* A layer above the core whose calls wait for devices (coll's barriers and
+/* A layer below the core whose calls wait for devices (coll's barriers and
  * rendezvous) hears of a lost device through a hook, so that its waiters
  * wake at once instead of at their next look. fn(dev) runs on the thread
  * that found the loss, which may hold locks of any layer (a collective's
  * issue, a backend's device lock): it takes only a leaf lock of its own and
- * never blocks. Register from a constructor (MGPU__ON_DEVICE_LOST); at most
- * 8 hooks; registering the same function twice is a no-op. */
+ * never blocks. Hooks run the highest layer first, so a layer hears of the
+ * loss after the layers it uses. Register from a constructor
+ * (MGPU__ON_DEVICE_LOST); at most 8 hooks; registering the same function
+ * twice is a no-op. */
 typedef void (*mgpu__lost_hook_fn)(int dev);
-void mgpu__on_device_lost(mgpu__lost_hook_fn fn);
+void mgpu__on_device_lost(mgpu__lost_hook_fn fn, mgpu__layer layer);
 
-#define MGPU__ON_DEVICE_LOST(fn)                                          \
+#define MGPU__ON_DEVICE_LOST(fn, layer)                                   \
   __attribute__((constructor)) static void mgpu__register_lost_##fn(void) { \
-    mgpu__on_device_lost(fn);                                             \
+    mgpu__on_device_lost(fn, layer);                                      \
   }
 
 /* The NUMA node nearest device d (device.c): the backend's answer when it

@@ -10,6 +10,7 @@
 
 #include "core/capture.h"
 #include "core/internal.h"
+#include "mgpu/interop.h"
 #include "util/fault.h"
 
 static void list_add(mgpu__device *d, mgpu__stream *s) {
@@ -205,6 +206,25 @@ void *mgpu_stream_native(const mgpu_stream *h) {
   void *native = mgpu__device_get(s->dev)->ops->stream_native(s->bstream);
   mgpu__stream_put(s);
   return native;
+}
+
+int mgpu_stream_order_native(mgpu_stream *h, void *native) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(h, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(s->dev);
+  if (d->ops->stream_order_native == NULL)
+    rc = mgpu__error(MGPU_ENOTSUP, "mgpu_stream_order_native: device %d (%s) "
+                     "has no foreign streams to order: wait for the stream on "
+                     "the host", s->dev, d->ops->name);
+  else if (native == NULL)
+    rc = mgpu__error(MGPU_EINVAL, "mgpu_stream_order_native: NULL foreign "
+                     "stream for a stream of device %d (0 is ambiguous: the "
+                     "legacy default stream is 1)", s->dev);
+  else
+    rc = d->ops->stream_order_native(d->bdev, s->bstream, native);
+  mgpu__stream_put(s);
+  return rc;
 }
 
 static int device_synchronize_in(int dev) {

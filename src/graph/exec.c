@@ -502,4 +502,4 @@ static void graphs_shutdown(void) {
   mgpu__handle_foreach(MGPU__H_GRAPH_EXEC, release_exec, NULL);
   mgpu__handle_foreach(MGPU__H_GRAPH, release_graph, NULL);
 }
-MGPU__ON_SHUTDOWN(graphs_shutdown)
+MGPU__ON_SHUTDOWN(graphs_shutdown, MGPU__LAYER_WORK)

@@ -21,10 +21,7 @@
 
 #include "mpi/mpi-internal.h"
 
-#ifdef MGPU_HAVE_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
+#include "mpi/nccl-api.h"
 
 /* A large all-reduce between leaders goes as reduce-scatter + all-gather. */
 #define SPLIT_ALLREDUCE_BYTES ((size_t)1 << 20)
@@ -269,9 +266,12 @@ static int hier_issue(void *ctx, const mgpu_coll_call *calls, int n) {
 #ifdef MGPU_HAVE_NCCL
 /* ---- NCCL over ranks x GPUs (whole CUDA GPUs, NCCL built in) ---- */
 
+/* Opened by mgpu_mpi_comm_create before the first NCCL communicator. */
+static const mgpu__mpi_nccl_api *nccl;
+
 static int nccl_err(ncclResult_t r, const char *call) {
   return mgpu_module_error(MGPU_EBACKEND, "rank %d: %s: %s", mgpu__mpi.rank,
-                           call, ncclGetErrorString(r));
+                           call, nccl->error_string(r));
 }
 
 static int nccl_type(mgpu_dtype t, ncclDataType_t *out) {
@@ -292,7 +292,7 @@ static int nccl_issue(void *ctx, const mgpu_coll_call *calls, int n) {
   ncclDataType_t type;
   if (nccl_type(calls[0].dtype, &type) != 0)
     return mgpu_module_error(MGPU_EINVAL, "unknown dtype");
-  ncclResult_t r = ncclGroupStart();
+  ncclResult_t r = nccl->group_start();
   for (int i = 0; i < n && r == ncclSuccess; i++) {
     const mgpu_coll_call *c = &calls[i];
     const char *send = c->send ? (const char *)mgpu_buffer_ptr(c->send) +
@@ -302,27 +302,27 @@ static int nccl_issue(void *ctx, const mgpu_coll_call *calls, int n) {
     cudaStream_t s = (cudaStream_t)mgpu_stream_native(c->stream);
     switch (c->kind) {
       case MGPU_COLL_ALLREDUCE:
-        r = ncclAllReduce(send, recv, c->count, type, ops[c->op],
-                          x->nccl_comms[i], s);
+        r = nccl->all_reduce(send, recv, c->count, type, ops[c->op],
+                             x->nccl_comms[i], s);
         break;
       case MGPU_COLL_REDUCE:
-        r = ncclReduce(send, recv, c->count, type, ops[c->op], c->root,
-                       x->nccl_comms[i], s);
+        r = nccl->reduce(send, recv, c->count, type, ops[c->op], c->root,
+                         x->nccl_comms[i], s);
         break;
       case MGPU_COLL_BROADCAST:
-        r = ncclBroadcast(send, recv, c->count, type, c->root,
-                          x->nccl_comms[i], s);
+        r = nccl->broadcast(send, recv, c->count, type, c->root,
+                            x->nccl_comms[i], s);
         break;
       case MGPU_COLL_ALLGATHER:
-        r = ncclAllGather(send, recv, c->count, type, x->nccl_comms[i], s);
+        r = nccl->all_gather(send, recv, c->count, type, x->nccl_comms[i], s);
         break;
       case MGPU_COLL_REDUCE_SCATTER:
-        r = ncclReduceScatter(send, recv, c->count, type, ops[c->op],
-                              x->nccl_comms[i], s);
+        r = nccl->reduce_scatter(send, recv, c->count, type, ops[c->op],
+                                 x->nccl_comms[i], s);
         break;
     }
   }
-  ncclResult_t e = ncclGroupEnd();
+  ncclResult_t e = nccl->group_end();
   if (r != ncclSuccess) return nccl_err(r, "NCCL collective");
   return e == ncclSuccess ? 0 : nccl_err(e, "ncclGroupEnd");
 }
@@ -341,21 +341,21 @@ static int whole_gpus(int ndev, const int *devs) {
 static int nccl_open(mpi_comm_ctx *x, int ndev, const int *devs) {
   ncclUniqueId id;
   if (x->me == 0) {
-    ncclResult_t r = ncclGetUniqueId(&id);
+    ncclResult_t r = nccl->get_unique_id(&id);
     if (r != ncclSuccess) memset(&id, 0, sizeof id);
   }
   int rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, x->comm);
   if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Bcast");
   int nglobal = x->first[x->nprocs - 1] + x->count[x->nprocs - 1];
-  ncclResult_t r = ncclGroupStart();
+  ncclResult_t r = nccl->group_start();
   for (int i = 0; i < ndev && r == ncclSuccess; i++) {
     mgpu_device_props p = {.size = sizeof p};
     mgpu_device_get_props(devs[i], &p);
-    cudaSetDevice(p.ordinal);
-    r = ncclCommInitRank(&x->nccl_comms[i], nglobal, id,
-                         x->first[x->me] + i);
+    nccl->set_device(p.ordinal);
+    r = nccl->comm_init_rank(&x->nccl_comms[i], nglobal, id,
+                             x->first[x->me] + i);
   }
-  ncclResult_t e = ncclGroupEnd();
+  ncclResult_t e = nccl->group_end();
   if (r != ncclSuccess) return nccl_err(r, "ncclCommInitRank");
   if (e != ncclSuccess) return nccl_err(e, "ncclGroupEnd");
   x->nccl = 1;
@@ -369,7 +369,7 @@ static void ctx_free(void *ctx) {
   if (x == NULL) return;
 #ifdef MGPU_HAVE_NCCL
   for (int i = 0; x->nccl && i < x->nlocal; i++)
-    ncclCommDestroy(x->nccl_comms[i]);
+    nccl->comm_destroy(x->nccl_comms[i]);
 #endif
   for (int i = 0; i < 2; i++)
     if (x->reduced[i] != NULL) mgpu_event_destroy(x->reduced[i]);
@@ -450,6 +450,13 @@ int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
   remote.ctx = x;
 #ifdef MGPU_HAVE_NCCL
   int gpus = whole_gpus(ndev, devs), all_gpus = 0;
+  /* Every rank must be able to open NCCL, or none uses it. */
+  const char *why = NULL;
+  if (gpus && (nccl = mgpu__mpi_nccl_load(&why)) == NULL) {
+    gpus = 0;
+    mgpu_module_log(MGPU_LOG_INFO, "rank %d: no NCCL over ranks: %s",
+                    mgpu__mpi.rank, why);
+  }
   MPI_Allreduce(&gpus, &all_gpus, 1, MPI_INT, MPI_MIN, x->comm);
   if (all_gpus) {
     if ((rc = nccl_open(x, ndev, devs)) != 0) goto fail;

@@ -112,10 +112,6 @@ void mgpu__trace_name_device(int dev, const char *name) {
   set_name(dev, UINT32_MAX, name);
 }
 
-void mgpu__trace_name_track(int dev, uint32_t track, const char *name) {
-  set_name(dev, track, name);
-}
-
 void mgpu__trace_forget_names(void) {
   mgpu__mutex_lock(&names_lock);
   nnames = 0;
@@ -174,10 +170,6 @@ int mgpu__trace_tag_push(const char *name, const mgpu__trace_arg *args,
 
 void mgpu__trace_tag_pop(int pushed) {
   if (pushed) my_tag_set = 0;
-}
-
-const char *mgpu__trace_tag_name(void) {
-  return my_tag_set ? my_tag.name : NULL;
 }
 
 mgpu__trace_tag *mgpu__trace_tag_copy(void) {

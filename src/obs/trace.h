@@ -106,7 +106,6 @@ void mgpu__trace_name_thread(int dev, const char *name);
  * is NULL (N counts the tracks of the process's streams). Kept across
  * recordings. Streams and the pool's workers get theirs this way. */
 uint32_t mgpu__trace_track_new(int dev, const char *name);
-void mgpu__trace_name_track(int dev, uint32_t track, const char *name);
 /* Makes (dev, track) the calling thread's own track (a pool worker takes
  * the track its pool made for it). */
 void mgpu__trace_thread_adopt(int dev, uint32_t track);
@@ -128,8 +127,6 @@ typedef struct mgpu__trace_tag {
 int mgpu__trace_tag_push(const char *name, const mgpu__trace_arg *args,
                          int nargs);
 void mgpu__trace_tag_pop(int pushed);
-/* The name of the calling thread's tag, or NULL. */
-const char *mgpu__trace_tag_name(void);
 /* A new copy of the calling thread's tag that the caller frees, or NULL
  * when none is set (or memory is short). */
 mgpu__trace_tag *mgpu__trace_tag_copy(void);

@@ -68,6 +68,31 @@ static void weighted_bounds(mgpu__dist *d, const double *w) {
   d->bound[d->nparts] = d->n;
 }
 
+/* The part bounds of a block or weighted distribution (d->nparts parts of
+ * d->n elements over d->devices). MGPU_ENOMEM without a detail, or the
+ * device speed lookup's code and detail. */
+static int set_bounds(mgpu__dist *d, const mgpu_dist_opts *o) {
+  int P = d->nparts;
+  d->bound = mgpu__malloc(((size_t)P + 1) * sizeof *d->bound);
+  if (d->bound == NULL) return MGPU_ENOMEM;
+  if (o->kind != MGPU_DIST_WEIGHTED) {
+    size_t q = d->n / (size_t)P, r = d->n % (size_t)P;
+    for (int p = 0; p <= P; p++)
+      d->bound[p] = (size_t)p * q + ((size_t)p < r ? (size_t)p : r);
+    return 0;
+  }
+  if (o->weights != NULL) {
+    weighted_bounds(d, o->weights);
+    return 0;
+  }
+  double *speed = mgpu__malloc((size_t)P * sizeof *speed);
+  if (speed == NULL) return MGPU_ENOMEM;
+  int rc = mgpu_device_speed(P, d->devices, speed);
+  if (rc == 0) weighted_bounds(d, speed);
+  mgpu__free(speed);
+  return rc;
+}
+
 int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
   mgpu_dist_opts defaults = MGPU_DIST_OPTS_INITIALIZER;
   const mgpu_dist_opts *o = opts ? opts : &defaults;
@@ -78,10 +103,11 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
   int P = 0, rc = check_opts(o, ndev, &P);
   if (rc != 0) return rc;
 
+  rc = MGPU_ENOMEM;
   mgpu__dist *d = mgpu__calloc(1, sizeof *d);
-  if (d == NULL) goto nomem;
+  if (d == NULL) goto fail;
   d->devices = mgpu__malloc((size_t)P * sizeof *d->devices);
-  if (d->devices == NULL) goto nomem_dist;
+  if (d->devices == NULL) goto fail;
   d->n = n;
   d->nparts = P;
   d->kind = o->kind;
@@ -89,29 +115,7 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
   d->block = o->kind == MGPU_DIST_CYCLIC ? 1 : o->block;
   d->cyclic = (o->kind == MGPU_DIST_CYCLIC ||
                o->kind == MGPU_DIST_BLOCK_CYCLIC) && P > 1;
-  if (!d->cyclic) {
-    d->bound = mgpu__malloc(((size_t)P + 1) * sizeof *d->bound);
-    if (d->bound == NULL) goto nomem_devices;
-    if (o->kind == MGPU_DIST_WEIGHTED) {
-      double *speed = NULL;
-      const double *w = o->weights;
-      if (w == NULL) {
-        speed = mgpu__malloc((size_t)P * sizeof *speed);
-        if (speed == NULL) goto nomem_bound;
-        if ((rc = mgpu_device_speed(P, d->devices, speed)) != 0) {
-          mgpu__free(speed);
-          goto fail;
-        }
-        w = speed;
-      }
-      weighted_bounds(d, w);
-      mgpu__free(speed);
-    } else {
-      size_t q = n / (size_t)P, r = n % (size_t)P;
-      for (int p = 0; p <= P; p++)
-        d->bound[p] = (size_t)p * q + ((size_t)p < r ? (size_t)p : r);
-    }
-  }
+  if (!d->cyclic && (rc = set_bounds(d, o)) != 0) goto fail;
   d->handle = mgpu__handle_new(MGPU__H_DIST, d);
   if (d->handle == 0) {
     rc = mgpu__error(MGPU_ENOMEM, "distribution: no handles left");
@@ -120,22 +124,15 @@ int mgpu_dist_create(mgpu_dist **out, size_t n, const mgpu_dist_opts *opts) {
   *out = (mgpu_dist *)d->handle;
   return 0;
 
-nomem_bound:
-  rc = MGPU_ENOMEM;
 fail:
-  mgpu__free(d->bound);
-  mgpu__free(d->devices);
-  mgpu__free(d);
+  if (d != NULL) {
+    mgpu__free(d->bound);
+    mgpu__free(d->devices);
+    mgpu__free(d);
+  }
   return rc == MGPU_ENOMEM
              ? mgpu__error(rc, "distribution: out of memory for %d parts", P)
              : rc;
-nomem_devices:
-  mgpu__free(d->devices);
-nomem_dist:
-  mgpu__free(d);
-nomem:
-  return mgpu__error(MGPU_ENOMEM, "distribution: out of memory for %d parts",
-                     P);
 }
 
 int mgpu__dist_get(const mgpu_dist *h, const mgpu__dist **out) {

@@ -678,7 +678,7 @@ static void shutdown_pool(void *obj, void *arg) {
 static void pools_shutdown(void) {
   mgpu__handle_foreach(MGPU__H_POOL, shutdown_pool, NULL);
 }
-MGPU__ON_SHUTDOWN(pools_shutdown)
+MGPU__ON_SHUTDOWN(pools_shutdown, MGPU__LAYER_WORK)
 
 /* ---- statistics ---- */
 

@@ -11,16 +11,26 @@
  * object held is listed in a registry (reg_lock), and a pointer that is not
  * listed is reported as a bad handle, never dereferenced.
  *
+ * Every call counts itself inside the connection (and the object) it uses
+ * while it finds the handle listed (enter_store, enter_object), so that
+ * mgpu_store_disconnect and mgpu_store_release, which unlist the handle
+ * first, can wait for the calls already inside before they free anything.
+ * A disconnect shuts the socket down first, so a call waiting for the
+ * daemon fails at once with MGPU_ESTORE instead of keeping it waiting.
+ *
  * Lock order: reg_lock, then a connection's lock; neither is held across
  * the other's long waits (reg_lock is never held across a round trip).
  */
 #include <errno.h>
 #include <poll.h>
+#include <pwd.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -40,6 +50,8 @@ struct mgpu_store {
   int dead;
   char dead_why[MGPU__STORE_DETAIL_MAX + 1];
   uint64_t instance;
+  int users;                /* calls inside (reg_lock) */
+  _Atomic int closing;      /* set by mgpu_store_disconnect */
   struct mgpu_store *next; /* registry (reg_lock) */
 };
 
@@ -54,10 +66,12 @@ struct mgpu_store_object {
   void *mirror;     /* host copy while a mirror is open */
   mgpu_buffer *mirror_buf; /* its pinned buffer, when the object has one */
   mgpu_buffer *buffer;
+  int users;        /* calls inside (reg_lock) */
   struct mgpu_store_object *next; /* registry (reg_lock) */
 };
 
 static mgpu__mutex reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__cond reg_idle = PTHREAD_COND_INITIALIZER; /* a users count fell */
 static mgpu_store *stores;          /* reg_lock */
 static mgpu_store_object *objects;  /* reg_lock */
 
@@ -67,9 +81,17 @@ static int store_listed(const mgpu_store *st) {
   return 0;
 }
 
-static int check_store(const mgpu_store *st) {
+static int object_listed(const mgpu_store_object *obj) {
+  for (mgpu_store_object *o = objects; o != NULL; o = o->next)
+    if (o == obj) return 1;
+  return 0;
+}
+
+/* Counts a call inside st, which must be open. Pair with leave_store. */
+static int enter_store(mgpu_store *st) {
   mgpu__mutex_lock(&reg_lock);
   int ok = st != NULL && store_listed(st);
+  if (ok) st->users++;
   mgpu__mutex_unlock(&reg_lock);
   if (!ok)
     return mgpu__error(MGPU_EBADHANDLE, "store connection %p is not open",
@@ -77,17 +99,36 @@ static int check_store(const mgpu_store *st) {
   return 0;
 }
 
-static int check_object(const mgpu_store_object *obj) {
+static void leave_store(mgpu_store *st) {
   mgpu__mutex_lock(&reg_lock);
-  int ok = 0;
-  for (mgpu_store_object *o = objects; o != NULL; o = o->next)
-    if (o == obj) ok = 1;
+  if (--st->users == 0) mgpu__cond_broadcast(&reg_idle);
   mgpu__mutex_unlock(&reg_lock);
-  if (!ok)
-    return mgpu__error(obj == NULL ? MGPU_EBADHANDLE : MGPU_EFREED,
-                       "store object %p is not held (released, or never "
-                       "returned by the store)", (const void *)obj);
-  return 0;
+}
+
+static int object_gone(const mgpu_store_object *obj) {
+  return mgpu__error(obj == NULL ? MGPU_EBADHANDLE : MGPU_EFREED,
+                     "store object %p is not held (released, or never "
+                     "returned by the store)", (const void *)obj);
+}
+
+/* Counts a call inside obj and its connection. Pair with leave_object. */
+static int enter_object(mgpu_store_object *obj) {
+  mgpu__mutex_lock(&reg_lock);
+  int ok = obj != NULL && object_listed(obj);
+  if (ok) {
+    obj->users++;
+    obj->store->users++;
+  }
+  mgpu__mutex_unlock(&reg_lock);
+  return ok ? 0 : object_gone(obj);
+}
+
+static void leave_object(mgpu_store_object *obj) {
+  mgpu__mutex_lock(&reg_lock);
+  obj->users--;
+  obj->store->users--;
+  mgpu__cond_broadcast(&reg_idle);
+  mgpu__mutex_unlock(&reg_lock);
 }
 
 /* ---- the wire ---- */
@@ -191,6 +232,9 @@ static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
                      mgpu__store_msg *reply, int *fd) {
   memset(reply, 0, sizeof *reply);
   if (fd) *fd = -1;
+  if (atomic_load(&st->closing))
+    store_dead(st, "the connection is being closed by "
+               "mgpu_store_disconnect");
   if (st->dead) return mgpu__error(MGPU_ESTORE, "%s", st->dead_why);
   uint32_t seq = st->seq;
   int timeout = REPLY_TIMEOUT_MS, send_errno = 0;
@@ -221,7 +265,10 @@ static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
     rc = store_dead(st, "bad reply: %s", why);
     goto out;
   }
-  msg = mgpu__malloc(MGPU__STORE_HDR + (size_t)plen);
+  uint8_t small[256];
+  msg = MGPU__STORE_HDR + (size_t)plen <= sizeof small
+            ? small
+            : mgpu__malloc(MGPU__STORE_HDR + (size_t)plen);
   if (msg == NULL) {
     rc = store_dead(st, "out of memory for a reply of %u bytes", plen);
     goto out;
@@ -253,7 +300,7 @@ static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
     rc = store_dead(st, "reply of type 0x%04x to a request of type %u",
                     reply->type, w->data[6] | w->data[7] << 8);
 out:
-  mgpu__free(msg);
+  if (msg != small) mgpu__free(msg);
   st->seq++;
   if (rc != 0 || fd == NULL) {
     if (got_fd >= 0) close(got_fd);
@@ -274,6 +321,74 @@ static int end(mgpu__store_wbuf *w) {
   if (rc != 0)
     return mgpu__error(rc, "store request cannot be encoded (%s)",
                        mgpu_err_name(rc));
+  return 0;
+}
+
+/* ---- whom to trust ---- */
+
+/* A daemon is trusted when it runs as this process's user, as root, or as
+ * a user MGPU_STORE_TRUST names (comma-separated names or uids: the owner
+ * of a daemon started with --allow-group). Anything else listening on the
+ * path may be another user's, who would read what this process stores. */
+static int uid_trusted(uid_t uid) {
+  if (uid == geteuid() || uid == 0) return 1;
+  const char *list = getenv("MGPU_STORE_TRUST");
+  if (list == NULL) return 0;
+  char item[64];
+  while (*list != '\0') {
+    size_t n = strcspn(list, ",");
+    if (n > 0 && n < sizeof item) {
+      memcpy(item, list, n);
+      item[n] = '\0';
+      char *end;
+      unsigned long v = strtoul(item, &end, 10);
+      if (*end == '\0' && v == uid) return 1;
+      struct passwd pw, *found = NULL;
+      char buf[1024];
+      if (*end != '\0' && getpwnam_r(item, &pw, buf, sizeof buf, &found) == 0 &&
+          found != NULL && found->pw_uid == uid)
+        return 1;
+    }
+    list += n;
+    if (*list == ',') list++;
+  }
+  return 0;
+}
+
+/* The default path's directory is this user's, and no one else may write
+ * into it (else another user could put a socket of theirs there). */
+static int check_default_dir(const char *path) {
+  char dir[108];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL || slash == dir) return 0;
+  *slash = '\0';
+  struct stat st;
+  if (lstat(dir, &st) != 0) return 0; /* connect will say no daemon */
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 022) != 0)
+    return mgpu__error(MGPU_EACCES, "the store directory %s is not this "
+                       "user's own (%s, owner uid %d, mode %03o; this process "
+                       "runs as uid %d): refusing to trust a daemon there",
+                       dir, S_ISDIR(st.st_mode) ? "a directory" : "not a "
+                       "directory", (int)st.st_uid,
+                       (unsigned)(st.st_mode & 0777), (int)geteuid());
+  return 0;
+}
+
+/* The daemon at the other end of fd runs as a trusted user. */
+static int check_daemon(int fd, const char *path) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return mgpu__error(MGPU_EACCES, "store daemon at %s: its credentials "
+                       "cannot be read (SO_PEERCRED: %s)", path,
+                       strerror(errno));
+  if (!uid_trusted(cred.uid))
+    return mgpu__error(MGPU_EACCES, "the store daemon at %s (pid %d) runs as "
+                       "uid %d, not as this process's uid %d: not trusted "
+                       "(MGPU_STORE_TRUST names other users to trust)", path,
+                       (int)cred.pid, (int)cred.uid, (int)geteuid());
   return 0;
 }
 
@@ -298,14 +413,31 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
     mgpu__free(st);
     return rc;
   }
+  if (path == NULL) rc = check_default_dir(st->path);
+  if (rc != 0) {
+    mgpu__free(st);
+    return rc;
+  }
   st->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", st->path);
   if (st->fd < 0 || connect(st->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    rc = mgpu__error(MGPU_ESTORE, "no store daemon answers at %s: %s "
-                     "(start one with mgpud or mgpu store serve)", st->path,
-                     strerror(errno));
+    int e = errno;
+    if (e == EACCES || e == EPERM)
+      rc = mgpu__error(MGPU_EACCES, "the store socket %s refuses this "
+                       "process (uid %d): %s", st->path, (int)geteuid(),
+                       strerror(e));
+    else
+      rc = mgpu__error(MGPU_ESTORE, "no store daemon answers at %s: %s "
+                       "(start one with mgpud or mgpu store serve)", st->path,
+                       strerror(e));
     if (st->fd >= 0) close(st->fd);
+    mgpu__free(st);
+    return rc;
+  }
+  rc = check_daemon(st->fd, st->path);
+  if (rc != 0) {
+    close(st->fd);
     mgpu__free(st);
     return rc;
   }
@@ -351,6 +483,8 @@ int mgpu_store_disconnect(mgpu_store *st) {
     return mgpu__error(MGPU_EBADHANDLE, "store connection %p is not open",
                        (void *)st);
   }
+  /* Unlisted, no new call gets in; the calls inside end at once (the
+   * socket is shut down under them) and are waited for. */
   for (mgpu_store **p = &stores; *p != NULL; p = &(*p)->next)
     if (*p == st) {
       *p = st->next;
@@ -367,6 +501,9 @@ int mgpu_store_disconnect(mgpu_store *st) {
       p = &o->next;
     }
   }
+  atomic_store(&st->closing, 1);
+  shutdown(st->fd, SHUT_RDWR);
+  while (st->users > 0) mgpu__cond_wait(&reg_idle, &reg_lock);
   mgpu__mutex_unlock(&reg_lock);
   /* Closing the socket releases every reference at the daemon at once. */
   close(st->fd);
@@ -428,23 +565,40 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
       return rc;
     }
   }
+  /* A disconnect that began meanwhile has collected the objects to free:
+   * this one is not listed and the reference goes with the socket. */
   mgpu__mutex_lock(&reg_lock);
-  o->next = objects;
-  objects = o;
+  int closing = atomic_load(&st->closing);
+  if (!closing) {
+    o->next = objects;
+    objects = o;
+  }
   mgpu__mutex_unlock(&reg_lock);
+  if (closing) {
+    object_unmap(o);
+    return mgpu__error(MGPU_ESTORE, "store connection to %s was closed by "
+                       "mgpu_store_disconnect during the call", st->path);
+  }
   *out = o;
   return 0;
 }
 
-/* Tells the daemon to drop a reference it gave (after a local failure). */
-static void drop_remote(mgpu_store *st, uint64_t id) {
-  mgpu__store_wbuf w;
-  begin(st, &w, MGPU__SM_RELEASE);
-  mgpu__store_put_u64(&w, id);
-  mgpu__store_msg m;
-  if (end(&w) == 0 && roundtrip(st, &w, &m, NULL) == 0)
-    mgpu__store_msg_free(&m);
-  mgpu__store_wbuf_free(&w);
+/* Tells the daemon to drop a reference it gave (after a local failure),
+ * aborting the object first when this connection created it, so that
+ * nothing is left behind. The requests are built on the stack and their
+ * replies are small: a failed allocation is often what brought us here. */
+static void drop_remote(mgpu_store *st, uint64_t id, int created) {
+  for (int step = created ? 0 : 1; step < 2; step++) {
+    uint8_t room[64];
+    mgpu__store_wbuf w = {.data = room, .cap = sizeof room};
+    mgpu__store_wbuf_begin(&w, step == 0 ? MGPU__SM_DELETE : MGPU__SM_RELEASE,
+                           st->seq);
+    mgpu__store_put_u64(&w, id);
+    if (step == 0) mgpu__store_put_str(&w, NULL, MGPU__STORE_NAME_MAX);
+    mgpu__store_msg m;
+    if (mgpu__store_wbuf_end(&w) == 0 && roundtrip(st, &w, &m, NULL) == 0)
+      mgpu__store_msg_free(&m);
+  }
 }
 
 /* Sends the CREATE or GET request in w (freed here), maps the object its
@@ -462,7 +616,7 @@ static int request_object(mgpu_store *st, mgpu__store_wbuf *w, int writable,
   if (rc != 0) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
-    drop_remote(st, m.obj.id);
+    drop_remote(st, m.obj.id, writable);
     mgpu__error(rc, "%s", detail);
   }
   mgpu__store_msg_free(&m);
@@ -485,10 +639,8 @@ static void put_key(mgpu__store_wbuf *w, uint64_t id, const char *name) {
   mgpu__store_put_str(w, name, MGPU__STORE_NAME_MAX);
 }
 
-int mgpu_store_create(mgpu_store *st, int dev, size_t size, const char *name,
-                      mgpu_store_object **obj) {
-  int rc = check_store(st);
-  if (rc != 0) return rc;
+static int create_in(mgpu_store *st, int dev, size_t size, const char *name,
+                     mgpu_store_object **obj) {
   if (obj == NULL)
     return mgpu__error(MGPU_EINVAL, "mgpu_store_create: NULL output");
   *obj = NULL;
@@ -500,7 +652,7 @@ int mgpu_store_create(mgpu_store *st, int dev, size_t size, const char *name,
                        "without control characters", name,
                        MGPU__STORE_NAME_MAX);
   char uuid[64];
-  rc = mgpu__store_device_uuid(dev, uuid, sizeof uuid);
+  int rc = mgpu__store_device_uuid(dev, uuid, sizeof uuid);
   if (rc != 0) return rc;
   mgpu__mutex_lock(&st->lock);
   mgpu__store_wbuf w;
@@ -513,13 +665,20 @@ int mgpu_store_create(mgpu_store *st, int dev, size_t size, const char *name,
   return rc;
 }
 
-static int get_key(mgpu_store *st, uint64_t id, const char *name,
-                   mgpu_store_object **obj) {
-  int rc = check_store(st);
+int mgpu_store_create(mgpu_store *st, int dev, size_t size, const char *name,
+                      mgpu_store_object **obj) {
+  int rc = enter_store(st);
   if (rc != 0) return rc;
+  rc = create_in(st, dev, size, name, obj);
+  leave_store(st);
+  return rc;
+}
+
+static int get_in(mgpu_store *st, uint64_t id, const char *name,
+                  mgpu_store_object **obj) {
   if (obj == NULL) return mgpu__error(MGPU_EINVAL, "mgpu_store_get: NULL output");
   *obj = NULL;
-  rc = check_key(id, name);
+  int rc = check_key(id, name);
   if (rc != 0) return rc;
   mgpu__mutex_lock(&st->lock);
   mgpu__store_wbuf w;
@@ -527,6 +686,15 @@ static int get_key(mgpu_store *st, uint64_t id, const char *name,
   put_key(&w, id, name);
   rc = request_object(st, &w, 0, obj);
   mgpu__mutex_unlock(&st->lock);
+  return rc;
+}
+
+static int get_key(mgpu_store *st, uint64_t id, const char *name,
+                   mgpu_store_object **obj) {
+  int rc = enter_store(st);
+  if (rc != 0) return rc;
+  rc = get_in(st, id, name, obj);
+  leave_store(st);
   return rc;
 }
 
@@ -542,7 +710,7 @@ int mgpu_store_get_by_name(mgpu_store *st, const char *name,
 }
 
 int mgpu_store_seal(mgpu_store_object *obj) {
-  int rc = check_object(obj);
+  int rc = enter_object(obj);
   if (rc != 0) return rc;
   mgpu_store *st = obj->store;
   mgpu__mutex_lock(&st->lock);
@@ -560,10 +728,13 @@ int mgpu_store_seal(mgpu_store_object *obj) {
     rc = mgpu__store_mem_protect(obj->dev, &obj->mem, obj->ptr);
   }
   mgpu__mutex_unlock(&st->lock);
+  leave_object(obj);
   return rc;
 }
 
 int mgpu_store_release(mgpu_store_object *obj) {
+  /* Unlisted, no new call gets in; the calls inside it are waited for.
+   * Counted inside the connection, so a disconnect waits for this. */
   mgpu__mutex_lock(&reg_lock);
   int found = 0;
   for (mgpu_store_object **p = &objects; *p != NULL; p = &(*p)->next)
@@ -572,6 +743,10 @@ int mgpu_store_release(mgpu_store_object *obj) {
       found = 1;
       break;
     }
+  if (found) {
+    obj->store->users++;
+    while (obj->users > 0) mgpu__cond_wait(&reg_idle, &reg_lock);
+  }
   mgpu__mutex_unlock(&reg_lock);
   if (!found)
     return mgpu__error(obj == NULL ? MGPU_EBADHANDLE : MGPU_EFREED,
@@ -590,14 +765,13 @@ int mgpu_store_release(mgpu_store_object *obj) {
   mgpu__store_wbuf_free(&w);
   if (rc == 0) mgpu__store_msg_free(&m);
   mgpu__mutex_unlock(&st->lock);
+  leave_store(st);
   return rc;
 }
 
-static int delete_key(mgpu_store *st, uint64_t id, const char *name,
-                      int *deferred) {
-  int rc = check_store(st);
-  if (rc != 0) return rc;
-  rc = check_key(id, name);
+static int delete_in(mgpu_store *st, uint64_t id, const char *name,
+                     int *deferred) {
+  int rc = check_key(id, name);
   if (rc != 0) return rc;
   mgpu__mutex_lock(&st->lock);
   mgpu__store_wbuf w;
@@ -615,6 +789,15 @@ static int delete_key(mgpu_store *st, uint64_t id, const char *name,
   return rc;
 }
 
+static int delete_key(mgpu_store *st, uint64_t id, const char *name,
+                      int *deferred) {
+  int rc = enter_store(st);
+  if (rc != 0) return rc;
+  rc = delete_in(st, id, name, deferred);
+  leave_store(st);
+  return rc;
+}
+
 int mgpu_store_delete(mgpu_store *st, uint64_t id, int *deferred) {
   return delete_key(st, id, NULL, deferred);
 }
@@ -626,31 +809,42 @@ int mgpu_store_delete_by_name(mgpu_store *st, const char *name,
   return delete_key(st, 0, name, deferred);
 }
 
+/* Reads a field of obj under reg_lock, so that a concurrent release cannot
+ * free it under the read. */
+#define OBJECT_FIELD(obj, field, none)                       \
+  do {                                                       \
+    mgpu__mutex_lock(&reg_lock);                             \
+    int listed_ = (obj) != NULL && object_listed(obj);       \
+    __typeof__((obj)->field) v_ = listed_ ? (obj)->field : (none); \
+    mgpu__mutex_unlock(&reg_lock);                           \
+    if (!listed_) object_gone(obj);                          \
+    return v_;                                               \
+  } while (0)
+
 uint64_t mgpu_store_object_id(const mgpu_store_object *obj) {
-  return check_object(obj) == 0 ? obj->id : 0;
+  OBJECT_FIELD(obj, id, 0);
 }
 
 size_t mgpu_store_object_size(const mgpu_store_object *obj) {
-  return check_object(obj) == 0 ? obj->size : 0;
+  OBJECT_FIELD(obj, size, 0);
 }
 
 int mgpu_store_object_device(const mgpu_store_object *obj) {
-  return check_object(obj) == 0 ? obj->dev : -1;
+  OBJECT_FIELD(obj, dev, -1);
 }
 
 void *mgpu_store_object_ptr(const mgpu_store_object *obj) {
-  return check_object(obj) == 0 ? obj->ptr : NULL;
+  OBJECT_FIELD(obj, ptr, NULL);
 }
 
 mgpu_buffer *mgpu_store_object_buffer(const mgpu_store_object *obj) {
-  return check_object(obj) == 0 ? obj->buffer : NULL;
+  OBJECT_FIELD(obj, buffer, NULL);
 }
 
 /* ---- host mirror ---- */
 
-int mgpu_store_mirror_begin(mgpu_store_object *obj, int fill, void **host) {
-  int rc = check_object(obj);
-  if (rc != 0) return rc;
+static int mirror_begin_in(mgpu_store_object *obj, int fill, void **host) {
+  int rc = 0;
   if (host == NULL)
     return mgpu__error(MGPU_EINVAL, "object %llu: NULL mirror pointer",
                        (unsigned long long)obj->id);
@@ -686,9 +880,16 @@ int mgpu_store_mirror_begin(mgpu_store_object *obj, int fill, void **host) {
   return 0;
 }
 
-int mgpu_store_mirror_end(mgpu_store_object *obj) {
-  int rc = check_object(obj);
+int mgpu_store_mirror_begin(mgpu_store_object *obj, int fill, void **host) {
+  int rc = enter_object(obj);
   if (rc != 0) return rc;
+  rc = mirror_begin_in(obj, fill, host);
+  leave_object(obj);
+  return rc;
+}
+
+static int mirror_end_in(mgpu_store_object *obj) {
+  int rc = 0;
   if (obj->mirror == NULL)
     return mgpu__error(MGPU_EINVAL, "object %llu has no host mirror open",
                        (unsigned long long)obj->id);
@@ -705,12 +906,19 @@ int mgpu_store_mirror_end(mgpu_store_object *obj) {
   return rc;
 }
 
+int mgpu_store_mirror_end(mgpu_store_object *obj) {
+  int rc = enter_object(obj);
+  if (rc != 0) return rc;
+  rc = mirror_end_in(obj);
+  leave_object(obj);
+  return rc;
+}
+
 /* ---- list and stats ---- */
 
-int mgpu_store_list(mgpu_store *st, mgpu_store_entry **entries,
-                    size_t *count) {
-  int rc = check_store(st);
-  if (rc != 0) return rc;
+static int list_in(mgpu_store *st, mgpu_store_entry **entries,
+                   size_t *count) {
+  int rc = 0;
   if (entries == NULL || count == NULL)
     return mgpu__error(MGPU_EINVAL, "mgpu_store_list: NULL output");
   *entries = NULL;
@@ -763,11 +971,19 @@ int mgpu_store_list(mgpu_store *st, mgpu_store_entry **entries,
   return 0;
 }
 
+int mgpu_store_list(mgpu_store *st, mgpu_store_entry **entries,
+                    size_t *count) {
+  int rc = enter_store(st);
+  if (rc != 0) return rc;
+  rc = list_in(st, entries, count);
+  leave_store(st);
+  return rc;
+}
+
 void mgpu_store_list_free(mgpu_store_entry *entries) { mgpu__free(entries); }
 
-int mgpu_store_stats_get(mgpu_store *st, mgpu_store_stats *stats) {
-  int rc = check_store(st);
-  if (rc != 0) return rc;
+static int stats_in(mgpu_store *st, mgpu_store_stats *stats) {
+  int rc = 0;
   if (stats == NULL || stats->size < sizeof *stats)
     return mgpu__error(MGPU_EINVAL, "mgpu_store_stats_get: stats->size must "
                        "be sizeof(mgpu_store_stats)");
@@ -799,4 +1015,12 @@ int mgpu_store_stats_get(mgpu_store *st, mgpu_store_stats *stats) {
   }
   mgpu__store_msg_free(&m);
   return 0;
+}
+
+int mgpu_store_stats_get(mgpu_store *st, mgpu_store_stats *stats) {
+  int rc = enter_store(st);
+  if (rc != 0) return rc;
+  rc = stats_in(st, stats);
+  leave_store(st);
+  return rc;
 }

@@ -65,6 +65,14 @@ int mgpu__store_mem_export_fd(int dev, void *alloc, const mgpu__ipc_mem *m,
   return ops->ipc_export_fd(d->bdev, alloc, writable);
 }
 
+int mgpu__store_mem_seal(int dev, void *alloc, const mgpu__ipc_mem *m) {
+  (void)dev;
+  /* Device memory has no seal of its own: its readers map it read-only
+   * (cuMemSetAccess), which is all the driver offers (docs/store.md). */
+  if (m->kind != MGPU__IPC_MEMFD) return 0;
+  return mgpu__host_ipc_seal(NULL, alloc);
+}
+
 int mgpu__store_mem_import(int dev, const mgpu__ipc_mem *m, int writable,
                            void **ptr) {
   if (m->kind == MGPU__IPC_MEMFD)

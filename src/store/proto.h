@@ -14,7 +14,7 @@
  * type, every string's length and characters, every count against the bytes
  * that hold it, and that nothing is left over. It never reads past len and
  * allocates only what the counts (already checked against len) ask for, so
- * a fuzzer can drive it with any bytes (tests/fuzz-store-proto.c).
+ * a fuzzer can drive it with any bytes (tests/fuzz/fuzz-store-proto.c).
  */
 #ifndef MGPU_STORE_PROTO_H
 #define MGPU_STORE_PROTO_H

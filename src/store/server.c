@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -39,8 +40,11 @@
 #include "util/fault.h"
 
 #define MAX_CONNS 1024
-/* A client that lets this many reply bytes pile up is not reading. */
+/* A client that lets this many reply bytes, or replies carrying a
+ * descriptor, pile up unsent is not reading: it is dropped. A client of
+ * this library has one request out at a time. */
 #define OUT_LIMIT (4u * MGPU__STORE_MSG_MAX)
+#define FDS_LIMIT 16
 
 typedef struct object {
   uint64_t id;
@@ -78,6 +82,7 @@ typedef struct conn {
   size_t in_len, in_cap;
   mgpu__store_wbuf out;
   pending_fd *fds, *fds_tail;
+  int nfds;    /* descriptors in fds */
   int closing; /* close once out is flushed */
   lease *leases;
   struct conn *next;
@@ -92,6 +97,9 @@ typedef struct store_dev {
 static struct {
   int listen_fd;
   char path[108];
+  int lock_fd;              /* PATH.lock, flock'ed while serving */
+  int spare_fd;             /* given up to refuse a client at EMFILE */
+  char lock_path[128];
   gid_t allow_gid;
   int allow_group;
   uint64_t instance;
@@ -161,14 +169,24 @@ static uint64_t held_bytes(int dev) {
   return h;
 }
 
+static int evictable(const object *o, int dev) {
+  return o->dev == dev && o->sealed && !o->deleted && o->refs == 0;
+}
+
 /* Evicts unheld sealed objects of dev, least recently used first, until
- * need more bytes fit. Returns 1 when they fit. */
+ * need more bytes fit. Returns 1 when they fit. A request that would not
+ * fit even with every evictable object gone evicts nothing. */
 static int make_room(int dev, uint64_t need) {
   store_dev *d = &S.devs[dev];
+  uint64_t can_go = 0;
+  for (object *o = S.head; o != NULL; o = o->next)
+    if (evictable(o, dev)) can_go += o->size;
+  uint64_t must_stay = d->in_use - can_go;
+  if (must_stay > d->capacity || need > d->capacity - must_stay) return 0;
   while (d->capacity - d->in_use < need || d->in_use > d->capacity) {
     object *victim = NULL;
     for (object *o = S.head; o != NULL; o = o->next)
-      if (o->dev == dev && o->sealed && !o->deleted && o->refs == 0 &&
+      if (evictable(o, dev) &&
           (victim == NULL || o->last_use < victim->last_use))
         victim = o;
     if (victim == NULL) return 0;
@@ -229,12 +247,16 @@ static void conn_close(conn *c, const char *why) {
   else
     mgpu__log(MGPU_LOG_INFO, "store: client %d (pid %d) disconnected", c->id,
               (int)c->pid);
-  /* Abort what it created and never sealed, then drop its references. */
-  for (object *o = S.head; o != NULL; o = o->next)
+  /* Abort what it created and never sealed (freed now when it holds no
+   * reference any more), then drop its references. */
+  for (object *o = S.head, *next; o != NULL; o = next) {
+    next = o->next;
     if (o->creator == c && !o->sealed) {
       o->deleted = 1;
       o->creator = NULL;
+      object_settle(o);
     }
+  }
   while (c->leases != NULL) {
     lease *l = c->leases;
     c->leases = l->next;
@@ -273,6 +295,7 @@ static void queue_fd(conn *c, size_t at, int fd) {
   f->fd = fd;
   if (c->fds_tail) c->fds_tail->next = f; else c->fds = f;
   c->fds_tail = f;
+  c->nfds++;
 }
 
 static void reply_error(conn *c, uint32_t seq, int code, const char *fmt, ...)
@@ -420,9 +443,21 @@ static void do_seal(conn *c, const mgpu__store_msg *m) {
                 (unsigned long long)o->id);
     return;
   }
+  if (o->deleted) {
+    reply_error(c, m->seq, MGPU_ENOENT, "object %llu was deleted before it "
+                "was sealed", (unsigned long long)o->id);
+    return;
+  }
   if (o->creator != c) {
     reply_error(c, m->seq, MGPU_EACCES, "object %llu: only the connection "
                 "that created it may seal it", (unsigned long long)o->id);
+    return;
+  }
+  /* The memory itself refuses writes from now on, whoever holds it. */
+  int rc = mgpu__store_mem_seal(o->dev, o->alloc, &o->mem);
+  if (rc != 0) {
+    reply_error(c, m->seq, rc, "object %llu: %s",
+                (unsigned long long)o->id, mgpu_error_detail());
     return;
   }
   o->sealed = 1;
@@ -567,6 +602,8 @@ static int dispatch(conn *c, const mgpu__store_msg *m, char *why, size_t n) {
   return 0;
 }
 
+static int conn_flush(conn *c, char *why, size_t n);
+
 /* Reads what is there and handles every whole message. Returns 0, or -1
  * with why set ("" for a plain disconnect). */
 static int conn_read(conn *c, char *why, size_t n) {
@@ -622,9 +659,10 @@ static int conn_read(conn *c, char *why, size_t n) {
     mgpu__store_msg_free(&m);
     if (rc != 0) return -1;
     off += total;
-    if (c->out.len > OUT_LIMIT) {
-      snprintf(why, n, "does not read its replies (%zu bytes queued)",
-               c->out.len);
+    if (c->nfds >= FDS_LIMIT && conn_flush(c, why, n) != 0) return -1;
+    if (c->out.len > OUT_LIMIT || c->nfds >= FDS_LIMIT) {
+      snprintf(why, n, "does not read its replies (%zu bytes and %d "
+               "descriptors queued)", c->out.len, c->nfds);
       return -1;
     }
   }
@@ -673,6 +711,7 @@ static int conn_flush(conn *c, char *why, size_t n) {
     if (fd >= 0) {
       pending_fd *f = c->fds;
       c->fds = f->next;
+      c->nfds--;
       if (c->fds == NULL) c->fds_tail = NULL;
       close(f->fd);
       mgpu__free(f);
@@ -685,6 +724,18 @@ static int conn_flush(conn *c, char *why, size_t n) {
 
 static void accept_one(void) {
   int fd = accept4(S.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && S.spare_fd >= 0) {
+    /* Out of descriptors: the waiting client would keep the listening
+     * socket readable and the loop spinning. Take it with the spare
+     * descriptor and close it, so that it sees a refusal. */
+    mgpu__log(MGPU_LOG_WARN, "store: refused a client: the daemon is out of "
+              "file descriptors (%d clients)", S.nconns);
+    close(S.spare_fd);
+    fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) close(fd);
+    S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return;
+  }
   if (fd < 0) return;
   struct ucred cred;
   socklen_t len = sizeof cred;
@@ -769,30 +820,129 @@ static int private_dir(const char *path) {
   return 0;
 }
 
+/* The pid of the daemon holding the lock file (it writes it there once
+ * locked), or 0 when it has not written it yet. */
+static long lock_owner(int fd) {
+  char buf[32] = "";
+  ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+  if (r <= 0) return 0;
+  buf[r] = '\0';
+  return strtol(buf, NULL, 10);
+}
+
+static int already_serving(const char *path, long pid) {
+  if (pid > 0)
+    return mgpu__error(MGPU_EALREADY, "a daemon is already serving %s (pid "
+                       "%ld)", path, pid);
+  return mgpu__error(MGPU_EALREADY, "a daemon is already serving %s (it is "
+                     "starting)", path);
+}
+
+/* Takes PATH.lock with flock, so that of two daemons started at once on
+ * one path exactly one goes on. A lock file is removed only by its holder,
+ * so a daemon that locked a file someone removed meanwhile tries again. */
+static int take_lock(const char *path) {
+  snprintf(S.lock_path, sizeof S.lock_path, "%s.lock", path);
+  for (int tries = 0; tries < 100; tries++) {
+    int fd = open(S.lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
+    if (fd < 0)
+      return mgpu__error(errno == EACCES || errno == EPERM ? MGPU_EACCES
+                                                           : MGPU_EIO,
+                         "cannot open the lock file %s: %s", S.lock_path,
+                         strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int e = errno;
+      long pid = lock_owner(fd);
+      close(fd);
+      if (e == EWOULDBLOCK) return already_serving(path, pid);
+      return mgpu__error(MGPU_EIO, "cannot lock %s: %s", S.lock_path,
+                         strerror(e));
+    }
+    struct stat held, now;
+    if (fstat(fd, &held) == 0 && stat(S.lock_path, &now) == 0 &&
+        held.st_ino == now.st_ino && held.st_dev == now.st_dev) {
+      char pid[32];
+      int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+      if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        /* The pid is only for messages: the lock is what counts. */
+      }
+      S.lock_fd = fd;
+      return 0;
+    }
+    close(fd); /* removed by its last holder meanwhile: take the new one */
+  }
+  return mgpu__error(MGPU_EIO, "cannot take the lock file %s", S.lock_path);
+}
+
+/* With the lock held: refuses a path that is anything but a socket, and a
+ * socket a daemon answers on; removes a socket a dead daemon left. */
+static int clear_path(const char *path, const struct sockaddr_un *sa) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 0;
+    return mgpu__error(errno == EACCES ? MGPU_EACCES : MGPU_EIO,
+                       "cannot inspect %s: %s", path, strerror(errno));
+  }
+  if (!S_ISSOCK(st.st_mode))
+    return mgpu__error(MGPU_EEXIST, "%s exists and is not a socket (a %s); "
+                       "the store daemon removes nothing but a socket a dead "
+                       "daemon left: give another --socket path or remove it",
+                       path, S_ISREG(st.st_mode) ? "regular file"
+                             : S_ISDIR(st.st_mode) ? "directory"
+                             : S_ISLNK(st.st_mode) ? "symbolic link"
+                                                   : "special file");
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) return mgpu__error(MGPU_EIO, "socket: %s", strerror(errno));
+  if (connect(probe, (const struct sockaddr *)sa, sizeof *sa) == 0) {
+    /* A daemon that holds no lock (an older one) still answers. */
+    struct ucred cred = {0};
+    socklen_t len = sizeof cred;
+    if (getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+      cred.pid = 0;
+    close(probe);
+    return already_serving(path, (long)cred.pid);
+  }
+  close(probe);
+  if (unlink(path) != 0 && errno != ENOENT)
+    return mgpu__error(errno == EACCES || errno == EPERM ? MGPU_EACCES
+                                                         : MGPU_EIO,
+                       "cannot remove the stale socket %s: %s", path,
+                       strerror(errno));
+  mgpu__log(MGPU_LOG_INFO, "store: removed the stale socket %s", path);
+  return 0;
+}
+
+static void unlock_path(void) {
+  if (S.lock_fd < 0) return;
+  unlink(S.lock_path); /* before the unlock: see take_lock */
+  close(S.lock_fd);
+  S.lock_fd = -1;
+}
+
 static int listen_on(const char *path) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return mgpu__error(MGPU_EIO, "socket: %s", strerror(errno));
-  /* A live daemon answers; a dead one left its socket file behind. */
-  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
-    close(probe);
-    close(fd);
-    return mgpu__error(MGPU_EALREADY, "a store daemon already serves %s",
-                       path);
+  int rc = take_lock(path);
+  if (rc == 0) rc = clear_path(path, &sa);
+  if (rc != 0) {
+    unlock_path();
+    return rc;
   }
-  if (probe >= 0) close(probe);
-  unlink(path);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
       chmod(path, S.allow_group ? 0660 : 0600) != 0 ||
       (S.allow_group && chown(path, (uid_t)-1, S.allow_gid) != 0) ||
       listen(fd, 128) != 0) {
     int e = errno;
-    close(fd);
-    return mgpu__error(MGPU_EIO, "cannot listen on %s: %s", path,
-                       strerror(e));
+    if (fd >= 0) {
+      struct stat st;
+      if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path);
+      close(fd);
+    }
+    unlock_path();
+    return mgpu__error(e == EACCES || e == EPERM ? MGPU_EACCES : MGPU_EIO,
+                       "cannot listen on %s: %s", path, strerror(e));
   }
   S.listen_fd = fd;
   return 0;
@@ -839,6 +989,8 @@ static int serve(mgpu_store_server_config *cfgp) {
   mgpu_store_server_config cfg = *cfgp;
   memset(&S, 0, sizeof S);
   S.listen_fd = -1;
+  S.lock_fd = -1;
+  S.spare_fd = -1;
   if (cfg.capacity == 0) {
     const char *env = getenv("MGPU_STORE_CAPACITY");
     if (env != NULL && mgpu__parse_size(env, &cfg.capacity) != 0)
@@ -865,9 +1017,12 @@ static int serve(mgpu_store_server_config *cfgp) {
   S.next_id = 1;
   rc = listen_on(S.path);
   if (rc != 0) return rc;
+  S.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     close(S.listen_fd);
     unlink(S.path);
+    unlock_path();
+    if (S.spare_fd >= 0) close(S.spare_fd);
     return mgpu__error(MGPU_EIO, "pipe: %s", strerror(errno));
   }
   stop_requested = 0;
@@ -928,6 +1083,8 @@ static int serve(mgpu_store_server_config *cfgp) {
   while (S.head != NULL) object_free(S.head);
   close(S.listen_fd);
   unlink(S.path);
+  unlock_path();
+  if (S.spare_fd >= 0) close(S.spare_fd);
   close(wake_pipe[0]);
   close(wake_pipe[1]);
   wake_pipe[0] = wake_pipe[1] = -1;

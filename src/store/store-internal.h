@@ -23,6 +23,9 @@ int mgpu__store_mem_alloc(int dev, size_t size, mgpu__ipc_mem *out,
 void mgpu__store_mem_free(int dev, void *alloc);
 int mgpu__store_mem_export_fd(int dev, void *alloc, const mgpu__ipc_mem *m,
                               int writable);
+/* Seals the memory against writes through any descriptor (host memfds;
+ * a no-op for device memory). */
+int mgpu__store_mem_seal(int dev, void *alloc, const mgpu__ipc_mem *m);
 int mgpu__store_mem_import(int dev, const mgpu__ipc_mem *m, int writable,
                            void **ptr);
 int mgpu__store_mem_protect(int dev, const mgpu__ipc_mem *m, void *ptr);

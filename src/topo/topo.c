@@ -209,4 +209,4 @@ static void topo_shutdown(void) {
   is_measured = 0;
   mgpu__mutex_unlock(&measure_lock);
 }
-MGPU__ON_SHUTDOWN(topo_shutdown)
+MGPU__ON_SHUTDOWN(topo_shutdown, MGPU__LAYER_TOPO)

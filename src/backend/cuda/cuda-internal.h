@@ -61,9 +61,6 @@ extern mgpu__cuda_driver mgpu__cuda_drv;
  * MGPU_CUDA_BUSY=0 turns it off, to measure what it costs. */
 extern int mgpu__cuda_busy_time;
 
-/* Fetches the entry points once; 0 or a negative code with the detail. */
-int mgpu__cuda_driver_load(void);
-
 struct mgpu__bdevice {
   /* Set by open, read-only until close. */
   int id;              /* mgpu device id */
@@ -80,7 +77,7 @@ struct mgpu__bdevice {
   /* 1 once a sticky error poisoned the device's context (or the core lost
    * it on purpose): every later call fails, so the core refuses new work.
    * Accessed with __atomic builtins (this header is also C++); lost_why is
-   * written before lost is set, under mgpu__cuda_lost_lock. */
+   * written before lost is set, under cuda.c's lost_lock. */
   int lost;
   char lost_why[160];
 };
@@ -148,16 +145,6 @@ static inline void mgpu__cuda_leave(mgpu__cuda_scope *sc) {
  * returns the mgpu code that fits the CUDA error. Clears a non-sticky
  * error from cudaGetLastError so it is not reported twice. */
 int mgpu__cuda_fail(int dev, cudaError_t err, const char *what);
-/* The mgpu code for a CUDA error (MGPU_ENOMEM, MGPU_EBACKEND ...). */
-int mgpu__cuda_code(cudaError_t err);
-/* 1 for an error that poisons the CUDA context until the process ends (an
- * illegal address, a launch failure, ...): mgpu__cuda_fail then marks the
- * device (and every device on the same GPU) lost and returns
- * MGPU_EDEVLOST. */
-int mgpu__cuda_sticky(cudaError_t err);
-void mgpu__cuda_lose(mgpu__bdevice *d, const char *why);
-int mgpu__cuda_lost(mgpu__bdevice *d, char *why, size_t why_size);
-
 /* Built-in kernels (kernels.cu): queues b on s. */
 cudaError_t mgpu__cuda_builtin_launch(const mgpu__builtin *b, cudaStream_t s);
 
@@ -170,6 +157,8 @@ int mgpu__cuda_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
 void *mgpu__cuda_stream_native(mgpu__bstream *s);
 int mgpu__cuda_event_create(mgpu__bdevice *d, mgpu__bevent **out);
 void mgpu__cuda_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__cuda_stream_order_native(mgpu__bdevice *d, mgpu__bstream *s,
+                                   void *native);
 int mgpu__cuda_event_record(mgpu__bdevice *d, mgpu__bevent *e,
                             mgpu__bstream *s);
 int mgpu__cuda_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);

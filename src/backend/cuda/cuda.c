@@ -8,6 +8,7 @@
  * one GPU), else with those slots NULL so the core runs its own ring.
  */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,11 @@ static int has_peer(mgpu__bdevice *d) {
 
 /* ---- errors ---- */
 
-int mgpu__cuda_sticky(cudaError_t err) {
+/* 1 for an error that poisons the CUDA context until the process ends (an
+ * illegal address, a launch failure, ...): mgpu__cuda_fail then marks the
+ * device (and every device on the same GPU) lost and returns
+ * MGPU_EDEVLOST. */
+static int sticky(cudaError_t err) {
   switch (err) {
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchTimeout:
@@ -91,9 +96,9 @@ static void lose_one(mgpu__bdevice *d, const char *why) {
   pthread_mutex_unlock(&lost_lock);
 }
 
-void mgpu__cuda_lose(mgpu__bdevice *d, const char *why) { lose_one(d, why); }
+static void cuda_lose(mgpu__bdevice *d, const char *why) { lose_one(d, why); }
 
-int mgpu__cuda_lost(mgpu__bdevice *d, char *why, size_t why_size) {
+static int cuda_lost(mgpu__bdevice *d, char *why, size_t why_size) {
   if (!__atomic_load_n(&d->lost, __ATOMIC_ACQUIRE)) return 0;
   if (why != NULL && why_size > 0) snprintf(why, why_size, "%s", d->lost_why);
   return 1;
@@ -114,8 +119,9 @@ static void lose_gpu_of(int dev, const char *why) {
   for (int i = 0; i < n; i++) lose_one(same[i], why);
 }
 
-int mgpu__cuda_code(cudaError_t err) {
-  if (mgpu__cuda_sticky(err)) return MGPU_EDEVLOST;
+/* The mgpu code for a CUDA error (MGPU_ENOMEM, MGPU_EBACKEND ...). */
+static int cuda_code(cudaError_t err) {
+  if (sticky(err)) return MGPU_EDEVLOST;
   switch (err) {
     case cudaSuccess: return 0;
     case cudaErrorMemoryAllocation: return MGPU_ENOMEM;
@@ -139,7 +145,7 @@ int mgpu__cuda_fail(int dev, cudaError_t err, const char *what) {
     hint = " (a kernel launched through mgpu must be compiled for this GPU's "
            "architecture and linked with the shared CUDA runtime, "
            "-cudart shared)";
-  if (mgpu__cuda_sticky(err)) {
+  if (sticky(err)) {
     hint = " (a sticky error: the device's context is unusable until the "
            "process ends; the device is lost)";
     char why[160];
@@ -147,11 +153,11 @@ int mgpu__cuda_fail(int dev, cudaError_t err, const char *what) {
     lose_gpu_of(dev, why);
   }
   if (dev >= 0)
-    return mgpu__cuda_env->set_error(mgpu__cuda_code(err),
+    return mgpu__cuda_env->set_error(cuda_code(err),
                                      "device %d: %s: %s (%s)%s", dev, what,
                                      cudaGetErrorName(err),
                                      cudaGetErrorString(err), hint);
-  return mgpu__cuda_env->set_error(mgpu__cuda_code(err), "%s: %s (%s)%s", what,
+  return mgpu__cuda_env->set_error(cuda_code(err), "%s: %s (%s)%s", what,
                                    cudaGetErrorName(err),
                                    cudaGetErrorString(err), hint);
 }
@@ -170,7 +176,8 @@ static void *entry_point(const char *sym, unsigned version) {
   return fn;
 }
 
-int mgpu__cuda_driver_load(void) {
+/* Fetches the entry points once; 0 or a negative code with the detail. */
+static int driver_load(void) {
   if (driver_loaded) return 0;
   mgpu__cuda_driver *v = &mgpu__cuda_drv;
   *(void **)&v->ctx_get_current = entry_point("cuCtxGetCurrent", 12000);
@@ -197,28 +204,100 @@ int mgpu__cuda_driver_load(void) {
 
 /* ---- probe, open, close ---- */
 
+/* Why cudaGetDeviceCount failed, in the user's terms. The runtime says
+ * "driver version is insufficient" also where no driver is installed at all
+ * (libcuda.so.1 cannot be loaded), which is what a machine without a GPU
+ * looks like: tell the two apart, and call both "no GPU". */
+static int probe_fail(cudaError_t err) {
+  (void)cudaGetLastError();
+  const char *name = cudaGetErrorName(err);
+  if (err == cudaErrorNoDevice)
+    return mgpu__cuda_env->set_error(
+        MGPU_ENODEV, "no GPU was found: the NVIDIA driver sees no CUDA device "
+        "(cudaGetDeviceCount: %s)", name);
+  if (err == cudaErrorInsufficientDriver) {
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (drv == NULL)
+      return mgpu__cuda_env->set_error(
+          MGPU_ENODEV, "no GPU or driver was found: the NVIDIA driver "
+          "(libcuda.so.1) is not installed or cannot be loaded "
+          "(cudaGetDeviceCount: %s)", name);
+    dlclose(drv);
+    int drv_version = 0, rt_version = 0;
+    (void)cudaDriverGetVersion(&drv_version);
+    (void)cudaRuntimeGetVersion(&rt_version);
+    (void)cudaGetLastError();
+    return mgpu__cuda_env->set_error(
+        MGPU_EBACKEND, "the NVIDIA driver supports CUDA %d.%d, older than the "
+        "CUDA runtime %d.%d mgpu was built with: update the driver "
+        "(cudaGetDeviceCount: %s)", drv_version / 1000,
+        drv_version % 1000 / 10, rt_version / 1000, rt_version % 1000 / 10,
+        name);
+  }
+  return mgpu__cuda_env->set_error(
+      MGPU_EBACKEND, "no CUDA device can be used: cudaGetDeviceCount returned "
+      "%s (%s)", name, cudaGetErrorString(err));
+}
+
 static int cuda_probe(int *count) {
   *count = 0;
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    int code = err == cudaErrorNoDevice ? MGPU_ENODEV : MGPU_EBACKEND;
-    (void)cudaGetLastError();
-    return mgpu__cuda_env->set_error(
-        code, "no CUDA device can be used: cudaGetDeviceCount returned %s (%s)",
-        cudaGetErrorName(err), cudaGetErrorString(err));
-  }
+  if (err != cudaSuccess) return probe_fail(err);
   if (n > 0) {
-    int rc = mgpu__cuda_driver_load();
+    int rc = driver_load();
     if (rc != 0) return rc;
   }
   *count = n;
   return 0;
 }
 
+/* The properties, PCI bus id and NUMA node of d's GPU (d's context
+ * current). */
+static int read_identity(mgpu__bdevice *d) {
+  cudaError_t err = cudaGetDeviceProperties(&d->prop, d->ordinal);
+  if (err != cudaSuccess) return mgpu__cuda_fail(d->id, err,
+                                                 "cudaGetDeviceProperties");
+  d->sm_count = d->prop.multiProcessorCount;
+  if (cudaDeviceGetPCIBusId(d->pci_bus_id, sizeof d->pci_bus_id,
+                            d->ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    d->pci_bus_id[0] = '\0';
+  }
+  for (char *c = d->pci_bus_id; *c; c++) *c = (char)tolower((unsigned char)*c);
+  d->numa_node = d->pci_bus_id[0]
+                    ? mgpu__cuda_env->numa_node_of_bus_id(d->pci_bus_id)
+                    : -1;
+  return 0;
+}
+
+/* This device's own pool: freed blocks stay cached (release threshold at
+ * its maximum) until pool_trim. Without one (d->pool NULL) the core's pool
+ * is used. */
+static void make_pool(mgpu__bdevice *d) {
+  struct cudaMemPoolProps pp;
+  memset(&pp, 0, sizeof pp);
+  pp.allocType = cudaMemAllocationTypePinned;
+  pp.handleTypes = cudaMemHandleTypeNone;
+  pp.location.type = cudaMemLocationTypeDevice;
+  pp.location.id = d->ordinal;
+  cudaError_t err = cudaMemPoolCreate(&d->pool, &pp);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    d->pool = NULL;
+    mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: device %d: no memory pool (%s); "
+                        "the core's pool is used", d->id,
+                        cudaGetErrorName(err));
+    return;
+  }
+  uint64_t threshold = UINT64_MAX;
+  (void)cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold,
+                                &threshold);
+}
+
 static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   *out = NULL;
-  int rc = mgpu__cuda_driver_load();
+  int rc = driver_load();
   if (rc != 0) return rc;
   mgpu__bdevice *d = calloc(1, sizeof *d);
   if (d == NULL)
@@ -246,42 +325,8 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
     goto fail;
   }
   d->ctx = d->primary;
-  err = cudaGetDeviceProperties(&d->prop, d->ordinal);
-  if (err != cudaSuccess) {
-    rc = mgpu__cuda_fail(d->id, err, "cudaGetDeviceProperties");
-    goto fail;
-  }
-  d->sm_count = d->prop.multiProcessorCount;
-  if (cudaDeviceGetPCIBusId(d->pci_bus_id, sizeof d->pci_bus_id,
-                            d->ordinal) != cudaSuccess) {
-    (void)cudaGetLastError();
-    d->pci_bus_id[0] = '\0';
-  }
-  for (char *c = d->pci_bus_id; *c; c++) *c = (char)tolower((unsigned char)*c);
-  d->numa_node = d->pci_bus_id[0]
-                    ? mgpu__cuda_env->numa_node_of_bus_id(d->pci_bus_id)
-                    : -1;
-
-  /* This device's own pool: freed blocks stay cached (release threshold
-   * at its maximum) until pool_trim. */
-  struct cudaMemPoolProps pp;
-  memset(&pp, 0, sizeof pp);
-  pp.allocType = cudaMemAllocationTypePinned;
-  pp.handleTypes = cudaMemHandleTypeNone;
-  pp.location.type = cudaMemLocationTypeDevice;
-  pp.location.id = d->ordinal;
-  err = cudaMemPoolCreate(&d->pool, &pp);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    d->pool = NULL;
-    mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: device %d: no memory pool (%s); "
-                        "the core's pool is used", d->id,
-                        cudaGetErrorName(err));
-  } else {
-    uint64_t threshold = UINT64_MAX;
-    (void)cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold,
-                                  &threshold);
-  }
+  if ((rc = read_identity(d)) != 0) goto fail;
+  make_pool(d);
 
   if (d->split_count > 1) mgpu__cuda_green_open(d);
   mgpu__cuda_leave(&sc);
@@ -376,6 +421,7 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .stream_synchronize = mgpu__cuda_stream_synchronize,            \
   .stream_query = mgpu__cuda_stream_query,                        \
   .stream_native = mgpu__cuda_stream_native,                      \
+  .stream_order_native = mgpu__cuda_stream_order_native,          \
   .event_create = mgpu__cuda_event_create,                        \
   .event_destroy = mgpu__cuda_event_destroy,                      \
   .event_record = mgpu__cuda_event_record,                        \
@@ -400,7 +446,7 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .ipc_import = mgpu__cuda_ipc_import,                            \
   .ipc_protect = mgpu__cuda_ipc_protect,                          \
   .ipc_unimport = mgpu__cuda_ipc_unimport,                        \
-  .lose = mgpu__cuda_lose, .lost = mgpu__cuda_lost
+  .lose = cuda_lose, .lost = cuda_lost
 
 static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
 

@@ -41,66 +41,76 @@ static unsigned split(CUdevResource *groups, unsigned n,
   return nb;
 }
 
-void mgpu__cuda_green_open(mgpu__bdevice *d) {
+/* Why d cannot have a green context with this driver and configuration, or
+ * NULL. */
+static const char *green_refused(const mgpu__bdevice *d) {
   const mgpu__cuda_driver *drv = &mgpu__cuda_drv;
-  const char *why = NULL;
-  CUresult r = CUDA_SUCCESS;
-  if (!mgpu__cuda_env->config->cuda_green) {
-    why = "MGPU_CUDA_GREEN=0";
-  } else if (drv->device_get_dev_resource == NULL ||
-             drv->sm_resource_split_by_count == NULL ||
-             drv->resource_generate_desc == NULL ||
-             drv->green_ctx_create == NULL || drv->ctx_from_green_ctx == NULL) {
-    why = "the driver has no green contexts (CUDA 12.4 or later needed)";
-  } else if (drv->green_ctx_stream_create == NULL) {
-    why = "the driver has no cuGreenCtxStreamCreate (CUDA 12.5 or later "
-          "needed)";
-  } else if (d->split_count > MAX_SPLIT) {
-    why = "too many splits";
-  }
+  if (!mgpu__cuda_env->config->cuda_green) return "MGPU_CUDA_GREEN=0";
+  if (drv->device_get_dev_resource == NULL ||
+      drv->sm_resource_split_by_count == NULL ||
+      drv->resource_generate_desc == NULL || drv->green_ctx_create == NULL ||
+      drv->ctx_from_green_ctx == NULL)
+    return "the driver has no green contexts (CUDA 12.4 or later needed)";
+  if (drv->green_ctx_stream_create == NULL)
+    return "the driver has no cuGreenCtxStreamCreate (CUDA 12.5 or later "
+           "needed)";
+  if (d->split_count > MAX_SPLIT) return "too many splits";
+  return NULL;
+}
 
-  CUdevResource all, groups[MAX_SPLIT];
-  unsigned made = 0, per = 0;
-  if (why == NULL) {
-    memset(&all, 0, sizeof all);
-    r = drv->device_get_dev_resource((CUdevice)d->ordinal, &all,
-                                     CU_DEV_RESOURCE_TYPE_SM);
-    if (r != CUDA_SUCCESS) why = "cuDeviceGetDevResource failed";
+/* Splits d's GPU's SMs into d->split_count groups (groups[]), aligned to
+ * the co-scheduling granule where the GPU has enough SMs, else finer. Why
+ * not, or NULL. */
+static const char *split_sms(const mgpu__bdevice *d, CUdevResource *groups) {
+  CUdevResource all;
+  memset(&all, 0, sizeof all);
+  if (mgpu__cuda_drv.device_get_dev_resource((CUdevice)d->ordinal, &all,
+                                             CU_DEV_RESOURCE_TYPE_SM) !=
+      CUDA_SUCCESS)
+    return "cuDeviceGetDevResource failed";
+  unsigned n = (unsigned)d->split_count, made = 0;
+  unsigned align = all.sm.smCoscheduledAlignment ? all.sm.smCoscheduledAlignment : 1;
+  unsigned per = all.sm.smCount / n / align * align;
+  if (per >= all.sm.minSmPartitionSize && per > 0)
+    made = split(groups, n, &all, 0, per);
+  if (made < n) {
+    /* Finer partitions at the cost of large thread clusters. */
+    per = all.sm.smCount / n;
+    per -= per % 2;
+    if (per > 0)
+      made = split(groups, n, &all,
+                   CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING, per);
   }
-  if (why == NULL) {
-    unsigned n = (unsigned)d->split_count;
-    unsigned align = all.sm.smCoscheduledAlignment ? all.sm.smCoscheduledAlignment : 1;
-    per = all.sm.smCount / n / align * align;
-    if (per >= all.sm.minSmPartitionSize && per > 0)
-      made = split(groups, n, &all, 0, per);
-    if (made < n) {
-      /* Finer partitions at the cost of large thread clusters. */
-      per = all.sm.smCount / n;
-      per -= per % 2;
-      if (per > 0)
-        made = split(groups, n, &all,
-                     CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING, per);
-    }
-    if (made < n) why = "the GPU has too few SMs for this split";
-  }
+  return made < n ? "the GPU has too few SMs for this split" : NULL;
+}
 
+/* A green context over one group of SMs; why not, or NULL. */
+static const char *green_create(const mgpu__bdevice *d,
+                                CUdevResource *group, CUgreenCtx *green,
+                                CUcontext *ctx) {
+  const mgpu__cuda_driver *drv = &mgpu__cuda_drv;
   CUdevResourceDesc desc = NULL;
+  *green = NULL;
+  CUresult r = drv->resource_generate_desc(&desc, group, 1);
+  if (r == CUDA_SUCCESS)
+    r = drv->green_ctx_create(green, desc, (CUdevice)d->ordinal,
+                              CU_GREEN_CTX_DEFAULT_STREAM);
+  if (r == CUDA_SUCCESS) r = drv->ctx_from_green_ctx(ctx, *green);
+  if (r == CUDA_SUCCESS) return NULL;
+  if (*green != NULL && drv->green_ctx_destroy != NULL)
+    drv->green_ctx_destroy(*green);
+  *green = NULL;
+  return cu_name(r);
+}
+
+void mgpu__cuda_green_open(mgpu__bdevice *d) {
+  CUdevResource groups[MAX_SPLIT];
   CUgreenCtx green = NULL;
   CUcontext ctx = NULL;
-  if (why == NULL) {
-    r = drv->resource_generate_desc(&desc, &groups[d->split_index], 1);
-    if (r == CUDA_SUCCESS)
-      r = drv->green_ctx_create(&green, desc, (CUdevice)d->ordinal,
-                                CU_GREEN_CTX_DEFAULT_STREAM);
-    if (r == CUDA_SUCCESS) r = drv->ctx_from_green_ctx(&ctx, green);
-    if (r != CUDA_SUCCESS) {
-      why = cu_name(r);
-      if (green != NULL && drv->green_ctx_destroy != NULL)
-        drv->green_ctx_destroy(green);
-      green = NULL;
-    }
-  }
-
+  const char *why = green_refused(d);
+  if (why == NULL) why = split_sms(d, groups);
+  if (why == NULL)
+    why = green_create(d, &groups[d->split_index], &green, &ctx);
   if (why != NULL) {
     mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: device %d (GPU %d, split %d/%d): "
                         "plain streams on all %d SMs (%s)", d->id, d->ordinal,

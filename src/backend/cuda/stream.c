@@ -155,6 +155,30 @@ int mgpu__cuda_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
 
 void *mgpu__cuda_stream_native(mgpu__bstream *s) { return (void *)s->s; }
 
+/* An event of d's context (a green one for a split device), recorded on s
+ * and waited on by the foreign stream; the wait holds on to the recorded
+ * work, so the event may go at once. */
+int mgpu__cuda_stream_order_native(mgpu__bdevice *d, mgpu__bstream *s,
+                                   void *native) {
+  mgpu__cuda_scope sc;
+  mgpu__cuda_enter(d, &sc);
+  cudaEvent_t ev;
+  cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (err == cudaSuccess) {
+    pthread_mutex_lock(&s->lock);
+    err = cudaEventRecord(ev, s->s);
+    pthread_mutex_unlock(&s->lock);
+    if (err == cudaSuccess)
+      err = cudaStreamWaitEvent((cudaStream_t)native, ev, 0);
+    cudaEventDestroy(ev);
+  }
+  mgpu__cuda_leave(&sc);
+  if (err != cudaSuccess)
+    return mgpu__cuda_fail(d->id, err, "ordering a foreign stream after an "
+                           "mgpu stream (cudaEventRecord, cudaStreamWaitEvent)");
+  return 0;
+}
+
 /* ---- events ---- */
 
 int mgpu__cuda_event_create(mgpu__bdevice *d, mgpu__bevent **out) {

@@ -13,9 +13,11 @@
  * event when it reaches the wait early, and the recording worker puts it back
  * on its device's ready list. Workers never block on each other.
  *
- * An idle worker watches its ready list for 20 us, yielding the CPU at every
- * turn, then sleeps on a condition variable: hand-offs between devices in a
- * pipeline stay cheap, and nothing spins for long on a 2-core machine.
+ * An idle worker watches its ready list (mgpu__spin_until: a budget that
+ * adapts to how often watching paid, pausing while a core is free and
+ * yielding otherwise), then sleeps on a condition variable: hand-offs
+ * between devices in a pipeline stay cheap, and nothing spins for long on a
+ * 2-core machine (see watch_for_work).
  *
  * Copies into device memory of 256 KiB or more use non-temporal stores.
  *

@@ -2,8 +2,17 @@
  * MFD_ALLOW_SEALING and sealed against shrinking and growing, so that no
  * process holding it can cut it under a reader (which would then fault with
  * SIGBUS). Importers get a read-only descriptor (a reopen of the memfd with
- * O_RDONLY through /proc/self/fd) unless they created the object, so a
- * writable shared mapping of a sealed object cannot even be asked for.
+ * O_RDONLY through /proc/self/fd) unless they created the object.
+ *
+ * A read-only descriptor alone does not make the memory immutable: anyone
+ * holding it can reopen /proc/self/fd/N with O_RDWR (a memfd's inode lets
+ * every user write). So the object's seal seals the memory itself
+ * (mgpu__host_ipc_seal): F_SEAL_FUTURE_WRITE refuses every write(), every
+ * new writable shared mapping and every hole punched, whoever asks, and
+ * F_SEAL_SEAL keeps the seals from being changed. The creator's writable
+ * mapping, which the seal lets live, is then replaced by a mapping of a
+ * read-only reopen (mgpu__host_ipc_protect), which mprotect cannot make
+ * writable again.
  *
  * The import map: one mapping per (exporter instance, object id) per
  * process, reference-counted; guarded by map_lock.
@@ -20,6 +29,11 @@
 #include "util/log.h"
 #include "util/thread.h"
 #include "util/fault.h"
+
+/* Linux 5.1; older C libraries lack the name. */
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 
 typedef struct host_alloc {
   int fd;
@@ -48,8 +62,7 @@ int mgpu__host_ipc_alloc(struct mgpu__bdevice *d, size_t size,
                        strerror(e));
   }
   if (ftruncate(a->fd, (off_t)map_size) != 0 ||
-      fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
-          0) {
+      fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     int e = errno;
     close(a->fd);
     mgpu__free(a);
@@ -85,12 +98,23 @@ int mgpu__host_ipc_export_fd(struct mgpu__bdevice *d, void *alloc,
   return open(path, O_RDONLY | O_CLOEXEC);
 }
 
+int mgpu__host_ipc_seal(struct mgpu__bdevice *d, void *alloc) {
+  (void)d;
+  host_alloc *a = alloc;
+  if (fcntl(a->fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0)
+    return mgpu__error(MGPU_ENOTSUP, "shared host memory of %zu bytes cannot "
+                       "be sealed against writes (F_SEAL_FUTURE_WRITE needs "
+                       "Linux 5.1): %s", a->size, strerror(errno));
+  return 0;
+}
+
 /* ---- the import map ---- */
 
 typedef struct import_entry {
   uint64_t key[2];
   void *base;
   size_t map_size;
+  int fd; /* a writable import's descriptor, kept to remap it read-only */
   int refs;
   struct import_entry *next;
 } import_entry;
@@ -132,10 +156,16 @@ int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
                        (unsigned long long)m->key[1], m->map_size,
                        strerror(errno));
   import_entry *e = mgpu__calloc(1, sizeof *e);
-  if (e == NULL) {
+  int fd = writable ? fcntl(m->fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (e == NULL || (writable && fd < 0)) {
+    int e_no = errno;
     munmap(base, m->map_size);
-    return mgpu__error(MGPU_ENOMEM, "out of host memory");
+    mgpu__free(e);
+    return mgpu__error(MGPU_ENOMEM, "object %llu: out of host memory or "
+                       "descriptors: %s", (unsigned long long)m->key[1],
+                       strerror(e_no));
   }
+  e->fd = fd;
   e->key[0] = m->key[0];
   e->key[1] = m->key[1];
   e->base = base;
@@ -158,16 +188,39 @@ static import_entry **find(void *ptr) {
   return NULL;
 }
 
+/* Replaces e's mapping, in place, by one of a read-only reopen of its
+ * descriptor: a mapping mprotect cannot make writable again. map_lock
+ * held. */
+static int remap_readonly(import_entry *e) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", e->fd);
+  int ro = open(path, O_RDONLY | O_CLOEXEC);
+  if (ro < 0) return -1;
+  void *p = mmap(e->base, e->map_size, PROT_READ, MAP_SHARED | MAP_FIXED, ro,
+                 0);
+  int err = errno;
+  close(ro);
+  errno = err;
+  return p == e->base ? 0 : -1;
+}
+
 int mgpu__host_ipc_protect(struct mgpu__bdevice *d, void *ptr) {
   (void)d;
   mgpu__mutex_lock(&map_lock);
   import_entry **p = find(ptr);
   int rc = 0;
-  if (p == NULL)
+  if (p == NULL) {
     rc = mgpu__error(MGPU_EINVAL, "%p is not imported shared memory", ptr);
-  else if (mprotect((*p)->base, (*p)->map_size, PROT_READ) != 0)
-    rc = mgpu__error(MGPU_EINVAL, "mprotect of shared memory: %s",
-                     strerror(errno));
+  } else if ((*p)->fd < 0 || remap_readonly(*p) != 0) {
+    /* Without a read-only reopen, at least no write goes through. */
+    if (mprotect((*p)->base, (*p)->map_size, PROT_READ) != 0)
+      rc = mgpu__error(MGPU_EINVAL, "mprotect of shared memory: %s",
+                       strerror(errno));
+  }
+  if (p != NULL && (*p)->fd >= 0) {
+    close((*p)->fd);
+    (*p)->fd = -1;
+  }
   mgpu__mutex_unlock(&map_lock);
   return rc;
 }
@@ -184,6 +237,7 @@ void mgpu__host_ipc_unimport(struct mgpu__bdevice *d, void *ptr) {
   mgpu__mutex_unlock(&map_lock);
   if (gone != NULL) {
     munmap(gone->base, gone->map_size);
+    if (gone->fd >= 0) close(gone->fd);
     mgpu__free(gone);
   }
 }

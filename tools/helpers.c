@@ -1,0 +1,24 @@
+/* Where the mgpu command finds its helper programs (the benchmarks'
+ * baselines, mgpu-bench-mpi): at MGPU_BIN_TO_HELPERS from the command's own
+ * folder, ../libexec/mgpu by default. The build tree keeps them at the same
+ * place relative to bin/, so a built and an installed command look alike. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd.h"
+
+int mgpu_cmd_helper_path(const char *name, char *out, size_t len) {
+  char self[PATH_MAX];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  char *slash = k > 0 ? (self[k] = '\0', strrchr(self, '/')) : NULL;
+  if (slash == NULL) {
+    snprintf(out, len, "%s/%s", MGPU_BIN_TO_HELPERS, name);
+    return 0;
+  }
+  *slash = '\0';
+  int n = snprintf(out, len, "%s/%s/%s", self, MGPU_BIN_TO_HELPERS, name);
+  if (n < 0 || (size_t)n >= len) return 0;
+  return access(out, X_OK) == 0;
+}
