@@ -17,6 +17,7 @@
 #include "mgpu/sched.h"
 #include "mgpu/coll.h"
 #include "mgpu/chan.h"
+#include "mgpu/graph.h"
 #include "mgpu/trace.h"
 #include "mgpu/store.h"
 

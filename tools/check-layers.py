@@ -41,7 +41,8 @@ LAYERS = [
     ("core",),                          # init, config, handles, devices, memory
     ("copy",),                          # the one copy entry point and its paths
     ("topo",),                          # the link matrix (measures copies)
-    ("part", "sched", "coll", "chan"),  # distributions, tasks, collectives
+    ("part", "sched", "coll", "chan", "graph"),  # distributions, tasks,
+                                        # collectives, channels, graphs
     ("mpi", "store"),                   # modules built on the layers above
 ]
 

@@ -41,7 +41,8 @@ extern "C" {
   XX(mpi_host, "MPI transfers handing this device's memory to MPI as is")     \
   XX(mpi_direct, "MPI transfers of device pointers to a CUDA-aware MPI")      \
   XX(mpi_staged, "MPI transfers staged through pinned bounce buffers")        \
-  XX(bytes_mpi, "bytes of this device's memory moved by MPI")
+  XX(bytes_mpi, "bytes of this device's memory moved by MPI")                \
+  XX(graph_launches, "graph launches on this device's streams")
 
 /* The paths a copy takes, as the metrics time them. */
 typedef enum mgpu_metric_path {

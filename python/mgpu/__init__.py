@@ -20,7 +20,7 @@ globals().update({cls.__name__: cls for cls in ERRORS.values()})
 from mgpu._core import (  # noqa: F401,E402
     version, init, shutdown, is_initialized, device_count, devices, Device,
     get_device, set_device, run_on_device, synchronize,
-    Stream, Event,
+    Stream, Event, Graph, capture,
     Array, empty, zeros, full, asarray, from_dlpack,
     peer_can_access, peer_enable, peer_disable, copy_path,
     metrics, reset_metrics,

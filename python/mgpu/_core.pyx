@@ -99,6 +99,7 @@ include "_channel.pxi"
 include "_pool.pxi"
 include "_bench.pxi"
 include "_store.pxi"
+include "_graph.pxi"
 
 # ---------------------------------------------------------------------------
 # What this build has: the MPI module's bindings (_mpi.pxi) where the build

@@ -50,6 +50,12 @@ cdef class Stream:
         if not callable(fn):
             raise TypeError("fn must be callable")
         call = (fn, args)
+        if mgpu_stream_is_capturing(self.s) == 1:
+            # Recorded into a graph: runs at every launch (_graph.pxi).
+            _check(mgpu_stream_add_callback(self.s, _stream_callback_kept,
+                                            <void *>call))
+            _captured_calls.append(call)
+            return
         Py_INCREF(call)
         rc = mgpu_stream_add_callback(self.s, _stream_callback, <void *>call)
         if rc < 0:
@@ -92,6 +98,18 @@ cdef void _stream_callback(void *arg) noexcept nogil:
             import traceback
             traceback.print_exc()
         Py_DECREF(call)
+
+
+cdef void _stream_callback_kept(void *arg) noexcept nogil:
+    """A callback of a graph: the graph keeps the tuple alive."""
+    with gil:
+        mgpu_py_keep_thread_state()
+        call = <tuple>arg
+        try:
+            call[0](*call[1])
+        except BaseException:
+            import traceback
+            traceback.print_exc()
 
 
 cdef bint _done(int rc) except -1:

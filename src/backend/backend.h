@@ -21,7 +21,7 @@
 #include "backend/ipc.h"
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 5
+#define MGPU__BACKEND_ABI 6
 #define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
 
 /* Each backend defines these structs for itself; the core only holds
@@ -39,6 +39,7 @@ typedef enum mgpu__bmetric {
  * built as a plugin: it cannot link libmgpu's internal symbols. (The types
  * stay incomplete here: backend.h is also read by the plugin's C++.) */
 struct mgpu__trace_tag;
+struct mgpu__bgraph_part;
 typedef struct mgpu__obs_api {
   /* Nonzero while a trace is recorded (mgpu__trace_enabled). */
   int (*trace_enabled)(void);
@@ -290,6 +291,23 @@ typedef struct mgpu__backend_ops {
    * never lost. */
   void (*lose)(mgpu__bdevice *d, const char *why);
   int (*lost)(mgpu__bdevice *d, char *why, size_t why_size);
+
+  /* Optional: a device's part of a graph run as one operation of a stream
+   * (backend/graph.h). graph_create copies the part's nodes and kernel
+   * arguments (not the memory they point to, nor the board); graph_launch queues one run of it on s, numbered launch (each
+   * launch of a graph greater than the last); graph_destroy drops the part
+   * once the runs queued are done with it. A node's failure fails s as the
+   * same work issued alone would. NULL: the graph layer issues the nodes
+   * one by one. */
+  int (*graph_create)(mgpu__bdevice *d, const struct mgpu__bgraph_part *part,
+                      void **graph);
+  int (*graph_launch)(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
+                      uint64_t launch);
+  /* A launch that failed before this part was queued: posts the part's
+   * signals of that launch as failed, so that the parts already queued do
+   * not wait for ever. */
+  void (*graph_cancel)(mgpu__bdevice *d, void *graph, uint64_t launch);
+  void (*graph_destroy)(mgpu__bdevice *d, void *graph);
 } mgpu__backend_ops;
 
 typedef const mgpu__backend_ops *(*mgpu__plugin_entry_fn)(

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "coll/coll_internal.h"
+#include "core/capture.h"
 #include "util/fault.h"
 
 typedef struct group_call {
@@ -158,6 +159,10 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
                                             &rc)) == NULL)
     return rc;
   if (rc != 0) return rc;
+  if (mgpu__stream_capture(p->stream) != NULL)
+    return mgpu__error(MGPU_ENOTSUP, "%s rank %d: the stream of device %d is "
+                       "capturing a graph, and collectives cannot be "
+                       "recorded in one", what, grank, p->stream->dev);
   if (p->stream->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,
                        "%s rank %d: stream is on device %d, rank %d is device "

@@ -10,6 +10,7 @@
  * path. Metrics are counted where the path is chosen.
  */
 #include "copy/copy-internal.h"
+#include "core/capture.h"
 
 static int host_visible(const mgpu__buf *buf) {
   return buf->kind != MGPU_MEM_DEVICE;
@@ -21,9 +22,11 @@ static void count(int dev, enum mgpu__metric bytes_m, enum mgpu__metric n_m,
   mgpu__metric_add(dev, n_m, 1);
 }
 
+/* The stream of an asynchronous copy; it may be capturing (the caller
+ * records instead of queuing). */
 static int stream_for(mgpu_stream *h, const mgpu__buf *buf, const char *what,
                       mgpu__stream **s) {
-  int rc = mgpu__stream_get(h, s);
+  int rc = mgpu__stream_get_capturing(h, s);
   if (rc != 0) return rc;
   if ((*s)->dev != buf->dev)
     return mgpu__error(MGPU_EWRONGDEV, "%s: buffer of device %d used on a "
@@ -42,7 +45,11 @@ int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset,
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "htod: NULL host pointer for %zu bytes to "
                      "device %d", size, buf->dev);
-  if (rc == 0 && size > 0) {
+  if (rc == 0 && size > 0 && mgpu__stream_capture(s) != NULL)
+    rc = mgpu__capture_record(s, &(mgpu__graph_op){
+        .kind = MGPU__GOP_HTOD, .dev = s->dev, .dst = dst,
+        .dst_offset = dst_offset, .host = (void *)host, .size = size});
+  else if (rc == 0 && size > 0) {
     mgpu__flight_record(buf->dev, "memcpy_htod_async", size, (uintptr_t)stream);
     mgpu__device *d = mgpu__device_get(buf->dev);
     mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_H2D;
@@ -66,7 +73,11 @@ int mgpu_memcpy_dtoh_async(void *host, const mgpu_buffer *src,
   if (rc == 0 && host == NULL && size > 0)
     rc = mgpu__error(MGPU_EINVAL, "dtoh: NULL host pointer for %zu bytes from "
                      "device %d", size, buf->dev);
-  if (rc == 0 && size > 0) {
+  if (rc == 0 && size > 0 && mgpu__stream_capture(s) != NULL)
+    rc = mgpu__capture_record(s, &(mgpu__graph_op){
+        .kind = MGPU__GOP_DTOH, .dev = s->dev, .a = src,
+        .a_offset = src_offset, .host = host, .size = size});
+  else if (rc == 0 && size > 0) {
     mgpu__flight_record(buf->dev, "memcpy_dtoh_async", size, (uintptr_t)stream);
     mgpu__device *d = mgpu__device_get(buf->dev);
     mgpu__copy_kind kind = host_visible(buf) ? MGPU__COPY_H2H : MGPU__COPY_D2H;
@@ -227,8 +238,21 @@ int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset,
   int rc = mgpu__buf_get(dst, "copy dst", &db);
   if (rc == 0) rc = mgpu__buf_check_writable(db, "copy dst");
   if (rc == 0) rc = mgpu__buf_get(src, "copy src", &sb);
-  if (rc == 0) rc = mgpu__stream_get(stream, &s);
-  if (rc == 0) rc = mgpu__copy_async(db, dst_offset, sb, src_offset, size, s);
+  if (rc == 0) rc = mgpu__stream_get_capturing(stream, &s);
+  if (rc == 0 && mgpu__stream_capture(s) != NULL) {
+    /* Checked as the copy would be, then recorded. */
+    if (s->dev != db->dev && s->dev != sb->dev)
+      rc = mgpu__error(MGPU_EWRONGDEV, "copy from device %d to device %d "
+                       "issued on a stream of device %d", sb->dev, db->dev,
+                       s->dev);
+    if (rc == 0) rc = check_pair(db, dst_offset, sb, src_offset, size);
+    if (rc == 0 && size > 0)
+      rc = mgpu__capture_record(s, &(mgpu__graph_op){
+          .kind = MGPU__GOP_COPY, .dev = s->dev, .dst = dst,
+          .dst_offset = dst_offset, .a = src, .a_offset = src_offset,
+          .size = size});
+  } else if (rc == 0)
+    rc = mgpu__copy_async(db, dst_offset, sb, src_offset, size, s);
   mgpu__stream_put(s);
   mgpu__buf_put(sb);
   mgpu__buf_put(db);
@@ -266,7 +290,11 @@ int mgpu_memset_async(mgpu_buffer *dst, size_t offset, int value, size_t size,
   if (rc == 0) rc = mgpu__buf_check_writable(buf, "memset dst");
   if (rc == 0) rc = stream_for(stream, buf, "memset dst", &s);
   if (rc == 0) rc = mgpu__buf_check_range(buf, "memset dst", offset, size);
-  if (rc == 0 && size > 0) {
+  if (rc == 0 && size > 0 && mgpu__stream_capture(s) != NULL)
+    rc = mgpu__capture_record(s, &(mgpu__graph_op){
+        .kind = MGPU__GOP_MEMSET, .dev = s->dev, .dst = dst,
+        .dst_offset = offset, .value = value, .size = size});
+  else if (rc == 0 && size > 0) {
     mgpu__flight_record(buf->dev, "memset_async", size, (uintptr_t)stream);
     mgpu__device *d = mgpu__device_get(buf->dev);
     rc = d->ops->memset_async(d->bdev, s->bstream, (char *)buf->ptr + offset,

@@ -61,7 +61,11 @@
   XX(coll_group_start, (void), (), NULL)                                           \
   XX(coll_group_end, (void), (), NULL)                                             \
   XX(coll_run, (void *comm, int rank, const mgpu__coll_args *args,           \
-                mgpu__bstream *s), (comm, rank, args, s), NULL)
+                mgpu__bstream *s), (comm, rank, args, s), NULL)                 \
+  XX(graph_create, (mgpu__bdevice *d, const struct mgpu__bgraph_part *part,  \
+                    void **graph), (d, part, graph), d)                         \
+  XX(graph_launch, (mgpu__bdevice *d, void *graph, mgpu__bstream *s,         \
+                    uint64_t launch), (d, graph, s, launch), d)
 
 /* The waits: a driver that reports an error from a synchronize has still
  * waited (the error is a sticky one of earlier work), and callers rely on

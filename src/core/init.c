@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/capture.h"
 #include "core/internal.h"
 #include "util/fault.h"
 #include "util/numa.h"
@@ -543,6 +544,7 @@ static int drain_and_release(void) {
    * and streams still exist: a no-op queued behind it returns once it has
    * run (the queue is FIFO). */
   for (int i = 0; i < ndevices; i++) mgpu_run_on_device(i, drain_noop, NULL);
+  mgpu__capture_drop_all(); /* a capturing stream refuses synchronize */
   for (int i = 0; i < ndevices; i++) {
     int r = mgpu_device_synchronize(i);
     if (rc == 0) rc = r;

@@ -213,7 +213,9 @@ void mgpu__device_thread_stop(mgpu__device *d);
   XX(POOL, "task pool", "destroyed")                  \
   XX(DIST, "distribution", "destroyed")               \
   XX(WORK, "work handle", "waited")                   \
-  XX(LIBRARY, "device table", "shut down")
+  XX(LIBRARY, "device table", "shut down")            \
+  XX(GRAPH, "graph", "destroyed")                     \
+  XX(GRAPH_EXEC, "executable graph", "destroyed")
 
 typedef enum mgpu__htype {
   MGPU__H_NONE = 0,
@@ -322,6 +324,9 @@ typedef struct mgpu__stream {
   /* mgpu_device_synchronize calls waiting on it (streams_lock): the stream
    * stays on the list until they are done. */
   int syncs;
+  /* The capture the stream records into, or NULL (core/capture.h): written
+   * by the graph layer under its capture lock, read by the entry points. */
+  _Atomic(void *) capture;
 } mgpu__stream;
 
 typedef struct mgpu__event {

@@ -4,6 +4,7 @@
  * src/backend/host/kernels.c, CUDA kernels in the plugin). Offsets are in bytes. */
 #include <string.h>
 
+#include "core/capture.h"
 #include "core/internal.h"
 #include "util/half.h"
 
@@ -44,7 +45,8 @@ const char *mgpu_op_name(mgpu_op op) {
 /* Resolves stream and type (every backend takes every type). */
 static int prepare(mgpu_stream *h, mgpu_dtype dtype, const char *what,
                    mgpu__stream **s, mgpu__device **d, size_t *esize) {
-  int rc = mgpu__stream_get(h, s); /* held: the caller puts it */
+  /* held: the caller puts it; a capturing stream records (submit) */
+  int rc = mgpu__stream_get_capturing(h, s);
   if (rc != 0) return rc;
   *d = mgpu__device_get((*s)->dev);
   *esize = mgpu_dtype_size(dtype);
@@ -74,8 +76,11 @@ static int operand(const mgpu_buffer *h, const char *what, size_t offset,
   return mgpu__buf_check_range(*out, what, offset, count * esize);
 }
 
-static int submit(mgpu__device *d, mgpu__stream *s, mgpu__builtin *b) {
+/* Queues b, or records op (the public call) when s captures. */
+static int submit(mgpu__device *d, mgpu__stream *s, mgpu__builtin *b,
+                  const mgpu__graph_op *op) {
   if (b->count == 0) return 0;
+  if (mgpu__stream_capture(s) != NULL) return mgpu__capture_record(s, op);
   int pushed = 0;
   static const char *const names[] = {"kernel fill", "kernel scale",
                                       "kernel axpy", "kernel elementwise"};
@@ -119,7 +124,11 @@ int mgpu_fill(mgpu_stream *stream, mgpu_buffer *buf, size_t offset,
       b.value.bits16 = mgpu__float_to_bf16((float)*(const double *)value);
       break;
   }
-  rc = submit(d, s, &b);
+  mgpu__graph_op op = {.kind = MGPU__GOP_FILL, .dev = s->dev, .dst = buf,
+                       .dst_offset = offset, .size = count, .dtype = dtype};
+  /* 16-bit types take their value as a double. */
+  memcpy(op.fill, value, es == 2 ? sizeof(double) : es);
+  rc = submit(d, s, &b, &op);
 out:
   mgpu__buf_put(dst);
   mgpu__stream_put(s);
@@ -139,7 +148,9 @@ int mgpu_scale(mgpu_stream *stream, mgpu_buffer *x, size_t offset,
     mgpu__builtin b = {.kind = MGPU__BUILTIN_SCALE, .dtype = dtype,
                        .count = count, .dst = (char *)xb->ptr + offset,
                        .alpha = alpha};
-    rc = submit(d, s, &b);
+    rc = submit(d, s, &b, &(mgpu__graph_op){
+        .kind = MGPU__GOP_SCALE, .dev = s->dev, .dst = x, .dst_offset = offset,
+        .size = count, .dtype = dtype, .alpha = alpha});
   }
   mgpu__buf_put(xb);
   mgpu__stream_put(s);
@@ -161,7 +172,10 @@ int mgpu_axpy(mgpu_stream *stream, mgpu_buffer *y, size_t y_offset,
     mgpu__builtin b = {.kind = MGPU__BUILTIN_AXPY, .dtype = dtype,
                        .count = count, .dst = (char *)yb->ptr + y_offset,
                        .a = (const char *)xb->ptr + x_offset, .alpha = alpha};
-    rc = submit(d, s, &b);
+    rc = submit(d, s, &b, &(mgpu__graph_op){
+        .kind = MGPU__GOP_AXPY, .dev = s->dev, .dst = y, .dst_offset = y_offset,
+        .a = x, .a_offset = x_offset, .size = count, .dtype = dtype,
+        .alpha = alpha});
   }
   mgpu__buf_put(xb);
   mgpu__buf_put(yb);
@@ -191,7 +205,10 @@ int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst, size_t dst_offset,
                        .dst = (char *)db->ptr + dst_offset,
                        .a = (const char *)ab->ptr + a_offset,
                        .b = (const char *)bb->ptr + b_offset};
-    rc = submit(d, s, &k);
+    rc = submit(d, s, &k, &(mgpu__graph_op){
+        .kind = MGPU__GOP_ELEMENTWISE, .dev = s->dev, .dst = dst,
+        .dst_offset = dst_offset, .a = a, .a_offset = a_offset, .b = b,
+        .b_offset = b_offset, .size = count, .dtype = dtype, .op = op});
   }
   mgpu__buf_put(bb);
   mgpu__buf_put(ab);

@@ -8,6 +8,7 @@
  */
 #include <stdlib.h>
 
+#include "core/capture.h"
 #include "core/internal.h"
 #include "mgpu/interop.h"
 #include "util/fault.h"
@@ -79,13 +80,22 @@ int mgpu_stream_create(mgpu_stream **out, int dev) {
   return rc;
 }
 
+/* Calls that cannot be recorded refuse a capturing stream here, before
+ * they change anything (core/capture.h). */
+static int refuse_capturing(mgpu__stream **s, const char *call) {
+  if (mgpu__stream_capture(*s) == NULL) return 0;
+  int dev = (*s)->dev;
+  mgpu__stream_put(*s);
+  *s = NULL;
+  return mgpu__error(MGPU_ENOTSUP, "%s: the stream of device %d is capturing "
+                     "a graph, and this call cannot be recorded in one",
+                     call, dev);
+}
+
 int mgpu__stream_get(mgpu_stream *h, mgpu__stream **out) {
-  int err = 0;
-  *out = NULL;
-  if (!mgpu_is_initialized())
-    return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
-  *out = mgpu__handle_get((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
-  return *out != NULL ? 0 : err;
+  int rc = mgpu__stream_get_capturing(h, out);
+  if (rc == 0) rc = refuse_capturing(out, "stream call");
+  return rc;
 }
 
 void mgpu__stream_put(mgpu__stream *s) {
@@ -97,8 +107,16 @@ static int stream_destroy_in(mgpu_stream *h) {
   if (!mgpu_is_initialized())
     return mgpu__error(MGPU_ENOINIT, "stream: mgpu_init has not been called");
   /* Later calls fail; the calls inside (a synchronize) finish first. */
-  mgpu__stream *s =
-      mgpu__handle_release((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
+  mgpu__stream *s = mgpu__handle_hold((uintptr_t)h, MGPU__H_STREAM);
+  if (s != NULL) {
+    int capturing = mgpu__stream_capture(s) != NULL, dev = s->dev;
+    mgpu__stream_put(s);
+    if (capturing)
+      return mgpu__error(MGPU_EBUSY, "mgpu_stream_destroy: the stream of "
+                         "device %d is capturing a graph: end the capture "
+                         "first", dev);
+  }
+  s = mgpu__handle_release((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
   if (s == NULL) return err;
   mgpu__device *d = mgpu__device_get(s->dev);
   int rc = d->ops->stream_synchronize(d->bdev, s->bstream);
@@ -122,7 +140,8 @@ static void trace_wait(const char *name, int dev, uint64_t t0) {
 
 int mgpu_stream_synchronize(mgpu_stream *h) {
   mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
+  int rc = mgpu__stream_get_capturing(h, &s);
+  if (rc == 0) rc = refuse_capturing(&s, "mgpu_stream_synchronize");
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
@@ -134,7 +153,8 @@ int mgpu_stream_synchronize(mgpu_stream *h) {
 
 int mgpu_stream_query(mgpu_stream *h) {
   mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
+  int rc = mgpu__stream_get_capturing(h, &s);
+  if (rc == 0) rc = refuse_capturing(&s, "mgpu_stream_query");
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   rc = d->ops->stream_query(d->bdev, s->bstream);
@@ -174,7 +194,7 @@ int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s) {
 
 int mgpu_stream_device(const mgpu_stream *h) {
   mgpu__stream *s;
-  if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return -1;
+  if (mgpu__stream_get_capturing((mgpu_stream *)h, &s) != 0) return -1;
   int dev = s->dev;
   mgpu__stream_put(s);
   return dev;
@@ -182,7 +202,7 @@ int mgpu_stream_device(const mgpu_stream *h) {
 
 void *mgpu_stream_native(const mgpu_stream *h) {
   mgpu__stream *s;
-  if (mgpu__stream_get((mgpu_stream *)h, &s) != 0) return NULL;
+  if (mgpu__stream_get_capturing((mgpu_stream *)h, &s) != 0) return NULL;
   void *native = mgpu__device_get(s->dev)->ops->stream_native(s->bstream);
   mgpu__stream_put(s);
   return native;
@@ -218,6 +238,13 @@ static int device_synchronize_in(int dev) {
    * it): the stream waited on is pinned instead (syncs), which keeps it
    * and its link to the next on the list. */
   mgpu__mutex_lock(&d->streams_lock);
+  if (atomic_load(&mgpu__captures_active) > 0)
+    for (mgpu__stream *c = d->streams; c != NULL; c = c->next)
+      if (mgpu__stream_capture(c) != NULL) {
+        mgpu__mutex_unlock(&d->streams_lock);
+        return mgpu__error(MGPU_ENOTSUP, "mgpu_device_synchronize: a stream "
+                           "of device %d is capturing a graph", dev);
+      }
   mgpu__stream *s = d->streams;
   if (s != NULL) s->syncs++;
   while (s != NULL) {
@@ -359,12 +386,13 @@ int mgpu_event_destroy(mgpu_event *h) {
   return rc;
 }
 
-/* Looks up an event and a stream; on success both are held. */
+/* Looks up an event and a stream (which may be capturing); on success both
+ * are held. */
 static int event_stream_get(mgpu_event *eh, mgpu_stream *sh, mgpu__event **e,
                             mgpu__stream **s) {
   int rc = mgpu__event_get(eh, e);
   if (rc != 0) return rc;
-  rc = mgpu__stream_get(sh, s);
+  rc = mgpu__stream_get_capturing(sh, s);
   if (rc != 0) mgpu__event_put(*e);
   return rc;
 }
@@ -383,7 +411,11 @@ int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
   if (e->dev != s->dev)
     rc = mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
                      "stream of device %d", e->dev, s->dev);
+  else if (mgpu__stream_capture(s) != NULL)
+    rc = mgpu__capture_record(s, &(mgpu__graph_op){
+        .kind = MGPU__GOP_EVENT_RECORD, .dev = s->dev, .event = eh});
   else {
+    mgpu__capture_forget(e);
     mgpu__flight_record(s->dev, "event_record", 0, (uintptr_t)sh);
     rc = d->ops->event_record(d->bdev, e->bevent, s->bstream);
   }
@@ -401,10 +433,14 @@ int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
     rc = mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
                      "on an event of device %d (%s): different backends",
                      s->dev, d->ops->name, e->dev, ed->ops->name);
-  else {
+  else if (mgpu__stream_capture(s) != NULL)
+    rc = mgpu__capture_record(s, &(mgpu__graph_op){
+        .kind = MGPU__GOP_EVENT_WAIT, .dev = s->dev, .event = eh});
+  else if ((rc = mgpu__capture_join(s, e)) == 0) {
     mgpu__flight_record(s->dev, "stream_wait_event", 0, (uintptr_t)sh);
     rc = d->ops->stream_wait_event(d->bdev, s->bstream, ed->bdev, e->bevent);
-  }
+  } else if (rc == 1)
+    rc = 0; /* s joined the capture e was recorded in */
   event_stream_put(e, s);
   return rc;
 }
@@ -413,6 +449,13 @@ int mgpu_event_synchronize(mgpu_event *h) {
   mgpu__event *e;
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
+  if (mgpu__capture_marked(e)) {
+    rc = mgpu__error(MGPU_ENOTSUP, "mgpu_event_synchronize: the event of "
+                     "device %d was recorded in a graph capture in progress",
+                     e->dev);
+    mgpu__event_put(e);
+    return rc;
+  }
   mgpu__device *d = mgpu__device_get(e->dev);
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   rc = d->ops->event_synchronize(d->bdev, e->bevent);
@@ -426,7 +469,11 @@ int mgpu_event_query(mgpu_event *h) {
   int rc = mgpu__event_get(h, &e);
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(e->dev);
-  rc = d->ops->event_query(d->bdev, e->bevent);
+  if (mgpu__capture_marked(e))
+    rc = mgpu__error(MGPU_ENOTSUP, "mgpu_event_query: the event of device %d "
+                     "was recorded in a graph capture in progress", e->dev);
+  else
+    rc = d->ops->event_query(d->bdev, e->bevent);
   mgpu__event_put(e);
   return rc;
 }
@@ -456,10 +503,13 @@ int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end, float *ms) {
 
 int mgpu_stream_add_callback(mgpu_stream *h, void (*fn)(void *), void *arg) {
   mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
+  int rc = mgpu__stream_get_capturing(h, &s);
   if (rc != 0) return rc;
   if (fn == NULL) {
     rc = mgpu__error(MGPU_EINVAL, "device %d: NULL stream callback", s->dev);
+  } else if (mgpu__stream_capture(s) != NULL) {
+    rc = mgpu__capture_record(s, &(mgpu__graph_op){
+        .kind = MGPU__GOP_HOST, .dev = s->dev, .fn = fn, .arg = arg});
   } else {
     mgpu__flight_record(s->dev, "stream_callback", 0, (uintptr_t)h);
     mgpu__device *d = mgpu__device_get(s->dev);
@@ -492,6 +542,10 @@ static int launch_on(mgpu__stream *s, const mgpu_kernel *k, mgpu_dim3 grid,
       (d->ops->kind == MGPU_BACKEND_OPENCL && k->opencl_src == NULL))
     return mgpu__error(MGPU_ENOTSUP, "device %d: kernel %s has no %s variant",
                        s->dev, name, d->ops->name);
+  if (mgpu__stream_capture(s) != NULL)
+    return mgpu__capture_record(s, &(mgpu__graph_op){
+        .kind = MGPU__GOP_KERNEL, .dev = s->dev, .kernel = k, .grid = grid,
+        .block = block, .args = args, .args_size = args_size});
   mgpu__flight_record(s->dev, "launch", args_size, s->handle);
   rc = d->ops->launch(d->bdev, s->bstream, k, grid, block, args, args_size);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_kernels_launched, 1);
@@ -501,7 +555,7 @@ static int launch_on(mgpu__stream *s, const mgpu_kernel *k, mgpu_dim3 grid,
 int mgpu_launch(mgpu_stream *h, const mgpu_kernel *k, mgpu_dim3 grid,
                 mgpu_dim3 block, const void *args, size_t args_size) {
   mgpu__stream *s;
-  int rc = mgpu__stream_get(h, &s);
+  int rc = mgpu__stream_get_capturing(h, &s);
   if (rc != 0) return rc;
   rc = launch_on(s, k, grid, block, args, args_size);
   mgpu__stream_put(s);

@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 
+#include "backend/graph.h"
 #include "backend/host/host.h"
 #include "mgpu/error.h"
 #include "obs/obs.h"
@@ -55,8 +56,11 @@ typedef enum op_kind {
   OP_BUILTIN,
   OP_CALLBACK,
   OP_RECORD,
-  OP_WAIT
+  OP_WAIT,
+  OP_GRAPH
 } op_kind;
+
+typedef struct host_graph host_graph;
 
 typedef struct op {
   op_kind kind;
@@ -95,6 +99,11 @@ typedef struct op {
       mgpu__bevent *event;
       uint64_t seq;
     } event;
+    struct {
+      host_graph *graph;
+      uint64_t launch;
+      int next; /* the node to run next (owned by the running worker) */
+    } graph;
   } u;
 } op;
 
@@ -265,6 +274,19 @@ static void copy_streaming(void *dst, const void *src, size_t size) {
 #endif
 }
 
+/* Puts the parked streams of list w (linked through wait_next, taken off
+ * whatever they waited on) back on their devices' ready lists. */
+static void unpark(mgpu__bstream *w) {
+  while (w != NULL) {
+    mgpu__bstream *next = w->wait_next;
+    mgpu__mutex_lock(&w->dev->lock);
+    w->parked = 0;
+    if (!w->queued && !w->running && w->head) ready_push(w->dev, w);
+    mgpu__mutex_unlock(&w->dev->lock);
+    w = next;
+  }
+}
+
 static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   int lost_by = atomic_load_explicit(&s->lost_from, memory_order_relaxed);
   if (lost_by == 0 && atomic_load_explicit(&s->dev->lost, memory_order_acquire))
@@ -285,14 +307,7 @@ static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   e->waiters = NULL;
   mgpu__cond_broadcast(&e->done);
   mgpu__mutex_unlock(&e->lock);
-  while (w != NULL) {
-    mgpu__bstream *next = w->wait_next;
-    mgpu__mutex_lock(&w->dev->lock);
-    w->parked = 0;
-    if (!w->queued && !w->running && w->head) ready_push(w->dev, w);
-    mgpu__mutex_unlock(&w->dev->lock);
-    w = next;
-  }
+  unpark(w);
 }
 
 /* The failure a host kernel reports with mgpu_kernel_fail, for the launch
@@ -321,7 +336,7 @@ int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code, const char *detail) {
 /* Runs every block, in order, until one reports a failure: that ends the
  * launch, and the stream's next synchronize returns it (a GPU kernel's
  * trap ends the same way). */
-static void run_launch(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
+static void run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
   mgpu_kernel_ctx ctx;
   ctx.grid_dim = o->u.launch.grid;
   ctx.block_dim = o->u.launch.block;
@@ -412,6 +427,10 @@ static void wait_on_lost(mgpu__bdevice *d, mgpu__bstream *s, int lost_by) {
   mgpu__mutex_unlock(&d->lock);
 }
 
+static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, op *o);
+static int graph_must_park(mgpu__bstream *s, op *o);
+static int graph_unfinished(const op *o);
+
 /* Runs o, the head of s (see worker_main). */
 static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   uint64_t t0 = mgpu__now_ns();
@@ -439,6 +458,9 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     case OP_CALLBACK:
       o->u.callback.fn(o->u.callback.arg);
       break;
+    case OP_GRAPH:
+      run_graph(d, s, o);
+      break;
     case OP_RECORD:
       complete_event(o->u.event.event, o->u.event.seq, s);
       return;
@@ -463,8 +485,11 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   if (mgpu__trace_enabled()) trace_op(s, o, t0, t1);
 }
 
+static void graph_unref(host_graph *g);
+
 static void op_free(op *o) {
   if (o->kind == OP_LAUNCH) mgpu__free(o->u.launch.args);
+  if (o->kind == OP_GRAPH) graph_unref(o->u.graph.graph);
   mgpu__free(o->tag);
   mgpu__free(o);
 }
@@ -528,7 +553,8 @@ static int skip_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   }
   if (atomic_load_explicit(&s->lost_from, memory_order_relaxed) == 0)
     atomic_store_explicit(&s->lost_from, d->id + 1, memory_order_relaxed);
-  return o->kind != OP_CALLBACK;
+  /* A graph's part still posts its signals (and runs its callbacks). */
+  return o->kind != OP_CALLBACK && o->kind != OP_GRAPH;
 }
 
 static void *worker_main(void *arg) {
@@ -550,12 +576,19 @@ static void *worker_main(void *arg) {
     }
     op *o = s->head;
     if (o->kind == OP_WAIT && must_park(s, o)) continue;
+    if (o->kind == OP_GRAPH && graph_must_park(s, o)) continue;
     int skip = skip_op(d, s, o);
     s->running = 1;
     mgpu__mutex_unlock(&d->lock);
     if (!skip) run_op(d, s, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
+    if (graph_unfinished(o)) {
+      /* A part stopped at a node that waits: the stream parks there when
+       * it is taken next, unless the wait is over by then. */
+      ready_push(d, s);
+      continue;
+    }
     s->nfinished++;
     s->head = o->next;
     if (s->head == NULL) {
@@ -684,15 +717,18 @@ static int host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   return 0;
 }
 
-typedef struct sync_target {
-  const mgpu__bstream *s;
+/* A counter to watch until it reaches a target (mgpu__spin_until): a
+ * stream's finished operations, a graph's signal. seq_cst: a graph's
+ * waiter counts itself parked and then looks, a poster stores and then
+ * looks for parked waiters, and one of the two must see the other. */
+typedef struct counter_target {
+  const _Atomic uint64_t *counter;
   uint64_t target;
-} sync_target;
+} counter_target;
 
-static int sync_reached(const void *p) {
-  const sync_target *t = p;
-  return atomic_load_explicit(&t->s->nfinished, memory_order_acquire) >=
-         t->target;
+static int counter_reached(const void *p) {
+  const counter_target *t = p;
+  return atomic_load(t->counter) >= t->target;
 }
 
 static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
@@ -700,9 +736,9 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   uint64_t target = s->nqueued;
   if (s->nfinished < target) {
     /* Watch first: work that ends soon is seen without a wake-up. */
-    sync_target t = {s, target};
+    counter_target t = {&s->nfinished, target};
     mgpu__mutex_unlock(&d->lock);
-    mgpu__spin_until(&d->sync_spin, sync_reached, &t);
+    mgpu__spin_until(&d->sync_spin, counter_reached, &t);
     mgpu__mutex_lock(&d->lock);
   }
   s->syncs++;
@@ -1054,6 +1090,222 @@ static int host_lost(mgpu__bdevice *d, char *why, size_t why_size) {
   return 1;
 }
 
+/* ---- graphs (backend/graph.h) ----
+ *
+ * A device's part of a graph is one operation: the worker that takes it
+ * runs the part's nodes in order, in place, waiting for the signals of
+ * other devices' nodes on the board (a short spin, then a park) and posting
+ * its own. One hand-off per device and launch instead of one per node. */
+
+struct host_graph {
+  _Atomic int refs; /* the owner's, and one per run queued */
+  mgpu__graph_board *board;
+  mgpu__bgraph_node *nodes; /* args and waits point into blob */
+  int n;
+  void *blob;
+};
+
+static void graph_unref(host_graph *g) {
+  if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  mgpu__graph_board_unref(g->board);
+  mgpu__free(g->blob);
+  mgpu__free(g->nodes);
+  mgpu__free(g);
+}
+
+/* The first wait of o's next node that is not over, or -1. */
+static int pending_wait(const op *o) {
+  const host_graph *g = o->u.graph.graph;
+  const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
+  for (int j = 0; j < n->nwaits; j++) {
+    counter_target w = {&g->board->signals[n->waits[j]],
+                        2 * o->u.graph.launch};
+    if (!counter_reached(&w)) return n->waits[j];
+  }
+  return -1;
+}
+
+static int graph_unfinished(const op *o) {
+  return o->kind == OP_GRAPH && o->u.graph.next < o->u.graph.graph->n;
+}
+
+/* With s's device lock held, s's head o a part: 1 when its next node must
+ * wait, and s is now parked on the board (a post puts it back). */
+static int graph_must_park(mgpu__bstream *s, op *o) {
+  if (!graph_unfinished(o) ||
+      atomic_load_explicit(&s->dev->lost, memory_order_acquire))
+    return 0;
+  mgpu__graph_board *b = o->u.graph.graph->board;
+  mgpu__mutex_lock(&b->lock);
+  atomic_fetch_add(&b->nparked, 1);
+  int park = pending_wait(o) >= 0;
+  if (park) {
+    s->parked = 1;
+    s->wait_next = b->parked;
+    b->parked = s;
+  } else {
+    atomic_fetch_sub(&b->nparked, 1);
+  }
+  mgpu__mutex_unlock(&b->lock);
+  return park;
+}
+
+/* Posts value to signal sig and puts the streams parked on b back on their
+ * devices' ready lists (each looks at its wait again when taken). */
+static void board_post(mgpu__graph_board *b, int sig, uint64_t value) {
+  atomic_store(&b->signals[sig], value);
+  if (atomic_load(&b->nparked) == 0) return;
+  mgpu__mutex_lock(&b->lock);
+  mgpu__bstream *w = b->parked;
+  b->parked = NULL;
+  for (mgpu__bstream *x = w; x != NULL; x = x->wait_next)
+    atomic_fetch_sub(&b->nparked, 1);
+  mgpu__mutex_unlock(&b->lock);
+  unpark(w);
+}
+
+/* Node node of s's part waited for a node of device lost_dev, which was
+ * lost: what it reads was never made. */
+static void graph_wait_lost(mgpu__bdevice *d, mgpu__bstream *s, int node,
+                            int lost_dev) {
+  mgpu__mutex_lock(&d->lock);
+  if (s->error == 0) {
+    s->error = MGPU_EDEVLOST;
+    snprintf(s->error_detail, sizeof s->error_detail,
+             "host device %d: graph node %d waited for a node of host device "
+             "%d, which was lost", d->id, node, lost_dev);
+  }
+  mgpu__mutex_unlock(&d->lock);
+}
+
+static void run_graph_node(mgpu__bdevice *d, mgpu__bstream *s,
+                           const mgpu__bgraph_node *n) {
+  switch (n->kind) {
+    case MGPU__BG_NOP: break;
+    case MGPU__BG_COPY: memmove(n->dst, n->src, n->size); break;
+    case MGPU__BG_MEMSET: memset(n->dst, n->value, n->size); break;
+    case MGPU__BG_BUILTIN: mgpu__host_builtin_run(&n->builtin); break;
+    case MGPU__BG_CALLBACK: n->fn(n->arg); break;
+    case MGPU__BG_LAUNCH: {
+      op k = {.kind = OP_LAUNCH};
+      k.u.launch.fn = n->kernel->host_fn;
+      k.u.launch.grid = n->grid;
+      k.u.launch.block = n->block;
+      k.u.launch.args = (void *)n->args;
+      snprintf(k.u.launch.name, sizeof k.u.launch.name, "%s",
+               n->kernel->name != NULL ? n->kernel->name : "?");
+      run_launch(d, s, &k);
+      break;
+    }
+  }
+}
+
+/* Runs o's nodes from the next one on, until the end or a node whose
+ * wait is not over after a short spin: there the worker gives the stream
+ * back (worker_main), to come back to that node once it is posted. On a
+ * lost device nothing waits and nothing but host callbacks runs; its
+ * signals post the loss. */
+static void run_graph(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
+  static const char *const names[] = {"graph nop", "graph copy",
+                                      "graph memset", "graph kernel",
+                                      "graph builtin", "graph callback"};
+  host_graph *g = o->u.graph.graph;
+  uint64_t posted = 2 * o->u.graph.launch;
+  int lost = atomic_load_explicit(&d->lost, memory_order_acquire);
+  while (o->u.graph.next < g->n) {
+    const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
+    uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
+    int sig;
+    if (!lost && (sig = pending_wait(o)) >= 0) {
+      counter_target w = {&g->board->signals[sig], posted};
+      if (!mgpu__spin_until(&g->board->spin, counter_reached, &w)) return;
+      continue; /* look at every wait of the node again */
+    }
+    for (int j = 0; !lost && j < n->nwaits; j++)
+      if (atomic_load(&g->board->signals[n->waits[j]]) & 1)
+        graph_wait_lost(d, s, n->node,
+                        g->board->signal_device[n->waits[j]]);
+    if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
+    if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
+    if (t0 != 0) {
+      mgpu__trace_arg a[] = {MGPU__TARG_I("node", n->node)};
+      mgpu__trace_span(d->id, s->track, names[n->kind], t0, mgpu__now_ns(),
+                       a, 1);
+    }
+    o->u.graph.next++;
+  }
+}
+
+static int host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
+                             void **out) {
+  size_t blob_size = 0;
+  for (int i = 0; i < part->n; i++)
+    blob_size += (part->nodes[i].args_size + 15) / 16 * 16 +
+                 (size_t)part->nodes[i].nwaits * sizeof(int);
+  host_graph *g = mgpu__calloc(1, sizeof *g);
+  if (g != NULL) {
+    g->nodes = mgpu__calloc((size_t)part->n + 1, sizeof *g->nodes);
+    g->blob = mgpu__malloc(blob_size + 1);
+  }
+  if (g == NULL || g->nodes == NULL || g->blob == NULL) {
+    if (g != NULL) {
+      mgpu__free(g->nodes);
+      mgpu__free(g->blob);
+    }
+    mgpu__free(g);
+    return op_nomem(d);
+  }
+  /* Arguments first (16-byte aligned), then the waits. */
+  char *at = g->blob;
+  for (int i = 0; i < part->n; i++) {
+    g->nodes[i] = part->nodes[i];
+    if (part->nodes[i].args_size > 0) {
+      memcpy(at, part->nodes[i].args, part->nodes[i].args_size);
+      g->nodes[i].args = at;
+      at += (part->nodes[i].args_size + 15) / 16 * 16;
+    }
+  }
+  for (int i = 0; i < part->n; i++) {
+    size_t bytes = (size_t)part->nodes[i].nwaits * sizeof(int);
+    if (bytes > 0) memcpy(at, part->nodes[i].waits, bytes);
+    g->nodes[i].waits = (const int *)at;
+    at += bytes;
+  }
+  g->n = part->n;
+  g->board = part->board;
+  mgpu__graph_board_ref(g->board);
+  atomic_init(&g->refs, 1);
+  *out = g;
+  return 0;
+}
+
+static int host_graph_launch(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
+                             uint64_t launch) {
+  op *o = op_new(OP_GRAPH);
+  if (o == NULL) return op_nomem(d);
+  host_graph *g = graph;
+  atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+  o->u.graph.graph = g;
+  o->u.graph.launch = launch;
+  enqueue(s, o);
+  return 0;
+}
+
+static void host_graph_cancel(mgpu__bdevice *d, void *graph,
+                              uint64_t launch) {
+  (void)d;
+  host_graph *g = graph;
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i].signal >= 0)
+      board_post(g->board, g->nodes[i].signal, 2 * launch + 1);
+}
+
+static void host_graph_destroy(mgpu__bdevice *d, void *graph) {
+  (void)d;
+  graph_unref(graph);
+}
+
 static const mgpu__backend_ops host_ops = {
     .name = "host",
     .kind = MGPU_BACKEND_HOST,
@@ -1101,6 +1353,10 @@ static const mgpu__backend_ops host_ops = {
     .ipc_unimport = mgpu__host_ipc_unimport,
     .lose = host_lose,
     .lost = host_lost,
+    .graph_create = host_graph_create,
+    .graph_launch = host_graph_launch,
+    .graph_cancel = host_graph_cancel,
+    .graph_destroy = host_graph_destroy,
 };
 
 const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *e) {

@@ -1,0 +1,341 @@
+/* Stream capture: the recorder behind core/capture.h.
+ *
+ * A capture keeps, for each stream recording into it, the stream's tail:
+ * the nodes its next call must wait for. A call on a capturing stream
+ * becomes a node after the tail and is the new tail. An event recorded on
+ * a capturing stream marks the tail at that point; a stream waiting for a
+ * marked event adds the mark to its tail, and a stream that was not
+ * capturing joins the capture with the mark as its tail (as on CUDA). The
+ * end checks that every joined stream's tail leads back into the origin's
+ * tail: the graph then has no work the origin's later work would not wait
+ * for.
+ *
+ * capture_lock guards every capture, the list of them and the capture field
+ * of their streams (written only here, under it). Capture is set up once
+ * per graph, so one lock for all of them costs nothing that matters.
+ */
+#include <string.h>
+
+#include "graph/graph-internal.h"
+#include "util/fault.h"
+
+typedef struct node_set {
+  int *nodes;
+  int n, cap;
+} node_set;
+
+typedef struct capture_stream {
+  mgpu__stream *s;
+  node_set tail;
+} capture_stream;
+
+typedef struct capture_mark {
+  uintptr_t event; /* the event's handle */
+  node_set at;
+} capture_mark;
+
+typedef struct capture {
+  mgpu__graph *g;
+  capture_stream *streams; /* [0] is the origin */
+  int nstreams, streams_cap;
+  capture_mark *marks;
+  int nmarks, marks_cap;
+  struct capture *next;
+} capture;
+
+static mgpu__mutex capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static capture *captures; /* in progress, guarded by capture_lock */
+
+static int set_add(node_set *set, int node) {
+  for (int i = 0; i < set->n; i++)
+    if (set->nodes[i] == node) return 0;
+  int rc = mgpu__graph_grow((void **)&set->nodes, &set->cap, set->n + 1,
+                            sizeof *set->nodes, 4, "captured nodes");
+  if (rc == 0) set->nodes[set->n++] = node;
+  return rc;
+}
+
+static int set_union(node_set *dst, const node_set *src) {
+  for (int i = 0; i < src->n; i++) {
+    int rc = set_add(dst, src->nodes[i]);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+static void capture_free(capture *c) {
+  for (int i = 0; i < c->nstreams; i++) mgpu__free(c->streams[i].tail.nodes);
+  for (int i = 0; i < c->nmarks; i++) mgpu__free(c->marks[i].at.nodes);
+  mgpu__free(c->streams);
+  mgpu__free(c->marks);
+  mgpu__graph_free(c->g);
+  mgpu__free(c);
+}
+
+static capture_stream *stream_of(capture *c, const mgpu__stream *s) {
+  for (int i = 0; i < c->nstreams; i++)
+    if (c->streams[i].s == s) return &c->streams[i];
+  return NULL;
+}
+
+static capture_mark *mark_of(capture *c, uintptr_t event) {
+  for (int i = 0; i < c->nmarks; i++)
+    if (c->marks[i].event == event) return &c->marks[i];
+  return NULL;
+}
+
+/* The capture (in progress) whose mark e carries, with the mark. */
+static capture *find_mark(uintptr_t event, capture_mark **mark) {
+  for (capture *c = captures; c != NULL; c = c->next)
+    if ((*mark = mark_of(c, event)) != NULL) return c;
+  return NULL;
+}
+
+static int streams_add(capture *c, mgpu__stream *s, capture_stream **out) {
+  int rc = mgpu__graph_grow((void **)&c->streams, &c->streams_cap,
+                            c->nstreams + 1, sizeof *c->streams, 4,
+                            "capturing streams");
+  if (rc != 0) return rc;
+  *out = &c->streams[c->nstreams++];
+  memset(*out, 0, sizeof **out);
+  (*out)->s = s;
+  return 0;
+}
+
+/* Records an event's mark: the tail of the stream it was recorded on. */
+static int mark_set(capture *c, uintptr_t event, const node_set *tail) {
+  capture_mark *m = mark_of(c, event);
+  if (m == NULL) {
+    int rc = mgpu__graph_grow((void **)&c->marks, &c->marks_cap,
+                              c->nmarks + 1, sizeof *c->marks, 4,
+                              "captured events");
+    if (rc != 0) return rc;
+    m = &c->marks[c->nmarks++];
+    memset(m, 0, sizeof *m);
+    m->event = event;
+  }
+  m->at.n = 0;
+  return set_union(&m->at, tail);
+}
+
+static int record_in(capture *c, capture_stream *cs, const mgpu__graph_op *op) {
+  uintptr_t ev = (uintptr_t)op->event;
+  if (op->kind == MGPU__GOP_EVENT_RECORD) return mark_set(c, ev, &cs->tail);
+  if (op->kind == MGPU__GOP_EVENT_WAIT) {
+    capture_mark *m;
+    capture *owner = find_mark(ev, &m);
+    if (owner == c) return set_union(&cs->tail, &m->at);
+    if (owner != NULL)
+      return mgpu__error(MGPU_EINVAL, "mgpu_stream_wait_event: the stream of "
+                         "device %d captures one graph and the event was "
+                         "recorded in another capture", op->dev);
+    /* An event of work outside the capture: a wait node. */
+  }
+  int node;
+  int rc = mgpu__graph_append(c->g, op, cs->tail.nodes, cs->tail.n, &node);
+  if (rc != 0) return rc;
+  cs->tail.n = 0;
+  return set_add(&cs->tail, node);
+}
+
+static int hook_record(mgpu__stream *s, const mgpu__graph_op *op) {
+  mgpu__mutex_lock(&capture_lock);
+  capture *c = mgpu__stream_capture(s);
+  capture_stream *cs = c != NULL ? stream_of(c, s) : NULL;
+  int rc = cs != NULL ? record_in(c, cs, op)
+                      : mgpu__error(MGPU_EINVAL, "device %d: the capture of "
+                                    "this stream ended meanwhile", s->dev);
+  mgpu__mutex_unlock(&capture_lock);
+  return rc;
+}
+
+static int hook_join(mgpu__stream *s, mgpu__event *e) {
+  mgpu__mutex_lock(&capture_lock);
+  capture_mark *m;
+  capture *c = find_mark(e->handle, &m);
+  int rc = 0;
+  if (c != NULL) {
+    capture_stream *cs = NULL;
+    rc = streams_add(c, s, &cs);
+    if (rc == 0) rc = set_union(&cs->tail, &m->at);
+    if (rc == 0) {
+      atomic_store_explicit(&s->capture, c, memory_order_release);
+      rc = 1;
+    } else if (cs != NULL) {
+      mgpu__free(cs->tail.nodes);
+      c->nstreams--;
+    }
+  }
+  mgpu__mutex_unlock(&capture_lock);
+  return rc;
+}
+
+static void hook_forget(mgpu__event *e) {
+  mgpu__mutex_lock(&capture_lock);
+  capture_mark *m;
+  capture *c;
+  while ((c = find_mark(e->handle, &m)) != NULL) {
+    mgpu__free(m->at.nodes);
+    *m = c->marks[--c->nmarks];
+  }
+  mgpu__mutex_unlock(&capture_lock);
+}
+
+static int hook_marked(mgpu__event *e) {
+  mgpu__mutex_lock(&capture_lock);
+  capture_mark *m;
+  int marked = find_mark(e->handle, &m) != NULL;
+  mgpu__mutex_unlock(&capture_lock);
+  return marked;
+}
+
+static void detach(capture *c);
+
+static void hook_drop_all(void) {
+  mgpu__mutex_lock(&capture_lock);
+  while (captures != NULL) {
+    capture *c = captures;
+    detach(c);
+    capture_free(c);
+  }
+  mgpu__mutex_unlock(&capture_lock);
+}
+
+static const mgpu__capture_hooks hooks = {
+    .record = hook_record,
+    .join = hook_join,
+    .forget = hook_forget,
+    .marked = hook_marked,
+    .drop_all = hook_drop_all,
+};
+
+__attribute__((constructor)) static void register_hooks(void) {
+  mgpu__capture_hooks_set(&hooks);
+}
+
+int mgpu_stream_begin_capture(mgpu_stream *h) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get_capturing(h, &s);
+  if (rc != 0) return rc;
+  capture *c = mgpu__calloc(1, sizeof *c);
+  capture_stream *cs;
+  if (c == NULL || (c->g = mgpu__graph_new()) == NULL) {
+    rc = mgpu__error(MGPU_ENOMEM, "mgpu_stream_begin_capture: out of host "
+                     "memory (device %d)", s->dev);
+  } else {
+    rc = streams_add(c, s, &cs);
+  }
+  mgpu__mutex_lock(&capture_lock);
+  if (rc == 0 && mgpu__stream_capture(s) != NULL)
+    rc = mgpu__error(MGPU_EINVAL, "mgpu_stream_begin_capture: the stream of "
+                     "device %d is already capturing", s->dev);
+  if (rc == 0) {
+    c->next = captures;
+    captures = c;
+    atomic_store_explicit(&s->capture, c, memory_order_release);
+    atomic_fetch_add(&mgpu__captures_active, 1);
+  }
+  mgpu__mutex_unlock(&capture_lock);
+  if (rc != 0 && c != NULL) capture_free(c);
+  mgpu__stream_put(s);
+  return rc;
+}
+
+/* Takes c off the list and every stream out of it (capture_lock held). */
+static void detach(capture *c) {
+  for (capture **p = &captures; *p != NULL; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  for (int i = 0; i < c->nstreams; i++)
+    atomic_store_explicit(&c->streams[i].s->capture, NULL,
+                          memory_order_release);
+  atomic_fetch_sub(&mgpu__captures_active, 1);
+}
+
+/* 0 when every joined stream's tail leads into the origin's tail, else
+ * MGPU_EINVAL naming the first stream that does not. */
+static int check_joined(capture *c) {
+  mgpu__graph *g = c->g;
+  char *reaches = mgpu__calloc((size_t)g->n + 1, 1);
+  int *stack = mgpu__malloc(((size_t)g->n + 1) * sizeof *stack);
+  int rc = 0, top = 0;
+  if (reaches == NULL || stack == NULL) {
+    rc = mgpu__error(MGPU_ENOMEM, "mgpu_stream_end_capture: out of host "
+                     "memory for %d nodes", g->n);
+    goto out;
+  }
+  const node_set *origin = &c->streams[0].tail;
+  for (int i = 0; i < origin->n; i++) {
+    reaches[origin->nodes[i]] = 1;
+    stack[top++] = origin->nodes[i];
+  }
+  while (top > 0) {
+    const mgpu__gnode *n = &g->nodes[stack[--top]];
+    for (int i = 0; i < n->ndeps; i++)
+      if (!reaches[n->deps[i]]) {
+        reaches[n->deps[i]] = 1;
+        stack[top++] = n->deps[i];
+      }
+  }
+  for (int i = 1; rc == 0 && i < c->nstreams; i++)
+    for (int j = 0; j < c->streams[i].tail.n; j++)
+      if (!reaches[c->streams[i].tail.nodes[j]]) {
+        rc = mgpu__error(MGPU_EINVAL, "mgpu_stream_end_capture: a stream of "
+                         "device %d joined the capture and its work (node "
+                         "%d) does not rejoin the origin stream of device %d",
+                         c->streams[i].s->dev, c->streams[i].tail.nodes[j],
+                         c->streams[0].s->dev);
+        break;
+      }
+out:
+  mgpu__free(stack);
+  mgpu__free(reaches);
+  return rc;
+}
+
+int mgpu_stream_end_capture(mgpu_stream *h, mgpu_graph **out) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get_capturing(h, &s);
+  if (rc != 0) return rc;
+  if (out == NULL) {
+    rc = mgpu__error(MGPU_EINVAL, "mgpu_stream_end_capture: NULL output "
+                     "pointer (device %d)", s->dev);
+    mgpu__stream_put(s);
+    return rc;
+  }
+  mgpu__mutex_lock(&capture_lock);
+  capture *c = mgpu__stream_capture(s);
+  if (c == NULL || c->streams[0].s != s) {
+    rc = mgpu__error(MGPU_EINVAL, "mgpu_stream_end_capture: the stream of "
+                     "device %d %s", s->dev,
+                     c == NULL ? "is not capturing"
+                               : "joined a capture it did not begin");
+    c = NULL;
+  } else {
+    rc = check_joined(c);
+    detach(c);
+  }
+  mgpu__mutex_unlock(&capture_lock);
+  mgpu__stream_put(s);
+  if (c == NULL) return rc;
+  mgpu__graph *g = c->g;
+  c->g = NULL;
+  capture_free(c);
+  if (rc != 0) {
+    mgpu__graph_free(g);
+    return rc;
+  }
+  return mgpu__graph_publish(g, out);
+}
+
+int mgpu_stream_is_capturing(mgpu_stream *h) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get_capturing(h, &s);
+  if (rc != 0) return rc;
+  rc = mgpu__stream_capture(s) != NULL;
+  mgpu__stream_put(s);
+  return rc;
+}
+

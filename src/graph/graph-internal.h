@@ -1,0 +1,81 @@
+/* The graph layer's shared state: graphs (nodes and edges), executable
+ * graphs and captures.
+ *
+ * A node is one stream call (core/capture.h's mgpu__graph_op) on one
+ * device plus the nodes it waits for. A graph is built by one thread at a
+ * time (mgpu/graph.h); the capture recorder builds its graph under
+ * capture_lock (capture.c). An executable graph (exec.c) holds its own copy
+ * of the nodes, the order it issues them in, a stream per device and the
+ * events that carry edges between devices; exec->lock serializes its
+ * launches and updates.
+ */
+#ifndef MGPU_GRAPH_INTERNAL_H
+#define MGPU_GRAPH_INTERNAL_H
+
+#include "core/capture.h"
+#include "core/internal.h"
+#include "mgpu/graph.h"
+
+typedef struct mgpu__gnode {
+  mgpu__graph_op op; /* op.args points at args below */
+  void *args;        /* the node's own copy of a kernel's arguments */
+  int *deps;         /* nodes this one waits for, no repeats */
+  int ndeps, deps_cap;
+} mgpu__gnode;
+
+typedef struct mgpu__graph {
+  uintptr_t handle;
+  mgpu__gnode *nodes;
+  int n, cap;
+} mgpu__graph;
+
+/* Makes room for need items of size bytes in *items (capacity *cap,
+ * doubled from first): 0, or MGPU_ENOMEM with the detail naming what. */
+int mgpu__graph_grow(void **items, int *cap, int need, size_t size,
+                     int first, const char *what);
+
+/* A graph not yet on the handle table (capture builds one). */
+mgpu__graph *mgpu__graph_new(void);
+void mgpu__graph_free(mgpu__graph *g);
+/* Appends a node for op after deps (a copy of op's arguments is kept);
+ * *node: its index. 0 or MGPU_ENOMEM, the graph unchanged on failure. */
+int mgpu__graph_append(mgpu__graph *g, const mgpu__graph_op *op,
+                       const int *deps, int ndeps, int *node);
+/* Adds the edge from -> to (nothing when already there). */
+int mgpu__graph_edge(mgpu__graph *g, int from, int to);
+/* Gives g a handle; on failure frees it. */
+int mgpu__graph_publish(mgpu__graph *g, mgpu_graph **out);
+/* Copies node src into dst (arguments and edges included). */
+int mgpu__gnode_copy(mgpu__gnode *dst, const mgpu__gnode *src);
+void mgpu__gnode_clear(mgpu__gnode *n);
+/* Replaces a node's kernel arguments by a copy of args. */
+int mgpu__gnode_set_args(mgpu__gnode *n, const void *args, size_t size);
+
+/* The checks of a copy node (add and update); *src_dev: the source's
+ * device, where the copy runs. */
+int mgpu__graph_check_copy(const char *what, mgpu_buffer *dst,
+                           size_t dst_offset, const mgpu_buffer *src,
+                           size_t src_offset, size_t size, int *src_dev);
+
+/* The parts of an executable graph on backends with graph slots
+ * (parts.c): one per device, each run as one operation per launch. */
+typedef struct mgpu__parts mgpu__parts;
+/* Cuts nodes (issued in order) into parts. *out NULL (and 0) when some
+ * node or device cannot be part of one: the graph is then issued node by
+ * node. */
+int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
+                      mgpu__parts **out);
+/* Queues device dev's part of launch number launch on stream. */
+int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
+                       uint64_t launch);
+/* Launch number launch failed before device dev's part was queued: posts
+ * its signals as failed, so the parts queued do not wait for ever. */
+void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch);
+/* Frees the parts (each backend part lives on until its queued runs are
+ * done). */
+void mgpu__parts_free(mgpu__parts *p);
+
+/* Issues one node's call on stream (the public call it records). */
+int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);
+
+#endif /* MGPU_GRAPH_INTERNAL_H */

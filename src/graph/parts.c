@@ -1,0 +1,251 @@
+/* One part per device: an executable graph replayed with one operation per
+ * device and launch, on backends with graph slots (backend/graph.h).
+ *
+ * The part of a device holds its nodes in the graph's issue order with
+ * pointers resolved (buffer + offset); an edge from a node of another
+ * device becomes a signal on the board that every part shares. A graph is
+ * cut into parts only when every node can be run in place by its device's
+ * backend: a kernel with a host variant, a copy between memories the
+ * devices reach directly (same device or direct peer path), memset, the
+ * built-in kernels, host functions and empty nodes. Anything else (event
+ * nodes, a staged copy, a device without graph slots) leaves the graph to
+ * be issued node by node (exec.c).
+ *
+ * Pointers are resolved when the parts are made (at instantiate and after
+ * an update); a launch checks first that every handle is still live, and a
+ * buffer never moves, so they stay right.
+ */
+#include <string.h>
+
+#include "backend/graph.h"
+#include "graph/graph-internal.h"
+#include "mgpu/copy.h"
+#include "util/fault.h"
+
+struct mgpu__parts {
+  mgpu__graph_board *board;       /* one reference of it */
+  void *part[MGPU_MAX_DEVICES];    /* the backend's, by device */
+  int kernels[MGPU_MAX_DEVICES];   /* kernel nodes per part, for metrics */
+  int *signal_of;                  /* by node: its signal, or -1 */
+};
+
+/* The memory of buffer h at offset, on a device with graph slots. */
+static int resolve(const mgpu_buffer *h, size_t offset, void **ptr) {
+  mgpu__buf *b;
+  if (h == NULL || mgpu__buf_get(h, "buffer", &b) != 0) return -1;
+  mgpu__device *d = mgpu__device_get(b->dev);
+  *ptr = (char *)b->ptr + offset;
+  int ok = d != NULL && d->ops->graph_create != NULL;
+  mgpu__buf_put(b);
+  return ok ? 0 : -1;
+}
+
+/* The part node of o (a node of device dev); -1: it cannot be one. */
+static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
+  void *dst = NULL, *src = NULL, *b = NULL;
+  size_t es = mgpu_dtype_size(o->dtype);
+  switch (o->kind) {
+    case MGPU__GOP_EMPTY:
+      n->kind = MGPU__BG_NOP;
+      return 0;
+    case MGPU__GOP_KERNEL:
+      if (o->kernel->host_fn == NULL) return -1;
+      n->kind = MGPU__BG_LAUNCH;
+      n->kernel = o->kernel;
+      n->grid = o->grid;
+      n->block = o->block;
+      n->args = o->args;
+      n->args_size = o->args_size;
+      return 0;
+    case MGPU__GOP_COPY: {
+      mgpu_copy_path path;
+      int sdev = mgpu_buffer_device(o->a), ddev = mgpu_buffer_device(o->dst);
+      if (resolve(o->dst, o->dst_offset, &dst) != 0 ||
+          resolve(o->a, o->a_offset, &src) != 0 ||
+          (sdev != ddev && (mgpu_copy_path_get(sdev, ddev, &path) != 0 ||
+                            path == MGPU_PATH_STAGED)))
+        return -1;
+      break;
+    }
+    case MGPU__GOP_HTOD:
+      if (resolve(o->dst, o->dst_offset, &dst) != 0) return -1;
+      src = o->host;
+      break;
+    case MGPU__GOP_DTOH:
+      if (resolve(o->a, o->a_offset, &src) != 0) return -1;
+      dst = o->host;
+      break;
+    case MGPU__GOP_MEMSET:
+      if (resolve(o->dst, o->dst_offset, &dst) != 0) return -1;
+      n->kind = MGPU__BG_MEMSET;
+      n->dst = dst;
+      n->value = o->value;
+      n->size = o->size;
+      return 0;
+    case MGPU__GOP_FILL:
+    case MGPU__GOP_SCALE:
+    case MGPU__GOP_AXPY:
+    case MGPU__GOP_ELEMENTWISE:
+      if (es == 0 || es == 2 || resolve(o->dst, o->dst_offset, &dst) != 0 ||
+          (o->a != NULL && resolve(o->a, o->a_offset, &src) != 0) ||
+          (o->b != NULL && resolve(o->b, o->b_offset, &b) != 0))
+        return -1;
+      n->kind = MGPU__BG_BUILTIN;
+      n->builtin = (mgpu__builtin){.dtype = o->dtype, .op = o->op,
+                                   .count = o->size, .dst = dst, .a = src,
+                                   .b = b, .alpha = o->alpha};
+      n->builtin.kind = o->kind == MGPU__GOP_FILL    ? MGPU__BUILTIN_FILL
+                        : o->kind == MGPU__GOP_SCALE ? MGPU__BUILTIN_SCALE
+                        : o->kind == MGPU__GOP_AXPY  ? MGPU__BUILTIN_AXPY
+                                                     : MGPU__BUILTIN_ELEMENTWISE;
+      if (o->kind == MGPU__GOP_FILL) memcpy(&n->builtin.value, o->fill, es);
+      return 0;
+    case MGPU__GOP_HOST:
+      n->kind = MGPU__BG_CALLBACK;
+      n->fn = o->fn;
+      n->arg = o->arg;
+      return 0;
+    default:
+      return -1;
+  }
+  n->kind = MGPU__BG_COPY;
+  n->dst = dst;
+  n->src = src;
+  n->size = o->size;
+  return 0;
+}
+
+static void board_release(mgpu__graph_board *b) {
+  mgpu__free((void *)b->signals);
+  mgpu__free(b->signal_device);
+  mgpu__mutex_destroy(&b->lock);
+  mgpu__free(b);
+}
+
+void mgpu__parts_free(mgpu__parts *p) {
+  if (p == NULL) return;
+  for (int d = 0; d < MGPU_MAX_DEVICES; d++)
+    if (p->part[d] != NULL) {
+      mgpu__device *dev = mgpu__device_get(d);
+      if (dev != NULL) dev->ops->graph_destroy(dev->bdev, p->part[d]);
+    }
+  if (p->board != NULL) mgpu__graph_board_unref(p->board);
+  mgpu__free(p->signal_of);
+  mgpu__free(p);
+}
+
+/* Makes the part of device dev (the nodes of p's graph on it, in order):
+ * 0, 1 when a node cannot be part of one, or a negative code. */
+static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
+                     const int *order, int dev, mgpu__bgraph_node *buf,
+                     int *waits) {
+  int m = 0, w = 0;
+  for (int k = 0; k < n; k++) {
+    const mgpu__gnode *g = &nodes[order[k]];
+    if (g->op.dev != dev) continue;
+    mgpu__bgraph_node *b = &buf[m++];
+    memset(b, 0, sizeof *b);
+    if (convert(&g->op, b) != 0) return 1;
+    if (b->kind == MGPU__BG_LAUNCH) p->kernels[dev]++;
+    b->node = order[k];
+    b->signal = p->signal_of[order[k]];
+    b->waits = &waits[w];
+    for (int j = 0; j < g->ndeps; j++)
+      if (nodes[g->deps[j]].op.dev != dev) waits[w++] = p->signal_of[g->deps[j]];
+    b->nwaits = (int)(&waits[w] - b->waits);
+  }
+  mgpu__device *d = mgpu__device_get(dev);
+  mgpu__bgraph_part part = {buf, m, p->board};
+  return d->ops->graph_create(d->bdev, &part, &p->part[dev]);
+}
+
+int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
+                      mgpu__parts **out) {
+  *out = NULL;
+  for (int i = 0; i < n; i++) {
+    mgpu__device *d = mgpu__device_get(nodes[i].op.dev);
+    if (d == NULL || d->ops->graph_create == NULL ||
+        d->ops->graph_cancel == NULL)
+      return 0;
+  }
+  int total = 0;
+  for (int i = 0; i < n; i++) total += nodes[i].ndeps;
+  mgpu__parts *p = mgpu__calloc(1, sizeof *p);
+  mgpu__bgraph_node *buf = mgpu__calloc((size_t)n + 1, sizeof *buf);
+  int *waits = mgpu__calloc((size_t)total + 1, sizeof *waits);
+  int rc = 0, nsignals = 0;
+  if (p != NULL) {
+    p->signal_of = mgpu__calloc((size_t)n + 1, sizeof *p->signal_of);
+    p->board = mgpu__calloc(1, sizeof *p->board);
+  }
+  if (p != NULL && p->board != NULL) {
+    mgpu__mutex_init(&p->board->lock);
+    atomic_init(&p->board->refs, 1);
+    p->board->release = board_release;
+  }
+  if (p == NULL || buf == NULL || waits == NULL || p->signal_of == NULL ||
+      p->board == NULL) {
+    rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
+                     "memory for %d nodes", n);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) p->signal_of[i] = -1;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < nodes[i].ndeps; j++) {
+      int d = nodes[i].deps[j];
+      if (nodes[d].op.dev != nodes[i].op.dev && p->signal_of[d] < 0)
+        p->signal_of[d] = nsignals++;
+    }
+  p->board->signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
+  p->board->signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
+  if (p->board->signals == NULL || p->board->signal_device == NULL) {
+    rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
+                     "memory for %d signals", nsignals);
+    goto out;
+  }
+  p->board->nsignals = nsignals;
+  for (int i = 0; i < n; i++)
+    if (p->signal_of[i] >= 0)
+      p->board->signal_device[p->signal_of[i]] = nodes[i].op.dev;
+  int made[MGPU_MAX_DEVICES] = {0};
+  for (int i = 0; i < n && rc == 0; i++) {
+    int dev = nodes[i].op.dev;
+    if (made[dev]) continue;
+    made[dev] = 1;
+    rc = part_make(p, nodes, n, order, dev, buf, waits);
+  }
+  if (rc > 0) rc = 0; /* a node no part can hold: node by node */
+  else if (rc == 0) {
+    *out = p;
+    p = NULL;
+  }
+out:
+  mgpu__free(waits);
+  mgpu__free(buf);
+  mgpu__parts_free(p);
+  return rc;
+}
+
+void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch) {
+  mgpu__device *d = mgpu__device_get(dev);
+  d->ops->graph_cancel(d->bdev, p->part[dev], launch);
+}
+
+int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
+                       uint64_t launch) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(dev);
+  int pushed = 0;
+  if (mgpu__trace_enabled()) {
+    mgpu__trace_arg a[] = {MGPU__TARG_I("launch", launch)};
+    pushed = mgpu__trace_tag_push("graph launch", a, 1);
+  }
+  rc = d->ops->graph_launch(d->bdev, p->part[dev], s->bstream, launch);
+  mgpu__trace_tag_pop(pushed);
+  if (rc == 0 && p->kernels[dev] > 0)
+    mgpu__metric_add(dev, MGPU__M_kernels_launched, (uint64_t)p->kernels[dev]);
+  mgpu__stream_put(s);
+  return rc;
+}

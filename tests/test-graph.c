@@ -1,0 +1,884 @@
+/* Graphs: built node by node and captured from streams, across devices,
+ * replayed, updated, destroyed, and refused where they must be. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "json.h"
+#include "task.h"
+#include "util/fault.h"
+
+/* x[i] = x[i] * mul + add over n floats. */
+typedef struct affine_args {
+  float *x;
+  size_t n;
+  float mul, add;
+} affine_args;
+
+static void affine_host(const mgpu_kernel_ctx *ctx, const void *argp) {
+  const affine_args *a = argp;
+  size_t per = (a->n + ctx->grid_dim.x - 1) / ctx->grid_dim.x;
+  size_t lo = ctx->block_idx.x * per, hi = lo + per < a->n ? lo + per : a->n;
+  for (size_t i = lo; i < hi; i++) a->x[i] = a->x[i] * a->mul + a->add;
+}
+static const mgpu_kernel affine = {"affine", affine_host, NULL};
+
+static void fail_host(const mgpu_kernel_ctx *ctx, const void *argp) {
+  (void)argp;
+  mgpu_kernel_fail(ctx, MGPU_EINVAL, "bad input in the graph");
+}
+static const mgpu_kernel failing = {"failing", fail_host, NULL};
+
+static void count_cb(void *arg) {
+  __atomic_fetch_add((int *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+static void read_floats(mgpu_buffer *b, float *out, size_t n) {
+  ASSERT_OK(mgpu_memcpy_dtoh(out, b, 0, n * sizeof(float)));
+}
+
+static void write_floats(mgpu_buffer *b, float v, size_t n) {
+  float tmp[64];
+  for (size_t i = 0; i < n; i++) tmp[i] = v;
+  ASSERT_OK(mgpu_memcpy_htod(b, 0, tmp, n * sizeof(float)));
+}
+
+enum { N = 64 };
+
+/* fill x0 on device 0, x0 = 2*x0 + 1, copy to x1 on device 1, x1 += 10 on
+ * device 1, a host function after it: every launch redoes the chain. */
+static int explicit_graph(const mgpu_config *config) {
+  ASSERT_OK(mgpu_init(config));
+  int n = mgpu_device_count();
+  int d1 = n > 1 ? 1 : 0;
+  mgpu_buffer *x0, *x1;
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&x1, d1, N * sizeof(float)));
+  write_floats(x1, -1.0f, N);
+  int calls = 0;
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_graph_create(&g));
+  mgpu_graph_node fill, k0, cp, k1, host;
+  float three = 3.0f;
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &three,
+                                &fill));
+  affine_args a0 = {mgpu_buffer_ptr(x0), N, 2.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, &fill, 1, &affine, MGPU_DIM3(4, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a0, sizeof a0, &k0));
+  ASSERT_OK(mgpu_graph_add_copy(g, &k0, 1, x1, 0, x0, 0, N * sizeof(float),
+                                &cp));
+  affine_args a1 = {mgpu_buffer_ptr(x1), N, 1.0f, 10.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, d1, &cp, 1, &affine, MGPU_DIM3(2, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a1, sizeof a1, &k1));
+  ASSERT_OK(mgpu_graph_add_host(g, d1, &k1, 1, count_cb, &calls, &host));
+  ASSERT_EQ(mgpu_graph_node_count(g), 5);
+  ASSERT_EQ(host, 4);
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  /* The executable graph keeps its own copy. */
+  ASSERT_OK(mgpu_graph_destroy(g));
+  /* Building runs nothing. */
+  float out[N];
+  read_floats(x1, out, N);
+  ASSERT(out[0] == -1.0f);
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  for (int i = 0; i < 3; i++) ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(calls, 3);
+  read_floats(x1, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 17.0f);
+  read_floats(x0, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 7.0f);
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[0].graph_launches, 3);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_free(x0));
+  ASSERT_OK(mgpu_free(x1));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+TEST_IMPL(explicit_graph_across_devices) { return explicit_graph(NULL); }
+
+/* Without peer access the copy between devices is staged, which a device's
+ * part cannot run in place: the graph is issued node by node, with the
+ * same results. */
+TEST_IMPL(explicit_graph_node_by_node) {
+  mgpu_config c = MGPU_CONFIG_INITIALIZER;
+  c.host_peer = 0;
+  return explicit_graph(&c);
+}
+
+/* A graph launched from a stream of another device than its nodes', and
+ * from two streams one after the other: launches stay in order. */
+TEST_IMPL(launches_from_other_streams_run_in_order) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  mgpu_buffer *x;
+  ASSERT_OK(mgpu_malloc(&x, 0, N * sizeof(float)));
+  write_floats(x, 1.0f, N);
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_graph_create(&g));
+  affine_args a = {mgpu_buffer_ptr(x), N, 2.0f, 0.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &affine, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a, sizeof a, NULL));
+  mgpu_graph_exec *ex;
+  ASSERT_OK(mgpu_graph_instantiate(g, &ex));
+  mgpu_stream *s0, *s1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, d1));
+  for (int i = 0; i < 5; i++) ASSERT_OK(mgpu_graph_launch(ex, i % 2 ? s1 : s0));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  float out[N];
+  read_floats(x, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 32.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(ex));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* The Jacobi swap: one graph, its kernel's arguments and its copy's
+ * buffers updated between launches. */
+TEST_IMPL(exec_update_kernel_and_copy) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  mgpu_buffer *a, *b, *dst;
+  ASSERT_OK(mgpu_malloc(&a, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&b, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&dst, d1, N * sizeof(float)));
+  write_floats(a, 1.0f, N);
+  write_floats(b, 100.0f, N);
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_graph_create(&g));
+  affine_args args = {mgpu_buffer_ptr(a), N, 1.0f, 1.0f};
+  mgpu_graph_node k, c;
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &affine, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &args, sizeof args, &k));
+  ASSERT_OK(mgpu_graph_add_copy(g, &k, 1, dst, 0, a, 0, N * sizeof(float),
+                                &c));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  /* The launch queued above keeps its arguments. */
+  args.x = mgpu_buffer_ptr(b);
+  args.add = 5.0f;
+  ASSERT_OK(mgpu_graph_exec_update_kernel(x, k, &args, sizeof args));
+  ASSERT_OK(mgpu_graph_exec_update_copy(x, c, dst, 0, b, 0,
+                                        N * sizeof(float)));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  float out[N];
+  read_floats(a, out, N);
+  ASSERT(out[0] == 2.0f);
+  read_floats(dst, out, N);
+  ASSERT(out[5] == 2.0f);
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  read_floats(b, out, N);
+  ASSERT(out[0] == 105.0f);
+  read_floats(dst, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 105.0f);
+  read_floats(a, out, N);
+  ASSERT(out[0] == 2.0f);
+  /* Wrong kinds, ranges and devices. */
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_exec_update_kernel(x, c, &args,
+                                                        sizeof args));
+  ASSERT_DETAIL_HAS("node 1 is a copy node");
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_exec_update_copy(x, k, dst, 0, b, 0, 4));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_exec_update_kernel(x, 7, &args,
+                                                        sizeof args));
+  ASSERT_ERR(MGPU_ERANGE, mgpu_graph_exec_update_copy(x, c, dst, 4, b, 0,
+                                                      N * sizeof(float)));
+  if (d1 != 0) {
+    ASSERT_ERR(MGPU_EWRONGDEV, mgpu_graph_exec_update_copy(x, c, b, 0, dst, 0,
+                                                           16));
+    ASSERT_DETAIL_HAS("new source is on device 1");
+  }
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+TEST_IMPL(graph_errors) {
+  test_init();
+  mgpu_graph *g;
+  mgpu_graph_exec *x;
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_graph_node_count(NULL));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_create(NULL));
+  ASSERT_OK(mgpu_graph_create(&g));
+  mgpu_buffer *b, *ro;
+  ASSERT_OK(mgpu_malloc(&b, 0, 256));
+  static char wrapped[64];
+  ASSERT_OK(mgpu_buffer_wrap(&ro, 0, MGPU_MEM_DEVICE, wrapped, sizeof wrapped,
+                             MGPU_BUFFER_READONLY, NULL, NULL));
+  mgpu_graph_node a, c;
+  ASSERT_OK(mgpu_graph_add_memset(g, NULL, 0, b, 0, 0, 256, &a));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_add_memset(g, (int[]){3}, 1, b, 0, 0, 8,
+                                                NULL));
+  ASSERT_DETAIL_HAS("dependency 0 is node 3");
+  ASSERT_ERR(MGPU_ERANGE, mgpu_graph_add_memset(g, NULL, 0, b, 200, 0, 100,
+                                                NULL));
+  ASSERT_ERR(MGPU_EREADONLY, mgpu_graph_add_copy(g, NULL, 0, ro, 0, b, 0, 8,
+                                                 NULL));
+  ASSERT_ERR(MGPU_EOVERLAP, mgpu_graph_add_copy(g, NULL, 0, b, 0, b, 4, 8,
+                                                NULL));
+  ASSERT_ERR(MGPU_ENODEV, mgpu_graph_add_host(g, 99, NULL, 0, count_cb, NULL,
+                                              NULL));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_add_kernel(g, 0, NULL, 0, &affine,
+                                                MGPU_DIM3(0, 1, 1),
+                                                MGPU_DIM3(1, 1, 1), NULL, 0,
+                                                NULL));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_add_fill(g, NULL, 0, b, 0, 4,
+                                              MGPU_FLOAT32, NULL, NULL));
+  ASSERT_EQ(mgpu_graph_node_count(g), 1); /* failed adds left nothing */
+  ASSERT_OK(mgpu_graph_add_memset(g, &a, 1, b, 0, 1, 16, &c));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_add_dependency(g, c, c));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_add_dependency(g, c, 9));
+  /* a -> c -> a: a cycle, found when instantiated. */
+  ASSERT_OK(mgpu_graph_add_dependency(g, c, a));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_instantiate(g, &x));
+  ASSERT_DETAIL_HAS("cycle through node");
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_ERR(MGPU_EFREED, mgpu_graph_destroy(g));
+  ASSERT_ERR(MGPU_EFREED, mgpu_graph_add_empty(g, 0, NULL, 0, NULL));
+  ASSERT_ERR(MGPU_EBADHANDLE, mgpu_graph_launch(NULL, NULL));
+
+  /* A buffer freed after the graph was built: the launch names the node
+   * and queues nothing. */
+  mgpu_buffer *gone;
+  ASSERT_OK(mgpu_malloc(&gone, 0, 64));
+  int calls = 0;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, NULL, 0, count_cb, &calls, &a));
+  ASSERT_OK(mgpu_graph_add_memset(g, &a, 1, gone, 0, 7, 64, NULL));
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_OK(mgpu_free(gone));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_ERR(MGPU_EFREED, mgpu_graph_launch(x, s));
+  ASSERT_DETAIL_HAS("node 1 (memset on device 0)");
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(calls, 0);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_ERR(MGPU_EFREED, mgpu_graph_launch(x, s));
+  ASSERT_ERR(MGPU_EFREED, mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_free(ro));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* A kernel failing inside a replay: on the launching stream's device the
+ * failure surfaces at its synchronize; on another device at the next
+ * launch. */
+TEST_IMPL(fault_inside_replay) {
+  int n = test_init();
+  mgpu_graph *g;
+  mgpu_graph_exec *x;
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  int calls = 0;
+  ASSERT_OK(mgpu_graph_create(&g));
+  mgpu_graph_node k;
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &failing, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), NULL, 0, &k));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, &k, 1, count_cb, &calls, NULL));
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_stream_synchronize(s));
+  ASSERT_DETAIL_HAS("bad input in the graph");
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  if (n > 1) {
+    ASSERT_OK(mgpu_graph_create(&g));
+    ASSERT_OK(mgpu_graph_add_kernel(g, 1, NULL, 0, &failing,
+                                    MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                                    NULL, 0, NULL));
+    ASSERT_OK(mgpu_graph_instantiate(g, &x));
+    ASSERT_OK(mgpu_graph_launch(x, s));
+    ASSERT_ERR(MGPU_EINVAL, mgpu_graph_exec_synchronize(x));
+    ASSERT_DETAIL_HAS("a node on device 1 failed");
+    ASSERT_DETAIL_HAS("bad input in the graph");
+    ASSERT_OK(mgpu_graph_exec_synchronize(x)); /* reported once */
+    ASSERT_OK(mgpu_graph_launch(x, s));
+    ASSERT_ERR(MGPU_EINVAL, mgpu_graph_exec_destroy(x));
+    ASSERT_OK(mgpu_graph_destroy(g));
+  }
+  /* A backend failure while a launch queues its work is the launch's: on
+   * host devices a graph is one operation per device (graph_launch); with
+   * an event node it is issued node by node (launch). */
+  mgpu_event *ev;
+  ASSERT_OK(mgpu_event_create(&ev, 0));
+  for (int by_node = 0; by_node < 2; by_node++) {
+    ASSERT_OK(mgpu_graph_create(&g));
+    ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &affine,
+                                    MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                                    &(affine_args){NULL, 0, 1, 1},
+                                    sizeof(affine_args), &k));
+    if (by_node) ASSERT_OK(mgpu_graph_add_event_record(g, &k, 1, ev, NULL));
+    ASSERT_OK(mgpu_graph_instantiate(g, &x));
+    ASSERT_OK(mgpu__fault_set(by_node ? "backend:launch:1"
+                                      : "backend:graph_launch:1", NULL, 0));
+    ASSERT_ERR(MGPU_EBACKEND, mgpu_graph_launch(x, s));
+    ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+    ASSERT_OK(mgpu_graph_launch(x, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_OK(mgpu_graph_exec_destroy(x));
+    ASSERT_OK(mgpu_graph_destroy(g));
+  }
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* A gate a host callback waits at until the test opens it. */
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int open;
+} gate;
+
+static void gate_wait(void *arg) {
+  gate *g = arg;
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_open(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+}
+
+/* Device 1 is lost after a launch was queued and before its part ran: the
+ * node of device 0 that waits for device 1's node does not wait for ever,
+ * and the launching stream reports the loss naming device 1. */
+TEST_IMPL(device_lost_during_replay) {
+  int n = test_init();
+  if (n < 2) return TEST_SKIP;
+  int calls = 0;
+  mgpu_graph *g;
+  mgpu_graph_node a;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_host(g, 1, NULL, 0, count_cb, &calls, &a));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, &a, 1, count_cb, &calls, NULL));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  gate held = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ASSERT_OK(mgpu_stream_add_callback(s, gate_wait, &held));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu__device_lose(1, "lost by the test"));
+  gate_open(&held);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s));
+  ASSERT_DETAIL_HAS("device 1");
+  /* Host functions still run on a lost device (they free what the work
+   * used), as queued callbacks do. */
+  ASSERT_EQ(calls, 2);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_graph_launch(x, s));
+  mgpu_graph_exec_destroy(x);
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* A trace shows each device's part of a launch as one span named "graph
+ * launch" on its stream's track, with a span per node inside it, and the
+ * launch call as a span of the calling thread. */
+TEST_IMPL(trace_shows_launch_with_nodes_inside) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  char path[256];
+  const char *dir = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/mgpu-test-graph-%d.json", dir ? dir : "/tmp",
+           (int)getpid());
+  mgpu_buffer *x0, *x1;
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&x1, d1, N * sizeof(float)));
+  mgpu_graph *g;
+  mgpu_graph_node k0;
+  ASSERT_OK(mgpu_graph_create(&g));
+  affine_args a0 = {mgpu_buffer_ptr(x0), N, 1.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, NULL, 0, &affine, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a0, sizeof a0, &k0));
+  mgpu_graph_node cp;
+  ASSERT_OK(mgpu_graph_add_copy(g, &k0, 1, x1, 0, x0, 0, N * sizeof(float),
+                                &cp));
+  affine_args a1 = {mgpu_buffer_ptr(x1), N, 1.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, d1, &cp, 1, &affine, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a1, sizeof a1, NULL));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_trace_start(path));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_trace_stop());
+  char err[256];
+  json *j = json_parse_file(path, err, sizeof err);
+  ASSERT(j != NULL);
+  const json *ev = json_get(j, "traceEvents");
+  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
+  int parts = 0, inside = 0, calls = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *e = &ev->items[i];
+    const char *name = json_get_string(e, "name");
+    if (name == NULL || strcmp(name, "graph launch") != 0) continue;
+    if (json_get(json_get(e, "args"), "nodes") != NULL) {
+      calls++; /* the launch call, on the calling thread */
+      continue;
+    }
+    parts++;
+    double t0 = json_get_number(e, "ts", -1);
+    double t1 = t0 + json_get_number(e, "dur", -1);
+    for (size_t k = 0; k < ev->n; k++) {
+      const json *f = &ev->items[k];
+      const char *fn = json_get_string(f, "name");
+      double ts = json_get_number(f, "ts", -1);
+      if (fn != NULL && strncmp(fn, "graph ", 6) == 0 &&
+          strcmp(fn, "graph launch") != 0 &&
+          json_get_number(f, "pid", -2) == json_get_number(e, "pid", -3) &&
+          json_get_number(f, "tid", -2) == json_get_number(e, "tid", -3) &&
+          ts >= t0 && ts + json_get_number(f, "dur", 0) <= t1)
+        inside++;
+    }
+  }
+  ASSERT_EQ(calls, 1);
+  ASSERT_EQ(parts, d1 != 0 ? 2 : 1);
+  ASSERT_EQ(inside, 3); /* kernel and copy on device 0, kernel on d1 */
+  json_free(j);
+  unlink(path);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* Destroying an executable graph with launches queued waits for them. */
+TEST_IMPL(destroy_while_launched) {
+  test_init();
+  int calls = 0;
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_graph_create(&g));
+  mgpu_graph_node prev = -1;
+  for (int i = 0; i < 8; i++)
+    ASSERT_OK(mgpu_graph_add_host(g, i % mgpu_device_count(),
+                                  prev >= 0 ? &prev : NULL, prev >= 0,
+                                  count_cb, &calls, &prev));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  for (int i = 0; i < 20; i++) ASSERT_OK(mgpu_graph_launch(x, s));
+  /* The last node runs on another device's stream of the graph's own, and
+   * waits for all the others: the destroy waits for every launch. */
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_EQ(__atomic_load_n(&calls, __ATOMIC_SEQ_CST), 160);
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  /* An executable graph left open is freed by shutdown. */
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, NULL, 0, count_cb, &calls, NULL));
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_shutdown());
+  ASSERT_EQ(calls, 161);
+  return 0;
+}
+
+/* Capture across devices: s0 (device 0) fills x0 and records e0; s1
+ * (device 1) waits for e0 and so joins the capture, copies x0 into x1,
+ * scales it, runs a host callback and records e1, which s0 waits for
+ * (rejoining); s0 then copies x1 back and adds it to x0 (axpy). Nothing runs while
+ * capturing; each launch runs it all. */
+TEST_IMPL(capture_across_devices) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  mgpu_buffer *x0, *x1, *t0;
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&x1, d1, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&t0, 0, N * sizeof(float)));
+  write_floats(x0, -5.0f, N);
+  write_floats(x1, -5.0f, N);
+  mgpu_stream *s0, *s1;
+  mgpu_event *e0, *e1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, d1));
+  ASSERT_OK(mgpu_event_create(&e0, 0));
+  ASSERT_OK(mgpu_event_create(&e1, d1));
+  int calls = 0;
+  float two = 2.0f;
+  ASSERT_EQ(mgpu_stream_is_capturing(s0), 0);
+  ASSERT_OK(mgpu_stream_begin_capture(s0));
+  ASSERT_EQ(mgpu_stream_is_capturing(s0), 1);
+  ASSERT_OK(mgpu_fill(s0, x0, 0, N, MGPU_FLOAT32, &two));
+  ASSERT_OK(mgpu_event_record(e0, s0));
+  ASSERT_EQ(mgpu_stream_is_capturing(s1), 0);
+  ASSERT_OK(mgpu_stream_wait_event(s1, e0));
+  ASSERT_EQ(mgpu_stream_is_capturing(s1), 1);
+  ASSERT_OK(mgpu_memcpy_async(x1, 0, x0, 0, N * sizeof(float), s1));
+  ASSERT_OK(mgpu_scale(s1, x1, 0, N, MGPU_FLOAT32, 3.0));
+  affine_args a1 = {mgpu_buffer_ptr(x1), N, 1.0f, 1.0f};
+  ASSERT_OK(mgpu_launch(s1, &affine, MGPU_DIM3(2, 1, 1), MGPU_DIM3(1, 1, 1),
+                        &a1, sizeof a1));
+  ASSERT_OK(mgpu_stream_add_callback(s1, count_cb, &calls));
+  ASSERT_OK(mgpu_event_record(e1, s1));
+  ASSERT_OK(mgpu_stream_wait_event(s0, e1));
+  /* The memset is recorded too, then overwritten by the axpy's input. */
+  ASSERT_OK(mgpu_memcpy_async(t0, 0, x1, 0, N * sizeof(float), s0));
+  ASSERT_OK(mgpu_memset_async(x0, 0, 0, sizeof(float), s0));
+  ASSERT_OK(mgpu_axpy(s0, x0, 0, t0, 0, N, MGPU_FLOAT32, 1.0));
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_stream_end_capture(s0, &g));
+  ASSERT_EQ(mgpu_stream_is_capturing(s0), 0);
+  ASSERT_EQ(mgpu_stream_is_capturing(s1), 0);
+  ASSERT_EQ(mgpu_graph_node_count(g), 8);
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  float out[N];
+  read_floats(x1, out, N);
+  ASSERT(out[3] == -5.0f); /* nothing ran */
+  ASSERT_EQ(calls, 0);
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  for (int i = 0; i < 2; i++) ASSERT_OK(mgpu_graph_launch(x, s0));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_EQ(calls, 2);
+  read_floats(x1, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 7.0f);
+  read_floats(x0, out, N);
+  ASSERT(out[0] == 7.0f); /* 0 (memset) + 7 */
+  for (int i = 1; i < N; i++) ASSERT(out[i] == 9.0f);
+  /* The streams work as before after the capture. */
+  ASSERT_OK(mgpu_fill(s1, x1, 0, N, MGPU_FLOAT32, &two));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  read_floats(x1, out, N);
+  ASSERT(out[0] == 2.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* Host copies and waits on events of work outside the capture. */
+TEST_IMPL(capture_host_copies_and_outside_events) {
+  test_init();
+  mgpu_buffer *b;
+  ASSERT_OK(mgpu_malloc(&b, 0, N * sizeof(float)));
+  mgpu_stream *s, *other;
+  mgpu_event *outside;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_stream_create(&other, 0));
+  ASSERT_OK(mgpu_event_create(&outside, 0));
+  float in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (float)i;
+  ASSERT_OK(mgpu_stream_begin_capture(s));
+  ASSERT_OK(mgpu_stream_wait_event(s, outside));
+  ASSERT_OK(mgpu_memcpy_htod_async(b, 0, in, sizeof in, s));
+  ASSERT_OK(mgpu_scale(s, b, 0, N, MGPU_FLOAT32, 2.0));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(out, b, 0, sizeof out, s));
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_stream_end_capture(s, &g));
+  ASSERT_EQ(mgpu_graph_node_count(g), 4);
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_OK(mgpu_event_record(outside, other));
+  memset(out, 0, sizeof out);
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 2.0f * (float)i);
+  in[5] = 100.0f; /* read at each launch */
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT(out[5] == 200.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* What a capture refuses: each is a coded error naming the call, and
+ * leaves nothing queued. */
+TEST_IMPL(capture_invalid) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  mgpu_stream *s0, *s1;
+  mgpu_event *e0, *e1;
+  mgpu_buffer *b0, *b1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, d1));
+  ASSERT_OK(mgpu_event_create(&e0, 0));
+  ASSERT_OK(mgpu_event_create(&e1, d1));
+  ASSERT_OK(mgpu_malloc(&b0, 0, 256));
+  ASSERT_OK(mgpu_malloc(&b1, d1, 256));
+  mgpu_graph *g = NULL;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_stream_end_capture(s0, &g));
+  ASSERT_DETAIL_HAS("is not capturing");
+  ASSERT_OK(mgpu_stream_begin_capture(s0));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_stream_begin_capture(s0));
+  ASSERT_DETAIL_HAS("already capturing");
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_stream_synchronize(s0));
+  ASSERT_DETAIL_HAS("mgpu_stream_synchronize");
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_stream_query(s0));
+  ASSERT_DETAIL_HAS("mgpu_stream_query");
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_device_synchronize(0));
+  ASSERT_DETAIL_HAS("mgpu_device_synchronize");
+  ASSERT_ERR(MGPU_EBUSY, mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_memset_async(b0, 0, 1, 256, s0));
+  ASSERT_OK(mgpu_event_record(e0, s0));
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_event_synchronize(e0));
+  ASSERT_DETAIL_HAS("mgpu_event_synchronize");
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_event_query(e0));
+  /* Calls that cannot be recorded fail and queue nothing. */
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_memcpy_2d_async(b0, 0, 16, b0, 128, 16, 16, 4,
+                                                s0));
+  ASSERT_DETAIL_HAS("capturing");
+  mgpu_buffer *pooled = NULL;
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_malloc_async(&pooled, 64, s0));
+  int devs[2] = {0, d1};
+  mgpu_comm *comm = NULL;
+  if (d1 != 0) {
+    ASSERT_OK(mgpu_comm_create(devs, 2, &comm));
+    /* Both ranks from one thread: the group is refused as a whole. */
+    ASSERT_OK(mgpu_group_begin());
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_allreduce(comm, 0, b0, b0, 4, MGPU_FLOAT32,
+                                            MGPU_SUM, s0));
+    ASSERT_DETAIL_HAS("collectives cannot be recorded");
+    ASSERT_OK(mgpu_allreduce(comm, 1, b1, b1, 4, MGPU_FLOAT32, MGPU_SUM, s1));
+    ASSERT_ERR(MGPU_ENOTSUP, mgpu_group_end());
+  }
+  mgpu_graph_exec *x;
+  mgpu_graph *small;
+  ASSERT_OK(mgpu_graph_create(&small));
+  ASSERT_OK(mgpu_graph_add_empty(small, 0, NULL, 0, NULL));
+  ASSERT_OK(mgpu_graph_instantiate(small, &x));
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_graph_launch(x, s0));
+  ASSERT_DETAIL_HAS("graph launch cannot be recorded");
+  /* s1 joins and does not rejoin: the end fails, naming its device. */
+  ASSERT_OK(mgpu_stream_wait_event(s1, e0));
+  ASSERT_OK(mgpu_memset_async(b1, 0, 2, 256, s1));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_stream_end_capture(s1, &g));
+  ASSERT_DETAIL_HAS("did not begin");
+  ASSERT_ERR(MGPU_EINVAL, mgpu_stream_end_capture(s0, &g));
+  char want[64];
+  snprintf(want, sizeof want, "stream of device %d joined", d1);
+  ASSERT_DETAIL_HAS(want);
+  ASSERT(g == NULL);
+  ASSERT_EQ(mgpu_stream_is_capturing(s0), 0);
+  ASSERT_EQ(mgpu_stream_is_capturing(s1), 0);
+  /* Destroying a communicator synchronizes its devices: after the capture. */
+  if (comm != NULL) ASSERT_OK(mgpu_comm_destroy(comm));
+  /* Nothing was run: the buffers are as allocated... */
+  unsigned char bytes[256];
+  ASSERT_OK(mgpu_memset_async(b0, 0, 9, 256, s0));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  ASSERT_OK(mgpu_memcpy_dtoh(bytes, b1, 0, 256));
+  ASSERT(bytes[0] != 2);
+  /* ...and the event's capture is over: it can be waited for again. */
+  ASSERT_OK(mgpu_event_synchronize(e0));
+  ASSERT_OK(mgpu_graph_launch(x, s0));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(small));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  /* A capture left open at shutdown is dropped. */
+  ASSERT_OK(mgpu_stream_begin_capture(s1));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* ---- the fault sweep of graphs ----
+ *
+ * A workload that builds a graph node by node and one by capture across
+ * two devices, instantiates and launches both, runs once to count its
+ * fault sites, then once per site with that site made to fail (an
+ * allocation: alone, and with every later one; a backend call: as an
+ * error, and as a lost device), each run in a child process under
+ * a timeout: every call must return 0 or a coded error with a detail,
+ * everything made must be released (LeakSanitizer checks at exit), a run
+ * whose calls all succeeded must have the right results, and mgpu must
+ * start again afterwards. */
+
+#define SWEEP_STEP(expr)                                                    \
+  do {                                                                      \
+    int step_rc_ = (expr);                                                  \
+    if (step_rc_ != 0) {                                                    \
+      if (step_rc_ > 0 || mgpu_error_detail()[0] == '\0') _exit(12);        \
+      rc = step_rc_;                                                        \
+      goto cleanup;                                                         \
+    }                                                                       \
+  } while (0)
+
+static int sweep_workload(void) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:2";
+  int rc = mgpu_init(&cfg);
+  if (rc != 0) return rc;
+  mgpu_buffer *x0 = NULL, *x1 = NULL;
+  mgpu_stream *s0 = NULL, *s1 = NULL;
+  mgpu_event *e0 = NULL, *e1 = NULL;
+  mgpu_graph *g = NULL, *c = NULL;
+  mgpu_graph_exec *xg = NULL, *xc = NULL;
+  int calls = 0;
+  float two = 2.0f, out[N];
+  SWEEP_STEP(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  SWEEP_STEP(mgpu_malloc(&x1, 1, N * sizeof(float)));
+  SWEEP_STEP(mgpu_stream_create(&s0, 0));
+  SWEEP_STEP(mgpu_stream_create(&s1, 1));
+  SWEEP_STEP(mgpu_event_create(&e0, 0));
+  SWEEP_STEP(mgpu_event_create(&e1, 1));
+  mgpu_graph_node fill, k0, cp;
+  SWEEP_STEP(mgpu_graph_create(&g));
+  SWEEP_STEP(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &two,
+                                 &fill));
+  affine_args a0 = {mgpu_buffer_ptr(x0), N, 2.0f, 1.0f};
+  SWEEP_STEP(mgpu_graph_add_kernel(g, 0, &fill, 1, &affine,
+                                   MGPU_DIM3(2, 1, 1), MGPU_DIM3(1, 1, 1),
+                                   &a0, sizeof a0, &k0));
+  SWEEP_STEP(mgpu_graph_add_copy(g, &k0, 1, x1, 0, x0, 0, N * sizeof(float),
+                                 &cp));
+  SWEEP_STEP(mgpu_graph_add_host(g, 1, &cp, 1, count_cb, &calls, NULL));
+  SWEEP_STEP(mgpu_graph_instantiate(g, &xg));
+  SWEEP_STEP(mgpu_graph_launch(xg, s0));
+  SWEEP_STEP(mgpu_graph_launch(xg, s0));
+  SWEEP_STEP(mgpu_stream_synchronize(s0));
+  SWEEP_STEP(mgpu_graph_exec_synchronize(xg));
+  SWEEP_STEP(mgpu_memcpy_dtoh(out, x1, 0, sizeof out));
+  if (calls != 2 || out[0] != 5.0f || out[N - 1] != 5.0f) _exit(13);
+  /* The same across streams by capture, with an event node (node by
+   * node). */
+  SWEEP_STEP(mgpu_stream_begin_capture(s0));
+  SWEEP_STEP(mgpu_memset_async(x0, 0, 0, N * sizeof(float), s0));
+  SWEEP_STEP(mgpu_event_record(e0, s0));
+  SWEEP_STEP(mgpu_stream_wait_event(s1, e0));
+  SWEEP_STEP(mgpu_memcpy_async(x1, 0, x0, 0, N * sizeof(float), s1));
+  SWEEP_STEP(mgpu_stream_add_callback(s1, count_cb, &calls));
+  SWEEP_STEP(mgpu_event_record(e1, s1));
+  SWEEP_STEP(mgpu_stream_wait_event(s0, e1));
+  SWEEP_STEP(mgpu_stream_end_capture(s0, &c));
+  SWEEP_STEP(mgpu_graph_instantiate(c, &xc));
+  SWEEP_STEP(mgpu_graph_launch(xc, s0));
+  SWEEP_STEP(mgpu_stream_synchronize(s0));
+  SWEEP_STEP(mgpu_memcpy_dtoh(out, x1, 0, sizeof out));
+  if (calls != 3 || out[0] != 0.0f) _exit(14);
+cleanup:
+  if (s0 != NULL && mgpu_stream_is_capturing(s0) == 1) {
+    mgpu_graph *dropped = NULL;
+    if (mgpu_stream_end_capture(s0, &dropped) == 0) mgpu_graph_destroy(dropped);
+  }
+  if (xc != NULL) mgpu_graph_exec_destroy(xc);
+  if (xg != NULL) mgpu_graph_exec_destroy(xg);
+  if (c != NULL) mgpu_graph_destroy(c);
+  if (g != NULL) mgpu_graph_destroy(g);
+  if (e0 != NULL) mgpu_event_destroy(e0);
+  if (e1 != NULL) mgpu_event_destroy(e1);
+  if (s0 != NULL) mgpu_stream_destroy(s0);
+  if (s1 != NULL) mgpu_stream_destroy(s1);
+  if (x0 != NULL) mgpu_free(x0);
+  if (x1 != NULL) mgpu_free(x1);
+  mgpu_shutdown();
+  return rc;
+}
+
+static void sweep_child(const char *spec, int fd) {
+  alarm(10); /* the workload takes milliseconds: past 10 s it hangs */
+  if (mgpu__fault_set(spec, NULL, 0) != 0) _exit(10);
+  int rc = sweep_workload();
+  uint64_t sites[2] = {mgpu__fault_calls(MGPU__FAULT_ALLOC),
+                       mgpu__fault_calls(MGPU__FAULT_BACKEND)};
+  mgpu__fault_set(NULL, NULL, 0);
+  if (spec[0] == '\0' && rc != 0) _exit(15);
+  if (fd >= 0 && write(fd, sites, sizeof sites) != (ssize_t)sizeof sites)
+    _exit(16);
+  mgpu_buffer *b;
+  if (mgpu_init(NULL) != 0 || mgpu_malloc(&b, 0, 64) != 0 ||
+      mgpu_shutdown() != 0)
+    _exit(17);
+  exit(0); /* exit, not _exit: LeakSanitizer checks here */
+}
+
+/* Runs one child; 0 when it exited 0. */
+static int sweep_run(const char *spec, uint64_t *sites) {
+  int fds[2] = {-1, -1};
+  if (sites != NULL && pipe(fds) != 0) return -1;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (fds[0] >= 0) close(fds[0]);
+    sweep_child(spec, fds[1]);
+  }
+  if (fds[1] >= 0) close(fds[1]);
+  if (sites != NULL) {
+    if (read(fds[0], sites, 2 * sizeof *sites) != 2 * sizeof *sites)
+      sites[0] = sites[1] = 0;
+    close(fds[0]);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  fprintf(stderr, "fault %s: %s %d\n", spec,
+          WIFEXITED(status) ? "exit" : "signal",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  return 1;
+}
+
+TEST_IMPL(fault_sweep) {
+  /* One run, for a closer look: MGPU_GRAPH_SWEEP_SPEC=alloc:17 */
+  const char *one = getenv("MGPU_GRAPH_SWEEP_SPEC");
+  if (one != NULL) sweep_child(one, -1);
+  uint64_t sites[2];
+  ASSERT_EQ(sweep_run("", sites), 0);
+  ASSERT(sites[0] > 20 && sites[1] > 20);
+  printf("graph sweep: %llu allocation sites, %llu backend sites\n",
+         (unsigned long long)sites[0], (unsigned long long)sites[1]);
+  int bad = 0;
+  char spec[64];
+  for (uint64_t k = 1; k <= sites[0]; k++)
+    for (int later = 0; later < 2; later++) {
+      snprintf(spec, sizeof spec, "alloc:%llu%s", (unsigned long long)k,
+               later ? "+" : "");
+      bad += sweep_run(spec, NULL) != 0;
+    }
+  for (uint64_t k = 1; k <= sites[1]; k++)
+    for (int lose = 0; lose < 2; lose++) {
+      snprintf(spec, sizeof spec, "backend:%llu%s", (unsigned long long)k,
+               lose ? "=devlost" : "");
+      bad += sweep_run(spec, NULL) != 0;
+    }
+  ASSERT_EQ(bad, 0);
+  return 0;
+}
+
+TEST_LIST_BEGIN
+TEST_ENTRY(explicit_graph_across_devices)
+TEST_ENTRY(explicit_graph_node_by_node)
+TEST_ENTRY(launches_from_other_streams_run_in_order)
+TEST_ENTRY(exec_update_kernel_and_copy)
+TEST_ENTRY(graph_errors)
+TEST_ENTRY(fault_inside_replay)
+TEST_ENTRY(destroy_while_launched)
+TEST_ENTRY(device_lost_during_replay)
+TEST_ENTRY(trace_shows_launch_with_nodes_inside)
+TEST_ENTRY(fault_sweep)
+TEST_ENTRY(capture_across_devices)
+TEST_ENTRY(capture_host_copies_and_outside_events)
+TEST_ENTRY(capture_invalid)
+TEST_LIST_END
