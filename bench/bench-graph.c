@@ -51,7 +51,7 @@ static void empty_kernel(const mgpu_kernel_ctx *ctx, const void *args) {
   (void)args;
 }
 
-static const mgpu_kernel empty = {"empty", empty_kernel, NULL};
+static const mgpu_kernel empty = {"empty", empty_kernel, NULL, NULL};
 
 enum { CHAIN = 8 };
 

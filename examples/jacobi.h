@@ -47,7 +47,7 @@ static void jacobi_host(const mgpu_kernel_ctx *ctx, const void *argp) {
     }
 }
 
-static const mgpu_kernel jacobi_kernel = {"jacobi", jacobi_host, NULL};
+static const mgpu_kernel jacobi_kernel = {"jacobi", jacobi_host, NULL, NULL};
 
 /* The single-threaded reference: iters iterations on the whole grid. */
 static inline void jacobi_reference(float *grid, int nx, int ny, int iters) {

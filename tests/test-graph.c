@@ -25,13 +25,13 @@ static void affine_host(const mgpu_kernel_ctx *ctx, const void *argp) {
   size_t lo = ctx->block_idx.x * per, hi = lo + per < a->n ? lo + per : a->n;
   for (size_t i = lo; i < hi; i++) a->x[i] = a->x[i] * a->mul + a->add;
 }
-static const mgpu_kernel affine = {"affine", affine_host, NULL};
+static const mgpu_kernel affine = {"affine", affine_host, NULL, NULL};
 
 static void fail_host(const mgpu_kernel_ctx *ctx, const void *argp) {
   (void)argp;
   mgpu_kernel_fail(ctx, MGPU_EINVAL, "bad input in the graph");
 }
-static const mgpu_kernel failing = {"failing", fail_host, NULL};
+static const mgpu_kernel failing = {"failing", fail_host, NULL, NULL};
 
 static void count_cb(void *arg) {
   __atomic_fetch_add((int *)arg, 1, __ATOMIC_SEQ_CST);
