@@ -12,6 +12,7 @@
 /* Each defined in bench/bench-<name>.c. */
 int mgpu_bench_launch(int argc, char **argv);
 int mgpu_bench_graph(int argc, char **argv);
+int mgpu_bench_jacobi(int argc, char **argv);
 int mgpu_bench_copy(int argc, char **argv);
 int mgpu_bench_p2p(int argc, char **argv);
 int mgpu_bench_sched(int argc, char **argv);
@@ -56,6 +57,8 @@ int mgpu_cmd_bench(int argc, char **argv) {
       {"launch", mgpu_bench_launch, "run_on_device and kernel launch cost", 0},
       {"graph", mgpu_bench_graph, "graph replay next to the same step op by op",
        0},
+      {"jacobi", mgpu_bench_jacobi, "the Jacobi step, graph and op by op, "
+       "next to MPI ranks", 0},
       {"copy", mgpu_bench_copy, "H2D, D2H, D2D per device, pageable and pinned",
        0},
       {"p2p", mgpu_bench_p2p, "every ordered pair, direct and staged", 0},

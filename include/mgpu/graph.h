@@ -6,7 +6,7 @@
  * (mgpu_graph_add_...) or captured from streams
  * (mgpu_stream_begin_capture ... mgpu_stream_end_capture), instantiated
  * (mgpu_graph_instantiate) and launched any number of times on a stream
- * (mgpu_graph_launch). docs/graph.md describes the model.
+ * (mgpu_graph_launch). docs/graphs.md describes the model.
  *
  * Nodes name buffers, streams' devices and events by their handles; a
  * launch looks each up, so a buffer freed since the graph was built makes

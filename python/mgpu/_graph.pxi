@@ -1,6 +1,6 @@
 # ---------------------------------------------------------------------------
 # Graphs: a step captured once from streams and launched again and again
-# (include/mgpu/graph.h, docs/graph.md).
+# (include/mgpu/graph.h, docs/graphs.md).
 
 cdef extern from "mgpu.h" nogil:
     ctypedef struct mgpu_graph:

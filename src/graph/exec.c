@@ -14,7 +14,7 @@
  * another device surfaces at the next launch (or at the destroy), which
  * finds it on that device's stream. Each node is issued through the public
  * call it records, so every backend replays graphs, node by node;
- * docs/graph.md says what a backend with graph slots would save.
+ * docs/graphs.md says what a backend with graph slots would save.
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,0 +1,214 @@
+/* mgpu bench jacobi: the multi-device Jacobi step of examples/jacobi.h next
+ * to the same solver on MPI ranks.
+ *
+ *   mgpu bench jacobi [--json] [--quick] [--reps N]
+ *
+ * For 2 and 4 devices (as many as are open) and grids of 256^2, 1024^2
+ * and 4096^2 (64^2 and 256^2 with --quick), per iteration: the step
+ * captured once as a graph and replayed, and the same step issued op by op,
+ * timed alternately in the same process; then bench/peers/mpi_jacobi, the
+ * same problem on as many MPI ranks under mpirun (and a timeout), each rank
+ * sweeping its slab and trading halo rows with MPI_Sendrecv. The ratio is
+ * mgpu / MPI (below 1: mgpu is faster). Both first run 20 iterations from
+ * the initial grid and compare the sums of the squares of the grid's cells,
+ * which must agree: the two do the same arithmetic.
+ *
+ * Each figure is the median of reps batches after a warm-up; a batch is
+ * about 2^26 cell updates (10 to 1000 iterations). */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../examples/jacobi.h"
+#include "bench.h"
+#include "cmd.h"
+
+enum { CHECK_ITERS = 20, MAX_SIZES = 3 };
+
+/* Iterations per timed batch, as bench/peers/mpi_jacobi counts them. */
+static int batch(int n, int quick) {
+  long long it = (1LL << 26) / ((long long)n * n);
+  if (it < 10) it = 10;
+  if (it > 1000) it = 1000;
+  if (quick) it = it / 10 > 2 ? it / 10 : 2;
+  return (int)(it + (it & 1));
+}
+
+/* The sum of the squares of the interior rows' cells after iters
+ * iterations (by graph or op by op) from the initial grid. */
+static int checksum(int ndev, int n, int iters, int graph, double *sum) {
+  jacobi j;
+  mgpu_graph *g = NULL;
+  mgpu_graph_exec *x = NULL;
+  float *grid = malloc((size_t)n * n * sizeof *grid);
+  int rc = grid == NULL ? MGPU_ENOMEM : jacobi_init(&j, ndev, n, n);
+  if (rc == 0 && graph) rc = jacobi_capture(&j, &g);
+  if (rc == 0 && graph) rc = mgpu_graph_instantiate(g, &x);
+  for (int it = 0; it < iters && rc == 0; it += 2)
+    rc = graph ? mgpu_graph_launch(x, j.s[0]) : jacobi_run(&j, 2);
+  if (rc == 0) rc = jacobi_sync(&j);
+  if (rc == 0) rc = jacobi_gather(&j, grid);
+  if (rc == 0) {
+    *sum = 0;
+    for (size_t i = (size_t)n; i < (size_t)(n - 1) * n; i++)
+      *sum += (double)grid[i] * grid[i];
+  }
+  if (x != NULL) mgpu_graph_exec_destroy(x);
+  if (g != NULL) mgpu_graph_destroy(g);
+  if (grid != NULL) jacobi_free(&j);
+  free(grid);
+  return rc;
+}
+
+/* Median microseconds per iteration, by graph (out[0]) and op by op
+ * (out[1]), batches of the two alternating. */
+static int time_both(int ndev, int n, int iters, int reps, double *out) {
+  jacobi j;
+  mgpu_graph *g = NULL;
+  mgpu_graph_exec *x = NULL;
+  double *v = malloc(2 * (size_t)reps * sizeof *v);
+  int rc = v == NULL ? MGPU_ENOMEM : jacobi_init(&j, ndev, n, n);
+  if (rc == 0) rc = jacobi_capture(&j, &g);
+  if (rc == 0) rc = mgpu_graph_instantiate(g, &x);
+  for (int r = -1; r < reps && rc == 0; r++) { /* -1: warm-up */
+    for (int by_graph = 1; by_graph >= 0 && rc == 0; by_graph--) {
+      double t0 = bench_now();
+      if (by_graph)
+        for (int it = 0; it < iters && rc == 0; it += 2)
+          rc = mgpu_graph_launch(x, j.s[0]);
+      else
+        rc = jacobi_run(&j, iters);
+      if (rc == 0) rc = jacobi_sync(&j);
+      if (r >= 0) v[(1 - by_graph) * reps + r] = (bench_now() - t0) / iters * 1e6;
+    }
+  }
+  if (rc == 0) {
+    out[0] = bench_median(v, reps);
+    out[1] = bench_median(v + reps, reps);
+  }
+  if (x != NULL) mgpu_graph_exec_destroy(x);
+  if (g != NULL) mgpu_graph_destroy(g);
+  if (v != NULL) jacobi_free(&j);
+  free(v);
+  return rc;
+}
+
+/* bench/peers/mpi_jacobi on ndev ranks over the sizes: us[k] per sweep
+ * and sum[k] after CHECK_ITERS sweeps (us[k] 0 where none came back).
+ * Returns 0, or -1 with why filled in. */
+static int run_mpi(int ndev, const int *sizes, int nsizes, int reps,
+                   int quick, double *us, double *sum, char *why, size_t wlen) {
+  char peer[PATH_MAX];
+  for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+    snprintf(why, wlen, "mpirun not found");
+    return -1;
+  }
+  if (!mgpu_cmd_helper_path("mpi_jacobi", peer, sizeof peer)) {
+#ifdef MGPU_PEER_MPI_JACOBI
+    snprintf(why, wlen, "%s is missing (it is built and installed with this "
+             "command)", peer);
+#else
+    snprintf(why, wlen, "mpi_jacobi was not built: CMake found no MPI C "
+             "library when mgpu was configured");
+#endif
+    return -1;
+  }
+  char cmd[PATH_MAX + 512];
+  int len = snprintf(cmd, sizeof cmd,
+                     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                     "timeout %d mpirun --oversubscribe --bind-to none -np %d "
+                     "'%s' --raw --reps %d --check %d%s --sizes ",
+                     quick ? 120 : 1200, ndev, peer, reps, CHECK_ITERS,
+                     quick ? " --quick" : "");
+  for (int k = 0; k < nsizes && len < (int)sizeof cmd - 16; k++)
+    len += snprintf(cmd + len, sizeof cmd - (size_t)len, "%s%d", k ? "," : "",
+                    sizes[k]);
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) {
+    snprintf(why, wlen, "cannot start mpirun");
+    return -1;
+  }
+  int n;
+  double t, s;
+  while (fscanf(f, "%d %lf %lf", &n, &t, &s) == 3)
+    for (int k = 0; k < nsizes; k++)
+      if (sizes[k] == n) {
+        us[k] = t * 1e6;
+        sum[k] = s;
+      }
+  int st = pclose(f);
+  if (st != 0) {
+    snprintf(why, wlen, "mpirun exited with status %d", st);
+    return -1;
+  }
+  return 0;
+}
+
+/* One device count: mgpu's figures, the MPI peer's, the checks. */
+static int one_count(int ndev, const int *sizes, int nsizes,
+                     const bench_opts *o, bench_report *r) {
+  double mine[MAX_SIZES][2], mpi_us[MAX_SIZES], mpi_sum[MAX_SIZES];
+  double by_graph[MAX_SIZES], by_op[MAX_SIZES];
+  int rc = 0;
+  for (int k = 0; k < nsizes && rc == 0; k++) {
+    rc = checksum(ndev, sizes[k], CHECK_ITERS, 1, &by_graph[k]);
+    if (rc == 0) rc = checksum(ndev, sizes[k], CHECK_ITERS, 0, &by_op[k]);
+    if (rc == 0 && by_graph[k] != by_op[k]) {
+      fprintf(stderr, "mgpu bench jacobi: %dx%d on %d devices: the graph's "
+              "grid (sum of squares %.17g) differs from op by op's (%.17g)\n",
+              sizes[k], sizes[k], ndev, by_graph[k], by_op[k]);
+      return 1;
+    }
+    if (rc == 0)
+      rc = time_both(ndev, sizes[k], batch(sizes[k], o->quick), o->reps,
+                     mine[k]);
+  }
+  if (rc != 0) return mgpu_cmd_fail("bench jacobi", rc);
+  char why[PATH_MAX + 128] = "";
+  int have_mpi = run_mpi(ndev, sizes, nsizes, o->reps, o->quick, mpi_us,
+                         mpi_sum, why, sizeof why) == 0;
+  for (int k = 0; k < nsizes; k++) {
+    char name[96];
+    double base = have_mpi ? mpi_us[k] : 0;
+    if (have_mpi && fabs(mpi_sum[k] - by_graph[k]) >
+                        1e-9 * fabs(by_graph[k])) {
+      fprintf(stderr, "mgpu bench jacobi: %dx%d: MPI's grid after %d sweeps "
+              "(sum of squares %.17g) differs from mgpu's (%.17g)\n",
+              sizes[k], sizes[k], CHECK_ITERS, mpi_sum[k], by_graph[k]);
+      return 1;
+    }
+    snprintf(name, sizeof name, "jacobi %dx%d, %d devices, graph", sizes[k],
+             sizes[k], ndev);
+    bench_report_add(r, name, "per_iter", mine[k][0], "us",
+                     have_mpi ? "MPI ranks, MPI_Sendrecv halos" : why, base);
+    snprintf(name, sizeof name, "jacobi %dx%d, %d devices, op by op",
+             sizes[k], sizes[k], ndev);
+    bench_report_add(r, name, "per_iter", mine[k][1], "us",
+                     have_mpi ? "MPI ranks, MPI_Sendrecv halos" : why, base);
+  }
+  return 0;
+}
+
+int mgpu_bench_jacobi(int argc, char **argv) {
+  static const char usage[] = "mgpu bench jacobi [--json] [--quick] [--reps N]";
+  bench_opts o;
+  char *rest[2];
+  int nrest = 0;
+  int rc = bench_parse(argc, argv, usage, &o, rest, &nrest);
+  if (rc != 0) return rc;
+  if (nrest != 0) {
+    fprintf(stderr, "usage: %s\n", usage);
+    return 2;
+  }
+  static const int full[MAX_SIZES] = {256, 1024, 4096}, quick[] = {64, 256};
+  const int *sizes = o.quick ? quick : full;
+  int nsizes = o.quick ? 2 : MAX_SIZES, open = mgpu_device_count();
+  bench_report *r = bench_report_new("jacobi");
+  for (int ndev = 2; ndev <= 4 && ndev <= open && rc == 0; ndev += 2)
+    rc = one_count(ndev, sizes, nsizes, &o, r);
+  bench_report_finish(r, o.json);
+  return rc;
+}
