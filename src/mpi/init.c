@@ -61,6 +61,91 @@ int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
   }
 }
 
+/* After a data step timed out: which ranks are still there. Every rank
+ * whose step times out sends a note to every other rank and waits one more
+ * timeout for theirs; ranks entered the step within less than a timeout of
+ * each other, so every rank that is still there is heard from, and the
+ * ranks not heard from (dead, or gone back to the program with an error of
+ * their own) are the ones named. */
+static void roll_call(MPI_Comm comm, char *missing, size_t cap) {
+  static int note; /* send buffer: lives as long as the sends it feeds */
+  int n = 1, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  note = me;
+  snprintf(missing, cap, "unknown");
+  int *got = calloc((size_t)n, sizeof *got);
+  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
+  if (got == NULL || reqs == NULL) {
+    free(got);
+    free(reqs);
+    return;
+  }
+  for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
+  for (int r = 0; r < n; r++) {
+    if (r == me) continue;
+    MPI_Irecv(&got[r], 1, MPI_INT, r, MPI_TAG_ROLL, comm, &reqs[r]);
+    MPI_Isend(&note, 1, MPI_INT, r, MPI_TAG_ROLL, comm, &reqs[n + r]);
+  }
+  double deadline = mgpu__mpi_deadline();
+  int all = 0;
+  while (!all && MPI_Testall(n, reqs, &all, MPI_STATUSES_IGNORE) ==
+                     MPI_SUCCESS && !all && MPI_Wtime() <= deadline)
+    sched_yield();
+  size_t len = 0;
+  missing[0] = '\0';
+  for (int r = 0; r < n; r++) {
+    if (reqs[r] != MPI_REQUEST_NULL) {
+      int done = 0;
+      MPI_Test(&reqs[r], &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        if (len < cap)
+          len += (size_t)snprintf(missing + len, cap - len, "%s%d",
+                                  len ? ", " : "", r);
+        MPI_Cancel(&reqs[r]);
+        MPI_Request_free(&reqs[r]);
+      }
+    }
+    if (reqs[n + r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[n + r]);
+  }
+  if (len == 0) snprintf(missing, cap, "none (every rank is waiting)");
+  free(got);
+  free(reqs);
+}
+
+int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what) {
+  double deadline = mgpu__mpi_deadline();
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, what);
+    if (done) return 0;
+    if (MPI_Wtime() > deadline) break;
+    sched_yield(); /* ranks oversubscribe the cores: let the others run */
+  }
+  /* A collective request cannot be cancelled: it stays with MPI, which may
+   * still write the buffers it was given, so the module takes no further
+   * calls (mgpu__mpi_usable) and keeps its bounce buffers. */
+  mgpu__mpi.failed = 1;
+  char missing[256];
+  roll_call(comm, missing, sizeof missing);
+  snprintf(mgpu__mpi.failed_detail, sizeof mgpu__mpi.failed_detail,
+           "%s did not complete within %d ms; rank(s) that did not come: %s",
+           what, mgpu__mpi.timeout_ms, missing);
+  return mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s; the program should "
+                           "call MPI_Abort", mgpu__mpi.rank,
+                           mgpu__mpi.failed_detail);
+}
+
+int mgpu__mpi_usable(const char *what) {
+  int rc = mgpu__mpi_ready(what);
+  if (rc != 0 || !mgpu__mpi.failed) return rc;
+  return mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s: an earlier call "
+                           "failed in its data phase (%s); the program "
+                           "should call MPI_Abort", mgpu__mpi.rank, what,
+                           mgpu__mpi.failed_detail);
+}
+
 /* ---- types and operators ---- */
 
 int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type) {
@@ -569,7 +654,8 @@ fail:
 
 int mgpu_mpi_finalize(void) {
   if (!mgpu__mpi.initialized) return 0;
-  mgpu__mpi_pools_free();
+  /* After a data step timed out MPI may still write the bounce buffers. */
+  if (!mgpu__mpi.failed) mgpu__mpi_pools_free();
   mgpu__mpi_ops_free();
   int rc = mgpu_shutdown();
   int fin = 0;

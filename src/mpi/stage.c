@@ -138,6 +138,12 @@ static int run_staged(const mpi_plan *pl) {
         first_err = mgpu_event_synchronize(out->done);
       int mrc = pl->fn(pl->ctx, in->host, out->host, n, 0);
       if (first_err == 0) first_err = mrc;
+      /* A step that timed out left its request with MPI: no further step
+       * can match the other ranks' calls. */
+      if (mgpu__mpi.failed) {
+        first_err = mrc != 0 ? mrc : first_err;
+        break;
+      }
       if (first_err == 0 && pl->n_out > 0)
         first_err = queue_out(pl, p, out, e0, n);
       mgpu__mpi.stats.staged_chunks++;
