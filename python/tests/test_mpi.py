@@ -75,7 +75,7 @@ def mpirun(np_, *args, env=None, timeout=120):
 def test_every_call(np_, env):
     out = mpirun(np_, os.path.join(HERE, "mpi_ranks.py"), env=env)
     for r in range(np_):
-        assert "rank %d of %d: 14 cases ok" % (r, np_) in out, out
+        assert "rank %d of %d: 15 cases ok" % (r, np_) in out, out
 
 
 @needs_mpi

@@ -125,9 +125,9 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
           MGPU_EMISMATCH, "rank %d: %s: count %lld, dtype %s, op %s, root "
           "%lld here but count %lld, dtype %s, op %s, root %lld on rank %d",
           mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_COUNT],
-          mgpu_dtype_name((mgpu_dtype)mine[V_DTYPE]),
+          mgpu__mpi_dtype_name((mgpu_dtype)mine[V_DTYPE]),
           mgpu_op_name((mgpu_op)mine[V_OP]), mine[V_ROOT], v[V_COUNT],
-          mgpu_dtype_name((mgpu_dtype)v[V_DTYPE]),
+          mgpu__mpi_dtype_name((mgpu_dtype)v[V_DTYPE]),
           mgpu_op_name((mgpu_op)v[V_OP]), v[V_ROOT], r);
   }
   for (int r = 0; rc == 0 && r < n; r++) {
@@ -256,7 +256,7 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
   if (rc != 0) return rc;
   if (a->has_op && (rc = mgpu__mpi_op(a->dtype, a->op, &x->op)) != 0)
     return rc;
-  size_t es = mgpu_dtype_size(a->dtype);
+  size_t es = mgpu__mpi_dtype_size(a->dtype);
   if (a->count > (SIZE_MAX / es) / (size_t)n)
     return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
                              me, name, a->count);

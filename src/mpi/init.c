@@ -148,14 +148,49 @@ int mgpu__mpi_usable(const char *what) {
 
 /* ---- types and operators ---- */
 
+/* The module's own types (mgpu/mpi.h) after mgpu_dtype's: MPI type, size
+ * and name. */
+static const struct {
+  int dtype;
+  size_t size;
+  const char *name;
+} extra_types[] = {
+    {32, 1, "int8"},   {33, 1, "uint8"},  {34, 2, "int16"},
+    {35, 2, "uint16"}, {36, 4, "uint32"}, {37, 8, "uint64"},
+    {38, 1, "bool"},   {39, 1, "bytes"}};
+#define N_EXTRA (int)(sizeof extra_types / sizeof extra_types[0])
+
+static int extra_index(mgpu_dtype dtype) {
+  int i = (int)dtype - extra_types[0].dtype;
+  return i >= 0 && i < N_EXTRA ? i : -1;
+}
+
+size_t mgpu__mpi_dtype_size(mgpu_dtype dtype) {
+  int i = extra_index(dtype);
+  return i >= 0 ? extra_types[i].size : mgpu_dtype_size(dtype);
+}
+
+const char *mgpu__mpi_dtype_name(mgpu_dtype dtype) {
+  int i = extra_index(dtype);
+  return i >= 0 ? extra_types[i].name : mgpu_dtype_name(dtype);
+}
+
 int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type) {
-  switch (dtype) {
+  switch ((int)dtype) {
     case MGPU_FLOAT32: *type = MPI_FLOAT; return 0;
     case MGPU_FLOAT64: *type = MPI_DOUBLE; return 0;
     case MGPU_INT32: *type = MPI_INT32_T; return 0;
     case MGPU_INT64: *type = MPI_INT64_T; return 0;
     case MGPU_FLOAT16:
     case MGPU_BFLOAT16: *type = MPI_UINT16_T; return 0;
+    case (int)MGPU_MPI_INT8: *type = MPI_INT8_T; return 0;
+    case (int)MGPU_MPI_UINT8: *type = MPI_UINT8_T; return 0;
+    case (int)MGPU_MPI_INT16: *type = MPI_INT16_T; return 0;
+    case (int)MGPU_MPI_UINT16: *type = MPI_UINT16_T; return 0;
+    case (int)MGPU_MPI_UINT32: *type = MPI_UINT32_T; return 0;
+    case (int)MGPU_MPI_UINT64: *type = MPI_UINT64_T; return 0;
+    case (int)MGPU_MPI_BOOL: *type = MPI_C_BOOL; return 0;
+    case (int)MGPU_MPI_BYTES: *type = MPI_BYTE; return 0;
   }
   return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown dtype %d",
                            mgpu__mpi.rank, (int)dtype);
@@ -270,6 +305,18 @@ int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
                              mgpu__mpi.rank, (int)op);
   if (dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) {
     *mop = mgpu__mpi.half_ops[dtype == MGPU_BFLOAT16][op];
+    return 0;
+  }
+  if (dtype == MGPU_MPI_BYTES ||
+      (dtype == MGPU_MPI_BOOL && op != MGPU_MIN && op != MGPU_MAX))
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s cannot be reduced by "
+                             "%s (%s)", mgpu__mpi.rank,
+                             mgpu__mpi_dtype_name(dtype), mgpu_op_name(op),
+                             dtype == MGPU_MPI_BOOL
+                                 ? "bool takes min (and) and max (or)"
+                                 : "bytes are moved, never reduced");
+  if (dtype == MGPU_MPI_BOOL) {
+    *mop = op == MGPU_MIN ? MPI_LAND : MPI_LOR;
     return 0;
   }
   switch (op) {

@@ -114,6 +114,10 @@ int mgpu__mpi_ready(const char *what);
 /* The MPI datatype and reduction of an mgpu type and op (FLOAT16 and
  * BFLOAT16 use the module's operators over MPI_UINT16_T). */
 int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type);
+/* Size and name of one of the module's own types (mgpu/mpi.h), else
+ * mgpu_dtype_size's and mgpu_dtype_name's. */
+size_t mgpu__mpi_dtype_size(mgpu_dtype dtype);
+const char *mgpu__mpi_dtype_name(mgpu_dtype dtype);
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop);
 int mgpu__mpi_ops_create(void);
 void mgpu__mpi_ops_free(void);

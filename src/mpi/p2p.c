@@ -232,8 +232,8 @@ static void progress(mgpu_mpi_request *r) {
                       "elements of %s, but the receiver posted %lld elements "
                       "of %s in a buffer of %lld bytes; no data moved",
                       mgpu__mpi.rank, r->peer, r->tag, r->count,
-                      mgpu_dtype_name(r->dtype), r->ack[A_COUNT],
-                      mgpu_dtype_name((mgpu_dtype)r->ack[A_DTYPE]),
+                      mgpu__mpi_dtype_name(r->dtype), r->ack[A_COUNT],
+                      mgpu__mpi_dtype_name((mgpu_dtype)r->ack[A_DTYPE]),
                       r->ack[A_CAPACITY]));
         return;
       }
@@ -255,9 +255,9 @@ static void progress(mgpu_mpi_request *r) {
                       MGPU_EMISMATCH, "rank %d: recv from rank %d tag %d: "
                       "posted %zu elements of %s, but the sender sends %lld "
                       "elements of %s; no data moved", mgpu__mpi.rank,
-                      r->peer, r->tag, r->count, mgpu_dtype_name(r->dtype),
+                      r->peer, r->tag, r->count, mgpu__mpi_dtype_name(r->dtype),
                       r->hdr[H_COUNT],
-                      mgpu_dtype_name((mgpu_dtype)r->hdr[H_DTYPE])));
+                      mgpu__mpi_dtype_name((mgpu_dtype)r->hdr[H_DTYPE])));
         return;
       }
     }
@@ -320,7 +320,7 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
                              MGPU_MPI_TAG_RESERVED - 1);
   MPI_Datatype type;
   if ((rc = mgpu__mpi_type(dtype, &type)) != 0) return rc;
-  size_t es = mgpu_dtype_size(dtype);
+  size_t es = mgpu__mpi_dtype_size(dtype);
   if (count > SIZE_MAX / es)
     return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
                              mgpu__mpi.rank, what, count);
@@ -427,7 +427,7 @@ static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
                    mgpu_stream *stream, mpi_stage_pool **pool, size_t *wbytes) {
   int rc = mgpu__mpi_ready(what);
   if (rc != 0) return rc;
-  size_t es = mgpu_dtype_size(dtype);
+  size_t es = mgpu__mpi_dtype_size(dtype);
   if (es == 0)
     return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: unknown dtype %d",
                              mgpu__mpi.rank, what, (int)dtype);
