@@ -15,7 +15,7 @@
 
 enum { C_BCAST = 1, C_REDUCE, C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER,
        C_SCATTER, C_GATHER };
-static const char *kind_name[] = {"", "bcast", "reduce", "allreduce",
+static const char *kind_name[] = {"collective", "bcast", "reduce", "allreduce",
                                   "reduce_scatter", "allgather", "scatter",
                                   "gather"};
 
@@ -24,7 +24,9 @@ static const char *kind_name[] = {"", "bcast", "reduce", "allreduce",
  * data into the same MPI calls of the same sizes), so ranks started with
  * different values fail every call rather than overrun a bounce buffer. */
 enum { V_KIND, V_COUNT, V_DTYPE, V_OP, V_ROOT, V_STATUS, V_PATH, V_CHUNK,
-       V_LEN };
+       V_DEV, V_LEN };
+/* V_DEV: with a V_STATUS of MGPU_EDEVLOST, the rank's device that was lost
+ * (-1 otherwise). */
 
 /* Compares the V_LEN values of every rank of comm; *path becomes the
  * widest path any rank needs (ranks must cut the data into the same MPI
@@ -36,6 +38,7 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   MPI_Comm_rank(comm, &me);
   *path = (int)mine[V_PATH];
   if (n == 1) return local_rc;
+  mgpu__mpi.exchanges++;
   /* The local detail is kept: a refused rank reports its own reason. */
   char local_detail[512];
   snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
@@ -63,7 +66,7 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   int pending = 1;
   while (rc == 0 && pending) {
     int done = 0;
-    int m = MPI_Testall(2 * n, reqs, &done, MPI_STATUSES_IGNORE);
+    int m = mgpu__mpi_test_all(2 * n, reqs, &done);
     if (m != MPI_SUCCESS) {
       rc = mgpu__mpi_err(m, "MPI_Testall");
       break;
@@ -103,13 +106,17 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   }
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
-    if (v[V_STATUS] != 0) {
+    if (v[V_STATUS] == MGPU_EDEVLOST && v[V_DEV] >= 0)
+      rc = mgpu_module_error(MGPU_EDEVLOST, "rank %d: %s: rank %d lost its "
+                             "device %lld (MGPU_EDEVLOST); no data moved",
+                             mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
+                             v[V_DEV]);
+    else if (v[V_STATUS] != 0)
       rc = mgpu_module_error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
                              "its arguments or could not start (%s); no data "
                              "moved",
                              mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
                              mgpu_err_name((int)v[V_STATUS]));
-    }
   }
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
@@ -145,6 +152,13 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   free(all);
   free(reqs);
   return rc;
+}
+
+int mgpu__mpi_refuse(MPI_Comm comm, int code, int dev) {
+  long long v[V_LEN] = {0, 0, 0, -1, 0, code, 0, (long long)mgpu__mpi.chunk,
+                        code == MGPU_EDEVLOST ? dev : -1};
+  int path;
+  return check_all(comm, v, code, &path);
 }
 
 /* ---- the MPI step of each collective ---- */
@@ -391,7 +405,9 @@ static int coll_run(const coll_args *a) {
     local = mgpu__mpi_pool(mgpu_buffer_device(dep), &pool);
   long long v[V_LEN] = {a->kind, (long long)a->count, a->dtype,
                         a->has_op ? (long long)a->op : -1LL, a->root, local,
-                        local == 0 ? pl.path : 0, (long long)mgpu__mpi.chunk};
+                        local == 0 ? pl.path : 0, (long long)mgpu__mpi.chunk,
+                        local == MGPU_EDEVLOST && dep != NULL
+                            ? mgpu_buffer_device(dep) : -1};
   int path = 0;
   rc = check_all(a->comm, v, local, &path);
   if (rc != 0) return rc;

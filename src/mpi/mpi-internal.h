@@ -98,6 +98,7 @@ typedef struct mpi_state {
                              request on the module's or the caller's
                              buffers; every later call is refused */
   char failed_detail[384];
+  uint64_t exchanges;     /* argument exchanges with other ranks made */
   MPI_Op half_ops[2][4];  /* [FLOAT16, BFLOAT16][op] */
   mpi_stage_pool pools[MGPU_MAX_DEVICES];
   mgpu_mpi_stats stats;
@@ -146,6 +147,15 @@ int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
 int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what);
 /* mgpu__mpi_ready, and MGPU_ETIMEDOUT once a data step has timed out. */
 int mgpu__mpi_usable(const char *what);
+/* Takes part in the argument exchange of the collective the other ranks
+ * of comm are starting, as a rank that refused it with code (dev: the
+ * device lost, with MGPU_EDEVLOST): they fail with code naming this rank
+ * and dev instead of waiting for it. Returns code (detail kept). */
+int mgpu__mpi_refuse(MPI_Comm comm, int code, int dev);
+/* MPI_Testall without statuses: MPI_Test on each request in turn (MPICH's
+ * header declares MPI_Testall's statuses as an array, which GCC then checks
+ * against MPI_STATUSES_IGNORE and refuses under -Werror). */
+int mgpu__mpi_test_all(int n, MPI_Request *reqs, int *done);
 /* Absolute deadline (MPI_Wtime) for a wait starting now; huge if none. */
 double mgpu__mpi_deadline(void);
 int mgpu__mpi_err(int mpi_rc, const char *call);

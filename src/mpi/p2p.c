@@ -290,7 +290,7 @@ static void progress(mgpu_mpi_request *r) {
       return;
     }
     int all = 0;
-    m = MPI_Testall((int)r->npieces, r->data_reqs, &all, MPI_STATUSES_IGNORE);
+    m = mgpu__mpi_test_all((int)r->npieces, r->data_reqs, &all);
     if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Testall"));
     if (all) finish(r, 0);
   }

@@ -723,6 +723,53 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count,
                          request);
 }
 
+/* In a communicator over every device of every rank, rank 1 loses its
+ * device 0 (MGPU_FAULT device:0@after:0): its calls fail with
+ * MGPU_EDEVLOST, and every other rank's with MGPU_EDEVLOST naming rank 1
+ * and the device, at once rather than after the timeout (the test's
+ * MGPU_MPI_TIMEOUT_MS is far beyond ctest's limit). */
+static void run_comm_lost(void) {
+  int ndev = mgpu_device_count();
+  int devs[MGPU_MAX_DEVICES];
+  for (int d = 0; d < ndev; d++) devs[d] = d;
+  mgpu_comm *comm;
+  CHECK(mgpu_mpi_comm_create(MPI_COMM_WORLD, ndev, devs, &comm));
+  mgpu_mpi_info in = {.size = sizeof in};
+  CHECK(mgpu_mpi_get_info(&in));
+  mgpu_buffer *b[MGPU_MAX_DEVICES];
+  mgpu_stream *s[MGPU_MAX_DEVICES];
+  for (int d = 0; d < ndev; d++) {
+    b[d] = make(d, 64 * sizeof(float));
+    CHECK(mgpu_stream_create(&s[d], d));
+  }
+  char why[256];
+  if (rank == 1 && mgpu__fault_set("device:0@after:0", why, sizeof why) != 0)
+    FAIL("MGPU_FAULT: %s", why);
+  int rcs[MGPU_MAX_DEVICES];
+  CHECK(mgpu_group_begin());
+  for (int d = 0; d < ndev; d++)
+    rcs[d] = mgpu_allreduce(comm, in.first_device + d, b[d], b[d], 64,
+                            MGPU_FLOAT32, MGPU_SUM, s[d]);
+  int end = mgpu_group_end();
+  snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+  for (int d = 0; d < ndev; d++)
+    if (rcs[d] != 0 && rcs[d] != MGPU_EDEVLOST)
+      FAIL("local rank %d: %s", d, mgpu_err_name(rcs[d]));
+  if (end != MGPU_EDEVLOST)
+    FAIL("group end: %s, expected MGPU_EDEVLOST (%s)", mgpu_err_name(end),
+         last_detail);
+  if (rank != 1) {
+    expect_detail("rank 1 lost its device 0");
+  } else {
+    mgpu__fault_set("", why, sizeof why);
+  }
+  mgpu_comm_abort(comm);
+  for (int d = 0; d < ndev; d++) {
+    mgpu_stream_destroy(s[d]);
+    mgpu_free(b[d]);
+  }
+}
+
 /* ---- one mgpu_comm over the devices of every rank ---- */
 
 static double reduced_n(mgpu_op op, size_t i, int n) {
@@ -1011,6 +1058,8 @@ int main(int argc, char **argv) {
     run_chunk_mismatch();
   } else if (strcmp(name, "rank_fails") == 0) {
     run_rank_fails();
+  } else if (strcmp(name, "comm_lost") == 0) {
+    if (nranks > 1) run_comm_lost();
   } else if (strcmp(name, "rank_dies") == 0) {
     run_rank_dies();
   } else if (strcmp(name, "share") == 0) {
