@@ -713,6 +713,38 @@ static void run_rank_dies(void) {
   _exit(0); /* MPI_Finalize would wait for the dead rank */
 }
 
+/* Rank 1 dies (SIGKILL) as it sends its first piece of data, after the
+ * hand-shake: rank 0's receive returns MGPU_ETIMEDOUT naming it. */
+static int die_in_data_send;
+static void run_peer_dies(void) {
+  mgpu_buffer *b = make(0, 4096 * sizeof(float));
+  if (rank == 1) {
+    die_in_data_send = 1;
+    mgpu_mpi_send(b, 0, 4096, MGPU_FLOAT32, 0, 3, MPI_COMM_WORLD, NULL);
+    FAIL("rank 1 did not die");
+  }
+  if (rank == 0) {
+    EXPECT_RC(mgpu_mpi_recv(b, 0, 4096, MGPU_FLOAT32, 1, 3, MPI_COMM_WORLD,
+                            NULL), MGPU_ETIMEDOUT);
+    snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+    expect_detail("recv from rank 1 tag 3: rank 1 did not come for the data");
+    EXPECT_RC(mgpu_mpi_recv(b, 0, 4096, MGPU_FLOAT32, 1, 3, MPI_COMM_WORLD,
+                            NULL), MGPU_ETIMEDOUT);
+    snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+    expect_detail("an earlier call failed");
+    printf("rank 0: ok\n");
+    fflush(stdout);
+  }
+  _exit(0); /* MPI_Finalize would wait for the dead rank */
+}
+
+/* MPI's profiling interface: the module's data sends come here. */
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest,
+              int tag, MPI_Comm comm, MPI_Request *request) {
+  if (die_in_data_send && datatype == MPI_BYTE) raise(SIGKILL);
+  return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
+}
+
 /* MPI's profiling interface: the module's MPI_Iallreduce comes here. */
 int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count,
                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
@@ -1060,6 +1092,8 @@ int main(int argc, char **argv) {
     run_rank_fails();
   } else if (strcmp(name, "comm_lost") == 0) {
     if (nranks > 1) run_comm_lost();
+  } else if (strcmp(name, "peer_dies") == 0) {
+    run_peer_dies();
   } else if (strcmp(name, "rank_dies") == 0) {
     run_rank_dies();
   } else if (strcmp(name, "share") == 0) {
