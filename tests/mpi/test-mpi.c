@@ -755,6 +755,19 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count,
                          request);
 }
 
+/* One communicator over every device of every rank; *in tells where this
+ * rank's devices sit in it. */
+static mgpu_comm *comm_over_all(mgpu_mpi_info *in) {
+  int ndev = mgpu_device_count();
+  int devs[MGPU_MAX_DEVICES];
+  for (int d = 0; d < ndev; d++) devs[d] = d;
+  mgpu_comm *comm;
+  CHECK(mgpu_mpi_comm_create(MPI_COMM_WORLD, ndev, devs, &comm));
+  in->size = sizeof *in;
+  CHECK(mgpu_mpi_get_info(in));
+  return comm;
+}
+
 /* In a communicator over every device of every rank, rank 1 loses its
  * device 0 (MGPU_FAULT device:0@after:0): its calls fail with
  * MGPU_EDEVLOST, and every other rank's with MGPU_EDEVLOST naming rank 1
@@ -762,12 +775,8 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count,
  * MGPU_MPI_TIMEOUT_MS is far beyond ctest's limit). */
 static void run_comm_lost(void) {
   int ndev = mgpu_device_count();
-  int devs[MGPU_MAX_DEVICES];
-  for (int d = 0; d < ndev; d++) devs[d] = d;
-  mgpu_comm *comm;
-  CHECK(mgpu_mpi_comm_create(MPI_COMM_WORLD, ndev, devs, &comm));
-  mgpu_mpi_info in = {.size = sizeof in};
-  CHECK(mgpu_mpi_get_info(&in));
+  mgpu_mpi_info in;
+  mgpu_comm *comm = comm_over_all(&in);
   mgpu_buffer *b[MGPU_MAX_DEVICES];
   mgpu_stream *s[MGPU_MAX_DEVICES];
   for (int d = 0; d < ndev; d++) {
@@ -813,12 +822,8 @@ static double reduced_n(mgpu_op op, size_t i, int n) {
 /* Every local rank of the communicator issues, in one group. */
 static void run_comm(void) {
   int ndev = mgpu_device_count();
-  int devs[MGPU_MAX_DEVICES];
-  for (int d = 0; d < ndev; d++) devs[d] = d;
-  mgpu_comm *comm;
-  CHECK(mgpu_mpi_comm_create(MPI_COMM_WORLD, ndev, devs, &comm));
-  mgpu_mpi_info in = {.size = sizeof in};
-  CHECK(mgpu_mpi_get_info(&in));
+  mgpu_mpi_info in;
+  mgpu_comm *comm = comm_over_all(&in);
   int total = mgpu_comm_size(comm), first = in.first_device;
   if (total != in.total_devices) FAIL("comm of %d ranks, %d devices", total, in.total_devices);
   if (mgpu_comm_device(comm, first + ndev - 1) != ndev - 1) FAIL("comm device");
