@@ -128,13 +128,16 @@ static void roll_call(MPI_Comm comm, char *missing, size_t cap) {
 
 int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what) {
   double deadline = mgpu__mpi_deadline();
-  for (;;) {
+  for (unsigned spins = 0;; spins++) {
     int done = 0;
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, what);
     if (done) return 0;
+    /* A small message completes within a few tests: only then yield the
+     * core (ranks oversubscribe the cores) and look at the clock. */
+    if (spins < 64) continue;
     if (MPI_Wtime() > deadline) break;
-    sched_yield(); /* ranks oversubscribe the cores: let the others run */
+    sched_yield();
   }
   /* A collective request cannot be cancelled: it stays with MPI, which may
    * still write the buffers it was given, so the module takes no further
