@@ -289,7 +289,10 @@ MGPU_EXTERN int mgpu_mpi_dist_gather(const mgpu_dist *dist, mgpu_buffer *dst,
  * and the result goes back to every local rank. With NCCL built in and
  * every device of every rank a whole CUDA GPU, one NCCL communicator over
  * ranks x GPUs runs them instead. Across processes a collective has
- * finished when its call (or the group) returns.
+ * finished when its call (or the group) returns. A collective that fails
+ * in one process before it reaches the others (a local device lost) fails
+ * theirs with the same code, the detail naming the rank and the device
+ * (MGPU_EDEVLOST "rank 1 lost its device 0"); not on the NCCL path.
  * Collective over comm. ndev devices, each once. The caller owns *out
  * until mgpu_comm_destroy (before mgpu_mpi_finalize, on every rank). */
 MGPU_EXTERN int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
