@@ -182,10 +182,16 @@ typedef struct mgpu_comm_remote {
   /* Called once by mgpu_comm_destroy, after the local work is done. */
   void (*destroy)(void *ctx);
   void *ctx;
+  /* Optional (NULL: none). Called instead of issue, the same way, when a
+   * collective fails here before issue (a local device lost, calls that do
+   * not agree): code is what every local rank's call returns, and fail
+   * tells the other processes, which would otherwise wait in issue for
+   * this one. Its own result is ignored. */
+  void (*fail)(void *ctx, const mgpu_coll_call *calls, int n, int code);
 } mgpu_comm_remote;
 
 #define MGPU_COMM_REMOTE_INITIALIZER \
-  { sizeof(mgpu_comm_remote), 0, 0, NULL, NULL, NULL }
+  { sizeof(mgpu_comm_remote), 0, 0, NULL, NULL, NULL, NULL }
 
 /* Creates a communicator over this process's n devices as ranks
  * remote->first_rank.. of remote->nranks, whose collectives run through

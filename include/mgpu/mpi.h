@@ -10,6 +10,11 @@
  *   built-in kernels of mgpu/core.h. Every type and op of the in-process
  *   collectives is accepted (FLOAT16 and BFLOAT16 are reduced on the host by
  *   MPI operators of this module).
+ * - Beyond mgpu_dtype, the module moves the element types below (NumPy's
+ *   other integers and bool, and raw bytes), passed where a call takes an
+ *   mgpu_dtype. Integers take every op; MGPU_MPI_BOOL takes MGPU_MIN
+ *   (logical and) and MGPU_MAX (logical or); MGPU_MPI_BYTES, counted in
+ *   bytes, is moved and never reduced (MGPU_EINVAL naming the op).
  * - Each call takes an optional stream of the buffer's device: the data is
  *   read after the work queued on that stream so far (NULL: after all work
  *   of the buffer's device), and a received buffer is ready when the call
@@ -27,6 +32,11 @@
  *   rank). A rank that does not arrive within the timeout
  *   (MGPU_MPI_TIMEOUT_MS) fails the call with MGPU_ETIMEDOUT naming it; the
  *   communicator should not be used for further collectives after that.
+ * - Every wait for another rank, the data phase included, ends within
+ *   MGPU_MPI_TIMEOUT_MS: a rank that fails or dies mid-call leaves the
+ *   others with MGPU_ETIMEDOUT naming it (docs/mpi.md, "When a rank fails").
+ *   After a data phase timed out MPI may still hold the call's buffers: the
+ *   module refuses every later call and the program should call MPI_Abort.
  * - Tags from MGPU_MPI_TAG_RESERVED up are the module's own.
  * - The calls are made by one thread at a time (MPI_THREAD_FUNNELED or
  *   SERIALIZED is enough).
@@ -46,6 +56,16 @@ extern "C" {
 
 /* User tags must stay below this (MPI guarantees tags up to 32767). */
 #define MGPU_MPI_TAG_RESERVED 32000
+
+/* The module's element types beyond mgpu_dtype (see the conventions). */
+#define MGPU_MPI_INT8 ((mgpu_dtype)32)
+#define MGPU_MPI_UINT8 ((mgpu_dtype)33)
+#define MGPU_MPI_INT16 ((mgpu_dtype)34)
+#define MGPU_MPI_UINT16 ((mgpu_dtype)35)
+#define MGPU_MPI_UINT32 ((mgpu_dtype)36)
+#define MGPU_MPI_UINT64 ((mgpu_dtype)37)
+#define MGPU_MPI_BOOL ((mgpu_dtype)38)  /* 1 byte, 0 or 1 */
+#define MGPU_MPI_BYTES ((mgpu_dtype)39) /* raw bytes: moved, never reduced */
 
 /* ------------------------------------------------------------------------ */
 /* Start-up: which devices this rank opens                                  */
@@ -269,7 +289,10 @@ MGPU_EXTERN int mgpu_mpi_dist_gather(const mgpu_dist *dist, mgpu_buffer *dst,
  * and the result goes back to every local rank. With NCCL built in and
  * every device of every rank a whole CUDA GPU, one NCCL communicator over
  * ranks x GPUs runs them instead. Across processes a collective has
- * finished when its call (or the group) returns.
+ * finished when its call (or the group) returns. A collective that fails
+ * in one process before it reaches the others (a local device lost) fails
+ * theirs with the same code, the detail naming the rank and the device
+ * (MGPU_EDEVLOST "rank 1 lost its device 0"); not on the NCCL path.
  * Collective over comm. ndev devices, each once. The caller owns *out
  * until mgpu_comm_destroy (before mgpu_mpi_finalize, on every rank). */
 MGPU_EXTERN int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,

@@ -257,10 +257,19 @@ cdef class _Moved:
     cdef size_t unit     # bytes per element of dt
 
 
-cdef _Moved _moved(object a, str what, bint reduce):
-    """a as data to move: its own mgpu dtype, or (data movement only) the
-    widest of int64, int32 and float16 that divides its item size, so that
-    complex, int16 or uint32 arrays move too."""
+# The MPI module's element types beyond mgpu_dtype (MGPU_MPI_INT8 ... in
+# mgpu/mpi.h), by NumPy kind and item size.
+cdef dict _MPI_EXTRA = {("i", 1): 32, ("u", 1): 33, ("i", 2): 34,
+                        ("u", 2): 35, ("u", 4): 36, ("u", 8): 37,
+                        ("b", 1): 38}
+cdef int _MPI_BOOL = 38
+cdef int _MPI_BYTES = 39
+
+
+cdef _Moved _moved(object a, str what, bint reduce, str op=None):
+    """a as data to move: its own mgpu dtype, one of the module's own types
+    (NumPy's other integers and bool), or (data movement only) raw bytes,
+    so that every dtype an mgpu.Array holds moves (complex, 'S', 'V', ...)."""
     if not isinstance(a, Array):
         raise TypeError("%s: expected mgpu.Array, got %s" %
                         (what, type(a).__name__))
@@ -268,22 +277,25 @@ cdef _Moved _moved(object a, str what, bint reduce):
     cdef _Moved m = _Moved.__new__(_Moved)
     cdef size_t isz = x.dtype.itemsize
     m.buf = x.buf
+    m.count = x.count
+    m.unit = isz
     if x.mdt >= 0:
         m.dt = <mgpu_dtype>x.mdt
-        m.count = x.count
-        m.unit = isz
+        return m
+    extra = _MPI_EXTRA.get((x.dtype.kind, isz))
+    if extra is not None:
+        if reduce and extra == _MPI_BOOL and op not in ("min", "max"):
+            raise TypeError("%s: bool arrays reduce by 'min' (and) or 'max' "
+                            "(or), not %r" % (what, op))
+        m.dt = <mgpu_dtype><int>extra
         return m
     if reduce:
-        raise TypeError("%s: reductions take float32, float64, int32, int64 "
-                        "or float16, not %s" % (what, x.dtype))
-    for unit, dt in ((8, MGPU_INT64), (4, MGPU_INT32), (2, MGPU_FLOAT16)):
-        if isz % unit == 0:
-            m.dt = <mgpu_dtype>dt
-            m.count = x.count * (isz // unit)
-            m.unit = unit
-            return m
-    raise TypeError("%s: %s has 1-byte elements, which the MPI module does "
-                    "not move: view the data as a wider type" % (what, x.dtype))
+        raise TypeError("%s: reductions take bool, integer, float16, "
+                        "float32 or float64 arrays, not %s" % (what, x.dtype))
+    m.dt = <mgpu_dtype>_MPI_BYTES
+    m.count = x.count * isz
+    m.unit = 1
+    return m
 
 
 cdef mgpu_stream *_mpi_stream(object stream) except? NULL:
@@ -413,10 +425,10 @@ cdef _mpi_coll(int which, str what, object send, object recv, object count_of,
                              (", ".join(_OPS), op))
         mop = _OPS[op]
     if send is not None:
-        ms = _moved(send, what, red)
+        ms = _moved(send, what, red, op)
         sb = ms.buf
     if recv is not None:
-        mr = _moved(recv, what, red)
+        mr = _moved(recv, what, red, op)
         rb = mr.buf
     _mpi_agree(which, what, send, recv, c.size)
     mc = ms if count_of is send else mr

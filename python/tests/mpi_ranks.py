@@ -142,6 +142,44 @@ def allreduce():
 
 
 @case
+def every_dtype():
+    # Every dtype an mgpu.Array holds moves, 1-byte ones and odd counts of
+    # them included; integers reduce by every op, bool by min and max.
+    for dt in ("bool", "int8", "uint8", "int16", "uint16", "uint32",
+               "uint64", "complex64", "float16"):
+        want = (np.arange(13) % 2 if dt == "bool" else np.arange(13) + 3).astype(dt)
+        a = mgpu.asarray(want if rank == 0 else np.zeros(13, dt), device=0)
+        assert mgpu.mpi.bcast(a, root=0) is a
+        assert (a.numpy() == want).all(), (dt, a.numpy())
+        out = mgpu.asarray(np.full(7, rank + 1).astype(dt), device=0)
+        got = mgpu.zeros(7, dt, device=0)
+        rq = mgpu.mpi.irecv(got, (rank - 1) % size, tag=6)
+        mgpu.mpi.send(out, (rank + 1) % size, tag=6)
+        rq.wait()
+        assert (got.numpy() == np.full(7, (rank - 1) % size + 1).astype(dt)).all(), dt
+        mine = mgpu.asarray(np.full(5, rank % 2 if dt == "bool" else rank).astype(dt), device=0)
+        every = mgpu.zeros(5 * size, dt, device=0)
+        assert mgpu.mpi.allgather(mine, every) is every
+        ranks = np.arange(size) % 2 if dt == "bool" else np.arange(size)
+        assert (every.numpy() == np.repeat(ranks, 5).astype(dt)).all(), dt
+    ops = {"sum": sum, "prod": np.prod, "min": min, "max": max}
+    for dt in ("int8", "uint8", "int16", "uint16", "uint32", "uint64"):
+        for op, f in ops.items():
+            vals = [r + 1 for r in range(size)]
+            a = mgpu.asarray(np.full(9, vals[rank]).astype(dt), device=0)
+            assert mgpu.mpi.allreduce(a, op=op) is a
+            assert (a.numpy() == np.array(f(vals)).astype(dt)).all(), (dt, op, a.numpy())
+    b = mgpu.asarray(np.array([rank == 0, True, False, rank == size - 1]), device=0)
+    c = mgpu.zeros(4, "bool", device=0)
+    mgpu.mpi.allreduce(b, c, op="min")
+    assert list(c.numpy()) == [size == 1, True, False, size == 1], c.numpy()
+    mgpu.mpi.allreduce(b, c, op="max")
+    assert list(c.numpy()) == [True, True, False, True], c.numpy()
+    raises(TypeError, mgpu.mpi.allreduce, b, c, op="sum")
+    raises(TypeError, mgpu.mpi.allreduce, mgpu.zeros(4, "complex64", device=0))
+
+
+@case
 def reduce_scatter_allgather():
     k = 5
     send = mgpu.asarray(np.arange(size * k, dtype="float64") + rank, device=0)
@@ -216,7 +254,8 @@ def errors():
     raises(TypeError, mgpu.mpi.bcast, a, root="0")
     raises(TypeError, mgpu.mpi.allreduce, a, comm=object())
     raises(TypeError, mgpu.mpi.allreduce, mgpu.zeros(4, "complex64", device=0))
-    raises(TypeError, mgpu.mpi.bcast, mgpu.zeros(4, "uint8", device=0))
+    # bool reduces by min (and) and max (or) only
+    raises(TypeError, mgpu.mpi.allreduce, mgpu.zeros(4, "bool", device=0))
     raises(ValueError, mgpu.mpi.allreduce, a, op="avg")
     raises(TypeError, mgpu.mpi.allreduce, a, mgpu.zeros(4, "float64", device=0))
     raises(TypeError, mgpu.mpi.gather, a, None, root=rank)  # root needs out

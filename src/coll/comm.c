@@ -139,7 +139,10 @@ static int create(const int *devs, int n, const mgpu_comm_config *config,
   if (remote != NULL) {
     /* Across processes the module moves the data: no provider here. */
     c->has_remote = 1;
-    c->remote = *remote;
+    /* A caller built against an older, shorter mgpu_comm_remote: the
+     * fields it does not have stay NULL. */
+    memcpy(&c->remote, remote,
+           remote->size < sizeof c->remote ? remote->size : sizeof c->remote);
     c->nglobal = remote->nranks;
     c->first = remote->first_rank;
     c->cfg.provider = MGPU_COLL_PROVIDER_MGPU;

@@ -279,8 +279,10 @@ _Static_assert((int)MGPU_COLL_ALLREDUCE == (int)MGPU__COLL_ALLREDUCE &&
                        (int)MGPU__COLL_REDUCE_SCATTER,
                "public and internal collective kinds agree");
 
-/* Across processes: the module's issue function runs it. */
-static int issue_remote(mgpu__comm *c, mgpu__coll_op *op) {
+/* Across processes: the module's issue function runs it; or, when it
+ * failed here first (code != 0), the module's fail function tells the
+ * other processes. */
+static int issue_remote(mgpu__comm *c, mgpu__coll_op *op, int code) {
   mgpu_coll_call calls[MGPU_MAX_DEVICES];
   for (int r = 0; r < c->n; r++) {
     const mgpu__coll_part *p = &op->part[r];
@@ -289,7 +291,16 @@ static int issue_remote(mgpu__comm *c, mgpu__coll_op *op) {
                                 p->in_place, p->count, p->dtype, p->op,
                                 p->root, p->stream_h};
   }
-  return c->remote.issue(c->remote.ctx, calls, c->n);
+  if (code == 0) return c->remote.issue(c->remote.ctx, calls, c->n);
+  if (c->remote.fail != NULL) {
+    /* The detail of code is the local ranks' result: kept over whatever
+     * fail leaves. */
+    char detail[sizeof op->detail];
+    snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+    c->remote.fail(c->remote.ctx, calls, c->n, code);
+    mgpu__error(code, "%s", detail);
+  }
+  return code;
 }
 
 /* While tracing: every operation the issue queues on the ranks' streams
@@ -332,6 +343,7 @@ static void issue(mgpu__comm *c, mgpu__coll_op *op) {
   if (lost >= 0) /* it would run nothing there and read what was not made */
     rc = mgpu__error(MGPU_EDEVLOST, "collective #%llu: device %d was lost; "
                      "nothing was issued", (unsigned long long)op->seq, lost);
+  if (rc != 0 && c->has_remote) rc = issue_remote(c, op, rc);
   int pushed = rc == 0 && mgpu__trace_enabled() ? trace_tag(c, op) : 0;
   if (rc == 0) {
     for (int r = 0; r < c->n; r++) c->events_used[r] = 0;
@@ -345,7 +357,7 @@ static void issue(mgpu__comm *c, mgpu__coll_op *op) {
      * small-message paths (the calling thread running every rank's job):
      * its other ranks live in other processes. */
     if (c->has_remote)
-      rc = issue_remote(c, op);
+      rc = issue_remote(c, op, 0);
     else if (c->provider == MGPU_COLL_PROVIDER_NCCL)
       rc = issue_nccl(c, op);
     else if (c->algo == MGPU_COLL_ALGO_DIRECT)

@@ -15,12 +15,18 @@
 
 enum { C_BCAST = 1, C_REDUCE, C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER,
        C_SCATTER, C_GATHER };
-static const char *kind_name[] = {"", "bcast", "reduce", "allreduce",
+static const char *kind_name[] = {"collective", "bcast", "reduce", "allreduce",
                                   "reduce_scatter", "allgather", "scatter",
                                   "gather"};
 
-/* What every rank must agree on, and this rank's own verdict. */
-enum { V_KIND, V_COUNT, V_DTYPE, V_OP, V_ROOT, V_STATUS, V_PATH, V_LEN };
+/* What every rank must agree on, and this rank's own verdict. V_CHUNK is
+ * MGPU_MPI_CHUNK: it shapes the staged pipeline (every rank must cut the
+ * data into the same MPI calls of the same sizes), so ranks started with
+ * different values fail every call rather than overrun a bounce buffer. */
+enum { V_KIND, V_COUNT, V_DTYPE, V_OP, V_ROOT, V_STATUS, V_PATH, V_CHUNK,
+       V_DEV, V_LEN };
+/* V_DEV: with a V_STATUS of MGPU_EDEVLOST, the rank's device that was lost
+ * (-1 otherwise). */
 
 /* Compares the V_LEN values of every rank of comm; *path becomes the
  * widest path any rank needs (ranks must cut the data into the same MPI
@@ -32,6 +38,7 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   MPI_Comm_rank(comm, &me);
   *path = (int)mine[V_PATH];
   if (n == 1) return local_rc;
+  mgpu__mpi.exchanges++;
   /* The local detail is kept: a refused rank reports its own reason. */
   char local_detail[512];
   snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
@@ -59,7 +66,7 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   int pending = 1;
   while (rc == 0 && pending) {
     int done = 0;
-    int m = MPI_Testall(2 * n, reqs, &done, MPI_STATUSES_IGNORE);
+    int m = mgpu__mpi_test_all(2 * n, reqs, &done);
     if (m != MPI_SUCCESS) {
       rc = mgpu__mpi_err(m, "MPI_Testall");
       break;
@@ -99,12 +106,17 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   }
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
-    if (v[V_STATUS] != 0) {
+    if (v[V_STATUS] == MGPU_EDEVLOST && v[V_DEV] >= 0)
+      rc = mgpu_module_error(MGPU_EDEVLOST, "rank %d: %s: rank %d lost its "
+                             "device %lld (MGPU_EDEVLOST); no data moved",
+                             mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
+                             v[V_DEV]);
+    else if (v[V_STATUS] != 0)
       rc = mgpu_module_error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
-                             "its arguments (%s); no data moved",
+                             "its arguments or could not start (%s); no data "
+                             "moved",
                              mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
                              mgpu_err_name((int)v[V_STATUS]));
-    }
   }
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
@@ -120,10 +132,19 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
           MGPU_EMISMATCH, "rank %d: %s: count %lld, dtype %s, op %s, root "
           "%lld here but count %lld, dtype %s, op %s, root %lld on rank %d",
           mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_COUNT],
-          mgpu_dtype_name((mgpu_dtype)mine[V_DTYPE]),
+          mgpu__mpi_dtype_name((mgpu_dtype)mine[V_DTYPE]),
           mgpu_op_name((mgpu_op)mine[V_OP]), mine[V_ROOT], v[V_COUNT],
-          mgpu_dtype_name((mgpu_dtype)v[V_DTYPE]),
+          mgpu__mpi_dtype_name((mgpu_dtype)v[V_DTYPE]),
           mgpu_op_name((mgpu_op)v[V_OP]), v[V_ROOT], r);
+  }
+  for (int r = 0; rc == 0 && r < n; r++) {
+    const long long *v = all + (size_t)r * V_LEN;
+    if (v[V_CHUNK] != mine[V_CHUNK])
+      rc = mgpu_module_error(
+          MGPU_EMISMATCH, "rank %d: %s: MGPU_MPI_CHUNK=%lld here but %lld on "
+          "rank %d: every rank must be started with the same value; no data "
+          "moved", mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_CHUNK],
+          v[V_CHUNK], r);
   }
   for (int r = 0; rc == 0 && r < n; r++)
     if (all[(size_t)r * V_LEN + V_PATH] > *path)
@@ -131,6 +152,13 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   free(all);
   free(reqs);
   return rc;
+}
+
+int mgpu__mpi_refuse(MPI_Comm comm, int code, int dev) {
+  long long v[V_LEN] = {0, 0, 0, -1, 0, code, 0, (long long)mgpu__mpi.chunk,
+                        code == MGPU_EDEVLOST ? dev : -1};
+  int path;
+  return check_all(comm, v, code, &path);
 }
 
 /* ---- the MPI step of each collective ---- */
@@ -143,56 +171,66 @@ typedef struct coll_ctx {
   size_t esize;
 } coll_ctx;
 
+/* One MPI call of the data phase, non-blocking and waited for against the
+ * deadline, so that a rank that dies or leaves mid-call cannot hold the
+ * others forever. */
 static int mpi_step(void *arg, void *in, void *out, size_t c, int in_place) {
   coll_ctx *x = arg;
   if (c > INT_MAX)
     return mgpu_module_error(MGPU_ENOTSUP, "rank %d: %zu elements in one MPI "
                              "call", x->me, c);
   int n = (int)c, m = MPI_SUCCESS;
+  MPI_Request req = MPI_REQUEST_NULL;
   const char *call = "";
   switch (x->kind) {
     case C_BCAST:
-      call = "MPI_Bcast";
-      m = MPI_Bcast(x->me == x->root ? in : out, n, x->type, x->root, x->comm);
+      call = "MPI_Ibcast";
+      m = MPI_Ibcast(x->me == x->root ? in : out, n, x->type, x->root,
+                     x->comm, &req);
       break;
     case C_REDUCE:
-      call = "MPI_Reduce";
-      m = MPI_Reduce(in_place && x->me == x->root ? MPI_IN_PLACE : in, out, n,
-                     x->type, x->op, x->root, x->comm);
+      call = "MPI_Ireduce";
+      m = MPI_Ireduce(in_place && x->me == x->root ? MPI_IN_PLACE : in, out,
+                      n, x->type, x->op, x->root, x->comm, &req);
       break;
     case C_ALLREDUCE:
-      call = "MPI_Allreduce";
-      m = MPI_Allreduce(in_place ? MPI_IN_PLACE : in, out, n, x->type, x->op,
-                        x->comm);
+      call = "MPI_Iallreduce";
+      m = MPI_Iallreduce(in_place ? MPI_IN_PLACE : in, out, n, x->type, x->op,
+                         x->comm, &req);
       break;
     case C_REDUCE_SCATTER:
-      call = "MPI_Reduce_scatter_block";
-      m = MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : in, out, n,
-                                   x->type, x->op, x->comm);
-      /* In place, MPI leaves the result at the start; mgpu's convention is
-       * element r * count. */
-      if (m == MPI_SUCCESS && in_place && x->me != 0)
-        memmove((unsigned char *)out + (size_t)x->me * c * x->esize, out,
-                c * x->esize);
+      call = "MPI_Ireduce_scatter_block";
+      m = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : in, out, n,
+                                    x->type, x->op, x->comm, &req);
       break;
     case C_ALLGATHER:
-      call = "MPI_Allgather";
-      m = MPI_Allgather(in_place ? MPI_IN_PLACE : in, n, x->type, out, n,
-                        x->type, x->comm);
+      call = "MPI_Iallgather";
+      m = MPI_Iallgather(in_place ? MPI_IN_PLACE : in, n, x->type, out, n,
+                         x->type, x->comm, &req);
       break;
     case C_SCATTER:
-      call = "MPI_Scatter";
-      m = MPI_Scatter(in, n, x->type,
-                      in_place && x->me == x->root ? MPI_IN_PLACE : out, n,
-                      x->type, x->root, x->comm);
+      call = "MPI_Iscatter";
+      m = MPI_Iscatter(in, n, x->type,
+                       in_place && x->me == x->root ? MPI_IN_PLACE : out, n,
+                       x->type, x->root, x->comm, &req);
       break;
     case C_GATHER:
-      call = "MPI_Gather";
-      m = MPI_Gather(in_place && x->me == x->root ? MPI_IN_PLACE : in, n,
-                     x->type, out, n, x->type, x->root, x->comm);
+      call = "MPI_Igather";
+      m = MPI_Igather(in_place && x->me == x->root ? MPI_IN_PLACE : in, n,
+                      x->type, out, n, x->type, x->root, x->comm, &req);
       break;
   }
-  return m == MPI_SUCCESS ? 0 : mgpu__mpi_err(m, call);
+  if (m != MPI_SUCCESS) return mgpu__mpi_err(m, call);
+  char what[96];
+  snprintf(what, sizeof what, "%s: %s of %d elements", kind_name[x->kind],
+           call, n);
+  int rc = mgpu__mpi_wait_coll(&req, x->comm, what);
+  /* In place, MPI leaves the result at the start; mgpu's convention is
+   * element r * count. */
+  if (rc == 0 && x->kind == C_REDUCE_SCATTER && in_place && x->me != 0)
+    memmove((unsigned char *)out + (size_t)x->me * c * x->esize, out,
+            c * x->esize);
+  return rc;
 }
 
 /* One collective: local checks, the collective check, the plan. */
@@ -232,7 +270,7 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
   if (rc != 0) return rc;
   if (a->has_op && (rc = mgpu__mpi_op(a->dtype, a->op, &x->op)) != 0)
     return rc;
-  size_t es = mgpu_dtype_size(a->dtype);
+  size_t es = mgpu__mpi_dtype_size(a->dtype);
   if (a->count > (SIZE_MAX / es) / (size_t)n)
     return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
                              me, name, a->count);
@@ -323,8 +361,30 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
   return 0;
 }
 
+/* After a staged call: every rank learns whether a copy through the
+ * bounce buffers failed on some rank (its data went out as whatever the
+ * bounce buffer held), so that no rank returns success with a result that
+ * is not one. */
+static int agree_after(const coll_args *a, int me, int local) {
+  int mine[2] = {local, me}, worst[2] = {0, 0};
+  MPI_Request req = MPI_REQUEST_NULL;
+  int m = MPI_Iallreduce(mine, worst, 1, MPI_2INT, MPI_MINLOC, a->comm, &req);
+  if (m != MPI_SUCCESS) return local != 0 ? local : mgpu__mpi_err(m, "MPI_Iallreduce");
+  char what[64];
+  snprintf(what, sizeof what, "%s: the closing status exchange",
+           kind_name[a->kind]);
+  int rc = mgpu__mpi_wait_coll(&req, a->comm, what);
+  if (local != 0) return local; /* the rank's own code and detail */
+  if (rc != 0) return rc;
+  if (worst[0] == 0) return 0;
+  return mgpu_module_error(worst[0], "rank %d: %s: rank %d failed while the "
+                           "data moved (%s): the outputs are undefined",
+                           mgpu__mpi.rank, kind_name[a->kind], worst[1],
+                           mgpu_err_name(worst[0]));
+}
+
 static int coll_run(const coll_args *a) {
-  int rc = mgpu__mpi_ready(kind_name[a->kind]);
+  int rc = mgpu__mpi_usable(kind_name[a->kind]);
   if (rc != 0) return rc;
   int me, n;
   if (MPI_Comm_rank(a->comm, &me) != MPI_SUCCESS ||
@@ -334,27 +394,39 @@ static int coll_run(const coll_args *a) {
   mpi_plan pl;
   coll_ctx x;
   int local = local_check(a, me, n, &pl, &x);
+  const mgpu_buffer *dep = NULL;
+  if (local == 0) dep = pl.in_buf != NULL ? pl.in_buf : pl.out_buf;
+  /* What can fail on this rank before data moves fails here, before the
+   * exchange, so that every rank learns of it and none waits for this one:
+   * the wait for the work the data depends on, and the bounce pool. */
+  mpi_stage_pool *pool = NULL;
+  if (local == 0) local = mgpu__mpi_sync_before(dep, a->stream);
+  if (local == 0 && pl.path == MPI_PATH_STAGED)
+    local = mgpu__mpi_pool(mgpu_buffer_device(dep), &pool);
   long long v[V_LEN] = {a->kind, (long long)a->count, a->dtype,
                         a->has_op ? (long long)a->op : -1LL, a->root, local,
-                        local == 0 ? pl.path : 0};
+                        local == 0 ? pl.path : 0, (long long)mgpu__mpi.chunk,
+                        local == MGPU_EDEVLOST && dep != NULL
+                            ? mgpu_buffer_device(dep) : -1};
   int path = 0;
   rc = check_all(a->comm, v, local, &path);
   if (rc != 0) return rc;
   if (path == MPI_PATH_STAGED && pl.path != MPI_PATH_STAGED) {
     /* Another rank stages: cut the data the same way, through this rank's
-     * bounce buffers too. */
+     * bounce buffers too. A pool that cannot be made now leaves this rank
+     * out of the data phase: the others time out naming it. */
     pl.path = MPI_PATH_STAGED;
     staged_in_place(a, me, &pl);
+    if ((rc = mgpu__mpi_pool(mgpu_buffer_device(dep), &pool)) != 0) return rc;
   }
-  const mgpu_buffer *dep = pl.in_buf != NULL ? pl.in_buf : pl.out_buf;
-  rc = mgpu__mpi_sync_before(dep, a->stream);
-  /* Every rank goes on to the data movement; a rank whose wait failed still
-   * takes part, with its error reported after. */
-  int mrc = mgpu__mpi_run_plan(&pl);
+  (void)pool; /* run_plan finds it again */
+  rc = mgpu__mpi_run_plan(&pl);
   size_t bytes = a->count * pl.esize *
                  (size_t)(pl.n_in > pl.n_out ? pl.n_in : pl.n_out);
   mgpu__mpi_count(mgpu_buffer_device(dep), pl.path, bytes);
-  return rc != 0 ? rc : mrc;
+  if (pl.path == MPI_PATH_STAGED && n > 1 && !mgpu__mpi.failed)
+    rc = agree_after(a, me, rc);
+  return rc;
 }
 
 int mgpu_mpi_bcast(mgpu_buffer *buf, size_t offset, size_t count,

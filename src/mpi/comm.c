@@ -16,6 +16,7 @@
  * Where every device of every rank is a whole CUDA GPU and NCCL is built in,
  * one NCCL communicator spans ranks x GPUs instead (ncclCommInitRank, the
  * unique id broadcast over MPI). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,8 +241,45 @@ static int hier_reduce_scatter(mpi_comm_ctx *x, const mgpu_coll_call *c,
   return local_spread(x, c, n, (size_t)x->first[x->me] * bytes, bytes, bytes);
 }
 
+/* A local device of calls that was lost (its index on this rank), or -1. */
+static int lost_device(const mgpu_coll_call *calls, int n) {
+  for (int i = 0; i < n; i++) {
+    int dev = mgpu_stream_device(calls[i].stream);
+    mgpu_device_state st = MGPU_DEVICE_OK;
+    if (dev >= 0 && mgpu_device_status(dev, &st) == 0 &&
+        st == MGPU_DEVICE_LOST)
+      return dev;
+  }
+  return -1;
+}
+
+/* The collective failed here before this process's leader reached the
+ * other processes: it takes part in their first exchange as a refusal, so
+ * that they fail with its code, naming this rank (and the device lost),
+ * instead of waiting for it until the timeout. */
+static void hier_fail(void *ctx, const mgpu_coll_call *calls, int n,
+                      int code) {
+  mpi_comm_ctx *x = ctx;
+  if (x->nprocs < 2 || calls[0].count == 0) return; /* no exchange */
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+  mgpu__mpi_refuse(x->comm, code, lost_device(calls, n));
+  mgpu_module_error(code, "%s", detail);
+}
+
+static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n);
+
 static int hier_issue(void *ctx, const mgpu_coll_call *calls, int n) {
   mpi_comm_ctx *x = ctx;
+  uint64_t before = mgpu__mpi.exchanges;
+  int rc = hier_run(x, calls, n);
+  /* Failed before any exchange with the other processes: they are
+   * waiting in the first one. */
+  if (rc != 0 && mgpu__mpi.exchanges == before) hier_fail(x, calls, n, rc);
+  return rc;
+}
+
+static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
   size_t es = mgpu_dtype_size(calls[0].dtype);
   int nglobal = x->first[x->nprocs - 1] + x->count[x->nprocs - 1];
   size_t need = calls[0].count * es;
@@ -446,6 +484,7 @@ int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
   remote.nranks = x->first[x->nprocs - 1] + x->count[x->nprocs - 1];
   remote.first_rank = x->first[x->me];
   remote.issue = hier_issue;
+  remote.fail = hier_fail;
   remote.destroy = ctx_free;
   remote.ctx = x;
 #ifdef MGPU_HAVE_NCCL
@@ -461,6 +500,7 @@ int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
   if (all_gpus) {
     if ((rc = nccl_open(x, ndev, devs)) != 0) goto fail;
     remote.issue = nccl_issue;
+    remote.fail = NULL; /* the other processes wait in NCCL, not in MPI */
   }
 #endif
   rc = mgpu_comm_create_remote(devs, ndev, &remote, out);

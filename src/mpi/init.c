@@ -62,16 +62,152 @@ int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
   }
 }
 
+int mgpu__mpi_test_all(int n, MPI_Request *reqs, int *done) {
+  *done = 1;
+  for (int i = 0; i < n; i++) {
+    int got = 1;
+    if (reqs[i] != MPI_REQUEST_NULL) {
+      int m = MPI_Test(&reqs[i], &got, MPI_STATUS_IGNORE);
+      if (m != MPI_SUCCESS) return m;
+    }
+    if (!got) *done = 0;
+  }
+  return MPI_SUCCESS;
+}
+
+/* After a data step timed out: which ranks are still there. Every rank
+ * whose step times out sends a note to every other rank and waits one more
+ * timeout for theirs; ranks entered the step within less than a timeout of
+ * each other, so every rank that is still there is heard from, and the
+ * ranks not heard from (dead, or gone back to the program with an error of
+ * their own) are the ones named. */
+static void roll_call(MPI_Comm comm, char *missing, size_t cap) {
+  static int note; /* send buffer: lives as long as the sends it feeds */
+  int n = 1, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  note = me;
+  snprintf(missing, cap, "unknown");
+  int *got = calloc((size_t)n, sizeof *got);
+  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
+  if (got == NULL || reqs == NULL) {
+    free(got);
+    free(reqs);
+    return;
+  }
+  for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
+  for (int r = 0; r < n; r++) {
+    if (r == me) continue;
+    MPI_Irecv(&got[r], 1, MPI_INT, r, MPI_TAG_ROLL, comm, &reqs[r]);
+    MPI_Isend(&note, 1, MPI_INT, r, MPI_TAG_ROLL, comm, &reqs[n + r]);
+  }
+  double deadline = mgpu__mpi_deadline();
+  int all = 0;
+  while (!all && mgpu__mpi_test_all(n, reqs, &all) == MPI_SUCCESS && !all &&
+         MPI_Wtime() <= deadline)
+    sched_yield();
+  size_t len = 0;
+  missing[0] = '\0';
+  for (int r = 0; r < n; r++) {
+    if (reqs[r] != MPI_REQUEST_NULL) {
+      int done = 0;
+      MPI_Test(&reqs[r], &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        if (len < cap)
+          len += (size_t)snprintf(missing + len, cap - len, "%s%d",
+                                  len ? ", " : "", r);
+        MPI_Cancel(&reqs[r]);
+        MPI_Request_free(&reqs[r]);
+      }
+    }
+    if (reqs[n + r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[n + r]);
+  }
+  if (len == 0) snprintf(missing, cap, "none (every rank is waiting)");
+  free(got);
+  free(reqs);
+}
+
+int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what) {
+  double deadline = mgpu__mpi_deadline();
+  for (unsigned spins = 0;; spins++) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, what);
+    if (done) return 0;
+    /* A small message completes within a few tests: only then yield the
+     * core (ranks oversubscribe the cores) and look at the clock. */
+    if (spins < 64) continue;
+    if (MPI_Wtime() > deadline) break;
+    sched_yield();
+  }
+  /* A collective request cannot be cancelled: it stays with MPI, which may
+   * still write the buffers it was given, so the module takes no further
+   * calls (mgpu__mpi_usable) and keeps its bounce buffers. */
+  mgpu__mpi.failed = 1;
+  char missing[256];
+  roll_call(comm, missing, sizeof missing);
+  snprintf(mgpu__mpi.failed_detail, sizeof mgpu__mpi.failed_detail,
+           "%s did not complete within %d ms; rank(s) that did not come: %s",
+           what, mgpu__mpi.timeout_ms, missing);
+  return mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s; the program should "
+                           "call MPI_Abort", mgpu__mpi.rank,
+                           mgpu__mpi.failed_detail);
+}
+
+int mgpu__mpi_usable(const char *what) {
+  int rc = mgpu__mpi_ready(what);
+  if (rc != 0 || !mgpu__mpi.failed) return rc;
+  return mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s: an earlier call "
+                           "failed in its data phase (%s); the program "
+                           "should call MPI_Abort", mgpu__mpi.rank, what,
+                           mgpu__mpi.failed_detail);
+}
+
 /* ---- types and operators ---- */
 
+/* The module's own types (mgpu/mpi.h) after mgpu_dtype's: MPI type, size
+ * and name. */
+static const struct {
+  int dtype;
+  size_t size;
+  const char *name;
+} extra_types[] = {
+    {32, 1, "int8"},   {33, 1, "uint8"},  {34, 2, "int16"},
+    {35, 2, "uint16"}, {36, 4, "uint32"}, {37, 8, "uint64"},
+    {38, 1, "bool"},   {39, 1, "bytes"}};
+#define N_EXTRA (int)(sizeof extra_types / sizeof extra_types[0])
+
+static int extra_index(mgpu_dtype dtype) {
+  int i = (int)dtype - extra_types[0].dtype;
+  return i >= 0 && i < N_EXTRA ? i : -1;
+}
+
+size_t mgpu__mpi_dtype_size(mgpu_dtype dtype) {
+  int i = extra_index(dtype);
+  return i >= 0 ? extra_types[i].size : mgpu_dtype_size(dtype);
+}
+
+const char *mgpu__mpi_dtype_name(mgpu_dtype dtype) {
+  int i = extra_index(dtype);
+  return i >= 0 ? extra_types[i].name : mgpu_dtype_name(dtype);
+}
+
 int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type) {
-  switch (dtype) {
+  switch ((int)dtype) {
     case MGPU_FLOAT32: *type = MPI_FLOAT; return 0;
     case MGPU_FLOAT64: *type = MPI_DOUBLE; return 0;
     case MGPU_INT32: *type = MPI_INT32_T; return 0;
     case MGPU_INT64: *type = MPI_INT64_T; return 0;
     case MGPU_FLOAT16:
     case MGPU_BFLOAT16: *type = MPI_UINT16_T; return 0;
+    case (int)MGPU_MPI_INT8: *type = MPI_INT8_T; return 0;
+    case (int)MGPU_MPI_UINT8: *type = MPI_UINT8_T; return 0;
+    case (int)MGPU_MPI_INT16: *type = MPI_INT16_T; return 0;
+    case (int)MGPU_MPI_UINT16: *type = MPI_UINT16_T; return 0;
+    case (int)MGPU_MPI_UINT32: *type = MPI_UINT32_T; return 0;
+    case (int)MGPU_MPI_UINT64: *type = MPI_UINT64_T; return 0;
+    case (int)MGPU_MPI_BOOL: *type = MPI_C_BOOL; return 0;
+    case (int)MGPU_MPI_BYTES: *type = MPI_BYTE; return 0;
   }
   return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown dtype %d",
                            mgpu__mpi.rank, (int)dtype);
@@ -123,6 +259,18 @@ int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
                              mgpu__mpi.rank, (int)op);
   if (dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) {
     *mop = mgpu__mpi.half_ops[dtype == MGPU_BFLOAT16][op];
+    return 0;
+  }
+  if (dtype == MGPU_MPI_BYTES ||
+      (dtype == MGPU_MPI_BOOL && op != MGPU_MIN && op != MGPU_MAX))
+    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s cannot be reduced by "
+                             "%s (%s)", mgpu__mpi.rank,
+                             mgpu__mpi_dtype_name(dtype), mgpu_op_name(op),
+                             dtype == MGPU_MPI_BOOL
+                                 ? "bool takes min (and) and max (or)"
+                                 : "bytes are moved, never reduced");
+  if (dtype == MGPU_MPI_BOOL) {
+    *mop = op == MGPU_MIN ? MPI_LAND : MPI_LOR;
     return 0;
   }
   switch (op) {
@@ -507,7 +655,8 @@ fail:
 
 int mgpu_mpi_finalize(void) {
   if (!mgpu__mpi.initialized) return 0;
-  mgpu__mpi_pools_free();
+  /* After a data step timed out MPI may still write the bounce buffers. */
+  if (!mgpu__mpi.failed) mgpu__mpi_pools_free();
   mgpu__mpi_ops_free();
   int rc = mgpu_shutdown();
   int fin = 0;

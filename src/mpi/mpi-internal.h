@@ -21,6 +21,7 @@
 #define MPI_TAG_CHECK (MGPU_MPI_TAG_RESERVED + 1)
 #define MPI_TAG_HANDSHAKE (MGPU_MPI_TAG_RESERVED + 2)
 #define MPI_TAG_ACK (MGPU_MPI_TAG_RESERVED + 3)
+#define MPI_TAG_ROLL (MGPU_MPI_TAG_RESERVED + 4)
 
 /* Bounce buffers of one device, pinned and pre-touched, allocated on the
  * first staged call of the device and kept until mgpu_mpi_finalize: three
@@ -93,6 +94,11 @@ typedef struct mpi_state {
                              devices) */
   int timeout_ms;
   size_t chunk;           /* bytes per bounce region */
+  int failed;             /* a data step timed out: MPI may still hold a
+                             request on the module's or the caller's
+                             buffers; every later call is refused */
+  char failed_detail[384];
+  uint64_t exchanges;     /* argument exchanges with other ranks made */
   MPI_Op half_ops[2][4];  /* [FLOAT16, BFLOAT16][op] */
   mpi_stage_pool pools[MGPU_MAX_DEVICES];
   mgpu_mpi_stats stats;
@@ -109,6 +115,10 @@ int mgpu__mpi_ready(const char *what);
 /* The MPI datatype and reduction of an mgpu type and op (FLOAT16 and
  * BFLOAT16 use the module's operators over MPI_UINT16_T). */
 int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type);
+/* Size and name of one of the module's own types (mgpu/mpi.h), else
+ * mgpu_dtype_size's and mgpu_dtype_name's. */
+size_t mgpu__mpi_dtype_size(mgpu_dtype dtype);
+const char *mgpu__mpi_dtype_name(mgpu_dtype dtype);
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop);
 int mgpu__mpi_ops_create(void);
 void mgpu__mpi_ops_free(void);
@@ -130,6 +140,22 @@ void mgpu__mpi_count(int dev, int path, size_t bytes);
  * peer (what says what was awaited). */
 int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
                             const char *what);
+/* Waits for a non-blocking collective's request until the deadline (what
+ * names the call and chunk in the detail). On timeout: MGPU_ETIMEDOUT naming
+ * the ranks that did not come (a roll call among the ranks of comm), and
+ * the module refuses every later call (mgpu__mpi_usable). */
+int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what);
+/* mgpu__mpi_ready, and MGPU_ETIMEDOUT once a data step has timed out. */
+int mgpu__mpi_usable(const char *what);
+/* Takes part in the argument exchange of the collective the other ranks
+ * of comm are starting, as a rank that refused it with code (dev: the
+ * device lost, with MGPU_EDEVLOST): they fail with code naming this rank
+ * and dev instead of waiting for it. Returns code (detail kept). */
+int mgpu__mpi_refuse(MPI_Comm comm, int code, int dev);
+/* MPI_Testall without statuses: MPI_Test on each request in turn (MPICH's
+ * header declares MPI_Testall's statuses as an array, which GCC then checks
+ * against MPI_STATUSES_IGNORE and refuses under -Werror). */
+int mgpu__mpi_test_all(int n, MPI_Request *reqs, int *done);
 /* Absolute deadline (MPI_Wtime) for a wait starting now; huge if none. */
 double mgpu__mpi_deadline(void);
 int mgpu__mpi_err(int mpi_rc, const char *call);

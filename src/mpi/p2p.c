@@ -121,6 +121,7 @@ static int start_data(mgpu_mpi_request *r) {
   }
   r->npieces = (r->bytes + r->piece - 1) / r->piece;
   r->state = R_DATA;
+  r->deadline = mgpu__mpi_deadline();
   if (r->path == MPI_PATH_STAGED) return 0;
   r->data_reqs = malloc((r->npieces ? r->npieces : 1) * sizeof *r->data_reqs);
   if (r->data_reqs == NULL)
@@ -209,6 +210,25 @@ static int step_staged(mgpu_mpi_request *r) {
   return 0;
 }
 
+/* The peer moved no piece of the data within the timeout. What is posted
+ * stays with MPI (a cancel may not take, and MPI may still write the
+ * buffers it was given), so the module takes no further calls. */
+static void data_timeout(mgpu_mpi_request *r) {
+  int staged = r->path == MPI_PATH_STAGED;
+  MPI_Request *reqs = staged ? r->slot_req : r->data_reqs;
+  size_t n = staged ? MPI_STAGE_SLOTS : r->npieces;
+  for (size_t i = 0; reqs != NULL && i < n; i++)
+    if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
+  mgpu__mpi.failed = 1;
+  snprintf(mgpu__mpi.failed_detail, sizeof mgpu__mpi.failed_detail,
+           "%s rank %d tag %d: rank %d did not come for the data within %d "
+           "ms (%zu of %zu pieces moved)", dir(r), r->peer, r->tag, r->peer,
+           mgpu__mpi.timeout_ms, r->done_pieces, r->npieces);
+  finish(r, mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s; the program "
+                              "should call MPI_Abort", mgpu__mpi.rank,
+                              mgpu__mpi.failed_detail));
+}
+
 /* Advances r as far as it can without blocking. */
 static void progress(mgpu_mpi_request *r) {
   int m, got = 0;
@@ -232,8 +252,8 @@ static void progress(mgpu_mpi_request *r) {
                       "elements of %s, but the receiver posted %lld elements "
                       "of %s in a buffer of %lld bytes; no data moved",
                       mgpu__mpi.rank, r->peer, r->tag, r->count,
-                      mgpu_dtype_name(r->dtype), r->ack[A_COUNT],
-                      mgpu_dtype_name((mgpu_dtype)r->ack[A_DTYPE]),
+                      mgpu__mpi_dtype_name(r->dtype), r->ack[A_COUNT],
+                      mgpu__mpi_dtype_name((mgpu_dtype)r->ack[A_DTYPE]),
                       r->ack[A_CAPACITY]));
         return;
       }
@@ -255,9 +275,9 @@ static void progress(mgpu_mpi_request *r) {
                       MGPU_EMISMATCH, "rank %d: recv from rank %d tag %d: "
                       "posted %zu elements of %s, but the sender sends %lld "
                       "elements of %s; no data moved", mgpu__mpi.rank,
-                      r->peer, r->tag, r->count, mgpu_dtype_name(r->dtype),
+                      r->peer, r->tag, r->count, mgpu__mpi_dtype_name(r->dtype),
                       r->hdr[H_COUNT],
-                      mgpu_dtype_name((mgpu_dtype)r->hdr[H_DTYPE])));
+                      mgpu__mpi_dtype_name((mgpu_dtype)r->hdr[H_DTYPE])));
         return;
       }
     }
@@ -280,19 +300,26 @@ static void progress(mgpu_mpi_request *r) {
     return;
   }
   if (r->state == R_DATA) {
+    size_t before = r->done_pieces;
     if (r->path == MPI_PATH_STAGED) {
       int rc = step_staged(r);
       if (rc != 0) {
         mgpu_stream_synchronize(r->is_send ? r->pool->d2h : r->pool->h2d);
         return finish(r, rc);
       }
-      if (r->done_pieces == r->npieces) finish(r, 0);
-      return;
+      if (r->done_pieces == r->npieces) return finish(r, 0);
+    } else {
+      int all = 0;
+      m = mgpu__mpi_test_all((int)r->npieces, r->data_reqs, &all);
+      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Testall"));
+      if (all) return finish(r, 0);
+      r->done_pieces = 0;
+      for (size_t k = 0; k < r->npieces; k++)
+        r->done_pieces += r->data_reqs[k] == MPI_REQUEST_NULL;
     }
-    int all = 0;
-    m = MPI_Testall((int)r->npieces, r->data_reqs, &all, MPI_STATUSES_IGNORE);
-    if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Testall"));
-    if (all) finish(r, 0);
+    /* The deadline counts from the last piece that moved. */
+    if (r->done_pieces != before) r->deadline = mgpu__mpi_deadline();
+    else if (MPI_Wtime() > r->deadline) data_timeout(r);
   }
 }
 
@@ -300,7 +327,7 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
                 size_t count, mgpu_dtype dtype, int peer, int tag,
                 MPI_Comm comm, mgpu_stream *stream, mgpu_mpi_request **out) {
   const char *what = is_send ? "send" : "recv";
-  int rc = mgpu__mpi_ready(is_send ? "mgpu_mpi_send" : "mgpu_mpi_recv");
+  int rc = mgpu__mpi_usable(is_send ? "mgpu_mpi_send" : "mgpu_mpi_recv");
   if (rc != 0) return rc;
   if (out == NULL)
     return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: request is NULL",
@@ -320,7 +347,7 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
                              MGPU_MPI_TAG_RESERVED - 1);
   MPI_Datatype type;
   if ((rc = mgpu__mpi_type(dtype, &type)) != 0) return rc;
-  size_t es = mgpu_dtype_size(dtype);
+  size_t es = mgpu__mpi_dtype_size(dtype);
   if (count > SIZE_MAX / es)
     return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
                              mgpu__mpi.rank, what, count);
@@ -425,9 +452,9 @@ int mgpu_mpi_recv(mgpu_buffer *buf, size_t offset, size_t count,
 static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
                    size_t pitch, size_t width, size_t height, mgpu_dtype dtype,
                    mgpu_stream *stream, mpi_stage_pool **pool, size_t *wbytes) {
-  int rc = mgpu__mpi_ready(what);
+  int rc = mgpu__mpi_usable(what);
   if (rc != 0) return rc;
-  size_t es = mgpu_dtype_size(dtype);
+  size_t es = mgpu__mpi_dtype_size(dtype);
   if (es == 0)
     return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: unknown dtype %d",
                              mgpu__mpi.rank, what, (int)dtype);

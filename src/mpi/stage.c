@@ -136,8 +136,21 @@ static int run_staged(const mpi_plan *pl) {
       /* The copy back of chunk j - 3 read this out slot. */
       if (first_err == 0 && j >= MPI_STAGE_SLOTS && pl->n_out > 0)
         first_err = mgpu_event_synchronize(out->done);
+      /* After a failure the slots' events may not have been recorded: wait
+       * for every copy queued, so that MPI never reads or writes a bounce
+       * buffer a copy is still using. */
+      if (first_err != 0) {
+        mgpu_stream_synchronize(p->d2h);
+        mgpu_stream_synchronize(p->h2d);
+      }
       int mrc = pl->fn(pl->ctx, in->host, out->host, n, 0);
       if (first_err == 0) first_err = mrc;
+      /* A step that timed out left its request with MPI: no further step
+       * can match the other ranks' calls. */
+      if (mgpu__mpi.failed) {
+        first_err = mrc != 0 ? mrc : first_err;
+        break;
+      }
       if (first_err == 0 && pl->n_out > 0)
         first_err = queue_out(pl, p, out, e0, n);
       mgpu__mpi.stats.staged_chunks++;

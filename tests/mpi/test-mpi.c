@@ -3,13 +3,16 @@
  * Every rank checks its results against a reference computed on the host;
  * a failing rank prints why and calls MPI_Abort, so no rank waits forever. */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mgpu.h"
 #include "mgpu/mpi.h"
+#include "util/fault.h"
 
 static int rank, nranks;
 
@@ -600,6 +603,214 @@ static void run_missing_rank(void) {
   CHECK(mgpu_free(b));
 }
 
+/* ---- a rank that fails or leaves ---- */
+
+/* What try_allreduce found in recv. */
+enum { UNTOUCHED = 0, SUMMED = 1, OTHER = 2 };
+static char last_detail[1024];
+
+/* An all-reduce of n floats (rank r gives r + 1) on device 0 into a recv
+ * marked 9, with the faults fault names (NULL: none) during the call: the
+ * call's code (its detail in last_detail) and, in *found,
+ * what recv holds after. */
+static int try_allreduce(size_t n, int *found, const char *fault) {
+  mgpu_buffer *send = make(0, n * sizeof(float));
+  mgpu_buffer *recv = make(0, n * sizeof(float));
+  float *h = malloc(n * sizeof(float));
+  if (h == NULL) FAIL("malloc");
+  for (size_t i = 0; i < n; i++) h[i] = (float)(rank + 1);
+  upload(send, h, n * sizeof(float));
+  for (size_t i = 0; i < n; i++) h[i] = 9.0f;
+  upload(recv, h, n * sizeof(float));
+  char why[256];
+  if (fault != NULL && mgpu__fault_set(fault, why, sizeof why) != 0)
+    FAIL("MGPU_FAULT %s: %s", fault, why);
+  int rc = mgpu_mpi_allreduce(send, 0, recv, 0, n, MGPU_FLOAT32, MGPU_SUM,
+                              MPI_COMM_WORLD, NULL);
+  if (fault != NULL) mgpu__fault_set("", why, sizeof why);
+  snprintf(last_detail, sizeof last_detail, "%s",
+           rc != 0 ? mgpu_error_detail() : "");
+  float *o = download(recv, n * sizeof(float));
+  float want = (float)(nranks * (nranks + 1) / 2);
+  int marks = 1, sums = 1;
+  for (size_t i = 0; i < n; i++) {
+    marks &= o[i] == 9.0f;
+    sums &= o[i] == want;
+  }
+  *found = marks ? UNTOUCHED : sums ? SUMMED : OTHER;
+  free(o);
+  free(h);
+  CHECK(mgpu_free(send));
+  CHECK(mgpu_free(recv));
+  return rc;
+}
+
+static void expect_detail(const char *part) {
+  if (!strstr(last_detail, part))
+    FAIL("detail does not say '%s': %s", part, last_detail);
+}
+
+/* Rank 1 was started with MGPU_MPI_CHUNK=4K, the others with the default:
+ * every rank refuses, naming both values, and no byte moves (it was a write
+ * past rank 1's 4 KiB bounce buffer). */
+static void run_chunk_mismatch(void) {
+  int found;
+  EXPECT_RC(try_allreduce(300000, &found, NULL), MGPU_EMISMATCH);
+  if (found != UNTOUCHED) FAIL("recv changed by a refused call (%d)", found);
+  expect_detail("MGPU_MPI_CHUNK=");
+  expect_detail("4096");
+  expect_detail("1048576");
+  expect_detail(rank == 1 ? "on rank 0" : "on rank 1");
+}
+
+/* Rank 1 fails what fault names in the next all-reduce
+ * of n floats: rank 1 returns want, the others the same code naming rank 1,
+ * and recv is as found says; then, with the fault cleared, the next call
+ * works on every rank. */
+static void fail_on_rank1(const char *fault, size_t n, int want, int found_want) {
+  int found;
+  int rc = try_allreduce(n, &found, rank == 1 ? fault : NULL);
+  if (rc != want)
+    FAIL("%s on rank 1: %s, expected %s (%s)", fault, mgpu_err_name(rc),
+         mgpu_err_name(want), last_detail);
+  if (rank != 1) expect_detail("rank 1 ");
+  if (found_want >= 0 && found != found_want)
+    FAIL("%s on rank 1: recv %d, expected %d", fault, found, found_want);
+  EXPECT_RC(try_allreduce(n, &found, NULL), 0);
+  if (found != SUMMED) FAIL("after %s: recv %d", fault, found);
+}
+
+static void run_rank_fails(void) {
+  if (nranks < 2) return;
+  /* Rank 1 cannot make its bounce pool: nothing moved anywhere. */
+  fail_on_rank1("backend:event_create:1+", 3001, MGPU_EBACKEND, UNTOUCHED);
+  mgpu_mpi_finalize();
+  CHECK(mgpu_mpi_init(MPI_COMM_WORLD, NULL));
+  fail_on_rank1("alloc:1+", 3001, MGPU_ENOMEM, UNTOUCHED);
+  /* The pool is made: rank 1's copies fail while the data moves, every
+   * rank hears of it at the end (what recv holds is undefined). */
+  fail_on_rank1("alloc:1+", 3001, MGPU_ENOMEM, -1);
+  fail_on_rank1("alloc:12+", 3001, MGPU_ENOMEM, -1);
+}
+
+/* The last rank dies (SIGKILL) inside its second MPI_Iallreduce (see
+ * MPI_Iallreduce below), as a rank killed mid-call does, under a launcher
+ * that keeps the others running (mpirun --enable-recovery): they return
+ * MGPU_ETIMEDOUT naming it, the next call is refused, and they report. */
+static int die_at;
+static void run_rank_dies(void) {
+  int last = nranks - 1, found;
+  if (rank == last) die_at = 2;
+  EXPECT_RC(try_allreduce(64, &found, NULL), 0);
+  EXPECT_RC(try_allreduce(64, &found, NULL), MGPU_ETIMEDOUT);
+  char want[64];
+  snprintf(want, sizeof want, "did not come: %d", last);
+  expect_detail(want);
+  EXPECT_RC(try_allreduce(64, &found, NULL), MGPU_ETIMEDOUT);
+  expect_detail("an earlier call failed");
+  printf("rank %d: ok: %s\n", rank, want);
+  fflush(stdout);
+  _exit(0); /* MPI_Finalize would wait for the dead rank */
+}
+
+/* Rank 1 dies (SIGKILL) as it sends its first piece of data, after the
+ * hand-shake: rank 0's receive returns MGPU_ETIMEDOUT naming it. */
+static int die_in_data_send;
+static void run_peer_dies(void) {
+  mgpu_buffer *b = make(0, 4096 * sizeof(float));
+  if (rank == 1) {
+    die_in_data_send = 1;
+    mgpu_mpi_send(b, 0, 4096, MGPU_FLOAT32, 0, 3, MPI_COMM_WORLD, NULL);
+    FAIL("rank 1 did not die");
+  }
+  if (rank == 0) {
+    EXPECT_RC(mgpu_mpi_recv(b, 0, 4096, MGPU_FLOAT32, 1, 3, MPI_COMM_WORLD,
+                            NULL), MGPU_ETIMEDOUT);
+    snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+    expect_detail("recv from rank 1 tag 3: rank 1 did not come for the data");
+    EXPECT_RC(mgpu_mpi_recv(b, 0, 4096, MGPU_FLOAT32, 1, 3, MPI_COMM_WORLD,
+                            NULL), MGPU_ETIMEDOUT);
+    snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+    expect_detail("an earlier call failed");
+    printf("rank 0: ok\n");
+    fflush(stdout);
+  }
+  _exit(0); /* MPI_Finalize would wait for the dead rank */
+}
+
+/* MPI's profiling interface: the module's data sends come here. */
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest,
+              int tag, MPI_Comm comm, MPI_Request *request) {
+  if (die_in_data_send && datatype == MPI_BYTE) raise(SIGKILL);
+  return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
+}
+
+/* MPI's profiling interface: the module's MPI_Iallreduce comes here. */
+int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count,
+                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                   MPI_Request *request) {
+  static int calls;
+  if (die_at > 0 && ++calls == die_at) raise(SIGKILL);
+  return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm,
+                         request);
+}
+
+/* One communicator over every device of every rank; *in tells where this
+ * rank's devices sit in it. */
+static mgpu_comm *comm_over_all(mgpu_mpi_info *in) {
+  int ndev = mgpu_device_count();
+  int devs[MGPU_MAX_DEVICES];
+  for (int d = 0; d < ndev; d++) devs[d] = d;
+  mgpu_comm *comm;
+  CHECK(mgpu_mpi_comm_create(MPI_COMM_WORLD, ndev, devs, &comm));
+  in->size = sizeof *in;
+  CHECK(mgpu_mpi_get_info(in));
+  return comm;
+}
+
+/* In a communicator over every device of every rank, rank 1 loses its
+ * device 0 (MGPU_FAULT device:0@after:0): its calls fail with
+ * MGPU_EDEVLOST, and every other rank's with MGPU_EDEVLOST naming rank 1
+ * and the device, at once rather than after the timeout (the test's
+ * MGPU_MPI_TIMEOUT_MS is far beyond ctest's limit). */
+static void run_comm_lost(void) {
+  int ndev = mgpu_device_count();
+  mgpu_mpi_info in;
+  mgpu_comm *comm = comm_over_all(&in);
+  mgpu_buffer *b[MGPU_MAX_DEVICES];
+  mgpu_stream *s[MGPU_MAX_DEVICES];
+  for (int d = 0; d < ndev; d++) {
+    b[d] = make(d, 64 * sizeof(float));
+    CHECK(mgpu_stream_create(&s[d], d));
+  }
+  char why[256];
+  if (rank == 1 && mgpu__fault_set("device:0@after:0", why, sizeof why) != 0)
+    FAIL("MGPU_FAULT: %s", why);
+  int rcs[MGPU_MAX_DEVICES];
+  CHECK(mgpu_group_begin());
+  for (int d = 0; d < ndev; d++)
+    rcs[d] = mgpu_allreduce(comm, in.first_device + d, b[d], b[d], 64,
+                            MGPU_FLOAT32, MGPU_SUM, s[d]);
+  int end = mgpu_group_end();
+  snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+  for (int d = 0; d < ndev; d++)
+    if (rcs[d] != 0 && rcs[d] != MGPU_EDEVLOST)
+      FAIL("local rank %d: %s", d, mgpu_err_name(rcs[d]));
+  if (end != MGPU_EDEVLOST)
+    FAIL("group end: %s, expected MGPU_EDEVLOST (%s)", mgpu_err_name(end),
+         last_detail);
+  if (rank != 1) {
+    expect_detail("rank 1 lost its device 0");
+  } else {
+    mgpu__fault_set("", why, sizeof why);
+  }
+  mgpu_comm_abort(comm);
+  for (int d = 0; d < ndev; d++) {
+    mgpu_stream_destroy(s[d]);
+    mgpu_free(b[d]);
+  }
+}
+
 /* ---- one mgpu_comm over the devices of every rank ---- */
 
 static double reduced_n(mgpu_op op, size_t i, int n) {
@@ -611,12 +822,8 @@ static double reduced_n(mgpu_op op, size_t i, int n) {
 /* Every local rank of the communicator issues, in one group. */
 static void run_comm(void) {
   int ndev = mgpu_device_count();
-  int devs[MGPU_MAX_DEVICES];
-  for (int d = 0; d < ndev; d++) devs[d] = d;
-  mgpu_comm *comm;
-  CHECK(mgpu_mpi_comm_create(MPI_COMM_WORLD, ndev, devs, &comm));
-  mgpu_mpi_info in = {.size = sizeof in};
-  CHECK(mgpu_mpi_get_info(&in));
+  mgpu_mpi_info in;
+  mgpu_comm *comm = comm_over_all(&in);
   int total = mgpu_comm_size(comm), first = in.first_device;
   if (total != in.total_devices) FAIL("comm of %d ranks, %d devices", total, in.total_devices);
   if (mgpu_comm_device(comm, first + ndev - 1) != ndev - 1) FAIL("comm device");
@@ -867,6 +1074,8 @@ int main(int argc, char **argv) {
   }
   /* The tests' devices unless the test names others. */
   if (getenv("MGPU_DEVICES") == NULL) setenv("MGPU_DEVICES", "host:4", 1);
+  if (strcmp(name, "chunk_mismatch") == 0 && rank == 1)
+    setenv("MGPU_MPI_CHUNK", "4K", 1);
   CHECK(mgpu_mpi_init(MPI_COMM_WORLD, NULL));
   EXPECT_RC(mgpu_mpi_init(MPI_COMM_WORLD, NULL), MGPU_EALREADY);
   if (strcmp(name, "coll") == 0) {
@@ -882,6 +1091,16 @@ int main(int argc, char **argv) {
     run_bad_input();
   } else if (strcmp(name, "missing_rank") == 0) {
     run_missing_rank();
+  } else if (strcmp(name, "chunk_mismatch") == 0) {
+    run_chunk_mismatch();
+  } else if (strcmp(name, "rank_fails") == 0) {
+    run_rank_fails();
+  } else if (strcmp(name, "comm_lost") == 0) {
+    if (nranks > 1) run_comm_lost();
+  } else if (strcmp(name, "peer_dies") == 0) {
+    run_peer_dies();
+  } else if (strcmp(name, "rank_dies") == 0) {
+    run_rank_dies();
   } else if (strcmp(name, "share") == 0) {
     if (strcmp(getenv("MGPU_DEVICES"), "host:4") != 0) FAIL("MGPU_DEVICES");
     check_share(1);
