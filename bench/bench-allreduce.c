@@ -33,6 +33,12 @@
 #include "bench.h"
 #include "cmd.h"
 
+#ifdef MGPU_PEER_MPI_ALLREDUCE
+#define PEER_BUILT 1
+#else
+#define PEER_BUILT 0
+#endif
+
 #define MAXDEV 4
 #define MAXSIZES 16
 
@@ -107,20 +113,8 @@ static int run_mpi(int n, const size_t *sizes, int nsizes, int reps,
                    int quick, double *secs, char *why, size_t wlen) {
   char peer[PATH_MAX];
   for (int i = 0; i < nsizes; i++) secs[i] = 0;
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    snprintf(why, wlen, "mpirun not found");
+  if (!mgpu_cmd_mpi_peer("mpi_allreduce", PEER_BUILT, peer, sizeof peer, why, wlen))
     return -1;
-  }
-  if (!mgpu_cmd_helper_path("mpi_allreduce", peer, sizeof peer)) {
-#ifdef MGPU_PEER_MPI_ALLREDUCE
-    snprintf(why, wlen, "%s is missing (it is built and installed with this "
-             "command)", peer);
-#else
-    snprintf(why, wlen, "mpi_allreduce was not built: CMake found no MPI C "
-             "library when mgpu was configured");
-#endif
-    return -1;
-  }
   char cmd[PATH_MAX + 512];
   int len = snprintf(cmd, sizeof cmd,
                      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "

@@ -23,18 +23,16 @@
 
 #include "../examples/jacobi.h"
 #include "bench.h"
+#include "peers/jacobi-batch.h"
 #include "cmd.h"
 
-enum { CHECK_ITERS = 20, MAX_SIZES = 3 };
+#ifdef MGPU_PEER_MPI_JACOBI
+#define PEER_BUILT 1
+#else
+#define PEER_BUILT 0
+#endif
 
-/* Iterations per timed batch, as bench/peers/mpi_jacobi counts them. */
-static int batch(int n, int quick) {
-  long long it = (1LL << 26) / ((long long)n * n);
-  if (it < 10) it = 10;
-  if (it > 1000) it = 1000;
-  if (quick) it = it / 10 > 2 ? it / 10 : 2;
-  return (int)(it + (it & 1));
-}
+enum { CHECK_ITERS = 20, MAX_SIZES = 3 };
 
 /* The sum of the squares of the interior rows' cells after iters
  * iterations (by graph or op by op) from the initial grid. */
@@ -102,20 +100,8 @@ static int run_mpi(int ndev, const int *sizes, int nsizes, int reps,
                    int quick, double *us, double *sum, char *why, size_t wlen) {
   char peer[PATH_MAX];
   for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    snprintf(why, wlen, "mpirun not found");
+  if (!mgpu_cmd_mpi_peer("mpi_jacobi", PEER_BUILT, peer, sizeof peer, why, wlen))
     return -1;
-  }
-  if (!mgpu_cmd_helper_path("mpi_jacobi", peer, sizeof peer)) {
-#ifdef MGPU_PEER_MPI_JACOBI
-    snprintf(why, wlen, "%s is missing (it is built and installed with this "
-             "command)", peer);
-#else
-    snprintf(why, wlen, "mpi_jacobi was not built: CMake found no MPI C "
-             "library when mgpu was configured");
-#endif
-    return -1;
-  }
   char cmd[PATH_MAX + 512];
   int len = snprintf(cmd, sizeof cmd,
                      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
@@ -163,8 +149,8 @@ static int one_count(int ndev, const int *sizes, int nsizes,
       return 1;
     }
     if (rc == 0)
-      rc = time_both(ndev, sizes[k], batch(sizes[k], o->quick), o->reps,
-                     mine[k]);
+      rc = time_both(ndev, sizes[k], jacobi_batch(sizes[k], o->quick),
+                     o->reps, mine[k]);
   }
   if (rc != 0) return mgpu_cmd_fail("bench jacobi", rc);
   char why[PATH_MAX + 128] = "";

@@ -257,27 +257,27 @@ def main(argv):
     if not os.path.isdir(os.path.join(root, "src")):
         print(f"check-layers: {root} has no src/", file=sys.stderr)
         return 2
-    errors = check(root)
-    for e in errors:
-        print(e)
-    if errors:
-        print(f"check-layers: {len(errors)} include(s) break the layer order "
-              "(docs/ARCHITECTURE.md)")
+    if not report(check(root), "include(s) break the layer order",
+                  "every include of src/ follows the layer order"):
         return 1
-    print("check-layers: every include of src/ follows the layer order")
-    if build is None:
-        return 0
-    errors = check_symbols(build)
-    for e in errors:
-        print(e)
-    if errors:
-        print(f"check-layers: {len(errors)} reference(s) break the layer "
-              "order or a link boundary (docs/ARCHITECTURE.md)")
+    if build is not None and not report(
+            check_symbols(build),
+            "reference(s) break the layer order or a link boundary",
+            "every symbol reference of the build follows the layer order "
+            "and the link boundaries"):
         return 1
-    print("check-layers: every symbol reference of the build follows the "
-          "layer order and the link boundaries")
     return 0
 
+
+def report(errors, bad, good):
+    """Prints errors (one a line) and a closing line; True when none."""
+    for e in errors:
+        print(e)
+    if errors:
+        print(f"check-layers: {len(errors)} {bad} (docs/ARCHITECTURE.md)")
+        return False
+    print(f"check-layers: {good}")
+    return True
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

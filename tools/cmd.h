@@ -34,4 +34,10 @@ int mgpu_cmd_init(void);
  * that was looked at, for the message). */
 int mgpu_cmd_helper_path(const char *name, char *out, size_t len);
 
+/* An MPI peer program (a helper named name) and mpirun to run it: 1 with
+ * its path in out when both are there, else 0 with why filled in (built:
+ * whether the build made the peer, so that why says missing or not built). */
+int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
+                      char *why, size_t wlen);
+
 #endif /* MGPU_TOOLS_CMD_H */

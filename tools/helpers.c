@@ -4,6 +4,7 @@
  * place relative to bin/, so a built and an installed command look alike. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -21,4 +22,20 @@ int mgpu_cmd_helper_path(const char *name, char *out, size_t len) {
   int n = snprintf(out, len, "%s/%s/%s", self, MGPU_BIN_TO_HELPERS, name);
   if (n < 0 || (size_t)n >= len) return 0;
   return access(out, X_OK) == 0;
+}
+
+int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
+                      char *why, size_t wlen) {
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+    snprintf(why, wlen, "mpirun not found");
+    return 0;
+  }
+  if (mgpu_cmd_helper_path(name, out, len)) return 1;
+  if (built)
+    snprintf(why, wlen, "%s is missing (it is built and installed with this "
+             "command)", out);
+  else
+    snprintf(why, wlen, "%s was not built: CMake found no MPI C library when "
+             "mgpu was configured", name);
+  return 0;
 }

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jacobi-batch.h"
+
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -74,16 +76,6 @@ static double checksum(const slab *s) {
   return all;
 }
 
-/* Sweeps per timed batch: about 2^26 cell updates, 10 to 1000 sweeps, an
- * even number (a tenth with --quick); `mgpu bench jacobi` uses the same. */
-static int batch(int n, int quick) {
-  long long it = (1LL << 26) / ((long long)n * n);
-  if (it < 10) it = 10;
-  if (it > 1000) it = 1000;
-  if (quick) it = it / 10 > 2 ? it / 10 : 2;
-  return (int)(it + (it & 1));
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, size;
@@ -117,7 +109,7 @@ int main(int argc, char **argv) {
     slab_init(&s, sizes[k], rank, size);
     for (int it = 0; it < check; it++) sweep(&s);
     double sum = checksum(&s);
-    int iters = batch(sizes[k], quick);
+    int iters = jacobi_batch(sizes[k], quick);
     for (int rep = -1; rep < reps; rep++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
