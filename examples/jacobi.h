@@ -47,7 +47,25 @@ static void jacobi_host(const mgpu_kernel_ctx *ctx, const void *argp) {
     }
 }
 
-static const mgpu_kernel jacobi_kernel = {"jacobi", jacobi_host, NULL, NULL};
+/* The same kernel in OpenCL C, for OpenCL devices (pointers as ulong). */
+static const char jacobi_src[] =
+    "typedef struct { ulong in, out; int nx, rows; } jacobi_args;\n"
+    "__kernel void jacobi(jacobi_args a) {\n"
+    "  __global const float *in = (__global const float *)a.in;\n"
+    "  __global float *out = (__global float *)a.out;\n"
+    "  int g = (int)get_global_size(0);\n"
+    "  int per = (a.rows + g - 1) / g, lo = 1 + (int)get_global_id(0) * per;\n"
+    "  int hi = lo + per > a.rows + 1 ? a.rows + 1 : lo + per;\n"
+    "  for (int r = lo; r < hi; r++)\n"
+    "    for (int c = 1; c < a.nx - 1; c++) {\n"
+    "      __global const float *p = in + (size_t)r * a.nx + c;\n"
+    "      out[(size_t)r * a.nx + c] =\n"
+    "          0.25f * (p[-a.nx] + p[a.nx] + p[-1] + p[1]);\n"
+    "    }\n"
+    "}\n";
+
+static const mgpu_kernel jacobi_kernel = {"jacobi", jacobi_host, NULL,
+                                          jacobi_src};
 
 /* The single-threaded reference: iters iterations on the whole grid. */
 static inline void jacobi_reference(float *grid, int nx, int ny, int iters) {

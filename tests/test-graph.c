@@ -25,7 +25,18 @@ static void affine_host(const mgpu_kernel_ctx *ctx, const void *argp) {
   size_t lo = ctx->block_idx.x * per, hi = lo + per < a->n ? lo + per : a->n;
   for (size_t i = lo; i < hi; i++) a->x[i] = a->x[i] * a->mul + a->add;
 }
-static const mgpu_kernel affine = {"affine", affine_host, NULL, NULL};
+/* The same in OpenCL C (the struct's pointer as a ulong): the graph tests
+ * run on OpenCL devices too. */
+static const char affine_src[] =
+    "typedef struct { ulong x; ulong n; float mul, add; } affine_args;\n"
+    "__kernel void affine(affine_args a) {\n"
+    "  __global float *x = (__global float *)a.x;\n"
+    "  size_t g = get_global_size(0);\n"
+    "  size_t per = (a.n + g - 1) / g, lo = get_global_id(0) * per;\n"
+    "  size_t hi = lo + per < a.n ? lo + per : a.n;\n"
+    "  for (size_t i = lo; i < hi; i++) x[i] = x[i] * a.mul + a.add;\n"
+    "}\n";
+static const mgpu_kernel affine = {"affine", affine_host, NULL, affine_src};
 
 static void fail_host(const mgpu_kernel_ctx *ctx, const void *argp) {
   (void)argp;
