@@ -9,6 +9,7 @@
 #ifndef MGPU_TEST_TASK_H
 #define MGPU_TEST_TASK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,30 @@ static inline uint64_t test_rand(uint64_t *state) {
   x ^= x >> 27;
   *state = x;
   return x * 2685821657736338717ull;
+}
+
+/* A gate a host callback (test_gate_wait, as the callback's function)
+ * waits at until the test opens it (test_gate_open). */
+typedef struct test_gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int open;
+} test_gate;
+#define TEST_GATE_INITIALIZER \
+  {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
+
+static inline void test_gate_wait(void *arg) {
+  test_gate *g = arg;
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static inline void test_gate_open(test_gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
 }
 
 #endif /* MGPU_TEST_TASK_H */

@@ -353,27 +353,6 @@ TEST_IMPL(fault_inside_replay) {
   return 0;
 }
 
-/* A gate a host callback waits at until the test opens it. */
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int open;
-} gate;
-
-static void gate_wait(void *arg) {
-  gate *g = arg;
-  pthread_mutex_lock(&g->lock);
-  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
-  pthread_mutex_unlock(&g->lock);
-}
-
-static void gate_open(gate *g) {
-  pthread_mutex_lock(&g->lock);
-  g->open = 1;
-  pthread_cond_broadcast(&g->cond);
-  pthread_mutex_unlock(&g->lock);
-}
-
 /* Device 1 is lost after a launch was queued and before its part ran: the
  * node of device 0 that waits for device 1's node does not wait for ever,
  * and the launching stream reports the loss naming device 1. */
@@ -390,11 +369,11 @@ TEST_IMPL(device_lost_during_replay) {
   ASSERT_OK(mgpu_graph_instantiate(g, &x));
   mgpu_stream *s;
   ASSERT_OK(mgpu_stream_create(&s, 0));
-  gate held = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-  ASSERT_OK(mgpu_stream_add_callback(s, gate_wait, &held));
+  test_gate held = TEST_GATE_INITIALIZER;
+  ASSERT_OK(mgpu_stream_add_callback(s, test_gate_wait, &held));
   ASSERT_OK(mgpu_graph_launch(x, s));
   ASSERT_OK(mgpu__device_lose(1, "lost by the test"));
-  gate_open(&held);
+  test_gate_open(&held);
   ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s));
   ASSERT_DETAIL_HAS("device 1");
   /* Host functions still run on a lost device (they free what the work

@@ -130,25 +130,12 @@ TEST_IMPL(event_of_other_device_on_stream_is_error) {
   return 0;
 }
 
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int open;
-} gate;
-
-static void gate_wait_cb(void *arg) {
-  gate *g = arg;
-  pthread_mutex_lock(&g->lock);
-  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
-  pthread_mutex_unlock(&g->lock);
-}
-
 TEST_IMPL(wait_event_across_devices) {
   int n = test_init();
   if (n < 2) return TEST_SKIP;
   /* Device 0 writes a buffer after a gate opens; device 1 waits on an event
    * recorded after the write, then reads it. The read must see the data. */
-  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  test_gate g = TEST_GATE_INITIALIZER;
   mgpu_stream *s0, *s1;
   mgpu_event *written;
   mgpu_buffer *src, *dst;
@@ -163,7 +150,7 @@ TEST_IMPL(wait_event_across_devices) {
   mgpu_device_props p = {.size = sizeof p};
   ASSERT_OK(mgpu_device_get_props(0, &p));
   int host = p.backend_kind == MGPU_BACKEND_HOST;
-  if (host) ASSERT_OK(mgpu_stream_add_callback(s0, gate_wait_cb, &g));
+  if (host) ASSERT_OK(mgpu_stream_add_callback(s0, test_gate_wait, &g));
   ASSERT_OK(mgpu_memcpy_htod_async(src, 0, data, 4096, s0));
   ASSERT_OK(mgpu_event_record(written, s0));
   ASSERT_OK(mgpu_stream_wait_event(s1, written));
@@ -171,10 +158,7 @@ TEST_IMPL(wait_event_across_devices) {
   ASSERT_OK(mgpu_memcpy_dtoh_async(out, dst, 0, 4096, s1));
   if (host) {
     ASSERT_EQ(mgpu_stream_query(s1), MGPU_EAGAIN); /* held by the gate */
-    pthread_mutex_lock(&g.lock);
-    g.open = 1;
-    pthread_cond_broadcast(&g.cond);
-    pthread_mutex_unlock(&g.lock);
+    test_gate_open(&g);
   }
   ASSERT_OK(mgpu_stream_synchronize(s1));
   ASSERT(memcmp(out, data, 4096) == 0);
