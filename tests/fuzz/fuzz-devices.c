@@ -28,7 +28,8 @@ static void check(const char *spec, int max) {
     if (e[i].backend == MGPU_BACKEND_HOST) {
       FUZZ_CHECK(e[i].count >= 1 && e[i].count <= MGPU_MAX_DEVICES);
     } else {
-      FUZZ_CHECK(e[i].backend == MGPU_BACKEND_CUDA);
+      FUZZ_CHECK(e[i].backend == MGPU_BACKEND_CUDA ||
+                 e[i].backend == MGPU_BACKEND_OPENCL);
       FUZZ_CHECK(e[i].split >= 1 && e[i].split <= MGPU_MAX_DEVICES);
       FUZZ_CHECK(e[i].all || (e[i].ordinal >= 0 && e[i].ordinal <= 1023));
     }
