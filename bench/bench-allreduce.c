@@ -115,16 +115,13 @@ static int run_mpi(int n, const size_t *sizes, int nsizes, int reps,
   for (int i = 0; i < nsizes; i++) secs[i] = 0;
   if (!mgpu_cmd_mpi_peer("mpi_allreduce", PEER_BUILT, peer, sizeof peer, why, wlen))
     return -1;
-  char cmd[PATH_MAX + 512];
-  int len = snprintf(cmd, sizeof cmd,
-                     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                     "timeout %d mpirun --oversubscribe --bind-to none -np %d "
-                     "'%s' --raw --reps %d%s --sizes ",
-                     quick ? 60 : 900, n, peer, reps, quick ? " --quick" : "");
-  for (int i = 0; i < nsizes && len < (int)sizeof cmd - 24; i++)
-    len += snprintf(cmd + len, sizeof cmd - (size_t)len, "%s%zu", i ? "," : "",
-                    sizes[i]);
-  FILE *f = popen(cmd, "r");
+  char args[512];
+  int len = snprintf(args, sizeof args, "--raw --reps %d%s --sizes ", reps,
+                     quick ? " --quick" : "");
+  for (int i = 0; i < nsizes && len < (int)sizeof args - 24; i++)
+    len += snprintf(args + len, sizeof args - (size_t)len, "%s%zu",
+                    i ? "," : "", sizes[i]);
+  FILE *f = mgpu_cmd_mpirun(n, quick ? 60 : 900, peer, args);
   if (f == NULL) {
     snprintf(why, wlen, "cannot start mpirun");
     return -1;

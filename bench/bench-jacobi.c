@@ -103,17 +103,13 @@ static int run_mpi(int ndev, const int *sizes, int nsizes, int reps,
   for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
   if (!mgpu_cmd_mpi_peer("mpi_jacobi", PEER_BUILT, peer, sizeof peer, why, wlen))
     return -1;
-  char cmd[PATH_MAX + 512];
-  int len = snprintf(cmd, sizeof cmd,
-                     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                     "timeout %d mpirun --oversubscribe --bind-to none -np %d "
-                     "'%s' --raw --reps %d --check %d%s --sizes ",
-                     quick ? 120 : 1200, ndev, peer, reps, CHECK_ITERS,
-                     quick ? " --quick" : "");
-  for (int k = 0; k < nsizes && len < (int)sizeof cmd - 16; k++)
-    len += snprintf(cmd + len, sizeof cmd - (size_t)len, "%s%d", k ? "," : "",
-                    sizes[k]);
-  FILE *f = popen(cmd, "r");
+  char args[256];
+  int len = snprintf(args, sizeof args, "--raw --reps %d --check %d%s --sizes ",
+                     reps, CHECK_ITERS, quick ? " --quick" : "");
+  for (int k = 0; k < nsizes && len < (int)sizeof args - 16; k++)
+    len += snprintf(args + len, sizeof args - (size_t)len, "%s%d",
+                    k ? "," : "", sizes[k]);
+  FILE *f = mgpu_cmd_mpirun(ndev, quick ? 120 : 1200, peer, args);
   if (f == NULL) {
     snprintf(why, wlen, "cannot start mpirun");
     return -1;

@@ -40,4 +40,10 @@ int mgpu_cmd_helper_path(const char *name, char *out, size_t len);
 int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
                       char *why, size_t wlen);
 
+/* Starts peer on `ranks` local MPI ranks (mpirun --oversubscribe, allowed
+ * as root, ended after timeout_s seconds) with args, for reading its
+ * standard output; the caller pcloses it. NULL when it cannot start. */
+FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
+                      const char *args);
+
 #endif /* MGPU_TOOLS_CMD_H */

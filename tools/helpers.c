@@ -39,3 +39,14 @@ int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
              "mgpu was configured", name);
   return 0;
 }
+
+FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
+                      const char *args) {
+  char cmd[PATH_MAX + 1024];
+  int n = snprintf(cmd, sizeof cmd,
+                   "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                   "timeout %d mpirun --oversubscribe --bind-to none -np %d "
+                   "'%s' %s", timeout_s, ranks, peer, args);
+  if (n < 0 || (size_t)n >= sizeof cmd) return NULL;
+  return popen(cmd, "r");
+}
