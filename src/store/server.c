@@ -1031,12 +1031,11 @@ static int serve_open(mgpu_store_server_config cfg) {
 /* Polls the listening socket, the wake pipe and every client until a
  * stop is requested or poll fails. */
 static int serve_loop(void) {
-  int rc;
   struct pollfd *pfd = mgpu__calloc(MAX_CONNS + 3, sizeof *pfd);
   conn **owner = mgpu__calloc(MAX_CONNS + 3, sizeof *owner);
-  rc = (pfd == NULL || owner == NULL)
-           ? mgpu__error(MGPU_ENOMEM, "out of host memory")
-           : 0;
+  int rc = (pfd == NULL || owner == NULL)
+               ? mgpu__error(MGPU_ENOMEM, "out of host memory")
+               : 0;
   while (rc == 0 && !stop_requested) {
     int n = 0;
     pfd[n] = (struct pollfd){S.listen_fd, POLLIN, 0};
@@ -1090,7 +1089,6 @@ static int serve(mgpu_store_server_config *cfgp) {
   sigaction(SIGPIPE, &ign, &old_pipe);
   mgpu__log(MGPU_LOG_INFO, "store: serving %d devices on %s (pid %d)", S.ndev,
             S.path, (int)getpid());
-
   rc = serve_loop();
   mgpu__log(MGPU_LOG_INFO, "store: stopping, %d clients connected", S.nconns);
   while (S.conns != NULL) conn_close(S.conns, NULL);
