@@ -28,30 +28,10 @@ enum { V_KIND, V_COUNT, V_DTYPE, V_OP, V_ROOT, V_STATUS, V_PATH, V_CHUNK,
 /* V_DEV: with a V_STATUS of MGPU_EDEVLOST, the rank's device that was lost
  * (-1 otherwise). */
 
-/* Compares the V_LEN values of every rank of comm; *path becomes the
- * widest path any rank needs (ranks must cut the data into the same MPI
- * calls: if one stages, all do). */
-static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
-                     int *path) {
-  int n, me;
-  MPI_Comm_size(comm, &n);
-  MPI_Comm_rank(comm, &me);
-  *path = (int)mine[V_PATH];
-  if (n == 1) return local_rc;
-  mgpu__mpi.exchanges++;
-  /* The local detail is kept: a refused rank reports its own reason. */
-  char local_detail[512];
-  snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
-  long long *all = calloc((size_t)n * V_LEN, sizeof *all);
-  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
-  if (all == NULL || reqs == NULL) {
-    free(all);
-    free(reqs);
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: argument check",
-                             mgpu__mpi.rank);
-  }
-  for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
-  memcpy(all + (size_t)me * V_LEN, mine, V_LEN * sizeof *all);
+/* Sends mine to every other rank of comm and receives theirs into all,
+ * waiting no longer than the deadline; a rank that never comes is named. */
+static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
+                    long long *all, MPI_Request *reqs) {
   int rc = 0;
   for (int r = 0; r < n && rc == 0; r++) {
     if (r == me) continue;
@@ -100,10 +80,13 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
                            kind_name[mine[V_KIND]], missing,
                            mgpu__mpi.timeout_ms);
   }
-  if (rc == 0 && local_rc != 0) {
-    rc = local_rc;
-    mgpu_module_error(local_rc, "%s", local_detail);
-  }
+  return rc;
+}
+
+/* The first rank whose verdict, call description or MGPU_MPI_CHUNK
+ * differs from mine, as an error naming it; 0 when every rank agrees. */
+static int compare(int n, const long long *mine, const long long *all) {
+  int rc = 0;
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
     if (v[V_STATUS] == MGPU_EDEVLOST && v[V_DEV] >= 0)
@@ -146,6 +129,39 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
           "moved", mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_CHUNK],
           v[V_CHUNK], r);
   }
+  return rc;
+}
+
+/* Compares the V_LEN values of every rank of comm; *path becomes the
+ * widest path any rank needs (ranks must cut the data into the same MPI
+ * calls: if one stages, all do). */
+static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
+                     int *path) {
+  int n, me;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  *path = (int)mine[V_PATH];
+  if (n == 1) return local_rc;
+  mgpu__mpi.exchanges++;
+  /* The local detail is kept: a refused rank reports its own reason. */
+  char local_detail[512];
+  snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
+  long long *all = calloc((size_t)n * V_LEN, sizeof *all);
+  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
+  if (all == NULL || reqs == NULL) {
+    free(all);
+    free(reqs);
+    return mgpu_module_error(MGPU_ENOMEM, "rank %d: argument check",
+                             mgpu__mpi.rank);
+  }
+  for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
+  memcpy(all + (size_t)me * V_LEN, mine, V_LEN * sizeof *all);
+  int rc = exchange(comm, n, me, mine, all, reqs);
+  if (rc == 0 && local_rc != 0) {
+    rc = local_rc;
+    mgpu_module_error(local_rc, "%s", local_detail);
+  }
+  if (rc == 0) rc = compare(n, mine, all);
   for (int r = 0; rc == 0 && r < n; r++)
     if (all[(size_t)r * V_LEN + V_PATH] > *path)
       *path = (int)all[(size_t)r * V_LEN + V_PATH];

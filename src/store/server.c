@@ -985,8 +985,9 @@ int mgpu_store_serve(const mgpu_store_server_config *config) {
   return rc;
 }
 
-static int serve(mgpu_store_server_config *cfgp) {
-  mgpu_store_server_config cfg = *cfgp;
+/* Resets the daemon state from cfg and opens what it serves on: the
+ * socket path, the devices, the listening socket and the wake pipe. */
+static int serve_open(mgpu_store_server_config cfg) {
   memset(&S, 0, sizeof S);
   S.listen_fd = -1;
   S.lock_fd = -1;
@@ -999,18 +1000,17 @@ static int serve(mgpu_store_server_config *cfgp) {
   }
   S.allow_group = cfg.allow_gid >= 0;
   S.allow_gid = (gid_t)cfg.allow_gid;
-  int rc;
   if (cfg.path != NULL) {
     if (strlen(cfg.path) >= sizeof S.path)
       return mgpu__error(MGPU_EINVAL, "socket path %s is longer than %zu "
                          "bytes", cfg.path, sizeof S.path - 1);
     snprintf(S.path, sizeof S.path, "%s", cfg.path);
   } else {
-    rc = mgpu_store_default_path(S.path, sizeof S.path);
+    int rc = mgpu_store_default_path(S.path, sizeof S.path);
     if (rc == 0) rc = private_dir(S.path);
     if (rc != 0) return rc;
   }
-  rc = devices_init(cfg.capacity);
+  int rc = devices_init(cfg.capacity);
   if (rc != 0) return rc;
   if (getrandom(&S.instance, sizeof S.instance, 0) != sizeof S.instance)
     S.instance = mgpu__now_ns() ^ ((uint64_t)getpid() << 32);
@@ -1025,21 +1025,17 @@ static int serve(mgpu_store_server_config *cfgp) {
     if (S.spare_fd >= 0) close(S.spare_fd);
     return mgpu__error(MGPU_EIO, "pipe: %s", strerror(errno));
   }
-  stop_requested = 0;
-  struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term, old_pipe;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  struct sigaction ign = {.sa_handler = SIG_IGN};
-  sigaction(SIGPIPE, &ign, &old_pipe);
-  mgpu__log(MGPU_LOG_INFO, "store: serving %d devices on %s (pid %d)", S.ndev,
-            S.path, (int)getpid());
+  return 0;
+}
 
+/* Polls the listening socket, the wake pipe and every client until a
+ * stop is requested or poll fails. */
+static int serve_loop(void) {
   struct pollfd *pfd = mgpu__calloc(MAX_CONNS + 3, sizeof *pfd);
   conn **owner = mgpu__calloc(MAX_CONNS + 3, sizeof *owner);
-  rc = (pfd == NULL || owner == NULL)
-           ? mgpu__error(MGPU_ENOMEM, "out of host memory")
-           : 0;
+  int rc = (pfd == NULL || owner == NULL)
+               ? mgpu__error(MGPU_ENOMEM, "out of host memory")
+               : 0;
   while (rc == 0 && !stop_requested) {
     int n = 0;
     pfd[n] = (struct pollfd){S.listen_fd, POLLIN, 0};
@@ -1078,6 +1074,22 @@ static int serve(mgpu_store_server_config *cfgp) {
   }
   mgpu__free(pfd);
   mgpu__free(owner);
+  return rc;
+}
+
+static int serve(mgpu_store_server_config *cfgp) {
+  int rc = serve_open(*cfgp);
+  if (rc != 0) return rc;
+  stop_requested = 0;
+  struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term, old_pipe;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  struct sigaction ign = {.sa_handler = SIG_IGN};
+  sigaction(SIGPIPE, &ign, &old_pipe);
+  mgpu__log(MGPU_LOG_INFO, "store: serving %d devices on %s (pid %d)", S.ndev,
+            S.path, (int)getpid());
+  rc = serve_loop();
   mgpu__log(MGPU_LOG_INFO, "store: stopping, %d clients connected", S.nconns);
   while (S.conns != NULL) conn_close(S.conns, NULL);
   while (S.head != NULL) object_free(S.head);
