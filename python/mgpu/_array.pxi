@@ -881,12 +881,12 @@ cdef _disjoint(str what, object an, Array a, object bn, Array b):
 
 
 def _host_data(str what, data, dt, tuple shape):
-    """data (anything NumPy reads) as a C-contiguous NumPy array of dt and
-    shape, to copy into an array of dt and shape. Values convert only as
-    NumPy's "same_kind" rule allows (int into float, float64 into float32,
-    not float into int): TypeError otherwise; ValueError for another
-    shape."""
-    host = _np.asarray(data)
+    """data (anything NumPy reads, or a host tensor that speaks DLPack, as
+    asarray takes) as a C-contiguous NumPy array of dt and shape, to copy
+    into an array of dt and shape. Values convert only as NumPy's
+    "same_kind" rule allows (int into float, float64 into float32, not
+    float into int): TypeError otherwise; ValueError for another shape."""
+    host = _host_data_of(data)
     if not _np.can_cast(host.dtype, dt, "same_kind"):
         raise TypeError("%s: data of %s does not convert to %s (same_kind "
                         "casting): convert it first" %

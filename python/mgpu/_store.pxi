@@ -305,8 +305,7 @@ cdef class StoreArray:
         cdef size_t n
         cdef int rc
         if not self.writable:
-            raise ERRORS[MGPU_EREADONLY]("MGPU_EREADONLY: store object %d is "
-                                         "sealed" % self.id, "")
+            raise _fail(MGPU_EREADONLY, "store object %d is sealed" % self.id)
         host = _host_data("copy_from", data, self.dtype, self.shape)
         view = host.reshape(-1).view(_np.uint8)
         n = host.nbytes
@@ -487,9 +486,8 @@ cdef class StoreMirror:
 
     def __setitem__(self, key, value):
         if not self.writable:
-            raise ERRORS[MGPU_EREADONLY](
-                "MGPU_EREADONLY: the store object %d is sealed: its host "
-                "mirror is read-only" % self.arr.id, "")
+            raise _fail(MGPU_EREADONLY, "the store object %d is sealed: its "
+                        "host mirror is read-only" % self.arr.id)
         host = _np.asarray(value)
         if not _np.can_cast(host.dtype, self.arr.dtype, "same_kind"):
             raise TypeError("mirror: values of %s do not convert to the "

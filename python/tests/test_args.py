@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mgpu
-from conftest import run_python
+from conftest import LegacyConsumerView, run_python
 
 
 def _values(arrays):
@@ -111,6 +111,19 @@ def test_copies_check_dtype_and_shape(mg):
     assert a.numpy().tolist() == [1.0] * 4
     a.copy_from(np.arange(4))            # int64 values into float32: kept
     assert a.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_copy_from_reads_a_dlpack_only_host_tensor(mg):
+    # What asarray reads, copy_from reads: a host tensor with only
+    # __dlpack__ (no buffer or array interface) goes through DLPack, its
+    # values checked like any host data's.
+    src = LegacyConsumerView(np.arange(4, dtype=np.float64))
+    a = mgpu.zeros(4, "float32", device=0)
+    a.copy_from(src)
+    assert a.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+    _refused(TypeError, ["float64", "int32"],
+             mgpu.zeros(4, "int32").copy_from, src)
+    _refused(ValueError, ["(4,)", "(5,)"], mgpu.zeros(5).copy_from, src)
 
 
 def test_dist_gather_checks_parts(mg):

@@ -245,8 +245,9 @@ def test_create_mirror_seal(daemon, mg2):
         assert oid == obj.id and not obj.writable
         with pytest.raises(ValueError):
             obj.seal()
-        with pytest.raises(mgpu.ReadOnlyError):
+        with pytest.raises(mgpu.ReadOnlyError) as info:
             obj.copy_from(want)
+        assert "store object %d is sealed" % oid in info.value.detail
 
         # A got object's mirror: filled, read-only, never written back.
         got = st.get("mirrored", "float64", (3, 1000))
@@ -256,8 +257,9 @@ def test_create_mirror_seal(daemon, mg2):
             v = m.numpy()
             assert not v.flags.writeable
             assert v.__array_interface__["data"][0] != got.ptr  # a copy
-            with pytest.raises(mgpu.ReadOnlyError):
+            with pytest.raises(mgpu.ReadOnlyError) as info:
                 m[0, 0] = 5
+            assert "object %d is sealed" % got.id in info.value.detail
             # end() with a view alive is refused, as memoryview.release is
             with pytest.raises(BufferError):
                 m.end()
