@@ -42,6 +42,14 @@ static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
                     &reqs[n + r]);
     if (m != MPI_SUCCESS) rc = mgpu__mpi_err(m, "MPI_Isend");
   }
+  if (rc != 0) { /* nothing may write into all once the caller frees it */
+    for (int r = 0; r < 2 * n; r++) {
+      if (reqs[r] == MPI_REQUEST_NULL) continue;
+      if (r < n) MPI_Cancel(&reqs[r]);
+      MPI_Request_free(&reqs[r]);
+    }
+    return rc;
+  }
   double deadline = mgpu__mpi_deadline();
   int pending = 1;
   while (rc == 0 && pending) {
