@@ -710,6 +710,10 @@ TEST_IMPL(errors) {
   ASSERT_DETAIL_HAS("bytes");
   ASSERT_ERR(MGPU_ERANGE, mgpu_allgather(w.comm, 0, w.a[0], w.b[0],
                                          w.cap / 4 / 2 + 1, MGPU_FLOAT32, w.s[0]));
+  /* count * size * ranks past size_t: refused before any buffer is sized. */
+  ASSERT_ERR(MGPU_ERANGE, mgpu_allgather(w.comm, 1, w.a[1], w.b[1],
+                                         (size_t)-1 / 4, MGPU_FLOAT32, w.s[1]));
+  ASSERT_DETAIL_HAS("rank 1: count");
   ASSERT_ERR(MGPU_EINVAL, mgpu_allreduce(w.comm, 2, w.a[0], w.b[0], 1,
                                          MGPU_FLOAT32, MGPU_SUM, w.s[0]));
   ASSERT_ERR(MGPU_EINVAL, mgpu_reduce(w.comm, 0, w.a[0], w.b[0], 1,

@@ -149,6 +149,49 @@ static void *search_plugin(const plugin *pl, search_state *st) {
   return h;
 }
 
+/* Sets the error of a plugin that search_plugin did not open: found but
+ * refused by the loader, or not found where st says it looked. */
+static void report_unopened(const plugin *pl, const search_state *st) {
+  if (st->found_broken) {
+    penv->log(MGPU_LOG_INFO, "%s: plugin refused: %s", pl->label,
+              st->failure);
+    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s could not be "
+                    "opened: %s", pl->title, pl->file, st->failure);
+  } else {
+    penv->log(MGPU_LOG_INFO, "%s: plugin %s not found (searched %s)",
+              pl->label, pl->file, st->searched);
+    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s was not found "
+                    "(searched %s; set MGPU_PLUGIN_PATH, or %s)", pl->title,
+                    pl->file, st->searched, pl->hint);
+  }
+}
+
+/* Finds the entry of opened plugin h and checks its backend ABI; -1
+ * with the error set when it lacks one or has another. */
+static int plugin_entry(const plugin *pl, void *h,
+                        mgpu__plugin_entry_fn *entry) {
+  const int *abi = (const int *)dlsym(h, PLUGIN_ABI_SYMBOL);
+  /* dlsym returns an object pointer; POSIX guarantees it converts. */
+  *(void **)entry = dlsym(h, MGPU__PLUGIN_ENTRY);
+  if (abi == NULL || *entry == NULL) {
+    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s lacks the entry "
+              "symbol %s", pl->label, pl->file, MGPU__PLUGIN_ENTRY);
+    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s lacks the entry "
+                    "symbol %s (built for another mgpu version?)", pl->title,
+                    pl->file, MGPU__PLUGIN_ENTRY);
+    return -1;
+  }
+  if (*abi != MGPU__BACKEND_ABI) {
+    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s has backend ABI %d, "
+              "libmgpu has %d", pl->label, pl->file, *abi, MGPU__BACKEND_ABI);
+    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s has backend ABI "
+                    "%d, this libmgpu needs %d: install matching versions",
+                    pl->title, pl->file, *abi, MGPU__BACKEND_ABI);
+    return -1;
+  }
+  return 0;
+}
+
 static const mgpu__backend_ops *plugin_load(plugin *pl,
                                             const mgpu__backend_env *env) {
   search_state st;
@@ -158,40 +201,12 @@ static const mgpu__backend_ops *plugin_load(plugin *pl,
    * entry is called again so that it takes this init's environment. */
   void *h = pl->handle != NULL ? pl->handle : search_plugin(pl, &st);
   if (h == NULL) {
-    if (st.found_broken) {
-      penv->log(MGPU_LOG_INFO, "%s: plugin refused: %s", pl->label,
-                st.failure);
-      penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s could not be "
-                      "opened: %s", pl->title, pl->file, st.failure);
-    } else {
-      penv->log(MGPU_LOG_INFO, "%s: plugin %s not found (searched %s)",
-                pl->label, pl->file, st.searched);
-      penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s was not found "
-                      "(searched %s; set MGPU_PLUGIN_PATH, or %s)", pl->title,
-                      pl->file, st.searched, pl->hint);
-    }
+    report_unopened(pl, &st);
     return NULL;
   }
 
-  const int *abi = (const int *)dlsym(h, PLUGIN_ABI_SYMBOL);
   mgpu__plugin_entry_fn entry;
-  /* dlsym returns an object pointer; POSIX guarantees it converts. */
-  *(void **)&entry = dlsym(h, MGPU__PLUGIN_ENTRY);
-  if (abi == NULL || entry == NULL) {
-    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s lacks the entry "
-              "symbol %s", pl->label, pl->file, MGPU__PLUGIN_ENTRY);
-    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s lacks the entry "
-                    "symbol %s (built for another mgpu version?)", pl->title,
-                    pl->file, MGPU__PLUGIN_ENTRY);
-    dlclose(h);
-    return NULL;
-  }
-  if (*abi != MGPU__BACKEND_ABI) {
-    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s has backend ABI %d, "
-              "libmgpu has %d", pl->label, pl->file, *abi, MGPU__BACKEND_ABI);
-    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s has backend ABI "
-                    "%d, this libmgpu needs %d: install matching versions",
-                    pl->title, pl->file, *abi, MGPU__BACKEND_ABI);
+  if (plugin_entry(pl, h, &entry) != 0) {
     dlclose(h);
     return NULL;
   }

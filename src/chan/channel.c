@@ -96,10 +96,10 @@ static void chan_free(mgpu__channel *ch) {
   mgpu__free(ch);
 }
 
-int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
-                        int capacity, mgpu_channel **chan) {
-  if (chan == NULL) return mgpu__error(MGPU_EINVAL, "channel: NULL output");
-  *chan = NULL;
+/* Checks the arguments of mgpu_channel_create: two devices of one
+ * backend, and slots that are not empty and fit in a size_t. */
+static int create_check(int src_dev, int dst_dev, size_t msg_size,
+                        int capacity) {
   mgpu__device *sd, *dd;
   int rc = mgpu__device_check(src_dev, &sd);
   if (rc == 0) rc = mgpu__device_check(dst_dev, &dd);
@@ -118,8 +118,19 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   if (msg_size > SIZE_MAX / (size_t)capacity)
     return mgpu__error(MGPU_ERANGE, "channel %d -> %d: %d slots of %zu bytes",
                        src_dev, dst_dev, capacity, msg_size);
+  return 0;
+}
+
+int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
+                        int capacity, mgpu_channel **chan) {
+  if (chan == NULL) return mgpu__error(MGPU_EINVAL, "channel: NULL output");
+  *chan = NULL;
+  int rc = create_check(src_dev, dst_dev, msg_size, capacity);
+  if (rc != 0) return rc;
   mgpu__channel *ch = mgpu__calloc(1, sizeof *ch);
-  if (ch == NULL) return mgpu__error(MGPU_ENOMEM, "channel: out of memory");
+  if (ch == NULL)
+    return mgpu__error(MGPU_ENOMEM, "channel %d -> %d: out of host memory",
+                       src_dev, dst_dev);
   ch->src_dev = src_dev;
   ch->dst_dev = dst_dev;
   ch->msg_size = msg_size;
@@ -132,7 +143,8 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   mgpu__buf_put(ch->slots_b); /* only the channel frees it */
   ch->slots = mgpu__calloc((size_t)capacity, sizeof *ch->slots);
   if (ch->slots == NULL) {
-    rc = mgpu__error(MGPU_ENOMEM, "channel: out of memory");
+    rc = mgpu__error(MGPU_ENOMEM, "channel %d -> %d: out of host memory for "
+                     "%d slots", src_dev, dst_dev, capacity);
     goto fail;
   }
   for (int i = 0; i < capacity; i++) {
@@ -144,7 +156,8 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   mgpu__cond_init(&ch->cond);
   uintptr_t h = mgpu__handle_new(MGPU__H_CHANNEL, ch);
   if (h == 0) {
-    rc = mgpu__error(MGPU_ENOMEM, "channel: too many open handles");
+    rc = mgpu__error(MGPU_ENOMEM, "channel %d -> %d: too many open handles",
+                     src_dev, dst_dev);
     goto fail_locks;
   }
   ch->handle = h;

@@ -123,6 +123,55 @@ int mgpu__coll_same_backend(const char *what, const int *devs, int n) {
   return 0;
 }
 
+/* Picks c's provider (NCCL where asked for or possible, else mgpu) and,
+ * for mgpu's, its algorithm and which ranks read each other; part of
+ * create. */
+static int choose_provider(mgpu__comm *c, const int *devs, int n) {
+  int rc;
+  const mgpu__backend_ops *nccl_ops = NULL;
+  int want_nccl = c->cfg.provider != MGPU_COLL_PROVIDER_MGPU;
+  if (want_nccl && n > 1 && nccl_possible(devs, n, &nccl_ops)) {
+    mgpu__bdevice *bdevs[MGPU_MAX_DEVICES];
+    for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->bdev;
+    rc = nccl_ops->coll_comm_create(bdevs, n, &c->nccl);
+    if (rc == 0) {
+      c->provider = MGPU_COLL_PROVIDER_NCCL;
+      c->nccl_ops = nccl_ops;
+    } else if (c->cfg.provider == MGPU_COLL_PROVIDER_NCCL) {
+      return rc;
+    } else {
+      mgpu__log(MGPU_LOG_INFO, "comm: NCCL refused (%s); using mgpu's ring",
+                mgpu_error_detail());
+      mgpu_error_clear();
+    }
+  } else if (c->cfg.provider == MGPU_COLL_PROVIDER_NCCL && n > 1) {
+    rc = mgpu__error(MGPU_ENOTSUP,
+                     "comm: NCCL needs whole GPUs of a backend that has it, "
+                     "each at most once");
+    return rc;
+  }
+  if (c->nccl == NULL) {
+    c->provider = MGPU_COLL_PROVIDER_MGPU;
+    int direct = mgpu__coll_direct_possible(devs, n);
+    if (c->cfg.algo == MGPU_COLL_ALGO_DIRECT && !direct) {
+      rc = mgpu__error(MGPU_ENOTSUP,
+                       "comm: the direct algorithm needs host devices that "
+                       "read each other's memory");
+      return rc;
+    }
+    c->algo = c->cfg.algo == MGPU_COLL_ALGO_RING ? MGPU_COLL_ALGO_RING
+              : direct                            ? MGPU_COLL_ALGO_DIRECT
+                                                  : MGPU_COLL_ALGO_RING;
+    c->all_read = 1;
+    for (int r = 0; r < n; r++) {
+      c->peer_read[r] = can_read(devs[r], devs[(r + n - 1) % n]);
+      for (int q = 0; q < n && c->all_read; q++)
+        c->all_read = can_read(devs[r], devs[q]);
+    }
+  }
+  return 0;
+}
+
 static int create(const int *devs, int n, const mgpu_comm_config *config,
                   const mgpu_comm_remote *remote, mgpu_comm **comm) {
   if (comm == NULL) return mgpu__error(MGPU_EINVAL, "comm: NULL output");
@@ -148,47 +197,8 @@ static int create(const int *devs, int n, const mgpu_comm_config *config,
     c->cfg.provider = MGPU_COLL_PROVIDER_MGPU;
   }
 
-  const mgpu__backend_ops *nccl_ops = NULL;
-  int want_nccl = c->cfg.provider != MGPU_COLL_PROVIDER_MGPU;
-  if (want_nccl && n > 1 && nccl_possible(devs, n, &nccl_ops)) {
-    mgpu__bdevice *bdevs[MGPU_MAX_DEVICES];
-    for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->bdev;
-    rc = nccl_ops->coll_comm_create(bdevs, n, &c->nccl);
-    if (rc == 0) {
-      c->provider = MGPU_COLL_PROVIDER_NCCL;
-      c->nccl_ops = nccl_ops;
-    } else if (c->cfg.provider == MGPU_COLL_PROVIDER_NCCL) {
-      goto fail_free;
-    } else {
-      mgpu__log(MGPU_LOG_INFO, "comm: NCCL refused (%s); using mgpu's ring",
-                mgpu_error_detail());
-      mgpu_error_clear();
-    }
-  } else if (c->cfg.provider == MGPU_COLL_PROVIDER_NCCL && n > 1) {
-    rc = mgpu__error(MGPU_ENOTSUP,
-                     "comm: NCCL needs whole GPUs of a backend that has it, "
-                     "each at most once");
-    goto fail_free;
-  }
-  if (c->nccl == NULL) {
-    c->provider = MGPU_COLL_PROVIDER_MGPU;
-    int direct = mgpu__coll_direct_possible(devs, n);
-    if (c->cfg.algo == MGPU_COLL_ALGO_DIRECT && !direct) {
-      rc = mgpu__error(MGPU_ENOTSUP,
-                       "comm: the direct algorithm needs host devices that "
-                       "read each other's memory");
-      goto fail_free;
-    }
-    c->algo = c->cfg.algo == MGPU_COLL_ALGO_RING ? MGPU_COLL_ALGO_RING
-              : direct                            ? MGPU_COLL_ALGO_DIRECT
-                                                  : MGPU_COLL_ALGO_RING;
-    c->all_read = 1;
-    for (int r = 0; r < n; r++) {
-      c->peer_read[r] = can_read(devs[r], devs[(r + n - 1) % n]);
-      for (int q = 0; q < n && c->all_read; q++)
-        c->all_read = can_read(devs[r], devs[q]);
-    }
-  }
+  rc = choose_provider(c, devs, n);
+  if (rc != 0) goto fail_free;
   mgpu__mutex_init(&c->lock);
   mgpu__cond_init(&c->cond);
   uintptr_t h = mgpu__handle_new(MGPU__H_COMM, c);

@@ -138,6 +138,51 @@ static void part_put(mgpu__coll_part *p, int pinned) {
   p->send_b = p->recv_b = NULL;
 }
 
+/* Sizes rank grank's send and recv buffers for its kind (roots and NCCL's
+ * in-place layouts), checks and resolves them; part of check_part. */
+static int check_layout(const char *what, int grank, int dev, size_t bytes,
+                        size_t total, mgpu__coll_part *p, int pinned) {
+  int rc;
+  size_t need_send = 0, need_recv = 0;
+  int is_root = !has_root(p->kind) || grank == p->root;
+  switch (p->kind) {
+    case MGPU__COLL_ALLREDUCE: need_send = need_recv = bytes; break;
+    case MGPU__COLL_REDUCE:
+      need_send = bytes;
+      need_recv = is_root ? bytes : 0;
+      if (!is_root) p->recv_h = NULL;
+      break;
+    case MGPU__COLL_BROADCAST:
+      need_send = is_root ? bytes : 0;
+      need_recv = bytes;
+      if (!is_root) p->send_h = NULL;
+      break;
+    case MGPU__COLL_ALLGATHER: need_send = bytes; need_recv = total; break;
+    case MGPU__COLL_REDUCE_SCATTER: need_send = total; need_recv = bytes; break;
+  }
+  p->in_place = p->send_h != NULL && p->send_h == p->recv_h;
+  if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) need_send = total;
+  if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) need_recv = total;
+  void *send;
+  rc = check_buf(what, "send", grank, dev, p->send_h, need_send, &send,
+                 &p->send_b, pinned);
+  if (rc != 0) return rc;
+  rc = check_buf(what, "recv", grank, dev, p->recv_h, need_recv, &p->recv,
+                 &p->recv_b, pinned);
+  if (rc != 0) return rc;
+  p->send = send;
+  /* NCCL's in-place layouts: the rank's own block of the larger buffer. */
+  if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) {
+    p->send_off = (size_t)grank * bytes;
+    p->send = (char *)p->recv + p->send_off;
+  }
+  if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) {
+    p->recv_off = (size_t)grank * bytes;
+    p->recv = (char *)send + p->recv_off;
+  }
+  return 0;
+}
+
 /* Checks a rank's call on its own and resolves its handles, which stay held
  * (also on failure) until part_put. rank is the local rank (devs[rank]);
  * grank the global one, which roots, sizes and in-place blocks are counted
@@ -183,45 +228,8 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
   if (__builtin_mul_overflow(p->count, esz, &bytes) ||
       __builtin_mul_overflow(bytes, n, &total))
     return mgpu__error(MGPU_ERANGE, "%s rank %d: count %zu overflows", what,
-                       rank, p->count);
-  size_t need_send = 0, need_recv = 0;
-  int is_root = !has_root(p->kind) || grank == p->root;
-  switch (p->kind) {
-    case MGPU__COLL_ALLREDUCE: need_send = need_recv = bytes; break;
-    case MGPU__COLL_REDUCE:
-      need_send = bytes;
-      need_recv = is_root ? bytes : 0;
-      if (!is_root) p->recv_h = NULL;
-      break;
-    case MGPU__COLL_BROADCAST:
-      need_send = is_root ? bytes : 0;
-      need_recv = bytes;
-      if (!is_root) p->send_h = NULL;
-      break;
-    case MGPU__COLL_ALLGATHER: need_send = bytes; need_recv = total; break;
-    case MGPU__COLL_REDUCE_SCATTER: need_send = total; need_recv = bytes; break;
-  }
-  p->in_place = p->send_h != NULL && p->send_h == p->recv_h;
-  if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) need_send = total;
-  if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) need_recv = total;
-  void *send;
-  rc = check_buf(what, "send", grank, dev, p->send_h, need_send, &send,
-                 &p->send_b, pinned);
-  if (rc != 0) return rc;
-  rc = check_buf(what, "recv", grank, dev, p->recv_h, need_recv, &p->recv,
-                 &p->recv_b, pinned);
-  if (rc != 0) return rc;
-  p->send = send;
-  /* NCCL's in-place layouts: the rank's own block of the larger buffer. */
-  if (p->in_place && p->kind == MGPU__COLL_ALLGATHER) {
-    p->send_off = (size_t)grank * bytes;
-    p->send = (char *)p->recv + p->send_off;
-  }
-  if (p->in_place && p->kind == MGPU__COLL_REDUCE_SCATTER) {
-    p->recv_off = (size_t)grank * bytes;
-    p->recv = (char *)send + p->recv_off;
-  }
-  return 0;
+                       grank, p->count);
+  return check_layout(what, grank, dev, bytes, total, p, pinned);
 }
 
 /* Checks the ranks of a complete operation against each other. */

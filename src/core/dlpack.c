@@ -92,9 +92,10 @@ static int view_extent(const mgpu__buf *b, size_t esize, int ndim,
   return 0;
 }
 
-static int export_view(mgpu__buf *b, size_t offset, DLDataType dtype,
-                       int ndim, const int64_t *shape, const int64_t *strides,
-                       DLManagedTensorVersioned **managed) {
+/* Checks the arguments of an export and that the view lies inside b. */
+static int check_view(mgpu__buf *b, size_t offset, DLDataType dtype,
+                      int ndim, const int64_t *shape, const int64_t *strides,
+                      DLManagedTensorVersioned **managed) {
   int rc;
   if (managed == NULL || ndim < 0 || ndim > MAX_DIMS ||
       (ndim > 0 && shape == NULL))
@@ -126,6 +127,14 @@ static int export_view(mgpu__buf *b, size_t offset, DLDataType dtype,
     return mgpu__error(MGPU_ERANGE, "mgpu_buffer_dlpack: offset %zu is "
                        "outside the %zu-byte buffer of device %d", offset,
                        b->size, b->dev);
+  return 0;
+}
+
+static int export_view(mgpu__buf *b, size_t offset, DLDataType dtype,
+                       int ndim, const int64_t *shape, const int64_t *strides,
+                       DLManagedTensorVersioned **managed) {
+  int rc = check_view(b, offset, dtype, ndim, shape, strides, managed);
+  if (rc != 0) return rc;
   export_ctx *x = mgpu__calloc(1, sizeof *x + 2 * (size_t)ndim * sizeof(int64_t));
   if (x == NULL)
     return mgpu__error(MGPU_ENOMEM, "mgpu_buffer_dlpack: out of host memory "

@@ -40,10 +40,29 @@ static int resolve(const mgpu_buffer *h, size_t offset, void **ptr) {
   return ok ? 0 : -1;
 }
 
-/* The part node of o (a node of device dev); -1: it cannot be one. */
-static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
+/* The part node of built-in kernel node o; -1: half types or a dead handle. */
+static int convert_builtin(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
   void *dst = NULL, *src = NULL, *b = NULL;
   size_t es = mgpu_dtype_size(o->dtype);
+  if (es == 0 || es == 2 || resolve(o->dst, o->dst_offset, &dst) != 0 ||
+      (o->a != NULL && resolve(o->a, o->a_offset, &src) != 0) ||
+      (o->b != NULL && resolve(o->b, o->b_offset, &b) != 0))
+    return -1;
+  n->kind = MGPU__BG_BUILTIN;
+  n->builtin = (mgpu__builtin){.dtype = o->dtype, .op = o->op,
+                               .count = o->size, .dst = dst, .a = src,
+                               .b = b, .alpha = o->alpha};
+  n->builtin.kind = o->kind == MGPU__GOP_FILL    ? MGPU__BUILTIN_FILL
+                    : o->kind == MGPU__GOP_SCALE ? MGPU__BUILTIN_SCALE
+                    : o->kind == MGPU__GOP_AXPY  ? MGPU__BUILTIN_AXPY
+                                                 : MGPU__BUILTIN_ELEMENTWISE;
+  if (o->kind == MGPU__GOP_FILL) memcpy(&n->builtin.value, o->fill, es);
+  return 0;
+}
+
+/* The part node of o (a node of device dev); -1: it cannot be one. */
+static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
+  void *dst = NULL, *src = NULL;
   switch (o->kind) {
     case MGPU__GOP_EMPTY:
       n->kind = MGPU__BG_NOP;
@@ -86,20 +105,7 @@ static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
     case MGPU__GOP_SCALE:
     case MGPU__GOP_AXPY:
     case MGPU__GOP_ELEMENTWISE:
-      if (es == 0 || es == 2 || resolve(o->dst, o->dst_offset, &dst) != 0 ||
-          (o->a != NULL && resolve(o->a, o->a_offset, &src) != 0) ||
-          (o->b != NULL && resolve(o->b, o->b_offset, &b) != 0))
-        return -1;
-      n->kind = MGPU__BG_BUILTIN;
-      n->builtin = (mgpu__builtin){.dtype = o->dtype, .op = o->op,
-                                   .count = o->size, .dst = dst, .a = src,
-                                   .b = b, .alpha = o->alpha};
-      n->builtin.kind = o->kind == MGPU__GOP_FILL    ? MGPU__BUILTIN_FILL
-                        : o->kind == MGPU__GOP_SCALE ? MGPU__BUILTIN_SCALE
-                        : o->kind == MGPU__GOP_AXPY  ? MGPU__BUILTIN_AXPY
-                                                     : MGPU__BUILTIN_ELEMENTWISE;
-      if (o->kind == MGPU__GOP_FILL) memcpy(&n->builtin.value, o->fill, es);
-      return 0;
+      return convert_builtin(o, n);
     case MGPU__GOP_HOST:
       n->kind = MGPU__BG_CALLBACK;
       n->fn = o->fn;
