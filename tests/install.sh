@@ -65,6 +65,10 @@ for f in $elves $ext; do
 done
 echo "install: NEEDED entries of $checked files ok"
 
+# Open MPI is not sanitizer-clean (it leaks at finalize): MPI programs run in
+# plain builds only.
+sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
+
 # The Python package: each extension finds the libmgpu libraries it links
 # beside it through an $ORIGIN RUNPATH, one file each (a wheel holds no
 # links); `import mgpu` maps no MPI library, and mgpu.mpi runs under mpirun
@@ -88,7 +92,7 @@ print(open("/proc/self/maps").read())') || fail "the installed package: import m
     ! echo "$maps" | grep -Eq '/lib(mpi|mpich|open-pal|open-rte)[._]' || fail "import mgpu loaded MPI"
     echo "install: the installed package finds libmgpu beside it; import mgpu loads no MPI"
   fi
-  if [ -e "$tmp"/pkg/mgpu/_mpi.*.so ] && [ -z "$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)" ] &&
+  if [ -e "$tmp"/pkg/mgpu/_mpi.*.so ] && [ -z "$sanitized" ] &&
      command -v mpirun >/dev/null && python3 -c "import numpy, mpi4py" 2>/dev/null; then
     cat > "$tmp/ranks.py" <<'PY'
 from mpi4py import MPI
@@ -130,7 +134,6 @@ echo "install: every installed program starts without LD_LIBRARY_PATH"
 # The helpers are where the command looks for them: `mgpu bench mpi` runs
 # mgpu-bench-mpi as one rank (in plain builds: Open MPI is not
 # sanitizer-clean, it leaks at finalize).
-sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
 if has mpi && [ -z "$sanitized" ]; then
   [ -x "$tmp/prefix/libexec/mgpu/mgpu-bench-mpi" ] || fail "mgpu-bench-mpi not installed"
   [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] || fail "mpi_allreduce not installed"
