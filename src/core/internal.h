@@ -165,6 +165,24 @@ typedef struct mgpu__device {
   uint64_t mempool_cached_bytes;
 } mgpu__device;
 
+/* 1 when the CPU reads and writes d's memory of kind directly (its
+ * backend's caps). */
+static inline int mgpu__device_host_visible(const mgpu__device *d,
+                                            mgpu_mem_kind kind) {
+  return (d->ops->caps.host_visible >> kind) & 1u;
+}
+
+/* 1 when k has the variant that runs on a backend of the given caps. */
+static inline int mgpu__kernel_has_variant(const mgpu_kernel *k,
+                                           mgpu__kernel_variant v) {
+  switch (v) {
+    case MGPU__KERNEL_HOST_FN: return k->host_fn != NULL;
+    case MGPU__KERNEL_CUDA_FN: return k->cuda_fn != NULL;
+    case MGPU__KERNEL_OPENCL_SRC: return k->opencl_src != NULL;
+  }
+  return 0;
+}
+
 /* NULL when not initialized or out of range; sets no error. */
 mgpu__device *mgpu__device_get(int id);
 /* The same, setting MGPU_ENOINIT / MGPU_ENODEV with a detail naming id. */
