@@ -46,42 +46,42 @@ static int bdevice_id(mgpu__bdevice *b) {
 /* hit: what mgpu__fault_hit said. A rule ending in "=devlost" fails the call
  * as a driver's sticky error would: the call's device is lost from here on
  * (a call for no device fails as any injected failure does). */
-static int injected(int kind, const char *op, mgpu__bdevice *dev, int hit) {
+static int injected(int backend, const char *op, mgpu__bdevice *dev, int hit) {
   if (hit == MGPU__FAULT_LOSE && dev != NULL &&
-      real_ops[kind]->loss != NULL) {
+      real_ops[backend]->loss != NULL) {
     char why[64];
     snprintf(why, sizeof why, "MGPU_FAULT backend:%s=devlost", op);
-    real_ops[kind]->loss->lose(dev, why);
+    real_ops[backend]->loss->lose(dev, why);
     int id = bdevice_id(dev);
     mgpu__device_lost_seen(id);
     return mgpu__error(MGPU_EDEVLOST, "%s device %d was lost in %s (%s)",
-                       real_ops[kind]->name, id, op, why);
+                       real_ops[backend]->name, id, op, why);
   }
   return mgpu__error(MGPU_EBACKEND, "%s backend: %s failed (a failure injected "
-                     "by MGPU_FAULT)", real_ops[kind]->name, op);
+                     "by MGPU_FAULT)", real_ops[backend]->name, op);
 }
 
 /* A backend call for dev returned rc: MGPU_EDEVLOST from a device the
  * backend now reports lost (a CUDA sticky error) tells the layers above. A
  * wait that failed because it waited for another, lost device leaves dev
  * alone: the backend does not report dev lost. */
-static int seen(int kind, mgpu__bdevice *dev, int rc) {
-  if (rc == MGPU_EDEVLOST && dev != NULL && real_ops[kind]->loss != NULL &&
-      real_ops[kind]->loss->lost(dev, NULL, 0))
+static int seen(int backend, mgpu__bdevice *dev, int rc) {
+  if (rc == MGPU_EDEVLOST && dev != NULL && real_ops[backend]->loss != NULL &&
+      real_ops[backend]->loss->lost(dev, NULL, 0))
     mgpu__device_lost_seen(bdevice_id(dev));
   return rc;
 }
 
 /* New work for a lost device is refused before it reaches the backend. */
-static int refuse_lost(int kind, mgpu__bdevice *dev, const char *op) {
+static int refuse_lost(int backend, mgpu__bdevice *dev, const char *op) {
   char why[96];
-  if (dev == NULL || real_ops[kind]->loss == NULL ||
-      !real_ops[kind]->loss->lost(dev, why, sizeof why))
+  if (dev == NULL || real_ops[backend]->loss == NULL ||
+      !real_ops[backend]->loss->lost(dev, why, sizeof why))
     return 0;
   int id = bdevice_id(dev);
   mgpu__device_lost_seen(id);
   return mgpu__error(MGPU_EDEVLOST, "%s device %d was lost (%s): %s refused",
-                     real_ops[kind]->name, id, why, op);
+                     real_ops[backend]->name, id, why, op);
 }
 
 /* The wrappers, generated from the slot lists of backend/backend.h: for

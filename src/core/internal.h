@@ -47,7 +47,7 @@ int mgpu__device_is_lost(int dev);
 void mgpu__device_lost_seen(int dev);
 
 /* The backend table a device uses: real's, with a fault site in front of
- * every fallible entry (backend_fault.c). One per backend kind. */
+ * every fallible entry (backend_fault.c). One per backend. */
 const mgpu__backend_ops *mgpu__backend_fault_wrap(
     const mgpu__backend_ops *real);
 
