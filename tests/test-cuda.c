@@ -528,19 +528,19 @@ TEST_IMPL(cuda_sm_partition) {
 TEST_IMPL(cuda_nccl_provider) {
   CUDA_INIT(n);
   mgpu__device *d0 = mgpu__device_get(0);
-  const mgpu__backend_ops *ops = d0->ops;
+  const mgpu__backend_coll_ops *ops = d0->ops->coll;
   if (d0->spec.split_count > 1) {
-    ASSERT(ops->coll_comm_create == NULL && ops->coll_run == NULL);
+    ASSERT(ops == NULL);
     return 0;
   }
-  if (ops->coll_comm_create == NULL) {
+  if (ops == NULL) {
     printf("NCCL is not available: collectives use mgpu's ring\n");
     return TEST_SKIP;
   }
   mgpu__bdevice *devs[MGPU_MAX_DEVICES];
   for (int i = 0; i < n; i++) devs[i] = mgpu__device_get(i)->bdev;
   void *comm = NULL;
-  ASSERT_OK(ops->coll_comm_create(devs, n, &comm));
+  ASSERT_OK(ops->comm_create(devs, n, &comm));
   const size_t count = 1 << 16;
   mgpu_stream *s[MGPU_MAX_DEVICES];
   mgpu_buffer *send[MGPU_MAX_DEVICES], *recv[MGPU_MAX_DEVICES];
@@ -552,7 +552,7 @@ TEST_IMPL(cuda_nccl_provider) {
     ASSERT_OK(mgpu_fill(s[r], send[r], 0, count, MGPU_FLOAT32, &v));
   }
   for (int kind = 0; kind < 2; kind++) {
-    ASSERT_OK(ops->coll_group_start());
+    ASSERT_OK(ops->group_start());
     for (int r = 0; r < n; r++) {
       mgpu__stream *is;
       ASSERT_OK(mgpu__stream_get(s[r], &is));
@@ -561,9 +561,9 @@ TEST_IMPL(cuda_nccl_provider) {
           .send = mgpu_buffer_ptr(send[r]), .recv = mgpu_buffer_ptr(recv[r]),
           .count = count, .dtype = MGPU_FLOAT32, .op = MGPU_SUM,
           .root = n - 1};
-      ASSERT_OK(ops->coll_run(comm, r, &a, is->bstream));
+      ASSERT_OK(ops->run(comm, r, &a, is->bstream));
     }
-    ASSERT_OK(ops->coll_group_end());
+    ASSERT_OK(ops->group_end());
     float want = kind == 0 ? (float)(n * (n + 1) / 2) : (float)n;
     float *host = malloc(count * sizeof(float));
     ASSERT(host != NULL);
@@ -580,7 +580,7 @@ TEST_IMPL(cuda_nccl_provider) {
     ASSERT_OK(mgpu_free(recv[r]));
     ASSERT_OK(mgpu_stream_destroy(s[r]));
   }
-  ops->coll_comm_destroy(comm);
+  ops->comm_destroy(comm);
   return 0;
 }
 

@@ -588,7 +588,7 @@ TEST_IMPL(opencl_dlpack_device_memory_is_not_host) {
                                &shape, NULL, &t));
   ASSERT_EQ(t->dl_tensor.device.device_type, kDLCPU);
   ASSERT_ERR(MGPU_EWRONGDEV, mgpu_buffer_from_dlpack(&back, 0, t));
-  ASSERT_DETAIL_HAS("cannot go on device 0 (OpenCL device 0)");
+  ASSERT_DETAIL_HAS("cannot go on device 0 (opencl device 0)");
   ASSERT_ERR(MGPU_ENODEV, mgpu_buffer_from_dlpack(&back, -1, t));
   t->deleter(t);
   /* Pinned memory is the host's: written directly, copied in. */

@@ -1,12 +1,15 @@
 /* The backend interface: the only place where mgpu meets a vendor API.
  *
- * A backend is a const table of functions. The core never asks which backend
- * it talks to; it calls through the table. The host backend is linked into
- * libmgpu; the CUDA backend is a plugin (libmgpu-cuda.so) that exports one
- * entry symbol, MGPU__PLUGIN_ENTRY, of type mgpu__plugin_entry_fn. The core
- * opens it with dlopen, hands it the environment below (logger, error
- * setter, metrics recorder, configuration) and refuses it with one log line if
- * its ABI number does not match.
+ * A backend is a const table of functions: a core table, optional
+ * sub-tables and capability fields (below). The core never asks which
+ * backend it talks to; it calls through the table and reads the
+ * capabilities. The host backend is linked into libmgpu; the CUDA and
+ * OpenCL backends are plugins (libmgpu-cuda.so, libmgpu-opencl.so) that
+ * export one entry symbol named after the ABI they serve,
+ * MGPU__PLUGIN_ENTRY, of type mgpu__plugin_entry_fn. The core opens it with
+ * dlopen, hands it the environment below (logger, error setter, metrics
+ * recorder, configuration) and refuses it with one log line if it serves
+ * another ABI.
  *
  * Threading: every function may be called from any thread unless it says
  * otherwise. make_current is called once on each device's host thread and on
@@ -21,8 +24,19 @@
 #include "backend/ipc.h"
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 6
-#define MGPU__PLUGIN_ENTRY "mgpu_backend_plugin_v1"
+#define MGPU__BACKEND_ABI 7
+/* The plugin's entry is named after the ABI it serves
+ * (mgpu_backend_plugin_v7): MGPU__PLUGIN_ENTRY_FN is the identifier a plugin
+ * defines, MGPU__PLUGIN_ENTRY the name the loader looks up. A plugin of
+ * another ABI exports another name, which the loader finds and names. */
+#define MGPU__PLUGIN_ENTRY_OF(abi) MGPU__PLUGIN_ENTRY_OF_(abi)
+#define MGPU__PLUGIN_ENTRY_OF_(abi) mgpu_backend_plugin_v##abi
+#define MGPU__PLUGIN_ENTRY_FN MGPU__PLUGIN_ENTRY_OF(MGPU__BACKEND_ABI)
+#define MGPU__STRINGIFY(x) MGPU__STRINGIFY_(x)
+#define MGPU__STRINGIFY_(x) #x
+#define MGPU__PLUGIN_ENTRY MGPU__STRINGIFY(MGPU__PLUGIN_ENTRY_FN)
+/* The prefix of every ABI's entry name. */
+#define MGPU__PLUGIN_ENTRY_PREFIX "mgpu_backend_plugin_v"
 
 /* Each backend defines these structs for itself; the core only holds
  * pointers. */
@@ -138,176 +152,316 @@ typedef struct mgpu__coll_args {
   int root;
 } mgpu__coll_args;
 
+/* ---- The table ----
+ *
+ * A backend is a core table of the slots every backend fills, optional
+ * sub-tables (NULL where the backend lacks the ability) and capability
+ * fields (what differs between backends, so that no layer above
+ * src/backend/ asks which backend it talks to; the kind is for names only).
+ *
+ * Each list below is the one statement of its slots, one line per slot:
+ *   X(group, seam, return type, name, (parameters), (arguments), device)
+ * It declares the table's members here and builds the fault seam's wrappers
+ * in src/core/backend_fault.c, so that a new slot cannot be left out of
+ * either. seam says what that seam does with the slot: FAIL, a fallible
+ * call it may fail instead of making (MGPU_FAULT); WAIT, a wait it may fail
+ * after the real wait; PLAIN, called as it is (it cannot fail, or frees).
+ * device is the parameter naming the device the call is for (a lost device
+ * refuses FAIL calls), or NULL. */
+
+/* The core table: what every backend fills. */
+#define MGPU__BACKEND_CORE_SLOTS(X)                                           \
+  /* Number of physical devices present. 0 devices is not an error; a       \
+   * missing driver is MGPU_EBACKEND or MGPU_ENODEV with a detail naming the \
+   * cause. */                                                                \
+  X(core, PLAIN, int, probe, (int *count), (count), NULL)                     \
+  X(core, FAIL, int, open, (const mgpu__device_spec *spec,                    \
+                            mgpu__bdevice **out), (spec, out), NULL)          \
+  /* Called after every stream and event of the device was destroyed. */     \
+  X(core, PLAIN, void, close, (mgpu__bdevice *d), (d), d)                     \
+  /* Fills what the backend knows; the core fills id-level fields. */        \
+  X(core, PLAIN, int, props, (mgpu__bdevice *d, mgpu_device_props *p),        \
+    (d, p), d)                                                                \
+  /* Makes the device current on the calling thread (cudaSetDevice). */     \
+  X(core, PLAIN, int, make_current, (mgpu__bdevice *d), (d), d)               \
+  X(core, FAIL, int, mem_alloc, (mgpu__bdevice *d, mgpu_mem_kind kind,        \
+                                 size_t size, void **ptr),                    \
+    (d, kind, size, ptr), d)                                                  \
+  X(core, PLAIN, void, mem_free, (mgpu__bdevice *d, mgpu_mem_kind kind,       \
+                                  void *ptr), (d, kind, ptr), d)              \
+  /* Optional: frees memory of mem_alloc after its device was closed (an     \
+   * exported buffer outliving mgpu_shutdown). Called on any thread,         \
+   * possibly after the backend's plugin was unloaded, so only a backend     \
+   * built into the library sets it; NULL: such memory is kept until the     \
+   * process ends. */                                                         \
+  X(core, PLAIN, void, mem_free_detached, (mgpu_mem_kind kind, void *ptr),    \
+    (kind, ptr), NULL)                                                        \
+  /* Physical free and total memory (the core applies split budgets). */     \
+  X(core, PLAIN, int, mem_info, (mgpu__bdevice *d, size_t *free_bytes,        \
+                                 size_t *total_bytes),                        \
+    (d, free_bytes, total_bytes), d)                                          \
+  X(core, FAIL, int, stream_create, (mgpu__bdevice *d, mgpu__bstream **s),    \
+    (d, s), d)                                                                \
+  X(core, PLAIN, void, stream_destroy, (mgpu__bdevice *d, mgpu__bstream *s),  \
+    (d, s), d)                                                                \
+  /* Waits; returns (and clears) the stream's first asynchronous error. */   \
+  X(core, WAIT, int, stream_synchronize,                                      \
+    (mgpu__bdevice *d, mgpu__bstream *s), (d, s), d)                          \
+  /* 0 done, MGPU_EAGAIN pending, or the asynchronous error. */              \
+  X(core, PLAIN, int, stream_query, (mgpu__bdevice *d, mgpu__bstream *s),     \
+    (d, s), d)                                                                \
+  X(core, PLAIN, void *, stream_native, (mgpu__bstream *s), (s), NULL)        \
+  /* Optional: work that native, a stream of the backend's own kind that     \
+   * another library made (a cudaStream_t; 1 and 2 the legacy and            \
+   * per-thread default streams), queues from now on waits for the work      \
+   * queued on s so far, without blocking the host. NULL: the backend has    \
+   * no such streams. */                                                      \
+  X(core, FAIL, int, stream_order_native,                                     \
+    (mgpu__bdevice *d, mgpu__bstream *s, void *native), (d, s, native), d)    \
+  X(core, FAIL, int, event_create, (mgpu__bdevice *d, mgpu__bevent **e),      \
+    (d, e), d)                                                                \
+  X(core, PLAIN, void, event_destroy, (mgpu__bdevice *d, mgpu__bevent *e),    \
+    (d, e), d)                                                                \
+  X(core, FAIL, int, event_record,                                            \
+    (mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s), (d, e, s), d)      \
+  X(core, WAIT, int, event_synchronize, (mgpu__bdevice *d, mgpu__bevent *e),  \
+    (d, e), d)                                                                \
+  X(core, PLAIN, int, event_query, (mgpu__bdevice *d, mgpu__bevent *e),       \
+    (d, e), d)                                                                \
+  X(core, PLAIN, int, event_elapsed_ms, (mgpu__bdevice *d,                    \
+                                         mgpu__bevent *start,                 \
+                                         mgpu__bevent *end, float *ms),       \
+    (d, start, end, ms), d)                                                   \
+  /* s (of d) waits for e (of ed, same backend, maybe another device). */    \
+  X(core, FAIL, int, stream_wait_event, (mgpu__bdevice *d, mgpu__bstream *s,  \
+                                         mgpu__bdevice *ed, mgpu__bevent *e), \
+    (d, s, ed, e), d)                                                         \
+  /* Asynchronous copy on s. For H2D/D2H the host side may be pageable. */   \
+  X(core, FAIL, int, memcpy_async, (mgpu__bdevice *d, mgpu__bstream *s,       \
+                                    void *dst, const void *src, size_t size,  \
+                                    mgpu__copy_kind kind),                    \
+    (d, s, dst, src, size, kind), d)                                          \
+  X(core, FAIL, int, memset_async, (mgpu__bdevice *d, mgpu__bstream *s,       \
+                                    void *dst, int value, size_t size),       \
+    (d, s, dst, value, size), d)                                              \
+  /* Pitched copy on s (as cudaMemcpy2DAsync): height rows of width bytes,   \
+   * rows dpitch / spitch bytes apart; either side may also be a peer's      \
+   * memory this device reaches directly. */                                  \
+  X(core, PLAIN, int, memcpy2d_async,                                         \
+    (mgpu__bdevice *d, mgpu__bstream *s, void *dst, size_t dpitch,            \
+     const void *src, size_t spitch, size_t width, size_t height,             \
+     mgpu__copy_kind kind),                                                   \
+    (d, s, dst, dpitch, src, spitch, width, height, kind), d)                 \
+  /* args (args_size bytes) must be copied before returning. */              \
+  X(core, FAIL, int, launch, (mgpu__bdevice *d, mgpu__bstream *s,             \
+                              const mgpu_kernel *k, mgpu_dim3 grid,           \
+                              mgpu_dim3 block, const void *args,              \
+                              size_t args_size),                              \
+    (d, s, k, grid, block, args, args_size), d)                               \
+  X(core, FAIL, int, builtin, (mgpu__bdevice *d, mgpu__bstream *s,            \
+                               const mgpu__builtin *b), (d, s, b), d)         \
+  /* fn(arg) runs once earlier work on s is done; later work waits for it.   \
+   * fn must not call the backend. */                                         \
+  X(core, FAIL, int, host_callback, (mgpu__bdevice *d, mgpu__bstream *s,      \
+                                     void (*fn)(void *arg), void *arg),       \
+    (d, s, fn, arg), d)                                                       \
+  /* Peer access between two devices of this backend. */                      \
+  X(core, PLAIN, int, peer_can_access,                                        \
+    (mgpu__bdevice *d, mgpu__bdevice *peer, int *yes), (d, peer, yes), d)     \
+  X(core, FAIL, int, peer_enable, (mgpu__bdevice *d, mgpu__bdevice *peer),    \
+    (d, peer), d)                                                             \
+  X(core, PLAIN, int, peer_disable, (mgpu__bdevice *d, mgpu__bdevice *peer),  \
+    (d, peer), d)                                                             \
+  /* Direct copy from src (on sd) to dst (on dd), ordered on s, which        \
+   * belongs to dd or sd (the one named by s_dev). */                        \
+  X(core, FAIL, int, memcpy_peer_async,                                       \
+    (mgpu__bdevice *dd, void *dst, mgpu__bdevice *sd, const void *src,        \
+     size_t size, mgpu__bdevice *s_dev, mgpu__bstream *s),                    \
+    (dd, dst, sd, src, size, s_dev, s), s_dev)
+
+/* Sub-table claim: lets the calling thread run work in a stream's place.
+ * Offered where the device's memory is the caller's (the host backend).
+ * stream_claim returns 1 when s has nothing queued or running, and then
+ * holds s as if a worker ran an operation of it: work queued meanwhile
+ * waits, and synchronize waits for the claim. stream_release ends the claim
+ * (and hands what was queued meanwhile to the workers). 0: s is busy,
+ * nothing changed. */
+#define MGPU__BACKEND_CLAIM_SLOTS(X)                                          \
+  X(claim, PLAIN, int, stream_claim, (mgpu__bdevice *d, mgpu__bstream *s),    \
+    (d, s), d)                                                                \
+  X(claim, PLAIN, void, stream_release, (mgpu__bdevice *d, mgpu__bstream *s), \
+    (d, s), d)                                                                \
+  /* For work of a microsecond or so: when s has nothing queued or running   \
+   * and d's lock is free at once, returns 1 with d's lock held, which keeps \
+   * every stream of d as it is (nothing is queued, run or synchronized)     \
+   * until stream_unlock_idle; the caller runs its work in s's place         \
+   * meanwhile. Cheaper than a claim and its release (one lock instead of    \
+   * two, no counts); never waits, so a caller may hold several devices'     \
+   * locks this way. 0: nothing held. */                                      \
+  X(claim, PLAIN, int, stream_lock_idle, (mgpu__bdevice *d,                   \
+                                          mgpu__bstream *s), (d, s), d)       \
+  X(claim, PLAIN, void, stream_unlock_idle, (mgpu__bdevice *d,                \
+                                             mgpu__bstream *s), (d, s), d)    \
+  /* With s claimed by the caller: records e on s and completes it at once   \
+   * (everything before it on s has run). */                                  \
+  X(claim, FAIL, int, event_record_claimed,                                   \
+    (mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s), (d, e, s), d)
+
+/* Sub-table pool: a stream-ordered allocator (cudaMallocAsync). NULL: the
+ * core's own pool over mem_alloc and host_callback. */
+#define MGPU__BACKEND_POOL_SLOTS(X)                                           \
+  X(pool, FAIL, int, alloc_async, (mgpu__bdevice *d, mgpu__bstream *s,        \
+                                   size_t size, void **ptr),                  \
+    (d, s, size, ptr), d)                                                     \
+  X(pool, FAIL, int, free_async, (mgpu__bdevice *d, mgpu__bstream *s,         \
+                                  void *ptr), (d, s, ptr), d)                 \
+  X(pool, PLAIN, int, trim, (mgpu__bdevice *d), (d), d)
+
+/* Sub-table ipc: memory other processes map (backend/ipc.h), for the store.
+ * NULL: this backend cannot share memory between processes.
+ * Export side: alloc makes exportable memory it never maps, described in
+ * *out (a descriptor owned by *alloc until free); export_fd gives a new
+ * descriptor to send (read-only where the kind allows when writable is 0),
+ * or -1 for kinds without one.
+ * Import side: import maps a description, reference-counted by its key (the
+ * caller keeps and closes m->fd); protect makes a mapping read-only;
+ * unimport drops a reference. */
+#define MGPU__BACKEND_IPC_SLOTS(X)                                            \
+  X(ipc, PLAIN, int, alloc, (mgpu__bdevice *d, size_t size,                   \
+                             mgpu__ipc_mem *out, void **alloc),               \
+    (d, size, out, alloc), d)                                                 \
+  X(ipc, PLAIN, void, free, (mgpu__bdevice *d, void *alloc), (d, alloc), d)   \
+  X(ipc, PLAIN, int, export_fd, (mgpu__bdevice *d, void *alloc,               \
+                                 int writable), (d, alloc, writable), d)      \
+  X(ipc, PLAIN, int, import, (mgpu__bdevice *d, const mgpu__ipc_mem *m,       \
+                              int writable, void **ptr),                      \
+    (d, m, writable, ptr), d)                                                 \
+  X(ipc, PLAIN, int, protect, (mgpu__bdevice *d, void *ptr), (d, ptr), d)     \
+  X(ipc, PLAIN, void, unimport, (mgpu__bdevice *d, void *ptr), (d, ptr), d)
+
+/* Sub-table coll: a collective provider (NCCL on CUDA). NULL: the core runs
+ * its own ring. comm_create gets one device per rank (whole GPUs,
+ * distinct); run is called once per rank, between group_start and group_end
+ * when one thread issues for several ranks. */
+#define MGPU__BACKEND_COLL_SLOTS(X)                                           \
+  X(coll, FAIL, int, comm_create, (mgpu__bdevice **devs, int n,               \
+                                   void **comm), (devs, n, comm), NULL)       \
+  X(coll, PLAIN, void, comm_destroy, (void *comm), (comm), NULL)              \
+  /* Optional: aborts every rank of comm together and frees it, without      \
+   * waiting for work in flight (kernels waiting for each other end). NULL:  \
+   * comm_destroy is used after the devices are synchronized. */             \
+  X(coll, PLAIN, void, comm_abort, (void *comm), (comm), NULL)                \
+  X(coll, FAIL, int, group_start, (void), (), NULL)                           \
+  X(coll, FAIL, int, group_end, (void), (), NULL)                             \
+  X(coll, FAIL, int, run, (void *comm, int rank, const mgpu__coll_args *args, \
+                           mgpu__bstream *s), (comm, rank, args, s), NULL)
+
+/* Sub-table loss: a device that stops working. lose marks d lost (why: a
+ * short reason for the details); from then on its queued work fails instead
+ * of running and synchronizes return MGPU_EDEVLOST. lost returns 1 and
+ * copies the reason while d is lost, else 0. The core's fault seam refuses
+ * new work for a lost device. A backend that finds a device lost by itself
+ * (a CUDA sticky error) marks it and returns MGPU_EDEVLOST from that call:
+ * the seam then tells the layers above. NULL: devices of this backend are
+ * never lost. */
+#define MGPU__BACKEND_LOSS_SLOTS(X)                                           \
+  X(loss, PLAIN, void, lose, (mgpu__bdevice *d, const char *why), (d, why),   \
+    d)                                                                        \
+  X(loss, PLAIN, int, lost, (mgpu__bdevice *d, char *why, size_t why_size),   \
+    (d, why, why_size), d)
+
+/* Sub-table graph: a device's part of a graph run as one operation of a
+ * stream (backend/graph.h). create copies the part's nodes and kernel
+ * arguments (not the memory they point to, nor the board); launch queues
+ * one run of it on s, numbered launch (each launch of a graph greater than
+ * the last); destroy drops the part once the runs queued are done with it.
+ * A node's failure fails s as the same work issued alone would. NULL: the
+ * graph layer issues the nodes one by one. */
+#define MGPU__BACKEND_GRAPH_SLOTS(X)                                          \
+  X(graph, FAIL, int, create, (mgpu__bdevice *d,                              \
+                               const struct mgpu__bgraph_part *part,          \
+                               void **graph), (d, part, graph), d)            \
+  X(graph, FAIL, int, launch, (mgpu__bdevice *d, void *graph,                 \
+                               mgpu__bstream *s, uint64_t launch),            \
+    (d, graph, s, launch), d)                                                 \
+  /* A launch that failed before this part was queued: posts the part's      \
+   * signals of that launch as failed, so that the parts already queued do   \
+   * not wait for ever. */                                                    \
+  X(graph, PLAIN, void, cancel, (mgpu__bdevice *d, void *graph,               \
+                                 uint64_t launch), (d, graph, launch), d)     \
+  X(graph, PLAIN, void, destroy, (mgpu__bdevice *d, void *graph),             \
+    (d, graph), d)
+
+/* The sub-tables: member of mgpu__backend_ops, type, slot list. */
+#define MGPU__BACKEND_SUBTABLES(X)                                            \
+  X(claim, mgpu__backend_claim_ops, MGPU__BACKEND_CLAIM_SLOTS)                \
+  X(pool, mgpu__backend_pool_ops, MGPU__BACKEND_POOL_SLOTS)                   \
+  X(ipc, mgpu__backend_ipc_ops, MGPU__BACKEND_IPC_SLOTS)                      \
+  X(coll, mgpu__backend_coll_ops, MGPU__BACKEND_COLL_SLOTS)                   \
+  X(loss, mgpu__backend_loss_ops, MGPU__BACKEND_LOSS_SLOTS)                   \
+  X(graph, mgpu__backend_graph_ops, MGPU__BACKEND_GRAPH_SLOTS)
+
+#define MGPU__BACKEND_SLOT_MEMBER(group, seam, ret, name, params, args, dev) \
+  ret(*name) params;
+#define MGPU__BACKEND_SUBTABLE_TYPE(member, type, slots)                      \
+  typedef struct type {                                                       \
+    slots(MGPU__BACKEND_SLOT_MEMBER)                                          \
+  } type;
+MGPU__BACKEND_SUBTABLES(MGPU__BACKEND_SUBTABLE_TYPE)
+
+/* Where a device's memory (MGPU_MEM_DEVICE) lives. */
+typedef enum mgpu__mem_model {
+  /* The process's own memory: the CPU reads and writes it, the devices are
+   * placed on NUMA nodes by id, their budget is MGPU_HOST_MEM, their peer
+   * access is MGPU_HOST_PEER's, and their link is host memory. */
+  MGPU__MEM_MODEL_HOST = 0,
+  /* The device's own memory, reached through the backend's copies. */
+  MGPU__MEM_MODEL_DEVICE = 1
+} mgpu__mem_model;
+
+/* Which member of mgpu_kernel runs on a backend's devices. */
+typedef enum mgpu__kernel_variant {
+  MGPU__KERNEL_HOST_FN = 0,    /* host_fn */
+  MGPU__KERNEL_CUDA_FN = 1,    /* cuda_fn */
+  MGPU__KERNEL_OPENCL_SRC = 2  /* opencl_src */
+} mgpu__kernel_variant;
+
+/* What differs between backends, asked instead of the backend's kind. */
+typedef struct mgpu__backend_caps {
+  mgpu__mem_model mem_model;
+  /* Bit (1u << kind) set for each mgpu_mem_kind the CPU reads and writes
+   * directly (a collective or copy may then complete on the calling
+   * thread). */
+  unsigned host_visible;
+  /* 1: the splits of one physical device (one ordinal) address one memory,
+   * so copies between them are copies within the device. */
+  int splits_share_memory;
+  mgpu__kernel_variant kernel_variant;
+  /* DLPack device types (DLDeviceType, mgpu/dlpack.h) of this backend's
+   * device and unified memory (kDLCPU where the CPU's), and the type whose
+   * memory a device takes as its pinned memory (0: none). */
+  int dlpack_device;
+  int dlpack_unified;
+  int dlpack_pinned;
+  /* The staging chunk of copies from this backend's devices when neither
+   * the caller nor MGPU_STAGING_CHUNK set one (docs/PERF.md). */
+  size_t staging_chunk;
+  /* 1: a graph may fill 16-bit types (float16, bfloat16) on its devices. */
+  int graph_fill_16bit;
+} mgpu__backend_caps;
+
 typedef struct mgpu__backend_ops {
-  const char *name; /* "host", "cuda", "opencl" */
-  mgpu_backend_kind kind;
-
-  /* Number of physical devices present. 0 devices is not an error; a missing
-   * driver is MGPU_EBACKEND or MGPU_ENODEV with a detail naming the cause. */
-  int (*probe)(int *count);
-  int (*open)(const mgpu__device_spec *spec, mgpu__bdevice **out);
-  /* Called after every stream and event of the device was destroyed. */
-  void (*close)(mgpu__bdevice *d);
-  /* Fills what the backend knows; the core fills id-level fields. */
-  int (*props)(mgpu__bdevice *d, mgpu_device_props *p);
-  /* Makes the device current on the calling thread (cudaSetDevice). */
-  int (*make_current)(mgpu__bdevice *d);
-
-  int (*mem_alloc)(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
-                   void **ptr);
-  void (*mem_free)(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
-  /* Frees memory of mem_alloc after its device was closed (an exported
-   * buffer outliving mgpu_shutdown). Called on any thread, possibly after
-   * the backend's plugin was unloaded, so only a backend built into the
-   * library sets it; NULL: such memory is kept until the process ends. */
-  void (*mem_free_detached)(mgpu_mem_kind kind, void *ptr);
-  /* Physical free and total memory (the core applies split budgets). */
-  int (*mem_info)(mgpu__bdevice *d, size_t *free_bytes, size_t *total_bytes);
-
-  int (*stream_create)(mgpu__bdevice *d, mgpu__bstream **s);
-  void (*stream_destroy)(mgpu__bdevice *d, mgpu__bstream *s);
-  /* Waits; returns (and clears) the stream's first asynchronous error. */
-  int (*stream_synchronize)(mgpu__bdevice *d, mgpu__bstream *s);
-  /* 0 done, MGPU_EAGAIN pending, or the asynchronous error. */
-  int (*stream_query)(mgpu__bdevice *d, mgpu__bstream *s);
-  void *(*stream_native)(mgpu__bstream *s);
-  /* Optional: work that native, a stream of the backend's own kind that
-   * another library made (a cudaStream_t; 1 and 2 the legacy and
-   * per-thread default streams), queues from now on waits for the work
-   * queued on s so far, without blocking the host. NULL: the backend has
-   * no such streams. */
-  int (*stream_order_native)(mgpu__bdevice *d, mgpu__bstream *s, void *native);
-  /* Optional: lets the calling thread run work in s's place. stream_claim
-   * returns 1 when s has nothing queued or running, and then holds s as if
-   * a worker ran an operation of it: work queued meanwhile waits, and
-   * synchronize waits for the claim. stream_release ends the claim (and
-   * hands what was queued meanwhile to the workers). 0: s is busy, nothing
-   * changed. NULL where the device's memory is not the caller's. */
-  int (*stream_claim)(mgpu__bdevice *d, mgpu__bstream *s);
-  void (*stream_release)(mgpu__bdevice *d, mgpu__bstream *s);
-  /* Optional, with stream_claim, for work of a microsecond or so: when s
-   * has nothing queued or running and d's lock is free at once, returns 1
-   * with d's lock held, which keeps every stream of d as it is (nothing is
-   * queued, run or synchronized) until stream_unlock_idle; the caller runs
-   * its work in s's place meanwhile. Cheaper than a claim and its release
-   * (one lock instead of two, no counts); never waits, so a caller may
-   * hold several devices' locks this way. 0: nothing held. */
-  int (*stream_lock_idle)(mgpu__bdevice *d, mgpu__bstream *s);
-  void (*stream_unlock_idle)(mgpu__bdevice *d, mgpu__bstream *s);
-  /* With s claimed by the caller: records e on s and completes it at once
-   * (everything before it on s has run). Offered with stream_claim. */
-  int (*event_record_claimed)(mgpu__bdevice *d, mgpu__bevent *e,
-                              mgpu__bstream *s);
-
-  int (*event_create)(mgpu__bdevice *d, mgpu__bevent **e);
-  void (*event_destroy)(mgpu__bdevice *d, mgpu__bevent *e);
-  int (*event_record)(mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s);
-  int (*event_synchronize)(mgpu__bdevice *d, mgpu__bevent *e);
-  int (*event_query)(mgpu__bdevice *d, mgpu__bevent *e);
-  int (*event_elapsed_ms)(mgpu__bdevice *d, mgpu__bevent *start,
-                          mgpu__bevent *end, float *ms);
-  /* s (of d) waits for e (of ed, same backend, maybe another device). */
-  int (*stream_wait_event)(mgpu__bdevice *d, mgpu__bstream *s,
-                           mgpu__bdevice *ed, mgpu__bevent *e);
-
-  /* Asynchronous copy on s. For H2D/D2H the host side may be pageable. */
-  int (*memcpy_async)(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                      const void *src, size_t size, mgpu__copy_kind kind);
-  int (*memset_async)(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                      int value, size_t size);
-  /* Pitched copy on s (as cudaMemcpy2DAsync): height rows of width bytes,
-   * rows dpitch / spitch bytes apart; either side may also be a peer's
-   * memory this device reaches directly. */
-  int (*memcpy2d_async)(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                        size_t dpitch, const void *src, size_t spitch,
-                        size_t width, size_t height, mgpu__copy_kind kind);
-  /* args (args_size bytes) must be copied before returning. */
-  int (*launch)(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
-                mgpu_dim3 grid, mgpu_dim3 block, const void *args,
-                size_t args_size);
-  int (*builtin)(mgpu__bdevice *d, mgpu__bstream *s, const mgpu__builtin *b);
-  /* fn(arg) runs once earlier work on s is done; later work waits for it.
-   * fn must not call the backend. */
-  int (*host_callback)(mgpu__bdevice *d, mgpu__bstream *s,
-                       void (*fn)(void *arg), void *arg);
-
-  /* Peer access between two devices of this backend. */
-  int (*peer_can_access)(mgpu__bdevice *d, mgpu__bdevice *peer, int *yes);
-  int (*peer_enable)(mgpu__bdevice *d, mgpu__bdevice *peer);
-  int (*peer_disable)(mgpu__bdevice *d, mgpu__bdevice *peer);
-  /* Direct copy from src (on sd) to dst (on dd), ordered on s, which belongs
-   * to dd or sd (the one named by s_dev). */
-  int (*memcpy_peer_async)(mgpu__bdevice *dd, void *dst, mgpu__bdevice *sd,
-                           const void *src, size_t size, mgpu__bdevice *s_dev,
-                           mgpu__bstream *s);
-
-  /* Optional stream-ordered allocator (cudaMallocAsync). NULL: the core's
-   * own pool over mem_alloc and host_callback. */
-  int (*pool_alloc_async)(mgpu__bdevice *d, mgpu__bstream *s, size_t size,
-                          void **ptr);
-  int (*pool_free_async)(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
-  int (*pool_trim)(mgpu__bdevice *d);
-
-  /* Optional: memory other processes map (backend/ipc.h), for the store.
-   * NULL: this backend cannot share memory between processes.
-   * Export side: ipc_alloc makes exportable memory it never maps, described
-   * in *out (a descriptor owned by *alloc until ipc_free); ipc_export_fd
-   * gives a new descriptor to send (read-only where the kind allows when
-   * writable is 0), or -1 for kinds without one.
-   * Import side: ipc_import maps a description, reference-counted by its
-   * key (the caller keeps and closes m->fd); ipc_protect makes a mapping
-   * read-only; ipc_unimport drops a reference. */
-  int (*ipc_alloc)(mgpu__bdevice *d, size_t size, mgpu__ipc_mem *out,
-                   void **alloc);
-  void (*ipc_free)(mgpu__bdevice *d, void *alloc);
-  int (*ipc_export_fd)(mgpu__bdevice *d, void *alloc, int writable);
-  int (*ipc_import)(mgpu__bdevice *d, const mgpu__ipc_mem *m, int writable,
-                    void **ptr);
-  int (*ipc_protect)(mgpu__bdevice *d, void *ptr);
-  void (*ipc_unimport)(mgpu__bdevice *d, void *ptr);
-
-  /* Optional collective provider (NCCL on CUDA). NULL: the core runs its
-   * own ring. comm_create gets one device per rank (whole GPUs, distinct);
-   * run is called once per rank, between group_start and group_end when
-   * one thread issues for several ranks. */
-  int (*coll_comm_create)(mgpu__bdevice **devs, int n, void **comm);
-  void (*coll_comm_destroy)(void *comm);
-  /* Optional: aborts every rank of comm together and frees it, without
-   * waiting for work in flight (kernels waiting for each other end). NULL:
-   * coll_comm_destroy is used after the devices are synchronized. */
-  void (*coll_comm_abort)(void *comm);
-  int (*coll_group_start)(void);
-  int (*coll_group_end)(void);
-  int (*coll_run)(void *comm, int rank, const mgpu__coll_args *args,
-                  mgpu__bstream *s);
-
-  /* Optional: a device that stops working. lose marks d lost (why: a short
-   * reason for the details); from then on its queued work fails instead of
-   * running and synchronizes return MGPU_EDEVLOST. lost returns 1 and copies
-   * the reason while d is lost, else 0. The core's fault seam refuses new
-   * work for a lost device. A backend that finds a device lost by itself (a
-   * CUDA sticky error) marks it and returns MGPU_EDEVLOST from that call:
-   * the seam then tells the layers above. NULL: devices of this backend are
-   * never lost. */
-  void (*lose)(mgpu__bdevice *d, const char *why);
-  int (*lost)(mgpu__bdevice *d, char *why, size_t why_size);
-
-  /* Optional: a device's part of a graph run as one operation of a stream
-   * (backend/graph.h). graph_create copies the part's nodes and kernel
-   * arguments (not the memory they point to, nor the board); graph_launch queues one run of it on s, numbered launch (each
-   * launch of a graph greater than the last); graph_destroy drops the part
-   * once the runs queued are done with it. A node's failure fails s as the
-   * same work issued alone would. NULL: the graph layer issues the nodes
-   * one by one. */
-  int (*graph_create)(mgpu__bdevice *d, const struct mgpu__bgraph_part *part,
-                      void **graph);
-  int (*graph_launch)(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
-                      uint64_t launch);
-  /* A launch that failed before this part was queued: posts the part's
-   * signals of that launch as failed, so that the parts already queued do
-   * not wait for ever. */
-  void (*graph_cancel)(mgpu__bdevice *d, void *graph, uint64_t launch);
-  void (*graph_destroy)(mgpu__bdevice *d, void *graph);
+  const char *name;        /* "host", "cuda", "opencl" */
+  mgpu_backend_kind kind;  /* for names and device properties only */
+  mgpu__backend_caps caps;
+  MGPU__BACKEND_CORE_SLOTS(MGPU__BACKEND_SLOT_MEMBER)
+  /* The optional sub-tables, NULL where absent. */
+  const mgpu__backend_claim_ops *claim;
+  const mgpu__backend_pool_ops *pool;
+  const mgpu__backend_ipc_ops *ipc;
+  const mgpu__backend_coll_ops *coll;
+  const mgpu__backend_loss_ops *loss;
+  const mgpu__backend_graph_ops *graph;
 } mgpu__backend_ops;
 
 typedef const mgpu__backend_ops *(*mgpu__plugin_entry_fn)(

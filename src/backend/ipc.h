@@ -1,13 +1,13 @@
-/* Memory that other processes can map: what the backend table's ipc entries
- * exchange (the store daemon exports, its clients import).
+/* Memory that other processes can map: what the backend table's ipc
+ * sub-table exchanges (the store daemon exports, its clients import).
  *
- * An exporter allocates with ipc_alloc and gets a description (kind, file
- * descriptor or legacy handle bytes, sizes) to send to another process; the
- * file descriptor travels with SCM_RIGHTS. An importer maps the description
- * with ipc_import. Imports are reference-counted per process by key (the
+ * An exporter allocates with the sub-table's alloc and gets a description
+ * (kind, file descriptor or legacy handle bytes, sizes) to send to another
+ * process; the file descriptor travels with SCM_RIGHTS. An importer maps the description
+ * with import. Imports are reference-counted per process by key (the
  * exporter's instance and object id): a second import of the same memory
  * maps nothing new, and the memory is unmapped when the last reference goes
- * (ipc_unimport). An exporter never maps what it exports.
+ * (unimport). An exporter never maps what it exports.
  */
 #ifndef MGPU_BACKEND_IPC_H
 #define MGPU_BACKEND_IPC_H

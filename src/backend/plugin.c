@@ -12,9 +12,11 @@
  * A file that is found but cannot be opened (a missing libcudart, say) stops
  * the search: its dlerror is the clearest explanation there is.
  *
- * A plugin exports one versioned entry symbol (MGPU__PLUGIN_ENTRY) and the
- * integer mgpu_backend_plugin_abi. A plugin whose ABI differs is refused with
- * one log line and closed again. Both plugins stay open for the life of the
+ * A plugin exports one entry symbol named after the backend ABI it serves
+ * (MGPU__PLUGIN_ENTRY, mgpu_backend_plugin_v<ABI>); the loader looks up
+ * exactly that name. A plugin of another ABI lacks it: the loader then
+ * looks for the entry of the ABIs before and after this one to name what
+ * the plugin serves, refuses it with one log line and closes it again. Both plugins stay open for the life of the
  * process once opened (see the unload functions). Each plugin is described
  * by one struct plugin below; the search and the checks are shared.
  *
@@ -30,7 +32,11 @@
 #include "backend/backend.h"
 #include "mgpu/error.h"
 
-#define PLUGIN_ABI_SYMBOL "mgpu_backend_plugin_abi"
+/* The integer that plugins of backend ABI 6 and before exported beside
+ * their entry (mgpu_backend_plugin_v1), read only to name their ABI. */
+#define LEGACY_ABI_SYMBOL "mgpu_backend_plugin_abi"
+/* How far past this ABI the loader looks for a newer plugin's entry. */
+#define NEWER_ABIS 16
 
 #ifndef MGPU_BUILD_LIBDIR
 #define MGPU_BUILD_LIBDIR ""
@@ -166,30 +172,49 @@ static void report_unopened(const plugin *pl, const search_state *st) {
   }
 }
 
-/* Finds the entry of opened plugin h and checks its backend ABI; -1
- * with the error set when it lacks one or has another. */
-static int plugin_entry(const plugin *pl, void *h,
-                        mgpu__plugin_entry_fn *entry) {
-  const int *abi = (const int *)dlsym(h, PLUGIN_ABI_SYMBOL);
-  /* dlsym returns an object pointer; POSIX guarantees it converts. */
-  *(void **)entry = dlsym(h, MGPU__PLUGIN_ENTRY);
-  if (abi == NULL || *entry == NULL) {
-    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s lacks the entry "
-              "symbol %s", pl->label, pl->file, MGPU__PLUGIN_ENTRY);
-    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s lacks the entry "
-                    "symbol %s (built for another mgpu version?)", pl->title,
-                    pl->file, MGPU__PLUGIN_ENTRY);
-    return -1;
-  }
-  if (*abi != MGPU__BACKEND_ABI) {
-    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s has backend ABI %d, "
-              "libmgpu has %d", pl->label, pl->file, *abi, MGPU__BACKEND_ABI);
-    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s has backend ABI "
-                    "%d, this libmgpu needs %d: install matching versions",
-                    pl->title, pl->file, *abi, MGPU__BACKEND_ABI);
-    return -1;
+/* The name of the entry of another backend ABI that h exports, in name
+ * (and that ABI in *abi), or 0 when h exports none. */
+static int other_entry(void *h, char *name, size_t name_size, int *abi) {
+  for (int v = 1; v <= MGPU__BACKEND_ABI + NEWER_ABIS; v++) {
+    if (v == MGPU__BACKEND_ABI) continue;
+    snprintf(name, name_size, MGPU__PLUGIN_ENTRY_PREFIX "%d", v);
+    if (dlsym(h, name) == NULL) continue;
+    *abi = v;
+    /* Before ABI 7 every ABI's entry was mgpu_backend_plugin_v1, with the
+     * ABI in an integer beside it. */
+    const int *legacy = v == 1 ? (const int *)dlsym(h, LEGACY_ABI_SYMBOL)
+                               : NULL;
+    if (legacy != NULL) *abi = *legacy;
+    return 1;
   }
   return 0;
+}
+
+/* Finds the entry of opened plugin h, the one named after this backend ABI;
+ * -1 with the error set when it lacks it, naming what it exports instead. */
+static int plugin_entry(const plugin *pl, void *h,
+                        mgpu__plugin_entry_fn *entry) {
+  /* dlsym returns an object pointer; POSIX guarantees it converts. */
+  *(void **)entry = dlsym(h, MGPU__PLUGIN_ENTRY);
+  if (*entry != NULL) return 0;
+  char other[64];
+  int abi = 0;
+  if (other_entry(h, other, sizeof other, &abi)) {
+    penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s exports %s (backend "
+              "ABI %d), libmgpu looks up %s (backend ABI %d)", pl->label,
+              pl->file, other, abi, MGPU__PLUGIN_ENTRY, MGPU__BACKEND_ABI);
+    penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s exports %s "
+                    "(backend ABI %d), this libmgpu needs %s (backend ABI "
+                    "%d): install matching versions", pl->title, pl->file,
+                    other, abi, MGPU__PLUGIN_ENTRY, MGPU__BACKEND_ABI);
+    return -1;
+  }
+  penv->log(MGPU_LOG_WARN, "%s: plugin refused: %s lacks the entry symbol "
+            "%s", pl->label, pl->file, MGPU__PLUGIN_ENTRY);
+  penv->set_error(MGPU_EPLUGIN, "the %s backend plugin %s lacks the entry "
+                  "symbol %s (built for another mgpu version?)", pl->title,
+                  pl->file, MGPU__PLUGIN_ENTRY);
+  return -1;
 }
 
 static const mgpu__backend_ops *plugin_load(plugin *pl,

@@ -28,8 +28,7 @@ static int nccl_possible(const int *devs, int n,
   const mgpu__backend_ops *ops = NULL;
   for (int r = 0; r < n; r++) {
     mgpu__device *d = mgpu__device_get(devs[r]);
-    if (d == NULL || d->ops->coll_run == NULL ||
-        d->ops->coll_comm_create == NULL || d->spec.split_count != 1)
+    if (d == NULL || d->ops->coll == NULL || d->spec.split_count != 1)
       return 0;
     if (ops != NULL && d->ops != ops) return 0;
     ops = d->ops;
@@ -57,7 +56,7 @@ static int can_read(int dev, int peer) {
 int mgpu__coll_direct_possible(const int *devs, int n) {
   for (int r = 0; r < n; r++) {
     mgpu__device *d = mgpu__device_get(devs[r]);
-    if (d == NULL || d->ops->kind != MGPU_BACKEND_HOST) return 0;
+    if (d == NULL || !mgpu__device_host_visible(d, MGPU_MEM_DEVICE)) return 0;
     for (int q = 0; q < n; q++)
       if (!can_read(devs[r], devs[q])) return 0;
   }
@@ -133,7 +132,7 @@ static int choose_provider(mgpu__comm *c, const int *devs, int n) {
   if (want_nccl && n > 1 && nccl_possible(devs, n, &nccl_ops)) {
     mgpu__bdevice *bdevs[MGPU_MAX_DEVICES];
     for (int r = 0; r < n; r++) bdevs[r] = mgpu__device_get(devs[r])->bdev;
-    rc = nccl_ops->coll_comm_create(bdevs, n, &c->nccl);
+    rc = nccl_ops->coll->comm_create(bdevs, n, &c->nccl);
     if (rc == 0) {
       c->provider = MGPU_COLL_PROVIDER_NCCL;
       c->nccl_ops = nccl_ops;
@@ -218,7 +217,7 @@ static int create(const int *devs, int n, const mgpu_comm_config *config,
 fail_sync:
   mgpu__cond_destroy(&c->cond);
   mgpu__mutex_destroy(&c->lock);
-  if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
+  if (c->nccl != NULL) c->nccl_ops->coll->comm_destroy(c->nccl);
 fail_free:
   mgpu__free(c);
   return rc;
@@ -285,8 +284,8 @@ int mgpu_comm_abort(mgpu_comm *comm) {
   mgpu__mutex_unlock(&c->lock);
   /* A provider's communicator is aborted for every rank before anything
    * waits for the devices (its kernels may wait for each other). */
-  if (c->nccl != NULL && c->nccl_ops->coll_comm_abort != NULL) {
-    c->nccl_ops->coll_comm_abort(c->nccl);
+  if (c->nccl != NULL && c->nccl_ops->coll->comm_abort != NULL) {
+    c->nccl_ops->coll->comm_abort(c->nccl);
     c->nccl = NULL;
   }
   return comm_free(c);
@@ -330,7 +329,7 @@ static int comm_free(mgpu__comm *c) {
     mgpu__free(op);
   }
   mgpu__free(c->spare);
-  if (c->nccl != NULL) c->nccl_ops->coll_comm_destroy(c->nccl);
+  if (c->nccl != NULL) c->nccl_ops->coll->comm_destroy(c->nccl);
   if (c->has_remote && c->remote.destroy != NULL)
     c->remote.destroy(c->remote.ctx);
   mgpu__cond_destroy(&c->cond);

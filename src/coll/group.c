@@ -266,16 +266,16 @@ static int check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
 }
 
 static int issue_nccl(mgpu__comm *c, mgpu__coll_op *op) {
-  const mgpu__backend_ops *ops = c->nccl_ops;
-  int rc = ops->coll_group_start ? ops->coll_group_start() : 0;
+  const mgpu__backend_coll_ops *ops = c->nccl_ops->coll;
+  int rc = ops->group_start ? ops->group_start() : 0;
   if (rc != 0) return rc;
   for (int r = 0; r < c->n && rc == 0; r++) {
     const mgpu__coll_part *p = &op->part[r];
     mgpu__coll_args a = {p->kind, p->send, p->recv, p->count,
                          p->dtype, p->op, p->root};
-    rc = ops->coll_run(c->nccl, r, &a, p->stream->bstream);
+    rc = ops->run(c->nccl, r, &a, p->stream->bstream);
   }
-  int erc = ops->coll_group_end ? ops->coll_group_end() : 0;
+  int erc = ops->group_end ? ops->group_end() : 0;
   return rc != 0 ? rc : erc;
 }
 

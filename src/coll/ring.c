@@ -392,7 +392,8 @@ static int single(ring *g) {
 static int completes_on_host(const mgpu__comm *c, const mgpu__coll_op *op) {
   for (int r = 0; r < c->n; r++)
     if (op->part[r].in_place ||
-        mgpu__device_get(c->devs[r])->ops->kind != MGPU_BACKEND_HOST)
+        !mgpu__device_host_visible(mgpu__device_get(c->devs[r]),
+                                   MGPU_MEM_DEVICE))
       return 0;
   return 1;
 }

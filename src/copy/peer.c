@@ -36,7 +36,7 @@ static _Atomic int *state_of(int a, int b) {
 }
 
 int mgpu__same_physical(const mgpu__device *a, const mgpu__device *b) {
-  return a->ops == b->ops && a->ops->kind == MGPU_BACKEND_CUDA &&
+  return a->ops == b->ops && a->ops->caps.splits_share_memory &&
          a->spec.ordinal == b->spec.ordinal;
 }
 

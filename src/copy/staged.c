@@ -51,13 +51,6 @@
 
 #define HELPERS_PER_DEVICE 4
 #define MAX_DEPTH MGPU_STAGING_DEPTH_MAX
-/* Automatic chunk sizes (docs/PERF.md has the measurements). Between
- * GPUs a chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
- * small against its time. Between host devices both halves are memcpy on
- * two cores: 1 MiB keeps the bounce buffers in the last-level cache, so the
- * host-to-device half reads them from there instead of from memory. */
-#define GPU_CHUNK ((size_t)8 << 20)
-#define HOST_CHUNK ((size_t)1 << 20)
 #define DEFAULT_DEPTH 3
 /* How the chunk adapts to the copy (copy_chunk): a chunk below ADAPT_MIN
  * grows (up to ADAPT_MIN) until the copy has at most MAX_PIECES pieces (a
@@ -119,8 +112,9 @@ static void staging_params(const mgpu__device *src, size_t *chunk,
   size_t c = staging_chunk_set;
   int d = staging_depth_set;
   if (c == 0 && cfg != NULL) c = cfg->staging_chunk;
-  if (c == 0 && src != NULL) /* automatic: see GPU_CHUNK */
-    c = src->ops->kind == MGPU_BACKEND_HOST ? HOST_CHUNK : GPU_CHUNK;
+  /* automatic: the source backend's (its table's caps, docs/PERF.md) */
+  if (c == 0 && src != NULL)
+    c = src->ops->caps.staging_chunk;
   if (d == 0) d = cfg != NULL && cfg->staging_depth > 0 ? cfg->staging_depth
                                                          : DEFAULT_DEPTH;
   if (d < 2) d = 2;
@@ -362,7 +356,8 @@ static int complete_or_fail(int rc, mgpu__device *dd, void *dst,
                             const mgpu__device *sd, const void *src,
                             size_t size) {
   if ((rc != MGPU_ENOMEM && rc != MGPU_EBACKEND) ||
-      sd->ops->kind != MGPU_BACKEND_HOST || dd->ops->kind != MGPU_BACKEND_HOST)
+      !mgpu__device_host_visible(sd, MGPU_MEM_DEVICE) ||
+      !mgpu__device_host_visible(dd, MGPU_MEM_DEVICE))
     return rc;
   memcpy(dst, src, size);
   return 0;

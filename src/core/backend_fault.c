@@ -10,76 +10,29 @@
  * cannot fail (close, frees, queries, the native handle) are the backend's
  * own.
  *
- * There is one wrapped table per backend kind, so that two devices of the
- * same backend still share one table pointer (the core compares them). The
- * tables are filled on first use under wrap_lock and never change after. */
+ * The wrappers are generated from the slot lists of backend/backend.h, which
+ * say for each slot whether it is fallible, a wait, or called as it is.
+ * There is one wrapped table (and one of each sub-table) per backend, so
+ * that two devices of the same backend still share one table pointer (the
+ * core compares them). The tables are filled on first use under wrap_lock
+ * and never change after. */
 #include <stdio.h>
+#include <string.h>
 
 #include "core/internal.h"
 #include "util/fault.h"
 
-/* The fallible operations: name, parameters, arguments, and the device the
- * call is for (a mgpu__bdevice *, or NULL), which a lost device refuses. */
-#define MGPU__FAULT_OPS(XX)                                                  \
-  XX(open, (const mgpu__device_spec *spec, mgpu__bdevice **out),             \
-     (spec, out), NULL)                                                            \
-  XX(mem_alloc, (mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,          \
-                 void **ptr), (d, kind, size, ptr), d)                          \
-  XX(stream_create, (mgpu__bdevice *d, mgpu__bstream **s), (d, s), d)           \
-  XX(event_create, (mgpu__bdevice *d, mgpu__bevent **e), (d, e), d)             \
-  XX(event_record, (mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s),    \
-     (d, e, s), d)                                                              \
-  XX(event_record_claimed, (mgpu__bdevice *d, mgpu__bevent *e,               \
-                            mgpu__bstream *s), (d, e, s), d)                    \
-  XX(stream_wait_event, (mgpu__bdevice *d, mgpu__bstream *s,                 \
-                         mgpu__bdevice *ed, mgpu__bevent *e), (d, s, ed, e), d) \
-  XX(memcpy_async, (mgpu__bdevice *d, mgpu__bstream *s, void *dst,           \
-                    const void *src, size_t size, mgpu__copy_kind kind),     \
-     (d, s, dst, src, size, kind), d)                                           \
-  XX(memset_async, (mgpu__bdevice *d, mgpu__bstream *s, void *dst,           \
-                    int value, size_t size), (d, s, dst, value, size), d)       \
-  XX(launch, (mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,      \
-              mgpu_dim3 grid, mgpu_dim3 block, const void *args,             \
-              size_t args_size), (d, s, k, grid, block, args, args_size), d)    \
-  XX(builtin, (mgpu__bdevice *d, mgpu__bstream *s, const mgpu__builtin *b),  \
-     (d, s, b), d)                                                              \
-  XX(stream_order_native, (mgpu__bdevice *d, mgpu__bstream *s,              \
-                           void *native), (d, s, native), d)                    \
-  XX(host_callback, (mgpu__bdevice *d, mgpu__bstream *s,                     \
-                     void (*fn)(void *arg), void *arg), (d, s, fn, arg), d)     \
-  XX(peer_enable, (mgpu__bdevice *d, mgpu__bdevice *peer), (d, peer), d)        \
-  XX(memcpy_peer_async, (mgpu__bdevice *dd, void *dst, mgpu__bdevice *sd,    \
-                         const void *src, size_t size,                       \
-                         mgpu__bdevice *s_dev, mgpu__bstream *s),            \
-     (dd, dst, sd, src, size, s_dev, s), s_dev)                                     \
-  XX(pool_alloc_async, (mgpu__bdevice *d, mgpu__bstream *s, size_t size,     \
-                        void **ptr), (d, s, size, ptr), d)                      \
-  XX(pool_free_async, (mgpu__bdevice *d, mgpu__bstream *s, void *ptr),       \
-     (d, s, ptr), d)                                                            \
-  XX(coll_comm_create, (mgpu__bdevice **devs, int n, void **comm),           \
-     (devs, n, comm), NULL)                                                        \
-  XX(coll_group_start, (void), (), NULL)                                           \
-  XX(coll_group_end, (void), (), NULL)                                             \
-  XX(coll_run, (void *comm, int rank, const mgpu__coll_args *args,           \
-                mgpu__bstream *s), (comm, rank, args, s), NULL)                 \
-  XX(graph_create, (mgpu__bdevice *d, const struct mgpu__bgraph_part *part,  \
-                    void **graph), (d, part, graph), d)                         \
-  XX(graph_launch, (mgpu__bdevice *d, void *graph, mgpu__bstream *s,         \
-                    uint64_t launch), (d, graph, s, launch), d)
-
-/* The waits: a driver that reports an error from a synchronize has still
- * waited (the error is a sticky one of earlier work), and callers rely on
- * that to free what the work used. Their injected failure comes after the
- * real wait. */
-#define MGPU__FAULT_WAITS(XX)                                                \
-  XX(stream_synchronize, (mgpu__bdevice *d, mgpu__bstream *s), (d, s), d)       \
-  XX(event_synchronize, (mgpu__bdevice *d, mgpu__bevent *e), (d, e), d)
-
-enum { KIND_HOST, KIND_CUDA, KIND_OPENCL, NKINDS };
+/* The backends a process uses at once (host, CUDA, OpenCL): one wrapped
+ * table for each, found by its name. */
+#define NBACKENDS 3
 
 static mgpu__mutex wrap_lock = PTHREAD_MUTEX_INITIALIZER;
-static const mgpu__backend_ops *real_ops[NKINDS]; /* guarded by wrap_lock */
-static mgpu__backend_ops wrapped_ops[NKINDS];     /* filled once, then read */
+static const mgpu__backend_ops *real_ops[NBACKENDS]; /* guarded by wrap_lock */
+static mgpu__backend_ops wrapped_ops[NBACKENDS];     /* filled once, then read */
+/* The wrapped sub-tables, one of each per backend (filled with the table). */
+#define MGPU__FAULT_SUBTABLE_STORE(member, type, slots)                     \
+  static type wrapped_##member[NBACKENDS];
+MGPU__BACKEND_SUBTABLES(MGPU__FAULT_SUBTABLE_STORE)
 
 /* The mgpu id of a backend device, for details; -1 before init completes. */
 static int bdevice_id(mgpu__bdevice *b) {
@@ -93,95 +46,146 @@ static int bdevice_id(mgpu__bdevice *b) {
 /* hit: what mgpu__fault_hit said. A rule ending in "=devlost" fails the call
  * as a driver's sticky error would: the call's device is lost from here on
  * (a call for no device fails as any injected failure does). */
-static int injected(int kind, const char *op, mgpu__bdevice *dev, int hit) {
+static int injected(int backend, const char *op, mgpu__bdevice *dev, int hit) {
   if (hit == MGPU__FAULT_LOSE && dev != NULL &&
-      real_ops[kind]->lose != NULL) {
+      real_ops[backend]->loss != NULL) {
     char why[64];
     snprintf(why, sizeof why, "MGPU_FAULT backend:%s=devlost", op);
-    real_ops[kind]->lose(dev, why);
+    real_ops[backend]->loss->lose(dev, why);
     int id = bdevice_id(dev);
     mgpu__device_lost_seen(id);
     return mgpu__error(MGPU_EDEVLOST, "%s device %d was lost in %s (%s)",
-                       real_ops[kind]->name, id, op, why);
+                       real_ops[backend]->name, id, op, why);
   }
   return mgpu__error(MGPU_EBACKEND, "%s backend: %s failed (a failure injected "
-                     "by MGPU_FAULT)", real_ops[kind]->name, op);
+                     "by MGPU_FAULT)", real_ops[backend]->name, op);
 }
 
 /* A backend call for dev returned rc: MGPU_EDEVLOST from a device the
  * backend now reports lost (a CUDA sticky error) tells the layers above. A
  * wait that failed because it waited for another, lost device leaves dev
  * alone: the backend does not report dev lost. */
-static int seen(int kind, mgpu__bdevice *dev, int rc) {
-  if (rc == MGPU_EDEVLOST && dev != NULL && real_ops[kind]->lost != NULL &&
-      real_ops[kind]->lost(dev, NULL, 0))
+static int seen(int backend, mgpu__bdevice *dev, int rc) {
+  if (rc == MGPU_EDEVLOST && dev != NULL && real_ops[backend]->loss != NULL &&
+      real_ops[backend]->loss->lost(dev, NULL, 0))
     mgpu__device_lost_seen(bdevice_id(dev));
   return rc;
 }
 
 /* New work for a lost device is refused before it reaches the backend. */
-static int refuse_lost(int kind, mgpu__bdevice *dev, const char *op) {
+static int refuse_lost(int backend, mgpu__bdevice *dev, const char *op) {
   char why[96];
-  if (dev == NULL || real_ops[kind]->lost == NULL ||
-      !real_ops[kind]->lost(dev, why, sizeof why))
+  if (dev == NULL || real_ops[backend]->loss == NULL ||
+      !real_ops[backend]->loss->lost(dev, why, sizeof why))
     return 0;
   int id = bdevice_id(dev);
   mgpu__device_lost_seen(id);
   return mgpu__error(MGPU_EDEVLOST, "%s device %d was lost (%s): %s refused",
-                     real_ops[kind]->name, id, why, op);
+                     real_ops[backend]->name, id, why, op);
 }
 
-/* One wrapper per operation and per backend kind, calling that kind's
- * table. */
-#define MGPU__FAULT_WRAP_KIND(kind, prefix, op, params, args, dev)          \
-  static int prefix##_##op params {                                          \
-    int lost_rc_ = refuse_lost(kind, dev, #op);                              \
-    if (lost_rc_ != 0) return lost_rc_;                                      \
-    int hit_ = mgpu__fault_hit(MGPU__FAULT_BACKEND, #op);                    \
-    if (hit_) return injected(kind, #op, dev, hit_);                         \
-    return seen(kind, dev, real_ops[kind]->op args);                         \
-  }
-#define MGPU__FAULT_WRAP(op, params, args, dev)                              \
-  MGPU__FAULT_WRAP_KIND(KIND_HOST, host, op, params, args, dev)              \
-  MGPU__FAULT_WRAP_KIND(KIND_CUDA, cuda, op, params, args, dev)              \
-  MGPU__FAULT_WRAP_KIND(KIND_OPENCL, opencl, op, params, args, dev)
-MGPU__FAULT_OPS(MGPU__FAULT_WRAP)
+/* The wrappers, generated from the slot lists of backend/backend.h: for
+ * each slot the list marks FAIL or WAIT, one wrapper per backend index i,
+ * named w<i>_<group>_<name>. The fault site is named after the slot
+ * ("memcpy_async"), a sub-table's slot after its group and name
+ * ("pool_alloc_async", "graph_launch"); the claim group's slots keep their
+ * own names ("event_record_claimed"). */
+#define SITE_core(name) #name
+#define SITE_claim(name) #name
+#define SITE_pool(name) "pool_" #name
+#define SITE_ipc(name) "ipc_" #name
+#define SITE_coll(name) "coll_" #name
+#define SITE_loss(name) "loss_" #name
+#define SITE_graph(name) "graph_" #name
+/* The real slot of backend i. */
+#define REAL_core(i, name) real_ops[i]->name
+#define REAL_SUB(i, group, name) real_ops[i]->group->name
+#define REAL_claim(i, name) REAL_SUB(i, claim, name)
+#define REAL_pool(i, name) REAL_SUB(i, pool, name)
+#define REAL_ipc(i, name) REAL_SUB(i, ipc, name)
+#define REAL_coll(i, name) REAL_SUB(i, coll, name)
+#define REAL_loss(i, name) REAL_SUB(i, loss, name)
+#define REAL_graph(i, name) REAL_SUB(i, graph, name)
 
-#define MGPU__FAULT_WAIT_KIND(kind, prefix, op, params, args, dev)          \
-  static int prefix##_##op params {                                          \
-    int rc = seen(kind, dev, real_ops[kind]->op args);                       \
-    int hit_ = mgpu__fault_hit(MGPU__FAULT_BACKEND, #op);                    \
-    if (hit_ && rc == 0) rc = injected(kind, #op, dev, hit_);                \
+/* A fallible call: refused for a lost device, failed by a fault rule, or
+ * made (and its MGPU_EDEVLOST seen). */
+#define WRAP_FAIL(i, group, ret, name, params, args, dev)                    \
+  static ret w##i##_##group##_##name params {                                \
+    int lost_rc_ = refuse_lost(i, dev, SITE_##group(name));                  \
+    if (lost_rc_ != 0) return lost_rc_;                                      \
+    int hit_ = mgpu__fault_hit(MGPU__FAULT_BACKEND, SITE_##group(name));     \
+    if (hit_) return injected(i, SITE_##group(name), dev, hit_);             \
+    return seen(i, dev, REAL_##group(i, name) args);                         \
+  }
+/* A wait: a driver that reports an error from a synchronize has still
+ * waited (the error is a sticky one of earlier work), and callers rely on
+ * that to free what the work used. Its injected failure comes after the
+ * real wait. */
+#define WRAP_WAIT(i, group, ret, name, params, args, dev)                    \
+  static ret w##i##_##group##_##name params {                                \
+    int rc = seen(i, dev, REAL_##group(i, name) args);                       \
+    int hit_ = mgpu__fault_hit(MGPU__FAULT_BACKEND, SITE_##group(name));     \
+    if (hit_ && rc == 0) rc = injected(i, SITE_##group(name), dev, hit_);    \
     return rc;                                                               \
   }
-#define MGPU__FAULT_WAIT(op, params, args, dev)                              \
-  MGPU__FAULT_WAIT_KIND(KIND_HOST, host, op, params, args, dev)              \
-  MGPU__FAULT_WAIT_KIND(KIND_CUDA, cuda, op, params, args, dev)              \
-  MGPU__FAULT_WAIT_KIND(KIND_OPENCL, opencl, op, params, args, dev)
-MGPU__FAULT_WAITS(MGPU__FAULT_WAIT)
+#define WRAP_PLAIN(i, group, ret, name, params, args, dev)
+#define WRAP_SLOT(group, seam, ret, name, params, args, dev)                 \
+  WRAP_##seam(0, group, ret, name, params, args, dev)                        \
+  WRAP_##seam(1, group, ret, name, params, args, dev)                        \
+  WRAP_##seam(2, group, ret, name, params, args, dev)
+#define WRAP_SUBTABLE(member, type, slots) slots(WRAP_SLOT)
+MGPU__BACKEND_CORE_SLOTS(WRAP_SLOT)
+MGPU__BACKEND_SUBTABLES(WRAP_SUBTABLE)
 
-/* An optional entry the backend leaves NULL stays NULL. */
-#define MGPU__FAULT_SET(op, params, args, dev)                               \
-  if (real->op != NULL)                                                      \
-    w->op = kind == KIND_HOST   ? host_##op                                  \
-            : kind == KIND_CUDA ? cuda_##op                                  \
-                                : opencl_##op;
+/* Fills table t (a copy of backend i's) with the wrappers; an optional slot
+ * the backend leaves NULL stays NULL. */
+#define SET_FAIL(group, name)                                                \
+  if (t->name != NULL)                                                       \
+    t->name = i == 0 ? w0_##group##_##name                                   \
+              : i == 1 ? w1_##group##_##name                                 \
+                       : w2_##group##_##name;
+#define SET_WAIT(group, name) SET_FAIL(group, name)
+#define SET_PLAIN(group, name)
+#define SET_SLOT(group, seam, ret, name, params, args, dev) SET_##seam(group, name)
+#define SET_SUBTABLE(member, type, slots)                                    \
+  if (real->member != NULL) {                                                \
+    type *t = &wrapped_##member[i];                                          \
+    *t = *real->member;                                                      \
+    slots(SET_SLOT)                                                          \
+    w->member = t;                                                           \
+  }
+
+/* The index of backend real (by name: a plugin loaded again after a
+ * shutdown hands back its table again), or a free one; -1 when every index
+ * is another backend's. Called with wrap_lock held. */
+static int backend_index(const mgpu__backend_ops *real) {
+  for (int i = 0; i < NBACKENDS; i++)
+    if (real_ops[i] == NULL || real_ops[i] == real ||
+        strcmp(real_ops[i]->name, real->name) == 0)
+      return i;
+  return -1;
+}
 
 const mgpu__backend_ops *mgpu__backend_fault_wrap(
     const mgpu__backend_ops *real) {
-  int kind = real->kind == MGPU_BACKEND_HOST   ? KIND_HOST
-             : real->kind == MGPU_BACKEND_CUDA ? KIND_CUDA
-                                               : KIND_OPENCL;
   mgpu__mutex_lock(&wrap_lock);
-  if (real_ops[kind] != real) {
+  int i = backend_index(real);
+  if (i < 0) {
+    mgpu__mutex_unlock(&wrap_lock);
+    return real; /* a fourth backend: unreachable, MGPU_DEVICES names three */
+  }
+  if (real_ops[i] != real) {
     /* First use, or a plugin loaded again after a shutdown. No device of
-     * this kind is open now, so nobody reads the table meanwhile. */
-    real_ops[kind] = real;
-    mgpu__backend_ops *w = &wrapped_ops[kind];
+     * this backend is open now, so nobody reads the table meanwhile. */
+    real_ops[i] = real;
+    mgpu__backend_ops *w = &wrapped_ops[i];
     *w = *real;
-    MGPU__FAULT_OPS(MGPU__FAULT_SET)
-    MGPU__FAULT_WAITS(MGPU__FAULT_SET)
+    {
+      mgpu__backend_ops *t = w;
+      MGPU__BACKEND_CORE_SLOTS(SET_SLOT)
+    }
+    MGPU__BACKEND_SUBTABLES(SET_SUBTABLE)
   }
   mgpu__mutex_unlock(&wrap_lock);
-  return &wrapped_ops[kind];
+  return &wrapped_ops[i];
 }

@@ -78,7 +78,8 @@ int mgpu__device_numa_node(mgpu__device *d) {
   /* Host devices are placed, not asked (their backend is still being set
    * up by mgpu_init while their host threads start and call here): device i
    * on node i modulo the node count, which spreads them over the sockets. */
-  if (d->ops->kind == MGPU_BACKEND_HOST) return d->id % mgpu__numa_count();
+  if (d->ops->caps.mem_model == MGPU__MEM_MODEL_HOST)
+    return d->id % mgpu__numa_count();
   mgpu_device_props p;
   memset(&p, 0, sizeof p);
   p.size = sizeof p;
@@ -566,7 +567,7 @@ int mgpu_device_status(int dev, mgpu_device_state *state) {
   if (rc != 0) return rc;
   if (state == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: NULL state pointer", dev);
-  *state = d->ops->lost != NULL && d->ops->lost(d->bdev, NULL, 0)
+  *state = d->ops->loss != NULL && d->ops->loss->lost(d->bdev, NULL, 0)
                ? MGPU_DEVICE_LOST
                : MGPU_DEVICE_OK;
   return 0;
@@ -574,17 +575,18 @@ int mgpu_device_status(int dev, mgpu_device_state *state) {
 
 int mgpu__device_is_lost(int dev) {
   mgpu__device *d = mgpu__device_get(dev);
-  return d != NULL && d->ops->lost != NULL && d->ops->lost(d->bdev, NULL, 0);
+  return d != NULL && d->ops->loss != NULL &&
+         d->ops->loss->lost(d->bdev, NULL, 0);
 }
 
 int mgpu__device_lose(int dev, const char *why) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
-  if (d->ops->lose == NULL)
+  if (d->ops->loss == NULL)
     return mgpu__error(MGPU_ENOTSUP, "device %d: its %s backend cannot lose "
                        "a device on request", dev, d->ops->name);
-  d->ops->lose(d->bdev, why);
+  d->ops->loss->lose(d->bdev, why);
   mgpu__device_lost_seen(dev);
   return 0;
 }
@@ -675,9 +677,7 @@ static int get_props(mgpu__device *d, int dev, mgpu_device_props *p) {
     p->total_mem = total_b;
     p->free_mem = free_b;
   }
-  if (d->ops->kind == MGPU_BACKEND_HOST && mgpu__ndevices() > 1)
-    p->peer_capable = mgpu__config()->host_peer ? 1 : 0;
-  else if (d->ops->kind == MGPU_BACKEND_HOST)
-    p->peer_capable = 0;
+  if (d->ops->caps.mem_model == MGPU__MEM_MODEL_HOST)
+    p->peer_capable = mgpu__ndevices() > 1 && mgpu__config()->host_peer;
   return 0;
 }

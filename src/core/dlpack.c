@@ -27,21 +27,14 @@ static void export_deleter(DLManagedTensorVersioned *self) {
   mgpu__free(x);
 }
 
-/* Where b's memory lives, in DLPack's words. The backend kind is asked here
- * (docs/ARCHITECTURE.md lists it): the backend table has no DLPack device. */
+/* Where b's memory lives, in DLPack's words: the device backend's DLPack
+ * types (its caps). Pinned memory is the host's. */
 static DLDevice dl_device_of(const mgpu__buf *b, const mgpu__device *d) {
   DLDevice dev = {kDLCPU, 0};
-  /* OpenCL device memory is not the host's to read (coarse-grained SVM):
-   * kDLOpenCL; its pinned and unified (fine-grained SVM) memory is. */
-  if (d->ops->kind == MGPU_BACKEND_OPENCL && b->kind == MGPU_MEM_DEVICE) {
-    dev.device_type = kDLOpenCL;
-    dev.device_id = d->spec.ordinal;
-    return dev;
-  }
-  if (d->ops->kind != MGPU_BACKEND_CUDA || b->kind == MGPU_MEM_PINNED)
-    return dev;
-  dev.device_type = b->kind == MGPU_MEM_UNIFIED ? kDLCUDAManaged : kDLCUDA;
-  dev.device_id = d->spec.ordinal;
+  const mgpu__backend_caps *caps = &d->ops->caps;
+  if (b->kind == MGPU_MEM_DEVICE) dev.device_type = caps->dlpack_device;
+  if (b->kind == MGPU_MEM_UNIFIED) dev.device_type = caps->dlpack_unified;
+  if (dev.device_type != kDLCPU) dev.device_id = d->spec.ordinal;
   return dev;
 }
 
@@ -197,8 +190,25 @@ static const char *dl_type_name(int type) {
   return "an unsupported DLPack device type";
 }
 
+/* 1 when memory of DLPack type/id is device memory (or unified memory) of
+ * d, whose backend's caps name the types it takes; *kind says which. */
+static int device_memory_of(const mgpu__device *d, int type, int id,
+                            mgpu_mem_kind *kind) {
+  const mgpu__backend_caps *caps = &d->ops->caps;
+  if (type == kDLCPU || type == kDLCUDAHost) {
+    /* Host memory is device memory of devices whose memory is the host's
+     * only: an OpenCL device's kernels and copies need its own (SVM)
+     * memory. */
+    *kind = MGPU_MEM_DEVICE;
+    return caps->dlpack_device == kDLCPU;
+  }
+  if (d->spec.ordinal != id) return 0;
+  *kind = type == caps->dlpack_device ? MGPU_MEM_DEVICE : MGPU_MEM_UNIFIED;
+  return type == caps->dlpack_device || type == caps->dlpack_unified;
+}
+
 /* Picks the device for memory of type/id (want -1: any that fits) and the
- * memory kind it is on that device. The backend kind is asked here (see
+ * memory kind it is on that device, by the devices' DLPack types (see
  * dl_device_of). */
 static int import_device(int type, int id, int want, int *dev,
                          mgpu_mem_kind *kind) {
@@ -213,45 +223,31 @@ static int import_device(int type, int id, int want, int *dev,
     mgpu__device *d;
     int rc = mgpu__device_check(want, &d);
     if (rc != 0) return rc;
-    int is_cuda = d->ops->kind == MGPU_BACKEND_CUDA;
-    int is_ocl = d->ops->kind == MGPU_BACKEND_OPENCL;
-    /* Host memory is device memory of host devices only: an OpenCL
-     * device's kernels and copies need its own (SVM) memory. */
-    if (host_mem && !is_cuda && !is_ocl) {
+    const mgpu__backend_caps *caps = &d->ops->caps;
+    if (device_memory_of(d, type, id, kind)) {
       *dev = want;
-      *kind = MGPU_MEM_DEVICE;
       return 0;
     }
-    if (is_cuda && type == kDLCUDAHost) {
+    if (caps->dlpack_pinned != 0 && type == caps->dlpack_pinned) {
       *dev = want;
       *kind = MGPU_MEM_PINNED;
       return 0;
     }
-    if ((is_cuda && cuda_mem) || (is_ocl && ocl_mem)) {
-      if (d->spec.ordinal == id) {
-        *dev = want;
-        *kind = type == kDLCUDAManaged ? MGPU_MEM_UNIFIED : MGPU_MEM_DEVICE;
-        return 0;
-      }
-    }
+    int own = caps->dlpack_device != kDLCPU;
     return mgpu__error(MGPU_EWRONGDEV, "mgpu_buffer_from_dlpack: %s memory "
-                       "(id %d) cannot go on device %d (%s %d)",
-                       dl_type_name(type), id, want, is_cuda ? "CUDA GPU"
-                       : is_ocl ? "OpenCL device" : "host device",
-                       is_cuda || is_ocl ? d->spec.ordinal : want);
+                       "(id %d) cannot go on device %d (%s %s %d)",
+                       dl_type_name(type), id, want, d->ops->name,
+                       own ? "device" : "host device",
+                       own ? d->spec.ordinal : want);
   }
   int n = mgpu__ndevices(), cur = 0;
+  mgpu_mem_kind k;
   if (host_mem && mgpu_get_device(&cur) == 0 && cur < n &&
-      mgpu__device_get(cur)->ops->kind == MGPU_BACKEND_HOST)
+      device_memory_of(mgpu__device_get(cur), type, id, &k))
     return import_device(type, id, cur, dev, kind);
-  for (int i = 0; i < n; i++) {
-    mgpu__device *d = mgpu__device_get(i);
-    mgpu_backend_kind k = d->ops->kind;
-    if ((host_mem && k == MGPU_BACKEND_HOST) ||
-        (cuda_mem && k == MGPU_BACKEND_CUDA && d->spec.ordinal == id) ||
-        (ocl_mem && k == MGPU_BACKEND_OPENCL && d->spec.ordinal == id))
+  for (int i = 0; i < n; i++)
+    if (device_memory_of(mgpu__device_get(i), type, id, &k))
       return import_device(type, id, i, dev, kind);
-  }
   return mgpu__error(MGPU_ENODEV, "mgpu_buffer_from_dlpack: %s memory (id "
                      "%d) is on no device mgpu opened", dl_type_name(type),
                      id);

@@ -242,7 +242,7 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   mgpu__mutex_init(&d->mempool_lock);
   int rc = ops->open(&d->spec, &d->bdev);
   if (rc != 0) goto fail_locks;
-  if (ops->kind == MGPU_BACKEND_HOST) {
+  if (ops->caps.mem_model == MGPU__MEM_MODEL_HOST) {
     d->budget = config.host_mem;
   } else if (nsplit > 1) {
     size_t free_b = 0, total_b = 0;

@@ -47,7 +47,7 @@ int mgpu__device_is_lost(int dev);
 void mgpu__device_lost_seen(int dev);
 
 /* The backend table a device uses: real's, with a fault site in front of
- * every fallible entry (backend_fault.c). One per backend kind. */
+ * every fallible entry (backend_fault.c). One per backend. */
 const mgpu__backend_ops *mgpu__backend_fault_wrap(
     const mgpu__backend_ops *real);
 
@@ -164,6 +164,24 @@ typedef struct mgpu__device {
   struct mgpu__mempool_block *mempool_free[64]; /* by power-of-two size class */
   uint64_t mempool_cached_bytes;
 } mgpu__device;
+
+/* 1 when the CPU reads and writes d's memory of kind directly (its
+ * backend's caps). */
+static inline int mgpu__device_host_visible(const mgpu__device *d,
+                                            mgpu_mem_kind kind) {
+  return (d->ops->caps.host_visible >> kind) & 1u;
+}
+
+/* 1 when k has the variant that runs on a backend of the given caps. */
+static inline int mgpu__kernel_has_variant(const mgpu_kernel *k,
+                                           mgpu__kernel_variant v) {
+  switch (v) {
+    case MGPU__KERNEL_HOST_FN: return k->host_fn != NULL;
+    case MGPU__KERNEL_CUDA_FN: return k->cuda_fn != NULL;
+    case MGPU__KERNEL_OPENCL_SRC: return k->opencl_src != NULL;
+  }
+  return 0;
+}
 
 /* NULL when not initialized or out of range; sets no error. */
 mgpu__device *mgpu__device_get(int id);

@@ -290,11 +290,11 @@ static int buf_release(mgpu__buf *b) {
   int rc = 0;
   if (b->pooled) {
     /* Synchronized: the block can go straight back to its pool. */
-    if (d->ops->pool_free_async != NULL) {
+    if (d->ops->pool != NULL) {
       mgpu__stream *s;
       rc = mgpu__spare_get(b->dev, &s);
       if (rc == 0) {
-        rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
+        rc = d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
         if (rc == 0) rc = d->ops->stream_synchronize(d->bdev, s->bstream);
         mgpu__spare_put(s);
       }
@@ -481,11 +481,11 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
   b->kind = MGPU_MEM_DEVICE;
   b->size = size;
   b->pooled = 1;
-  if (d->ops->pool_alloc_async != NULL) {
+  if (d->ops->pool != NULL) {
     b->alloc_size = size;
     rc = reserve(d, size, MGPU_MEM_DEVICE);
     if (rc != 0) goto fail_struct;
-    rc = d->ops->pool_alloc_async(d->bdev, s->bstream, size, &b->ptr);
+    rc = d->ops->pool->alloc_async(d->bdev, s->bstream, size, &b->ptr);
     if (rc != 0) goto fail_reserve;
   } else {
     int cls = size_class(size, &b->alloc_size);
@@ -516,8 +516,8 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
   rc = new_handle(b, out);
   if (rc != 0) {
     /* The block has not been used yet: back to the system. */
-    if (d->ops->pool_free_async != NULL)
-      d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
+    if (d->ops->pool != NULL)
+      d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
     else
       d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, b->ptr);
     goto fail_reserve;
@@ -596,7 +596,7 @@ static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
     return free_buffer(b);
   }
   mgpu__device *d = mgpu__device_get(b->dev);
-  if (d->ops->pool_free_async == NULL) {
+  if (d->ops->pool == NULL) {
     mempool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk == NULL) {
       /* The handle is gone already: give the memory back synchronously. */
@@ -621,10 +621,10 @@ static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
       pool_return_cb(blk);
     }
   } else {
-    rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
+    rc = d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
     if (rc != 0) {
       d->ops->stream_synchronize(d->bdev, s->bstream);
-      rc = d->ops->pool_free_async(d->bdev, s->bstream, b->ptr);
+      rc = d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
     }
     unreserve(d, b->alloc_size, b->kind);
   }
@@ -645,8 +645,8 @@ static int pool_trim_in(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
-  if (d->ops->pool_trim != NULL) {
-    rc = d->ops->pool_trim(d->bdev);
+  if (d->ops->pool != NULL) {
+    rc = d->ops->pool->trim(d->bdev);
     if (rc != 0) return rc;
   }
   /* Only ready blocks go: a pending one may still be used by its stream. */
@@ -695,7 +695,7 @@ static void release_buffer(void *obj, void *arg) {
   mgpu__handle_retire(b->handle);
   if (defer_while_exported(b, 1)) return;
   mgpu__device *d = mgpu__device_get(b->dev);
-  if (b->pooled && d->ops->pool_free_async != NULL) {
+  if (b->pooled && d->ops->pool != NULL) {
     unreserve(d, b->alloc_size, b->kind);
     mgpu__free(b); /* the backend's pool is destroyed with the device */
     return;

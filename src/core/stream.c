@@ -164,24 +164,24 @@ int mgpu_stream_query(mgpu_stream *h) {
 
 int mgpu__stream_claim(mgpu__stream *s) {
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_claim != NULL &&
-         d->ops->stream_claim(d->bdev, s->bstream);
+  return d->ops->claim != NULL &&
+         d->ops->claim->stream_claim(d->bdev, s->bstream);
 }
 
 void mgpu__stream_release(mgpu__stream *s) {
   mgpu__device *d = mgpu__device_get(s->dev);
-  d->ops->stream_release(d->bdev, s->bstream);
+  d->ops->claim->stream_release(d->bdev, s->bstream);
 }
 
 int mgpu__stream_lock_idle(mgpu__stream *s) {
   mgpu__device *d = mgpu__device_get(s->dev);
-  return d->ops->stream_lock_idle != NULL &&
-         d->ops->stream_lock_idle(d->bdev, s->bstream);
+  return d->ops->claim != NULL &&
+         d->ops->claim->stream_lock_idle(d->bdev, s->bstream);
 }
 
 void mgpu__stream_unlock_idle(mgpu__stream *s) {
   mgpu__device *d = mgpu__device_get(s->dev);
-  d->ops->stream_unlock_idle(d->bdev, s->bstream);
+  d->ops->claim->stream_unlock_idle(d->bdev, s->bstream);
 }
 
 int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s) {
@@ -189,7 +189,7 @@ int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s) {
   if (e->dev != s->dev)
     return mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
                        "stream of device %d", e->dev, s->dev);
-  return d->ops->event_record_claimed(d->bdev, e->bevent, s->bstream);
+  return d->ops->claim->event_record_claimed(d->bdev, e->bevent, s->bstream);
 }
 
 int mgpu_stream_device(const mgpu_stream *h) {
@@ -537,9 +537,7 @@ static int launch_on(mgpu__stream *s, const mgpu_kernel *k, mgpu_dim3 grid,
   if (args_size > 0 && args == NULL)
     return mgpu__error(MGPU_EINVAL, "device %d: kernel %s given %zu bytes of "
                        "arguments at NULL", s->dev, name, args_size);
-  if ((d->ops->kind == MGPU_BACKEND_HOST && k->host_fn == NULL) ||
-      (d->ops->kind == MGPU_BACKEND_CUDA && k->cuda_fn == NULL) ||
-      (d->ops->kind == MGPU_BACKEND_OPENCL && k->opencl_src == NULL))
+  if (!mgpu__kernel_has_variant(k, d->ops->caps.kernel_variant))
     return mgpu__error(MGPU_ENOTSUP, "device %d: kernel %s has no %s variant",
                        s->dev, name, d->ops->name);
   if (mgpu__stream_capture(s) != NULL)

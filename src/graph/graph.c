@@ -303,9 +303,11 @@ int mgpu_graph_add_fill(mgpu_graph *graph, const mgpu_graph_node *deps,
     return mgpu__error(MGPU_EINVAL, "%s: offset %zu in the buffer of device "
                        "%d is not a multiple of the %zu-byte element", what,
                        offset, dev, es);
-  if (es == 2 && mgpu__device_get(dev)->ops->kind != MGPU_BACKEND_CUDA)
-    return mgpu__error(MGPU_ENOTSUP, "%s: %s on device %d is supported on "
-                       "CUDA devices only", what, mgpu_dtype_name(dtype), dev);
+  const mgpu__backend_ops *ops = mgpu__device_get(dev)->ops;
+  if (es == 2 && !ops->caps.graph_fill_16bit)
+    return mgpu__error(MGPU_ENOTSUP, "%s: %s on device %d (%s) is not "
+                       "supported in a graph", what, mgpu_dtype_name(dtype),
+                       dev, ops->name);
   mgpu__graph_op op = {.kind = MGPU__GOP_FILL, .dev = dev, .dst = buf,
                        .dst_offset = offset, .size = count, .dtype = dtype};
   memcpy(op.fill, value, es == 2 ? sizeof(double) : es);

@@ -35,7 +35,7 @@ static int resolve(const mgpu_buffer *h, size_t offset, void **ptr) {
   if (h == NULL || mgpu__buf_get(h, "buffer", &b) != 0) return -1;
   mgpu__device *d = mgpu__device_get(b->dev);
   *ptr = (char *)b->ptr + offset;
-  int ok = d != NULL && d->ops->graph_create != NULL;
+  int ok = d != NULL && d->ops->graph != NULL;
   mgpu__buf_put(b);
   return ok ? 0 : -1;
 }
@@ -133,7 +133,7 @@ void mgpu__parts_free(mgpu__parts *p) {
   for (int d = 0; d < MGPU_MAX_DEVICES; d++)
     if (p->part[d] != NULL) {
       mgpu__device *dev = mgpu__device_get(d);
-      if (dev != NULL) dev->ops->graph_destroy(dev->bdev, p->part[d]);
+      if (dev != NULL) dev->ops->graph->destroy(dev->bdev, p->part[d]);
     }
   if (p->board != NULL) mgpu__graph_board_unref(p->board);
   mgpu__free(p->signal_of);
@@ -162,7 +162,7 @@ static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
   }
   mgpu__device *d = mgpu__device_get(dev);
   mgpu__bgraph_part part = {buf, m, p->board};
-  return d->ops->graph_create(d->bdev, &part, &p->part[dev]);
+  return d->ops->graph->create(d->bdev, &part, &p->part[dev]);
 }
 
 int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
@@ -170,9 +170,7 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
   *out = NULL;
   for (int i = 0; i < n; i++) {
     mgpu__device *d = mgpu__device_get(nodes[i].op.dev);
-    if (d == NULL || d->ops->graph_create == NULL ||
-        d->ops->graph_cancel == NULL)
-      return 0;
+    if (d == NULL || d->ops->graph == NULL) return 0;
   }
   int total = 0;
   for (int i = 0; i < n; i++) total += nodes[i].ndeps;
@@ -234,7 +232,7 @@ out:
 
 void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch) {
   mgpu__device *d = mgpu__device_get(dev);
-  d->ops->graph_cancel(d->bdev, p->part[dev], launch);
+  d->ops->graph->cancel(d->bdev, p->part[dev], launch);
 }
 
 int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
@@ -248,7 +246,7 @@ int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
     mgpu__trace_arg a[] = {MGPU__TARG_I("launch", launch)};
     pushed = mgpu__trace_tag_push("graph launch", a, 1);
   }
-  rc = d->ops->graph_launch(d->bdev, p->part[dev], s->bstream, launch);
+  rc = d->ops->graph->launch(d->bdev, p->part[dev], s->bstream, launch);
   mgpu__trace_tag_pop(pushed);
   if (rc == 0 && p->kernels[dev] > 0)
     mgpu__metric_add(dev, MGPU__M_kernels_launched, (uint64_t)p->kernels[dev]);

@@ -34,7 +34,7 @@ int mgpu__store_device_of_uuid(const char *uuid) {
 static const mgpu__backend_ops *ipc_ops(int dev, mgpu__device **out) {
   mgpu__device *d;
   if (mgpu__device_check(dev, &d) != 0) return NULL;
-  if (d->ops->ipc_alloc == NULL) {
+  if (d->ops->ipc == NULL) {
     mgpu__error(MGPU_ENOTSUP, "device %d: its %s backend cannot share "
                 "memory with other processes", dev, d->ops->name);
     return NULL;
@@ -48,13 +48,13 @@ int mgpu__store_mem_alloc(int dev, size_t size, mgpu__ipc_mem *out,
   mgpu__device *d;
   const mgpu__backend_ops *ops = ipc_ops(dev, &d);
   if (ops == NULL) return MGPU_ENOTSUP;
-  return ops->ipc_alloc(d->bdev, size, out, alloc);
+  return ops->ipc->alloc(d->bdev, size, out, alloc);
 }
 
 void mgpu__store_mem_free(int dev, void *alloc) {
   mgpu__device *d;
   const mgpu__backend_ops *ops = ipc_ops(dev, &d);
-  if (ops != NULL) ops->ipc_free(d->bdev, alloc);
+  if (ops != NULL) ops->ipc->free(d->bdev, alloc);
 }
 
 int mgpu__store_mem_export_fd(int dev, void *alloc, const mgpu__ipc_mem *m,
@@ -62,7 +62,7 @@ int mgpu__store_mem_export_fd(int dev, void *alloc, const mgpu__ipc_mem *m,
   mgpu__device *d;
   const mgpu__backend_ops *ops = ipc_ops(dev, &d);
   if (ops == NULL || m->fd < 0) return -1;
-  return ops->ipc_export_fd(d->bdev, alloc, writable);
+  return ops->ipc->export_fd(d->bdev, alloc, writable);
 }
 
 int mgpu__store_mem_seal(int dev, void *alloc, const mgpu__ipc_mem *m) {
@@ -80,7 +80,7 @@ int mgpu__store_mem_import(int dev, const mgpu__ipc_mem *m, int writable,
   mgpu__device *d;
   const mgpu__backend_ops *ops = ipc_ops(dev, &d);
   if (ops == NULL) return MGPU_ENOTSUP;
-  return ops->ipc_import(d->bdev, m, writable, ptr);
+  return ops->ipc->import(d->bdev, m, writable, ptr);
 }
 
 int mgpu__store_mem_protect(int dev, const mgpu__ipc_mem *m, void *ptr) {
@@ -89,7 +89,7 @@ int mgpu__store_mem_protect(int dev, const mgpu__ipc_mem *m, void *ptr) {
   mgpu__device *d;
   const mgpu__backend_ops *ops = ipc_ops(dev, &d);
   if (ops == NULL) return MGPU_ENOTSUP;
-  return ops->ipc_protect(d->bdev, ptr);
+  return ops->ipc->protect(d->bdev, ptr);
 }
 
 void mgpu__store_mem_unimport(int dev, const mgpu__ipc_mem *m, void *ptr) {
@@ -99,5 +99,5 @@ void mgpu__store_mem_unimport(int dev, const mgpu__ipc_mem *m, void *ptr) {
   }
   mgpu__device *d;
   const mgpu__backend_ops *ops = ipc_ops(dev, &d);
-  if (ops != NULL) ops->ipc_unimport(d->bdev, ptr);
+  if (ops != NULL) ops->ipc->unimport(d->bdev, ptr);
 }

@@ -53,7 +53,7 @@ static int link_kind(int a, int b, mgpu_link_kind *kind) {
   if (rc != 0) return rc;
   if (!yes)
     *kind = MGPU_LINK_STAGED;
-  else if (da->ops->kind == MGPU_BACKEND_HOST)
+  else if (da->ops->caps.mem_model == MGPU__MEM_MODEL_HOST)
     *kind = MGPU_LINK_HOST_MEMORY;
   else
     *kind = MGPU_LINK_PCIE;

@@ -1,11 +1,12 @@
 /* The CUDA backend plugin: its entry symbol, the function table, and the
  * device life cycle (probe, open, close, properties, make_current).
  *
- * The core opens libmgpu-cuda.so with dlopen (src/backend/plugin.c), checks
- * mgpu_backend_plugin_abi and calls the entry with its environment. The
- * entry hands back one of two const tables: with the NCCL collective slots
- * when libnccl could be opened and no GPU is split (NCCL refuses two ranks on
- * one GPU), else with those slots NULL so the core runs its own ring.
+ * The core opens libmgpu-cuda.so with dlopen (src/backend/plugin.c), looks
+ * up the entry named after its backend ABI (MGPU__PLUGIN_ENTRY) and calls it
+ * with its environment. The entry hands back one of two const tables: with
+ * the NCCL collective sub-table when libnccl could be opened and no GPU is
+ * split (NCCL refuses two ranks on one GPU), else without it so the core
+ * runs its own ring.
  */
 #include <ctype.h>
 #include <dlfcn.h>
@@ -14,10 +15,9 @@
 #include <string.h>
 
 #include "cuda-internal.h"
+#include "mgpu/dlpack.h"
 
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
-
-PLUGIN_EXPORT const int mgpu_backend_plugin_abi = MGPU__BACKEND_ABI;
 
 const mgpu__backend_env *mgpu__cuda_env;
 mgpu__cuda_driver mgpu__cuda_drv;
@@ -410,8 +410,43 @@ static int cuda_make_current(mgpu__bdevice *d) {
 
 /* ---- the tables ---- */
 
+static const mgpu__backend_pool_ops cuda_pool_ops = {
+    .alloc_async = mgpu__cuda_pool_alloc_async,
+    .free_async = mgpu__cuda_pool_free_async,
+    .trim = mgpu__cuda_pool_trim,
+};
+
+static const mgpu__backend_ipc_ops cuda_ipc_ops = {
+    .alloc = mgpu__cuda_ipc_alloc,
+    .free = mgpu__cuda_ipc_free,
+    .export_fd = mgpu__cuda_ipc_export_fd,
+    .import = mgpu__cuda_ipc_import,
+    .protect = mgpu__cuda_ipc_protect,
+    .unimport = mgpu__cuda_ipc_unimport,
+};
+
+static const mgpu__backend_loss_ops cuda_loss_ops = {
+    .lose = cuda_lose,
+    .lost = cuda_lost,
+};
+
+/* Device memory is the GPU's; pinned and managed memory the CPU reaches.
+ * A staged chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
+ * small against its time (docs/PERF.md). */
+#define CUDA_CAPS                                                 \
+  {.mem_model = MGPU__MEM_MODEL_DEVICE,                           \
+   .host_visible = 1u << MGPU_MEM_PINNED | 1u << MGPU_MEM_UNIFIED, \
+   .splits_share_memory = 1,                                      \
+   .kernel_variant = MGPU__KERNEL_CUDA_FN,                        \
+   .dlpack_device = kDLCUDA,                                      \
+   .dlpack_unified = kDLCUDAManaged,                              \
+   .dlpack_pinned = kDLCUDAHost,                                  \
+   .staging_chunk = (size_t)8 << 20,                              \
+   .graph_fill_16bit = 1}
+
 #define CUDA_OPS_COMMON                                       \
-  .name = "cuda", .kind = MGPU_BACKEND_CUDA, .probe = cuda_probe, \
+  .name = "cuda", .kind = MGPU_BACKEND_CUDA, .caps = CUDA_CAPS, \
+  .probe = cuda_probe,                                            \
   .open = cuda_open, .close = cuda_close, .props = cuda_props,    \
   .make_current = cuda_make_current,                              \
   .mem_alloc = mgpu__cuda_mem_alloc, .mem_free = mgpu__cuda_mem_free, \
@@ -438,27 +473,23 @@ static int cuda_make_current(mgpu__bdevice *d) {
   .peer_enable = mgpu__cuda_peer_enable,                          \
   .peer_disable = mgpu__cuda_peer_disable,                        \
   .memcpy_peer_async = mgpu__cuda_memcpy_peer_async,              \
-  .pool_alloc_async = mgpu__cuda_pool_alloc_async,                \
-  .pool_free_async = mgpu__cuda_pool_free_async,                  \
-  .pool_trim = mgpu__cuda_pool_trim,                              \
-  .ipc_alloc = mgpu__cuda_ipc_alloc, .ipc_free = mgpu__cuda_ipc_free, \
-  .ipc_export_fd = mgpu__cuda_ipc_export_fd,                      \
-  .ipc_import = mgpu__cuda_ipc_import,                            \
-  .ipc_protect = mgpu__cuda_ipc_protect,                          \
-  .ipc_unimport = mgpu__cuda_ipc_unimport,                        \
-  .lose = cuda_lose, .lost = cuda_lost
+  .pool = &cuda_pool_ops, .ipc = &cuda_ipc_ops, .loss = &cuda_loss_ops
 
 static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
 
 #ifdef MGPU_HAVE_NCCL
+static const mgpu__backend_coll_ops cuda_coll_ops = {
+    .comm_create = mgpu__cuda_coll_comm_create,
+    .comm_destroy = mgpu__cuda_coll_comm_destroy,
+    .comm_abort = mgpu__cuda_coll_comm_abort,
+    .group_start = mgpu__cuda_coll_group_start,
+    .group_end = mgpu__cuda_coll_group_end,
+    .run = mgpu__cuda_coll_run,
+};
+
 static const mgpu__backend_ops cuda_ops_nccl = {
     CUDA_OPS_COMMON,
-    .coll_comm_create = mgpu__cuda_coll_comm_create,
-    .coll_comm_destroy = mgpu__cuda_coll_comm_destroy,
-    .coll_comm_abort = mgpu__cuda_coll_comm_abort,
-    .coll_group_start = mgpu__cuda_coll_group_start,
-    .coll_group_end = mgpu__cuda_coll_group_end,
-    .coll_run = mgpu__cuda_coll_run,
+    .coll = &cuda_coll_ops,
 };
 #endif
 
@@ -468,7 +499,7 @@ static int config_splits_a_gpu(const mgpu_config *cfg) {
          strchr(cfg->devices, '/') != NULL;
 }
 
-PLUGIN_EXPORT const mgpu__backend_ops *mgpu_backend_plugin_v1(
+PLUGIN_EXPORT const mgpu__backend_ops *MGPU__PLUGIN_ENTRY_FN(
     const mgpu__backend_env *env) {
   if (env == NULL || env->abi != MGPU__BACKEND_ABI) {
     if (env != NULL && env->set_error != NULL)

@@ -36,6 +36,7 @@
 
 #include "backend/graph.h"
 #include "backend/host/host.h"
+#include "mgpu/dlpack.h"
 #include "mgpu/error.h"
 #include "obs/obs.h"
 #include "obs/trace.h"
@@ -1306,9 +1307,52 @@ static void host_graph_destroy(mgpu__bdevice *d, void *graph) {
   graph_unref(graph);
 }
 
+static const mgpu__backend_claim_ops host_claim_ops = {
+    .stream_claim = host_stream_claim,
+    .stream_release = host_stream_release,
+    .stream_lock_idle = host_stream_lock_idle,
+    .stream_unlock_idle = host_stream_unlock_idle,
+    .event_record_claimed = host_event_record_claimed,
+};
+
+static const mgpu__backend_ipc_ops host_ipc_ops = {
+    .alloc = mgpu__host_ipc_alloc,
+    .free = mgpu__host_ipc_free,
+    .export_fd = mgpu__host_ipc_export_fd,
+    .import = mgpu__host_ipc_import,
+    .protect = mgpu__host_ipc_protect,
+    .unimport = mgpu__host_ipc_unimport,
+};
+
+static const mgpu__backend_loss_ops host_loss_ops = {
+    .lose = host_lose,
+    .lost = host_lost,
+};
+
+static const mgpu__backend_graph_ops host_graph_ops = {
+    .create = host_graph_create,
+    .launch = host_graph_launch,
+    .cancel = host_graph_cancel,
+    .destroy = host_graph_destroy,
+};
+
 static const mgpu__backend_ops host_ops = {
     .name = "host",
     .kind = MGPU_BACKEND_HOST,
+    .caps = {
+        .mem_model = MGPU__MEM_MODEL_HOST,
+        .host_visible = 1u << MGPU_MEM_DEVICE | 1u << MGPU_MEM_PINNED |
+                        1u << MGPU_MEM_UNIFIED,
+        .splits_share_memory = 0,
+        .kernel_variant = MGPU__KERNEL_HOST_FN,
+        .dlpack_device = kDLCPU,
+        .dlpack_unified = kDLCPU,
+        .dlpack_pinned = 0,
+        /* Both halves of a staged copy are memcpy on two cores: 1 MiB keeps
+         * the bounce buffers in the last-level cache. */
+        .staging_chunk = (size_t)1 << 20,
+        .graph_fill_16bit = 0,
+    },
     .probe = host_probe,
     .open = host_open,
     .close = host_close,
@@ -1323,11 +1367,6 @@ static const mgpu__backend_ops host_ops = {
     .stream_synchronize = host_stream_synchronize,
     .stream_query = host_stream_query,
     .stream_native = host_stream_native,
-    .stream_claim = host_stream_claim,
-    .stream_release = host_stream_release,
-    .stream_lock_idle = host_stream_lock_idle,
-    .stream_unlock_idle = host_stream_unlock_idle,
-    .event_record_claimed = host_event_record_claimed,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,
@@ -1345,18 +1384,10 @@ static const mgpu__backend_ops host_ops = {
     .peer_enable = host_peer_enable,
     .peer_disable = host_peer_disable,
     .memcpy_peer_async = host_memcpy_peer_async,
-    .ipc_alloc = mgpu__host_ipc_alloc,
-    .ipc_free = mgpu__host_ipc_free,
-    .ipc_export_fd = mgpu__host_ipc_export_fd,
-    .ipc_import = mgpu__host_ipc_import,
-    .ipc_protect = mgpu__host_ipc_protect,
-    .ipc_unimport = mgpu__host_ipc_unimport,
-    .lose = host_lose,
-    .lost = host_lost,
-    .graph_create = host_graph_create,
-    .graph_launch = host_graph_launch,
-    .graph_cancel = host_graph_cancel,
-    .graph_destroy = host_graph_destroy,
+    .claim = &host_claim_ops,
+    .ipc = &host_ipc_ops,
+    .loss = &host_loss_ops,
+    .graph = &host_graph_ops,
 };
 
 const mgpu__backend_ops *mgpu__host_backend(const mgpu__backend_env *e) {

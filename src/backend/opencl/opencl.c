@@ -2,7 +2,8 @@
  * probe of platforms and devices, the device life cycle and the errors.
  *
  * The core opens libmgpu-opencl.so with dlopen (src/backend/plugin.c),
- * checks mgpu_backend_plugin_abi and calls the entry with its environment.
+ * looks up the entry named after its backend ABI (MGPU__PLUGIN_ENTRY) and
+ * calls it with its environment.
  * The probe runs once per process: it lists every platform's devices, keeps
  * those with SVM and 64-bit addresses, and makes one context per platform
  * (see opencl-internal.h for why).
@@ -12,10 +13,9 @@
 #include <string.h>
 
 #include "opencl-internal.h"
+#include "mgpu/dlpack.h"
 
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
-
-PLUGIN_EXPORT const int mgpu_backend_plugin_abi = MGPU__BACKEND_ABI;
 
 const mgpu__backend_env *mgpu__ocl_env;
 mgpu__ocl_phys *mgpu__ocl_phys_list;
@@ -358,9 +358,27 @@ static int ocl_make_current(mgpu__bdevice *d) {
 
 /* ---- the table ---- */
 
+static const mgpu__backend_loss_ops ocl_loss_ops = {
+    .lose = mgpu__ocl_lose,
+    .lost = mgpu__ocl_lost,
+};
+
 static const mgpu__backend_ops ocl_ops = {
     .name = "opencl",
     .kind = MGPU_BACKEND_OPENCL,
+    .caps = {
+        .mem_model = MGPU__MEM_MODEL_DEVICE,
+        /* Device memory is coarse-grained SVM, not the host's to read;
+         * pinned and unified memory are fine-grained SVM, which it is. */
+        .host_visible = 1u << MGPU_MEM_PINNED | 1u << MGPU_MEM_UNIFIED,
+        .splits_share_memory = 0,
+        .kernel_variant = MGPU__KERNEL_OPENCL_SRC,
+        .dlpack_device = kDLOpenCL,
+        .dlpack_unified = kDLCPU,
+        .dlpack_pinned = 0,
+        .staging_chunk = (size_t)8 << 20,
+        .graph_fill_16bit = 0,
+    },
     .probe = ocl_probe,
     .open = ocl_open,
     .close = ocl_close,
@@ -391,11 +409,10 @@ static const mgpu__backend_ops ocl_ops = {
     .peer_enable = mgpu__ocl_peer_enable,
     .peer_disable = mgpu__ocl_peer_disable,
     .memcpy_peer_async = mgpu__ocl_memcpy_peer_async,
-    .lose = mgpu__ocl_lose,
-    .lost = mgpu__ocl_lost,
+    .loss = &ocl_loss_ops,
 };
 
-PLUGIN_EXPORT const mgpu__backend_ops *mgpu_backend_plugin_v1(
+PLUGIN_EXPORT const mgpu__backend_ops *MGPU__PLUGIN_ENTRY_FN(
     const mgpu__backend_env *env) {
   if (env == NULL || env->abi != MGPU__BACKEND_ABI) {
     if (env != NULL && env->set_error != NULL)
