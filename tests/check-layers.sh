@@ -7,7 +7,9 @@
 # naming the object and the symbol, for a planted call of each kind: an
 # upward call through a local prototype, an `extern`, a public header, a
 # sideways call, a plugin calling into the library, the MPI module calling
-# an internal function, and a tool calling CUDA.
+# an internal function, a tool calling CUDA, and getenv called outside the
+# table of variables (src/core/config.c) by the library, the MPI module and
+# a tool.
 # Usage: check-layers.sh MGPU_BINARY SOURCE_DIR BUILD_DIR
 set -u
 src=$2
@@ -117,5 +119,19 @@ expect_sym src/mpi/CMakeFiles/mgpu_mpi.dir/plant.c.o mgpu__error "not a public c
 fresh_objs
 plant CMakeFiles/mgpu_tool.dir/tools plant 'int cudaMalloc(void **p, unsigned long n); int f(void) { void *p; return cudaMalloc(&p, 1); }'
 expect_sym CMakeFiles/mgpu_tool.dir/tools/plant.c.o cudaMalloc "only the cuda plugin"
+
+getenv_src='#include <stdlib.h>
+const char *f(void) { return getenv("MGPU_X"); }'
+fresh_objs
+plant $lib/store plant "$getenv_src"
+expect_sym $lib/store/plant.c.o getenv "outside the table of variables"
+
+fresh_objs
+plant src/mpi/CMakeFiles/mgpu_mpi.dir plant "$getenv_src"
+expect_sym src/mpi/CMakeFiles/mgpu_mpi.dir/plant.c.o getenv "outside the table of variables"
+
+fresh_objs
+plant CMakeFiles/mgpu_tool.dir/tools plant "$getenv_src"
+expect_sym CMakeFiles/mgpu_tool.dir/tools/plant.c.o getenv "outside the table of variables"
 
 echo "check-layers: every wrong reference was refused"

@@ -83,12 +83,45 @@ static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
     }
     for (int r = n; r < 2 * n; r++)
       if (reqs[r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[r]);
-    rc = mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
+    rc = mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
                            "arrive within %d ms", mgpu__mpi.rank,
                            kind_name[mine[V_KIND]], missing,
                            mgpu__mpi.timeout_ms);
   }
   return rc;
+}
+
+/* The exchange of a rank without memory for exchange's arrays (an
+ * allocation failed): it still takes part, one peer at a time, sending mine
+ * (its failure in V_STATUS) and dropping what each peer sends, so that the
+ * others learn of its failure instead of waiting for it. */
+static void exchange_one_by_one(MPI_Comm comm, int n, int me,
+                                const long long *mine) {
+  /* The send buffer outlives a send left with MPI at the deadline. */
+  static long long note[V_LEN];
+  memcpy(note, mine, sizeof note);
+  double deadline = mgpu__mpi_deadline();
+  for (int r = 0; r < n; r++) {
+    if (r == me) continue;
+    long long theirs[V_LEN];
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int m = MPI_Irecv(theirs, V_LEN, MPI_LONG_LONG, r, MPI_TAG_CHECK, comm,
+                      &reqs[0]);
+    if (m == MPI_SUCCESS)
+      m = MPI_Isend(note, V_LEN, MPI_LONG_LONG, r, MPI_TAG_CHECK, comm,
+                    &reqs[1]);
+    int done = 0;
+    while (m == MPI_SUCCESS &&
+           (m = mgpu__mpi_test_all(2, reqs, &done)) == MPI_SUCCESS && !done &&
+           MPI_Wtime() <= deadline)
+      sched_yield();
+    if (done) continue;
+    /* Nothing may write into theirs once this returns. */
+    if (reqs[0] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[0]);
+    for (int i = 0; i < 2; i++)
+      if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[i]);
+    return;
+  }
 }
 
 /* The first rank whose verdict, call description or MGPU_MPI_CHUNK
@@ -98,12 +131,12 @@ static int compare(int n, const long long *mine, const long long *all) {
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
     if (v[V_STATUS] == MGPU_EDEVLOST && v[V_DEV] >= 0)
-      rc = mgpu_module_error(MGPU_EDEVLOST, "rank %d: %s: rank %d lost its "
+      rc = mgpu__error(MGPU_EDEVLOST, "rank %d: %s: rank %d lost its "
                              "device %lld (MGPU_EDEVLOST); no data moved",
                              mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
                              v[V_DEV]);
     else if (v[V_STATUS] != 0)
-      rc = mgpu_module_error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
+      rc = mgpu__error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
                              "its arguments or could not start (%s); no data "
                              "moved",
                              mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
@@ -113,13 +146,13 @@ static int compare(int n, const long long *mine, const long long *all) {
     const long long *v = all + (size_t)r * V_LEN;
     if (memcmp(v, mine, V_STATUS * sizeof *v) == 0) continue;
     if (v[V_KIND] != mine[V_KIND])
-      rc = mgpu_module_error(MGPU_EMISMATCH, "rank %d: called %s while rank "
+      rc = mgpu__error(MGPU_EMISMATCH, "rank %d: called %s while rank "
                              "%d called %s", mgpu__mpi.rank,
                              kind_name[mine[V_KIND]], r,
                              v[V_KIND] > 0 && v[V_KIND] <= C_GATHER
                                  ? kind_name[v[V_KIND]] : "?");
     else
-      rc = mgpu_module_error(
+      rc = mgpu__error(
           MGPU_EMISMATCH, "rank %d: %s: count %lld, dtype %s, op %s, root "
           "%lld here but count %lld, dtype %s, op %s, root %lld on rank %d",
           mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_COUNT],
@@ -131,7 +164,7 @@ static int compare(int n, const long long *mine, const long long *all) {
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
     if (v[V_CHUNK] != mine[V_CHUNK])
-      rc = mgpu_module_error(
+      rc = mgpu__error(
           MGPU_EMISMATCH, "rank %d: %s: MGPU_MPI_CHUNK=%lld here but %lld on "
           "rank %d: every rank must be started with the same value; no data "
           "moved", mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_CHUNK],
@@ -154,27 +187,33 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   /* The local detail is kept: a refused rank reports its own reason. */
   char local_detail[512];
   snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
-  long long *all = calloc((size_t)n * V_LEN, sizeof *all);
-  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
+  long long *all = mgpu_module_calloc((size_t)n * V_LEN, sizeof *all);
+  MPI_Request *reqs = mgpu_module_calloc((size_t)n * 2, sizeof *reqs);
   if (all == NULL || reqs == NULL) {
-    free(all);
-    free(reqs);
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: argument check",
-                             mgpu__mpi.rank);
+    mgpu_module_free(all);
+    mgpu_module_free(reqs);
+    long long v[V_LEN];
+    memcpy(v, mine, sizeof v);
+    if (local_rc == 0) v[V_STATUS] = MGPU_ENOMEM;
+    exchange_one_by_one(comm, n, me, v);
+    if (local_rc != 0) return mgpu__error(local_rc, "%s", local_detail);
+    return mgpu__error(MGPU_ENOMEM, "rank %d: %s: no memory for the "
+                       "argument check", mgpu__mpi.rank,
+                       kind_name[mine[V_KIND]]);
   }
   for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
   memcpy(all + (size_t)me * V_LEN, mine, V_LEN * sizeof *all);
   int rc = exchange(comm, n, me, mine, all, reqs);
   if (rc == 0 && local_rc != 0) {
     rc = local_rc;
-    mgpu_module_error(local_rc, "%s", local_detail);
+    mgpu__error(local_rc, "%s", local_detail);
   }
   if (rc == 0) rc = compare(n, mine, all);
   for (int r = 0; rc == 0 && r < n; r++)
     if (all[(size_t)r * V_LEN + V_PATH] > *path)
       *path = (int)all[(size_t)r * V_LEN + V_PATH];
-  free(all);
-  free(reqs);
+  mgpu_module_free(all);
+  mgpu_module_free(reqs);
   return rc;
 }
 
@@ -201,7 +240,7 @@ typedef struct coll_ctx {
 static int mpi_step(void *arg, void *in, void *out, size_t c, int in_place) {
   coll_ctx *x = arg;
   if (c > INT_MAX)
-    return mgpu_module_error(MGPU_ENOTSUP, "rank %d: %zu elements in one MPI "
+    return mgpu__error(MGPU_ENOTSUP, "rank %d: %zu elements in one MPI "
                              "call", x->me, c);
   int n = (int)c, m = MPI_SUCCESS;
   MPI_Request req = MPI_REQUEST_NULL;
@@ -296,11 +335,11 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
     return rc;
   size_t es = mgpu__mpi_dtype_size(a->dtype);
   if (a->count > (SIZE_MAX / es) / (size_t)n)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
                              me, name, a->count);
   if (a->kind != C_ALLREDUCE && a->kind != C_REDUCE_SCATTER &&
       a->kind != C_ALLGATHER && (a->root < 0 || a->root >= n))
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: root %d outside 0..%d",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: root %d outside 0..%d",
                              me, name, a->root, n - 1);
   int is_root = me == a->root;
   size_t one = a->count * es, all = one * (size_t)n;
@@ -330,7 +369,7 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
     return rc;
   if (use_send && use_recv &&
       mgpu_buffer_device(a->send) != mgpu_buffer_device(a->recv))
-    return mgpu_module_error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
+    return mgpu__error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
                              "device %d, recv buffer on device %d: both must "
                              "be on one device", me, name,
                              mgpu_buffer_device(a->send),
@@ -401,7 +440,7 @@ static int agree_after(const coll_args *a, int me, int local) {
   if (local != 0) return local; /* the rank's own code and detail */
   if (rc != 0) return rc;
   if (worst[0] == 0) return 0;
-  return mgpu_module_error(worst[0], "rank %d: %s: rank %d failed while the "
+  return mgpu__error(worst[0], "rank %d: %s: rank %d failed while the "
                            "data moved (%s): the outputs are undefined",
                            mgpu__mpi.rank, kind_name[a->kind], worst[1],
                            mgpu_err_name(worst[0]));
@@ -413,7 +452,7 @@ static int coll_run(const coll_args *a) {
   int me, n;
   if (MPI_Comm_rank(a->comm, &me) != MPI_SUCCESS ||
       MPI_Comm_size(a->comm, &n) != MPI_SUCCESS)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
                              mgpu__mpi.rank, kind_name[a->kind]);
   mpi_plan pl;
   coll_ctx x;

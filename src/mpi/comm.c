@@ -264,7 +264,7 @@ static void hier_fail(void *ctx, const mgpu_coll_call *calls, int n,
   char detail[512];
   snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
   mgpu__mpi_refuse(x->comm, code, lost_device(calls, n));
-  mgpu_module_error(code, "%s", detail);
+  mgpu__error(code, "%s", detail);
 }
 
 static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n);
@@ -297,7 +297,7 @@ static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
     case MGPU_COLL_ALLGATHER: return hier_allgather(x, calls, n);
     case MGPU_COLL_REDUCE_SCATTER: return hier_reduce_scatter(x, calls, n);
   }
-  return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown collective %d",
+  return mgpu__error(MGPU_EINVAL, "rank %d: unknown collective %d",
                            mgpu__mpi.rank, calls[0].kind);
 }
 
@@ -308,7 +308,7 @@ static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
 static const mgpu__mpi_nccl_api *nccl;
 
 static int nccl_err(ncclResult_t r, const char *call) {
-  return mgpu_module_error(MGPU_EBACKEND, "rank %d: %s: %s", mgpu__mpi.rank,
+  return mgpu__error(MGPU_EBACKEND, "rank %d: %s: %s", mgpu__mpi.rank,
                            call, nccl->error_string(r));
 }
 
@@ -329,7 +329,7 @@ static int nccl_issue(void *ctx, const mgpu_coll_call *calls, int n) {
   static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMin, ncclMax};
   ncclDataType_t type;
   if (nccl_type(calls[0].dtype, &type) != 0)
-    return mgpu_module_error(MGPU_EINVAL, "unknown dtype");
+    return mgpu__error(MGPU_EINVAL, "unknown dtype");
   ncclResult_t r = nccl->group_start();
   for (int i = 0; i < n && r == ncclSuccess; i++) {
     const mgpu_coll_call *c = &calls[i];
@@ -417,9 +417,9 @@ static void ctx_free(void *ctx) {
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin && x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
-  free(x->first);
-  free(x->count);
-  free(x);
+  mgpu_module_free(x->first);
+  mgpu_module_free(x->count);
+  mgpu_module_free(x);
 }
 
 int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
@@ -427,29 +427,29 @@ int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
   int rc = mgpu__mpi_ready("mgpu_mpi_comm_create");
   if (rc != 0) return rc;
   if (out == NULL)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
+    return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
                              "NULL output", mgpu__mpi.rank);
   *out = NULL;
   /* Every rank learns whether every rank's list is good, so that all fail
    * together instead of some waiting in MPI. */
   int local = 0;
   if (ndev < 1 || ndev > MGPU_MAX_DEVICES || devs == NULL)
-    local = mgpu_module_error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
+    local = mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
                               "%d devices", mgpu__mpi.rank, ndev);
   for (int i = 0; local == 0 && i < ndev; i++)
     if (devs[i] < 0 || devs[i] >= mgpu_device_count())
-      local = mgpu_module_error(MGPU_ENODEV, "rank %d: mgpu_mpi_comm_create: "
+      local = mgpu__error(MGPU_ENODEV, "rank %d: mgpu_mpi_comm_create: "
                                 "no device %d", mgpu__mpi.rank, devs[i]);
   int worst = local;
   rc = MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MIN, comm);
   if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Allreduce");
   if (local != 0) return local;
   if (worst != 0)
-    return mgpu_module_error(worst, "rank %d: mgpu_mpi_comm_create: another "
+    return mgpu__error(worst, "rank %d: mgpu_mpi_comm_create: another "
                              "rank's devices were refused", mgpu__mpi.rank);
-  mpi_comm_ctx *x = calloc(1, sizeof *x);
+  mpi_comm_ctx *x = mgpu_module_calloc(1, sizeof *x);
   if (x == NULL)
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: communicator",
+    return mgpu__error(MGPU_ENOMEM, "rank %d: communicator",
                              mgpu__mpi.rank);
   x->comm = MPI_COMM_NULL;
   if ((rc = MPI_Comm_dup(comm, &x->comm)) != MPI_SUCCESS) {
@@ -458,10 +458,10 @@ int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
   }
   MPI_Comm_rank(x->comm, &x->me);
   MPI_Comm_size(x->comm, &x->nprocs);
-  x->first = calloc((size_t)x->nprocs, sizeof *x->first);
-  x->count = calloc((size_t)x->nprocs, sizeof *x->count);
+  x->first = mgpu_module_calloc((size_t)x->nprocs, sizeof *x->first);
+  x->count = mgpu_module_calloc((size_t)x->nprocs, sizeof *x->count);
   if (x->first == NULL || x->count == NULL) {
-    rc = mgpu_module_error(MGPU_ENOMEM, "rank %d: communicator",
+    rc = mgpu__error(MGPU_ENOMEM, "rank %d: communicator",
                            mgpu__mpi.rank);
     goto fail;
   }

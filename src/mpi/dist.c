@@ -22,19 +22,19 @@ static int part_owners(MPI_Comm comm, int **first, int **count, int *nprocs,
                        int *me) {
   MPI_Comm_size(comm, nprocs);
   MPI_Comm_rank(comm, me);
-  *first = calloc((size_t)*nprocs, sizeof **first);
-  *count = calloc((size_t)*nprocs, sizeof **count);
+  *first = mgpu_module_calloc((size_t)*nprocs, sizeof **first);
+  *count = mgpu_module_calloc((size_t)*nprocs, sizeof **count);
   if (*first == NULL || *count == NULL) {
-    free(*first);
-    free(*count);
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: part owners",
+    mgpu_module_free(*first);
+    mgpu_module_free(*count);
+    return mgpu__error(MGPU_ENOMEM, "rank %d: part owners",
                              mgpu__mpi.rank);
   }
   int mine = mgpu_device_count();
   int rc = MPI_Allgather(&mine, 1, MPI_INT, *count, 1, MPI_INT, comm);
   if (rc != MPI_SUCCESS) {
-    free(*first);
-    free(*count);
+    mgpu_module_free(*first);
+    mgpu_module_free(*count);
     return mgpu__mpi_err(rc, "MPI_Allgather");
   }
   for (int p = 1; p < *nprocs; p++) (*first)[p] = (*first)[p - 1] + (*count)[p - 1];
@@ -48,30 +48,30 @@ int mgpu_mpi_dist_create(MPI_Comm comm, size_t n, const mgpu_dist_opts *opts,
   int *first, *count, nprocs, me;
   if ((rc = part_owners(comm, &first, &count, &nprocs, &me)) != 0) return rc;
   int total = first[nprocs - 1] + count[nprocs - 1];
-  free(first);
-  free(count);
+  mgpu_module_free(first);
+  mgpu_module_free(count);
   mgpu_dist_opts o = MGPU_DIST_OPTS_INITIALIZER;
   if (opts != NULL) {
     if (opts->ndevices != 0 || opts->devices != NULL)
-      return mgpu_module_error(MGPU_EINVAL, "rank %d: mgpu_mpi_dist_create: "
+      return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_dist_create: "
                                "the parts are every rank's devices; leave "
                                "ndevices 0 and devices NULL", mgpu__mpi.rank);
     if (opts->kind == MGPU_DIST_WEIGHTED && opts->weights == NULL)
-      return mgpu_module_error(MGPU_EINVAL, "rank %d: mgpu_mpi_dist_create: "
+      return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_dist_create: "
                                "a weighted distribution across ranks needs "
                                "its weights", mgpu__mpi.rank);
     o = *opts;
   }
   /* The part layer wants a local device per part; the ranges do not depend
    * on it. Device 0 stands in for parts of other ranks. */
-  int *devs = calloc((size_t)total, sizeof *devs);
+  int *devs = mgpu_module_calloc((size_t)total, sizeof *devs);
   if (devs == NULL)
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: distribution",
+    return mgpu__error(MGPU_ENOMEM, "rank %d: distribution",
                              mgpu__mpi.rank);
   o.ndevices = total;
   o.devices = devs;
   rc = mgpu_dist_create(dist, n, &o);
-  free(devs);
+  mgpu_module_free(devs);
   return rc;
 }
 
@@ -81,7 +81,7 @@ static int raw_type(size_t elem, mgpu_dtype *t, size_t *per) {
   else if (elem % 4 == 0) *t = MGPU_INT32, *per = elem / 4;
   else if (elem % 2 == 0) *t = MGPU_FLOAT16, *per = elem / 2;
   else
-    return mgpu_module_error(MGPU_ENOTSUP, "rank %d: elements of %zu bytes "
+    return mgpu__error(MGPU_ENOTSUP, "rank %d: elements of %zu bytes "
                              "(odd sizes are not supported across ranks)",
                              mgpu__mpi.rank, elem);
   return 0;
@@ -96,7 +96,7 @@ static int move(const mgpu_dist *d, mgpu_buffer *global, size_t offset,
   mgpu_dtype type = MGPU_INT64;
   size_t per = 1;
   if (d == NULL || bufs == NULL)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: NULL argument",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: NULL argument",
                              mgpu__mpi.rank, what);
   if ((rc = raw_type(elem, &type, &per)) != 0) return rc;
   int *first, *count, nprocs, me;
@@ -104,24 +104,24 @@ static int move(const mgpu_dist *d, mgpu_buffer *global, size_t offset,
   int nparts = mgpu_dist_nparts(d);
   int total = first[nprocs - 1] + count[nprocs - 1];
   if (nparts != total || root < 0 || root >= nprocs) {
-    rc = mgpu_module_error(MGPU_EINVAL, "rank %d: %s: %d parts for %d devices "
+    rc = mgpu__error(MGPU_EINVAL, "rank %d: %s: %d parts for %d devices "
                            "of every rank, root %d of %d", mgpu__mpi.rank,
                            what, nparts, total, root, nprocs);
     goto out;
   }
   if (total >= MGPU_MPI_TAG_RESERVED) {
-    rc = mgpu_module_error(MGPU_ENOTSUP, "rank %d: %s: %d parts",
+    rc = mgpu__error(MGPU_ENOTSUP, "rank %d: %s: %d parts",
                            mgpu__mpi.rank, what, total);
     goto out;
   }
-  mgpu_mpi_request **reqs = calloc((size_t)total, sizeof *reqs);
+  mgpu_mpi_request **reqs = mgpu_module_calloc((size_t)total, sizeof *reqs);
   if (reqs == NULL) {
-    rc = mgpu_module_error(MGPU_ENOMEM, "rank %d: requests", mgpu__mpi.rank);
+    rc = mgpu__error(MGPU_ENOMEM, "rank %d: requests", mgpu__mpi.rank);
     goto out;
   }
   if (me == root) {
     if (global == NULL) {
-      rc = mgpu_module_error(MGPU_EINVAL, "rank %d: %s: the root's buffer is "
+      rc = mgpu__error(MGPU_EINVAL, "rank %d: %s: the root's buffer is "
                              "NULL", mgpu__mpi.rank, what);
       goto done;
     }
@@ -191,10 +191,10 @@ static int move(const mgpu_dist *d, mgpu_buffer *global, size_t offset,
       }
   }
 done:
-  free(reqs);
+  mgpu_module_free(reqs);
 out:
-  free(first);
-  free(count);
+  mgpu_module_free(first);
+  mgpu_module_free(count);
   return rc;
 }
 

@@ -18,6 +18,12 @@
 #include "mgpu/module.h"
 #include "mgpu/mpi.h"
 
+/* The module's errors read like the core's: mgpu__error(code, fmt, ...)
+ * writes the calling thread's detail and returns code. A macro over the
+ * exported setter (mgpu/module.h), so that the module references no internal
+ * symbol of libmgpu (tools/check-layers.py --build). */
+#define mgpu__error(...) mgpu_module_error(__VA_ARGS__)
+
 #define MPI_TAG_CHECK (MGPU_MPI_TAG_RESERVED + 1)
 #define MPI_TAG_HANDSHAKE (MGPU_MPI_TAG_RESERVED + 2)
 #define MPI_TAG_ACK (MGPU_MPI_TAG_RESERVED + 3)

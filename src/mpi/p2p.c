@@ -123,9 +123,9 @@ static int start_data(mgpu_mpi_request *r) {
   r->state = R_DATA;
   r->deadline = mgpu__mpi_deadline();
   if (r->path == MPI_PATH_STAGED) return 0;
-  r->data_reqs = malloc((r->npieces ? r->npieces : 1) * sizeof *r->data_reqs);
+  r->data_reqs = mgpu_module_malloc((r->npieces ? r->npieces : 1) * sizeof *r->data_reqs);
   if (r->data_reqs == NULL)
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: requests",
+    return mgpu__error(MGPU_ENOMEM, "rank %d: requests",
                              mgpu__mpi.rank);
   unsigned char *p = mgpu__mpi_addr(r->buf, r->offset);
   for (size_t k = 0; k < r->npieces; k++) {
@@ -224,7 +224,7 @@ static void data_timeout(mgpu_mpi_request *r) {
            "%s rank %d tag %d: rank %d did not come for the data within %d "
            "ms (%zu of %zu pieces moved)", dir(r), r->peer, r->tag, r->peer,
            mgpu__mpi.timeout_ms, r->done_pieces, r->npieces);
-  finish(r, mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s; the program "
+  finish(r, mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s; the program "
                               "should call MPI_Abort", mgpu__mpi.rank,
                               mgpu__mpi.failed_detail));
 }
@@ -247,7 +247,7 @@ static void progress(mgpu_mpi_request *r) {
       /* The receiver had the header, so the header send completes. */
       MPI_Wait(&r->hdr_req, MPI_STATUS_IGNORE);
       if (r->ack[A_STATUS] != 0) {
-        finish(r, mgpu_module_error(
+        finish(r, mgpu__error(
                       MGPU_EMISMATCH, "rank %d: send to rank %d tag %d: %zu "
                       "elements of %s, but the receiver posted %lld elements "
                       "of %s in a buffer of %lld bytes; no data moved",
@@ -271,7 +271,7 @@ static void progress(mgpu_mpi_request *r) {
                    r->comm);
       if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Send"));
       if (!ok) {
-        finish(r, mgpu_module_error(
+        finish(r, mgpu__error(
                       MGPU_EMISMATCH, "rank %d: recv from rank %d tag %d: "
                       "posted %zu elements of %s, but the sender sends %lld "
                       "elements of %s; no data moved", mgpu__mpi.rank,
@@ -287,7 +287,7 @@ static void progress(mgpu_mpi_request *r) {
   deadline:
     if (MPI_Wtime() > r->deadline) {
       abandon(r);
-      finish(r, mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s rank %d tag "
+      finish(r, mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s rank %d tag "
                                   "%d: rank %d did not answer within %d ms",
                                   mgpu__mpi.rank, dir(r), r->peer, r->tag,
                                   r->peer, mgpu__mpi.timeout_ms));
@@ -330,34 +330,34 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
   int rc = mgpu__mpi_usable(is_send ? "mgpu_mpi_send" : "mgpu_mpi_recv");
   if (rc != 0) return rc;
   if (out == NULL)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: request is NULL",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: request is NULL",
                              mgpu__mpi.rank, what);
   *out = NULL;
   int n = 0;
   if (MPI_Comm_size(comm, &n) != MPI_SUCCESS)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
                              mgpu__mpi.rank, what);
   if (peer < 0 || peer >= n)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: peer rank %d outside "
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: peer rank %d outside "
                              "0..%d (MPI_ANY_SOURCE is not supported)",
                              mgpu__mpi.rank, what, peer, n - 1);
   if (tag < 0 || tag >= MGPU_MPI_TAG_RESERVED)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: tag %d outside 0..%d",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: tag %d outside 0..%d",
                              mgpu__mpi.rank, what, tag,
                              MGPU_MPI_TAG_RESERVED - 1);
   MPI_Datatype type;
   if ((rc = mgpu__mpi_type(dtype, &type)) != 0) return rc;
   size_t es = mgpu__mpi_dtype_size(dtype);
   if (count > SIZE_MAX / es)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
                              mgpu__mpi.rank, what, count);
   int path;
   if ((rc = mgpu__mpi_check_buffer(what, buf, offset, count * es, stream,
                                    &path)) != 0)
     return rc;
-  mgpu_mpi_request *r = calloc(1, sizeof *r);
+  mgpu_mpi_request *r = mgpu_module_calloc(1, sizeof *r);
   if (r == NULL)
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: %s request",
+    return mgpu__error(MGPU_ENOMEM, "rank %d: %s request",
                              mgpu__mpi.rank, what);
   r->is_send = is_send;
   r->peer = peer;
@@ -374,12 +374,12 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
   r->hdr_req = r->ack_req = MPI_REQUEST_NULL;
   if (path == MPI_PATH_STAGED &&
       (rc = mgpu__mpi_pool(r->dev, &r->pool)) != 0) {
-    free(r);
+    mgpu_module_free(r);
     return rc;
   }
   /* The data is read (or overwritten) after the work queued before. */
   if ((rc = mgpu__mpi_sync_before(buf, stream)) != 0) {
-    free(r);
+    mgpu_module_free(r);
     return rc;
   }
   mgpu__mpi_count(r->dev, path, r->bytes);
@@ -408,7 +408,7 @@ int mgpu_mpi_wait(mgpu_mpi_request *req) {
   mgpu_mpi_request **link = &outstanding;
   while (*link != NULL && *link != req) link = &(*link)->next;
   if (req == NULL || *link == NULL)
-    return mgpu_module_error(MGPU_EBADHANDLE, "rank %d: mgpu_mpi_wait: not "
+    return mgpu__error(MGPU_EBADHANDLE, "rank %d: mgpu_mpi_wait: not "
                              "an outstanding request", mgpu__mpi.rank);
   while (req->state != R_DONE) {
     for (mgpu_mpi_request *o = outstanding; o != NULL; o = o->next)
@@ -420,12 +420,12 @@ int mgpu_mpi_wait(mgpu_mpi_request *req) {
   if (rc != 0) {
     /* Progress of another request may have written the thread's detail
      * since: report this request's own. */
-    mgpu_module_error(rc, "%s", req->detail);
+    mgpu__error(rc, "%s", req->detail);
   } else if (!req->is_send && req->path == MPI_PATH_STAGED) {
     rc = mgpu_stream_synchronize(mgpu__mpi.pools[req->dev].h2d);
   }
-  free(req->data_reqs);
-  free(req);
+  mgpu_module_free(req->data_reqs);
+  mgpu_module_free(req);
   return rc;
 }
 
@@ -456,14 +456,14 @@ static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
   if (rc != 0) return rc;
   size_t es = mgpu__mpi_dtype_size(dtype);
   if (es == 0)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: unknown dtype %d",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: unknown dtype %d",
                              mgpu__mpi.rank, what, (int)dtype);
   if (width > SIZE_MAX / es / (height ? height : 1))
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: %zu x %zu overflows",
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: %zu x %zu overflows",
                              mgpu__mpi.rank, what, width, height);
   *wbytes = width * es;
   if (pitch < *wbytes)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: pitch %zu is less "
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: pitch %zu is less "
                              "than the row of %zu bytes", mgpu__mpi.rank,
                              what, pitch, *wbytes);
   int path;

@@ -32,7 +32,7 @@ static void pool_free(mpi_stage_pool *p) {
 
 int mgpu__mpi_pool(int dev, mpi_stage_pool **pool) {
   if (dev < 0 || dev >= MGPU_MAX_DEVICES)
-    return mgpu_module_error(MGPU_ENODEV, "rank %d: no device %d",
+    return mgpu__error(MGPU_ENODEV, "rank %d: no device %d",
                              mgpu__mpi.rank, dev);
   mpi_stage_pool *p = &mgpu__mpi.pools[dev];
   if (!p->ready) {
@@ -113,7 +113,7 @@ static int run_staged(const mpi_plan *pl) {
   size_t widest = (size_t)(pieces > nr ? pieces : nr) * pl->esize;
   size_t c = mgpu__mpi.chunk / widest;
   if (c == 0)
-    return mgpu_module_error(MGPU_ENOTSUP, "rank %d: %d ranks of %zu-byte "
+    return mgpu__error(MGPU_ENOTSUP, "rank %d: %d ranks of %zu-byte "
                              "elements do not fit MGPU_MPI_CHUNK=%zu",
                              mgpu__mpi.rank, nr, pl->esize, mgpu__mpi.chunk);
   size_t nchunks = (pl->count + c - 1) / c;
