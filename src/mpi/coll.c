@@ -360,20 +360,21 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
   /* In place, the one buffer must hold the larger of the two. */
   if (in_place && send_need < recv_need) send_need = recv_need;
   int spath = MPI_PATH_HOST, rpath = MPI_PATH_HOST;
-  if (use_send && (rc = mgpu__mpi_check_buffer("send", a->send, a->send_off,
-                                              send_need, a->stream, &spath)))
+  mgpu_buffer_view sv, rv;
+  memset(&sv, 0, sizeof sv);
+  memset(&rv, 0, sizeof rv);
+  if (use_send &&
+      (rc = mgpu__mpi_check_buffer("send", a->send, a->send_off, send_need,
+                                   a->stream, &sv, &spath)))
     return rc;
   if (use_recv && (rc = mgpu__mpi_check_buffer(
                        a->kind == C_BCAST ? "broadcast" : "recv", a->recv,
-                       a->recv_off, recv_need, a->stream, &rpath)))
+                       a->recv_off, recv_need, a->stream, &rv, &rpath)))
     return rc;
-  if (use_send && use_recv &&
-      mgpu_buffer_device(a->send) != mgpu_buffer_device(a->recv))
+  if (use_send && use_recv && sv.device != rv.device)
     return mgpu__error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
-                             "device %d, recv buffer on device %d: both must "
-                             "be on one device", me, name,
-                             mgpu_buffer_device(a->send),
-                             mgpu_buffer_device(a->recv));
+                       "device %d, recv buffer on device %d: both must be "
+                       "on one device", me, name, sv.device, rv.device);
   int path = spath > rpath ? spath : rpath;
   /* MPI's own reductions cannot run the module's half-precision operators
    * on device memory. */
@@ -385,14 +386,15 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
   pl->esize = es;
   pl->count = a->count;
   pl->in_place = in_place;
+  pl->dev = use_send ? sv.device : rv.device;
   if (use_send) {
-    pl->in_buf = a->send;
+    pl->in = sv;
     pl->in_off = a->send_off;
     pl->in_stride = one;
     pl->n_in = send_need == all && n > 1 ? n : 1;
   }
   if (use_recv) {
-    pl->out_buf = a->recv;
+    pl->out = rv;
     pl->out_off = a->recv_off;
     pl->out_stride = one;
     pl->n_out = recv_need == all && n > 1 ? n : 1;
@@ -403,7 +405,7 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
   if (a->kind == C_BCAST) {
     /* The broadcast buffer is read on the root and written elsewhere. */
     if (is_root) {
-      pl->in_buf = a->recv;
+      pl->in = rv;
       pl->in_off = a->recv_off;
       pl->n_in = 1;
       pl->n_out = 0;
@@ -457,20 +459,20 @@ static int coll_run(const coll_args *a) {
   mpi_plan pl;
   coll_ctx x;
   int local = local_check(a, me, n, &pl, &x);
-  const mgpu_buffer *dep = NULL;
-  if (local == 0) dep = pl.in_buf != NULL ? pl.in_buf : pl.out_buf;
+  const mgpu_buffer_view *dep = NULL;
+  if (local == 0) dep = pl.in.handle != NULL ? &pl.in : &pl.out;
   /* What can fail on this rank before data moves fails here, before the
    * exchange, so that every rank learns of it and none waits for this one:
    * the wait for the work the data depends on, and the bounce pool. */
   mpi_stage_pool *pool = NULL;
   if (local == 0) local = mgpu__mpi_sync_before(dep, a->stream);
   if (local == 0 && pl.path == MPI_PATH_STAGED)
-    local = mgpu__mpi_pool(mgpu_buffer_device(dep), &pool);
+    local = mgpu__mpi_pool(pl.dev, &pool);
   long long v[V_LEN] = {a->kind, (long long)a->count, a->dtype,
                         a->has_op ? (long long)a->op : -1LL, a->root, local,
                         local == 0 ? pl.path : 0, (long long)mgpu__mpi.chunk,
                         local == MGPU_EDEVLOST && dep != NULL
-                            ? mgpu_buffer_device(dep) : -1};
+                            ? pl.dev : -1};
   int path = 0;
   rc = check_all(a->comm, v, local, &path);
   if (rc != 0) return rc;
@@ -480,13 +482,13 @@ static int coll_run(const coll_args *a) {
      * out of the data phase: the others time out naming it. */
     pl.path = MPI_PATH_STAGED;
     staged_in_place(a, me, &pl);
-    if ((rc = mgpu__mpi_pool(mgpu_buffer_device(dep), &pool)) != 0) return rc;
+    if ((rc = mgpu__mpi_pool(pl.dev, &pool)) != 0) return rc;
   }
   (void)pool; /* run_plan finds it again */
   rc = mgpu__mpi_run_plan(&pl);
   size_t bytes = a->count * pl.esize *
                  (size_t)(pl.n_in > pl.n_out ? pl.n_in : pl.n_out);
-  mgpu__mpi_count(mgpu_buffer_device(dep), pl.path, bytes);
+  mgpu__mpi_count(pl.dev, pl.path, bytes);
   if (pl.path == MPI_PATH_STAGED && n > 1 && !mgpu__mpi.failed)
     rc = agree_after(a, me, rc);
   return rc;

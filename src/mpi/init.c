@@ -284,37 +284,35 @@ int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
 
 int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
                            size_t offset, size_t bytes, mgpu_stream *stream,
-                           int *path) {
+                           mgpu_buffer_view *view, int *path) {
   if (buf == NULL)
     return mgpu__error(MGPU_EBADHANDLE, "rank %d: %s buffer is NULL",
-                             mgpu__mpi.rank, what);
-  size_t size = mgpu_buffer_size(buf);
-  int dev = mgpu_buffer_device(buf);
-  if (size == 0 || dev < 0)
+                       mgpu__mpi.rank, what);
+  if (mgpu_module_buffer_view(buf, view) != 0 || view->size == 0)
     return mgpu__error(MGPU_EBADHANDLE,
-                             "rank %d: %s buffer is invalid or freed",
-                             mgpu__mpi.rank, what);
-  if (offset > size || bytes > size - offset)
+                       "rank %d: %s buffer is invalid or freed",
+                       mgpu__mpi.rank, what);
+  int dev = view->device;
+  if (offset > view->size || bytes > view->size - offset)
     return mgpu__error(MGPU_ERANGE,
-                             "rank %d: %s buffer on device %d: offset %zu + "
-                             "%zu bytes exceeds its %zu bytes",
-                             mgpu__mpi.rank, what, dev, offset, bytes, size);
+                       "rank %d: %s buffer on device %d: offset %zu + "
+                       "%zu bytes exceeds its %zu bytes",
+                       mgpu__mpi.rank, what, dev, offset, bytes, view->size);
   if (stream != NULL) {
     int sdev = mgpu_stream_device(stream);
     if (sdev < 0)
       return mgpu__error(MGPU_EBADHANDLE,
-                               "rank %d: %s: invalid or destroyed stream",
-                               mgpu__mpi.rank, what);
+                         "rank %d: %s: invalid or destroyed stream",
+                         mgpu__mpi.rank, what);
     if (sdev != dev)
       return mgpu__error(MGPU_EWRONGDEV,
-                               "rank %d: %s buffer is on device %d but the "
-                               "stream on device %d", mgpu__mpi.rank, what,
-                               dev, sdev);
+                         "rank %d: %s buffer is on device %d but the "
+                         "stream on device %d", mgpu__mpi.rank, what, dev,
+                         sdev);
   }
-  int kind = mgpu_buffer_kind(buf);
   if (mgpu__mpi.force_stage)
     *path = MPI_PATH_STAGED;
-  else if (kind == MGPU_MEM_PINNED || kind == MGPU_MEM_UNIFIED ||
+  else if (view->kind == MGPU_MEM_PINNED || view->kind == MGPU_MEM_UNIFIED ||
            dev >= MGPU_MAX_DEVICES || device_is_host[dev])
     *path = MPI_PATH_HOST;
   else
@@ -322,13 +320,13 @@ int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
   return 0;
 }
 
-int mgpu__mpi_sync_before(const mgpu_buffer *buf, mgpu_stream *stream) {
+int mgpu__mpi_sync_before(const mgpu_buffer_view *view, mgpu_stream *stream) {
   if (stream != NULL) return mgpu_stream_synchronize(stream);
-  return mgpu_device_synchronize(mgpu_buffer_device(buf));
+  return mgpu_device_synchronize(view->device);
 }
 
-void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset) {
-  return (unsigned char *)mgpu_buffer_ptr(buf) + offset;
+void *mgpu__mpi_addr(const mgpu_buffer_view *view, size_t offset) {
+  return (unsigned char *)view->ptr + offset;
 }
 
 void mgpu__mpi_count(int dev, int path, size_t bytes) {

@@ -69,10 +69,12 @@ typedef struct mpi_plan {
   int path;
   int nranks;     /* of the communicator: every rank cuts the same chunks */
   size_t esize, count;
-  const mgpu_buffer *in_buf;
+  int dev;        /* the device of the buffers */
+  mgpu_buffer_view in; /* resolved once by mgpu__mpi_check_buffer; a NULL
+                          handle: no input (out the same) */
   size_t in_off, in_stride;
   int n_in;
-  mgpu_buffer *out_buf;
+  mgpu_buffer_view out;
   size_t out_off, out_stride;
   int n_out;
   int in_place;   /* host path: in and out are one (fn uses MPI_IN_PLACE) */
@@ -130,14 +132,16 @@ int mgpu__mpi_ops_create(void);
 void mgpu__mpi_ops_free(void);
 
 /* Checks a buffer range (what names the argument in the detail): handle,
- * size, offset alignment, range; stream of the same device. Sets *path. */
+ * size, range; stream of the same device. Resolves the handle once, into
+ * *view, which the call then passes down instead of the handle. Sets
+ * *path. */
 int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
                            size_t offset, size_t bytes, mgpu_stream *stream,
-                           int *path);
+                           mgpu_buffer_view *view, int *path);
 /* Waits for the work the data depends on: the stream, else the device. */
-int mgpu__mpi_sync_before(const mgpu_buffer *buf, mgpu_stream *stream);
-/* Host-visible address of buf + offset (path host or direct). */
-void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset);
+int mgpu__mpi_sync_before(const mgpu_buffer_view *view, mgpu_stream *stream);
+/* Host-visible address of the buffer + offset (path host or direct). */
+void *mgpu__mpi_addr(const mgpu_buffer_view *view, size_t offset);
 /* Counts one transfer of dev's memory on its path: the module's stats and
  * the device's metrics (mpi_host, mpi_direct, mpi_staged, bytes_mpi). */
 void mgpu__mpi_count(int dev, int path, size_t bytes);

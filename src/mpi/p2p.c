@@ -32,7 +32,7 @@ struct mgpu_mpi_request {
   int is_send, peer, tag, dev, path, state, result;
   char detail[512];           /* the detail of result, written by finish */
   MPI_Comm comm;
-  const mgpu_buffer *buf;
+  mgpu_buffer_view view;      /* the buffer, resolved once by post */
   size_t offset, count, bytes, capacity;
   mgpu_dtype dtype;
   long long hdr[H_LEN], ack[A_LEN];
@@ -127,7 +127,7 @@ static int start_data(mgpu_mpi_request *r) {
   if (r->data_reqs == NULL)
     return mgpu__error(MGPU_ENOMEM, "rank %d: requests",
                              mgpu__mpi.rank);
-  unsigned char *p = mgpu__mpi_addr(r->buf, r->offset);
+  unsigned char *p = mgpu__mpi_addr(&r->view, r->offset);
   for (size_t k = 0; k < r->npieces; k++) {
     size_t len = r->bytes - k * r->piece < r->piece ? r->bytes - k * r->piece
                                                     : r->piece;
@@ -160,7 +160,8 @@ static int step_staged(mgpu_mpi_request *r) {
       k = r->slot_piece[s] = r->next_post++;
       int rc;
       if (r->is_send) {
-        rc = mgpu_memcpy_dtoh_async(b->host, r->buf, r->offset + k * r->piece,
+        rc = mgpu_memcpy_dtoh_async(b->host, r->view.handle,
+                                    r->offset + k * r->piece,
                                     piece_len(r, k), copy);
         if (rc == 0) rc = mgpu_event_record(b->done, copy);
         r->slot_state[s] = S_COPYING;
@@ -198,7 +199,7 @@ static int step_staged(mgpu_mpi_request *r) {
         r->done_pieces++;
         mgpu__mpi.stats.staged_chunks++;
       } else {
-        int rc = mgpu_memcpy_htod_async((mgpu_buffer *)r->buf,
+        int rc = mgpu_memcpy_htod_async((mgpu_buffer *)r->view.handle,
                                         r->offset + k * r->piece, b->host,
                                         piece_len(r, k), copy);
         if (rc == 0) rc = mgpu_event_record(b->done, copy);
@@ -352,8 +353,9 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
     return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
                              mgpu__mpi.rank, what, count);
   int path;
+  mgpu_buffer_view view;
   if ((rc = mgpu__mpi_check_buffer(what, buf, offset, count * es, stream,
-                                   &path)) != 0)
+                                   &view, &path)) != 0)
     return rc;
   mgpu_mpi_request *r = mgpu_module_calloc(1, sizeof *r);
   if (r == NULL)
@@ -363,13 +365,13 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
   r->peer = peer;
   r->tag = tag;
   r->comm = comm;
-  r->buf = buf;
+  r->view = view;
   r->offset = offset;
   r->count = count;
   r->dtype = dtype;
   r->bytes = count * es;
-  r->capacity = mgpu_buffer_size(buf) - offset;
-  r->dev = mgpu_buffer_device(buf);
+  r->capacity = view.size - offset;
+  r->dev = view.device;
   r->path = path;
   r->hdr_req = r->ack_req = MPI_REQUEST_NULL;
   if (path == MPI_PATH_STAGED &&
@@ -378,7 +380,7 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
     return rc;
   }
   /* The data is read (or overwritten) after the work queued before. */
-  if ((rc = mgpu__mpi_sync_before(buf, stream)) != 0) {
+  if ((rc = mgpu__mpi_sync_before(&view, stream)) != 0) {
     mgpu_module_free(r);
     return rc;
   }
@@ -467,21 +469,22 @@ static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
                              "than the row of %zu bytes", mgpu__mpi.rank,
                              what, pitch, *wbytes);
   int path;
+  mgpu_buffer_view view;
   size_t span = height ? (height - 1) * pitch + *wbytes : 0;
-  if ((rc = mgpu__mpi_check_buffer(what, buf, offset, span, stream, &path)))
+  if ((rc = mgpu__mpi_check_buffer(what, buf, offset, span, stream, &view,
+                                   &path)))
     return rc;
-  if ((rc = mgpu__mpi_pool(mgpu_buffer_device(buf), pool)) != 0) return rc;
+  if ((rc = mgpu__mpi_pool(view.device, pool)) != 0) return rc;
   size_t need = *wbytes * height;
   if ((*pool)->pack_size < need) {
     if ((*pool)->pack != NULL) mgpu_free((*pool)->pack);
     (*pool)->pack = NULL;
     (*pool)->pack_size = 0;
-    if ((rc = mgpu_malloc(&(*pool)->pack, mgpu_buffer_device(buf),
-                          need ? need : 1)) != 0)
+    if ((rc = mgpu_malloc(&(*pool)->pack, view.device, need ? need : 1)) != 0)
       return rc;
     (*pool)->pack_size = need ? need : 1;
   }
-  return mgpu__mpi_sync_before(buf, stream);
+  return mgpu__mpi_sync_before(&view, stream);
 }
 
 int mgpu_mpi_send_2d(const mgpu_buffer *buf, size_t offset, size_t pitch,

@@ -60,11 +60,11 @@ void mgpu__mpi_pools_free(void) {
 }
 
 static int run_direct(const mpi_plan *pl) {
-  void *out = pl->out_buf != NULL ? mgpu__mpi_addr(pl->out_buf, pl->out_off)
-                                  : NULL;
+  void *out = pl->out.handle != NULL ? mgpu__mpi_addr(&pl->out, pl->out_off)
+                                     : NULL;
   void *in = pl->in_place ? out
-             : pl->in_buf != NULL ? mgpu__mpi_addr(pl->in_buf, pl->in_off)
-                                  : NULL;
+             : pl->in.handle != NULL ? mgpu__mpi_addr(&pl->in, pl->in_off)
+                                     : NULL;
   size_t c = pl->count;
   if (pl->splittable && pl->count * pl->esize > MPI_HOST_CHUNK)
     c = MPI_HOST_CHUNK / pl->esize;
@@ -82,7 +82,7 @@ static int queue_in(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
                     size_t e0, size_t c) {
   for (int q = 0; q < pl->n_in; q++) {
     int rc = mgpu_memcpy_dtoh_async(
-        b->host + (size_t)q * c * pl->esize, pl->in_buf,
+        b->host + (size_t)q * c * pl->esize, pl->in.handle,
         pl->in_off + (size_t)q * pl->in_stride + e0 * pl->esize,
         c * pl->esize, p->d2h);
     if (rc != 0) return rc;
@@ -92,9 +92,11 @@ static int queue_in(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
 
 static int queue_out(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
                      size_t e0, size_t c) {
+  /* The caller's output buffer, handed to the collective as writable. */
+  mgpu_buffer *dst = (mgpu_buffer *)pl->out.handle;
   for (int q = 0; q < pl->n_out; q++) {
     int rc = mgpu_memcpy_htod_async(
-        pl->out_buf, pl->out_off + (size_t)q * pl->out_stride + e0 * pl->esize,
+        dst, pl->out_off + (size_t)q * pl->out_stride + e0 * pl->esize,
         b->host + (size_t)q * c * pl->esize, c * pl->esize, p->h2d);
     if (rc != 0) return rc;
   }
@@ -102,9 +104,8 @@ static int queue_out(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
 }
 
 static int run_staged(const mpi_plan *pl) {
-  const mgpu_buffer *any = pl->in_buf != NULL ? pl->in_buf : pl->out_buf;
   mpi_stage_pool *p;
-  int rc = mgpu__mpi_pool(mgpu_buffer_device(any), &p);
+  int rc = mgpu__mpi_pool(pl->dev, &p);
   if (rc != 0) return rc;
   int pieces = pl->n_in > pl->n_out ? pl->n_in : pl->n_out;
   /* Every rank computes the same c: it depends on the shared chunk size,
