@@ -326,6 +326,106 @@ static void staged_in_place(const coll_args *a, int me, mpi_plan *pl) {
   pl->in_place = 0;
 }
 
+/* What a collective asks of this rank's two buffers: the bytes each side
+ * needs, whether it uses it at all, and whether send and recv are one. */
+typedef struct coll_sides {
+  size_t one, all; /* bytes of one rank's piece, and of every rank's */
+  size_t send_need, recv_need;
+  int use_send, use_recv, in_place;
+} coll_sides;
+
+static void sides_of(const coll_args *a, int is_root, int n, size_t es,
+                     coll_sides *sd) {
+  sd->one = a->count * es;
+  sd->all = sd->one * (size_t)n;
+  sd->send_need = sd->recv_need = sd->one;
+  sd->use_send = sd->use_recv = 1;
+  switch (a->kind) {
+    case C_BCAST: sd->use_send = 0; break; /* one buffer, given as recv */
+    case C_REDUCE: sd->use_recv = is_root; break;
+    case C_ALLREDUCE: break;
+    case C_REDUCE_SCATTER: sd->send_need = sd->all; break;
+    case C_ALLGATHER: sd->recv_need = sd->all; break;
+    case C_SCATTER: sd->send_need = sd->all; sd->use_send = is_root; break;
+    case C_GATHER: sd->recv_need = sd->all; sd->use_recv = is_root; break;
+  }
+  sd->in_place = sd->use_send && sd->use_recv && a->send == a->recv &&
+                 a->send_off == a->recv_off;
+  /* In place, the one buffer must hold the larger of the two. */
+  if (sd->in_place && sd->send_need < sd->recv_need)
+    sd->send_need = sd->recv_need;
+}
+
+/* Checks the buffers the call uses, resolving each once into sv and rv,
+ * and chooses the path of the data. */
+static int check_sides(const coll_args *a, int me, const coll_sides *sd,
+                       mgpu_buffer_view *sv, mgpu_buffer_view *rv,
+                       int *path) {
+  int spath = MPI_PATH_HOST, rpath = MPI_PATH_HOST, rc;
+  memset(sv, 0, sizeof *sv);
+  memset(rv, 0, sizeof *rv);
+  if (sd->use_send &&
+      (rc = mgpu__mpi_check_buffer("send", a->send, a->send_off,
+                                   sd->send_need, a->stream, sv, &spath)))
+    return rc;
+  if (sd->use_recv && (rc = mgpu__mpi_check_buffer(
+                           a->kind == C_BCAST ? "broadcast" : "recv", a->recv,
+                           a->recv_off, sd->recv_need, a->stream, rv, &rpath)))
+    return rc;
+  if (sd->use_send && sd->use_recv && sv->device != rv->device)
+    return mgpu__error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
+                       "device %d, recv buffer on device %d: both must be "
+                       "on one device", me, kind_name[a->kind], sv->device,
+                       rv->device);
+  *path = spath > rpath ? spath : rpath;
+  /* MPI's own reductions cannot run the module's half-precision operators
+   * on device memory. */
+  if (*path == MPI_PATH_DIRECT && a->has_op &&
+      (a->dtype == MGPU_FLOAT16 || a->dtype == MGPU_BFLOAT16))
+    *path = MPI_PATH_STAGED;
+  return 0;
+}
+
+/* The plan of the data movement from the checked sides. */
+static void plan_of(const coll_args *a, int me, int n, size_t es,
+                    const coll_sides *sd, const mgpu_buffer_view *sv,
+                    const mgpu_buffer_view *rv, int path, mpi_plan *pl) {
+  memset(pl, 0, sizeof *pl);
+  pl->path = path;
+  pl->esize = es;
+  pl->count = a->count;
+  pl->in_place = sd->in_place;
+  pl->dev = sd->use_send ? sv->device : rv->device;
+  if (sd->use_send) {
+    pl->in = *sv;
+    pl->in_off = a->send_off;
+    pl->in_stride = sd->one;
+    pl->n_in = sd->send_need == sd->all && n > 1 ? n : 1;
+  }
+  if (sd->use_recv) {
+    pl->out = *rv;
+    pl->out_off = a->recv_off;
+    pl->out_stride = sd->one;
+    pl->n_out = sd->recv_need == sd->all && n > 1 ? n : 1;
+  }
+  pl->nranks = n;
+  pl->splittable = a->kind == C_ALLREDUCE || a->kind == C_REDUCE ||
+                   a->kind == C_BCAST;
+  if (a->kind == C_BCAST) {
+    /* The broadcast buffer is read on the root and written elsewhere. */
+    if (me == a->root) {
+      pl->in = *rv;
+      pl->in_off = a->recv_off;
+      pl->n_in = 1;
+      pl->n_out = 0;
+      pl->in_stride = sd->one;
+    } else {
+      pl->n_in = 0;
+    }
+  }
+  if (path == MPI_PATH_STAGED) staged_in_place(a, me, pl);
+}
+
 static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
                        coll_ctx *x) {
   const char *name = kind_name[a->kind];
@@ -335,86 +435,18 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
     return rc;
   size_t es = mgpu__mpi_dtype_size(a->dtype);
   if (a->count > (SIZE_MAX / es) / (size_t)n)
-    return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
-                             me, name, a->count);
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows", me,
+                       name, a->count);
   if (a->kind != C_ALLREDUCE && a->kind != C_REDUCE_SCATTER &&
       a->kind != C_ALLGATHER && (a->root < 0 || a->root >= n))
-    return mgpu__error(MGPU_EINVAL, "rank %d: %s: root %d outside 0..%d",
-                             me, name, a->root, n - 1);
-  int is_root = me == a->root;
-  size_t one = a->count * es, all = one * (size_t)n;
-  /* Bytes each side needs, and whether this rank uses it at all. */
-  size_t send_need = one, recv_need = one;
-  int use_send = 1, use_recv = 1;
-  switch (a->kind) {
-    case C_BCAST: use_send = 0; break; /* one buffer, given as recv */
-    case C_REDUCE: use_recv = is_root; break;
-    case C_ALLREDUCE: break;
-    case C_REDUCE_SCATTER: send_need = all; break;
-    case C_ALLGATHER: recv_need = all; break;
-    case C_SCATTER: send_need = all; use_send = is_root; break;
-    case C_GATHER: recv_need = all; use_recv = is_root; break;
-  }
-  int in_place = use_send && use_recv && a->send == a->recv &&
-                 a->send_off == a->recv_off;
-  /* In place, the one buffer must hold the larger of the two. */
-  if (in_place && send_need < recv_need) send_need = recv_need;
-  int spath = MPI_PATH_HOST, rpath = MPI_PATH_HOST;
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: root %d outside 0..%d", me,
+                       name, a->root, n - 1);
+  coll_sides sd;
   mgpu_buffer_view sv, rv;
-  memset(&sv, 0, sizeof sv);
-  memset(&rv, 0, sizeof rv);
-  if (use_send &&
-      (rc = mgpu__mpi_check_buffer("send", a->send, a->send_off, send_need,
-                                   a->stream, &sv, &spath)))
-    return rc;
-  if (use_recv && (rc = mgpu__mpi_check_buffer(
-                       a->kind == C_BCAST ? "broadcast" : "recv", a->recv,
-                       a->recv_off, recv_need, a->stream, &rv, &rpath)))
-    return rc;
-  if (use_send && use_recv && sv.device != rv.device)
-    return mgpu__error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
-                       "device %d, recv buffer on device %d: both must be "
-                       "on one device", me, name, sv.device, rv.device);
-  int path = spath > rpath ? spath : rpath;
-  /* MPI's own reductions cannot run the module's half-precision operators
-   * on device memory. */
-  if (path == MPI_PATH_DIRECT && a->has_op &&
-      (a->dtype == MGPU_FLOAT16 || a->dtype == MGPU_BFLOAT16))
-    path = MPI_PATH_STAGED;
-  memset(pl, 0, sizeof *pl);
-  pl->path = path;
-  pl->esize = es;
-  pl->count = a->count;
-  pl->in_place = in_place;
-  pl->dev = use_send ? sv.device : rv.device;
-  if (use_send) {
-    pl->in = sv;
-    pl->in_off = a->send_off;
-    pl->in_stride = one;
-    pl->n_in = send_need == all && n > 1 ? n : 1;
-  }
-  if (use_recv) {
-    pl->out = rv;
-    pl->out_off = a->recv_off;
-    pl->out_stride = one;
-    pl->n_out = recv_need == all && n > 1 ? n : 1;
-  }
-  pl->nranks = n;
-  pl->splittable = a->kind == C_ALLREDUCE || a->kind == C_REDUCE ||
-                   a->kind == C_BCAST;
-  if (a->kind == C_BCAST) {
-    /* The broadcast buffer is read on the root and written elsewhere. */
-    if (is_root) {
-      pl->in = rv;
-      pl->in_off = a->recv_off;
-      pl->n_in = 1;
-      pl->n_out = 0;
-      pl->in_stride = one;
-    } else {
-      pl->n_in = 0;
-    }
-  }
-  if (path == MPI_PATH_STAGED) staged_in_place(a, me, pl);
+  int path = MPI_PATH_HOST;
+  sides_of(a, me == a->root, n, es, &sd);
+  if ((rc = check_sides(a, me, &sd, &sv, &rv, &path)) != 0) return rc;
+  plan_of(a, me, n, es, &sd, &sv, &rv, path, pl);
   x->kind = a->kind;
   x->root = a->root;
   x->me = me;

@@ -173,5 +173,8 @@ int mgpu__mpi_err(int mpi_rc, const char *call);
 /* The bounce pool of dev, set up on first use. */
 int mgpu__mpi_pool(int dev, mpi_stage_pool **pool);
 void mgpu__mpi_pools_free(void);
+/* The bounce buffers of dev, with their pack (device memory for pitched
+ * transfers and distributions) grown to need bytes at least. */
+int mgpu__mpi_pack(int dev, size_t need, mpi_stage_pool **pool);
 
 #endif /* MGPU_MPI_INTERNAL_H */

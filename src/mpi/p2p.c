@@ -230,9 +230,88 @@ static void data_timeout(mgpu_mpi_request *r) {
                               mgpu__mpi.failed_detail));
 }
 
+/* The sender's handshake: 1 when the receiver accepted the header, 0 while
+ * its answer is awaited; r finished on a refusal or an error. */
+static int handshake_send(mgpu_mpi_request *r) {
+  int got = 0;
+  int m = MPI_Test(&r->ack_req, &got, MPI_STATUS_IGNORE);
+  if (m != MPI_SUCCESS) {
+    finish(r, mgpu__mpi_err(m, "MPI_Test"));
+    return 0;
+  }
+  if (!got) return 0;
+  /* The receiver had the header, so the header send completes. */
+  MPI_Wait(&r->hdr_req, MPI_STATUS_IGNORE);
+  if (r->ack[A_STATUS] == 0) return 1;
+  finish(r, mgpu__error(
+                MGPU_EMISMATCH, "rank %d: send to rank %d tag %d: %zu "
+                "elements of %s, but the receiver posted %lld elements of %s "
+                "in a buffer of %lld bytes; no data moved",
+                mgpu__mpi.rank, r->peer, r->tag, r->count,
+                mgpu__mpi_dtype_name(r->dtype), r->ack[A_COUNT],
+                mgpu__mpi_dtype_name((mgpu_dtype)r->ack[A_DTYPE]),
+                r->ack[A_CAPACITY]));
+  return 0;
+}
+
+/* The receiver's handshake: 1 when the sender's header matches what was
+ * posted (and the acknowledgement says so), 0 while it is awaited; r
+ * finished on a mismatch or an error. */
+static int handshake_recv(mgpu_mpi_request *r) {
+  int got = 0;
+  int m = MPI_Test(&r->hdr_req, &got, MPI_STATUS_IGNORE);
+  if (m != MPI_SUCCESS) {
+    finish(r, mgpu__mpi_err(m, "MPI_Test"));
+    return 0;
+  }
+  if (!got) return 0;
+  int ok = r->hdr[H_COUNT] == (long long)r->count &&
+           r->hdr[H_DTYPE] == r->dtype;
+  r->ack[A_STATUS] = ok ? 0 : MGPU_EMISMATCH;
+  r->ack[A_COUNT] = (long long)r->count;
+  r->ack[A_DTYPE] = r->dtype;
+  r->ack[A_CAPACITY] = (long long)r->capacity;
+  m = MPI_Send(r->ack, A_LEN, MPI_LONG_LONG, r->peer, MPI_TAG_ACK, r->comm);
+  if (m != MPI_SUCCESS) {
+    finish(r, mgpu__mpi_err(m, "MPI_Send"));
+    return 0;
+  }
+  if (ok) return 1;
+  finish(r, mgpu__error(
+                MGPU_EMISMATCH, "rank %d: recv from rank %d tag %d: posted "
+                "%zu elements of %s, but the sender sends %lld elements of "
+                "%s; no data moved", mgpu__mpi.rank, r->peer, r->tag,
+                r->count, mgpu__mpi_dtype_name(r->dtype), r->hdr[H_COUNT],
+                mgpu__mpi_dtype_name((mgpu_dtype)r->hdr[H_DTYPE])));
+  return 0;
+}
+
+/* One step of the data phase; the deadline counts from the last piece
+ * that moved. */
+static void progress_data(mgpu_mpi_request *r) {
+  size_t before = r->done_pieces;
+  if (r->path == MPI_PATH_STAGED) {
+    int rc = step_staged(r);
+    if (rc != 0) {
+      mgpu_stream_synchronize(r->is_send ? r->pool->d2h : r->pool->h2d);
+      return finish(r, rc);
+    }
+    if (r->done_pieces == r->npieces) return finish(r, 0);
+  } else {
+    int all = 0;
+    int m = mgpu__mpi_test_all((int)r->npieces, r->data_reqs, &all);
+    if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Testall"));
+    if (all) return finish(r, 0);
+    r->done_pieces = 0;
+    for (size_t k = 0; k < r->npieces; k++)
+      r->done_pieces += r->data_reqs[k] == MPI_REQUEST_NULL;
+  }
+  if (r->done_pieces != before) r->deadline = mgpu__mpi_deadline();
+  else if (MPI_Wtime() > r->deadline) data_timeout(r);
+}
+
 /* Advances r as far as it can without blocking. */
 static void progress(mgpu_mpi_request *r) {
-  int m, got = 0;
   if (r->state == R_QUEUED) {
     for (mgpu_mpi_request *o = outstanding; o != r; o = o->next)
       if (o->state != R_DONE && same_stream(o, r)) return;
@@ -241,57 +320,16 @@ static void progress(mgpu_mpi_request *r) {
     return;
   }
   if (r->state == R_HANDSHAKE) {
-    if (r->is_send) {
-      m = MPI_Test(&r->ack_req, &got, MPI_STATUS_IGNORE);
-      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Test"));
-      if (!got) goto deadline;
-      /* The receiver had the header, so the header send completes. */
-      MPI_Wait(&r->hdr_req, MPI_STATUS_IGNORE);
-      if (r->ack[A_STATUS] != 0) {
-        finish(r, mgpu__error(
-                      MGPU_EMISMATCH, "rank %d: send to rank %d tag %d: %zu "
-                      "elements of %s, but the receiver posted %lld elements "
-                      "of %s in a buffer of %lld bytes; no data moved",
-                      mgpu__mpi.rank, r->peer, r->tag, r->count,
-                      mgpu__mpi_dtype_name(r->dtype), r->ack[A_COUNT],
-                      mgpu__mpi_dtype_name((mgpu_dtype)r->ack[A_DTYPE]),
-                      r->ack[A_CAPACITY]));
-        return;
-      }
-    } else {
-      m = MPI_Test(&r->hdr_req, &got, MPI_STATUS_IGNORE);
-      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Test"));
-      if (!got) goto deadline;
-      int ok = r->hdr[H_COUNT] == (long long)r->count &&
-               r->hdr[H_DTYPE] == r->dtype;
-      r->ack[A_STATUS] = ok ? 0 : MGPU_EMISMATCH;
-      r->ack[A_COUNT] = (long long)r->count;
-      r->ack[A_DTYPE] = r->dtype;
-      r->ack[A_CAPACITY] = (long long)r->capacity;
-      m = MPI_Send(r->ack, A_LEN, MPI_LONG_LONG, r->peer, MPI_TAG_ACK,
-                   r->comm);
-      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Send"));
-      if (!ok) {
-        finish(r, mgpu__error(
-                      MGPU_EMISMATCH, "rank %d: recv from rank %d tag %d: "
-                      "posted %zu elements of %s, but the sender sends %lld "
-                      "elements of %s; no data moved", mgpu__mpi.rank,
-                      r->peer, r->tag, r->count, mgpu__mpi_dtype_name(r->dtype),
-                      r->hdr[H_COUNT],
-                      mgpu__mpi_dtype_name((mgpu_dtype)r->hdr[H_DTYPE])));
-        return;
-      }
-    }
-    int rc = start_data(r);
-    if (rc != 0) finish(r, rc);
-    return;
-  deadline:
-    if (MPI_Wtime() > r->deadline) {
+    int accepted = r->is_send ? handshake_send(r) : handshake_recv(r);
+    if (accepted) {
+      int rc = start_data(r);
+      if (rc != 0) finish(r, rc);
+    } else if (r->state == R_HANDSHAKE && MPI_Wtime() > r->deadline) {
       abandon(r);
-      finish(r, mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s rank %d tag "
-                                  "%d: rank %d did not answer within %d ms",
-                                  mgpu__mpi.rank, dir(r), r->peer, r->tag,
-                                  r->peer, mgpu__mpi.timeout_ms));
+      finish(r, mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s rank %d tag %d: "
+                            "rank %d did not answer within %d ms",
+                            mgpu__mpi.rank, dir(r), r->peer, r->tag, r->peer,
+                            mgpu__mpi.timeout_ms));
     }
     return;
   }
@@ -300,28 +338,32 @@ static void progress(mgpu_mpi_request *r) {
     if (rc != 0) finish(r, rc);
     return;
   }
-  if (r->state == R_DATA) {
-    size_t before = r->done_pieces;
-    if (r->path == MPI_PATH_STAGED) {
-      int rc = step_staged(r);
-      if (rc != 0) {
-        mgpu_stream_synchronize(r->is_send ? r->pool->d2h : r->pool->h2d);
-        return finish(r, rc);
-      }
-      if (r->done_pieces == r->npieces) return finish(r, 0);
-    } else {
-      int all = 0;
-      m = mgpu__mpi_test_all((int)r->npieces, r->data_reqs, &all);
-      if (m != MPI_SUCCESS) return finish(r, mgpu__mpi_err(m, "MPI_Testall"));
-      if (all) return finish(r, 0);
-      r->done_pieces = 0;
-      for (size_t k = 0; k < r->npieces; k++)
-        r->done_pieces += r->data_reqs[k] == MPI_REQUEST_NULL;
-    }
-    /* The deadline counts from the last piece that moved. */
-    if (r->done_pieces != before) r->deadline = mgpu__mpi_deadline();
-    else if (MPI_Wtime() > r->deadline) data_timeout(r);
-  }
+  if (r->state == R_DATA) progress_data(r);
+}
+
+/* The peer, tag and element count of a send or receive (what: "send" or
+ * "recv"); *es becomes the element size. */
+static int check_peer(const char *what, size_t count, mgpu_dtype dtype,
+                      int peer, int tag, MPI_Comm comm, size_t *es) {
+  int n = 0;
+  if (MPI_Comm_size(comm, &n) != MPI_SUCCESS)
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
+                       mgpu__mpi.rank, what);
+  if (peer < 0 || peer >= n)
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: peer rank %d outside "
+                       "0..%d (MPI_ANY_SOURCE is not supported)",
+                       mgpu__mpi.rank, what, peer, n - 1);
+  if (tag < 0 || tag >= MGPU_MPI_TAG_RESERVED)
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: tag %d outside 0..%d",
+                       mgpu__mpi.rank, what, tag, MGPU_MPI_TAG_RESERVED - 1);
+  MPI_Datatype type;
+  int rc = mgpu__mpi_type(dtype, &type);
+  if (rc != 0) return rc;
+  *es = mgpu__mpi_dtype_size(dtype);
+  if (count > SIZE_MAX / *es)
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
+                       mgpu__mpi.rank, what, count);
+  return 0;
 }
 
 static int post(int is_send, const mgpu_buffer *buf, size_t offset,
@@ -332,29 +374,13 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
   if (rc != 0) return rc;
   if (out == NULL)
     return mgpu__error(MGPU_EINVAL, "rank %d: %s: request is NULL",
-                             mgpu__mpi.rank, what);
+                       mgpu__mpi.rank, what);
   *out = NULL;
-  int n = 0;
-  if (MPI_Comm_size(comm, &n) != MPI_SUCCESS)
-    return mgpu__error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
-                             mgpu__mpi.rank, what);
-  if (peer < 0 || peer >= n)
-    return mgpu__error(MGPU_EINVAL, "rank %d: %s: peer rank %d outside "
-                             "0..%d (MPI_ANY_SOURCE is not supported)",
-                             mgpu__mpi.rank, what, peer, n - 1);
-  if (tag < 0 || tag >= MGPU_MPI_TAG_RESERVED)
-    return mgpu__error(MGPU_EINVAL, "rank %d: %s: tag %d outside 0..%d",
-                             mgpu__mpi.rank, what, tag,
-                             MGPU_MPI_TAG_RESERVED - 1);
-  MPI_Datatype type;
-  if ((rc = mgpu__mpi_type(dtype, &type)) != 0) return rc;
-  size_t es = mgpu__mpi_dtype_size(dtype);
-  if (count > SIZE_MAX / es)
-    return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
-                             mgpu__mpi.rank, what, count);
+  size_t es = 1;
   int path;
   mgpu_buffer_view view;
-  if ((rc = mgpu__mpi_check_buffer(what, buf, offset, count * es, stream,
+  if ((rc = check_peer(what, count, dtype, peer, tag, comm, &es)) != 0 ||
+      (rc = mgpu__mpi_check_buffer(what, buf, offset, count * es, stream,
                                    &view, &path)) != 0)
     return rc;
   mgpu_mpi_request *r = mgpu_module_calloc(1, sizeof *r);
@@ -474,16 +500,8 @@ static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
   if ((rc = mgpu__mpi_check_buffer(what, buf, offset, span, stream, &view,
                                    &path)))
     return rc;
-  if ((rc = mgpu__mpi_pool(view.device, pool)) != 0) return rc;
-  size_t need = *wbytes * height;
-  if ((*pool)->pack_size < need) {
-    if ((*pool)->pack != NULL) mgpu_free((*pool)->pack);
-    (*pool)->pack = NULL;
-    (*pool)->pack_size = 0;
-    if ((rc = mgpu_malloc(&(*pool)->pack, view.device, need ? need : 1)) != 0)
-      return rc;
-    (*pool)->pack_size = need ? need : 1;
-  }
+  if ((rc = mgpu__mpi_pack(view.device, *wbytes * height, pool)) != 0)
+    return rc;
   return mgpu__mpi_sync_before(&view, stream);
 }
 

@@ -54,6 +54,20 @@ int mgpu__mpi_pool(int dev, mpi_stage_pool **pool) {
   return 0;
 }
 
+int mgpu__mpi_pack(int dev, size_t need, mpi_stage_pool **pool) {
+  int rc = mgpu__mpi_pool(dev, pool);
+  if (rc != 0) return rc;
+  mpi_stage_pool *p = *pool;
+  if (need == 0) need = 1;
+  if (p->pack_size >= need) return 0;
+  if (p->pack != NULL) mgpu_free(p->pack);
+  p->pack = NULL;
+  p->pack_size = 0;
+  if ((rc = mgpu_malloc(&p->pack, dev, need)) != 0) return rc;
+  p->pack_size = need;
+  return 0;
+}
+
 void mgpu__mpi_pools_free(void) {
   for (int d = 0; d < MGPU_MAX_DEVICES; d++)
     if (mgpu__mpi.pools[d].ready) pool_free(&mgpu__mpi.pools[d]);
