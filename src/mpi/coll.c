@@ -84,9 +84,9 @@ static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
     for (int r = n; r < 2 * n; r++)
       if (reqs[r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[r]);
     rc = mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
-                           "arrive within %d ms", mgpu__mpi.rank,
-                           kind_name[mine[V_KIND]], missing,
-                           mgpu__mpi.timeout_ms);
+                     "arrive within %d ms", mgpu__mpi.rank,
+                     kind_name[mine[V_KIND]], missing,
+                     mgpu__mpi.timeout_ms);
   }
   return rc;
 }
@@ -132,24 +132,24 @@ static int compare(int n, const long long *mine, const long long *all) {
     const long long *v = all + (size_t)r * V_LEN;
     if (v[V_STATUS] == MGPU_EDEVLOST && v[V_DEV] >= 0)
       rc = mgpu__error(MGPU_EDEVLOST, "rank %d: %s: rank %d lost its "
-                             "device %lld (MGPU_EDEVLOST); no data moved",
-                             mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
-                             v[V_DEV]);
+                       "device %lld (MGPU_EDEVLOST); no data moved",
+                       mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
+                       v[V_DEV]);
     else if (v[V_STATUS] != 0)
       rc = mgpu__error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
-                             "its arguments or could not start (%s); no data "
-                             "moved",
-                             mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
-                             mgpu_err_name((int)v[V_STATUS]));
+                       "its arguments or could not start (%s); no data "
+                       "moved",
+                       mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
+                       mgpu_err_name((int)v[V_STATUS]));
   }
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
     if (memcmp(v, mine, V_STATUS * sizeof *v) == 0) continue;
     if (v[V_KIND] != mine[V_KIND])
       rc = mgpu__error(MGPU_EMISMATCH, "rank %d: called %s while rank "
-                             "%d called %s", mgpu__mpi.rank,
-                             kind_name[mine[V_KIND]], r,
-                             v[V_KIND] > 0 && v[V_KIND] <= C_GATHER
+                       "%d called %s", mgpu__mpi.rank,
+                       kind_name[mine[V_KIND]], r,
+                       v[V_KIND] > 0 && v[V_KIND] <= C_GATHER
                                  ? kind_name[v[V_KIND]] : "?");
     else
       rc = mgpu__error(
@@ -241,7 +241,7 @@ static int mpi_step(void *arg, void *in, void *out, size_t c, int in_place) {
   coll_ctx *x = arg;
   if (c > INT_MAX)
     return mgpu__error(MGPU_ENOTSUP, "rank %d: %zu elements in one MPI "
-                             "call", x->me, c);
+                       "call", x->me, c);
   int n = (int)c, m = MPI_SUCCESS;
   MPI_Request req = MPI_REQUEST_NULL;
   const char *call = "";
@@ -475,9 +475,9 @@ static int agree_after(const coll_args *a, int me, int local) {
   if (rc != 0) return rc;
   if (worst[0] == 0) return 0;
   return mgpu__error(worst[0], "rank %d: %s: rank %d failed while the "
-                           "data moved (%s): the outputs are undefined",
-                           mgpu__mpi.rank, kind_name[a->kind], worst[1],
-                           mgpu_err_name(worst[0]));
+                     "data moved (%s): the outputs are undefined",
+                     mgpu__mpi.rank, kind_name[a->kind], worst[1],
+                     mgpu_err_name(worst[0]));
 }
 
 static int coll_run(const coll_args *a) {
@@ -487,7 +487,7 @@ static int coll_run(const coll_args *a) {
   if (MPI_Comm_rank(a->comm, &me) != MPI_SUCCESS ||
       MPI_Comm_size(a->comm, &n) != MPI_SUCCESS)
     return mgpu__error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
-                             mgpu__mpi.rank, kind_name[a->kind]);
+                       mgpu__mpi.rank, kind_name[a->kind]);
   mpi_plan pl;
   coll_ctx x;
   int local = local_check(a, me, n, &pl, &x);
@@ -495,11 +495,11 @@ static int coll_run(const coll_args *a) {
   if (local == 0) dep = pl.in.handle != NULL ? &pl.in : &pl.out;
   /* What can fail on this rank before data moves fails here, before the
    * exchange, so that every rank learns of it and none waits for this one:
-   * the wait for the work the data depends on, and the bounce pool. */
-  mpi_stage_pool *pool = NULL;
+   * the wait for the work the data depends on, and the staging buffers. */
+  mpi_staging *staging = NULL;
   if (local == 0) local = mgpu__mpi_sync_before(dep, a->stream);
   if (local == 0 && pl.path == MPI_PATH_STAGED)
-    local = mgpu__mpi_pool(pl.dev, &pool);
+    local = mgpu__mpi_staging(pl.dev, &staging);
   long long v[V_LEN] = {a->kind, (long long)a->count, a->dtype,
                         a->has_op ? (long long)a->op : -1LL, a->root, local,
                         local == 0 ? pl.path : 0, (long long)mgpu__mpi.chunk,
@@ -510,13 +510,13 @@ static int coll_run(const coll_args *a) {
   if (rc != 0) return rc;
   if (path == MPI_PATH_STAGED && pl.path != MPI_PATH_STAGED) {
     /* Another rank stages: cut the data the same way, through this rank's
-     * bounce buffers too. A pool that cannot be made now leaves this rank
-     * out of the data phase: the others time out naming it. */
+     * bounce buffers too. Staging buffers that cannot be made now leave
+     * this rank out of the data phase: the others time out naming it. */
     pl.path = MPI_PATH_STAGED;
     staged_in_place(a, me, &pl);
-    if ((rc = mgpu__mpi_pool(pl.dev, &pool)) != 0) return rc;
+    if ((rc = mgpu__mpi_staging(pl.dev, &staging)) != 0) return rc;
   }
-  (void)pool; /* run_plan finds it again */
+  (void)staging; /* run_plan finds it again */
   rc = mgpu__mpi_run_plan(&pl);
   size_t bytes = a->count * pl.esize *
                  (size_t)(pl.n_in > pl.n_out ? pl.n_in : pl.n_out);

@@ -298,7 +298,7 @@ static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
     case MGPU_COLL_REDUCE_SCATTER: return hier_reduce_scatter(x, calls, n);
   }
   return mgpu__error(MGPU_EINVAL, "rank %d: unknown collective %d",
-                           mgpu__mpi.rank, calls[0].kind);
+                     mgpu__mpi.rank, calls[0].kind);
 }
 
 #ifdef MGPU_HAVE_NCCL
@@ -309,7 +309,7 @@ static const mgpu__mpi_nccl_api *nccl;
 
 static int nccl_err(ncclResult_t r, const char *call) {
   return mgpu__error(MGPU_EBACKEND, "rank %d: %s: %s", mgpu__mpi.rank,
-                           call, nccl->error_string(r));
+                     call, nccl->error_string(r));
 }
 
 static int nccl_type(mgpu_dtype t, ncclDataType_t *out) {

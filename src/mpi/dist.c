@@ -5,7 +5,7 @@
  * The distribution's parts are the global devices in rank order (rank p's
  * device d is part first_device(p) + d); its ranges depend only on n, the
  * number of parts and the layout, so each rank computes them itself. The
- * root packs every part's elements into a pooled buffer on its own device
+ * root packs every part's elements into a staging buffer on its own device
  * (mgpu_dist_copy_part: one pitched copy per part for cyclic layouts), sends
  * each part to its rank with the module's point to point (tag = part) and
  * copies its own parts locally; the other ranks receive straight into their
@@ -28,7 +28,7 @@ static int part_owners(MPI_Comm comm, int **first, int **count, int *nprocs,
     mgpu_module_free(*first);
     mgpu_module_free(*count);
     return mgpu__error(MGPU_ENOMEM, "rank %d: part owners",
-                             mgpu__mpi.rank);
+                       mgpu__mpi.rank);
   }
   int mine = mgpu_device_count();
   int rc = MPI_Allgather(&mine, 1, MPI_INT, *count, 1, MPI_INT, comm);
@@ -54,12 +54,12 @@ int mgpu_mpi_dist_create(MPI_Comm comm, size_t n, const mgpu_dist_opts *opts,
   if (opts != NULL) {
     if (opts->ndevices != 0 || opts->devices != NULL)
       return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_dist_create: "
-                               "the parts are every rank's devices; leave "
-                               "ndevices 0 and devices NULL", mgpu__mpi.rank);
+                         "the parts are every rank's devices; leave "
+                         "ndevices 0 and devices NULL", mgpu__mpi.rank);
     if (opts->kind == MGPU_DIST_WEIGHTED && opts->weights == NULL)
       return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_dist_create: "
-                               "a weighted distribution across ranks needs "
-                               "its weights", mgpu__mpi.rank);
+                         "a weighted distribution across ranks needs "
+                         "its weights", mgpu__mpi.rank);
     o = *opts;
   }
   /* The part layer wants a local device per part; the ranges do not depend
@@ -67,7 +67,7 @@ int mgpu_mpi_dist_create(MPI_Comm comm, size_t n, const mgpu_dist_opts *opts,
   int *devs = mgpu_module_calloc((size_t)total, sizeof *devs);
   if (devs == NULL)
     return mgpu__error(MGPU_ENOMEM, "rank %d: distribution",
-                             mgpu__mpi.rank);
+                       mgpu__mpi.rank);
   o.ndevices = total;
   o.devices = devs;
   rc = mgpu_dist_create(dist, n, &o);
@@ -82,8 +82,8 @@ static int raw_type(size_t elem, mgpu_dtype *t, size_t *per) {
   else if (elem % 2 == 0) *t = MGPU_FLOAT16, *per = elem / 2;
   else
     return mgpu__error(MGPU_ENOTSUP, "rank %d: elements of %zu bytes "
-                             "(odd sizes are not supported across ranks)",
-                             mgpu__mpi.rank, elem);
+                       "(odd sizes are not supported across ranks)",
+                       mgpu__mpi.rank, elem);
   return 0;
 }
 
@@ -139,13 +139,13 @@ static int move_root(dist_move *m, const char *what) {
   if (m->global == NULL)
     return mgpu__error(MGPU_EINVAL, "rank %d: %s: the root's buffer is "
                        "NULL", mgpu__mpi.rank, what);
-  mpi_stage_pool *pool;
+  mpi_staging *staging;
   int rc = mgpu__mpi_pack(mgpu_buffer_device(m->global),
-                          mgpu_dist_n(m->d) * m->elem, &pool);
+                          mgpu_dist_n(m->d) * m->elem, &staging);
   if (rc != 0) return rc;
   size_t at = 0;
   for (int p = 0; p < m->total && rc == 0; p++) {
-    rc = root_part(m, pool->pack, p, at);
+    rc = root_part(m, staging->pack, p, at);
     at += mgpu_dist_count(m->d, p) * m->elem;
   }
   rc = wait_all(m, rc);
@@ -154,7 +154,7 @@ static int move_root(dist_move *m, const char *what) {
   for (int p = 0; p < m->total && rc == 0 && !m->scatter; p++) {
     size_t c = mgpu_dist_count(m->d, p);
     if (c > 0)
-      rc = mgpu_dist_copy_part(m->d, p, m->global, m->offset, pool->pack, at,
+      rc = mgpu_dist_copy_part(m->d, p, m->global, m->offset, staging->pack, at,
                                m->elem, 0, NULL);
     at += c * m->elem;
   }

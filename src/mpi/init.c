@@ -25,7 +25,7 @@ static int device_is_host[MGPU_MAX_DEVICES];
 int mgpu__mpi_ready(const char *what) {
   if (!mgpu__mpi.initialized)
     return mgpu__error(MGPU_ENOINIT, "%s: mgpu_mpi_init has not run",
-                             what);
+                       what);
   return 0;
 }
 
@@ -35,7 +35,7 @@ int mgpu__mpi_err(int mpi_rc, const char *call) {
   if (MPI_Error_string(mpi_rc, msg, &len) != MPI_SUCCESS) len = 0;
   msg[len] = '\0';
   return mgpu__error(MGPU_EIO, "rank %d: %s failed: %s", mgpu__mpi.rank,
-                           call, msg);
+                     call, msg);
 }
 
 double mgpu__mpi_deadline(void) {
@@ -52,9 +52,9 @@ int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
     if (done) return 0;
     if (MPI_Wtime() > deadline)
       return mgpu__error(MGPU_ETIMEDOUT,
-                               "rank %d: %s: rank %d did not answer within "
-                               "%d ms", mgpu__mpi.rank, what, peer,
-                               mgpu__mpi.timeout_ms);
+                         "rank %d: %s: rank %d did not answer within "
+                         "%d ms", mgpu__mpi.rank, what, peer,
+                         mgpu__mpi.timeout_ms);
     /* Ranks oversubscribe the cores: let the peer run. */
     sched_yield();
   }
@@ -148,17 +148,17 @@ int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what) {
            "%s did not complete within %d ms; rank(s) that did not come: %s",
            what, mgpu__mpi.timeout_ms, missing);
   return mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s; the program should "
-                           "call MPI_Abort", mgpu__mpi.rank,
-                           mgpu__mpi.failed_detail);
+                     "call MPI_Abort", mgpu__mpi.rank,
+                     mgpu__mpi.failed_detail);
 }
 
 int mgpu__mpi_usable(const char *what) {
   int rc = mgpu__mpi_ready(what);
   if (rc != 0 || !mgpu__mpi.failed) return rc;
   return mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: an earlier call "
-                           "failed in its data phase (%s); the program "
-                           "should call MPI_Abort", mgpu__mpi.rank, what,
-                           mgpu__mpi.failed_detail);
+                     "failed in its data phase (%s); the program "
+                     "should call MPI_Abort", mgpu__mpi.rank, what,
+                     mgpu__mpi.failed_detail);
 }
 
 /* ---- types and operators ---- */
@@ -208,7 +208,7 @@ int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type) {
     case (int)MGPU_MPI_BYTES: *type = MPI_BYTE; return 0;
   }
   return mgpu__error(MGPU_EINVAL, "rank %d: unknown dtype %d",
-                           mgpu__mpi.rank, (int)dtype);
+                     mgpu__mpi.rank, (int)dtype);
 }
 
 #define SUM_OF(a, b) ((a) + (b))
@@ -254,7 +254,7 @@ void mgpu__mpi_ops_free(void) {
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
   if ((int)op < 0 || op > MGPU_MAX)
     return mgpu__error(MGPU_EINVAL, "rank %d: unknown op %d",
-                             mgpu__mpi.rank, (int)op);
+                       mgpu__mpi.rank, (int)op);
   if (dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) {
     *mop = mgpu__mpi.half_ops[dtype == MGPU_BFLOAT16][op];
     return 0;
@@ -262,9 +262,9 @@ int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
   if (dtype == MGPU_MPI_BYTES ||
       (dtype == MGPU_MPI_BOOL && op != MGPU_MIN && op != MGPU_MAX))
     return mgpu__error(MGPU_EINVAL, "rank %d: %s cannot be reduced by "
-                             "%s (%s)", mgpu__mpi.rank,
-                             mgpu__mpi_dtype_name(dtype), mgpu_op_name(op),
-                             dtype == MGPU_MPI_BOOL
+                       "%s (%s)", mgpu__mpi.rank,
+                       mgpu__mpi_dtype_name(dtype), mgpu_op_name(op),
+                       dtype == MGPU_MPI_BOOL
                                  ? "bool takes min (and) and max (or)"
                                  : "bytes are moved, never reduced");
   if (dtype == MGPU_MPI_BOOL) {
@@ -460,7 +460,7 @@ static int share_spec(const dev_list *l, int lo, int hi, char *spec,
   }
   if (len >= cap)
     return mgpu__error(MGPU_EINVAL, "rank %d: device share too long",
-                             mgpu__mpi.rank);
+                       mgpu__mpi.rank);
   return 0;
 }
 
@@ -690,7 +690,7 @@ fail:
 int mgpu_mpi_finalize(void) {
   if (!mgpu__mpi.initialized) return 0;
   /* After a data step timed out MPI may still write the bounce buffers. */
-  if (!mgpu__mpi.failed) mgpu__mpi_pools_free();
+  if (!mgpu__mpi.failed) mgpu__mpi_staging_free_all();
   mgpu__mpi_ops_free();
   int rc = mgpu_shutdown();
   int fin = 0;
@@ -705,7 +705,7 @@ int mgpu_mpi_get_info(mgpu_mpi_info *info) {
   if (rc != 0) return rc;
   if (info == NULL || info->size < sizeof *info)
     return mgpu__error(MGPU_EINVAL, "mgpu_mpi_get_info: set info->size "
-                             "to sizeof(mgpu_mpi_info)");
+                       "to sizeof(mgpu_mpi_info)");
   info->rank = mgpu__mpi.rank;
   info->nranks = mgpu__mpi.nranks;
   info->local_rank = mgpu__mpi.local_rank;
@@ -725,7 +725,7 @@ int mgpu_mpi_get_stats(mgpu_mpi_stats *stats) {
   if (rc != 0) return rc;
   if (stats == NULL || stats->size < sizeof *stats)
     return mgpu__error(MGPU_EINVAL, "mgpu_mpi_get_stats: set "
-                             "stats->size to sizeof(mgpu_mpi_stats)");
+                       "stats->size to sizeof(mgpu_mpi_stats)");
   *stats = mgpu__mpi.stats;
   return 0;
 }

@@ -3,7 +3,7 @@
  *
  * Threads: the module's state is written by mgpu_mpi_init and
  * mgpu_mpi_finalize on the calling thread and only read in between; the
- * calls are made by one thread at a time (mgpu/mpi.h), so the bounce pool,
+ * calls are made by one thread at a time (mgpu/mpi.h), so the staging buffers,
  * the request list and the counters need no lock. */
 #ifndef MGPU_MPI_INTERNAL_H
 #define MGPU_MPI_INTERNAL_H
@@ -41,7 +41,9 @@ typedef struct mpi_bounce {
   mgpu_event *done;    /* recorded after the copies into or out of it */
 } mpi_bounce;
 
-typedef struct mpi_stage_pool {
+/* The staging buffers of one device: its bounce buffers, the streams that
+ * copy through them, and the pack. */
+typedef struct mpi_staging {
   int ready;
   mgpu_stream *d2h, *h2d;
   mpi_bounce coll_in[MPI_STAGE_SLOTS], coll_out[MPI_STAGE_SLOTS];
@@ -49,7 +51,7 @@ typedef struct mpi_stage_pool {
   int send_busy, recv_busy; /* a request holds the send / recv slots */
   mgpu_buffer *pack;        /* device memory: pitched transfers packed */
   size_t pack_size;
-} mpi_stage_pool;
+} mpi_staging;
 
 /* A collective's data movement for the staged pipeline (and, in one step,
  * for memory MPI reads directly). Pieces: n_in ranges of the input buffer,
@@ -108,7 +110,7 @@ typedef struct mpi_state {
   char failed_detail[384];
   uint64_t exchanges;     /* argument exchanges with other ranks made */
   MPI_Op half_ops[2][4];  /* [FLOAT16, BFLOAT16][op] */
-  mpi_stage_pool pools[MGPU_MAX_DEVICES];
+  mpi_staging staging[MGPU_MAX_DEVICES];
   mgpu_mpi_stats stats;
 } mpi_state;
 
@@ -170,11 +172,11 @@ int mgpu__mpi_test_all(int n, MPI_Request *reqs, int *done);
 double mgpu__mpi_deadline(void);
 int mgpu__mpi_err(int mpi_rc, const char *call);
 
-/* The bounce pool of dev, set up on first use. */
-int mgpu__mpi_pool(int dev, mpi_stage_pool **pool);
-void mgpu__mpi_pools_free(void);
+/* The staging buffers of dev, set up on first use. */
+int mgpu__mpi_staging(int dev, mpi_staging **staging);
+void mgpu__mpi_staging_free_all(void);
 /* The bounce buffers of dev, with their pack (device memory for pitched
  * transfers and distributions) grown to need bytes at least. */
-int mgpu__mpi_pack(int dev, size_t need, mpi_stage_pool **pool);
+int mgpu__mpi_pack(int dev, size_t need, mpi_staging **staging);
 
 #endif /* MGPU_MPI_INTERNAL_H */

@@ -19,7 +19,7 @@
 
 #include "mpi/mpi-internal.h"
 
-enum { R_QUEUED, R_HANDSHAKE, R_WAIT_POOL, R_DATA, R_DONE };
+enum { R_QUEUED, R_HANDSHAKE, R_WAIT_SLOTS, R_DATA, R_DONE };
 enum { S_FREE, S_COPYING, S_MPI };
 
 /* Header and acknowledgement. */
@@ -41,7 +41,7 @@ struct mgpu_mpi_request {
   /* data phase */
   size_t piece, npieces, next_post, next_mpi, done_pieces;
   MPI_Request *data_reqs;     /* host path: one per piece */
-  mpi_stage_pool *pool;       /* staged */
+  mpi_staging *staging;       /* staged */
   int slot_state[MPI_STAGE_SLOTS];
   size_t slot_piece[MPI_STAGE_SLOTS];
   MPI_Request slot_req[MPI_STAGE_SLOTS];
@@ -88,10 +88,10 @@ static void finish(mgpu_mpi_request *r, int rc) {
     r->result = rc;
     snprintf(r->detail, sizeof r->detail, "%s", mgpu_error_detail());
   }
-  if (r->pool != NULL) {
-    if (r->is_send) r->pool->send_busy = 0;
-    else r->pool->recv_busy = 0;
-    r->pool = NULL;
+  if (r->staging != NULL) {
+    if (r->is_send) r->staging->send_busy = 0;
+    else r->staging->recv_busy = 0;
+    r->staging = NULL;
   }
   r->state = R_DONE;
 }
@@ -108,13 +108,13 @@ static void abandon(mgpu_mpi_request *r) {
 
 static int start_data(mgpu_mpi_request *r) {
   if (r->path == MPI_PATH_STAGED) {
-    if ((r->is_send && r->pool->send_busy) ||
-        (!r->is_send && r->pool->recv_busy)) {
-      r->state = R_WAIT_POOL;
+    if ((r->is_send && r->staging->send_busy) ||
+        (!r->is_send && r->staging->recv_busy)) {
+      r->state = R_WAIT_SLOTS;
       return 0;
     }
-    if (r->is_send) r->pool->send_busy = 1;
-    else r->pool->recv_busy = 1;
+    if (r->is_send) r->staging->send_busy = 1;
+    else r->staging->recv_busy = 1;
     r->piece = mgpu__mpi.chunk;
   } else {
     r->piece = HOST_PIECE;
@@ -123,10 +123,11 @@ static int start_data(mgpu_mpi_request *r) {
   r->state = R_DATA;
   r->deadline = mgpu__mpi_deadline();
   if (r->path == MPI_PATH_STAGED) return 0;
-  r->data_reqs = mgpu_module_malloc((r->npieces ? r->npieces : 1) * sizeof *r->data_reqs);
+  r->data_reqs = mgpu_module_malloc((r->npieces ? r->npieces : 1) *
+                                    sizeof *r->data_reqs);
   if (r->data_reqs == NULL)
     return mgpu__error(MGPU_ENOMEM, "rank %d: requests",
-                             mgpu__mpi.rank);
+                       mgpu__mpi.rank);
   unsigned char *p = mgpu__mpi_addr(&r->view, r->offset);
   for (size_t k = 0; k < r->npieces; k++) {
     size_t len = r->bytes - k * r->piece < r->piece ? r->bytes - k * r->piece
@@ -151,8 +152,8 @@ static size_t piece_len(const mgpu_mpi_request *r, size_t k) {
 
 /* One step of the staged data phase; returns 0 or an error. */
 static int step_staged(mgpu_mpi_request *r) {
-  mpi_bounce *slots = r->is_send ? r->pool->send : r->pool->recv;
-  mgpu_stream *copy = r->is_send ? r->pool->d2h : r->pool->h2d;
+  mpi_bounce *slots = r->is_send ? r->staging->send : r->staging->recv;
+  mgpu_stream *copy = r->is_send ? r->staging->d2h : r->staging->h2d;
   for (int s = 0; s < MPI_STAGE_SLOTS; s++) {
     mpi_bounce *b = &slots[s];
     size_t k = r->slot_piece[s];
@@ -226,8 +227,8 @@ static void data_timeout(mgpu_mpi_request *r) {
            "ms (%zu of %zu pieces moved)", dir(r), r->peer, r->tag, r->peer,
            mgpu__mpi.timeout_ms, r->done_pieces, r->npieces);
   finish(r, mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s; the program "
-                              "should call MPI_Abort", mgpu__mpi.rank,
-                              mgpu__mpi.failed_detail));
+                        "should call MPI_Abort", mgpu__mpi.rank,
+                        mgpu__mpi.failed_detail));
 }
 
 /* The sender's handshake: 1 when the receiver accepted the header, 0 while
@@ -293,7 +294,7 @@ static void progress_data(mgpu_mpi_request *r) {
   if (r->path == MPI_PATH_STAGED) {
     int rc = step_staged(r);
     if (rc != 0) {
-      mgpu_stream_synchronize(r->is_send ? r->pool->d2h : r->pool->h2d);
+      mgpu_stream_synchronize(r->is_send ? r->staging->d2h : r->staging->h2d);
       return finish(r, rc);
     }
     if (r->done_pieces == r->npieces) return finish(r, 0);
@@ -333,7 +334,7 @@ static void progress(mgpu_mpi_request *r) {
     }
     return;
   }
-  if (r->state == R_WAIT_POOL) {
+  if (r->state == R_WAIT_SLOTS) {
     int rc = start_data(r);
     if (rc != 0) finish(r, rc);
     return;
@@ -386,7 +387,7 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
   mgpu_mpi_request *r = mgpu_module_calloc(1, sizeof *r);
   if (r == NULL)
     return mgpu__error(MGPU_ENOMEM, "rank %d: %s request",
-                             mgpu__mpi.rank, what);
+                       mgpu__mpi.rank, what);
   r->is_send = is_send;
   r->peer = peer;
   r->tag = tag;
@@ -401,7 +402,7 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
   r->path = path;
   r->hdr_req = r->ack_req = MPI_REQUEST_NULL;
   if (path == MPI_PATH_STAGED &&
-      (rc = mgpu__mpi_pool(r->dev, &r->pool)) != 0) {
+      (rc = mgpu__mpi_staging(r->dev, &r->staging)) != 0) {
     mgpu_module_free(r);
     return rc;
   }
@@ -437,7 +438,7 @@ int mgpu_mpi_wait(mgpu_mpi_request *req) {
   while (*link != NULL && *link != req) link = &(*link)->next;
   if (req == NULL || *link == NULL)
     return mgpu__error(MGPU_EBADHANDLE, "rank %d: mgpu_mpi_wait: not "
-                             "an outstanding request", mgpu__mpi.rank);
+                       "an outstanding request", mgpu__mpi.rank);
   while (req->state != R_DONE) {
     for (mgpu_mpi_request *o = outstanding; o != NULL; o = o->next)
       if (o->state != R_DONE) progress(o);
@@ -450,7 +451,7 @@ int mgpu_mpi_wait(mgpu_mpi_request *req) {
      * since: report this request's own. */
     mgpu__error(rc, "%s", req->detail);
   } else if (!req->is_send && req->path == MPI_PATH_STAGED) {
-    rc = mgpu_stream_synchronize(mgpu__mpi.pools[req->dev].h2d);
+    rc = mgpu_stream_synchronize(mgpu__mpi.staging[req->dev].h2d);
   }
   mgpu_module_free(req->data_reqs);
   mgpu_module_free(req);
@@ -479,28 +480,28 @@ int mgpu_mpi_recv(mgpu_buffer *buf, size_t offset, size_t count,
 
 static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
                    size_t pitch, size_t width, size_t height, mgpu_dtype dtype,
-                   mgpu_stream *stream, mpi_stage_pool **pool, size_t *wbytes) {
+                   mgpu_stream *stream, mpi_staging **staging, size_t *wbytes) {
   int rc = mgpu__mpi_usable(what);
   if (rc != 0) return rc;
   size_t es = mgpu__mpi_dtype_size(dtype);
   if (es == 0)
     return mgpu__error(MGPU_EINVAL, "rank %d: %s: unknown dtype %d",
-                             mgpu__mpi.rank, what, (int)dtype);
+                       mgpu__mpi.rank, what, (int)dtype);
   if (width > SIZE_MAX / es / (height ? height : 1))
     return mgpu__error(MGPU_EINVAL, "rank %d: %s: %zu x %zu overflows",
-                             mgpu__mpi.rank, what, width, height);
+                       mgpu__mpi.rank, what, width, height);
   *wbytes = width * es;
   if (pitch < *wbytes)
     return mgpu__error(MGPU_EINVAL, "rank %d: %s: pitch %zu is less "
-                             "than the row of %zu bytes", mgpu__mpi.rank,
-                             what, pitch, *wbytes);
+                       "than the row of %zu bytes", mgpu__mpi.rank,
+                       what, pitch, *wbytes);
   int path;
   mgpu_buffer_view view;
   size_t span = height ? (height - 1) * pitch + *wbytes : 0;
   if ((rc = mgpu__mpi_check_buffer(what, buf, offset, span, stream, &view,
                                    &path)))
     return rc;
-  if ((rc = mgpu__mpi_pack(view.device, *wbytes * height, pool)) != 0)
+  if ((rc = mgpu__mpi_pack(view.device, *wbytes * height, staging)) != 0)
     return rc;
   return mgpu__mpi_sync_before(&view, stream);
 }
@@ -508,30 +509,30 @@ static int pitched(const char *what, const mgpu_buffer *buf, size_t offset,
 int mgpu_mpi_send_2d(const mgpu_buffer *buf, size_t offset, size_t pitch,
                      size_t width, size_t height, mgpu_dtype dtype, int dest,
                      int tag, MPI_Comm comm, mgpu_stream *stream) {
-  mpi_stage_pool *pool;
+  mpi_staging *staging;
   size_t wbytes;
   int rc = pitched("mgpu_mpi_send_2d", buf, offset, pitch, width, height,
-                   dtype, stream, &pool, &wbytes);
+                   dtype, stream, &staging, &wbytes);
   if (rc != 0) return rc;
   if (height > 0 && wbytes > 0)
-    rc = mgpu_memcpy_2d(pool->pack, 0, wbytes, buf, offset, pitch, wbytes,
+    rc = mgpu_memcpy_2d(staging->pack, 0, wbytes, buf, offset, pitch, wbytes,
                         height);
   if (rc != 0) return rc;
-  return mgpu_mpi_send(pool->pack, 0, width * height, dtype, dest, tag, comm,
+  return mgpu_mpi_send(staging->pack, 0, width * height, dtype, dest, tag, comm,
                        NULL);
 }
 
 int mgpu_mpi_recv_2d(mgpu_buffer *buf, size_t offset, size_t pitch,
                      size_t width, size_t height, mgpu_dtype dtype, int source,
                      int tag, MPI_Comm comm, mgpu_stream *stream) {
-  mpi_stage_pool *pool;
+  mpi_staging *staging;
   size_t wbytes;
   int rc = pitched("mgpu_mpi_recv_2d", buf, offset, pitch, width, height,
-                   dtype, stream, &pool, &wbytes);
+                   dtype, stream, &staging, &wbytes);
   if (rc != 0) return rc;
-  rc = mgpu_mpi_recv(pool->pack, 0, width * height, dtype, source, tag, comm,
+  rc = mgpu_mpi_recv(staging->pack, 0, width * height, dtype, source, tag, comm,
                      NULL);
   if (rc != 0 || height == 0 || wbytes == 0) return rc;
-  return mgpu_memcpy_2d(buf, offset, pitch, pool->pack, 0, wbytes, wbytes,
+  return mgpu_memcpy_2d(buf, offset, pitch, staging->pack, 0, wbytes, wbytes,
                         height);
 }
