@@ -122,16 +122,10 @@ expect_sym CMakeFiles/mgpu_tool.dir/tools/plant.c.o cudaMalloc "only the cuda pl
 
 getenv_src='#include <stdlib.h>
 const char *f(void) { return getenv("MGPU_X"); }'
-fresh_objs
-plant $lib/store plant "$getenv_src"
-expect_sym $lib/store/plant.c.o getenv "outside the table of variables"
-
-fresh_objs
-plant src/mpi/CMakeFiles/mgpu_mpi.dir plant "$getenv_src"
-expect_sym src/mpi/CMakeFiles/mgpu_mpi.dir/plant.c.o getenv "outside the table of variables"
-
-fresh_objs
-plant CMakeFiles/mgpu_tool.dir/tools plant "$getenv_src"
-expect_sym CMakeFiles/mgpu_tool.dir/tools/plant.c.o getenv "outside the table of variables"
+for dir in $lib/store src/mpi/CMakeFiles/mgpu_mpi.dir CMakeFiles/mgpu_tool.dir/tools; do
+  fresh_objs
+  plant "$dir" plant "$getenv_src"
+  expect_sym "$dir/plant.c.o" getenv "outside the table of variables"
+done
 
 echo "check-layers: every wrong reference was refused"

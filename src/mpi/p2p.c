@@ -231,16 +231,22 @@ static void data_timeout(mgpu_mpi_request *r) {
                         mgpu__mpi.failed_detail));
 }
 
-/* The sender's handshake: 1 when the receiver accepted the header, 0 while
- * its answer is awaited; r finished on a refusal or an error. */
-static int handshake_send(mgpu_mpi_request *r) {
+/* 1 when the handshake's request req completed; 0 while it is pending, or
+ * when the test failed (r finished). */
+static int handshake_arrived(mgpu_mpi_request *r, MPI_Request *req) {
   int got = 0;
-  int m = MPI_Test(&r->ack_req, &got, MPI_STATUS_IGNORE);
+  int m = MPI_Test(req, &got, MPI_STATUS_IGNORE);
   if (m != MPI_SUCCESS) {
     finish(r, mgpu__mpi_err(m, "MPI_Test"));
     return 0;
   }
-  if (!got) return 0;
+  return got;
+}
+
+/* The sender's handshake: 1 when the receiver accepted the header, 0 while
+ * its answer is awaited; r finished on a refusal or an error. */
+static int handshake_send(mgpu_mpi_request *r) {
+  if (!handshake_arrived(r, &r->ack_req)) return 0;
   /* The receiver had the header, so the header send completes. */
   MPI_Wait(&r->hdr_req, MPI_STATUS_IGNORE);
   if (r->ack[A_STATUS] == 0) return 1;
@@ -259,20 +265,15 @@ static int handshake_send(mgpu_mpi_request *r) {
  * posted (and the acknowledgement says so), 0 while it is awaited; r
  * finished on a mismatch or an error. */
 static int handshake_recv(mgpu_mpi_request *r) {
-  int got = 0;
-  int m = MPI_Test(&r->hdr_req, &got, MPI_STATUS_IGNORE);
-  if (m != MPI_SUCCESS) {
-    finish(r, mgpu__mpi_err(m, "MPI_Test"));
-    return 0;
-  }
-  if (!got) return 0;
+  if (!handshake_arrived(r, &r->hdr_req)) return 0;
   int ok = r->hdr[H_COUNT] == (long long)r->count &&
            r->hdr[H_DTYPE] == r->dtype;
   r->ack[A_STATUS] = ok ? 0 : MGPU_EMISMATCH;
   r->ack[A_COUNT] = (long long)r->count;
   r->ack[A_DTYPE] = r->dtype;
   r->ack[A_CAPACITY] = (long long)r->capacity;
-  m = MPI_Send(r->ack, A_LEN, MPI_LONG_LONG, r->peer, MPI_TAG_ACK, r->comm);
+  int m = MPI_Send(r->ack, A_LEN, MPI_LONG_LONG, r->peer, MPI_TAG_ACK,
+                   r->comm);
   if (m != MPI_SUCCESS) {
     finish(r, mgpu__mpi_err(m, "MPI_Send"));
     return 0;
