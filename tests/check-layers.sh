@@ -7,7 +7,9 @@
 # naming the object and the symbol, for a planted call of each kind: an
 # upward call through a local prototype, an `extern`, a public header, a
 # sideways call, a plugin calling into the library, the MPI module calling
-# an internal function, and a tool calling CUDA.
+# an internal function, a tool calling CUDA, and getenv called outside the
+# table of variables (src/core/config.c) by the library, the MPI module and
+# a tool.
 # Usage: check-layers.sh MGPU_BINARY SOURCE_DIR BUILD_DIR
 set -u
 src=$2
@@ -122,5 +124,13 @@ expect_sym CMakeFiles/mgpu_tool.dir/tools/plant.c.o cudaMalloc "only the cuda pl
 fresh_objs
 plant python/CMakeFiles/mgpu_python.dir plant 'int MPI_Initialized(int *flag); int f(void) { int y; return MPI_Initialized(&y); }'
 expect_sym python/CMakeFiles/mgpu_python.dir/plant.c.o MPI_Initialized "only the MPI module"
+
+getenv_src='#include <stdlib.h>
+const char *f(void) { return getenv("MGPU_X"); }'
+for dir in $lib/store src/mpi/CMakeFiles/mgpu_mpi.dir CMakeFiles/mgpu_tool.dir/tools; do
+  fresh_objs
+  plant "$dir" plant "$getenv_src"
+  expect_sym "$dir/plant.c.o" getenv "outside the table of variables"
+done
 
 echo "check-layers: every wrong reference was refused"

@@ -17,7 +17,9 @@ Two checks, each failing (exit 1, one line per offence):
   (mgpu_*, default visibility). Only a CUDA plugin may reference CUDA or
   NCCL, only an OpenCL plugin OpenCL, and MPI only the MPI module, the
   Python package's mgpu._mpi and the tools (nothing in libmgpu, nor
-  mgpu._core, which `import mgpu` loads).
+  mgpu._core, which `import mgpu` loads). Only src/core/config.c reads the
+  environment (getenv): the rest of the library, the MPI module and tools/
+  ask its table by name.
 
 docs/ARCHITECTURE.md explains the order; this table is the one place that
 writes down the layer of each folder.
@@ -197,7 +199,8 @@ def check_symbols(build):
     errors = []
     for rel, (unit, name), _, undefined in objs:
         for sym in sorted(undefined):
-            why = offence(unit, name, sym, where.get(sym))
+            why = offence(unit, name, sym, where.get(sym)) or \
+                env_offence(rel, unit, sym)
             if why:
                 errors.append(f"{rel}: references {sym}, {why}")
     return errors
@@ -235,6 +238,22 @@ def offence(unit, name, sym, home):
         return None
     return f"defined in {label(home)}, not a public call (only mgpu_* " \
            "of include/ cross a link boundary)"
+
+
+# The one reader of the environment (docs/ARCHITECTURE.md, "Configuration").
+ENV_READERS = {"getenv", "secure_getenv"}
+ENV_TABLE = re.compile(r"(^|/)src/core/config\.c\.o$")
+
+
+def env_offence(rel, unit, sym):
+    """Why object rel may not call getenv, or None. The plugins are left out
+    (NVTX's header reads its injection path inline), and so is bench/."""
+    if sym not in ENV_READERS or ENV_TABLE.search(rel):
+        return None
+    if unit in ("lib", "mpi") or (unit == "tools" and "/tools/" in rel):
+        return "outside the table of variables (src/core/config.c): ask " \
+               "it by name (mgpu__env, mgpu_module_getenv)"
+    return None
 
 
 def label(home):

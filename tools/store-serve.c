@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mgpu.h"
+#include "mgpu/module.h"
 #include "mgpu/store.h"
 
 static size_t parse_size(const char *s) {
@@ -54,7 +55,7 @@ int mgpu_store_serve_main(int argc, char **argv) {
   /* A daemon says what it does: connections and refusals are logged unless
    * MGPU_LOG asks for something else. */
   mgpu_config mc = MGPU_CONFIG_INITIALIZER;
-  if (getenv("MGPU_LOG") == NULL) mc.log_level = MGPU_LOG_INFO;
+  if (mgpu_module_getenv("MGPU_LOG") == NULL) mc.log_level = MGPU_LOG_INFO;
   int rc = mgpu_init(&mc);
   if (rc == 0) rc = mgpu_store_serve(&cfg);
   if (rc != 0)

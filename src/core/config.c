@@ -1,8 +1,11 @@
 /* Configuration: the mgpu_config given to mgpu_init, completed from the
- * environment and then from the defaults. Environment variables are read
- * here, once, and nowhere else: every one is a line of `vars` below (name,
- * field, parser, bounds, default), which serves both for the environment
- * and for checking the fields a caller set. */
+ * environment and then from the defaults. The environment is read here and
+ * nowhere else: every variable that libmgpu, its modules and its tools read
+ * is one line of `vars` below (name, meaning, default; for a config field
+ * also its field, parser and bounds), which serves for the environment and
+ * for checking the fields a caller set. Readers elsewhere ask by name
+ * (mgpu__env, mgpu_module_getenv); a name without its line is refused. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -69,12 +72,12 @@ static int launcher_local_rank(mgpu__devspec_entry *e) {
   static const char *const size_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", NULL,
                                           "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"};
   for (int i = 0; i < 4; i++) {
-    const char *v = getenv(rank_vars[i]);
-    if (v == NULL || *v == '\0') continue;
+    const char *v = mgpu__env(rank_vars[i]);
+    if (v == NULL) continue;
     if (parse_int_range(v, 0, 1 << 20, &e->ordinal) != 0)
       return mgpu__error(MGPU_EINVAL, "MGPU_DEVICES=local: %s: bad value '%s' "
                          "(expected a local rank)", rank_vars[i], v);
-    const char *sz = size_vars[i] ? getenv(size_vars[i]) : NULL;
+    const char *sz = size_vars[i] ? mgpu__env(size_vars[i]) : NULL;
     if (sz == NULL || parse_int_range(sz, 1, 1 << 20, &e->local_size) != 0)
       e->local_size = 0;
     return 0;
@@ -168,10 +171,14 @@ typedef enum var_kind {
   V_PEER    /* int, none|0 or all|1 */
 } var_kind;
 
-/* One configuration variable: its environment name, its mgpu_config field,
- * how it is parsed and its bounds. A field at or below `unset` (NULL for
- * strings) is taken from the environment, then from def. A value the caller
- * set in the field is held to the same bounds as one from the environment. */
+/* One environment variable: its name and meaning, and either its
+ * mgpu_config field (field non-NULL: how it is parsed, its bounds, its
+ * default) or, for a variable read by a module, a tool or a part of the
+ * library outside mgpu_init, the text taken when it is unset (text_def,
+ * NULL for none; the reader parses it). A field at or below `unset` (NULL
+ * for strings) is taken from the environment, then from def. A value the
+ * caller set in the field is held to the same bounds as one from the
+ * environment. */
 typedef struct config_var {
   const char *env;
   const char *field;
@@ -181,38 +188,108 @@ typedef struct config_var {
   long long unset;  /* the field's value meaning "not set" */
   long long def;    /* the default; V_SIZE 0 leaves the field 0 */
   const char *expect;
+  const char *text_def; /* not a field: the value when unset */
+  const char *meaning;
 } config_var;
 
-#define VAR(env, field, kind, lo, hi, unset, def, expect) \
-  {env, #field, offsetof(mgpu_config, field), kind, lo, hi, unset, def, expect}
+#define VAR(env, field, kind, lo, hi, unset, def, expect, meaning)          \
+  {env, #field, offsetof(mgpu_config, field), kind, lo, hi, unset, def,     \
+   expect, NULL, meaning}
+/* A variable that is not a field of mgpu_config. */
+#define ENV(env, text_def, meaning) \
+  {env, NULL, 0, V_STRING, 0, 0, 0, 0, NULL, text_def, meaning}
 
 static const config_var vars[] = {
-    VAR("MGPU_DEVICES", devices, V_STRING, 0, 0, 0, 0, NULL),
+    VAR("MGPU_DEVICES", devices, V_STRING, 0, 0, 0, 0, NULL,
+        "the devices to open (host:N, cuda[:K[/S]], opencl[:K[/S]], local)"),
     VAR("MGPU_HOST_MEM", host_mem, V_SIZE, 1, 0, 0, DEFAULT_HOST_MEM,
-        "a size such as 512M or 2G"),
+        "a size such as 512M or 2G", "memory of each host device"),
     VAR("MGPU_LOG", log_level, V_LOG, MGPU_LOG_NONE, MGPU_LOG_DEBUG, -1,
-        MGPU_LOG_NONE, "none, warn, info or debug"),
+        MGPU_LOG_NONE, "none, warn, info or debug", "what the library logs"),
     VAR("MGPU_HOST_WORKERS", host_workers, V_INT, 1, 64, 0,
-        DEFAULT_HOST_WORKERS, "1 to 64"),
-    VAR("MGPU_HOST_PEER", host_peer, V_PEER, 0, 1, -1, 1, "none or all"),
+        DEFAULT_HOST_WORKERS, "1 to 64", "worker threads per host device"),
+    VAR("MGPU_HOST_PEER", host_peer, V_PEER, 0, 1, -1, 1, "none or all",
+        "whether host devices copy to each other directly"),
     /* staging_chunk left 0: the copy layer picks it per pair of devices. */
     /* A chunk of 1 byte cut a 1 MiB copy into a million pieces; 2G pinned
      * gigabytes per copy. */
     VAR("MGPU_STAGING_CHUNK", staging_chunk, V_SIZE,
         (long long)MGPU_STAGING_CHUNK_MIN, (long long)MGPU_STAGING_CHUNK_MAX,
-        0, 0, "a size from 4K to 64M"),
+        0, 0, "a size from 4K to 64M", "bytes per piece of a staged copy"),
     VAR("MGPU_STAGING_DEPTH", staging_depth, V_INT, 2, MGPU_STAGING_DEPTH_MAX,
-        0, DEFAULT_STAGING_DEPTH, "2 to 64"),
-    VAR("MGPU_PLUGIN_PATH", plugin_path, V_STRING, 0, 0, 0, 0, NULL),
-    VAR("MGPU_CUDA_GREEN", cuda_green, V_INT, 0, 1, -1, 1, "0 or 1"),
-    VAR("MGPU_CUDA_BUSY", cuda_busy, V_INT, 0, 1, -1, 1, "0 or 1"),
-    VAR("MGPU_TRACE", trace, V_STRING, 0, 0, 0, 0, NULL),
-    VAR("MGPU_METRICS", metrics, V_STRING, 0, 0, 0, 0, NULL),
+        0, DEFAULT_STAGING_DEPTH, "2 to 64",
+        "pieces of a staged copy in flight"),
+    VAR("MGPU_PLUGIN_PATH", plugin_path, V_STRING, 0, 0, 0, 0, NULL,
+        "where the CUDA plugin is looked for"),
+    VAR("MGPU_CUDA_GREEN", cuda_green, V_INT, 0, 1, -1, 1, "0 or 1",
+        "split CUDA devices with green contexts"),
+    VAR("MGPU_CUDA_BUSY", cuda_busy, V_INT, 0, 1, -1, 1, "0 or 1",
+        "CUDA waits spin rather than block"),
+    VAR("MGPU_TRACE", trace, V_STRING, 0, 0, 0, 0, NULL,
+        "file the trace is written to at shutdown"),
+    VAR("MGPU_METRICS", metrics, V_STRING, 0, 0, 0, 0, NULL,
+        "file the metrics are written to at shutdown"),
     VAR("MGPU_TIMEOUT", timeout_ms, V_INT, 1, INT_MAX, 0, DEFAULT_TIMEOUT_MS,
-        "milliseconds, 1 to 2147483647"),
+        "milliseconds, 1 to 2147483647", "how long a wait on a peer lasts"),
     /* Checked by mgpu_init, which hands it to util/fault.c. */
-    VAR("MGPU_FAULT", fault, V_STRING, 0, 0, 0, 0, NULL),
+    VAR("MGPU_FAULT", fault, V_STRING, 0, 0, 0, 0, NULL,
+        "calls made to fail on purpose (docs/faults.md)"),
+    /* The launcher's node-local rank and rank count (MGPU_DEVICES=local). */
+    ENV("OMPI_COMM_WORLD_LOCAL_RANK", NULL, "Open MPI's node-local rank"),
+    ENV("OMPI_COMM_WORLD_LOCAL_SIZE", NULL, "Open MPI's ranks on the node"),
+    ENV("SLURM_LOCALID", NULL, "Slurm's node-local task id"),
+    ENV("MPI_LOCALRANKID", NULL, "MPICH's node-local rank"),
+    ENV("MPI_LOCALNRANKS", NULL, "MPICH's ranks on the node"),
+    ENV("PMI_LOCAL_RANK", NULL, "PMI's node-local rank"),
+    ENV("PMI_LOCAL_SIZE", NULL, "PMI's ranks on the node"),
+    /* The store: the daemon's (mgpu_store_serve, mgpu_store_default_path)
+     * and the client's, read when they are used, not by mgpu_init. */
+    ENV("XDG_RUNTIME_DIR", NULL, "the folder of the store's default socket"),
+    ENV("MGPU_STORE_CAPACITY", NULL,
+        "bytes per device the store daemon may hold (default: the device's "
+        "memory)"),
+    ENV("MGPU_STORE_TRUST", NULL,
+        "users, besides this one and root, whose store daemon is trusted"),
+    /* The MPI module (mgpu_mpi_init), through mgpu_module_getenv. */
+    ENV("MGPU_MPI_RANKS_PER_NODE", NULL,
+        "every k ranks of a machine form a node (default: the machine)"),
+    ENV("MGPU_MPI_CUDA_AWARE", "auto",
+        "device pointers straight to MPI (1), staged (0), or as MPI says"),
+    ENV("MGPU_MPI_STAGE", "0", "1 stages every buffer, host devices too"),
+    ENV("MGPU_MPI_TIMEOUT_MS", "30000",
+        "how long an MPI call waits for the other ranks (-1: no limit)"),
+    ENV("MGPU_MPI_CHUNK", "1M", "bytes per MPI bounce buffer (4K to 1G)"),
 };
+#define N_VARS (sizeof vars / sizeof vars[0])
+
+/* The row of the variable called name, or NULL. */
+static const config_var *find_var(const char *name) {
+  for (size_t i = 0; name != NULL && i < N_VARS; i++)
+    if (strcmp(vars[i].env, name) == 0) return &vars[i];
+  return NULL;
+}
+
+/* The environment's value of v, or its text default when unset or empty. */
+static const char *var_value(const config_var *v) {
+  const char *env = getenv(v->env);
+  return env != NULL && *env != '\0' ? env : v->text_def;
+}
+
+const char *mgpu__env(const char *name) {
+  const config_var *v = find_var(name);
+  assert(v != NULL && "an environment variable without its row in vars[]");
+  return v != NULL ? var_value(v) : NULL;
+}
+
+const char *mgpu_module_getenv(const char *name) {
+  const config_var *v = find_var(name);
+  if (v == NULL) {
+    mgpu__error(MGPU_EINVAL, "environment variable %s is not in libmgpu's "
+                "table of variables", name != NULL ? name : "(NULL)");
+    return NULL;
+  }
+  return var_value(v);
+}
 
 /* Parses an environment value of an int-valued variable into *out. */
 static int parse_int_var(const config_var *v, const char *s, int *out) {
@@ -233,8 +310,7 @@ static int parse_int_var(const config_var *v, const char *s, int *out) {
  * caller's value against the bounds. */
 static int resolve_var(const config_var *v, mgpu_config *out) {
   char *field = (char *)out + v->offset;
-  const char *env = getenv(v->env);
-  if (env != NULL && *env == '\0') env = NULL;
+  const char *env = var_value(v);
   if (v->kind == V_STRING) {
     const char **f = (const char **)(void *)field;
     if (*f == NULL) *f = env;
@@ -295,15 +371,18 @@ static size_t var_size(const config_var *v) {
 static size_t config_fields_end(size_t size) {
   const size_t align = _Alignof(mgpu_config);
   if (size == sizeof(mgpu_config)) return size;
-  for (size_t i = 0; i <= sizeof vars / sizeof vars[0]; i++) {
+  for (size_t i = 0; i <= N_VARS; i++) {
     /* i == 0 is the size field itself; then each variable's field. */
+    if (i > 0 && vars[i - 1].field == NULL) continue;
     size_t end = i == 0 ? sizeof(size_t)
                         : vars[i - 1].offset + var_size(&vars[i - 1]);
     if (size == end) return end;
     if (size != (end + align - 1) / align * align) continue;
     int padding = 1; /* no field starts in [end, size) */
-    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
-      if (vars[k].offset >= end && vars[k].offset < size) padding = 0;
+    for (size_t k = 0; k < N_VARS; k++)
+      if (vars[k].field != NULL && vars[k].offset >= end &&
+          vars[k].offset < size)
+        padding = 0;
     if (padding) return end;
   }
   return 0;
@@ -326,7 +405,8 @@ int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out) {
     memcpy(out, in, end);
     out->size = sizeof *out;
   }
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+  for (size_t i = 0; i < N_VARS; i++) {
+    if (vars[i].field == NULL) continue;
     int rc = resolve_var(&vars[i], out);
     if (rc != 0) return rc;
   }

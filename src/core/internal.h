@@ -31,6 +31,12 @@
  * initializer from the environment and then the defaults. */
 int mgpu__config_resolve(const mgpu_config *in, mgpu_config *out);
 
+/* The value of the environment variable name from the one table of
+ * variables (config.c): the environment's, else the table's text default,
+ * else NULL (an empty value is unset). A name not in the table is a bug:
+ * an assertion in debug builds, NULL otherwise. */
+const char *mgpu__env(const char *name);
+
 /* Counts the mgpu_init calls: state kept per thread from an earlier one
  * (the current device) is stale when this has moved. */
 unsigned mgpu__init_epoch(void);

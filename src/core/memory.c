@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "mgpu/module.h"
 #include "util/fault.h"
 
 /* A cached block. A block freed with mgpu_free_async is listed at once but
@@ -451,6 +452,23 @@ int mgpu_buffer_kind(const mgpu_buffer *h) {
   int v = (int)b->kind;
   mgpu__buf_put(b);
   return v;
+}
+
+/* The accessors above in one lookup, for modules (mgpu/module.h). */
+int mgpu_module_buffer_view(const mgpu_buffer *h, mgpu_buffer_view *view) {
+  if (view == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_module_buffer_view: NULL view");
+  mgpu__buf *b;
+  int rc = mgpu__buf_get(h, "mgpu_module_buffer_view", &b);
+  if (rc != 0) return rc;
+  view->handle = h;
+  view->ptr = b->ptr;
+  view->size = b->size;
+  view->device = b->dev;
+  view->kind = (int)b->kind;
+  view->readonly = b->readonly;
+  mgpu__buf_put(b);
+  return 0;
 }
 
 /* ---- the stream-ordered pool ---- */

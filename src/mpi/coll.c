@@ -83,12 +83,45 @@ static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
     }
     for (int r = n; r < 2 * n; r++)
       if (reqs[r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[r]);
-    rc = mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
-                           "arrive within %d ms", mgpu__mpi.rank,
-                           kind_name[mine[V_KIND]], missing,
-                           mgpu__mpi.timeout_ms);
+    rc = mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
+                     "arrive within %d ms", mgpu__mpi.rank,
+                     kind_name[mine[V_KIND]], missing,
+                     mgpu__mpi.timeout_ms);
   }
   return rc;
+}
+
+/* The exchange of a rank without memory for exchange's arrays (an
+ * allocation failed): it still takes part, one peer at a time, sending mine
+ * (its failure in V_STATUS) and dropping what each peer sends, so that the
+ * others learn of its failure instead of waiting for it. */
+static void exchange_one_by_one(MPI_Comm comm, int n, int me,
+                                const long long *mine) {
+  /* The send buffer outlives a send left with MPI at the deadline. */
+  static long long note[V_LEN];
+  memcpy(note, mine, sizeof note);
+  double deadline = mgpu__mpi_deadline();
+  for (int r = 0; r < n; r++) {
+    if (r == me) continue;
+    long long theirs[V_LEN];
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int m = MPI_Irecv(theirs, V_LEN, MPI_LONG_LONG, r, MPI_TAG_CHECK, comm,
+                      &reqs[0]);
+    if (m == MPI_SUCCESS)
+      m = MPI_Isend(note, V_LEN, MPI_LONG_LONG, r, MPI_TAG_CHECK, comm,
+                    &reqs[1]);
+    int done = 0;
+    while (m == MPI_SUCCESS &&
+           (m = mgpu__mpi_test_all(2, reqs, &done)) == MPI_SUCCESS && !done &&
+           MPI_Wtime() <= deadline)
+      sched_yield();
+    if (done) continue;
+    /* Nothing may write into theirs once this returns. */
+    if (reqs[0] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[0]);
+    for (int i = 0; i < 2; i++)
+      if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[i]);
+    return;
+  }
 }
 
 /* The first rank whose verdict, call description or MGPU_MPI_CHUNK
@@ -98,28 +131,28 @@ static int compare(int n, const long long *mine, const long long *all) {
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
     if (v[V_STATUS] == MGPU_EDEVLOST && v[V_DEV] >= 0)
-      rc = mgpu_module_error(MGPU_EDEVLOST, "rank %d: %s: rank %d lost its "
-                             "device %lld (MGPU_EDEVLOST); no data moved",
-                             mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
-                             v[V_DEV]);
+      rc = mgpu__error(MGPU_EDEVLOST, "rank %d: %s: rank %d lost its "
+                       "device %lld (MGPU_EDEVLOST); no data moved",
+                       mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
+                       v[V_DEV]);
     else if (v[V_STATUS] != 0)
-      rc = mgpu_module_error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
-                             "its arguments or could not start (%s); no data "
-                             "moved",
-                             mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
-                             mgpu_err_name((int)v[V_STATUS]));
+      rc = mgpu__error((int)v[V_STATUS], "rank %d: %s: rank %d refused "
+                       "its arguments or could not start (%s); no data "
+                       "moved",
+                       mgpu__mpi.rank, kind_name[mine[V_KIND]], r,
+                       mgpu_err_name((int)v[V_STATUS]));
   }
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
     if (memcmp(v, mine, V_STATUS * sizeof *v) == 0) continue;
     if (v[V_KIND] != mine[V_KIND])
-      rc = mgpu_module_error(MGPU_EMISMATCH, "rank %d: called %s while rank "
-                             "%d called %s", mgpu__mpi.rank,
-                             kind_name[mine[V_KIND]], r,
-                             v[V_KIND] > 0 && v[V_KIND] <= C_GATHER
+      rc = mgpu__error(MGPU_EMISMATCH, "rank %d: called %s while rank "
+                       "%d called %s", mgpu__mpi.rank,
+                       kind_name[mine[V_KIND]], r,
+                       v[V_KIND] > 0 && v[V_KIND] <= C_GATHER
                                  ? kind_name[v[V_KIND]] : "?");
     else
-      rc = mgpu_module_error(
+      rc = mgpu__error(
           MGPU_EMISMATCH, "rank %d: %s: count %lld, dtype %s, op %s, root "
           "%lld here but count %lld, dtype %s, op %s, root %lld on rank %d",
           mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_COUNT],
@@ -131,7 +164,7 @@ static int compare(int n, const long long *mine, const long long *all) {
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;
     if (v[V_CHUNK] != mine[V_CHUNK])
-      rc = mgpu_module_error(
+      rc = mgpu__error(
           MGPU_EMISMATCH, "rank %d: %s: MGPU_MPI_CHUNK=%lld here but %lld on "
           "rank %d: every rank must be started with the same value; no data "
           "moved", mgpu__mpi.rank, kind_name[mine[V_KIND]], mine[V_CHUNK],
@@ -154,27 +187,33 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   /* The local detail is kept: a refused rank reports its own reason. */
   char local_detail[512];
   snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
-  long long *all = calloc((size_t)n * V_LEN, sizeof *all);
-  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
+  long long *all = mgpu_module_calloc((size_t)n * V_LEN, sizeof *all);
+  MPI_Request *reqs = mgpu_module_calloc((size_t)n * 2, sizeof *reqs);
   if (all == NULL || reqs == NULL) {
-    free(all);
-    free(reqs);
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: argument check",
-                             mgpu__mpi.rank);
+    mgpu_module_free(all);
+    mgpu_module_free(reqs);
+    long long v[V_LEN];
+    memcpy(v, mine, sizeof v);
+    if (local_rc == 0) v[V_STATUS] = MGPU_ENOMEM;
+    exchange_one_by_one(comm, n, me, v);
+    if (local_rc != 0) return mgpu__error(local_rc, "%s", local_detail);
+    return mgpu__error(MGPU_ENOMEM, "rank %d: %s: no memory for the "
+                       "argument check", mgpu__mpi.rank,
+                       kind_name[mine[V_KIND]]);
   }
   for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
   memcpy(all + (size_t)me * V_LEN, mine, V_LEN * sizeof *all);
   int rc = exchange(comm, n, me, mine, all, reqs);
   if (rc == 0 && local_rc != 0) {
     rc = local_rc;
-    mgpu_module_error(local_rc, "%s", local_detail);
+    mgpu__error(local_rc, "%s", local_detail);
   }
   if (rc == 0) rc = compare(n, mine, all);
   for (int r = 0; rc == 0 && r < n; r++)
     if (all[(size_t)r * V_LEN + V_PATH] > *path)
       *path = (int)all[(size_t)r * V_LEN + V_PATH];
-  free(all);
-  free(reqs);
+  mgpu_module_free(all);
+  mgpu_module_free(reqs);
   return rc;
 }
 
@@ -201,8 +240,8 @@ typedef struct coll_ctx {
 static int mpi_step(void *arg, void *in, void *out, size_t c, int in_place) {
   coll_ctx *x = arg;
   if (c > INT_MAX)
-    return mgpu_module_error(MGPU_ENOTSUP, "rank %d: %zu elements in one MPI "
-                             "call", x->me, c);
+    return mgpu__error(MGPU_ENOTSUP, "rank %d: %zu elements in one MPI "
+                       "call", x->me, c);
   int n = (int)c, m = MPI_SUCCESS;
   MPI_Request req = MPI_REQUEST_NULL;
   const char *call = "";
@@ -287,6 +326,106 @@ static void staged_in_place(const coll_args *a, int me, mpi_plan *pl) {
   pl->in_place = 0;
 }
 
+/* What a collective asks of this rank's two buffers: the bytes each side
+ * needs, whether it uses it at all, and whether send and recv are one. */
+typedef struct coll_sides {
+  size_t one, all; /* bytes of one rank's piece, and of every rank's */
+  size_t send_need, recv_need;
+  int use_send, use_recv, in_place;
+} coll_sides;
+
+static void sides_of(const coll_args *a, int is_root, int n, size_t es,
+                     coll_sides *sd) {
+  sd->one = a->count * es;
+  sd->all = sd->one * (size_t)n;
+  sd->send_need = sd->recv_need = sd->one;
+  sd->use_send = sd->use_recv = 1;
+  switch (a->kind) {
+    case C_BCAST: sd->use_send = 0; break; /* one buffer, given as recv */
+    case C_REDUCE: sd->use_recv = is_root; break;
+    case C_ALLREDUCE: break;
+    case C_REDUCE_SCATTER: sd->send_need = sd->all; break;
+    case C_ALLGATHER: sd->recv_need = sd->all; break;
+    case C_SCATTER: sd->send_need = sd->all; sd->use_send = is_root; break;
+    case C_GATHER: sd->recv_need = sd->all; sd->use_recv = is_root; break;
+  }
+  sd->in_place = sd->use_send && sd->use_recv && a->send == a->recv &&
+                 a->send_off == a->recv_off;
+  /* In place, the one buffer must hold the larger of the two. */
+  if (sd->in_place && sd->send_need < sd->recv_need)
+    sd->send_need = sd->recv_need;
+}
+
+/* Checks the buffers the call uses, resolving each once into sv and rv,
+ * and chooses the path of the data. */
+static int check_sides(const coll_args *a, int me, const coll_sides *sd,
+                       mgpu_buffer_view *sv, mgpu_buffer_view *rv,
+                       int *path) {
+  int spath = MPI_PATH_HOST, rpath = MPI_PATH_HOST, rc;
+  memset(sv, 0, sizeof *sv);
+  memset(rv, 0, sizeof *rv);
+  if (sd->use_send &&
+      (rc = mgpu__mpi_check_buffer("send", a->send, a->send_off,
+                                   sd->send_need, a->stream, sv, &spath)))
+    return rc;
+  if (sd->use_recv && (rc = mgpu__mpi_check_buffer(
+                           a->kind == C_BCAST ? "broadcast" : "recv", a->recv,
+                           a->recv_off, sd->recv_need, a->stream, rv, &rpath)))
+    return rc;
+  if (sd->use_send && sd->use_recv && sv->device != rv->device)
+    return mgpu__error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
+                       "device %d, recv buffer on device %d: both must be "
+                       "on one device", me, kind_name[a->kind], sv->device,
+                       rv->device);
+  *path = spath > rpath ? spath : rpath;
+  /* MPI's own reductions cannot run the module's half-precision operators
+   * on device memory. */
+  if (*path == MPI_PATH_DIRECT && a->has_op &&
+      (a->dtype == MGPU_FLOAT16 || a->dtype == MGPU_BFLOAT16))
+    *path = MPI_PATH_STAGED;
+  return 0;
+}
+
+/* The plan of the data movement from the checked sides. */
+static void plan_of(const coll_args *a, int me, int n, size_t es,
+                    const coll_sides *sd, const mgpu_buffer_view *sv,
+                    const mgpu_buffer_view *rv, int path, mpi_plan *pl) {
+  memset(pl, 0, sizeof *pl);
+  pl->path = path;
+  pl->esize = es;
+  pl->count = a->count;
+  pl->in_place = sd->in_place;
+  pl->dev = sd->use_send ? sv->device : rv->device;
+  if (sd->use_send) {
+    pl->in = *sv;
+    pl->in_off = a->send_off;
+    pl->in_stride = sd->one;
+    pl->n_in = sd->send_need == sd->all && n > 1 ? n : 1;
+  }
+  if (sd->use_recv) {
+    pl->out = *rv;
+    pl->out_off = a->recv_off;
+    pl->out_stride = sd->one;
+    pl->n_out = sd->recv_need == sd->all && n > 1 ? n : 1;
+  }
+  pl->nranks = n;
+  pl->splittable = a->kind == C_ALLREDUCE || a->kind == C_REDUCE ||
+                   a->kind == C_BCAST;
+  if (a->kind == C_BCAST) {
+    /* The broadcast buffer is read on the root and written elsewhere. */
+    if (me == a->root) {
+      pl->in = *rv;
+      pl->in_off = a->recv_off;
+      pl->n_in = 1;
+      pl->n_out = 0;
+      pl->in_stride = sd->one;
+    } else {
+      pl->n_in = 0;
+    }
+  }
+  if (path == MPI_PATH_STAGED) staged_in_place(a, me, pl);
+}
+
 static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
                        coll_ctx *x) {
   const char *name = kind_name[a->kind];
@@ -296,84 +435,18 @@ static int local_check(const coll_args *a, int me, int n, mpi_plan *pl,
     return rc;
   size_t es = mgpu__mpi_dtype_size(a->dtype);
   if (a->count > (SIZE_MAX / es) / (size_t)n)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: count %zu overflows",
-                             me, name, a->count);
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: count %zu overflows", me,
+                       name, a->count);
   if (a->kind != C_ALLREDUCE && a->kind != C_REDUCE_SCATTER &&
       a->kind != C_ALLGATHER && (a->root < 0 || a->root >= n))
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: root %d outside 0..%d",
-                             me, name, a->root, n - 1);
-  int is_root = me == a->root;
-  size_t one = a->count * es, all = one * (size_t)n;
-  /* Bytes each side needs, and whether this rank uses it at all. */
-  size_t send_need = one, recv_need = one;
-  int use_send = 1, use_recv = 1;
-  switch (a->kind) {
-    case C_BCAST: use_send = 0; break; /* one buffer, given as recv */
-    case C_REDUCE: use_recv = is_root; break;
-    case C_ALLREDUCE: break;
-    case C_REDUCE_SCATTER: send_need = all; break;
-    case C_ALLGATHER: recv_need = all; break;
-    case C_SCATTER: send_need = all; use_send = is_root; break;
-    case C_GATHER: recv_need = all; use_recv = is_root; break;
-  }
-  int in_place = use_send && use_recv && a->send == a->recv &&
-                 a->send_off == a->recv_off;
-  /* In place, the one buffer must hold the larger of the two. */
-  if (in_place && send_need < recv_need) send_need = recv_need;
-  int spath = MPI_PATH_HOST, rpath = MPI_PATH_HOST;
-  if (use_send && (rc = mgpu__mpi_check_buffer("send", a->send, a->send_off,
-                                              send_need, a->stream, &spath)))
-    return rc;
-  if (use_recv && (rc = mgpu__mpi_check_buffer(
-                       a->kind == C_BCAST ? "broadcast" : "recv", a->recv,
-                       a->recv_off, recv_need, a->stream, &rpath)))
-    return rc;
-  if (use_send && use_recv &&
-      mgpu_buffer_device(a->send) != mgpu_buffer_device(a->recv))
-    return mgpu_module_error(MGPU_EWRONGDEV, "rank %d: %s: send buffer on "
-                             "device %d, recv buffer on device %d: both must "
-                             "be on one device", me, name,
-                             mgpu_buffer_device(a->send),
-                             mgpu_buffer_device(a->recv));
-  int path = spath > rpath ? spath : rpath;
-  /* MPI's own reductions cannot run the module's half-precision operators
-   * on device memory. */
-  if (path == MPI_PATH_DIRECT && a->has_op &&
-      (a->dtype == MGPU_FLOAT16 || a->dtype == MGPU_BFLOAT16))
-    path = MPI_PATH_STAGED;
-  memset(pl, 0, sizeof *pl);
-  pl->path = path;
-  pl->esize = es;
-  pl->count = a->count;
-  pl->in_place = in_place;
-  if (use_send) {
-    pl->in_buf = a->send;
-    pl->in_off = a->send_off;
-    pl->in_stride = one;
-    pl->n_in = send_need == all && n > 1 ? n : 1;
-  }
-  if (use_recv) {
-    pl->out_buf = a->recv;
-    pl->out_off = a->recv_off;
-    pl->out_stride = one;
-    pl->n_out = recv_need == all && n > 1 ? n : 1;
-  }
-  pl->nranks = n;
-  pl->splittable = a->kind == C_ALLREDUCE || a->kind == C_REDUCE ||
-                   a->kind == C_BCAST;
-  if (a->kind == C_BCAST) {
-    /* The broadcast buffer is read on the root and written elsewhere. */
-    if (is_root) {
-      pl->in_buf = a->recv;
-      pl->in_off = a->recv_off;
-      pl->n_in = 1;
-      pl->n_out = 0;
-      pl->in_stride = one;
-    } else {
-      pl->n_in = 0;
-    }
-  }
-  if (path == MPI_PATH_STAGED) staged_in_place(a, me, pl);
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: root %d outside 0..%d", me,
+                       name, a->root, n - 1);
+  coll_sides sd;
+  mgpu_buffer_view sv, rv;
+  int path = MPI_PATH_HOST;
+  sides_of(a, me == a->root, n, es, &sd);
+  if ((rc = check_sides(a, me, &sd, &sv, &rv, &path)) != 0) return rc;
+  plan_of(a, me, n, es, &sd, &sv, &rv, path, pl);
   x->kind = a->kind;
   x->root = a->root;
   x->me = me;
@@ -401,10 +474,10 @@ static int agree_after(const coll_args *a, int me, int local) {
   if (local != 0) return local; /* the rank's own code and detail */
   if (rc != 0) return rc;
   if (worst[0] == 0) return 0;
-  return mgpu_module_error(worst[0], "rank %d: %s: rank %d failed while the "
-                           "data moved (%s): the outputs are undefined",
-                           mgpu__mpi.rank, kind_name[a->kind], worst[1],
-                           mgpu_err_name(worst[0]));
+  return mgpu__error(worst[0], "rank %d: %s: rank %d failed while the "
+                     "data moved (%s): the outputs are undefined",
+                     mgpu__mpi.rank, kind_name[a->kind], worst[1],
+                     mgpu_err_name(worst[0]));
 }
 
 static int coll_run(const coll_args *a) {
@@ -413,41 +486,41 @@ static int coll_run(const coll_args *a) {
   int me, n;
   if (MPI_Comm_rank(a->comm, &me) != MPI_SUCCESS ||
       MPI_Comm_size(a->comm, &n) != MPI_SUCCESS)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
-                             mgpu__mpi.rank, kind_name[a->kind]);
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s: invalid communicator",
+                       mgpu__mpi.rank, kind_name[a->kind]);
   mpi_plan pl;
   coll_ctx x;
   int local = local_check(a, me, n, &pl, &x);
-  const mgpu_buffer *dep = NULL;
-  if (local == 0) dep = pl.in_buf != NULL ? pl.in_buf : pl.out_buf;
+  const mgpu_buffer_view *dep = NULL;
+  if (local == 0) dep = pl.in.handle != NULL ? &pl.in : &pl.out;
   /* What can fail on this rank before data moves fails here, before the
    * exchange, so that every rank learns of it and none waits for this one:
-   * the wait for the work the data depends on, and the bounce pool. */
-  mpi_stage_pool *pool = NULL;
+   * the wait for the work the data depends on, and the staging buffers. */
+  mpi_staging *staging = NULL;
   if (local == 0) local = mgpu__mpi_sync_before(dep, a->stream);
   if (local == 0 && pl.path == MPI_PATH_STAGED)
-    local = mgpu__mpi_pool(mgpu_buffer_device(dep), &pool);
+    local = mgpu__mpi_staging(pl.dev, &staging);
   long long v[V_LEN] = {a->kind, (long long)a->count, a->dtype,
                         a->has_op ? (long long)a->op : -1LL, a->root, local,
                         local == 0 ? pl.path : 0, (long long)mgpu__mpi.chunk,
                         local == MGPU_EDEVLOST && dep != NULL
-                            ? mgpu_buffer_device(dep) : -1};
+                            ? pl.dev : -1};
   int path = 0;
   rc = check_all(a->comm, v, local, &path);
   if (rc != 0) return rc;
   if (path == MPI_PATH_STAGED && pl.path != MPI_PATH_STAGED) {
     /* Another rank stages: cut the data the same way, through this rank's
-     * bounce buffers too. A pool that cannot be made now leaves this rank
-     * out of the data phase: the others time out naming it. */
+     * bounce buffers too. Staging buffers that cannot be made now leave
+     * this rank out of the data phase: the others time out naming it. */
     pl.path = MPI_PATH_STAGED;
     staged_in_place(a, me, &pl);
-    if ((rc = mgpu__mpi_pool(mgpu_buffer_device(dep), &pool)) != 0) return rc;
+    if ((rc = mgpu__mpi_staging(pl.dev, &staging)) != 0) return rc;
   }
-  (void)pool; /* run_plan finds it again */
+  (void)staging; /* run_plan finds it again */
   rc = mgpu__mpi_run_plan(&pl);
   size_t bytes = a->count * pl.esize *
                  (size_t)(pl.n_in > pl.n_out ? pl.n_in : pl.n_out);
-  mgpu__mpi_count(mgpu_buffer_device(dep), pl.path, bytes);
+  mgpu__mpi_count(pl.dev, pl.path, bytes);
   if (pl.path == MPI_PATH_STAGED && n > 1 && !mgpu__mpi.failed)
     rc = agree_after(a, me, rc);
   return rc;

@@ -264,7 +264,7 @@ static void hier_fail(void *ctx, const mgpu_coll_call *calls, int n,
   char detail[512];
   snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
   mgpu__mpi_refuse(x->comm, code, lost_device(calls, n));
-  mgpu_module_error(code, "%s", detail);
+  mgpu__error(code, "%s", detail);
 }
 
 static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n);
@@ -297,8 +297,8 @@ static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
     case MGPU_COLL_ALLGATHER: return hier_allgather(x, calls, n);
     case MGPU_COLL_REDUCE_SCATTER: return hier_reduce_scatter(x, calls, n);
   }
-  return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown collective %d",
-                           mgpu__mpi.rank, calls[0].kind);
+  return mgpu__error(MGPU_EINVAL, "rank %d: unknown collective %d",
+                     mgpu__mpi.rank, calls[0].kind);
 }
 
 #ifdef MGPU_HAVE_NCCL
@@ -308,8 +308,8 @@ static int hier_run(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
 static const mgpu__mpi_nccl_api *nccl;
 
 static int nccl_err(ncclResult_t r, const char *call) {
-  return mgpu_module_error(MGPU_EBACKEND, "rank %d: %s: %s", mgpu__mpi.rank,
-                           call, nccl->error_string(r));
+  return mgpu__error(MGPU_EBACKEND, "rank %d: %s: %s", mgpu__mpi.rank,
+                     call, nccl->error_string(r));
 }
 
 static int nccl_type(mgpu_dtype t, ncclDataType_t *out) {
@@ -329,7 +329,7 @@ static int nccl_issue(void *ctx, const mgpu_coll_call *calls, int n) {
   static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMin, ncclMax};
   ncclDataType_t type;
   if (nccl_type(calls[0].dtype, &type) != 0)
-    return mgpu_module_error(MGPU_EINVAL, "unknown dtype");
+    return mgpu__error(MGPU_EINVAL, "unknown dtype");
   ncclResult_t r = nccl->group_start();
   for (int i = 0; i < n && r == ncclSuccess; i++) {
     const mgpu_coll_call *c = &calls[i];
@@ -417,79 +417,87 @@ static void ctx_free(void *ctx) {
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin && x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
-  free(x->first);
-  free(x->count);
-  free(x);
+  mgpu_module_free(x->first);
+  mgpu_module_free(x->count);
+  mgpu_module_free(x);
 }
 
-int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
-                         mgpu_comm **out) {
-  int rc = mgpu__mpi_ready("mgpu_mpi_comm_create");
-  if (rc != 0) return rc;
-  if (out == NULL)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
-                             "NULL output", mgpu__mpi.rank);
-  *out = NULL;
-  /* Every rank learns whether every rank's list is good, so that all fail
-   * together instead of some waiting in MPI. */
-  int local = 0;
+/* This rank's device list, checked: 0 or an error with its detail. */
+static int check_devices(int ndev, const int *devs) {
   if (ndev < 1 || ndev > MGPU_MAX_DEVICES || devs == NULL)
-    local = mgpu_module_error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
-                              "%d devices", mgpu__mpi.rank, ndev);
-  for (int i = 0; local == 0 && i < ndev; i++)
+    return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: %d "
+                       "devices", mgpu__mpi.rank, ndev);
+  for (int i = 0; i < ndev; i++)
     if (devs[i] < 0 || devs[i] >= mgpu_device_count())
-      local = mgpu_module_error(MGPU_ENODEV, "rank %d: mgpu_mpi_comm_create: "
-                                "no device %d", mgpu__mpi.rank, devs[i]);
+      return mgpu__error(MGPU_ENODEV, "rank %d: mgpu_mpi_comm_create: no "
+                         "device %d", mgpu__mpi.rank, devs[i]);
+  return 0;
+}
+
+/* A context for the nprocs processes of comm, before any call on it: what
+ * can fail here fails before the other ranks wait in MPI. */
+static int ctx_alloc(MPI_Comm comm, mpi_comm_ctx **out) {
+  int nprocs = 0;
+  if (MPI_Comm_size(comm, &nprocs) != MPI_SUCCESS || nprocs < 1)
+    return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
+                       "invalid communicator", mgpu__mpi.rank);
+  mpi_comm_ctx *x = mgpu_module_calloc(1, sizeof *x);
+  if (x != NULL) {
+    x->comm = MPI_COMM_NULL;
+    x->first = mgpu_module_calloc((size_t)nprocs, sizeof *x->first);
+    x->count = mgpu_module_calloc((size_t)nprocs, sizeof *x->count);
+  }
+  if (x == NULL || x->first == NULL || x->count == NULL) {
+    ctx_free(x);
+    return mgpu__error(MGPU_ENOMEM, "rank %d: communicator",
+                       mgpu__mpi.rank);
+  }
+  *out = x;
+  return 0;
+}
+
+/* Every rank learns whether every rank could start (local: this rank's
+ * code), so that all fail together instead of some waiting in MPI. */
+static int agree_to_start(MPI_Comm comm, int local) {
   int worst = local;
-  rc = MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MIN, comm);
+  int rc = MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MIN, comm);
   if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Allreduce");
   if (local != 0) return local;
   if (worst != 0)
-    return mgpu_module_error(worst, "rank %d: mgpu_mpi_comm_create: another "
-                             "rank's devices were refused", mgpu__mpi.rank);
-  mpi_comm_ctx *x = calloc(1, sizeof *x);
-  if (x == NULL)
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: communicator",
-                             mgpu__mpi.rank);
-  x->comm = MPI_COMM_NULL;
-  if ((rc = MPI_Comm_dup(comm, &x->comm)) != MPI_SUCCESS) {
-    rc = mgpu__mpi_err(rc, "MPI_Comm_dup");
-    goto fail;
-  }
+    return mgpu__error(worst, "rank %d: mgpu_mpi_comm_create: another "
+                       "rank's devices were refused", mgpu__mpi.rank);
+  return 0;
+}
+
+/* The context's own communicator, every process's device count and first
+ * global rank, and the leader's stream and events. */
+static int ctx_open(mpi_comm_ctx *x, MPI_Comm comm, int ndev,
+                    const int *devs) {
+  int rc = MPI_Comm_dup(comm, &x->comm);
+  if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Comm_dup");
   MPI_Comm_rank(x->comm, &x->me);
   MPI_Comm_size(x->comm, &x->nprocs);
-  x->first = calloc((size_t)x->nprocs, sizeof *x->first);
-  x->count = calloc((size_t)x->nprocs, sizeof *x->count);
-  if (x->first == NULL || x->count == NULL) {
-    rc = mgpu_module_error(MGPU_ENOMEM, "rank %d: communicator",
-                           mgpu__mpi.rank);
-    goto fail;
-  }
-  if ((rc = MPI_Allgather(&ndev, 1, MPI_INT, x->count, 1, MPI_INT,
-                          x->comm)) != MPI_SUCCESS) {
-    rc = mgpu__mpi_err(rc, "MPI_Allgather");
-    goto fail;
-  }
+  rc = MPI_Allgather(&ndev, 1, MPI_INT, x->count, 1, MPI_INT, x->comm);
+  if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Allgather");
   x->equal = 1;
   for (int p = 0; p < x->nprocs; p++) {
     x->first[p] = p == 0 ? 0 : x->first[p - 1] + x->count[p - 1];
     x->equal &= x->count[p] == ndev;
   }
   x->leader_dev = devs[0];
-  if ((rc = mgpu_stream_create(&x->mpi_stream, devs[0])) != 0 ||
-      (rc = mgpu_event_create(&x->reduced[0], devs[0])) != 0 ||
-      (rc = mgpu_event_create(&x->reduced[1], devs[0])) != 0)
-    goto fail;
-  mgpu_comm_remote remote = MGPU_COMM_REMOTE_INITIALIZER;
-  remote.nranks = x->first[x->nprocs - 1] + x->count[x->nprocs - 1];
-  remote.first_rank = x->first[x->me];
-  remote.issue = hier_issue;
-  remote.fail = hier_fail;
-  remote.destroy = ctx_free;
-  remote.ctx = x;
+  if ((rc = mgpu_stream_create(&x->mpi_stream, devs[0])) == 0 &&
+      (rc = mgpu_event_create(&x->reduced[0], devs[0])) == 0)
+    rc = mgpu_event_create(&x->reduced[1], devs[0]);
+  return rc;
+}
+
+/* NCCL over the ranks where every rank's devices are whole GPUs and every
+ * rank can open NCCL; else the hierarchical path over MPI (remote as it
+ * was). */
+static int choose_transport(mpi_comm_ctx *x, int ndev, const int *devs,
+                            mgpu_comm_remote *remote) {
 #ifdef MGPU_HAVE_NCCL
   int gpus = whole_gpus(ndev, devs), all_gpus = 0;
-  /* Every rank must be able to open NCCL, or none uses it. */
   const char *why = NULL;
   if (gpus && (nccl = mgpu__mpi_nccl_load(&why)) == NULL) {
     gpus = 0;
@@ -498,11 +506,44 @@ int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
   }
   MPI_Allreduce(&gpus, &all_gpus, 1, MPI_INT, MPI_MIN, x->comm);
   if (all_gpus) {
-    if ((rc = nccl_open(x, ndev, devs)) != 0) goto fail;
-    remote.issue = nccl_issue;
-    remote.fail = NULL; /* the other processes wait in NCCL, not in MPI */
+    int rc = nccl_open(x, ndev, devs);
+    if (rc != 0) return rc;
+    remote->issue = nccl_issue;
+    remote->fail = NULL; /* the other processes wait in NCCL, not in MPI */
   }
+#else
+  (void)x;
+  (void)ndev;
+  (void)devs;
+  (void)remote;
 #endif
+  return 0;
+}
+
+int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,
+                         mgpu_comm **out) {
+  int rc = mgpu__mpi_ready("mgpu_mpi_comm_create");
+  if (rc != 0) return rc;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "rank %d: mgpu_mpi_comm_create: "
+                       "NULL output", mgpu__mpi.rank);
+  *out = NULL;
+  mpi_comm_ctx *x = NULL;
+  int local = check_devices(ndev, devs);
+  if (local == 0) local = ctx_alloc(comm, &x);
+  if ((rc = agree_to_start(comm, local)) != 0) {
+    ctx_free(x);
+    return rc;
+  }
+  if ((rc = ctx_open(x, comm, ndev, devs)) != 0) goto fail;
+  mgpu_comm_remote remote = MGPU_COMM_REMOTE_INITIALIZER;
+  remote.nranks = x->first[x->nprocs - 1] + x->count[x->nprocs - 1];
+  remote.first_rank = x->first[x->me];
+  remote.issue = hier_issue;
+  remote.fail = hier_fail;
+  remote.destroy = ctx_free;
+  remote.ctx = x;
+  if ((rc = choose_transport(x, ndev, devs, &remote)) != 0) goto fail;
   rc = mgpu_comm_create_remote(devs, ndev, &remote, out);
   if (rc != 0) goto fail;
   mgpu_module_log(MGPU_LOG_INFO, "rank %d: communicator of %d ranks over %d "

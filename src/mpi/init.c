@@ -20,14 +20,12 @@ mpi_state mgpu__mpi;
 /* Backend of each open device, read once after mgpu_init. */
 static int device_is_host[MGPU_MAX_DEVICES];
 
-#define DEFAULT_TIMEOUT_MS 30000
-#define DEFAULT_CHUNK ((size_t)1 << 20)
 #define UUID_LEN 64 /* a device UUID and its split index */
 
 int mgpu__mpi_ready(const char *what) {
   if (!mgpu__mpi.initialized)
-    return mgpu_module_error(MGPU_ENOINIT, "%s: mgpu_mpi_init has not run",
-                             what);
+    return mgpu__error(MGPU_ENOINIT, "%s: mgpu_mpi_init has not run",
+                       what);
   return 0;
 }
 
@@ -36,8 +34,8 @@ int mgpu__mpi_err(int mpi_rc, const char *call) {
   int len = 0;
   if (MPI_Error_string(mpi_rc, msg, &len) != MPI_SUCCESS) len = 0;
   msg[len] = '\0';
-  return mgpu_module_error(MGPU_EIO, "rank %d: %s failed: %s", mgpu__mpi.rank,
-                           call, msg);
+  return mgpu__error(MGPU_EIO, "rank %d: %s failed: %s", mgpu__mpi.rank,
+                     call, msg);
 }
 
 double mgpu__mpi_deadline(void) {
@@ -53,10 +51,10 @@ int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
     if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Test");
     if (done) return 0;
     if (MPI_Wtime() > deadline)
-      return mgpu_module_error(MGPU_ETIMEDOUT,
-                               "rank %d: %s: rank %d did not answer within "
-                               "%d ms", mgpu__mpi.rank, what, peer,
-                               mgpu__mpi.timeout_ms);
+      return mgpu__error(MGPU_ETIMEDOUT,
+                         "rank %d: %s: rank %d did not answer within "
+                         "%d ms", mgpu__mpi.rank, what, peer,
+                         mgpu__mpi.timeout_ms);
     /* Ranks oversubscribe the cores: let the peer run. */
     sched_yield();
   }
@@ -88,11 +86,11 @@ static void roll_call(MPI_Comm comm, char *missing, size_t cap) {
   MPI_Comm_rank(comm, &me);
   note = me;
   snprintf(missing, cap, "unknown");
-  int *got = calloc((size_t)n, sizeof *got);
-  MPI_Request *reqs = calloc((size_t)n * 2, sizeof *reqs);
+  int *got = mgpu_module_calloc((size_t)n, sizeof *got);
+  MPI_Request *reqs = mgpu_module_calloc((size_t)n * 2, sizeof *reqs);
   if (got == NULL || reqs == NULL) {
-    free(got);
-    free(reqs);
+    mgpu_module_free(got);
+    mgpu_module_free(reqs);
     return;
   }
   for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
@@ -123,8 +121,8 @@ static void roll_call(MPI_Comm comm, char *missing, size_t cap) {
     if (reqs[n + r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[n + r]);
   }
   if (len == 0) snprintf(missing, cap, "none (every rank is waiting)");
-  free(got);
-  free(reqs);
+  mgpu_module_free(got);
+  mgpu_module_free(reqs);
 }
 
 int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what) {
@@ -149,18 +147,18 @@ int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what) {
   snprintf(mgpu__mpi.failed_detail, sizeof mgpu__mpi.failed_detail,
            "%s did not complete within %d ms; rank(s) that did not come: %s",
            what, mgpu__mpi.timeout_ms, missing);
-  return mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s; the program should "
-                           "call MPI_Abort", mgpu__mpi.rank,
-                           mgpu__mpi.failed_detail);
+  return mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s; the program should "
+                     "call MPI_Abort", mgpu__mpi.rank,
+                     mgpu__mpi.failed_detail);
 }
 
 int mgpu__mpi_usable(const char *what) {
   int rc = mgpu__mpi_ready(what);
   if (rc != 0 || !mgpu__mpi.failed) return rc;
-  return mgpu_module_error(MGPU_ETIMEDOUT, "rank %d: %s: an earlier call "
-                           "failed in its data phase (%s); the program "
-                           "should call MPI_Abort", mgpu__mpi.rank, what,
-                           mgpu__mpi.failed_detail);
+  return mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: an earlier call "
+                     "failed in its data phase (%s); the program "
+                     "should call MPI_Abort", mgpu__mpi.rank, what,
+                     mgpu__mpi.failed_detail);
 }
 
 /* ---- types and operators ---- */
@@ -209,8 +207,8 @@ int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type) {
     case (int)MGPU_MPI_BOOL: *type = MPI_C_BOOL; return 0;
     case (int)MGPU_MPI_BYTES: *type = MPI_BYTE; return 0;
   }
-  return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown dtype %d",
-                           mgpu__mpi.rank, (int)dtype);
+  return mgpu__error(MGPU_EINVAL, "rank %d: unknown dtype %d",
+                     mgpu__mpi.rank, (int)dtype);
 }
 
 #define SUM_OF(a, b) ((a) + (b))
@@ -255,18 +253,18 @@ void mgpu__mpi_ops_free(void) {
 
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
   if ((int)op < 0 || op > MGPU_MAX)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: unknown op %d",
-                             mgpu__mpi.rank, (int)op);
+    return mgpu__error(MGPU_EINVAL, "rank %d: unknown op %d",
+                       mgpu__mpi.rank, (int)op);
   if (dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16) {
     *mop = mgpu__mpi.half_ops[dtype == MGPU_BFLOAT16][op];
     return 0;
   }
   if (dtype == MGPU_MPI_BYTES ||
       (dtype == MGPU_MPI_BOOL && op != MGPU_MIN && op != MGPU_MAX))
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: %s cannot be reduced by "
-                             "%s (%s)", mgpu__mpi.rank,
-                             mgpu__mpi_dtype_name(dtype), mgpu_op_name(op),
-                             dtype == MGPU_MPI_BOOL
+    return mgpu__error(MGPU_EINVAL, "rank %d: %s cannot be reduced by "
+                       "%s (%s)", mgpu__mpi.rank,
+                       mgpu__mpi_dtype_name(dtype), mgpu_op_name(op),
+                       dtype == MGPU_MPI_BOOL
                                  ? "bool takes min (and) and max (or)"
                                  : "bytes are moved, never reduced");
   if (dtype == MGPU_MPI_BOOL) {
@@ -286,37 +284,35 @@ int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
 
 int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
                            size_t offset, size_t bytes, mgpu_stream *stream,
-                           int *path) {
+                           mgpu_buffer_view *view, int *path) {
   if (buf == NULL)
-    return mgpu_module_error(MGPU_EBADHANDLE, "rank %d: %s buffer is NULL",
-                             mgpu__mpi.rank, what);
-  size_t size = mgpu_buffer_size(buf);
-  int dev = mgpu_buffer_device(buf);
-  if (size == 0 || dev < 0)
-    return mgpu_module_error(MGPU_EBADHANDLE,
-                             "rank %d: %s buffer is invalid or freed",
-                             mgpu__mpi.rank, what);
-  if (offset > size || bytes > size - offset)
-    return mgpu_module_error(MGPU_ERANGE,
-                             "rank %d: %s buffer on device %d: offset %zu + "
-                             "%zu bytes exceeds its %zu bytes",
-                             mgpu__mpi.rank, what, dev, offset, bytes, size);
+    return mgpu__error(MGPU_EBADHANDLE, "rank %d: %s buffer is NULL",
+                       mgpu__mpi.rank, what);
+  if (mgpu_module_buffer_view(buf, view) != 0 || view->size == 0)
+    return mgpu__error(MGPU_EBADHANDLE,
+                       "rank %d: %s buffer is invalid or freed",
+                       mgpu__mpi.rank, what);
+  int dev = view->device;
+  if (offset > view->size || bytes > view->size - offset)
+    return mgpu__error(MGPU_ERANGE,
+                       "rank %d: %s buffer on device %d: offset %zu + "
+                       "%zu bytes exceeds its %zu bytes",
+                       mgpu__mpi.rank, what, dev, offset, bytes, view->size);
   if (stream != NULL) {
     int sdev = mgpu_stream_device(stream);
     if (sdev < 0)
-      return mgpu_module_error(MGPU_EBADHANDLE,
-                               "rank %d: %s: invalid or destroyed stream",
-                               mgpu__mpi.rank, what);
+      return mgpu__error(MGPU_EBADHANDLE,
+                         "rank %d: %s: invalid or destroyed stream",
+                         mgpu__mpi.rank, what);
     if (sdev != dev)
-      return mgpu_module_error(MGPU_EWRONGDEV,
-                               "rank %d: %s buffer is on device %d but the "
-                               "stream on device %d", mgpu__mpi.rank, what,
-                               dev, sdev);
+      return mgpu__error(MGPU_EWRONGDEV,
+                         "rank %d: %s buffer is on device %d but the "
+                         "stream on device %d", mgpu__mpi.rank, what, dev,
+                         sdev);
   }
-  int kind = mgpu_buffer_kind(buf);
   if (mgpu__mpi.force_stage)
     *path = MPI_PATH_STAGED;
-  else if (kind == MGPU_MEM_PINNED || kind == MGPU_MEM_UNIFIED ||
+  else if (view->kind == MGPU_MEM_PINNED || view->kind == MGPU_MEM_UNIFIED ||
            dev >= MGPU_MAX_DEVICES || device_is_host[dev])
     *path = MPI_PATH_HOST;
   else
@@ -324,13 +320,13 @@ int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
   return 0;
 }
 
-int mgpu__mpi_sync_before(const mgpu_buffer *buf, mgpu_stream *stream) {
+int mgpu__mpi_sync_before(const mgpu_buffer_view *view, mgpu_stream *stream) {
   if (stream != NULL) return mgpu_stream_synchronize(stream);
-  return mgpu_device_synchronize(mgpu_buffer_device(buf));
+  return mgpu_device_synchronize(view->device);
 }
 
-void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset) {
-  return (unsigned char *)mgpu_buffer_ptr(buf) + offset;
+void *mgpu__mpi_addr(const mgpu_buffer_view *view, size_t offset) {
+  return (unsigned char *)view->ptr + offset;
 }
 
 void mgpu__mpi_count(int dev, int path, size_t bytes) {
@@ -358,37 +354,37 @@ typedef struct mpi_env {
   int cuda_aware;     /* -1 auto, 0, 1 */
 } mpi_env;
 
+/* The module's variables, from libmgpu's table (src/core/config.c), which
+ * also holds their defaults: a value is NULL only for a variable without
+ * one (MGPU_MPI_RANKS_PER_NODE). */
 static int read_env(mpi_env *env) {
   const char *v;
   env->ranks_per_node = 0;
   env->cuda_aware = -1;
-  mgpu__mpi.timeout_ms = DEFAULT_TIMEOUT_MS;
-  mgpu__mpi.chunk = DEFAULT_CHUNK;
-  if ((v = getenv("MGPU_MPI_RANKS_PER_NODE")) && *v &&
+  if ((v = mgpu_module_getenv("MGPU_MPI_RANKS_PER_NODE")) &&
       mgpu_module_parse_int(v, 1, INT_MAX, &env->ranks_per_node))
-    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_RANKS_PER_NODE: bad value "
-                             "'%s' (expected a count of at least 1)", v);
-  if ((v = getenv("MGPU_MPI_CUDA_AWARE")) && *v) {
-    if (strcasecmp(v, "auto") == 0) env->cuda_aware = -1;
-    else if (strcmp(v, "0") == 0) env->cuda_aware = 0;
-    else if (strcmp(v, "1") == 0) env->cuda_aware = 1;
-    else
-      return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_CUDA_AWARE: bad value "
-                               "'%s' (expected auto, 0 or 1)", v);
-  }
-  if ((v = getenv("MGPU_MPI_STAGE")) && *v &&
+    return mgpu__error(MGPU_EINVAL, "MGPU_MPI_RANKS_PER_NODE: bad value "
+                       "'%s' (expected a count of at least 1)", v);
+  v = mgpu_module_getenv("MGPU_MPI_CUDA_AWARE");
+  if (v == NULL || strcasecmp(v, "auto") == 0) env->cuda_aware = -1;
+  else if (strcmp(v, "0") == 0) env->cuda_aware = 0;
+  else if (strcmp(v, "1") == 0) env->cuda_aware = 1;
+  else
+    return mgpu__error(MGPU_EINVAL, "MGPU_MPI_CUDA_AWARE: bad value '%s' "
+                       "(expected auto, 0 or 1)", v);
+  if ((v = mgpu_module_getenv("MGPU_MPI_STAGE")) == NULL ||
       mgpu_module_parse_int(v, 0, 1, &mgpu__mpi.force_stage))
-    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_STAGE: bad value '%s' "
-                             "(expected 0 or 1)", v);
-  if ((v = getenv("MGPU_MPI_TIMEOUT_MS")) && *v &&
+    return mgpu__error(MGPU_EINVAL, "MGPU_MPI_STAGE: bad value '%s' "
+                       "(expected 0 or 1)", v ? v : "");
+  if ((v = mgpu_module_getenv("MGPU_MPI_TIMEOUT_MS")) == NULL ||
       mgpu_module_parse_int(v, -1, INT_MAX / 2, &mgpu__mpi.timeout_ms))
-    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_TIMEOUT_MS: bad value "
-                             "'%s' (expected milliseconds, -1 for none)", v);
-  if ((v = getenv("MGPU_MPI_CHUNK")) && *v &&
-      (mgpu_module_parse_size(v, &mgpu__mpi.chunk) || mgpu__mpi.chunk < 4096 ||
-       mgpu__mpi.chunk > ((size_t)1 << 30)))
-    return mgpu_module_error(MGPU_EINVAL, "MGPU_MPI_CHUNK: bad value '%s' "
-                             "(expected 4K to 1G)", v);
+    return mgpu__error(MGPU_EINVAL, "MGPU_MPI_TIMEOUT_MS: bad value '%s' "
+                       "(expected milliseconds, -1 for none)", v ? v : "");
+  if ((v = mgpu_module_getenv("MGPU_MPI_CHUNK")) == NULL ||
+      mgpu_module_parse_size(v, &mgpu__mpi.chunk) || mgpu__mpi.chunk < 4096 ||
+      mgpu__mpi.chunk > ((size_t)1 << 30))
+    return mgpu__error(MGPU_EINVAL, "MGPU_MPI_CHUNK: bad value '%s' "
+                       "(expected 4K to 1G)", v ? v : "");
   return 0;
 }
 
@@ -463,8 +459,43 @@ static int share_spec(const dev_list *l, int lo, int hi, char *spec,
                               len ? "," : "", l->ordinal[d]);
   }
   if (len >= cap)
-    return mgpu_module_error(MGPU_EINVAL, "rank %d: device share too long",
-                             mgpu__mpi.rank);
+    return mgpu__error(MGPU_EINVAL, "rank %d: device share too long",
+                       mgpu__mpi.rank);
+  return 0;
+}
+
+/* Among the ranks of the node, those that see the same devices as this
+ * one (l): *g of them come before it, *group in all. Every rank of the
+ * node takes part in the exchange, or all fail together. */
+static int device_group(MPI_Comm node, const dev_list *l, int *g,
+                        int *group) {
+  size_t keylen = (size_t)MGPU_MAX_DEVICES * UUID_LEN;
+  char *mine = mgpu_module_calloc(1, keylen);
+  char *all = mgpu_module_calloc((size_t)mgpu__mpi.local_size, keylen);
+  int ok = mine != NULL && all != NULL, all_ok = 0;
+  int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node);
+  if (rc == MPI_SUCCESS && all_ok) {
+    for (int d = 0; d < l->n; d++)
+      memcpy(mine + (size_t)d * UUID_LEN, l->id[d], UUID_LEN);
+    rc = MPI_Allgather(mine, (int)keylen, MPI_CHAR, all, (int)keylen,
+                       MPI_CHAR, node);
+  }
+  if (rc == MPI_SUCCESS && all_ok) {
+    *g = *group = 0;
+    for (int r = 0; r < mgpu__mpi.local_size; r++) {
+      if (memcmp(all + (size_t)r * keylen, mine, keylen) != 0) continue;
+      if (r < mgpu__mpi.local_rank) (*g)++;
+      (*group)++;
+    }
+  }
+  mgpu_module_free(mine);
+  mgpu_module_free(all);
+  if (rc != MPI_SUCCESS)
+    return mgpu__mpi_err(rc, all_ok ? "MPI_Allgather" : "MPI_Allreduce");
+  if (!all_ok)
+    return mgpu__error(MGPU_ENOMEM, "rank %d: device key: %s",
+                       mgpu__mpi.rank, ok ? "another rank of the node had "
+                       "no memory for it" : "no memory");
   return 0;
 }
 
@@ -472,34 +503,12 @@ static int share_spec(const dev_list *l, int lo, int hi, char *spec,
  * returns [lo, hi) and whether the device is shared with another rank. */
 static int choose_share(MPI_Comm node, const dev_list *l, int *lo, int *hi,
                         int *shared) {
-  size_t keylen = (size_t)MGPU_MAX_DEVICES * UUID_LEN;
-  char *mine = calloc(1, keylen);
-  char *all = calloc((size_t)mgpu__mpi.local_size, keylen);
-  if (mine == NULL || all == NULL) {
-    free(mine);
-    free(all);
-    return mgpu_module_error(MGPU_ENOMEM, "rank %d: device key",
-                             mgpu__mpi.rank);
-  }
-  for (int d = 0; d < l->n; d++) memcpy(mine + (size_t)d * UUID_LEN, l->id[d], UUID_LEN);
-  int rc = MPI_Allgather(mine, (int)keylen, MPI_CHAR, all, (int)keylen,
-                         MPI_CHAR, node);
-  if (rc != MPI_SUCCESS) {
-    free(mine);
-    free(all);
-    return mgpu__mpi_err(rc, "MPI_Allgather");
-  }
   int g = 0, group = 0;
-  for (int r = 0; r < mgpu__mpi.local_size; r++) {
-    if (memcmp(all + (size_t)r * keylen, mine, keylen) != 0) continue;
-    if (r < mgpu__mpi.local_rank) g++;
-    group++;
-  }
-  free(mine);
-  free(all);
+  int rc = device_group(node, l, &g, &group);
+  if (rc != 0) return rc;
   int n = l->n;
-  if (n == 0) return mgpu_module_error(MGPU_ENODEV, "rank %d: no devices",
-                                       mgpu__mpi.rank);
+  if (n == 0) return mgpu__error(MGPU_ENODEV, "rank %d: no devices",
+                                 mgpu__mpi.rank);
   if (group <= n) {
     *lo = (int)((long)g * n / group);
     *hi = (int)((long)(g + 1) * n / group);
@@ -547,63 +556,56 @@ static int find_nodes(MPI_Comm node) {
   return 0;
 }
 
-int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
-  if (mgpu__mpi.initialized)
-    return mgpu_module_error(MGPU_EALREADY, "mgpu_mpi_init: already done");
-  int flag = 0;
-  MPI_Initialized(&flag);
-  if (!flag)
-    return mgpu_module_error(MGPU_ENOINIT,
-                             "mgpu_mpi_init: call MPI_Init first");
-  memset(&mgpu__mpi, 0, sizeof mgpu__mpi);
-  for (int t = 0; t < 2; t++)
-    for (int o = 0; o < 4; o++) mgpu__mpi.half_ops[t][o] = MPI_OP_NULL;
-  mgpu__mpi.world = MPI_COMM_NULL;
-  mpi_env env;
-  int rc = read_env(&env);
-  if (rc != 0) return rc;
-  mgpu_config conf = MGPU_CONFIG_INITIALIZER;
-  if (cfg != NULL) {
-    size_t n = cfg->size < sizeof conf ? cfg->size : sizeof conf;
-    if (n < sizeof(size_t))
-      return mgpu_module_error(MGPU_EINVAL, "mgpu_mpi_init: mgpu_config.size "
-                               "is %zu", cfg->size);
-    memcpy(&conf, cfg, n);
-    conf.size = sizeof conf;
-  }
-  if ((rc = MPI_Comm_dup(comm, &mgpu__mpi.world)) != MPI_SUCCESS)
-    return mgpu__mpi_err(rc, "MPI_Comm_dup");
-  MPI_Comm_rank(mgpu__mpi.world, &mgpu__mpi.rank);
-  MPI_Comm_size(mgpu__mpi.world, &mgpu__mpi.nranks);
+/* The caller's configuration, or the defaults for NULL, into *conf. */
+static int take_config(const mgpu_config *cfg, mgpu_config *conf) {
+  mgpu_config init = MGPU_CONFIG_INITIALIZER;
+  *conf = init;
+  if (cfg == NULL) return 0;
+  size_t n = cfg->size < sizeof *conf ? cfg->size : sizeof *conf;
+  if (n < sizeof(size_t))
+    return mgpu__error(MGPU_EINVAL, "mgpu_mpi_init: mgpu_config.size is %zu",
+                       cfg->size);
+  memcpy(conf, cfg, n);
+  conf->size = sizeof *conf;
+  return 0;
+}
 
+/* Finds this rank's node and its share of the node's devices, and opens
+ * it: mgpu_init with conf's devices replaced by spec (cap bytes). Every
+ * rank learns its device list, or all fail together. */
+static int open_share(const mpi_env *env, mgpu_config *conf, char *spec,
+                      size_t cap, int *node_devices) {
   MPI_Comm node = MPI_COMM_NULL;
-  dev_list *devs = calloc(1, sizeof *devs);
-  char spec[512];
+  dev_list devs;
   int lo = 0, hi = 0;
-  if (devs == NULL) {
-    rc = mgpu_module_error(MGPU_ENOMEM, "mgpu_mpi_init: device list");
-    goto fail;
-  }
-  if ((rc = split_node(mgpu__mpi.world, env.ranks_per_node, &node)) != 0)
-    goto fail;
+  int rc = split_node(mgpu__mpi.world, env->ranks_per_node, &node);
+  if (rc != 0) return rc;
   MPI_Comm_rank(node, &mgpu__mpi.local_rank);
   MPI_Comm_size(node, &mgpu__mpi.local_size);
-  if ((rc = find_nodes(node)) != 0) goto fail;
-  /* Every rank learns its device list, or all fail together. */
-  rc = list_devices(&conf, devs);
+  if ((rc = find_nodes(node)) != 0) goto done;
+  rc = list_devices(conf, &devs);
   int worst = rc;
   MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MIN, mgpu__mpi.world);
-  if (rc != 0) goto fail;
+  if (rc != 0) goto done;
   if (worst != 0) {
-    rc = mgpu_module_error(worst, "rank %d: another rank could not open its "
-                           "devices", mgpu__mpi.rank);
-    goto fail;
+    rc = mgpu__error(worst, "rank %d: another rank could not open its "
+                     "devices", mgpu__mpi.rank);
+    goto done;
   }
-  if ((rc = choose_share(node, devs, &lo, &hi, &mgpu__mpi.shared)) != 0)
-    goto fail;
-  if ((rc = share_spec(devs, lo, hi, spec, sizeof spec)) != 0) goto fail;
-  conf.devices = spec;
-  if ((rc = mgpu_init(&conf)) != 0) goto fail;
+  if ((rc = choose_share(node, &devs, &lo, &hi, &mgpu__mpi.shared)) != 0)
+    goto done;
+  if ((rc = share_spec(&devs, lo, hi, spec, cap)) != 0) goto done;
+  conf->devices = spec;
+  *node_devices = devs.n;
+  rc = mgpu_init(conf);
+done:
+  MPI_Comm_free(&node);
+  return rc;
+}
+
+/* After mgpu_init: which open devices are host devices, and this rank's
+ * place in the numbering of every rank's devices. */
+static void number_devices(void) {
   mgpu__mpi.ndevices = mgpu_device_count();
   for (int d = 0; d < mgpu__mpi.ndevices && d < MGPU_MAX_DEVICES; d++) {
     mgpu_device_props p;
@@ -617,46 +619,78 @@ int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
   if (mgpu__mpi.rank == 0) mgpu__mpi.first_device = 0;
   MPI_Allreduce(&mgpu__mpi.ndevices, &mgpu__mpi.total_devices, 1, MPI_INT,
                 MPI_SUM, mgpu__mpi.world);
+}
+
+/* Chooses the path of device memory (MGPU_MPI_CUDA_AWARE, else what MPI
+ * says) and logs it with the share (spec) of the node's devices. */
+static void choose_path(const mpi_env *env, const char *spec,
+                        int node_devices) {
   if (mgpu__mpi.shared)
     mgpu_module_log(MGPU_LOG_WARN, "rank %d: %d ranks on node %d share its %d "
                     "device(s); rank %d uses '%s' together with another rank",
                     mgpu__mpi.rank, mgpu__mpi.local_size, mgpu__mpi.node,
-                    devs->n, mgpu__mpi.rank, spec);
+                    node_devices, mgpu__mpi.rank, spec);
   int queried = query_cuda_aware();
-  mgpu__mpi.cuda_aware = env.cuda_aware >= 0 ? env.cuda_aware : queried;
+  mgpu__mpi.cuda_aware = env->cuda_aware >= 0 ? env->cuda_aware : queried;
   if (mgpu__mpi.rank == 0)
     mgpu_module_log(MGPU_LOG_INFO, "MPI device path: %s (MPI says %s; "
                     "MGPU_MPI_CUDA_AWARE=%s)",
                     mgpu__mpi.cuda_aware ? "device pointers straight to MPI"
                                          : "staged through pinned buffers",
                     queried ? "CUDA-aware" : "not CUDA-aware",
-                    env.cuda_aware < 0 ? "auto" : env.cuda_aware ? "1" : "0");
+                    env->cuda_aware < 0 ? "auto"
+                    : env->cuda_aware   ? "1"
+                                        : "0");
   mgpu_module_log(MGPU_LOG_INFO, "rank %d: node %d/%d, local rank %d/%d, "
                   "devices '%s'", mgpu__mpi.rank, mgpu__mpi.node,
                   mgpu__mpi.nnodes, mgpu__mpi.local_rank,
                   mgpu__mpi.local_size, spec);
+}
+
+int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
+  if (mgpu__mpi.initialized)
+    return mgpu__error(MGPU_EALREADY, "mgpu_mpi_init: already done");
+  int flag = 0;
+  MPI_Initialized(&flag);
+  if (!flag)
+    return mgpu__error(MGPU_ENOINIT, "mgpu_mpi_init: call MPI_Init first");
+  memset(&mgpu__mpi, 0, sizeof mgpu__mpi);
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 4; o++) mgpu__mpi.half_ops[t][o] = MPI_OP_NULL;
+  mgpu__mpi.world = MPI_COMM_NULL;
+  mpi_env env;
+  mgpu_config conf;
+  int rc = read_env(&env);
+  if (rc == 0) rc = take_config(cfg, &conf);
+  if (rc != 0) return rc;
+  if ((rc = MPI_Comm_dup(comm, &mgpu__mpi.world)) != MPI_SUCCESS)
+    return mgpu__mpi_err(rc, "MPI_Comm_dup");
+  MPI_Comm_rank(mgpu__mpi.world, &mgpu__mpi.rank);
+  MPI_Comm_size(mgpu__mpi.world, &mgpu__mpi.nranks);
+  char spec[512];
+  int node_devices = 0;
+  if ((rc = open_share(&env, &conf, spec, sizeof spec, &node_devices)) != 0)
+    goto fail;
+  number_devices();
+  choose_path(&env, spec, node_devices);
   if ((rc = mgpu__mpi_ops_create()) != 0) {
     mgpu_shutdown();
     goto fail;
   }
   mgpu__mpi.stats.size = sizeof mgpu__mpi.stats;
-  MPI_Comm_free(&node);
-  free(devs);
   mgpu__mpi.initialized = 1;
   return 0;
 
 fail:
   mgpu__mpi_ops_free();
-  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
-  if (mgpu__mpi.world != MPI_COMM_NULL) MPI_Comm_free(&mgpu__mpi.world);
-  free(devs);
+  MPI_Comm_free(&mgpu__mpi.world);
   return rc;
 }
 
 int mgpu_mpi_finalize(void) {
   if (!mgpu__mpi.initialized) return 0;
   /* After a data step timed out MPI may still write the bounce buffers. */
-  if (!mgpu__mpi.failed) mgpu__mpi_pools_free();
+  if (!mgpu__mpi.failed) mgpu__mpi_staging_free_all();
   mgpu__mpi_ops_free();
   int rc = mgpu_shutdown();
   int fin = 0;
@@ -670,8 +704,8 @@ int mgpu_mpi_get_info(mgpu_mpi_info *info) {
   int rc = mgpu__mpi_ready("mgpu_mpi_get_info");
   if (rc != 0) return rc;
   if (info == NULL || info->size < sizeof *info)
-    return mgpu_module_error(MGPU_EINVAL, "mgpu_mpi_get_info: set info->size "
-                             "to sizeof(mgpu_mpi_info)");
+    return mgpu__error(MGPU_EINVAL, "mgpu_mpi_get_info: set info->size "
+                       "to sizeof(mgpu_mpi_info)");
   info->rank = mgpu__mpi.rank;
   info->nranks = mgpu__mpi.nranks;
   info->local_rank = mgpu__mpi.local_rank;
@@ -690,8 +724,8 @@ int mgpu_mpi_get_stats(mgpu_mpi_stats *stats) {
   int rc = mgpu__mpi_ready("mgpu_mpi_get_stats");
   if (rc != 0) return rc;
   if (stats == NULL || stats->size < sizeof *stats)
-    return mgpu_module_error(MGPU_EINVAL, "mgpu_mpi_get_stats: set "
-                             "stats->size to sizeof(mgpu_mpi_stats)");
+    return mgpu__error(MGPU_EINVAL, "mgpu_mpi_get_stats: set "
+                       "stats->size to sizeof(mgpu_mpi_stats)");
   *stats = mgpu__mpi.stats;
   return 0;
 }

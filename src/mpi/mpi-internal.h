@@ -3,7 +3,7 @@
  *
  * Threads: the module's state is written by mgpu_mpi_init and
  * mgpu_mpi_finalize on the calling thread and only read in between; the
- * calls are made by one thread at a time (mgpu/mpi.h), so the bounce pool,
+ * calls are made by one thread at a time (mgpu/mpi.h), so the staging buffers,
  * the request list and the counters need no lock. */
 #ifndef MGPU_MPI_INTERNAL_H
 #define MGPU_MPI_INTERNAL_H
@@ -17,6 +17,12 @@
 #include "mgpu/error.h"
 #include "mgpu/module.h"
 #include "mgpu/mpi.h"
+
+/* The module's errors read like the core's: mgpu__error(code, fmt, ...)
+ * writes the calling thread's detail and returns code. A macro over the
+ * exported setter (mgpu/module.h), so that the module references no internal
+ * symbol of libmgpu (tools/check-layers.py --build). */
+#define mgpu__error(...) mgpu_module_error(__VA_ARGS__)
 
 #define MPI_TAG_CHECK (MGPU_MPI_TAG_RESERVED + 1)
 #define MPI_TAG_HANDSHAKE (MGPU_MPI_TAG_RESERVED + 2)
@@ -35,7 +41,9 @@ typedef struct mpi_bounce {
   mgpu_event *done;    /* recorded after the copies into or out of it */
 } mpi_bounce;
 
-typedef struct mpi_stage_pool {
+/* The staging buffers of one device: its bounce buffers, the streams that
+ * copy through them, and the pack. */
+typedef struct mpi_staging {
   int ready;
   mgpu_stream *d2h, *h2d;
   mpi_bounce coll_in[MPI_STAGE_SLOTS], coll_out[MPI_STAGE_SLOTS];
@@ -43,7 +51,7 @@ typedef struct mpi_stage_pool {
   int send_busy, recv_busy; /* a request holds the send / recv slots */
   mgpu_buffer *pack;        /* device memory: pitched transfers packed */
   size_t pack_size;
-} mpi_stage_pool;
+} mpi_staging;
 
 /* A collective's data movement for the staged pipeline (and, in one step,
  * for memory MPI reads directly). Pieces: n_in ranges of the input buffer,
@@ -63,10 +71,12 @@ typedef struct mpi_plan {
   int path;
   int nranks;     /* of the communicator: every rank cuts the same chunks */
   size_t esize, count;
-  const mgpu_buffer *in_buf;
+  int dev;        /* the device of the buffers */
+  mgpu_buffer_view in; /* resolved once by mgpu__mpi_check_buffer; a NULL
+                          handle: no input (out the same) */
   size_t in_off, in_stride;
   int n_in;
-  mgpu_buffer *out_buf;
+  mgpu_buffer_view out;
   size_t out_off, out_stride;
   int n_out;
   int in_place;   /* host path: in and out are one (fn uses MPI_IN_PLACE) */
@@ -100,7 +110,7 @@ typedef struct mpi_state {
   char failed_detail[384];
   uint64_t exchanges;     /* argument exchanges with other ranks made */
   MPI_Op half_ops[2][4];  /* [FLOAT16, BFLOAT16][op] */
-  mpi_stage_pool pools[MGPU_MAX_DEVICES];
+  mpi_staging staging[MGPU_MAX_DEVICES];
   mgpu_mpi_stats stats;
 } mpi_state;
 
@@ -124,14 +134,16 @@ int mgpu__mpi_ops_create(void);
 void mgpu__mpi_ops_free(void);
 
 /* Checks a buffer range (what names the argument in the detail): handle,
- * size, offset alignment, range; stream of the same device. Sets *path. */
+ * size, range; stream of the same device. Resolves the handle once, into
+ * *view, which the call then passes down instead of the handle. Sets
+ * *path. */
 int mgpu__mpi_check_buffer(const char *what, const mgpu_buffer *buf,
                            size_t offset, size_t bytes, mgpu_stream *stream,
-                           int *path);
+                           mgpu_buffer_view *view, int *path);
 /* Waits for the work the data depends on: the stream, else the device. */
-int mgpu__mpi_sync_before(const mgpu_buffer *buf, mgpu_stream *stream);
-/* Host-visible address of buf + offset (path host or direct). */
-void *mgpu__mpi_addr(const mgpu_buffer *buf, size_t offset);
+int mgpu__mpi_sync_before(const mgpu_buffer_view *view, mgpu_stream *stream);
+/* Host-visible address of the buffer + offset (path host or direct). */
+void *mgpu__mpi_addr(const mgpu_buffer_view *view, size_t offset);
 /* Counts one transfer of dev's memory on its path: the module's stats and
  * the device's metrics (mpi_host, mpi_direct, mpi_staged, bytes_mpi). */
 void mgpu__mpi_count(int dev, int path, size_t bytes);
@@ -160,8 +172,11 @@ int mgpu__mpi_test_all(int n, MPI_Request *reqs, int *done);
 double mgpu__mpi_deadline(void);
 int mgpu__mpi_err(int mpi_rc, const char *call);
 
-/* The bounce pool of dev, set up on first use. */
-int mgpu__mpi_pool(int dev, mpi_stage_pool **pool);
-void mgpu__mpi_pools_free(void);
+/* The staging buffers of dev, set up on first use. */
+int mgpu__mpi_staging(int dev, mpi_staging **staging);
+void mgpu__mpi_staging_free_all(void);
+/* The bounce buffers of dev, with their pack (device memory for pitched
+ * transfers and distributions) grown to need bytes at least. */
+int mgpu__mpi_pack(int dev, size_t need, mpi_staging **staging);
 
 #endif /* MGPU_MPI_INTERNAL_H */

@@ -1,4 +1,4 @@
-/* The bounce-buffer pools and the pipelined staging of collectives. */
+/* The staging buffers and the pipelined staging of collectives. */
 #include <string.h>
 
 #include "mpi/mpi-internal.h"
@@ -17,7 +17,7 @@ static void bounce_free(mpi_bounce *b) {
   memset(b, 0, sizeof *b);
 }
 
-static void pool_free(mpi_stage_pool *p) {
+static void staging_free(mpi_staging *p) {
   if (p->pack != NULL) mgpu_free(p->pack);
   if (p->d2h != NULL) mgpu_stream_destroy(p->d2h);
   if (p->h2d != NULL) mgpu_stream_destroy(p->h2d);
@@ -30,11 +30,11 @@ static void pool_free(mpi_stage_pool *p) {
   memset(p, 0, sizeof *p);
 }
 
-int mgpu__mpi_pool(int dev, mpi_stage_pool **pool) {
+int mgpu__mpi_staging(int dev, mpi_staging **staging) {
   if (dev < 0 || dev >= MGPU_MAX_DEVICES)
-    return mgpu_module_error(MGPU_ENODEV, "rank %d: no device %d",
-                             mgpu__mpi.rank, dev);
-  mpi_stage_pool *p = &mgpu__mpi.pools[dev];
+    return mgpu__error(MGPU_ENODEV, "rank %d: no device %d",
+                       mgpu__mpi.rank, dev);
+  mpi_staging *p = &mgpu__mpi.staging[dev];
   if (!p->ready) {
     int rc = mgpu_stream_create(&p->d2h, dev);
     if (rc == 0) rc = mgpu_stream_create(&p->h2d, dev);
@@ -45,26 +45,40 @@ int mgpu__mpi_pool(int dev, mpi_stage_pool **pool) {
       if (rc == 0) rc = bounce_alloc(dev, &p->recv[s]);
     }
     if (rc != 0) {
-      pool_free(p);
+      staging_free(p);
       return rc;
     }
     p->ready = 1;
   }
-  *pool = p;
+  *staging = p;
   return 0;
 }
 
-void mgpu__mpi_pools_free(void) {
+int mgpu__mpi_pack(int dev, size_t need, mpi_staging **staging) {
+  int rc = mgpu__mpi_staging(dev, staging);
+  if (rc != 0) return rc;
+  mpi_staging *p = *staging;
+  if (need == 0) need = 1;
+  if (p->pack_size >= need) return 0;
+  if (p->pack != NULL) mgpu_free(p->pack);
+  p->pack = NULL;
+  p->pack_size = 0;
+  if ((rc = mgpu_malloc(&p->pack, dev, need)) != 0) return rc;
+  p->pack_size = need;
+  return 0;
+}
+
+void mgpu__mpi_staging_free_all(void) {
   for (int d = 0; d < MGPU_MAX_DEVICES; d++)
-    if (mgpu__mpi.pools[d].ready) pool_free(&mgpu__mpi.pools[d]);
+    if (mgpu__mpi.staging[d].ready) staging_free(&mgpu__mpi.staging[d]);
 }
 
 static int run_direct(const mpi_plan *pl) {
-  void *out = pl->out_buf != NULL ? mgpu__mpi_addr(pl->out_buf, pl->out_off)
-                                  : NULL;
+  void *out = pl->out.handle != NULL ? mgpu__mpi_addr(&pl->out, pl->out_off)
+                                     : NULL;
   void *in = pl->in_place ? out
-             : pl->in_buf != NULL ? mgpu__mpi_addr(pl->in_buf, pl->in_off)
-                                  : NULL;
+             : pl->in.handle != NULL ? mgpu__mpi_addr(&pl->in, pl->in_off)
+                                     : NULL;
   size_t c = pl->count;
   if (pl->splittable && pl->count * pl->esize > MPI_HOST_CHUNK)
     c = MPI_HOST_CHUNK / pl->esize;
@@ -78,11 +92,11 @@ static int run_direct(const mpi_plan *pl) {
 }
 
 /* Queues the copies of chunk k (elements [e0, e0 + c) of every piece). */
-static int queue_in(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
+static int queue_in(const mpi_plan *pl, mpi_staging *p, mpi_bounce *b,
                     size_t e0, size_t c) {
   for (int q = 0; q < pl->n_in; q++) {
     int rc = mgpu_memcpy_dtoh_async(
-        b->host + (size_t)q * c * pl->esize, pl->in_buf,
+        b->host + (size_t)q * c * pl->esize, pl->in.handle,
         pl->in_off + (size_t)q * pl->in_stride + e0 * pl->esize,
         c * pl->esize, p->d2h);
     if (rc != 0) return rc;
@@ -90,11 +104,13 @@ static int queue_in(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
   return mgpu_event_record(b->done, p->d2h);
 }
 
-static int queue_out(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
+static int queue_out(const mpi_plan *pl, mpi_staging *p, mpi_bounce *b,
                      size_t e0, size_t c) {
+  /* The caller's output buffer, handed to the collective as writable. */
+  mgpu_buffer *dst = (mgpu_buffer *)pl->out.handle;
   for (int q = 0; q < pl->n_out; q++) {
     int rc = mgpu_memcpy_htod_async(
-        pl->out_buf, pl->out_off + (size_t)q * pl->out_stride + e0 * pl->esize,
+        dst, pl->out_off + (size_t)q * pl->out_stride + e0 * pl->esize,
         b->host + (size_t)q * c * pl->esize, c * pl->esize, p->h2d);
     if (rc != 0) return rc;
   }
@@ -102,9 +118,8 @@ static int queue_out(const mpi_plan *pl, mpi_stage_pool *p, mpi_bounce *b,
 }
 
 static int run_staged(const mpi_plan *pl) {
-  const mgpu_buffer *any = pl->in_buf != NULL ? pl->in_buf : pl->out_buf;
-  mpi_stage_pool *p;
-  int rc = mgpu__mpi_pool(mgpu_buffer_device(any), &p);
+  mpi_staging *p;
+  int rc = mgpu__mpi_staging(pl->dev, &p);
   if (rc != 0) return rc;
   int pieces = pl->n_in > pl->n_out ? pl->n_in : pl->n_out;
   /* Every rank computes the same c: it depends on the shared chunk size,
@@ -113,9 +128,9 @@ static int run_staged(const mpi_plan *pl) {
   size_t widest = (size_t)(pieces > nr ? pieces : nr) * pl->esize;
   size_t c = mgpu__mpi.chunk / widest;
   if (c == 0)
-    return mgpu_module_error(MGPU_ENOTSUP, "rank %d: %d ranks of %zu-byte "
-                             "elements do not fit MGPU_MPI_CHUNK=%zu",
-                             mgpu__mpi.rank, nr, pl->esize, mgpu__mpi.chunk);
+    return mgpu__error(MGPU_ENOTSUP, "rank %d: %d ranks of %zu-byte "
+                       "elements do not fit MGPU_MPI_CHUNK=%zu",
+                       mgpu__mpi.rank, nr, pl->esize, mgpu__mpi.chunk);
   size_t nchunks = (pl->count + c - 1) / c;
   int first_err = 0;
   for (size_t k = 0; k <= nchunks; k++) {

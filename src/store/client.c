@@ -332,7 +332,7 @@ static int end(mgpu__store_wbuf *w) {
  * path may be another user's, who would read what this process stores. */
 static int uid_trusted(uid_t uid) {
   if (uid == geteuid() || uid == 0) return 1;
-  const char *list = getenv("MGPU_STORE_TRUST");
+  const char *list = mgpu__env("MGPU_STORE_TRUST");
   if (list == NULL) return 0;
   char item[64];
   while (*list != '\0') {

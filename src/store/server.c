@@ -786,7 +786,7 @@ static void accept_one(void) {
 /* ---- set-up ---- */
 
 int mgpu_store_default_path(char *buf, size_t n) {
-  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  const char *xdg = mgpu__env("XDG_RUNTIME_DIR");
   int w;
   if (xdg != NULL && xdg[0] == '/')
     w = snprintf(buf, n, "%s/mgpu/store.sock", xdg);
@@ -993,7 +993,7 @@ static int serve_open(mgpu_store_server_config cfg) {
   S.lock_fd = -1;
   S.spare_fd = -1;
   if (cfg.capacity == 0) {
-    const char *env = getenv("MGPU_STORE_CAPACITY");
+    const char *env = mgpu__env("MGPU_STORE_CAPACITY");
     if (env != NULL && mgpu__parse_size(env, &cfg.capacity) != 0)
       return mgpu__error(MGPU_EINVAL, "MGPU_STORE_CAPACITY=%s is not a size "
                          "(512M, 2G)", env);

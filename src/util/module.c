@@ -1,7 +1,8 @@
-/* The core's error detail and logger, exported for modules built on
- * libmgpu (include/mgpu/module.h). */
+/* The core's error detail, logger and allocator, exported for modules
+ * built on libmgpu (include/mgpu/module.h). */
 #include <stdio.h>
 
+#include "util/fault.h"
 #include "util/log.h"
 #include "mgpu/module.h"
 
@@ -24,3 +25,11 @@ void mgpu_module_log(int level, const char *fmt, ...) {
 }
 
 int mgpu_module_log_level(void) { return mgpu__log_level(); }
+
+void *mgpu_module_malloc(size_t size) { return mgpu__malloc(size); }
+
+void *mgpu_module_calloc(size_t count, size_t size) {
+  return mgpu__calloc(count, size);
+}
+
+void mgpu_module_free(void *ptr) { mgpu__free(ptr); }

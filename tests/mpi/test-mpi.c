@@ -693,6 +693,24 @@ static void run_rank_fails(void) {
   fail_on_rank1("alloc:12+", 3001, MGPU_ENOMEM, -1);
 }
 
+/* The module allocates through libmgpu's allocator, a fault site
+ * (mgpu_module_calloc): rank 1's first allocation in an all-reduce of host
+ * memory is the argument check's. Its failure fails the call on every
+ * rank, naming rank 1, before a byte moves, and nobody waits for rank 1;
+ * the next call works. */
+static void run_module_alloc(void) {
+  if (nranks < 2) return;
+  int found;
+  int rc = try_allreduce(3001, &found, rank == 1 ? "alloc:1" : NULL);
+  if (rc != MGPU_ENOMEM)
+    FAIL("alloc:1 on rank 1: %s, expected MGPU_ENOMEM (%s)",
+         mgpu_err_name(rc), last_detail);
+  expect_detail(rank == 1 ? "argument check" : "rank 1 ");
+  if (found != UNTOUCHED) FAIL("recv changed by a refused call (%d)", found);
+  EXPECT_RC(try_allreduce(3001, &found, NULL), 0);
+  if (found != SUMMED) FAIL("after alloc:1: recv %d", found);
+}
+
 /* The last rank dies (SIGKILL) inside its second MPI_Iallreduce (see
  * MPI_Iallreduce below), as a rank killed mid-call does, under a launcher
  * that keeps the others running (mpirun --enable-recovery): they return
@@ -1095,6 +1113,8 @@ int main(int argc, char **argv) {
     run_chunk_mismatch();
   } else if (strcmp(name, "rank_fails") == 0) {
     run_rank_fails();
+  } else if (strcmp(name, "module_alloc") == 0) {
+    run_module_alloc();
   } else if (strcmp(name, "comm_lost") == 0) {
     if (nranks > 1) run_comm_lost();
   } else if (strcmp(name, "peer_dies") == 0) {
