@@ -565,7 +565,10 @@ static int object_import(mgpu_store_object *o, const mgpu__store_objdesc *d,
 static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
                       int writable, mgpu_store_object **out) {
   mgpu_store_object *o = mgpu__calloc(1, sizeof *o);
-  if (o == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  if (o == NULL) {
+    if (fd >= 0) close(fd); /* the object_import below would have */
+    return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  }
   o->store = st;
   o->id = d->id;
   o->size = d->size;
