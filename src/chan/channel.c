@@ -41,7 +41,7 @@
 #include <string.h>
 
 #include "copy/copy-internal.h"
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/chan.h"
 #include "mgpu/copy.h"
 #include "util/fault.h"

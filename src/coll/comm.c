@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "util/fault.h"
 
 #define DEFAULT_CHUNK (1u << 20)

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "core/capture.h"
 #include "util/fault.h"
 
@@ -501,7 +501,7 @@ static void unresolve(group_call *g) {
   g->held = NULL;
 }
 
-/* Pins the handles of n calls in one batch (see core/internal.h); returns
+/* Pins the handles of n calls in one batch (see core/core-internal.h); returns
  * the mark for mgpu__handle_unpin, or -1 when they did not fit (the calls
  * then take a use of each). */
 static int pin_calls(const group_call *calls, int n) {

@@ -12,7 +12,7 @@
  * broadcasts without the waiters' mutexes (POSIX allows it). A loss found
  * between a waiter's look and its sleep is therefore not seen at once: a
  * waiter sleeps at most MGPU__COLL_LOST_POLL_NS before it looks again. */
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 
 static mgpu__mutex wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__coll_waiter *waiters; /* guarded by wake_lock */

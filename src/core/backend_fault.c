@@ -15,7 +15,7 @@
  * tables are filled on first use under wrap_lock and never change after. */
 #include <stdio.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "util/fault.h"
 
 /* The fallible operations: name, parameters, arguments, and the device the

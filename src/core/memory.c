@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "util/fault.h"
 
 /* A cached block. A block freed with mgpu_free_async is listed at once but

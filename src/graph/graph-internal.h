@@ -13,7 +13,7 @@
 #define MGPU_GRAPH_INTERNAL_H
 
 #include "core/capture.h"
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/graph.h"
 
 typedef struct mgpu__gnode {

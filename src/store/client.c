@@ -34,7 +34,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/copy.h"
 #include "mgpu/store.h"
 #include "store/store-internal.h"

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/coll.h"
 #include "mgpu/copy.h"
 
