@@ -41,8 +41,8 @@ echo '#include "copy/copy-internal.h"' >>"$tmp/src/core/init.c"
 expect_fail src/core/init.c copy/copy-internal.h
 
 fresh
-echo '#include "coll/coll_internal.h"' >>"$tmp/src/chan/channel.c"
-expect_fail src/chan/channel.c coll/coll_internal.h
+echo '#include "coll/coll-internal.h"' >>"$tmp/src/chan/channel.c"
+expect_fail src/chan/channel.c coll/coll-internal.h
 
 fresh
 echo '#include "mgpu/sched.h"' >>"$tmp/src/obs/metrics.c"

@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "task.h"
 
 enum { COUNT = 256 };

@@ -5,7 +5,7 @@
  * is MGPU_EINVAL naming the size. */
 #include <stddef.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "task.h"
 
 /* A config whose fields after `devices` would all be refused if read. */

@@ -4,7 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "task.h"
 
 TEST_IMPL(init_shutdown_twice) {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "task.h"
 
 /* The test kernel library, opened once per test process. */

@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "coll/coll_internal.h"
-#include "core/internal.h"
+#include "coll/coll-internal.h"
+#include "core/core-internal.h"
 #include "task.h"
 
 #define ROUNDS 200

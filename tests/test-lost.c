@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "task.h"
 #include "util/fault.h"
 

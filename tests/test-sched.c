@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "sched/internal.h"
+#include "sched/sched-internal.h"
 #include "util/fault.h"
 #include "task.h"
 

@@ -1290,7 +1290,8 @@ TEST_IMPL(nothing_left_behind) {
   ASSERT_OK(mgpu_store_release(o));
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
-  /* Every allocation of a create, failed in turn: no object stays. */
+  /* Every allocation of a create, failed in turn: no object stays, and
+   * no descriptor the daemon sent stays open in this process. */
   ASSERT_OK(mgpu_store_connect(&st, env.path));
   ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
   ASSERT_OK(mgpu_store_create(st, 0, 4096, "f", &o));
@@ -1298,6 +1299,7 @@ TEST_IMPL(nothing_left_behind) {
   ASSERT_OK(mgpu_store_release(o));
   ASSERT_OK(mgpu_store_delete_by_name(st, "f", NULL));
   ASSERT(sites > 0);
+  int fds = count_fds(getpid());
   for (uint64_t n = 1; n <= sites; n++) {
     char spec[32];
     snprintf(spec, sizeof spec, "alloc:%llu", (unsigned long long)n);
@@ -1313,6 +1315,12 @@ TEST_IMPL(nothing_left_behind) {
       fprintf(stderr, "alloc:%llu: create returned %s, %llu objects left\n",
               (unsigned long long)n, mgpu_err_name(rc),
               (unsigned long long)s.objects);
+      abort();
+    }
+    if (count_fds(getpid()) != fds) {
+      fprintf(stderr, "alloc:%llu: create returned %s, %d descriptors open "
+              "where %d were\n", (unsigned long long)n, mgpu_err_name(rc),
+              count_fds(getpid()), fds);
       abort();
     }
   }

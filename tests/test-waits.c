@@ -10,7 +10,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "task.h"
 
 /* Each test that could hang without its fix ends the process instead. */

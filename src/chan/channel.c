@@ -41,7 +41,7 @@
 #include <string.h>
 
 #include "copy/copy-internal.h"
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/chan.h"
 #include "mgpu/copy.h"
 #include "util/fault.h"
@@ -520,69 +520,88 @@ static int check_timeout(const mgpu__channel *ch, int rc, int timeout_ms,
   return rc;
 }
 
-static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
-                        size_t offset, size_t size, mgpu_stream *stream,
-                        int timeout_ms) {
-  mgpu__buf *b = NULL;
-  mgpu__stream *s = NULL;
-  int rc = check_end(ch, "src", ch->src_dev, src, offset, size, stream, &b,
-                     &s);
-  if (rc == 0 && (size == 0 || size > ch->msg_size))
-    rc = mgpu__error(MGPU_ERANGE,
-                     "channel %d -> %d: message of %zu bytes (1 to %zu)",
-                     ch->src_dev, ch->dst_dev, size, ch->msg_size);
-  if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
-  timeout_ms = mgpu__timeout_ms(timeout_ms);
-  mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
+/* Whether a side must wait: a sender while every slot holds a message not
+ * yet received, a receiver while nothing is sent. Under lock. */
+static int side_blocked(const mgpu__channel *ch, int send) {
+  return send ? ch->sent - ch->received == (uint64_t)ch->capacity
+              : ch->received == ch->sent;
+}
+
+/* The one wait of both sides, holding the side's turn: a sender for room,
+ * a receiver for a message (buf, whose resolved end is b, names the call's
+ * buffer). 0 with the number of the message to send or receive in *k, else
+ * the code that ends the call, with its detail. */
+static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
+                     const mgpu_buffer *buf, uint64_t deadline,
+                     int timeout_ms, uint64_t *k) {
+  int other = send ? ch->dst_dev : ch->src_dev;
+  mgpu__spin *spin = send ? &ch->send_spin : &ch->recv_spin;
+  int *parked_flag = send ? &ch->send_parked : &ch->recv_parked;
+  uint64_t since;
+  /* The watch before sleeping; since for mgpu__spin_pair_answered. */
+  mgpu__spin_pair_until(spin, send ? has_room : has_message, ch,
+                        send ? &ch->recv_cpu : &ch->send_cpu, 0, &since);
+  mgpu__mutex_lock(&ch->lock);
+  int late = 0, parked = 0, freed = 0;
+  /* Room comes from the receiver: it never comes from a lost device. A
+   * lost source sends nothing more, and what it sent may not have been
+   * copied: the receive fails rather than hand over such a message. A
+   * free of the call's buffer gives up the wait (see freed_while_waiting). */
+  int lost = !send && mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
+  while (!ch->closed && !ch->destroyed && side_blocked(ch, send) &&
+         lost < 0 && !late && !(freed = mgpu__handle_closing(b->handle))) {
+    *parked_flag = parked = 1;
+    lost = wait_on(ch, other, deadline, &late);
+  }
+  *parked_flag = 0;
+  int blocked = side_blocked(ch, send);
+  int closed = ch->closed, destroyed = ch->destroyed;
+  int open = blocked && !closed && !destroyed;
+  *k = send ? ch->sent : ch->received;
+  uint64_t answered = send ? ch->received_ns : ch->sent_ns;
+  mgpu__mutex_unlock(&ch->lock);
+  if (parked) mgpu__spin_pair_answered(spin, since, answered);
+  /* A close ends a send at once; a receive drains what was sent first. */
+  if (lost >= 0 && !destroyed && !(send && closed)) return peer_lost(ch, lost);
+  if (freed && open)
+    return send ? freed_while_waiting(ch, "send", "src", buf, "room")
+                : freed_while_waiting(ch, "receive", "dst", buf, "a message");
+  if (late && open)
+    return timed_out(ch, send ? "no room (every slot holds a message not "
+                     "yet received)" : "no message", timeout_ms, other);
+  if (send ? closed || destroyed : blocked || destroyed)
+    return ended(ch, destroyed, send ? "closed" : "closed and drained");
+  return 0;
+}
+
+/* Takes the side's turn, then waits as side_wait; on failure gives back
+ * the turn and what check_end held. */
+static int side_enter(mgpu__channel *ch, int send, mgpu__buf *b,
+                      mgpu__stream *s, const mgpu_buffer *buf,
+                      int timeout_ms, uint64_t *k) {
   /* The deadline counts from the call: waiting behind another sender is
    * part of the wait. */
   uint64_t deadline = mgpu__deadline(timeout_ms);
-  if ((rc = turn_take(ch, &ch->send_turn, ch->dst_dev, deadline, timeout_ms,
-                      b->handle, "send", "src", src)) != 0) {
-    mgpu__stream_put(s);
-    mgpu__buf_put(b);
-    return rc;
+  int rc = send ? turn_take(ch, &ch->send_turn, ch->dst_dev, deadline,
+                            timeout_ms, b->handle, "send", "src", buf)
+                : turn_take(ch, &ch->recv_turn, ch->src_dev, deadline,
+                            timeout_ms, b->handle, "receive", "dst", buf);
+  if (rc == 0) {
+    rc = side_wait(ch, send, b, buf, deadline, timeout_ms, k);
+    if (rc == 0) return 0;
+    turn_give(ch, send ? &ch->send_turn : &ch->recv_turn);
   }
-  uint64_t since;
-  /* The watch before sleeping; since for mgpu__spin_pair_answered. */
-  mgpu__spin_pair_until(&ch->send_spin, has_room, ch, &ch->recv_cpu, 0,
-                        &since);
-  mgpu__mutex_lock(&ch->lock);
-  int late = 0, lost = -1, parked = 0, freed = 0;
-  /* Room comes from the receiver: it never comes from a lost device. A
-   * free of the source gives up the wait (see freed_while_waiting). */
-  while (!ch->closed && !ch->destroyed &&
-         ch->sent - ch->received == (uint64_t)ch->capacity && lost < 0 &&
-         !late && !(freed = mgpu__handle_closing(b->handle))) {
-    ch->send_parked = parked = 1;
-    lost = wait_on(ch, ch->dst_dev, deadline, &late);
-  }
-  ch->send_parked = 0;
-  int closed = ch->closed || ch->destroyed, destroyed = ch->destroyed;
-  int full = ch->sent - ch->received == (uint64_t)ch->capacity;
-  freed = freed && !closed && full;
-  late = late && !closed && full;
-  uint64_t k = ch->sent;
-  uint64_t answered = ch->received_ns;
-  mgpu__mutex_unlock(&ch->lock);
-  if (parked) mgpu__spin_pair_answered(&ch->send_spin, since, answered);
-  if (lost >= 0 && !closed) {
-    rc = peer_lost(ch, lost);
-    goto out;
-  }
-  if (freed) {
-    rc = freed_while_waiting(ch, "send", "src", src, "room");
-    goto out;
-  }
-  if (late) {
-    rc = timed_out(ch, "no room (every slot holds a message not yet "
-                   "received)", timeout_ms, ch->dst_dev);
-    goto out;
-  }
-  if (closed) {
-    rc = ended(ch, destroyed, "closed");
-    goto out;
-  }
+  mgpu__stream_put(s);
+  mgpu__buf_put(b);
+  return rc;
+}
+
+/* Queues (or, on the small path, does) the copy of message k into its
+ * slot and the record of the slot's "filled" event. */
+static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
+                     size_t offset, size_t size, mgpu__stream *s,
+                     mgpu_stream *stream) {
+  int rc = 0;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   /* While tracing, the queued operations are what the trace shows. */
@@ -603,17 +622,60 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
     }
   }
   mgpu__trace_tag_pop(pushed);
+  if (rc == 0) sl->size = size;
+  return rc;
+}
+
+static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
+                        size_t offset, size_t size, mgpu_stream *stream,
+                        int timeout_ms) {
+  mgpu__buf *b = NULL;
+  mgpu__stream *s = NULL;
+  int rc = check_end(ch, "src", ch->src_dev, src, offset, size, stream, &b,
+                     &s);
+  if (rc == 0 && (size == 0 || size > ch->msg_size))
+    rc = mgpu__error(MGPU_ERANGE,
+                     "channel %d -> %d: message of %zu bytes (1 to %zu)",
+                     ch->src_dev, ch->dst_dev, size, ch->msg_size);
+  if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
+  timeout_ms = mgpu__timeout_ms(timeout_ms);
+  mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
+  uint64_t k;
+  if ((rc = side_enter(ch, 1, b, s, src, timeout_ms, &k)) != 0) return rc;
+  rc = send_copy(ch, k, b, offset, size, s, stream);
   if (rc == 0) {
-    sl->size = size;
     mgpu__mutex_lock(&ch->lock);
     publish(ch, &ch->sent, &ch->send_cpu, ch->recv_parked, &ch->sent_ns);
     mgpu__mutex_unlock(&ch->lock);
     mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
   }
-out:
   turn_give(ch, &ch->send_turn);
   mgpu__stream_put(s);
   mgpu__buf_put(b);
+  return rc;
+}
+
+/* Queues (or, on the small path, does) the copy of message k out of its
+ * slot and the record of the slot's "consumed" event; *n is its size. */
+static int recv_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
+                     size_t offset, size_t *n, mgpu__stream *s,
+                     mgpu_stream *stream) {
+  int rc = 0;
+  slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
+  size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
+  *n = sl->size;
+  int pushed = trace_tag("chan.recv", ch, k, *n);
+  if (pushed || mgpu__trace_enabled() ||
+      !recv_inline(ch, sl, slot_off, b, offset, *n, s)) {
+    rc = mgpu_stream_wait_event(stream, sl->filled);
+    if (rc == 0)
+      rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, *n, s);
+    if (rc == 0) {
+      rc = mgpu_event_record(sl->consumed, stream);
+      if (rc != 0) settle(stream, rc, "taken");
+    }
+  }
+  mgpu__trace_tag_pop(pushed);
   return rc;
 }
 
@@ -630,69 +692,12 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
                       (uintptr_t)stream);
-  uint64_t deadline = mgpu__deadline(timeout_ms);
-  if ((rc = turn_take(ch, &ch->recv_turn, ch->src_dev, deadline, timeout_ms,
-                      b->handle, "receive", "dst", dst)) != 0) {
-    mgpu__stream_put(s);
-    mgpu__buf_put(b);
-    return rc;
-  }
-  uint64_t since;
-  mgpu__spin_pair_until(&ch->recv_spin, has_message, ch, &ch->send_cpu, 0,
-                        &since);
-  mgpu__mutex_lock(&ch->lock);
-  /* A lost source sends nothing more, and what it sent may not have been
-   * copied: the receive fails rather than hand over such a message. */
-  int late = 0, parked = 0, freed = 0;
-  int lost = mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
-  while (!ch->closed && !ch->destroyed && ch->received == ch->sent &&
-         lost < 0 && !late && !(freed = mgpu__handle_closing(b->handle))) {
-    ch->recv_parked = parked = 1;
-    lost = wait_on(ch, ch->src_dev, deadline, &late);
-  }
-  ch->recv_parked = 0;
-  int drained = ch->received == ch->sent || ch->destroyed;
-  int destroyed = ch->destroyed;
-  freed = freed && drained && !ch->closed && !destroyed;
-  late = late && drained && !ch->closed && !destroyed;
-  uint64_t k = ch->received;
-  uint64_t answered = ch->sent_ns;
-  mgpu__mutex_unlock(&ch->lock);
-  if (parked) mgpu__spin_pair_answered(&ch->recv_spin, since, answered);
-  if (lost >= 0 && !destroyed) {
-    rc = peer_lost(ch, lost);
-    goto out;
-  }
-  if (freed) {
-    rc = freed_while_waiting(ch, "receive", "dst", dst, "a message");
-    goto out;
-  }
-  if (late) {
-    rc = timed_out(ch, "no message", timeout_ms, ch->src_dev);
-    goto out;
-  }
-  if (drained) {
-    rc = ended(ch, destroyed, "closed and drained");
-    goto out;
-  }
+  uint64_t k;
+  if ((rc = side_enter(ch, 0, b, s, dst, timeout_ms, &k)) != 0) return rc;
+  size_t n = 0;
   /* A bad range leaves the message in place for the next call. */
-  if ((rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size)) != 0)
-    goto out;
-  slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
-  size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
-  size_t n = sl->size;
-  int pushed = trace_tag("chan.recv", ch, k, n);
-  if (pushed || mgpu__trace_enabled() ||
-      !recv_inline(ch, sl, slot_off, b, offset, n, s)) {
-    rc = mgpu_stream_wait_event(stream, sl->filled);
-    if (rc == 0)
-      rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, n, s);
-    if (rc == 0) {
-      rc = mgpu_event_record(sl->consumed, stream);
-      if (rc != 0) settle(stream, rc, "taken");
-    }
-  }
-  mgpu__trace_tag_pop(pushed);
+  rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size);
+  if (rc == 0) rc = recv_copy(ch, k, b, offset, &n, s, stream);
   if (rc == 0) {
     mgpu__mutex_lock(&ch->lock);
     publish(ch, &ch->received, &ch->recv_cpu, ch->send_parked,
@@ -701,7 +706,6 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
     mgpu__metric_add(ch->dst_dev, MGPU__M_chan_msgs_received, 1);
     if (size != NULL) *size = n;
   }
-out:
   turn_give(ch, &ch->recv_turn);
   mgpu__stream_put(s);
   mgpu__buf_put(b);

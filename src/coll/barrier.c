@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "util/fault.h"
 
 typedef struct mgpu__barrier {
@@ -146,15 +146,10 @@ static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
   return rc;
 }
 
-/* The wait itself; the caller holds the barrier's handle. */
-static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
-  if (rank < 0 || rank >= b->n)
-    return mgpu__error(MGPU_EINVAL, "barrier: rank %d of %d", rank, b->n);
-  if (timeout_ms < -1)
-    return mgpu__error(MGPU_EINVAL, "barrier: timeout %d ms", timeout_ms);
-  timeout_ms = mgpu__timeout_ms(timeout_ms);
-  mgpu__flight_record(b->devs[rank], "barrier_wait", 0, 0);
-  int rc = 0;
+/* Rank's arrival, under b->lock (taken and given back here): < 0 an
+ * error, 1 when it was the last rank and released the others, 0 when it
+ * must wait for generation *gen to end (marked waiting). */
+static int barrier_arrive(mgpu__barrier *b, int rank, uint64_t *gen) {
   mgpu__mutex_lock(&b->lock);
   if (b->destroyed) {
     mgpu__mutex_unlock(&b->lock);
@@ -180,14 +175,22 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
     memset(b->arrived, 0, sizeof b->arrived);
     mgpu__cond_broadcast(&b->cond);
     mgpu__mutex_unlock(&b->lock);
-    return 0;
+    return 1;
   }
-  uint64_t gen = b->generation;
-  uint64_t deadline = mgpu__deadline(timeout_ms);
+  *gen = b->generation;
   b->waiting[rank] = 1;
+  mgpu__mutex_unlock(&b->lock);
+  return 0;
+}
+
+/* Waits, after barrier_arrive, for generation gen to end: by its deadline,
+ * a destroy or a lost device. */
+static int barrier_sleep(mgpu__barrier *b, int rank, uint64_t gen,
+                         int timeout_ms) {
+  int rc = 0, lost;
+  uint64_t deadline = mgpu__deadline(timeout_ms);
   /* Watch the generation a while before sleeping; a destroy meanwhile is
    * seen by the loop below once the watch ends (it is bounded). */
-  mgpu__mutex_unlock(&b->lock);
   mgpu__spin_wait_change(&b->spin, &b->gen_word, (int)(gen & 0x7fffffff));
   mgpu__coll_waiter waiter;
   mgpu__mutex_lock(&b->lock);
@@ -224,6 +227,20 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
   b->waiting[rank] = 0;
   mgpu__mutex_unlock(&b->lock);
   return rc;
+}
+
+/* The wait itself; the caller holds the barrier's handle. */
+static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
+  if (rank < 0 || rank >= b->n)
+    return mgpu__error(MGPU_EINVAL, "barrier: rank %d of %d", rank, b->n);
+  if (timeout_ms < -1)
+    return mgpu__error(MGPU_EINVAL, "barrier: timeout %d ms", timeout_ms);
+  timeout_ms = mgpu__timeout_ms(timeout_ms);
+  mgpu__flight_record(b->devs[rank], "barrier_wait", 0, 0);
+  uint64_t gen = 0;
+  int rc = barrier_arrive(b, rank, &gen);
+  if (rc != 0) return rc < 0 ? rc : 0;
+  return barrier_sleep(b, rank, gen, timeout_ms);
 }
 
 /* ---- stream barriers ---- */

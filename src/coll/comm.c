@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "util/fault.h"
 
 #define DEFAULT_CHUNK (1u << 20)
@@ -53,7 +53,8 @@ static int can_read(int dev, int peer) {
   return 1;
 }
 
-int mgpu__coll_direct_possible(const int *devs, int n) {
+/* 1 when the direct algorithm can serve every device of the list. */
+static int direct_possible(const int *devs, int n) {
   for (int r = 0; r < n; r++) {
     mgpu__device *d = mgpu__device_get(devs[r]);
     if (d == NULL || !mgpu__device_host_visible(d, MGPU_MEM_DEVICE)) return 0;
@@ -151,7 +152,7 @@ static int choose_provider(mgpu__comm *c, const int *devs, int n) {
   }
   if (c->nccl == NULL) {
     c->provider = MGPU_COLL_PROVIDER_MGPU;
-    int direct = mgpu__coll_direct_possible(devs, n);
+    int direct = direct_possible(devs, n);
     if (c->cfg.algo == MGPU_COLL_ALGO_DIRECT && !direct) {
       rc = mgpu__error(MGPU_ENOTSUP,
                        "comm: the direct algorithm needs host devices that "

@@ -21,7 +21,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "util/elementwise.h"
 #include "util/fault.h"
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "core/capture.h"
 #include "util/fault.h"
 
@@ -501,7 +501,7 @@ static void unresolve(group_call *g) {
   g->held = NULL;
 }
 
-/* Pins the handles of n calls in one batch (see core/internal.h); returns
+/* Pins the handles of n calls in one batch (see core/core-internal.h); returns
  * the mark for mgpu__handle_unpin, or -1 when they did not fit (the calls
  * then take a use of each). */
 static int pin_calls(const group_call *calls, int n) {
@@ -789,18 +789,53 @@ static void part_init(mgpu__coll_part *p, mgpu__coll_kind kind,
   p->send_b = p->recv_b = NULL;
 }
 
+/* Fills the fields of a call other than its part: nothing held yet. */
+static void call_fill(group_call *g, mgpu_comm *comm, int grank) {
+  g->comm = comm;
+  g->grank = g->rank = grank;
+  g->held = NULL;
+  g->pinned = 0;
+  g->c = NULL;
+  g->op = NULL;
+}
+
+/* Makes room for one more call in this thread's group (grank names the
+ * call in the detail): the list moves from its local array to the heap,
+ * then doubles. */
+static int group_grow(int grank) {
+  if (group.calls == NULL) {
+    group.calls = group.local;
+    group.cap = (int)(sizeof group.local / sizeof group.local[0]);
+  }
+  if (group.ncalls < group.cap) return 0;
+  int cap = group.cap * 2;
+  group_call *calls =
+      group.calls == group.local
+          ? mgpu__malloc((size_t)cap * sizeof *calls)
+          : mgpu__realloc(group.calls, (size_t)cap * sizeof *calls);
+  if (calls != NULL && group.calls == group.local)
+    memcpy(calls, group.local, sizeof group.local);
+  if (calls == NULL)
+    /* Recorded like a failed check: mgpu_group_end must not issue the
+     * group's other calls, which would wait for this one in vain. */
+    return mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
+                       "(rank %d)", group.ncalls, grank);
+  if (group.calls == group.local) { /* arm the exit hook for this thread */
+    pthread_once(&group_key_once, group_key_make);
+    if (group_key_ok) pthread_setspecific(group_key, &group);
+  }
+  group.calls = calls;
+  group.cap = cap;
+  return 0;
+}
+
 static int call(mgpu_comm *comm, int grank, mgpu__coll_kind kind,
                 const mgpu_buffer *send, mgpu_buffer *recv, size_t count,
                 mgpu_dtype dtype, mgpu_op op, int root, mgpu_stream *stream) {
   if (group.depth == 0) {
     group_call g;
-    g.comm = comm;
-    g.grank = g.rank = grank;
+    call_fill(&g, comm, grank);
     part_init(&g.part, kind, send, recv, count, dtype, op, root, stream);
-    g.held = NULL;
-    g.pinned = 0;
-    g.c = NULL;
-    g.op = NULL;
     return submit(&g, 1);
   }
   /* In a group: checked now, for the caller's error, and again (from the
@@ -808,42 +843,11 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_kind kind,
    * thread may free what it passed before mgpu_group_end: the group then
    * fails as a whole. The call is checked in its place in the group's
    * list, which first grows if it must. */
-  int rc = 0;
-  if (group.calls == NULL) {
-    group.calls = group.local;
-    group.cap = (int)(sizeof group.local / sizeof group.local[0]);
-  }
-  if (group.ncalls == group.cap) {
-    int cap = group.cap * 2;
-    group_call *calls =
-        group.calls == group.local
-            ? mgpu__malloc((size_t)cap * sizeof *calls)
-            : mgpu__realloc(group.calls, (size_t)cap * sizeof *calls);
-    if (calls != NULL && group.calls == group.local)
-      memcpy(calls, group.local, sizeof group.local);
-    if (calls == NULL) {
-      /* Recorded like a failed check: mgpu_group_end must not issue the
-       * group's other calls, which would wait for this one in vain. */
-      rc = mgpu__error(MGPU_ENOMEM, "group: out of host memory for call %d "
-                       "(rank %d)", group.ncalls, grank);
-    } else {
-      if (group.calls == group.local) { /* arm the exit hook for this thread */
-        pthread_once(&group_key_once, group_key_make);
-        if (group_key_ok) pthread_setspecific(group_key, &group);
-      }
-      group.calls = calls;
-      group.cap = cap;
-    }
-  }
+  int rc = group_grow(grank);
   if (rc == 0) {
     group_call *g = &group.calls[group.ncalls];
-    g->comm = comm;
-    g->grank = g->rank = grank;
+    call_fill(g, comm, grank);
     part_init(&g->part, kind, send, recv, count, dtype, op, root, stream);
-    g->held = NULL;
-    g->pinned = 0;
-    g->c = NULL;
-    g->op = NULL;
     int mark = pin_calls(g, 1);
     rc = resolve(g, mark >= 0);
     unresolve(g);

@@ -2,16 +2,17 @@
  *
  * A call that waits for other ranks (a collective's rendezvous, a host
  * barrier) registers its condition variable here while it waits. The core
- * runs coll_device_lost, this layer's device-lost hook
- * (mgpu__on_device_lost), when it finds a device lost; it broadcasts
- * every registered condition variable, so the waiters wake at once and look
+ * runs coll_device_lost, this layer's device-lost hook (registered below
+ * with MGPU__ON_DEVICE_LOST), once per lost device, on the thread whose call
+ * first saw the loss (mgpu__device_lost_seen); it broadcasts every
+ * registered condition variable, so the waiters wake at once and look
  * at their devices. The hook may run on a thread that holds any lock (a
  * collective being issued holds its communicator's lock, a backend its
  * device's), so it takes only wake_lock, which nothing is taken under, and
  * broadcasts without the waiters' mutexes (POSIX allows it). A loss found
  * between a waiter's look and its sleep is therefore not seen at once: a
  * waiter sleeps at most MGPU__COLL_LOST_POLL_NS before it looks again. */
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 
 static mgpu__mutex wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static mgpu__coll_waiter *waiters; /* guarded by wake_lock */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "util/elementwise.h"
 
 /* Queues the folds of rank r and the copy of its result into *out. */

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll_internal.h"
+#include "coll/coll-internal.h"
 #include "util/fault.h"
 
 /* Fewest bytes per chunk, and most chunks per segment: past these the event

@@ -6,7 +6,7 @@
 #ifndef MGPU_COPY_INTERNAL_H
 #define MGPU_COPY_INTERNAL_H
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/copy.h"
 
 /* The path a copy of device memory from device src to device dst takes now;

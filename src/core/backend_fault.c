@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "util/fault.h"
 
 /* The backends a process uses at once (host, CUDA, OpenCL): one wrapped

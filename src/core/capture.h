@@ -18,7 +18,7 @@
 #ifndef MGPU_CORE_CAPTURE_H
 #define MGPU_CORE_CAPTURE_H
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 
 /* One stream call, as a graph node replays it through the public API.
  * Fields a kind does not use are 0. Handles are the caller's (not held). */

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/module.h"
 
 #define DEFAULT_HOST_MEM ((size_t)1 << 30)

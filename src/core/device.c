@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "util/numa.h"
 #include "util/fault.h"
 
@@ -169,6 +169,68 @@ static int work_ready(const void *p) {
          lane_posted(d);
 }
 
+/* Runs the first queued work item and hands its result to its waiter.
+ * Returns 1 when the thread must end (stopping, nothing left to run and
+ * the lane closed), else 0. */
+static int queue_serve(mgpu__device *d) {
+  mgpu__mutex_lock(&d->queue_lock);
+  mgpu__work_item *w = d->queue_head;
+  if (w == NULL) { /* stopping, and nothing left to run */
+    /* Closed only when free: a caller that took it is served first. */
+    int expect = LANE_FREE;
+    int closed = atomic_compare_exchange_strong(&d->lane.owner, &expect,
+                                                LANE_CLOSED);
+    mgpu__mutex_unlock(&d->queue_lock);
+    return closed;
+  }
+  d->queue_head = w->next;
+  if (d->queue_head == NULL) {
+    d->queue_tail = NULL;
+    if (!d->stopping)
+      atomic_store_explicit(&d->queue_ready, 0, memory_order_relaxed);
+  }
+  mgpu__mutex_unlock(&d->queue_lock);
+  int result = run_here(d, w->fn, w->arg, w->detail, sizeof w->detail);
+  mgpu__mutex_lock(&d->queue_lock);
+  w->result = result;
+  /* The waiter no longer waits for this device: clear its mark before
+   * it wakes, so a later call of this device for it is not taken for a
+   * cycle. */
+  mgpu__device *waiter =
+      w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
+  if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
+  int abandoned = w->abandoned;
+  atomic_store_explicit(&w->done, 1, memory_order_release);
+  mgpu__cond_broadcast(&d->queue_cond);
+  if (abandoned) mgpu__free(w); /* its mgpu_work, whose first member */
+  mgpu__mutex_unlock(&d->queue_lock);
+  return 0;
+}
+
+/* The idle host thread: watches for work (a while longer when the last
+ * lane caller was awake), then sleeps on queue_cond if none came. */
+static void host_idle(mgpu__device *d, int caller_awake) {
+  uint64_t since;
+  int seen = mgpu__spin_pair_until(&d->host_spin, work_ready, d,
+                                   &d->req.caller_cpu, caller_awake, &since);
+  if (seen) return;
+  mgpu__mutex_lock(&d->queue_lock);
+  /* The store before the load of the lane, as its caller posts before it
+   * loads host_parked: one of the two sees the other. queue_ready is
+   * written under the lock. */
+  atomic_store(&d->ans.host_parked, 1);
+  if (!atomic_load_explicit(&d->queue_ready, memory_order_relaxed) &&
+      atomic_load(&d->req.posted) == atomic_load(&d->ans.done)) {
+    mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
+    atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
+    mgpu__mutex_unlock(&d->queue_lock);
+    mgpu__spin_pair_woke(&d->host_spin, since);
+    return;
+  }
+  atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
+  mgpu__mutex_unlock(&d->queue_lock);
+}
+
 static void *host_thread_main(void *arg) {
   mgpu__device *d = arg;
   host_thread_of = d->id;
@@ -188,63 +250,12 @@ static void *host_thread_main(void *arg) {
     if (lane_posted(d)) {
       caller_awake = lane_serve(d);
       leave_caller_cpu(d, &shared);
-      continue;
+    } else if (atomic_load_explicit(&d->queue_ready, memory_order_acquire)) {
+      if (queue_serve(d)) break;
+    } else {
+      host_idle(d, caller_awake);
+      caller_awake = 0;
     }
-    if (atomic_load_explicit(&d->queue_ready, memory_order_acquire)) {
-      mgpu__mutex_lock(&d->queue_lock);
-      mgpu__work_item *w = d->queue_head;
-      if (w == NULL) { /* stopping, and nothing left to run */
-        /* Closed only when free: a caller that took it is served first. */
-        int expect = LANE_FREE;
-        int closed = atomic_compare_exchange_strong(&d->lane.owner, &expect,
-                                                    LANE_CLOSED);
-        mgpu__mutex_unlock(&d->queue_lock);
-        if (closed) break;
-        continue;
-      }
-      d->queue_head = w->next;
-      if (d->queue_head == NULL) {
-        d->queue_tail = NULL;
-        if (!d->stopping)
-          atomic_store_explicit(&d->queue_ready, 0, memory_order_relaxed);
-      }
-      mgpu__mutex_unlock(&d->queue_lock);
-      int result = run_here(d, w->fn, w->arg, w->detail, sizeof w->detail);
-      mgpu__mutex_lock(&d->queue_lock);
-      w->result = result;
-      /* The waiter no longer waits for this device: clear its mark before
-       * it wakes, so a later call of this device for it is not taken for a
-       * cycle. */
-      mgpu__device *waiter =
-          w->waiter >= 0 ? mgpu__device_get(w->waiter) : NULL;
-      if (waiter != NULL) atomic_store(&waiter->waits_for, -1);
-      int abandoned = w->abandoned;
-      atomic_store_explicit(&w->done, 1, memory_order_release);
-      mgpu__cond_broadcast(&d->queue_cond);
-      if (abandoned) mgpu__free(w); /* its mgpu_work, whose first member */
-      mgpu__mutex_unlock(&d->queue_lock);
-      continue;
-    }
-    uint64_t since;
-    int seen = mgpu__spin_pair_until(&d->host_spin, work_ready, d,
-                                     &d->req.caller_cpu, caller_awake, &since);
-    caller_awake = 0;
-    if (seen) continue;
-    mgpu__mutex_lock(&d->queue_lock);
-    /* The store before the load of the lane, as its caller posts before it
-     * loads host_parked: one of the two sees the other. queue_ready is
-     * written under the lock. */
-    atomic_store(&d->ans.host_parked, 1);
-    if (!atomic_load_explicit(&d->queue_ready, memory_order_relaxed) &&
-        atomic_load(&d->req.posted) == atomic_load(&d->ans.done)) {
-      mgpu__cond_wait(&d->queue_cond, &d->queue_lock);
-      atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
-      mgpu__mutex_unlock(&d->queue_lock);
-      mgpu__spin_pair_woke(&d->host_spin, since);
-      continue;
-    }
-    atomic_store_explicit(&d->ans.host_parked, 0, memory_order_relaxed);
-    mgpu__mutex_unlock(&d->queue_lock);
   }
   return NULL;
 }

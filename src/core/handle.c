@@ -1,5 +1,5 @@
 /* The handle table: every public handle (the kinds of MGPU__HANDLE_TYPES,
- * core/internal.h) is a slot number plus a generation; one lookup for all.
+ * core/core-internal.h) is a slot number plus a generation; one lookup for all.
  *
  * A handle is ((generation << 40) | (type << 32) | (slot + 1)). Each slot
  * has one atomic state word: its generation, a LIVE bit, a CLOSING bit and
@@ -46,7 +46,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "util/fault.h"
 
 #define CHUNK_SLOTS 4096u

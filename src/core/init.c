@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "core/capture.h"
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "util/fault.h"
 #include "util/numa.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/capture.h"
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "util/half.h"
 
 size_t mgpu_dtype_size(mgpu_dtype dtype) {

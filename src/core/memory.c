@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/module.h"
 #include "util/fault.h"
 
@@ -480,6 +480,36 @@ static int size_class(size_t size, size_t *rounded) {
   return cls;
 }
 
+/* Gives b (its size set) a block of its size class from d's pool: one
+ * freed on s or ready, else new memory (the pool trimmed once if the
+ * device is full). On failure nothing stays reserved. */
+static int mempool_take(mgpu__device *d, mgpu__stream *s, mgpu__buf *b) {
+  int cls = size_class(b->size, &b->alloc_size);
+  mgpu__mutex_lock(&d->mempool_lock);
+  mempool_block **link = &d->mempool_free[cls], *blk;
+  while ((blk = *link) != NULL && !blk->ready && blk->freed_on != s)
+    link = &blk->next;
+  if (blk != NULL) {
+    *link = blk->next;
+    d->mempool_cached_bytes -= blk->size;
+    mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
+    b->ptr = blk->ptr;
+    if (blk->ready) mgpu__free(blk);
+    else blk->taken = 1; /* its callback frees the record */
+  }
+  mgpu__mutex_unlock(&d->mempool_lock);
+  if (blk != NULL) return 0;
+  int rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
+  if (rc != 0) {
+    mgpu_pool_trim(s->dev);
+    rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
+  }
+  if (rc != 0) return rc;
+  rc = d->ops->mem_alloc(d->bdev, MGPU_MEM_DEVICE, b->alloc_size, &b->ptr);
+  if (rc != 0) unreserve(d, b->alloc_size, MGPU_MEM_DEVICE);
+  return rc;
+}
+
 /* mgpu_malloc_async on a stream looked up by the caller. */
 static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
   int rc;
@@ -505,31 +535,8 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
     if (rc != 0) goto fail_struct;
     rc = d->ops->pool->alloc_async(d->bdev, s->bstream, size, &b->ptr);
     if (rc != 0) goto fail_reserve;
-  } else {
-    int cls = size_class(size, &b->alloc_size);
-    mgpu__mutex_lock(&d->mempool_lock);
-    mempool_block **link = &d->mempool_free[cls], *blk;
-    while ((blk = *link) != NULL && !blk->ready && blk->freed_on != s)
-      link = &blk->next;
-    if (blk != NULL) {
-      *link = blk->next;
-      d->mempool_cached_bytes -= blk->size;
-      mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
-      b->ptr = blk->ptr;
-      if (blk->ready) mgpu__free(blk);
-      else blk->taken = 1; /* its callback frees the record */
-    }
-    mgpu__mutex_unlock(&d->mempool_lock);
-    if (blk == NULL) {
-      rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
-      if (rc != 0) {
-        mgpu_pool_trim(s->dev);
-        rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
-      }
-      if (rc != 0) goto fail_struct;
-      rc = d->ops->mem_alloc(d->bdev, MGPU_MEM_DEVICE, b->alloc_size, &b->ptr);
-      if (rc != 0) goto fail_reserve;
-    }
+  } else if ((rc = mempool_take(d, s, b)) != 0) {
+    goto fail_struct;
   }
   rc = new_handle(b, out);
   if (rc != 0) {
@@ -585,34 +592,11 @@ static void pool_list(mgpu__device *d, mempool_block *blk) {
   mgpu__mutex_unlock(&d->mempool_lock);
 }
 
-static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
-  mgpu__buf *b;
-  mgpu__stream *s;
-  int rc = mgpu__buf_get(h, "mgpu_free_async", &b);
-  if (rc != 0) return rc;
-  int dev = b->dev, pooled = b->pooled;
-  mgpu__buf_put(b);
-  rc = mgpu__stream_get(stream, &s);
-  if (rc != 0) return rc;
-  if (s->dev != dev || !pooled) {
-    mgpu__stream_put(s);
-    if (!pooled) return free_in(h);
-    return mgpu__error(MGPU_EWRONGDEV, "mgpu_free_async: buffer of device %d "
-                       "freed on a stream of device %d", dev, s->dev);
-  }
-  /* The stream's use is held to the end: its callback is queued below. */
-  rc = buf_close(h, "mgpu_free_async", &b);
-  if (rc != 0) {
-    mgpu__stream_put(s);
-    return rc;
-  }
-  mgpu__mutex_lock(&refs_lock);
-  int exported = b->exports > 0;
-  mgpu__mutex_unlock(&refs_lock);
-  if (exported) { /* an exported block waits for its exports */
-    mgpu__stream_put(s);
-    return free_buffer(b);
-  }
+/* Queues the free of b (its handle closed, not exported) on s: into the
+ * device's pool once s gets there, or to the backend's own pool. Puts s
+ * and frees b. */
+static int free_async_queue(mgpu__buf *b, mgpu__stream *s) {
+  int rc, dev = b->dev;
   mgpu__device *d = mgpu__device_get(b->dev);
   if (d->ops->pool == NULL) {
     mempool_block *blk = mgpu__calloc(1, sizeof *blk);
@@ -649,6 +633,38 @@ static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
   mgpu__stream_put(s);
   mgpu__free(b);
   return rc;
+}
+
+static int free_async_in(mgpu_buffer *h, mgpu_stream *stream) {
+  mgpu__buf *b;
+  mgpu__stream *s;
+  int rc = mgpu__buf_get(h, "mgpu_free_async", &b);
+  if (rc != 0) return rc;
+  int dev = b->dev, pooled = b->pooled;
+  mgpu__buf_put(b);
+  rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  if (s->dev != dev || !pooled) {
+    mgpu__stream_put(s);
+    if (!pooled) return free_in(h);
+    return mgpu__error(MGPU_EWRONGDEV, "mgpu_free_async: buffer of device %d "
+                       "freed on a stream of device %d", dev, s->dev);
+  }
+  /* The stream's use is held to the end: free_async_queue queues its
+   * callback. */
+  rc = buf_close(h, "mgpu_free_async", &b);
+  if (rc != 0) {
+    mgpu__stream_put(s);
+    return rc;
+  }
+  mgpu__mutex_lock(&refs_lock);
+  int exported = b->exports > 0;
+  mgpu__mutex_unlock(&refs_lock);
+  if (exported) { /* an exported block waits for its exports */
+    mgpu__stream_put(s);
+    return free_buffer(b);
+  }
+  return free_async_queue(b, s);
 }
 
 int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "core/capture.h"
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/interop.h"
 #include "util/fault.h"
 

@@ -13,7 +13,7 @@
 #define MGPU_GRAPH_INTERNAL_H
 
 #include "core/capture.h"
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/graph.h"
 
 typedef struct mgpu__gnode {
@@ -41,8 +41,6 @@ void mgpu__graph_free(mgpu__graph *g);
  * *node: its index. 0 or MGPU_ENOMEM, the graph unchanged on failure. */
 int mgpu__graph_append(mgpu__graph *g, const mgpu__graph_op *op,
                        const int *deps, int ndeps, int *node);
-/* Adds the edge from -> to (nothing when already there). */
-int mgpu__graph_edge(mgpu__graph *g, int from, int to);
 /* Gives g a handle; on failure frees it. */
 int mgpu__graph_publish(mgpu__graph *g, mgpu_graph **out);
 /* Copies node src into dst (arguments and edges included). */

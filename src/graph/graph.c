@@ -80,7 +80,8 @@ int mgpu__gnode_copy(mgpu__gnode *dst, const mgpu__gnode *src) {
   return 0;
 }
 
-int mgpu__graph_edge(mgpu__graph *g, int from, int to) {
+/* Adds the edge from -> to (nothing when already there). */
+static int edge_add(mgpu__graph *g, int from, int to) {
   mgpu__gnode *n = &g->nodes[to];
   for (int i = 0; i < n->ndeps; i++)
     if (n->deps[i] == from) return 0;
@@ -386,7 +387,7 @@ int mgpu_graph_add_dependency(mgpu_graph *h, mgpu_graph_node from,
     rc = mgpu__error(MGPU_EINVAL, "mgpu_graph_add_dependency: node %d cannot "
                      "depend on itself", from);
   else
-    rc = mgpu__graph_edge(g, from, to);
+    rc = edge_add(g, from, to);
   graph_put(g);
   return rc;
 }

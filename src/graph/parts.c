@@ -165,6 +165,29 @@ static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
   return d->ops->graph->create(d->bdev, &part, &p->part[dev]);
 }
 
+/* Numbers the signals: one per node that a node of another device waits
+ * for (p->signal_of), each with its device on p's board. */
+static int parts_signals(mgpu__parts *p, const mgpu__gnode *nodes, int n) {
+  int nsignals = 0;
+  for (int i = 0; i < n; i++) p->signal_of[i] = -1;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < nodes[i].ndeps; j++) {
+      int d = nodes[i].deps[j];
+      if (nodes[d].op.dev != nodes[i].op.dev && p->signal_of[d] < 0)
+        p->signal_of[d] = nsignals++;
+    }
+  p->board->signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
+  p->board->signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
+  if (p->board->signals == NULL || p->board->signal_device == NULL)
+    return mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
+                       "memory for %d signals", nsignals);
+  p->board->nsignals = nsignals;
+  for (int i = 0; i < n; i++)
+    if (p->signal_of[i] >= 0)
+      p->board->signal_device[p->signal_of[i]] = nodes[i].op.dev;
+  return 0;
+}
+
 int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
                       mgpu__parts **out) {
   *out = NULL;
@@ -177,7 +200,7 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
   mgpu__parts *p = mgpu__calloc(1, sizeof *p);
   mgpu__bgraph_node *buf = mgpu__calloc((size_t)n + 1, sizeof *buf);
   int *waits = mgpu__calloc((size_t)total + 1, sizeof *waits);
-  int rc = 0, nsignals = 0;
+  int rc = 0;
   if (p != NULL) {
     p->signal_of = mgpu__calloc((size_t)n + 1, sizeof *p->signal_of);
     p->board = mgpu__calloc(1, sizeof *p->board);
@@ -193,24 +216,7 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
                      "memory for %d nodes", n);
     goto out;
   }
-  for (int i = 0; i < n; i++) p->signal_of[i] = -1;
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < nodes[i].ndeps; j++) {
-      int d = nodes[i].deps[j];
-      if (nodes[d].op.dev != nodes[i].op.dev && p->signal_of[d] < 0)
-        p->signal_of[d] = nsignals++;
-    }
-  p->board->signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
-  p->board->signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
-  if (p->board->signals == NULL || p->board->signal_device == NULL) {
-    rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
-                     "memory for %d signals", nsignals);
-    goto out;
-  }
-  p->board->nsignals = nsignals;
-  for (int i = 0; i < n; i++)
-    if (p->signal_of[i] >= 0)
-      p->board->signal_device[p->signal_of[i]] = nodes[i].op.dev;
+  if ((rc = parts_signals(p, nodes, n)) != 0) goto out;
   int made[MGPU_MAX_DEVICES] = {0};
   for (int i = 0; i < n && rc == 0; i++) {
     int dev = nodes[i].op.dev;

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/part.h"
-#include "part/internal.h"
+#include "part/part-internal.h"
 #include "util/fault.h"
 
 static int check_opts(const mgpu_dist_opts *o, int ndev, int *nparts) {

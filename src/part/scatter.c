@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
-#include "part/internal.h"
+#include "core/core-internal.h"
+#include "part/part-internal.h"
 #include "util/fault.h"
 
 #define DIRECT_MIN_BYTES (64u << 10)

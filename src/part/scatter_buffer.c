@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/part.h"
-#include "part/internal.h"
+#include "part/part-internal.h"
 
 static int check_global(const mgpu__dist *d, const mgpu_buffer *global,
                         size_t offset, size_t elem, const char *what) {

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/internal.h"
+#include "sched/sched-internal.h"
 #include "util/fault.h"
 
 static _Thread_local mgpu__worker *tls_worker;
@@ -535,27 +535,22 @@ int mgpu__pool_get(mgpu_pool *h, mgpu__pool **out) {
 
 void mgpu__pool_put(mgpu__pool *p) { mgpu__handle_put(p->handle); }
 
-int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
-  mgpu_pool_opts defaults = MGPU_POOL_OPTS_INITIALIZER;
-  const mgpu_pool_opts *o = opts ? opts : &defaults;
-  if (out == NULL)
-    return mgpu__error(MGPU_EINVAL, "task pool: out pointer is NULL");
-  int ndev = mgpu_device_count();
-  if (ndev < 0) return ndev;
-  int rc = check_opts(o, ndev);
-  if (rc != 0) return rc;
-  int n = o->ndevices ? o->ndevices : ndev;
-
+/* Allocates a pool of n workers for the devices of o, with its task
+ * table. NULL with the code in *rc when out of memory. */
+static mgpu__pool *pool_alloc(const mgpu_pool_opts *o, int n, int *rc) {
   mgpu__pool *p = mgpu__aligned_alloc(64, (sizeof *p + 63) & ~(size_t)63);
-  if (p == NULL)
-    return mgpu__error(MGPU_ENOMEM, "task pool: out of memory");
+  if (p == NULL) {
+    *rc = mgpu__error(MGPU_ENOMEM, "task pool: out of memory");
+    return NULL;
+  }
   memset(p, 0, sizeof *p);
   p->workers = mgpu__aligned_alloc(64, ((size_t)n * sizeof *p->workers + 63) &
                                      ~(size_t)63);
   if (p->workers == NULL) {
     mgpu__free(p);
-    return mgpu__error(MGPU_ENOMEM, "task pool: out of memory for %d "
-                       "workers", n);
+    *rc = mgpu__error(MGPU_ENOMEM, "task pool: out of memory for %d "
+                      "workers", n);
+    return NULL;
   }
   memset(p->workers, 0, (size_t)n * sizeof *p->workers);
   p->policy = o->policy;
@@ -568,11 +563,62 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     p->workers[i].dev = o->devices ? o->devices[i] : i;
     p->dev_to_worker[p->workers[i].dev] = i;
   }
-  if ((rc = mgpu__task_table_init(p)) != 0) {
+  if ((*rc = mgpu__task_table_init(p)) != 0) {
     mgpu__free(p->workers);
     mgpu__free(p);
-    return rc;
+    return NULL;
   }
+  return p;
+}
+
+/* Gives worker w its victims, deques, stream and counters; what it made
+ * before a failure is left for pool_free. */
+static int worker_init(mgpu__pool *p, mgpu__worker *w,
+                       const mgpu_pool_opts *o) {
+  int rc;
+  order_victims(p, w, o);
+  if (mgpu__deque_init(&w->deque, 256) != 0 ||
+      mgpu__deque_init(&w->prefer, 16) != 0)
+    return mgpu__error(MGPU_ENOMEM, "task pool: no memory for the deques "
+                       "of device %d", w->dev);
+  if ((rc = mgpu_stream_create(&w->stream, w->dev)) != 0) return rc;
+  mgpu__stream *s;
+  if ((rc = mgpu__stream_get(w->stream, &s)) != 0) return rc;
+  mgpu__device *dev = mgpu__device_get(w->dev);
+  w->sync_ops = dev->ops;
+  w->sync_dev = dev->bdev;
+  w->sync_stream = s->bstream;
+  mgpu__stream_put(s); /* the pool owns the stream until it is destroyed */
+  w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
+  w->trace_track = mgpu__trace_track_new(w->dev, "pool worker");
+  return 0;
+}
+
+/* Starts the workers' threads; on failure the caller stops those that
+ * started (each marked started). */
+static int workers_start(mgpu__pool *p) {
+  for (int i = 0; i < p->n; i++) {
+    mgpu__worker *w = &p->workers[i];
+    int err = mgpu__thread_create(&w->thread, worker_main, w);
+    if (err != 0)
+      return mgpu__error(MGPU_ENOMEM, "task pool: cannot start the worker "
+                         "of device %d (errno %d)", w->dev, err);
+    w->started = 1;
+  }
+  return 0;
+}
+
+int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
+  mgpu_pool_opts defaults = MGPU_POOL_OPTS_INITIALIZER;
+  const mgpu_pool_opts *o = opts ? opts : &defaults;
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "task pool: out pointer is NULL");
+  int ndev = mgpu_device_count();
+  if (ndev < 0) return ndev;
+  int rc = check_opts(o, ndev);
+  if (rc != 0) return rc;
+  mgpu__pool *p = pool_alloc(o, o->ndevices ? o->ndevices : ndev, &rc);
+  if (p == NULL) return rc;
   /* From here on pool_free undoes whatever was made. */
   if (o->policy != MGPU_SCHED_STATIC &&
       mgpu__ring_init(&p->shared, MGPU__RING_CAP) != 0) {
@@ -584,36 +630,9 @@ int mgpu_pool_create(mgpu_pool **out, const mgpu_pool_opts *opts) {
     rc = mgpu__error(MGPU_ENOMEM, "task pool: no memory for placements");
     goto fail;
   }
-  for (int i = 0; i < n; i++) {
-    mgpu__worker *w = &p->workers[i];
-    order_victims(p, w, o);
-    if (mgpu__deque_init(&w->deque, 256) != 0 ||
-        mgpu__deque_init(&w->prefer, 16) != 0) {
-      rc = mgpu__error(MGPU_ENOMEM, "task pool: no memory for the deques "
-                       "of device %d", w->dev);
-      goto fail;
-    }
-    if ((rc = mgpu_stream_create(&w->stream, w->dev)) != 0) goto fail;
-    mgpu__stream *s;
-    if ((rc = mgpu__stream_get(w->stream, &s)) != 0) goto fail;
-    mgpu__device *dev = mgpu__device_get(w->dev);
-    w->sync_ops = dev->ops;
-    w->sync_dev = dev->bdev;
-    w->sync_stream = s->bstream;
-    mgpu__stream_put(s); /* the pool owns the stream until it is destroyed */
-    w->device_busy = mgpu__metric_counter(w->dev, MGPU__M_busy_ns);
-    w->trace_track = mgpu__trace_track_new(w->dev, "pool worker");
-  }
-  for (int i = 0; i < n; i++) {
-    mgpu__worker *w = &p->workers[i];
-    int err = mgpu__thread_create(&w->thread, worker_main, w);
-    if (err != 0) {
-      rc = mgpu__error(MGPU_ENOMEM, "task pool: cannot start the worker of "
-                       "device %d (errno %d)", w->dev, err);
-      goto fail_threads;
-    }
-    w->started = 1;
-  }
+  for (int i = 0; i < p->n; i++)
+    if ((rc = worker_init(p, &p->workers[i], o)) != 0) goto fail;
+  if ((rc = workers_start(p)) != 0) goto fail_threads;
   p->handle = mgpu__handle_new(MGPU__H_POOL, p);
   if (p->handle == 0) {
     rc = mgpu__error(MGPU_ENOMEM, "task pool: no handles left");

@@ -9,7 +9,7 @@
 
 #include <stdlib.h>
 
-#include "sched/internal.h"
+#include "sched/sched-internal.h"
 #include "util/fault.h"
 
 void mgpu__inbox_push(_Atomic(mgpu__task *) *inbox, mgpu__task *t) {

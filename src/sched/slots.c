@@ -8,7 +8,7 @@
  * (ABA). Taking a slot is one CAS; only growing takes a lock. */
 #include <stdlib.h>
 
-#include "sched/internal.h"
+#include "sched/sched-internal.h"
 #include "util/fault.h"
 
 mgpu__task *mgpu__task_at(mgpu__pool *p, uint32_t idx) {

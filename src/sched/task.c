@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/internal.h"
+#include "sched/sched-internal.h"
 #include "util/fault.h"
 
 /* The task a held handle names, or NULL with *code set to
@@ -147,6 +147,62 @@ static void trace_task(mgpu__worker *w, mgpu__task *t, uint64_t t0) {
   }
 }
 
+/* Adds a run of dt ns to w's statistics: the device's busy time gets it
+ * less the stream work the backend counted since stream_busy0. */
+static void task_account(mgpu__worker *w, uint64_t dt, uint64_t stream_busy0) {
+  /* Only this worker writes its statistics: a load and a store, no
+   * locked instruction. The global metrics are added in batches. */
+  atomic_store_explicit(
+      &w->busy_ns,
+      atomic_load_explicit(&w->busy_ns, memory_order_relaxed) + dt,
+      memory_order_relaxed);
+  atomic_store_explicit(
+      &w->tasks_run,
+      atomic_load_explicit(&w->tasks_run, memory_order_relaxed) + 1,
+      memory_order_relaxed);
+  w->pending_run++;
+  /* The device's busy_ns gets the task's time less the stream work the
+   * backend already counted, so that the two are not added twice. */
+  uint64_t stream_busy =
+      atomic_load_explicit(w->device_busy, memory_order_relaxed) -
+      stream_busy0;
+  w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
+}
+
+/* Runs t's function or kernel on w's stream and waits for what it queued;
+ * returns what it returned (or the wait's failure). */
+static int task_call(mgpu__worker *w, mgpu__task *t) {
+  atomic_store_explicit(&w->running, 1, memory_order_relaxed);
+  /* Back to back, a task starts when the previous one ended: one clock
+   * read per task instead of two (a read costs 40-90 ns in some VMs). */
+  uint64_t t0 = w->clock_ns ? w->clock_ns : mgpu__now_ns();
+  /* What the device's streams count as busy meanwhile (a host device
+   * counts the work it runs for the task's stream itself). */
+  uint64_t stream_busy0 =
+      atomic_load_explicit(w->device_busy, memory_order_relaxed);
+  mgpu_error_clear();
+  mgpu__flight_record(w->dev, "pool task", 0, (uintptr_t)w->stream);
+  int r;
+  if (t->fn != NULL)
+    r = t->fn(w->dev, w->stream, t->arg);
+  else
+    r = mgpu_launch(w->stream, t->kernel, t->grid, t->block, t->args,
+                    t->args_size);
+  /* The task is complete once the work it queued is: dependents may
+   * read what it wrote. */
+  int rs = w->sync_ops->stream_synchronize(w->sync_dev, w->sync_stream);
+  if (r == 0) r = rs;
+  /* A task that switched the thread to another device must not leave
+   * the next task there. */
+  int cur;
+  if (mgpu_get_device(&cur) == 0 && cur != w->dev) mgpu_set_device(w->dev);
+  w->clock_ns = mgpu__now_ns();
+  atomic_store_explicit(&w->running, 0, memory_order_relaxed);
+  task_account(w, w->clock_ns - t0, stream_busy0);
+  if (mgpu__trace_enabled()) trace_task(w, t, t0);
+  return r;
+}
+
 void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
   mgpu__pool *p = w->pool;
   int r;
@@ -158,50 +214,7 @@ void mgpu__task_run(mgpu__worker *w, mgpu__task *t) {
                            "before it ran",
                            (unsigned long long)mgpu__task_handle(t));
   } else {
-    atomic_store_explicit(&w->running, 1, memory_order_relaxed);
-    /* Back to back, a task starts when the previous one ended: one clock
-     * read per task instead of two (a read costs 40-90 ns in some VMs). */
-    uint64_t t0 = w->clock_ns ? w->clock_ns : mgpu__now_ns();
-    /* What the device's streams count as busy meanwhile (a host device
-     * counts the work it runs for the task's stream itself). */
-    uint64_t stream_busy0 =
-        atomic_load_explicit(w->device_busy, memory_order_relaxed);
-    mgpu_error_clear();
-    mgpu__flight_record(w->dev, "pool task", 0, (uintptr_t)w->stream);
-    if (t->fn != NULL)
-      r = t->fn(w->dev, w->stream, t->arg);
-    else
-      r = mgpu_launch(w->stream, t->kernel, t->grid, t->block, t->args,
-                      t->args_size);
-    /* The task is complete once the work it queued is: dependents may
-     * read what it wrote. */
-    int rs = w->sync_ops->stream_synchronize(w->sync_dev, w->sync_stream);
-    if (r == 0) r = rs;
-    /* A task that switched the thread to another device must not leave
-     * the next task there. */
-    int cur;
-    if (mgpu_get_device(&cur) == 0 && cur != w->dev) mgpu_set_device(w->dev);
-    w->clock_ns = mgpu__now_ns();
-    uint64_t dt = w->clock_ns - t0;
-    atomic_store_explicit(&w->running, 0, memory_order_relaxed);
-    /* Only this worker writes its statistics: a load and a store, no
-     * locked instruction. The global metrics are added in batches. */
-    atomic_store_explicit(
-        &w->busy_ns,
-        atomic_load_explicit(&w->busy_ns, memory_order_relaxed) + dt,
-        memory_order_relaxed);
-    atomic_store_explicit(
-        &w->tasks_run,
-        atomic_load_explicit(&w->tasks_run, memory_order_relaxed) + 1,
-        memory_order_relaxed);
-    w->pending_run++;
-    /* The device's busy_ns gets the task's time less the stream work the
-     * backend already counted, so that the two are not added twice. */
-    uint64_t stream_busy =
-        atomic_load_explicit(w->device_busy, memory_order_relaxed) -
-        stream_busy0;
-    w->pending_busy += dt > stream_busy ? dt - stream_busy : 0;
-    if (mgpu__trace_enabled()) trace_task(w, t, t0);
+    r = task_call(w, t);
     /* Its device was lost under it: a re-runnable task starts again on
      * another device, and its dependents wait for that run. */
     if (r != 0 && t->rerunnable && mgpu__worker_lost(w)) {
@@ -288,14 +301,11 @@ int mgpu_pool_submit(mgpu_pool *h, const mgpu_task_desc *d, mgpu_task *out) {
   return rc;
 }
 
-static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out) {
-  int rc = check_desc(p, d);
-  if (rc != 0) return rc;
-  mgpu__task *t = mgpu__task_alloc(p);
-  if (t == NULL)
-    return mgpu__error(MGPU_ENOMEM, "task pool: no free task slot (%u "
-                       "in flight or held at most)",
-                       MGPU__TASK_MAX_CHUNKS * MGPU__TASK_CHUNK);
+/* Copies what d describes into the fresh task t: its function or kernel
+ * with a copy of the arguments, its placement, and room for its edges
+ * (*edges). -1 when out of memory. */
+static int task_fill(mgpu__pool *p, mgpu__task *t, const mgpu_task_desc *d,
+                     mgpu__edge **edges) {
   t->fn = d->fn;
   t->arg = d->arg;
   t->kernel = d->kernel;
@@ -306,13 +316,13 @@ static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out) {
   if (t->args_size > 0) {
     t->args = t->args_size <= MGPU__TASK_INLINE_ARGS ? t->args_inline
                                                      : mgpu__malloc(t->args_size);
-    if (t->args == NULL) goto nomem;
+    if (t->args == NULL) return -1;
     memcpy(t->args, d->args, t->args_size);
   }
-  mgpu__edge *edges = t->edges_inline;
+  *edges = t->edges_inline;
   if (d->ndeps > MGPU__TASK_INLINE_EDGES) {
-    edges = t->edges_heap = mgpu__malloc((size_t)d->ndeps * sizeof *edges);
-    if (edges == NULL) goto nomem;
+    *edges = t->edges_heap = mgpu__malloc((size_t)d->ndeps * sizeof **edges);
+    if (*edges == NULL) return -1;
   }
   t->home = d->device >= 0 ? p->dev_to_worker[d->device] : -1;
   t->place = -1;
@@ -323,6 +333,19 @@ static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out) {
                                            memory_order_relaxed);
     t->place = p->static_table[k % (uint64_t)p->static_len];
   }
+  return 0;
+}
+
+static int submit(mgpu__pool *p, const mgpu_task_desc *d, mgpu_task *out) {
+  int rc = check_desc(p, d);
+  if (rc != 0) return rc;
+  mgpu__task *t = mgpu__task_alloc(p);
+  if (t == NULL)
+    return mgpu__error(MGPU_ENOMEM, "task pool: no free task slot (%u "
+                       "in flight or held at most)",
+                       MGPU__TASK_MAX_CHUNKS * MGPU__TASK_CHUNK);
+  mgpu__edge *edges;
+  if (task_fill(p, t, d, &edges) != 0) goto nomem;
   t->result = 0;
   t->detail = NULL;
   atomic_store_explicit(&t->dep_code, 0, memory_order_relaxed);

@@ -34,7 +34,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/copy.h"
 #include "mgpu/store.h"
 #include "store/store-internal.h"
@@ -225,6 +225,63 @@ static int store_dead(mgpu_store *st, const char *fmt, ...) {
   return mgpu__error(MGPU_ESTORE, "%s", st->dead_why);
 }
 
+/* Reads one reply, its header within timeout ms and then its payload, and
+ * decodes it into *reply; a descriptor that came with it lands in *got_fd.
+ * send_errno is why the request could not be sent (0: it was sent). */
+static int reply_read(mgpu_store *st, int send_errno, int timeout,
+                      mgpu__store_msg *reply, int *got_fd) {
+  uint8_t hdr[MGPU__STORE_HDR];
+  if (recv_all(st->fd, hdr, sizeof hdr, got_fd, timeout) != 0) {
+    if (send_errno != 0)
+      return store_dead(st, "cannot send a request: %s",
+                        send_errno == EPIPE ? "the daemon closed the "
+                        "connection" : strerror(send_errno));
+    return errno == 0 ? store_dead(st, "the daemon closed the connection "
+                                   "(it died or restarted)")
+                      : store_dead(st, "no reply: %s", strerror(errno));
+  }
+  uint32_t plen;
+  char why[256];
+  if (mgpu__store_header_check(hdr, &plen, why, sizeof why) != 0)
+    return store_dead(st, "bad reply: %s", why);
+  uint8_t small[256];
+  uint8_t *msg = MGPU__STORE_HDR + (size_t)plen <= sizeof small
+                     ? small
+                     : mgpu__malloc(MGPU__STORE_HDR + (size_t)plen);
+  if (msg == NULL)
+    return store_dead(st, "out of memory for a reply of %u bytes", plen);
+  memcpy(msg, hdr, sizeof hdr);
+  int rc = 0;
+  if (recv_all(st->fd, msg + MGPU__STORE_HDR, plen, got_fd,
+               REPLY_TIMEOUT_MS) != 0)
+    rc = store_dead(st, "reply cut short: %s",
+                    errno == 0 ? "the daemon closed the connection"
+                               : strerror(errno));
+  else if (mgpu__store_decode(msg, MGPU__STORE_HDR + plen, reply, why,
+                              sizeof why) != 0)
+    rc = store_dead(st, "malformed reply: %s", why);
+  if (msg != small) mgpu__free(msg);
+  return rc;
+}
+
+/* Checks that a decoded reply answers the request in w, whose number was
+ * seq; an error reply becomes its code and detail. */
+static int reply_check(mgpu_store *st, const mgpu__store_wbuf *w,
+                       const mgpu__store_msg *reply, uint32_t seq) {
+  if (reply->seq != seq && reply->type != MGPU__SM_ERROR)
+    return store_dead(st, "reply %u out of order (expected %u)", reply->seq,
+                      seq);
+  if (reply->type == MGPU__SM_ERROR) {
+    int rc = mgpu__error(reply->code, "%s", reply->detail);
+    if (reply->seq != seq) store_dead(st, "%s", reply->detail);
+    return rc;
+  }
+  if (reply->type != (uint16_t)(w->data[6] | w->data[7] << 8 | MGPU__SM_REPLY))
+    return store_dead(st, "reply of type 0x%04x to a request of type %u",
+                      reply->type, w->data[6] | w->data[7] << 8);
+  return 0;
+}
+
 /* Sends the message in w and waits for its reply, decoded into *reply (free
  * with mgpu__store_msg_free) with a descriptor in *fd (or -1). An error
  * reply becomes its code and detail. st->lock held. */
@@ -244,63 +301,9 @@ static int roundtrip(mgpu_store *st, mgpu__store_wbuf *w,
     send_errno = errno;
     timeout = 1000;
   }
-  uint8_t hdr[MGPU__STORE_HDR];
   int got_fd = -1;
-  int rc = 0;
-  uint8_t *msg = NULL;
-  if (recv_all(st->fd, hdr, sizeof hdr, &got_fd, timeout) != 0) {
-    if (send_errno != 0)
-      rc = store_dead(st, "cannot send a request: %s",
-                      send_errno == EPIPE ? "the daemon closed the connection"
-                                          : strerror(send_errno));
-    else
-      rc = errno == 0 ? store_dead(st, "the daemon closed the connection "
-                                   "(it died or restarted)")
-                      : store_dead(st, "no reply: %s", strerror(errno));
-    goto out;
-  }
-  uint32_t plen;
-  char why[256];
-  if (mgpu__store_header_check(hdr, &plen, why, sizeof why) != 0) {
-    rc = store_dead(st, "bad reply: %s", why);
-    goto out;
-  }
-  uint8_t small[256];
-  msg = MGPU__STORE_HDR + (size_t)plen <= sizeof small
-            ? small
-            : mgpu__malloc(MGPU__STORE_HDR + (size_t)plen);
-  if (msg == NULL) {
-    rc = store_dead(st, "out of memory for a reply of %u bytes", plen);
-    goto out;
-  }
-  memcpy(msg, hdr, sizeof hdr);
-  if (recv_all(st->fd, msg + MGPU__STORE_HDR, plen, &got_fd,
-               REPLY_TIMEOUT_MS) != 0) {
-    rc = store_dead(st, "reply cut short: %s",
-                    errno == 0 ? "the daemon closed the connection"
-                               : strerror(errno));
-    goto out;
-  }
-  if (mgpu__store_decode(msg, MGPU__STORE_HDR + plen, reply, why,
-                         sizeof why) != 0) {
-    rc = store_dead(st, "malformed reply: %s", why);
-    goto out;
-  }
-  if (reply->seq != seq && reply->type != MGPU__SM_ERROR) {
-    rc = store_dead(st, "reply %u out of order (expected %u)", reply->seq,
-                    seq);
-    goto out;
-  }
-  if (reply->type == MGPU__SM_ERROR) {
-    rc = mgpu__error(reply->code, "%s", reply->detail);
-    if (reply->seq != seq) store_dead(st, "%s", reply->detail);
-    goto out;
-  }
-  if (reply->type != (uint16_t)(w->data[6] | w->data[7] << 8 | MGPU__SM_REPLY))
-    rc = store_dead(st, "reply of type 0x%04x to a request of type %u",
-                    reply->type, w->data[6] | w->data[7] << 8);
-out:
-  if (msg != small) mgpu__free(msg);
+  int rc = reply_read(st, send_errno, timeout, reply, &got_fd);
+  if (rc == 0) rc = reply_check(st, w, reply, seq);
   st->seq++;
   if (rc != 0 || fd == NULL) {
     if (got_fd >= 0) close(got_fd);
@@ -394,33 +397,27 @@ static int check_daemon(int fd, const char *path) {
 
 /* ---- connections ---- */
 
-int mgpu_store_connect(mgpu_store **out, const char *path) {
-  if (out == NULL)
-    return mgpu__error(MGPU_EINVAL, "mgpu_store_connect: NULL output");
-  *out = NULL;
-  mgpu_store *st = mgpu__calloc(1, sizeof *st);
-  if (st == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
-  int rc = 0;
+/* Chooses the socket path of st (path, or the default one when NULL, whose
+ * directory must be this user's). */
+static int store_path(mgpu_store *st, const char *path) {
   if (path == NULL) {
-    rc = mgpu_store_default_path(st->path, sizeof st->path);
-  } else if (strlen(path) >= sizeof st->path) {
-    rc = mgpu__error(MGPU_EINVAL, "store socket path %s is longer than %zu "
-                     "bytes", path, sizeof st->path - 1);
-  } else {
-    snprintf(st->path, sizeof st->path, "%s", path);
+    int rc = mgpu_store_default_path(st->path, sizeof st->path);
+    return rc != 0 ? rc : check_default_dir(st->path);
   }
-  if (rc != 0) {
-    mgpu__free(st);
-    return rc;
-  }
-  if (path == NULL) rc = check_default_dir(st->path);
-  if (rc != 0) {
-    mgpu__free(st);
-    return rc;
-  }
+  if (strlen(path) >= sizeof st->path)
+    return mgpu__error(MGPU_EINVAL, "store socket path %s is longer than %zu "
+                       "bytes", path, sizeof st->path - 1);
+  snprintf(st->path, sizeof st->path, "%s", path);
+  return 0;
+}
+
+/* Connects st->fd to the daemon at st->path and checks who runs it; on
+ * failure the socket is closed. */
+static int store_socket(mgpu_store *st) {
   st->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", st->path);
+  int rc;
   if (st->fd < 0 || connect(st->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
     int e = errno;
     if (e == EACCES || e == EPERM)
@@ -432,32 +429,50 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
                        "(start one with mgpud or mgpu store serve)", st->path,
                        strerror(e));
     if (st->fd >= 0) close(st->fd);
-    mgpu__free(st);
     return rc;
   }
   rc = check_daemon(st->fd, st->path);
+  if (rc != 0) close(st->fd);
+  return rc;
+}
+
+/* Greets the daemon (HELLO with this process's pid) and keeps the instance
+ * it answers with. */
+static int store_hello(mgpu_store *st) {
+  mgpu__store_wbuf w;
+  begin(st, &w, MGPU__SM_HELLO);
+  mgpu__store_put_u32(&w, (uint32_t)getpid());
+  int rc = end(&w);
+  mgpu__store_msg m;
+  if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
+  mgpu__store_wbuf_free(&w);
+  if (rc != 0) return rc;
+  st->instance = m.instance;
+  mgpu__store_msg_free(&m);
+  return 0;
+}
+
+int mgpu_store_connect(mgpu_store **out, const char *path) {
+  if (out == NULL)
+    return mgpu__error(MGPU_EINVAL, "mgpu_store_connect: NULL output");
+  *out = NULL;
+  mgpu_store *st = mgpu__calloc(1, sizeof *st);
+  if (st == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  int rc = store_path(st, path);
+  if (rc == 0) rc = store_socket(st);
   if (rc != 0) {
-    close(st->fd);
     mgpu__free(st);
     return rc;
   }
   mgpu__mutex_init(&st->lock);
   st->seq = 1;
-  mgpu__store_wbuf w;
-  begin(st, &w, MGPU__SM_HELLO);
-  mgpu__store_put_u32(&w, (uint32_t)getpid());
-  rc = end(&w);
-  mgpu__store_msg m;
-  if (rc == 0) rc = roundtrip(st, &w, &m, NULL);
-  mgpu__store_wbuf_free(&w);
+  rc = store_hello(st);
   if (rc != 0) {
     close(st->fd);
     mgpu__mutex_destroy(&st->lock);
     mgpu__free(st);
     return rc;
   }
-  st->instance = m.instance;
-  mgpu__store_msg_free(&m);
   mgpu__mutex_lock(&reg_lock);
   st->next = stores;
   stores = st;
@@ -519,16 +534,10 @@ int mgpu_store_disconnect(mgpu_store *st) {
 
 /* ---- objects ---- */
 
-/* Maps what a CREATE or GET reply describes and lists the object. */
-static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
-                      int writable, mgpu_store_object **out) {
-  mgpu_store_object *o = mgpu__calloc(1, sizeof *o);
-  if (o == NULL) return mgpu__error(MGPU_ENOMEM, "out of host memory");
-  o->store = st;
-  o->id = d->id;
-  o->size = d->size;
-  o->writable = writable;
-  o->dev = mgpu_is_initialized() ? mgpu__store_device_of_uuid(d->uuid) : -1;
+/* Imports into o the memory that a CREATE or GET reply describes (d),
+ * with the descriptor fd that came with it, which it closes. */
+static int object_import(mgpu_store_object *o, const mgpu__store_objdesc *d,
+                         int fd, int writable) {
   o->mem.kind = d->handle_kind;
   o->mem.fd = fd;
   o->mem.size = d->size;
@@ -549,6 +558,23 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
   if (rc == 0) rc = mgpu__store_mem_import(o->dev, &o->mem, writable, &o->ptr);
   if (fd >= 0) close(fd);
   o->mem.fd = -1;
+  return rc;
+}
+
+/* Maps what a CREATE or GET reply describes and lists the object. */
+static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
+                      int writable, mgpu_store_object **out) {
+  mgpu_store_object *o = mgpu__calloc(1, sizeof *o);
+  if (o == NULL) {
+    if (fd >= 0) close(fd); /* the object_import below would have */
+    return mgpu__error(MGPU_ENOMEM, "out of host memory");
+  }
+  o->store = st;
+  o->id = d->id;
+  o->size = d->size;
+  o->writable = writable;
+  o->dev = mgpu_is_initialized() ? mgpu__store_device_of_uuid(d->uuid) : -1;
+  int rc = object_import(o, d, fd, writable);
   if (rc != 0) {
     mgpu__free(o);
     return rc;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "store/store-internal.h"
 
 int mgpu__store_device_uuid(int dev, char *out, size_t n) {

@@ -169,6 +169,99 @@ static void get_devents(reader *r, mgpu__store_msg *m, int stats) {
   }
 }
 
+/* The payload of a request whose type, less the reply bit, is base. */
+static void decode_request(reader *r, mgpu__store_msg *m, uint16_t base) {
+  switch (base) {
+    case MGPU__SM_HELLO:
+      m->pid = GET32(r, "pid");
+      break;
+    case MGPU__SM_CREATE:
+      get_str(r, m->uuid, MGPU__STORE_UUID_MAX, 'u', 0, "device uuid");
+      m->size = GET64(r, "size");
+      get_str(r, m->name, MGPU__STORE_NAME_MAX, 'n', 1, "name");
+      if (!r->bad && m->size == 0) fail(r, "size 0");
+      break;
+    case MGPU__SM_SEAL:
+    case MGPU__SM_RELEASE:
+      m->id = GET64(r, "object id");
+      if (!r->bad && m->id == 0) fail(r, "object id 0");
+      break;
+    case MGPU__SM_GET:
+    case MGPU__SM_DELETE:
+      m->id = GET64(r, "object id");
+      get_str(r, m->name, MGPU__STORE_NAME_MAX, 'n', 1, "name");
+      /* Exactly one of the two keys. */
+      if (!r->bad && (m->id == 0) == (m->name[0] == '\0'))
+        fail(r, "key: give exactly one of id and name");
+      break;
+    case MGPU__SM_LIST:
+      m->id = GET64(r, "after id");
+      break;
+    case MGPU__SM_STATS:
+      break;
+    default:
+      fail(r, "type");
+  }
+}
+
+/* The payload of a LIST reply: its entries. */
+static void decode_list_reply(reader *r, mgpu__store_msg *m) {
+  m->count = GET32(r, "entry count");
+  m->more = GET8(r, "more flag");
+  if (!r->bad && m->more > 1) fail(r, "more flag");
+  m->entries = alloc_entries(r, m->count, 8 + 8 + 4 + 2 + 2 + 2,
+                             sizeof *m->entries, "entry count");
+  for (uint32_t i = 0; i < m->count && !r->bad; i++) {
+    mgpu__store_listent *e = &m->entries[i];
+    e->id = GET64(r, "entry id");
+    e->size = GET64(r, "entry size");
+    e->refs = GET32(r, "entry refs");
+    e->sealed = GET8(r, "entry sealed");
+    e->deleted = GET8(r, "entry deleted");
+    get_str(r, e->uuid, MGPU__STORE_UUID_MAX, 'u', 0, "entry uuid");
+    get_str(r, e->name, MGPU__STORE_NAME_MAX, 'n', 1, "entry name");
+    if (!r->bad && (e->sealed > 1 || e->deleted > 1))
+      fail(r, "entry flags");
+  }
+}
+
+/* The payload of a reply whose type, less the reply bit, is base. */
+static void decode_reply(reader *r, mgpu__store_msg *m, uint16_t base) {
+  switch (base) {
+    case MGPU__SM_HELLO:
+      m->instance = GET64(r, "instance");
+      m->max_msg = GET32(r, "max message size");
+      get_devents(r, m, 0);
+      if (!r->bad && (m->max_msg < 4096 || m->max_msg > MGPU__STORE_MSG_MAX))
+        fail(r, "max message size");
+      break;
+    case MGPU__SM_CREATE:
+    case MGPU__SM_GET:
+      get_objdesc(r, &m->obj);
+      break;
+    case MGPU__SM_SEAL:
+    case MGPU__SM_RELEASE:
+      break;
+    case MGPU__SM_DELETE:
+      m->id = GET64(r, "object id");
+      m->deferred = GET8(r, "deferred");
+      if (!r->bad && m->deferred > 1) fail(r, "deferred flag");
+      break;
+    case MGPU__SM_LIST:
+      decode_list_reply(r, m);
+      break;
+    case MGPU__SM_STATS:
+      m->clients = GET32(r, "clients");
+      m->objects = GET64(r, "objects");
+      m->refs = GET64(r, "refs");
+      m->evictions = GET64(r, "evictions");
+      get_devents(r, m, 1);
+      break;
+    default:
+      fail(r, "type");
+  }
+}
+
 static void decode_payload(reader *r, mgpu__store_msg *m) {
   uint16_t t = m->type;
   if (t == MGPU__SM_ERROR) {
@@ -177,87 +270,11 @@ static void decode_payload(reader *r, mgpu__store_msg *m) {
     if (!r->bad && (m->code >= 0 || m->code < -1000)) fail(r, "error code");
     return;
   }
-  int reply = (t & MGPU__SM_REPLY) != 0;
-  switch (t & ~MGPU__SM_REPLY) {
-    case MGPU__SM_HELLO:
-      if (!reply) {
-        m->pid = GET32(r, "pid");
-      } else {
-        m->instance = GET64(r, "instance");
-        m->max_msg = GET32(r, "max message size");
-        get_devents(r, m, 0);
-        if (!r->bad && (m->max_msg < 4096 || m->max_msg > MGPU__STORE_MSG_MAX))
-          fail(r, "max message size");
-      }
-      break;
-    case MGPU__SM_CREATE:
-      if (!reply) {
-        get_str(r, m->uuid, MGPU__STORE_UUID_MAX, 'u', 0, "device uuid");
-        m->size = GET64(r, "size");
-        get_str(r, m->name, MGPU__STORE_NAME_MAX, 'n', 1, "name");
-        if (!r->bad && m->size == 0) fail(r, "size 0");
-      } else {
-        get_objdesc(r, &m->obj);
-      }
-      break;
-    case MGPU__SM_SEAL:
-    case MGPU__SM_RELEASE:
-      if (!reply) {
-        m->id = GET64(r, "object id");
-        if (!r->bad && m->id == 0) fail(r, "object id 0");
-      }
-      break;
-    case MGPU__SM_GET:
-    case MGPU__SM_DELETE:
-      if (!reply) {
-        m->id = GET64(r, "object id");
-        get_str(r, m->name, MGPU__STORE_NAME_MAX, 'n', 1, "name");
-        /* Exactly one of the two keys. */
-        if (!r->bad && (m->id == 0) == (m->name[0] == '\0'))
-          fail(r, "key: give exactly one of id and name");
-      } else if ((t & ~MGPU__SM_REPLY) == MGPU__SM_GET) {
-        get_objdesc(r, &m->obj);
-      } else {
-        m->id = GET64(r, "object id");
-        m->deferred = GET8(r, "deferred");
-        if (!r->bad && m->deferred > 1) fail(r, "deferred flag");
-      }
-      break;
-    case MGPU__SM_LIST:
-      if (!reply) {
-        m->id = GET64(r, "after id");
-      } else {
-        m->count = GET32(r, "entry count");
-        m->more = GET8(r, "more flag");
-        if (!r->bad && m->more > 1) fail(r, "more flag");
-        m->entries = alloc_entries(r, m->count, 8 + 8 + 4 + 2 + 2 + 2,
-                                   sizeof *m->entries, "entry count");
-        for (uint32_t i = 0; i < m->count && !r->bad; i++) {
-          mgpu__store_listent *e = &m->entries[i];
-          e->id = GET64(r, "entry id");
-          e->size = GET64(r, "entry size");
-          e->refs = GET32(r, "entry refs");
-          e->sealed = GET8(r, "entry sealed");
-          e->deleted = GET8(r, "entry deleted");
-          get_str(r, e->uuid, MGPU__STORE_UUID_MAX, 'u', 0, "entry uuid");
-          get_str(r, e->name, MGPU__STORE_NAME_MAX, 'n', 1, "entry name");
-          if (!r->bad && (e->sealed > 1 || e->deleted > 1))
-            fail(r, "entry flags");
-        }
-      }
-      break;
-    case MGPU__SM_STATS:
-      if (reply) {
-        m->clients = GET32(r, "clients");
-        m->objects = GET64(r, "objects");
-        m->refs = GET64(r, "refs");
-        m->evictions = GET64(r, "evictions");
-        get_devents(r, m, 1);
-      }
-      break;
-    default:
-      fail(r, "type");
-  }
+  uint16_t base = t & (uint16_t)~MGPU__SM_REPLY;
+  if (t & MGPU__SM_REPLY)
+    decode_reply(r, m, base);
+  else
+    decode_request(r, m, base);
 }
 
 int mgpu__store_header_check(const uint8_t *hdr, uint32_t *payload_len,

@@ -34,7 +34,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/store.h"
 #include "store/store-internal.h"
 #include "util/fault.h"
@@ -604,9 +604,10 @@ static int dispatch(conn *c, const mgpu__store_msg *m, char *why, size_t n) {
 
 static int conn_flush(conn *c, char *why, size_t n);
 
-/* Reads what is there and handles every whole message. Returns 0, or -1
- * with why set ("" for a plain disconnect). */
-static int conn_read(conn *c, char *why, size_t n) {
+/* Reads what the socket holds into c->in, growing it up to twice the
+ * largest message. Returns 0, or -1 with why set ("" for a plain
+ * disconnect). */
+static int conn_fill(conn *c, char *why, size_t n) {
   for (;;) {
     if (c->in_cap - c->in_len < 4096) {
       size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
@@ -641,6 +642,12 @@ static int conn_read(conn *c, char *why, size_t n) {
     c->in_len += (size_t)r;
     if ((size_t)r < room) break;
   }
+  return 0;
+}
+
+/* Handles every whole message in c->in and keeps the rest. Returns 0, or
+ * -1 with why set when the connection must close. */
+static int conn_handle(conn *c, char *why, size_t n) {
   size_t off = 0;
   while (c->in_len - off >= MGPU__STORE_HDR && !c->closing) {
     uint32_t plen;
@@ -669,6 +676,13 @@ static int conn_read(conn *c, char *why, size_t n) {
   memmove(c->in, c->in + off, c->in_len - off);
   c->in_len -= off;
   return 0;
+}
+
+/* Reads what is there and handles every whole message. Returns 0, or -1
+ * with why set ("" for a plain disconnect). */
+static int conn_read(conn *c, char *why, size_t n) {
+  if (conn_fill(c, why, n) != 0) return -1;
+  return conn_handle(c, why, n);
 }
 
 /* Writes what the socket takes. Returns 0 or -1 with why set. */

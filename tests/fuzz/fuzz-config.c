@@ -7,7 +7,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "fuzz.h"
 #include "mgpu.h"
 

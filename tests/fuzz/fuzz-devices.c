@@ -3,7 +3,7 @@
  * detail; nothing reads or writes out of bounds. */
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "fuzz.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

@@ -160,6 +160,7 @@ int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
   if (e == NULL || (writable && fd < 0)) {
     int e_no = errno;
     munmap(base, m->map_size);
+    if (fd >= 0) close(fd);
     mgpu__free(e);
     return mgpu__error(MGPU_ENOMEM, "object %llu: out of host memory or "
                        "descriptors: %s", (unsigned long long)m->key[1],

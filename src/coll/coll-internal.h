@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/coll.h"
 #include "mgpu/copy.h"
 
@@ -150,8 +150,6 @@ int mgpu__coll_direct_complete(mgpu__comm *c, mgpu__coll_op *op);
 /* 0 when every device of the (checked) list has the same backend, else
  * MGPU_ENOTSUP naming two that differ. */
 int mgpu__coll_same_backend(const char *what, const int *devs, int n);
-/* 1 when the direct algorithm can serve every device of the list. */
-int mgpu__coll_direct_possible(const int *devs, int n);
 
 /* lost.c: a wait for other ranks registers its condition variable while it
  * waits, so that the core's device-lost hook wakes it. wait_begin and

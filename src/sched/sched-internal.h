@@ -25,7 +25,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/sched.h"
 #include "sched/deque.h"
 

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/copy.h"
 #include "mgpu/part.h"
 
