@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core-internal.h"
 #include "mgpu/module.h"
 #include "task.h"
 #include "util/fault.h"
