@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "task.h"
 #include "util/fault.h"
 
@@ -521,6 +522,66 @@ TEST_IMPL(opencl_copy_metrics_per_path) {
   return 0;
 }
 
+/* ---- busy time and traces ---- */
+
+/* A kernel's profiling times become a span of the trace, on the device's
+ * track, and the device's busy time. */
+TEST_IMPL(opencl_kernel_span_and_busy_time) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  enum { N = 1 << 20 };
+  mgpu_stream *s;
+  mgpu_buffer *bx, *bz;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&bx, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&bz, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_memset_async(bx, 0, 0, N * sizeof(float), s));
+  vadd_args a = {(uintptr_t)mgpu_buffer_ptr(bx), (uintptr_t)mgpu_buffer_ptr(bx),
+                 (uintptr_t)mgpu_buffer_ptr(bz), N, 2.0f};
+  /* Built (and the build's time spent) before anything is measured. */
+  ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(N / 64, 1, 1), MGPU_DIM3(64, 1, 1),
+                        &a, sizeof a));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  char path[256];
+  snprintf(path, sizeof path, "%s/mgpu-test-opencl-%d-trace.json",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  mgpu_metrics m0 = {.size = sizeof m0}, m1 = {.size = sizeof m1};
+  ASSERT_OK(mgpu_metrics_snapshot(&m0));
+  ASSERT_OK(mgpu_trace_start(path));
+  ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(N / 64, 1, 1), MGPU_DIM3(64, 1, 1),
+                        &a, sizeof a));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_trace_stop());
+  ASSERT_OK(mgpu_metrics_snapshot(&m1));
+  ASSERT(m1.dev[0].busy_ns > m0.dev[0].busy_ns);
+
+  char err[256];
+  json *j = json_parse_file(path, err, sizeof err);
+  ASSERT(j != NULL);
+  const json *ev = json_get(j, "traceEvents");
+  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
+  int spans = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *e = &ev->items[i];
+    const char *ph = json_get_string(e, "ph"), *name = json_get_string(e, "name");
+    if (ph == NULL || name == NULL || strcmp(ph, "X") != 0 ||
+        strcmp(name, "kernel vadd") != 0)
+      continue;
+    ASSERT_EQ((int)json_get_number(e, "pid", -1), 0);
+    ASSERT(json_get_number(e, "dur", 0) > 0);
+    ASSERT(json_get_number(e, "ts", -1) >= 0);
+    spans++;
+  }
+  ASSERT_EQ(spans, 1);
+  json_free(j);
+  unlink(path);
+  ASSERT_OK(mgpu_free(bx));
+  ASSERT_OK(mgpu_free(bz));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* ---- lost devices, DLPack ---- */
 
 TEST_IMPL(opencl_lost_device_by_injection) {
@@ -612,6 +673,7 @@ TEST_ENTRY(opencl_builtins_16_bit)
 TEST_ENTRY(opencl_allreduce_every_type)
 TEST_ENTRY(opencl_wait_across_devices)
 TEST_ENTRY(opencl_copy_metrics_per_path)
+TEST_ENTRY(opencl_kernel_span_and_busy_time)
 TEST_ENTRY(opencl_lost_device_by_injection)
 TEST_ENTRY(opencl_dlpack_device_memory_is_not_host)
 TEST_LIST_END
