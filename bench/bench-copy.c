@@ -7,10 +7,15 @@
  * (touched before timing); pinned memory is a buffer of mgpu_malloc_host on
  * the same device. Every figure is timed alternately with single-thread
  * memcpy of the same size between two pre-touched host buffers, rep for rep,
- * so that both see the same machine; ratio = copy / memcpy. */
+ * so that both see the same machine; ratio = copy / memcpy. On OpenCL
+ * devices each figure is also printed next to the same copy through bare
+ * OpenCL calls on the same device (bench-opencl.h: clEnqueueWriteBuffer,
+ * clEnqueueReadBuffer, clEnqueueCopyBuffer on plain cl_mem buffers, then
+ * clFinish), timed after it. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench-opencl.h"
 #include "bench.h"
 #include "cmd.h"
 
@@ -74,11 +79,37 @@ static int measure(copy_ctx *c, int kind, int reps, double *gbps,
   return rc;
 }
 
+/* The bare OpenCL calls of each case, and their host side. */
+static const struct {
+  int kind;
+  const char *name;
+} bare_cases[] = {
+    [C_H2D_PAGEABLE] = {BENCH_OCL_WRITE, "bare clEnqueueWriteBuffer"},
+    [C_H2D_PINNED] = {BENCH_OCL_WRITE, "bare clEnqueueWriteBuffer"},
+    [C_D2H_PAGEABLE] = {BENCH_OCL_READ, "bare clEnqueueReadBuffer"},
+    [C_D2H_PINNED] = {BENCH_OCL_READ, "bare clEnqueueReadBuffer"},
+    [C_D2D] = {BENCH_OCL_COPY, "bare clEnqueueCopyBuffer"}};
+
+/* The bare baselines on the device of c's stream: NULL when it is not an
+ * OpenCL device, or with a line on stderr when they cannot be had. */
+static bench_ocl *bare_open(copy_ctx *c, int dev) {
+  mgpu_device_props p = {.size = sizeof p};
+  if (mgpu_device_get_props(dev, &p) != 0 ||
+      p.backend_kind != MGPU_BACKEND_OPENCL)
+    return NULL;
+  char why[160] = "";
+  bench_ocl *o = bench_ocl_open(mgpu_stream_native(c->stream), why, sizeof why);
+  if (o == NULL)
+    fprintf(stderr, "mgpu bench copy: no bare OpenCL baseline: %s\n", why);
+  return o;
+}
+
 static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
   static const struct { int kind; const char *name; } cases[] = {
       {C_H2D_PAGEABLE, "H2D pageable"}, {C_H2D_PINNED, "H2D pinned"},
       {C_D2H_PAGEABLE, "D2H pageable"}, {C_D2H_PINNED, "D2H pinned"},
       {C_D2D, "D2D"}};
+  bench_ocl *bare = NULL;
   int rc = mgpu_malloc(&c->dev_a, dev, c->size);
   if (rc == 0) rc = mgpu_malloc(&c->dev_b, dev, c->size);
   if (rc == 0) rc = mgpu_malloc_host(&c->pinned, dev, c->size);
@@ -88,6 +119,7 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
   if (rc == 0) rc = mgpu_memset_async(c->dev_b, 0, 2, c->size, c->stream);
   if (rc == 0) memset(mgpu_buffer_ptr(c->pinned), 3, c->size);
   if (rc == 0) rc = mgpu_stream_synchronize(c->stream);
+  if (rc == 0) bare = bare_open(c, dev);
   for (size_t i = 0; rc == 0 && i < sizeof cases / sizeof cases[0]; i++) {
     double v, base;
     rc = measure(c, cases[i].kind, reps, &v, &base);
@@ -99,7 +131,17 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
     else
       snprintf(name, sizeof name, "dev %d %s %zuB", dev, cases[i].name, c->size);
     bench_report_add(r, name, "bandwidth", v, "GB/s", "memcpy 1 thread", base);
+    int k = cases[i].kind;
+    void *host = k == C_H2D_PINNED || k == C_D2H_PINNED
+                     ? mgpu_buffer_ptr(c->pinned)
+                     : c->pageable;
+    double b = bare ? bench_ocl_copy_gbps(bare, bare_cases[k].kind, host,
+                                          c->size, reps)
+                    : 0;
+    if (b > 0)
+      bench_report_add(r, name, "bandwidth", v, "GB/s", bare_cases[k].name, b);
   }
+  bench_ocl_close(bare);
   if (c->stream) mgpu_stream_destroy(c->stream);
   if (c->dev_a) mgpu_free(c->dev_a);
   if (c->dev_b) mgpu_free(c->dev_b);

@@ -15,7 +15,9 @@
  *    __global__ function: it launches the smallest built-in kernel
  *    (mgpu_fill of one element) instead; mgpu-bench-cuda (bench/cuda/)
  *    puts an empty kernel through mgpu_launch next to a bare
- *    cudaLaunchKernel.
+ *    cudaLaunchKernel. On OpenCL devices the burst is also timed through
+ *    bare OpenCL calls on the same device (bench-opencl.h): the empty
+ *    kernel's clEnqueueNDRangeKernel in a burst, then one clFinish.
  *
  *  - a channel round trip between devices 0 and 1 (8 B and 4 KiB): one
  *    thread sends on a channel 0 -> 1 and receives the echo on a channel
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench-opencl.h"
 #include "bench.h"
 
 /* ---- the baseline: a bare pthread hand-off ---- */
@@ -166,6 +169,25 @@ static int launch_us(int dev, int cuda, int iters, int reps, double *out) {
   return rc;
 }
 
+/* The bare OpenCL burst on the device of a stream of dev (bench-opencl.h);
+ * 0 with a line on stderr when there is none. */
+static double bare_opencl_launch_us(int dev, int iters, int reps) {
+  mgpu_stream *s = NULL;
+  char why[160] = "";
+  double us = 0;
+  int rc = mgpu_stream_create(&s, dev);
+  bench_ocl *o = rc == 0 ? bench_ocl_open(mgpu_stream_native(s), why,
+                                           sizeof why)
+                         : NULL;
+  if (o != NULL) us = bench_ocl_launch_us(o, iters, reps);
+  if (us == 0)
+    fprintf(stderr, "mgpu bench launch: no bare OpenCL baseline: %s\n",
+            rc != 0 ? mgpu_error_detail() : why[0] ? why : "a call failed");
+  bench_ocl_close(o);
+  if (s != NULL) mgpu_stream_destroy(s);
+  return us;
+}
+
 /* ---- channel round trip ---- */
 
 typedef struct echo {
@@ -281,6 +303,13 @@ int mgpu_bench_launch(int argc, char **argv) {
                            : "launch empty kernel burst, device 0",
                    "per_launch", l, "us", "pthread hand-off burst",
                    base_burst);
+  double bare = p.backend_kind == MGPU_BACKEND_OPENCL
+                    ? bare_opencl_launch_us(0, iters, o.reps)
+                    : 0;
+  if (bare > 0)
+    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
+                     l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",
+                     bare);
   int peer = mgpu_device_count() > 1 ? 1 : 0;
   static const size_t sizes[] = {8, 4096};
   for (int k = 0; k < 2; k++) {
