@@ -15,6 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef MGPU_TEST_OPENCL
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#endif
+
 #include "json.h"
 #include "task.h"
 #include "util/fault.h"
@@ -522,6 +527,82 @@ TEST_IMPL(opencl_copy_metrics_per_path) {
   return 0;
 }
 
+/* ---- split devices ---- */
+
+#ifdef MGPU_TEST_OPENCL
+/* The OpenCL device the queue of a stream of dev runs on. */
+static cl_device_id queue_device(int dev) {
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, dev));
+  cl_device_id id = NULL;
+  ASSERT_EQ(clGetCommandQueueInfo(mgpu_stream_native(s), CL_QUEUE_DEVICE,
+                                  sizeof id, &id, NULL), CL_SUCCESS);
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return id;
+}
+
+static cl_device_id parent_of(cl_device_id id) {
+  cl_device_id parent = NULL;
+  ASSERT_EQ(clGetDeviceInfo(id, CL_DEVICE_PARENT_DEVICE, sizeof parent,
+                            &parent, NULL), CL_SUCCESS);
+  return parent;
+}
+#endif
+
+/* opencl:0/K runs each part on a sub-device of its own where the device
+ * partitions into K (PoCL's pthread device: one per compute unit, two
+ * asked for here), else on the whole device. */
+TEST_IMPL(opencl_split_on_sub_devices) {
+#ifndef MGPU_TEST_OPENCL
+  return TEST_SKIP;
+#else
+  setenv("POCL_CPU_MAX_CU_COUNT", "2", 1);
+  OCL_INIT(n, "opencl:0/2");
+  ASSERT_EQ(n, 2);
+  cl_device_id a = queue_device(0), b = queue_device(1);
+  ASSERT(a != b);
+  ASSERT(parent_of(a) != NULL);
+  ASSERT(parent_of(a) == parent_of(b));
+  cl_uint cu = 0;
+  ASSERT_EQ(clGetDeviceInfo(a, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu,
+                            NULL), CL_SUCCESS);
+  ASSERT_EQ(cu, 1);
+  /* Both parts compute, and see each other's memory (one context). */
+  enum { N = 256 };
+  float x[N], z[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i;
+  mgpu_buffer *bx, *bz;
+  ASSERT_OK(mgpu_malloc(&bx, 0, sizeof x));
+  ASSERT_OK(mgpu_malloc(&bz, 1, sizeof z));
+  ASSERT_OK(mgpu_memcpy_htod(bx, 0, x, sizeof x));
+  ASSERT_OK(mgpu_memcpy_htod(bz, 0, x, sizeof x));
+  for (int d = 0; d < 2; d++) {
+    mgpu_stream *s;
+    ASSERT_OK(mgpu_stream_create(&s, d));
+    vadd_args args = {(uintptr_t)mgpu_buffer_ptr(bx),
+                      (uintptr_t)mgpu_buffer_ptr(bz),
+                      (uintptr_t)mgpu_buffer_ptr(bz), N, 1.0f};
+    ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(N / 64, 1, 1),
+                          MGPU_DIM3(64, 1, 1), &args, sizeof args));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_OK(mgpu_stream_destroy(s));
+  }
+  ASSERT_OK(mgpu_memcpy_dtoh(z, bz, 0, sizeof z));
+  for (int i = 0; i < N; i++) ASSERT(z[i] == 3.0f * x[i]);
+  ASSERT_OK(mgpu_free(bx));
+  ASSERT_OK(mgpu_free(bz));
+  ASSERT_OK(mgpu_shutdown());
+
+  /* Three parts of two compute units: the whole device for each. */
+  OCL_INIT(m, "opencl:0/3");
+  ASSERT_EQ(m, 3);
+  for (int d = 0; d < 3; d++)
+    ASSERT(parent_of(queue_device(d)) == NULL);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+#endif
+}
+
 /* ---- busy time and traces ---- */
 
 /* A kernel's profiling times become a span of the trace, on the device's
@@ -666,6 +747,7 @@ TEST_IMPL(opencl_dlpack_device_memory_is_not_host) {
 TEST_LIST_BEGIN
 TEST_ENTRY(opencl_tokens_parsed)
 TEST_ENTRY(opencl_devices_mix_and_split)
+TEST_ENTRY(opencl_split_on_sub_devices)
 TEST_ENTRY(opencl_kernel_variant)
 TEST_ENTRY(opencl_build_error_has_log)
 TEST_ENTRY(opencl_builtins_match_host)

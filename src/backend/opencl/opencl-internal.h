@@ -83,6 +83,9 @@ struct mgpu__bdevice {
   int ordinal;
   int split_index, split_count;
   mgpu__ocl_phys *phys;
+  /* The sub-device a split runs its queues on (subdev.c), or NULL: the
+   * whole physical device. Owned, released at close. */
+  cl_device_id sub;
   /* Set by lose (or an error that loses the device), never cleared; read
    * with __atomic builtins. lost_why is written before lost, under the
    * registry lock. */
@@ -202,6 +205,13 @@ void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
                         size_t bytes);
 void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle);
 void mgpu__ocl_trace_stream_free(mgpu__bstream *s);
+
+/* subdev.c: sub-device index of ph partitioned equally into count (for
+ * mgpu device id), or NULL (logged at info) where the device cannot be;
+ * the caller owns it (release). */
+cl_device_id mgpu__ocl_subdevice_get(mgpu__ocl_phys *ph, int id, int index,
+                                     int count);
+void mgpu__ocl_subdevice_release(cl_device_id sub);
 
 /* kernels.c */
 int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,

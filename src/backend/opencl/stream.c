@@ -146,8 +146,8 @@ int mgpu__ocl_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   cl_queue_properties props[] = {CL_QUEUE_PROPERTIES,
                                  CL_QUEUE_PROFILING_ENABLE, 0};
   cl_int err = CL_SUCCESS;
-  s->q = clCreateCommandQueueWithProperties(d->phys->ctx, d->phys->dev, props,
-                                            &err);
+  s->q = clCreateCommandQueueWithProperties(
+      d->phys->ctx, d->sub != NULL ? d->sub : d->phys->dev, props, &err);
   if (err != CL_SUCCESS) {
     free(s);
     return mgpu__ocl_fail(d, err, "clCreateCommandQueueWithProperties");
