@@ -11,7 +11,7 @@
  * devices each figure is also printed next to the same copy through bare
  * OpenCL calls on the same device (bench-opencl.h: clEnqueueWriteBuffer,
  * clEnqueueReadBuffer, clEnqueueCopyBuffer on plain cl_mem buffers, then
- * clFinish), timed after it. */
+ * clFinish), timed in the same alternation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,31 +55,7 @@ static int run(copy_ctx *c, int kind) {
   return rc ? rc : mgpu_stream_synchronize(c->stream);
 }
 
-/* Median GB/s of kind and of memcpy, timed alternately after a warm-up. */
-static int measure(copy_ctx *c, int kind, int reps, double *gbps,
-                   double *memcpy_gbps) {
-  double *t = calloc((size_t)reps, sizeof *t), *b = calloc((size_t)reps, sizeof *b);
-  int rc = t && b ? 0 : MGPU_ENOMEM;
-  if (rc == 0) rc = run(c, kind);
-  if (rc == 0) rc = run(c, C_MEMCPY);
-  for (int r = 0; r < reps && rc == 0; r++) {
-    double t0 = bench_now();
-    rc = run(c, kind);
-    double t1 = bench_now();
-    run(c, C_MEMCPY);
-    t[r] = t1 - t0;
-    b[r] = bench_now() - t1;
-  }
-  if (rc == 0) {
-    *gbps = (double)c->size / bench_median(t, reps) / 1e9;
-    *memcpy_gbps = (double)c->size / bench_median(b, reps) / 1e9;
-  }
-  free(t);
-  free(b);
-  return rc;
-}
-
-/* The bare OpenCL calls of each case, and their host side. */
+/* The bare OpenCL calls of each case (bench-opencl.h). */
 static const struct {
   int kind;
   const char *name;
@@ -90,6 +66,49 @@ static const struct {
     [C_D2H_PINNED] = {BENCH_OCL_READ, "bare clEnqueueReadBuffer"},
     [C_D2D] = {BENCH_OCL_COPY, "bare clEnqueueCopyBuffer"}};
 
+/* The host side of kind. */
+static void *host_of(copy_ctx *c, int kind) {
+  return kind == C_H2D_PINNED || kind == C_D2H_PINNED
+             ? mgpu_buffer_ptr(c->pinned)
+             : c->pageable;
+}
+
+/* Median GB/s of kind, of memcpy, and (bare not NULL) of the bare OpenCL
+ * copy, timed alternately, rep for rep, after a warm-up; *bare_gbps is 0
+ * when a bare call failed. */
+static int measure(copy_ctx *c, int kind, int reps, double *gbps,
+                   double *memcpy_gbps, bench_ocl *bare, double *bare_gbps) {
+  double *t = calloc((size_t)reps, sizeof *t), *b = calloc((size_t)reps, sizeof *b);
+  double *o = calloc((size_t)reps, sizeof *o);
+  int rc = t && b && o ? 0 : MGPU_ENOMEM;
+  int bare_ok = bare != NULL;
+  int bk = bare_cases[kind].kind;
+  void *host = host_of(c, kind);
+  if (rc == 0) rc = run(c, kind);
+  if (rc == 0) rc = run(c, C_MEMCPY);
+  if (bare_ok) bare_ok = bench_ocl_copy_once(bare, bk, host) == 0;
+  for (int r = 0; r < reps && rc == 0; r++) {
+    double t0 = bench_now();
+    rc = run(c, kind);
+    double t1 = bench_now();
+    run(c, C_MEMCPY);
+    double t2 = bench_now();
+    if (bare_ok) bare_ok = bench_ocl_copy_once(bare, bk, host) == 0;
+    t[r] = t1 - t0;
+    b[r] = t2 - t1;
+    o[r] = bench_now() - t2;
+  }
+  if (rc == 0) {
+    *gbps = (double)c->size / bench_median(t, reps) / 1e9;
+    *memcpy_gbps = (double)c->size / bench_median(b, reps) / 1e9;
+    *bare_gbps = bare_ok ? (double)c->size / bench_median(o, reps) / 1e9 : 0;
+  }
+  free(t);
+  free(b);
+  free(o);
+  return rc;
+}
+
 /* The bare baselines on the device of c's stream: NULL when it is not an
  * OpenCL device, or with a line on stderr when they cannot be had. */
 static bench_ocl *bare_open(copy_ctx *c, int dev) {
@@ -99,6 +118,11 @@ static bench_ocl *bare_open(copy_ctx *c, int dev) {
     return NULL;
   char why[160] = "";
   bench_ocl *o = bench_ocl_open(mgpu_stream_native(c->stream), why, sizeof why);
+  if (o != NULL && bench_ocl_copy_prepare(o, c->pageable, c->size) != 0) {
+    snprintf(why, sizeof why, "its buffers could not be made");
+    bench_ocl_close(o);
+    o = NULL;
+  }
   if (o == NULL)
     fprintf(stderr, "mgpu bench copy: no bare OpenCL baseline: %s\n", why);
   return o;
@@ -121,8 +145,8 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
   if (rc == 0) rc = mgpu_stream_synchronize(c->stream);
   if (rc == 0) bare = bare_open(c, dev);
   for (size_t i = 0; rc == 0 && i < sizeof cases / sizeof cases[0]; i++) {
-    double v, base;
-    rc = measure(c, cases[i].kind, reps, &v, &base);
+    double v, base, b = 0;
+    rc = measure(c, cases[i].kind, reps, &v, &base, bare, &b);
     if (rc != 0) break;
     char name[96];
     if (c->size % ((size_t)1 << 20) == 0)
@@ -131,15 +155,9 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
     else
       snprintf(name, sizeof name, "dev %d %s %zuB", dev, cases[i].name, c->size);
     bench_report_add(r, name, "bandwidth", v, "GB/s", "memcpy 1 thread", base);
-    int k = cases[i].kind;
-    void *host = k == C_H2D_PINNED || k == C_D2H_PINNED
-                     ? mgpu_buffer_ptr(c->pinned)
-                     : c->pageable;
-    double b = bare ? bench_ocl_copy_gbps(bare, bare_cases[k].kind, host,
-                                          c->size, reps)
-                    : 0;
     if (b > 0)
-      bench_report_add(r, name, "bandwidth", v, "GB/s", bare_cases[k].name, b);
+      bench_report_add(r, name, "bandwidth", v, "GB/s",
+                       bare_cases[cases[i].kind].name, b);
   }
   bench_ocl_close(bare);
   if (c->stream) mgpu_stream_destroy(c->stream);

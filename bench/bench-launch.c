@@ -17,7 +17,8 @@
  *    puts an empty kernel through mgpu_launch next to a bare
  *    cudaLaunchKernel. On OpenCL devices the burst is also timed through
  *    bare OpenCL calls on the same device (bench-opencl.h): the empty
- *    kernel's clEnqueueNDRangeKernel in a burst, then one clFinish.
+ *    kernel's clEnqueueNDRangeKernel in a burst, then one clFinish, each
+ *    bare burst right after an mgpu one.
  *
  *  - a channel round trip between devices 0 and 1 (8 B and 4 KiB): one
  *    thread sends on a channel 0 -> 1 and receives the echo on a channel
@@ -147,45 +148,49 @@ static int launch_once(mgpu_stream *s, mgpu_buffer *one, int cuda) {
                      sizeof arg);
 }
 
-/* Median microseconds per launch in bursts of iters launches + a sync. */
-static int launch_us(int dev, int cuda, int iters, int reps, double *out) {
+/* The bare OpenCL bursts on the device of s (bench-opencl.h), or NULL
+ * with a line on stderr. */
+static bench_ocl *bare_open(mgpu_stream *s) {
+  char why[160] = "";
+  bench_ocl *o = bench_ocl_open(mgpu_stream_native(s), why, sizeof why);
+  if (o == NULL)
+    fprintf(stderr, "mgpu bench launch: no bare OpenCL baseline: %s\n", why);
+  return o;
+}
+
+/* Median microseconds per launch in bursts of iters launches + a sync;
+ * on an OpenCL device (opencl) also *bare_out, the bare OpenCL burst
+ * timed after each, rep for rep (0 when there is none). */
+static int launch_us(int dev, int cuda, int opencl, int iters, int reps,
+                     double *out, double *bare_out) {
   mgpu_stream *s = NULL;
   mgpu_buffer *one = NULL;
+  bench_ocl *bare = NULL;
   int rc = mgpu_stream_create(&s, dev);
   if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
+  if (rc == 0 && opencl) bare = bare_open(s);
   double *v = malloc((size_t)reps * sizeof *v);
+  double *b = malloc((size_t)reps * sizeof *b);
+  int bare_ok = bare != NULL && bench_ocl_launch_burst(bare, iters) == 0;
   for (int i = 0; rc == 0 && i < iters; i++) rc = launch_once(s, one, cuda);
   if (rc == 0) rc = mgpu_stream_synchronize(s);
   for (int r = 0; rc == 0 && r < reps; r++) {
     double t0 = bench_now();
     for (int i = 0; rc == 0 && i < iters; i++) rc = launch_once(s, one, cuda);
     if (rc == 0) rc = mgpu_stream_synchronize(s);
-    v[r] = (bench_now() - t0) / iters * 1e6;
+    double t1 = bench_now();
+    v[r] = (t1 - t0) / iters * 1e6;
+    if (bare_ok) bare_ok = bench_ocl_launch_burst(bare, iters) == 0;
+    b[r] = (bench_now() - t1) / iters * 1e6;
   }
   if (rc == 0) *out = bench_median(v, reps);
+  *bare_out = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
   free(v);
+  free(b);
+  bench_ocl_close(bare);
   if (one) mgpu_free(one);
   if (s) mgpu_stream_destroy(s);
   return rc;
-}
-
-/* The bare OpenCL burst on the device of a stream of dev (bench-opencl.h);
- * 0 with a line on stderr when there is none. */
-static double bare_opencl_launch_us(int dev, int iters, int reps) {
-  mgpu_stream *s = NULL;
-  char why[160] = "";
-  double us = 0;
-  int rc = mgpu_stream_create(&s, dev);
-  bench_ocl *o = rc == 0 ? bench_ocl_open(mgpu_stream_native(s), why,
-                                           sizeof why)
-                         : NULL;
-  if (o != NULL) us = bench_ocl_launch_us(o, iters, reps);
-  if (us == 0)
-    fprintf(stderr, "mgpu bench launch: no bare OpenCL baseline: %s\n",
-            rc != 0 ? mgpu_error_detail() : why[0] ? why : "a call failed");
-  bench_ocl_close(o);
-  if (s != NULL) mgpu_stream_destroy(s);
-  return us;
 }
 
 /* ---- channel round trip ---- */
@@ -291,8 +296,9 @@ int mgpu_bench_launch(int argc, char **argv) {
     bench_report_add(r, name, "latency", rod, "us", "mutex+cond ping-pong", cv);
   }
   double base_burst = handoff_burst_us(iters, o.reps);
-  double l = 0;
-  rc = launch_us(0, cuda, iters, o.reps, &l);
+  double l = 0, bare = 0;
+  rc = launch_us(0, cuda, p.backend_kind == MGPU_BACKEND_OPENCL, iters, o.reps,
+                 &l, &bare);
   if (rc != 0) {
     fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
             mgpu_error_detail());
@@ -303,9 +309,6 @@ int mgpu_bench_launch(int argc, char **argv) {
                            : "launch empty kernel burst, device 0",
                    "per_launch", l, "us", "pthread hand-off burst",
                    base_burst);
-  double bare = p.backend_kind == MGPU_BACKEND_OPENCL
-                    ? bare_opencl_launch_us(0, iters, o.reps)
-                    : 0;
   if (bare > 0)
     bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
                      l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",

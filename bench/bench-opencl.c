@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bench.h"
-
 #ifndef MGPU_BENCH_OPENCL
 
 bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
@@ -16,15 +14,19 @@ bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
   return NULL;
 }
 void bench_ocl_close(bench_ocl *o) { (void)o; }
-double bench_ocl_launch_us(bench_ocl *o, int iters, int reps) {
-  (void)o, (void)iters, (void)reps;
-  return 0;
+int bench_ocl_launch_burst(bench_ocl *o, int iters) {
+  (void)o, (void)iters;
+  return -1;
 }
-double bench_ocl_copy_gbps(bench_ocl *o, int kind, void *host, size_t size,
-                           int reps) {
-  (void)o, (void)kind, (void)host, (void)size, (void)reps;
-  return 0;
+int bench_ocl_copy_prepare(bench_ocl *o, void *host, size_t size) {
+  (void)o, (void)host, (void)size;
+  return -1;
 }
+int bench_ocl_copy_once(bench_ocl *o, int kind, void *host) {
+  (void)o, (void)kind, (void)host;
+  return -1;
+}
+void bench_ocl_copy_release(bench_ocl *o) { (void)o; }
 
 #else
 
@@ -53,6 +55,8 @@ struct bench_ocl {
   cl_command_queue q;
   cl_program prog;
   cl_kernel empty;
+  cl_mem a, b; /* the copies' buffers (prepare), or NULL */
+  size_t size;
 };
 
 bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
@@ -116,6 +120,7 @@ bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
 
 void bench_ocl_close(bench_ocl *o) {
   if (o == NULL) return;
+  bench_ocl_copy_release(o);
   if (o->empty != NULL) o->clReleaseKernel(o->empty);
   if (o->prog != NULL) o->clReleaseProgram(o->prog);
   if (o->q != NULL) o->clReleaseCommandQueue(o->q);
@@ -123,7 +128,7 @@ void bench_ocl_close(bench_ocl *o) {
   free(o);
 }
 
-static int launch_burst(bench_ocl *o, int iters) {
+int bench_ocl_launch_burst(bench_ocl *o, int iters) {
   size_t one = 1;
   for (int i = 0; i < iters; i++)
     if (o->clEnqueueNDRangeKernel(o->q, o->empty, 1, NULL, &one, &one, 0,
@@ -132,57 +137,40 @@ static int launch_burst(bench_ocl *o, int iters) {
   return o->clFinish(o->q) == CL_SUCCESS ? 0 : -1;
 }
 
-double bench_ocl_launch_us(bench_ocl *o, int iters, int reps) {
-  double *v = malloc((size_t)reps * sizeof *v);
-  int rc = v != NULL ? launch_burst(o, iters) : -1; /* warm-up */
-  for (int r = 0; rc == 0 && r < reps; r++) {
-    double t0 = bench_now();
-    rc = launch_burst(o, iters);
-    v[r] = (bench_now() - t0) / iters * 1e6;
-  }
-  double m = rc == 0 ? bench_median(v, reps) : 0;
-  free(v);
-  return m;
-}
-
-static int copy_once(bench_ocl *o, int kind, cl_mem a, cl_mem b, void *host,
-                     size_t size) {
+int bench_ocl_copy_once(bench_ocl *o, int kind, void *host) {
   cl_int err;
   if (kind == BENCH_OCL_WRITE)
-    err = o->clEnqueueWriteBuffer(o->q, a, CL_FALSE, 0, size, host, 0, NULL,
-                                  NULL);
+    err = o->clEnqueueWriteBuffer(o->q, o->a, CL_FALSE, 0, o->size, host, 0,
+                                  NULL, NULL);
   else if (kind == BENCH_OCL_READ)
-    err = o->clEnqueueReadBuffer(o->q, a, CL_FALSE, 0, size, host, 0, NULL,
-                                 NULL);
+    err = o->clEnqueueReadBuffer(o->q, o->a, CL_FALSE, 0, o->size, host, 0,
+                                 NULL, NULL);
   else
-    err = o->clEnqueueCopyBuffer(o->q, a, b, 0, 0, size, 0, NULL, NULL);
+    err = o->clEnqueueCopyBuffer(o->q, o->a, o->b, 0, 0, o->size, 0, NULL,
+                                 NULL);
   if (err == CL_SUCCESS) err = o->clFinish(o->q);
   return err == CL_SUCCESS ? 0 : -1;
 }
 
-double bench_ocl_copy_gbps(bench_ocl *o, int kind, void *host, size_t size,
-                           int reps) {
+int bench_ocl_copy_prepare(bench_ocl *o, void *host, size_t size) {
+  bench_ocl_copy_release(o);
   cl_int err = CL_SUCCESS;
-  cl_mem a = o->clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
-  cl_mem b = err == CL_SUCCESS ? o->clCreateBuffer(o->ctx, CL_MEM_READ_WRITE,
-                                                   size, NULL, &err)
-                               : NULL;
-  double *t = malloc((size_t)reps * sizeof *t);
-  int rc = err == CL_SUCCESS && t != NULL ? 0 : -1;
+  o->size = size;
+  o->a = o->clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
+  if (err == CL_SUCCESS)
+    o->b = o->clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
   /* Every page of both buffers touched before timing. */
-  if (rc == 0) rc = copy_once(o, BENCH_OCL_WRITE, a, NULL, host, size);
-  if (rc == 0) rc = copy_once(o, BENCH_OCL_WRITE, b, NULL, host, size);
-  if (rc == 0) rc = copy_once(o, kind, a, b, host, size); /* warm-up */
-  for (int r = 0; rc == 0 && r < reps; r++) {
-    double t0 = bench_now();
-    rc = copy_once(o, kind, a, b, host, size);
-    t[r] = bench_now() - t0;
-  }
-  double gbps = rc == 0 ? (double)size / bench_median(t, reps) / 1e9 : 0;
-  free(t);
-  if (a != NULL) o->clReleaseMemObject(a);
-  if (b != NULL) o->clReleaseMemObject(b);
-  return gbps;
+  int rc = err == CL_SUCCESS ? bench_ocl_copy_once(o, BENCH_OCL_WRITE, host)
+                             : -1;
+  if (rc == 0) rc = bench_ocl_copy_once(o, BENCH_OCL_COPY, host);
+  if (rc != 0) bench_ocl_copy_release(o);
+  return rc;
+}
+
+void bench_ocl_copy_release(bench_ocl *o) {
+  if (o->a != NULL) o->clReleaseMemObject(o->a);
+  if (o->b != NULL) o->clReleaseMemObject(o->b);
+  o->a = o->b = NULL;
 }
 
 #endif /* MGPU_BENCH_OPENCL */

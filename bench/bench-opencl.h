@@ -23,10 +23,9 @@ typedef struct bench_ocl bench_ocl;
 bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size);
 void bench_ocl_close(bench_ocl *o);
 
-/* Median microseconds per launch of an empty kernel, in bursts of iters
- * bare clEnqueueNDRangeKernel calls followed by one clFinish, over reps
- * bursts after a warm-up; 0 when a call failed. */
-double bench_ocl_launch_us(bench_ocl *o, int iters, int reps);
+/* One burst: iters bare clEnqueueNDRangeKernel calls of an empty kernel,
+ * then one clFinish. 0, or -1 when a call failed. */
+int bench_ocl_launch_burst(bench_ocl *o, int iters);
 
 enum {
   BENCH_OCL_WRITE, /* clEnqueueWriteBuffer from host */
@@ -34,11 +33,13 @@ enum {
   BENCH_OCL_COPY   /* clEnqueueCopyBuffer between two buffers */
 };
 
-/* Median GB/s of one blocking-free copy of size bytes of kind plus
- * clFinish, over reps runs after a warm-up, on cl_mem buffers of the
- * device; host (size bytes, touched) is the host side of WRITE and READ.
- * 0 when a call failed. */
-double bench_ocl_copy_gbps(bench_ocl *o, int kind, void *host, size_t size,
-                           int reps);
+/* Makes two cl_mem buffers of size bytes on the device and touches every
+ * page from host (size bytes): the buffers of bench_ocl_copy_once until
+ * bench_ocl_copy_release (or close). 0, or -1 when a call failed. */
+int bench_ocl_copy_prepare(bench_ocl *o, void *host, size_t size);
+/* One copy of kind of the prepared size, then clFinish; host is the host
+ * side of WRITE and READ. 0, or -1 when a call failed. */
+int bench_ocl_copy_once(bench_ocl *o, int kind, void *host);
+void bench_ocl_copy_release(bench_ocl *o);
 
 #endif /* MGPU_BENCH_OPENCL_H */
