@@ -17,8 +17,7 @@
 
 #include "opencl-internal.h"
 
-/* 1 if ph's device lists CL_DEVICE_PARTITION_EQUALLY among its
- * partition types. */
+/* 1 if dev lists CL_DEVICE_PARTITION_EQUALLY among its partition types. */
 static int partitions_equally(cl_device_id dev) {
   cl_device_partition_property types[8];
   size_t size = 0;
