@@ -5,9 +5,8 @@
  *    2 devices (or what is open), per iteration: a captured graph of two
  *    iterations launched again and again, next to the same iterations
  *    issued op by op (the loop a program would otherwise write), in the
- *    same run;
- *  - a chain of 8 empty kernel launches on device 0: one graph launch next
- *    to 8 mgpu_launch calls.
+ *    same run. (A chain of 8 launches as one graph next to the 8 launches
+ *    is a row of `mgpu bench launch`.)
  *
  * Each figure is the median of --reps runs after a warm-up; the ratio is
  * graph / op by op (below 1: the graph is faster).
@@ -42,53 +41,6 @@ static int jacobi_us(int ndev, int n, int iters, int reps, int graph,
   if (x != NULL) mgpu_graph_exec_destroy(x);
   if (g != NULL) mgpu_graph_destroy(g);
   jacobi_free(&j);
-  free(v);
-  return rc;
-}
-
-static void empty_kernel(const mgpu_kernel_ctx *ctx, const void *args) {
-  (void)ctx;
-  (void)args;
-}
-
-static const mgpu_kernel empty = {"empty", empty_kernel, NULL, NULL};
-
-enum { CHAIN = 8 };
-
-static int chain(mgpu_stream *s) {
-  int rc = 0, arg = 0;
-  for (int k = 0; k < CHAIN && rc == 0; k++)
-    rc = mgpu_launch(s, &empty, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), &arg,
-                     sizeof arg);
-  return rc;
-}
-
-/* Median microseconds per chain of CHAIN empty kernels, iters chains in a
- * burst and one synchronize. */
-static int chain_us(int iters, int reps, int graph, double *out) {
-  mgpu_stream *s = NULL;
-  mgpu_graph *g = NULL;
-  mgpu_graph_exec *x = NULL;
-  double *v = malloc((size_t)reps * sizeof *v);
-  int rc = v == NULL ? MGPU_ENOMEM : mgpu_stream_create(&s, 0);
-  if (rc == 0 && graph) {
-    rc = mgpu_stream_begin_capture(s);
-    if (rc == 0) rc = chain(s);
-    int end = mgpu_stream_end_capture(s, &g);
-    if (rc == 0) rc = end;
-    if (rc == 0) rc = mgpu_graph_instantiate(g, &x);
-  }
-  for (int r = -1; r < reps && rc == 0; r++) {
-    double t0 = bench_now();
-    for (int i = 0; i < iters && rc == 0; i++)
-      rc = graph ? mgpu_graph_launch(x, s) : chain(s);
-    if (rc == 0) rc = mgpu_stream_synchronize(s);
-    if (r >= 0) v[r] = (bench_now() - t0) / iters * 1e6;
-  }
-  if (rc == 0) *out = bench_median(v, reps);
-  if (x != NULL) mgpu_graph_exec_destroy(x);
-  if (g != NULL) mgpu_graph_destroy(g);
-  if (s != NULL) mgpu_stream_destroy(s);
   free(v);
   return rc;
 }
@@ -128,13 +80,6 @@ int mgpu_bench_graph(int argc, char **argv) {
              ndev > 1 ? "s" : "");
     bench_report_add(r, name, "per_iter", by_graph, "us", "op by op", by_op);
   }
-  int iters = o.quick ? 50 : 1000;
-  double by_op = 0, by_graph = 0;
-  rc = chain_us(iters, o.reps, 0, &by_op);
-  if (rc == 0) rc = chain_us(iters, o.reps, 1, &by_graph);
-  if (rc != 0) return failed(r, o.json, rc);
-  bench_report_add(r, "8 empty kernels, device 0", "per_chain", by_graph,
-                   "us", "8 launches", by_op);
   bench_report_finish(r, o.json);
   return 0;
 }

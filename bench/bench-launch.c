@@ -19,6 +19,9 @@
  *    bare OpenCL calls on the same device (bench-opencl.h): the empty
  *    kernel's clEnqueueNDRangeKernel in a burst, then one clFinish, each
  *    bare burst right after an mgpu one.
+ *  - the same launches in chains of 8: one launch of a graph captured from
+ *    the 8 (mgpu_stream_begin_capture) next to the 8 issued one by one, in
+ *    the same run (below 1: the replay is cheaper than the launches);
  *
  *  - a channel round trip between devices 0 and 1 (8 B and 4 KiB): one
  *    thread sends on a channel 0 -> 1 and receives the echo on a channel
@@ -136,6 +139,8 @@ static void empty_kernel(const mgpu_kernel_ctx *ctx, const void *args) {
 static const mgpu_kernel empty = {"empty", empty_kernel, NULL,
                                   "__kernel void empty(int arg) {}\n"};
 
+enum { CHAIN = 8 }; /* launches in a captured chain */
+
 /* One launch: the empty kernel on host devices, a one-element fill on
  * CUDA devices (see the top of the file). */
 static int launch_once(mgpu_stream *s, mgpu_buffer *one, int cuda) {
@@ -148,6 +153,13 @@ static int launch_once(mgpu_stream *s, mgpu_buffer *one, int cuda) {
                      sizeof arg);
 }
 
+/* Issues len launches on s (launch_once each). */
+static int run_len(mgpu_stream *s, mgpu_buffer *one, int cuda, int len) {
+  int rc = 0;
+  for (int k = 0; k < len && rc == 0; k++) rc = launch_once(s, one, cuda);
+  return rc;
+}
+
 /* The bare OpenCL bursts on the device of s (bench-opencl.h), or NULL
  * with a line on stderr. */
 static bench_ocl *bare_open(mgpu_stream *s) {
@@ -158,38 +170,51 @@ static bench_ocl *bare_open(mgpu_stream *s) {
   return o;
 }
 
-/* Median microseconds per launch in bursts of iters launches + a sync;
- * on an OpenCL device (opencl) also *bare_out, the bare OpenCL burst
- * timed after each, rep for rep (0 when there is none). */
-static int launch_us(int dev, int cuda, int opencl, int iters, int reps,
-                     double *out, double *bare_out) {
+/* Median microseconds per item in bursts of iters items and one
+ * synchronize, after a warm-up burst. An item is len launches issued one by
+ * one, or with graph one launch of a graph captured from those len
+ * launches. bare_out not NULL (an OpenCL device): also the median of the
+ * bare OpenCL burst of iters * len launches timed right after each mgpu
+ * burst, per item (0 when there is none). */
+static int burst_us(int dev, int cuda, int len, int graph, int iters,
+                    int reps, double *out, double *bare_out) {
   mgpu_stream *s = NULL;
   mgpu_buffer *one = NULL;
+  mgpu_graph *g = NULL;
+  mgpu_graph_exec *x = NULL;
   bench_ocl *bare = NULL;
-  int rc = mgpu_stream_create(&s, dev);
-  if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
-  if (rc == 0 && opencl) bare = bare_open(s);
   double *v = malloc((size_t)reps * sizeof *v);
   double *b = malloc((size_t)reps * sizeof *b);
-  int bare_ok = bare != NULL && bench_ocl_launch_burst(bare, iters) == 0;
-  for (int i = 0; rc == 0 && i < iters; i++) rc = launch_once(s, one, cuda);
-  if (rc == 0) rc = mgpu_stream_synchronize(s);
-  for (int r = 0; rc == 0 && r < reps; r++) {
+  int rc = v == NULL || b == NULL ? MGPU_ENOMEM : mgpu_stream_create(&s, dev);
+  if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
+  if (rc == 0 && bare_out != NULL) bare = bare_open(s);
+  int bare_ok = bare != NULL;
+  if (rc == 0 && graph) {
+    rc = mgpu_stream_begin_capture(s);
+    if (rc == 0) rc = run_len(s, one, cuda, len);
+    int end = mgpu_stream_end_capture(s, &g);
+    if (rc == 0) rc = end;
+    if (rc == 0) rc = mgpu_graph_instantiate(g, &x);
+  }
+  for (int r = -1; rc == 0 && r < reps; r++) { /* -1: warm-up */
     double t0 = bench_now();
-    for (int i = 0; rc == 0 && i < iters; i++) rc = launch_once(s, one, cuda);
+    for (int i = 0; rc == 0 && i < iters; i++)
+      rc = graph ? mgpu_graph_launch(x, s) : run_len(s, one, cuda, len);
     if (rc == 0) rc = mgpu_stream_synchronize(s);
     double t1 = bench_now();
-    v[r] = (t1 - t0) / iters * 1e6;
-    if (bare_ok) bare_ok = bench_ocl_launch_burst(bare, iters) == 0;
-    b[r] = (bench_now() - t1) / iters * 1e6;
+    if (r >= 0) v[r] = (t1 - t0) / iters * 1e6;
+    if (bare_ok) bare_ok = bench_ocl_launch_burst(bare, iters * len) == 0;
+    if (r >= 0) b[r] = (bench_now() - t1) / iters * 1e6;
   }
   if (rc == 0) *out = bench_median(v, reps);
-  *bare_out = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
-  free(v);
-  free(b);
+  if (bare_out != NULL) *bare_out = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
   bench_ocl_close(bare);
+  if (x) mgpu_graph_exec_destroy(x);
+  if (g) mgpu_graph_destroy(g);
   if (one) mgpu_free(one);
   if (s) mgpu_stream_destroy(s);
+  free(v);
+  free(b);
   return rc;
 }
 
@@ -296,9 +321,13 @@ int mgpu_bench_launch(int argc, char **argv) {
     bench_report_add(r, name, "latency", rod, "us", "mutex+cond ping-pong", cv);
   }
   double base_burst = handoff_burst_us(iters, o.reps);
-  double l = 0, bare = 0;
-  rc = launch_us(0, cuda, p.backend_kind == MGPU_BACKEND_OPENCL, iters, o.reps,
-                 &l, &bare);
+  double l = 0, by_op = 0, by_graph = 0, bare = 0;
+  rc = burst_us(0, cuda, 1, 0, iters, o.reps, &l,
+                p.backend_kind == MGPU_BACKEND_OPENCL ? &bare : NULL);
+  if (rc == 0)
+    rc = burst_us(0, cuda, CHAIN, 0, iters / CHAIN, o.reps, &by_op, NULL);
+  if (rc == 0)
+    rc = burst_us(0, cuda, CHAIN, 1, iters / CHAIN, o.reps, &by_graph, NULL);
   if (rc != 0) {
     fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
             mgpu_error_detail());
@@ -313,6 +342,11 @@ int mgpu_bench_launch(int argc, char **argv) {
     bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
                      l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",
                      bare);
+  char chain[96];
+  snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
+           cuda ? "fills(1 elem)" : "empty kernels");
+  bench_report_add(r, chain, "per_chain", by_graph, "us",
+                   "the same launches one by one", by_op);
   int peer = mgpu_device_count() > 1 ? 1 : 0;
   static const size_t sizes[] = {8, 4096};
   for (int k = 0; k < 2; k++) {

@@ -118,4 +118,9 @@ fresh_objs
 plant CMakeFiles/mgpu_tool.dir/tools plant 'int cudaMalloc(void **p, unsigned long n); int f(void) { void *p; return cudaMalloc(&p, 1); }'
 expect_sym CMakeFiles/mgpu_tool.dir/tools/plant.c.o cudaMalloc "only the cuda plugin"
 
+# mgpu._core, which `import mgpu` loads, calls no MPI (only mgpu._mpi does).
+fresh_objs
+plant python/CMakeFiles/mgpu_python.dir plant 'int MPI_Initialized(int *flag); int f(void) { int y; return MPI_Initialized(&y); }'
+expect_sym python/CMakeFiles/mgpu_python.dir/plant.c.o MPI_Initialized "only the MPI module"
+
 echo "check-layers: every wrong reference was refused"

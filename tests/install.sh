@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the build into a temporary prefix, then:
 # - reads the NEEDED entries of every installed ELF file and of the Python
-#   extension: only the CUDA side links CUDA or NCCL, only the MPI side MPI;
+#   package's files: only the CUDA side links CUDA or NCCL, only the MPI side
+#   MPI (mgpu._mpi, never mgpu._core);
+# - runs the installed Python package: `import mgpu` maps no MPI, and
+#   mgpu.mpi runs under mpirun;
 # - runs every installed program without LD_LIBRARY_PATH (their RUNPATH is
 #   $ORIGIN-relative), and the command and `import mgpu` (with the README's
 #   Python block) under a loader that cannot find CUDA's libraries;
@@ -16,14 +19,17 @@ fail() { echo "install: FAIL: $*" >&2; exit 1; }
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 libdir=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
 libdir=${libdir%/}
-# The wheel's files (the extension and the CUDA plugin beside it), as
-# scikit-build-core installs them, where the build has the extension. A
-# plain install leaves them out.
+# The wheel's files (the extensions, the shared libraries they link and the
+# CUDA plugin beside them), as scikit-build-core installs them, where the
+# build has the extension; with the package's Python files, the installed
+# package in $tmp/pkg. A plain install leaves them out.
 [ ! -e "$tmp/prefix/mgpu" ] || fail "make install put the Python package's files at the prefix's root"
 ext=""
 if ls "$build"/python/mgpu/_core*.so >/dev/null 2>&1; then
   cmake --install "$build" --component python --prefix "$tmp/wheel" >/dev/null
-  ext=$(ls "$tmp"/wheel/mgpu/_core*.so)
+  ext=$(ls "$tmp"/wheel/mgpu/*.so*)
+  mkdir -p "$tmp/pkg/mgpu"
+  cp "$src"/python/mgpu/*.py "$tmp"/wheel/mgpu/* "$tmp/pkg/mgpu/"
 fi
 built_with=$(env -u LD_LIBRARY_PATH "$tmp/prefix/bin/mgpu" version --json) ||
   fail "the installed mgpu version --json did not run"
@@ -34,8 +40,8 @@ has() {
 # NEEDED entries. The CUDA plugin and the demo's CUDA kernels (both opened
 # with dlopen, only on CUDA devices) may link CUDA's runtime; nothing links
 # libcuda or libnccl (the plugin opens NCCL with dlopen). MPI only for the
-# MPI module, the helpers that are MPI programs and the extension (whose
-# mgpu.mpi part is compiled in).
+# MPI module, the helpers that are MPI programs and the Python package's
+# mgpu._mpi (mgpu.mpi): `import mgpu` loads no MPI.
 elves=$(find "$tmp/prefix" -type f | while read -r f; do
   if [ "$(head -c4 "$f" | tail -c3)" = "ELF" ]; then echo "$f"; fi; done)
 [ -n "$elves" ] || fail "no ELF file installed"
@@ -51,13 +57,61 @@ for f in $elves $ext; do
       libcuda.so*|libnccl.so*)
         fail "$f carries NEEDED $lib: CUDA's driver and NCCL are opened with dlopen" ;;
       libmpi.so*|libmpich.so*)
-        case "$name" in libmgpu_mpi.so*|mgpu-bench-mpi|mpi_allreduce|mpi_jacobi|_core*.so) ;;
+        case "$name" in libmgpu_mpi.so*|mgpu-bench-mpi|mpi_allreduce|mpi_jacobi|_mpi.*.so) ;;
           *) fail "$f carries NEEDED $lib: only the MPI module may link MPI" ;; esac ;;
     esac
   done
   checked=$((checked + 1))
 done
 echo "install: NEEDED entries of $checked files ok"
+
+# Open MPI is not sanitizer-clean (it leaks at finalize): MPI programs run in
+# plain builds only.
+sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
+
+# The Python package: each extension finds the libmgpu libraries it links
+# beside it through an $ORIGIN RUNPATH, one file each (a wheel holds no
+# links); `import mgpu` maps no MPI library, and mgpu.mpi runs under mpirun
+# (where it was built, with mpi4py and outside sanitizer builds).
+if [ -n "$ext" ]; then
+  for f in "$tmp"/pkg/mgpu/_*.so; do
+    runpath=$(readelf -d "$f" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+    [ "$runpath" = '$ORIGIN' ] || fail "$f has RUNPATH '$runpath', not \$ORIGIN"
+    for lib in $(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(libmgpu.*\)\]/\1/p'); do
+      [ -f "$tmp/pkg/mgpu/$lib" ] && [ ! -L "$tmp/wheel/mgpu/$lib" ] ||
+        fail "$lib, linked by $(basename "$f"), is not a file beside it"
+    done
+  done
+  ! ls "$tmp"/wheel/mgpu/libmgpu*.so.*.* >/dev/null 2>&1 || fail "the package holds a library twice: $(ls "$tmp"/wheel/mgpu)"
+  if python3 -c "import numpy" 2>/dev/null && [ -r /proc/self/maps ]; then
+    maps=$(cd "$tmp" && unset LD_LIBRARY_PATH && PYTHONPATH="$tmp/pkg" python3 -c '
+import mgpu
+mgpu.init(devices="host:2"); mgpu.shutdown()
+print(open("/proc/self/maps").read())') || fail "the installed package: import mgpu"
+    echo "$maps" | grep -q "$tmp/pkg/mgpu/libmgpu.so.0" || fail "import mgpu did not load the libmgpu beside it"
+    ! echo "$maps" | grep -Eq '/lib(mpi|mpich|open-pal|open-rte)[._]' || fail "import mgpu loaded MPI"
+    echo "install: the installed package finds libmgpu beside it; import mgpu loads no MPI"
+  fi
+  if [ -e "$tmp"/pkg/mgpu/_mpi.*.so ] && [ -z "$sanitized" ] &&
+     command -v mpirun >/dev/null && python3 -c "import numpy, mpi4py" 2>/dev/null; then
+    cat > "$tmp/ranks.py" <<'PY'
+from mpi4py import MPI
+import mgpu, mgpu.mpi
+mgpu.mpi.init(MPI.COMM_WORLD, devices="host:2")
+a = mgpu.full(4, MPI.COMM_WORLD.rank + 1.0, "float64", device=0)
+mgpu.mpi.allreduce(a)
+assert (a.numpy() == 3.0).all(), a.numpy()
+mgpu.mpi.finalize()
+print("rank %d ok" % MPI.COMM_WORLD.rank)
+PY
+    out=$(cd "$tmp" && unset LD_LIBRARY_PATH && PYTHONPATH="$tmp/pkg" OMPI_ALLOW_RUN_AS_ROOT=1 \
+      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=yes \
+      OMPI_MCA_btl_vader_single_copy_mechanism=none \
+      timeout 120 mpirun -np 2 python3 "$tmp/ranks.py" 2>&1) || fail "mgpu.mpi of the installed package under mpirun: $out"
+    [ "$(echo "$out" | grep -c '^rank [01] ok$')" = 2 ] || fail "mgpu.mpi of the installed package under mpirun printed: $out"
+    echo "install: mgpu.mpi of the installed package runs under mpirun"
+  fi
+fi
 
 # Every installed program starts with no LD_LIBRARY_PATH, from wherever the
 # prefix is. The helpers are started with a bad option: each says its usage
@@ -80,7 +134,6 @@ echo "install: every installed program starts without LD_LIBRARY_PATH"
 # The helpers are where the command looks for them: `mgpu bench mpi` runs
 # mgpu-bench-mpi as one rank (in plain builds: Open MPI is not
 # sanitizer-clean, it leaks at finalize).
-sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
 if has mpi && [ -z "$sanitized" ]; then
   [ -x "$tmp/prefix/libexec/mgpu/mgpu-bench-mpi" ] || fail "mgpu-bench-mpi not installed"
   [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] || fail "mpi_allreduce not installed"
@@ -138,8 +191,6 @@ else
   (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 "$ldso" --inhibit-cache "$tmp/prefix/bin/mgpu" devices) |
     grep -q "host device 1" || fail "mgpu devices where CUDA cannot be found"
   if [ -n "$ext" ] && python3 -c "import numpy" 2>/dev/null; then
-    mkdir -p "$tmp/pkg/mgpu"
-    cp "$src"/python/mgpu/*.py "$tmp"/wheel/mgpu/* "$tmp/pkg/mgpu/"
     awk '/^```python$/ {on=1; next} /^```$/ && on {exit} on {print}' "$src/README.md" > "$tmp/readme.py"
     out=$(cd "$tmp" && unset LD_LIBRARY_PATH && PYTHONPATH="$tmp/pkg" "$ldso" --inhibit-cache "$py" readme.py 2>&1) ||
       fail "import mgpu and README's Python block where CUDA cannot be found: $out"

@@ -12,10 +12,12 @@ Two checks, each failing (exit 1, one line per offence):
   and the layers above it, whatever the source wrote (a local prototype, an
   `extern`, a public header); the link units outside the library see only
   what they can link: a backend plugin nothing of libmgpu (it reaches the
-  library through its env table), the MPI module, the Python extension
+  library through its env table), the MPI module, the Python extensions
   and the tools (tools/, bench/) only libmgpu's exported public calls
   (mgpu_*, default visibility). Only a CUDA plugin may reference CUDA or
-  NCCL, only an OpenCL plugin OpenCL, and nothing in libmgpu MPI.
+  NCCL, only an OpenCL plugin OpenCL, and MPI only the MPI module, the
+  Python package's mgpu._mpi and the tools (nothing in libmgpu, nor
+  mgpu._core, which `import mgpu` loads).
 
 docs/ARCHITECTURE.md explains the order; this table is the one place that
 writes down the layer of each folder.
@@ -128,6 +130,7 @@ UNITS = [
     (re.compile(r"^src/backend/([^/]+)/CMakeFiles/mgpu_\1\.dir/"), "plugin"),
     (re.compile(r"^src/mpi/CMakeFiles/mgpu_mpi\.dir/"), "mpi"),
     (re.compile(r"^python/CMakeFiles/mgpu_python\.dir/"), "python"),
+    (re.compile(r"^python/CMakeFiles/mgpu_python_mpi\.dir/"), "python-mpi"),
     (re.compile(r"^CMakeFiles/(mgpu_tool|mgpu_toollib|mgpud)\.dir/"), "tools"),
 ]
 
@@ -205,7 +208,7 @@ def offence(unit, name, sym, home):
     if home is None:
         for pattern, api, plugin in VENDOR:
             if pattern.match(sym) and not (unit == "plugin" and name == plugin) \
-                    and not (api == "MPI" and unit in ("mpi", "python", "tools")):
+                    and not (api == "MPI" and unit in ("mpi", "python-mpi", "tools")):
                 return f"a {api} call: only the {plugin or 'MPI'} " \
                        f"{'plugin' if plugin else 'module'} may use {api}"
         return None
@@ -225,7 +228,7 @@ def offence(unit, name, sym, home):
                "libmgpu (it reaches the library through its env table)"
     if unit == "lib":
         return f"defined in {label(home)}, outside the library"
-    if unit == "tools" and hunit == "python":
+    if unit == "tools" and hunit in ("python", "python-mpi"):
         return f"defined in {label(home)}"
     if hunit in ("lib", "mpi") and exported and sym.startswith("mgpu_") \
             and not sym.startswith("mgpu__"):

@@ -152,30 +152,7 @@ cdef class Array:
     libraries through ``__cuda_array_interface__``. The memory lives as long
     as the array or any export of it, also past ``mgpu.shutdown()``.
     """
-    cdef mgpu_buffer *buf
-    # The array's own export of its buffer: keeps the memory alive while the
-    # array is, even past mgpu_shutdown (the C library then leaves exported
-    # memory in place).
-    cdef DLManagedTensorVersioned *pin
-    cdef void *ptr
-    cdef size_t nbytes_alloc
-    cdef readonly int device
-    cdef readonly tuple shape
-    cdef readonly object dtype
-    cdef readonly str kind
-    cdef int dl_type, dl_id
-    cdef object owner  # the object an imported array's memory belongs to
-    cdef size_t count  # elements
-    cdef int mdt       # the mgpu_dtype of dtype, -1 if it has none
-    # Imported from read-only memory (a read-only NumPy array or DLPack
-    # tensor): every mgpu call that would write it raises ReadOnlyError,
-    # and its NumPy views and exports are read-only.
-    cdef bint readonly
-    # Streams with queued work that reads or writes the array (the copies
-    # queued with stream=): what an export orders a consumer after. Cleared
-    # by a host wait for the device. Touched with the GIL held.
-    cdef list pending
-    cdef object __weakref__
+    # Its attributes are declared in _core.pxd (shared with mgpu._mpi).
 
     def __init__(self):
         raise TypeError("use mgpu.empty, mgpu.zeros or mgpu.asarray")

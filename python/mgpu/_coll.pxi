@@ -53,13 +53,7 @@ cdef class Comm:
     rank: this process's ``devices[i]`` is rank ``first_rank + i`` of
     ``nranks``, its collectives take this process's arrays only, and roots
     are global ranks."""
-    cdef mgpu_comm *c
-    cdef readonly tuple devices
-    cdef readonly int first_rank  # the global rank of devices[0]
-    cdef readonly int nranks      # ranks over every process
-    cdef list streams        # the package's stream of each rank's device
-    cdef mgpu_stream *ss[64]  # their handles, in rank order
-    cdef object __weakref__
+    # Its attributes are declared in _core.pxd (shared with mgpu._mpi).
 
     def __init__(self, devices=None):
         cdef int devs[64]

@@ -102,7 +102,8 @@ include "_store.pxi"
 include "_graph.pxi"
 
 # ---------------------------------------------------------------------------
-# What this build has: the MPI module's bindings (_mpi.pxi) where the build
-# found MPI, else _MPI_MISSING saying why not (python/CMakeLists.txt).
+# What this build has: _MPI_MISSING is None where the build found MPI and
+# made the extension mgpu._mpi (_mpi.pyx, imported by mgpu.mpi), else why
+# not (python/CMakeLists.txt). _core itself links no MPI.
 
 include "_features.pxi"

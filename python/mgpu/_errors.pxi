@@ -90,7 +90,7 @@ cdef object _error(int rc):
     return e
 
 
-cdef inline int _check(int rc) except -1:
+cdef int _check(int rc) except -1:
     if rc < 0:
         raise _error(rc)
     return rc

@@ -183,8 +183,7 @@ cdef class Dist:
     its index ranges; ``scatter`` and ``gather`` move a host array to and
     from per-part arrays.
     """
-    cdef mgpu_dist *d
-    cdef readonly size_t n
+    # Its attributes are declared in _core.pxd (shared with mgpu._mpi).
 
     def __init__(self, n, kind="block", devices=None, block=1, weights=None):
         cdef mgpu_dist_opts o = mgpu_py_dist_opts_init()

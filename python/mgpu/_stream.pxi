@@ -8,9 +8,7 @@ cdef class Stream:
     concurrently. ``synchronize()`` waits with the GIL released, in slices
     that let Ctrl-C through.
     """
-    cdef mgpu_stream *s
-    cdef readonly int device
-    cdef bint owned
+    # Its attributes are declared in _core.pxd (shared with mgpu._mpi).
 
     def __init__(self, device=None):
         self.device = _devno(device)

@@ -12,7 +12,9 @@ with the GIL released:
     mgpu.mpi.finalize()                    # also done at exit
 
 Importing this module raises ImportError when the package was built
-without MPI (the build did not find an MPI library).
+without MPI (the build did not find an MPI library). It is the only part
+of the package that loads MPI (the extension mgpu._mpi): ``import mgpu``
+does not.
 """
 from mgpu import _core
 
@@ -22,7 +24,7 @@ if getattr(_core, "_MPI_MISSING", None) is not None:
                       "rebuild the package" % _core._MPI_MISSING,
                       name="mgpu.mpi")
 
-from mgpu._core import (  # noqa: E402
+from mgpu._mpi import (  # noqa: E402
     MPIComm, MPIRequest,
     mpi_init as init, mpi_finalize as finalize, mpi_info as info,
     mpi_stats as stats, _mpi_comm as comm,

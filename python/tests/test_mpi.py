@@ -113,3 +113,21 @@ def test_import_without_mpi():
     assert out.startswith("IE mgpu.mpi is not available: mgpu was built "
                           "without MPI (not found)"), out
     assert "libopenmpi-dev" in out
+
+
+@pytest.mark.skipif(getattr(mgpu._core, "_MPI_MISSING", None) is not None,
+                    reason="built without MPI")
+def test_errors_are_the_package_classes():
+    # mgpu.mpi is an extension of its own (mgpu._mpi) that raises through
+    # mgpu._core's error mapping: the very classes of mgpu, both for a code
+    # of the C library and for a check made in Python. Before mgpu.mpi.init,
+    # so no MPI is started.
+    code = ("import mgpu, mgpu.mpi\n"
+            "for f in (mgpu.mpi.info, lambda: mgpu.mpi.allreduce(None)):\n"
+            "    try:\n"
+            "        f()\n"
+            "    except mgpu.Error as e:\n"
+            "        print(type(e) is mgpu.NotInitializedError, e)\n")
+    out = run_python(code).splitlines()
+    assert out == ["True MGPU_ENOINIT: mgpu_mpi_get_info: mgpu_mpi_init has not run",
+                   "True MGPU_ENOINIT: mgpu.mpi.init() was not called"], out

@@ -1,17 +1,32 @@
-# The MPI module (include/mgpu/mpi.h, libmgpu_mpi) for mgpu.mpi.
-#
-# Included into mgpu._core, and linked with the static libmgpu_mpi, when the
-# build found MPI (python/CMakeLists.txt writes _features.pxi): the module
-# drives the same copy of the library as the rest of the package, which a
-# second extension with a library of its own could not. Without MPI,
-# _features.pxi sets _MPI_MISSING instead and `import mgpu.mpi` raises
-# ImportError.
-#
-# Communicators come from mpi4py: MPI._addressof(comm) is the address of the
-# communicator's MPI_Comm, which must be of the MPI library linked here
-# (checked once by comparing the library version strings). The MPI calls are
-# made by one thread at a time (mgpu/mpi.h); mpi4py asks for
-# MPI_THREAD_MULTIPLE by default, more than enough.
+# cython: language_level=3, embedsignature=True, binding=True
+"""mgpu._mpi: the MPI module (include/mgpu/mpi.h, libmgpu_mpi) for mgpu.mpi.
+
+An extension of its own, built where the build found MPI, so that only
+``import mgpu.mpi`` loads MPI: mgpu._core links none. It links the shared
+libmgpu_mpi and libmgpu shipped beside it, the same libmgpu as _core, so
+both drive one copy of the library; it takes _core's types, checks and
+error mapping through _core.pxd. Import it through mgpu.mpi.
+
+Communicators come from mpi4py: MPI._addressof(comm) is the address of the
+communicator's MPI_Comm, which must be of the MPI library linked here
+(checked once by comparing the library version strings). The MPI calls are
+made by one thread at a time (mgpu/mpi.h); mpi4py asks for
+MPI_THREAD_MULTIPLE by default, more than enough.
+"""
+from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdlib cimport malloc, free
+
+from mgpu._capi cimport *
+from mgpu._core cimport (Array, Stream, Comm, Dist, _check, _fill_config,
+                         _index, _devno, _default_stream, _same_type,
+                         _same_shape, _times, _writable, _disjoint, _dist_opts)
+
+import threading as _threading
+import weakref as _weakref
+
+from mgpu._core import (ERRORS, Error, _opened, _state, _state_lock,
+                        _before_shutdown, _OPS, _dtype_name, _as_dtype, empty,
+                        device_count)
 
 cdef extern from "mgpu/mpi.h" nogil:
     enum: MGPU_ENOINIT
@@ -82,8 +97,6 @@ cdef extern from "mgpu/mpi.h" nogil:
     int mgpu_mpi_dist_gather(const mgpu_dist *dist, mgpu_buffer *dst,
                              size_t dst_offset, size_t elem_size, int root,
                              mgpu_buffer *const *bufs, MPI_Comm comm)
-
-_MPI_MISSING = None
 
 
 def _mpi_library_version():
@@ -181,9 +194,8 @@ def mpi_init(comm=None, devices=None, *, host_mem=None, host_workers=None,
             rc = mgpu_mpi_init(m.c, &cfg)
     _check(rc)
     _mpi["comm"] = m
-    import weakref
-    _mpi["requests"] = weakref.WeakSet()
-    _mpi["comms"] = weakref.WeakSet()
+    _mpi["requests"] = _weakref.WeakSet()
+    _mpi["comms"] = _weakref.WeakSet()
     _opened()
 
 
