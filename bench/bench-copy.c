@@ -7,10 +7,15 @@
  * (touched before timing); pinned memory is a buffer of mgpu_malloc_host on
  * the same device. Every figure is timed alternately with single-thread
  * memcpy of the same size between two pre-touched host buffers, rep for rep,
- * so that both see the same machine; ratio = copy / memcpy. */
+ * so that both see the same machine; ratio = copy / memcpy. On OpenCL
+ * devices each figure is also printed next to the same copy through bare
+ * OpenCL calls on the same device (bench-opencl.h: clEnqueueWriteBuffer,
+ * clEnqueueReadBuffer, clEnqueueCopyBuffer on plain cl_mem buffers, then
+ * clFinish), timed in the same alternation. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench-opencl.h"
 #include "bench.h"
 #include "cmd.h"
 
@@ -50,28 +55,77 @@ static int run(copy_ctx *c, int kind) {
   return rc ? rc : mgpu_stream_synchronize(c->stream);
 }
 
-/* Median GB/s of kind and of memcpy, timed alternately after a warm-up. */
+/* The bare OpenCL calls of each case (bench-opencl.h). */
+static const struct {
+  int kind;
+  const char *name;
+} bare_cases[] = {
+    [C_H2D_PAGEABLE] = {BENCH_OCL_WRITE, "bare clEnqueueWriteBuffer"},
+    [C_H2D_PINNED] = {BENCH_OCL_WRITE, "bare clEnqueueWriteBuffer"},
+    [C_D2H_PAGEABLE] = {BENCH_OCL_READ, "bare clEnqueueReadBuffer"},
+    [C_D2H_PINNED] = {BENCH_OCL_READ, "bare clEnqueueReadBuffer"},
+    [C_D2D] = {BENCH_OCL_COPY, "bare clEnqueueCopyBuffer"}};
+
+/* The host side of kind. */
+static void *host_of(copy_ctx *c, int kind) {
+  return kind == C_H2D_PINNED || kind == C_D2H_PINNED
+             ? mgpu_buffer_ptr(c->pinned)
+             : c->pageable;
+}
+
+/* Median GB/s of kind, of memcpy, and (bare not NULL) of the bare OpenCL
+ * copy, timed alternately, rep for rep, after a warm-up; *bare_gbps is 0
+ * when a bare call failed. */
 static int measure(copy_ctx *c, int kind, int reps, double *gbps,
-                   double *memcpy_gbps) {
+                   double *memcpy_gbps, bench_ocl *bare, double *bare_gbps) {
   double *t = calloc((size_t)reps, sizeof *t), *b = calloc((size_t)reps, sizeof *b);
-  int rc = t && b ? 0 : MGPU_ENOMEM;
+  double *o = calloc((size_t)reps, sizeof *o);
+  int rc = t && b && o ? 0 : MGPU_ENOMEM;
+  int bare_ok = bare != NULL;
+  int bk = bare_cases[kind].kind;
+  void *host = host_of(c, kind);
   if (rc == 0) rc = run(c, kind);
   if (rc == 0) rc = run(c, C_MEMCPY);
+  if (bare_ok) bare_ok = bench_ocl_copy_once(bare, bk, host) == 0;
   for (int r = 0; r < reps && rc == 0; r++) {
     double t0 = bench_now();
     rc = run(c, kind);
     double t1 = bench_now();
     run(c, C_MEMCPY);
+    double t2 = bench_now();
+    if (bare_ok) bare_ok = bench_ocl_copy_once(bare, bk, host) == 0;
     t[r] = t1 - t0;
-    b[r] = bench_now() - t1;
+    b[r] = t2 - t1;
+    o[r] = bench_now() - t2;
   }
   if (rc == 0) {
     *gbps = (double)c->size / bench_median(t, reps) / 1e9;
     *memcpy_gbps = (double)c->size / bench_median(b, reps) / 1e9;
+    *bare_gbps = bare_ok ? (double)c->size / bench_median(o, reps) / 1e9 : 0;
   }
   free(t);
   free(b);
+  free(o);
   return rc;
+}
+
+/* The bare baselines on the device of c's stream: NULL when it is not an
+ * OpenCL device, or with a line on stderr when they cannot be had. */
+static bench_ocl *bare_open(copy_ctx *c, int dev) {
+  mgpu_device_props p = {.size = sizeof p};
+  if (mgpu_device_get_props(dev, &p) != 0 ||
+      p.backend_kind != MGPU_BACKEND_OPENCL)
+    return NULL;
+  char why[160] = "";
+  bench_ocl *o = bench_ocl_open(mgpu_stream_native(c->stream), why, sizeof why);
+  if (o != NULL && bench_ocl_copy_prepare(o, c->pageable, c->size) != 0) {
+    snprintf(why, sizeof why, "its buffers could not be made");
+    bench_ocl_close(o);
+    o = NULL;
+  }
+  if (o == NULL)
+    fprintf(stderr, "mgpu bench copy: no bare OpenCL baseline: %s\n", why);
+  return o;
 }
 
 static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
@@ -79,6 +133,7 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
       {C_H2D_PAGEABLE, "H2D pageable"}, {C_H2D_PINNED, "H2D pinned"},
       {C_D2H_PAGEABLE, "D2H pageable"}, {C_D2H_PINNED, "D2H pinned"},
       {C_D2D, "D2D"}};
+  bench_ocl *bare = NULL;
   int rc = mgpu_malloc(&c->dev_a, dev, c->size);
   if (rc == 0) rc = mgpu_malloc(&c->dev_b, dev, c->size);
   if (rc == 0) rc = mgpu_malloc_host(&c->pinned, dev, c->size);
@@ -88,9 +143,10 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
   if (rc == 0) rc = mgpu_memset_async(c->dev_b, 0, 2, c->size, c->stream);
   if (rc == 0) memset(mgpu_buffer_ptr(c->pinned), 3, c->size);
   if (rc == 0) rc = mgpu_stream_synchronize(c->stream);
+  if (rc == 0) bare = bare_open(c, dev);
   for (size_t i = 0; rc == 0 && i < sizeof cases / sizeof cases[0]; i++) {
-    double v, base;
-    rc = measure(c, cases[i].kind, reps, &v, &base);
+    double v, base, b = 0;
+    rc = measure(c, cases[i].kind, reps, &v, &base, bare, &b);
     if (rc != 0) break;
     char name[96];
     if (c->size % ((size_t)1 << 20) == 0)
@@ -99,7 +155,11 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
     else
       snprintf(name, sizeof name, "dev %d %s %zuB", dev, cases[i].name, c->size);
     bench_report_add(r, name, "bandwidth", v, "GB/s", "memcpy 1 thread", base);
+    if (b > 0)
+      bench_report_add(r, name, "bandwidth", v, "GB/s",
+                       bare_cases[cases[i].kind].name, b);
   }
+  bench_ocl_close(bare);
   if (c->stream) mgpu_stream_destroy(c->stream);
   if (c->dev_a) mgpu_free(c->dev_a);
   if (c->dev_b) mgpu_free(c->dev_b);

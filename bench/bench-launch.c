@@ -15,7 +15,10 @@
  *    __global__ function: it launches the smallest built-in kernel
  *    (mgpu_fill of one element) instead; mgpu-bench-cuda (bench/cuda/)
  *    puts an empty kernel through mgpu_launch next to a bare
- *    cudaLaunchKernel.
+ *    cudaLaunchKernel. On OpenCL devices the burst is also timed through
+ *    bare OpenCL calls on the same device (bench-opencl.h): the empty
+ *    kernel's clEnqueueNDRangeKernel in a burst, then one clFinish, each
+ *    bare burst right after an mgpu one.
  *  - the same launches in chains of 8: one launch of a graph captured from
  *    the 8 (mgpu_stream_begin_capture) next to the 8 issued one by one, in
  *    the same run (below 1: the replay is cheaper than the launches);
@@ -34,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench-opencl.h"
 #include "bench.h"
 
 /* ---- the baseline: a bare pthread hand-off ---- */
@@ -156,19 +160,35 @@ static int run_len(mgpu_stream *s, mgpu_buffer *one, int cuda, int len) {
   return rc;
 }
 
+/* The bare OpenCL bursts on the device of s (bench-opencl.h), or NULL
+ * with a line on stderr. */
+static bench_ocl *bare_open(mgpu_stream *s) {
+  char why[160] = "";
+  bench_ocl *o = bench_ocl_open(mgpu_stream_native(s), why, sizeof why);
+  if (o == NULL)
+    fprintf(stderr, "mgpu bench launch: no bare OpenCL baseline: %s\n", why);
+  return o;
+}
+
 /* Median microseconds per item in bursts of iters items and one
  * synchronize, after a warm-up burst. An item is len launches issued one by
  * one, or with graph one launch of a graph captured from those len
- * launches. */
+ * launches. bare_out not NULL (an OpenCL device): also the median of the
+ * bare OpenCL burst of iters * len launches timed right after each mgpu
+ * burst, per item (0 when there is none). */
 static int burst_us(int dev, int cuda, int len, int graph, int iters,
-                    int reps, double *out) {
+                    int reps, double *out, double *bare_out) {
   mgpu_stream *s = NULL;
   mgpu_buffer *one = NULL;
   mgpu_graph *g = NULL;
   mgpu_graph_exec *x = NULL;
+  bench_ocl *bare = NULL;
   double *v = malloc((size_t)reps * sizeof *v);
-  int rc = v == NULL ? MGPU_ENOMEM : mgpu_stream_create(&s, dev);
+  double *b = malloc((size_t)reps * sizeof *b);
+  int rc = v == NULL || b == NULL ? MGPU_ENOMEM : mgpu_stream_create(&s, dev);
   if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
+  if (rc == 0 && bare_out != NULL) bare = bare_open(s);
+  int bare_ok = bare != NULL;
   if (rc == 0 && graph) {
     rc = mgpu_stream_begin_capture(s);
     if (rc == 0) rc = run_len(s, one, cuda, len);
@@ -181,14 +201,20 @@ static int burst_us(int dev, int cuda, int len, int graph, int iters,
     for (int i = 0; rc == 0 && i < iters; i++)
       rc = graph ? mgpu_graph_launch(x, s) : run_len(s, one, cuda, len);
     if (rc == 0) rc = mgpu_stream_synchronize(s);
-    if (r >= 0) v[r] = (bench_now() - t0) / iters * 1e6;
+    double t1 = bench_now();
+    if (r >= 0) v[r] = (t1 - t0) / iters * 1e6;
+    if (bare_ok) bare_ok = bench_ocl_launch_burst(bare, iters * len) == 0;
+    if (r >= 0) b[r] = (bench_now() - t1) / iters * 1e6;
   }
   if (rc == 0) *out = bench_median(v, reps);
+  if (bare_out != NULL) *bare_out = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
+  bench_ocl_close(bare);
   if (x) mgpu_graph_exec_destroy(x);
   if (g) mgpu_graph_destroy(g);
   if (one) mgpu_free(one);
   if (s) mgpu_stream_destroy(s);
   free(v);
+  free(b);
   return rc;
 }
 
@@ -295,10 +321,13 @@ int mgpu_bench_launch(int argc, char **argv) {
     bench_report_add(r, name, "latency", rod, "us", "mutex+cond ping-pong", cv);
   }
   double base_burst = handoff_burst_us(iters, o.reps);
-  double l = 0, by_op = 0, by_graph = 0;
-  rc = burst_us(0, cuda, 1, 0, iters, o.reps, &l);
-  if (rc == 0) rc = burst_us(0, cuda, CHAIN, 0, iters / CHAIN, o.reps, &by_op);
-  if (rc == 0) rc = burst_us(0, cuda, CHAIN, 1, iters / CHAIN, o.reps, &by_graph);
+  double l = 0, by_op = 0, by_graph = 0, bare = 0;
+  rc = burst_us(0, cuda, 1, 0, iters, o.reps, &l,
+                p.backend_kind == MGPU_BACKEND_OPENCL ? &bare : NULL);
+  if (rc == 0)
+    rc = burst_us(0, cuda, CHAIN, 0, iters / CHAIN, o.reps, &by_op, NULL);
+  if (rc == 0)
+    rc = burst_us(0, cuda, CHAIN, 1, iters / CHAIN, o.reps, &by_graph, NULL);
   if (rc != 0) {
     fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
             mgpu_error_detail());
@@ -309,6 +338,10 @@ int mgpu_bench_launch(int argc, char **argv) {
                            : "launch empty kernel burst, device 0",
                    "per_launch", l, "us", "pthread hand-off burst",
                    base_burst);
+  if (bare > 0)
+    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
+                     l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",
+                     bare);
   char chain[96];
   snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
            cuda ? "fills(1 elem)" : "empty kernels");

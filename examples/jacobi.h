@@ -64,8 +64,8 @@ static const char jacobi_src[] =
     "    }\n"
     "}\n";
 
-static const mgpu_kernel jacobi_kernel = {"jacobi", jacobi_host, NULL,
-                                          jacobi_src};
+static const mgpu_kernel jacobi_kernel = {
+    .name = "jacobi", .host_fn = jacobi_host, .opencl_src = jacobi_src};
 
 /* The single-threaded reference: iters iterations on the whole grid. */
 static inline void jacobi_reference(float *grid, int nx, int ny, int iters) {

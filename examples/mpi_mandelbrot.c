@@ -49,7 +49,8 @@ static void mandel_host(const mgpu_kernel_ctx *ctx, const void *p) {
   }
 }
 
-static const mgpu_kernel mandel = {"mandelbrot", mandel_host, NULL, NULL};
+static const mgpu_kernel mandel = {.name = "mandelbrot",
+                                   .host_fn = mandel_host};
 
 /* Rows [first(g), first(g + 1)) belong to global device g of T. */
 static int first_row(int g, int t) { return (int)((long)H * g / t); }

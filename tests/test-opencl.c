@@ -15,6 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef MGPU_TEST_OPENCL
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#endif
+
+#include "json.h"
 #include "task.h"
 #include "util/fault.h"
 
@@ -521,6 +527,142 @@ TEST_IMPL(opencl_copy_metrics_per_path) {
   return 0;
 }
 
+/* ---- split devices ---- */
+
+#ifdef MGPU_TEST_OPENCL
+/* The OpenCL device the queue of a stream of dev runs on. */
+static cl_device_id queue_device(int dev) {
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, dev));
+  cl_device_id id = NULL;
+  ASSERT_EQ(clGetCommandQueueInfo(mgpu_stream_native(s), CL_QUEUE_DEVICE,
+                                  sizeof id, &id, NULL), CL_SUCCESS);
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return id;
+}
+
+static cl_device_id parent_of(cl_device_id id) {
+  cl_device_id parent = NULL;
+  ASSERT_EQ(clGetDeviceInfo(id, CL_DEVICE_PARENT_DEVICE, sizeof parent,
+                            &parent, NULL), CL_SUCCESS);
+  return parent;
+}
+#endif
+
+/* opencl:0/K runs each part on a sub-device of its own where the device
+ * partitions into K (PoCL's pthread device: one per compute unit, two
+ * asked for here), else on the whole device. */
+TEST_IMPL(opencl_split_on_sub_devices) {
+#ifndef MGPU_TEST_OPENCL
+  return TEST_SKIP;
+#else
+  setenv("POCL_CPU_MAX_CU_COUNT", "2", 1);
+  OCL_INIT(n, "opencl:0/2");
+  ASSERT_EQ(n, 2);
+  cl_device_id a = queue_device(0), b = queue_device(1);
+  ASSERT(a != b);
+  ASSERT(parent_of(a) != NULL);
+  ASSERT(parent_of(a) == parent_of(b));
+  cl_uint cu = 0;
+  ASSERT_EQ(clGetDeviceInfo(a, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu,
+                            NULL), CL_SUCCESS);
+  ASSERT_EQ(cu, 1);
+  /* Both parts compute, and see each other's memory (one context). */
+  enum { N = 256 };
+  float x[N], z[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i;
+  mgpu_buffer *bx, *bz;
+  ASSERT_OK(mgpu_malloc(&bx, 0, sizeof x));
+  ASSERT_OK(mgpu_malloc(&bz, 1, sizeof z));
+  ASSERT_OK(mgpu_memcpy_htod(bx, 0, x, sizeof x));
+  ASSERT_OK(mgpu_memcpy_htod(bz, 0, x, sizeof x));
+  for (int d = 0; d < 2; d++) {
+    mgpu_stream *s;
+    ASSERT_OK(mgpu_stream_create(&s, d));
+    vadd_args args = {(uintptr_t)mgpu_buffer_ptr(bx),
+                      (uintptr_t)mgpu_buffer_ptr(bz),
+                      (uintptr_t)mgpu_buffer_ptr(bz), N, 1.0f};
+    ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(N / 64, 1, 1),
+                          MGPU_DIM3(64, 1, 1), &args, sizeof args));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_OK(mgpu_stream_destroy(s));
+  }
+  ASSERT_OK(mgpu_memcpy_dtoh(z, bz, 0, sizeof z));
+  for (int i = 0; i < N; i++) ASSERT(z[i] == 3.0f * x[i]);
+  ASSERT_OK(mgpu_free(bx));
+  ASSERT_OK(mgpu_free(bz));
+  ASSERT_OK(mgpu_shutdown());
+
+  /* Three parts of two compute units: the whole device for each. */
+  OCL_INIT(m, "opencl:0/3");
+  ASSERT_EQ(m, 3);
+  for (int d = 0; d < 3; d++)
+    ASSERT(parent_of(queue_device(d)) == NULL);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+#endif
+}
+
+/* ---- busy time and traces ---- */
+
+/* A kernel's profiling times become a span of the trace, on the device's
+ * track, and the device's busy time. */
+TEST_IMPL(opencl_kernel_span_and_busy_time) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  enum { N = 1 << 20 };
+  mgpu_stream *s;
+  mgpu_buffer *bx, *bz;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&bx, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&bz, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_memset_async(bx, 0, 0, N * sizeof(float), s));
+  vadd_args a = {(uintptr_t)mgpu_buffer_ptr(bx), (uintptr_t)mgpu_buffer_ptr(bx),
+                 (uintptr_t)mgpu_buffer_ptr(bz), N, 2.0f};
+  /* Built (and the build's time spent) before anything is measured. */
+  ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(N / 64, 1, 1), MGPU_DIM3(64, 1, 1),
+                        &a, sizeof a));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  char path[256];
+  snprintf(path, sizeof path, "%s/mgpu-test-opencl-%d-trace.json",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  mgpu_metrics m0 = {.size = sizeof m0}, m1 = {.size = sizeof m1};
+  ASSERT_OK(mgpu_metrics_snapshot(&m0));
+  ASSERT_OK(mgpu_trace_start(path));
+  ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(N / 64, 1, 1), MGPU_DIM3(64, 1, 1),
+                        &a, sizeof a));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_trace_stop());
+  ASSERT_OK(mgpu_metrics_snapshot(&m1));
+  ASSERT(m1.dev[0].busy_ns > m0.dev[0].busy_ns);
+
+  char err[256];
+  json *j = json_parse_file(path, err, sizeof err);
+  ASSERT(j != NULL);
+  const json *ev = json_get(j, "traceEvents");
+  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
+  int spans = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *e = &ev->items[i];
+    const char *ph = json_get_string(e, "ph"), *name = json_get_string(e, "name");
+    if (ph == NULL || name == NULL || strcmp(ph, "X") != 0 ||
+        strcmp(name, "kernel vadd") != 0)
+      continue;
+    ASSERT_EQ((int)json_get_number(e, "pid", -1), 0);
+    ASSERT(json_get_number(e, "dur", 0) > 0);
+    ASSERT(json_get_number(e, "ts", -1) >= 0);
+    spans++;
+  }
+  ASSERT_EQ(spans, 1);
+  json_free(j);
+  unlink(path);
+  ASSERT_OK(mgpu_free(bx));
+  ASSERT_OK(mgpu_free(bz));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* ---- lost devices, DLPack ---- */
 
 TEST_IMPL(opencl_lost_device_by_injection) {
@@ -605,6 +747,7 @@ TEST_IMPL(opencl_dlpack_device_memory_is_not_host) {
 TEST_LIST_BEGIN
 TEST_ENTRY(opencl_tokens_parsed)
 TEST_ENTRY(opencl_devices_mix_and_split)
+TEST_ENTRY(opencl_split_on_sub_devices)
 TEST_ENTRY(opencl_kernel_variant)
 TEST_ENTRY(opencl_build_error_has_log)
 TEST_ENTRY(opencl_builtins_match_host)
@@ -612,6 +755,7 @@ TEST_ENTRY(opencl_builtins_16_bit)
 TEST_ENTRY(opencl_allreduce_every_type)
 TEST_ENTRY(opencl_wait_across_devices)
 TEST_ENTRY(opencl_copy_metrics_per_path)
+TEST_ENTRY(opencl_kernel_span_and_busy_time)
 TEST_ENTRY(opencl_lost_device_by_injection)
 TEST_ENTRY(opencl_dlpack_device_memory_is_not_host)
 TEST_LIST_END

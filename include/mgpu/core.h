@@ -385,7 +385,9 @@ typedef struct mgpu_kernel_ctx {
  * device and cached by the addresses of this struct, its text and its name
  * (nothing is copied: they must stay valid while the kernel is launched;
  * docs/opencl.md). A device runs the variant that fits it; a missing one is
- * MGPU_ENOTSUP. */
+ * MGPU_ENOTSUP. Fill it with designated initializers
+ * ({.name = "k", .host_fn = k_host}): the struct may grow, and positional
+ * code then draws -Wmissing-field-initializers. */
 typedef struct mgpu_kernel {
   const char *name;
   void (*host_fn)(const mgpu_kernel_ctx *ctx, const void *args);

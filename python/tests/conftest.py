@@ -10,8 +10,9 @@ import mgpu
 
 @pytest.fixture
 def mg():
-    """mgpu open on four host devices for one test, closed after."""
-    yield from opened("host:4")
+    """mgpu open on four host devices for one test, closed after
+    (MGPU_TEST_DEVICES names others: the OpenCL pass of .ci/run)."""
+    yield from opened(os.environ.get("MGPU_TEST_DEVICES") or "host:4")
 
 
 def opened(devices):

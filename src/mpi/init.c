@@ -409,6 +409,7 @@ typedef struct dev_list {
   int host[MGPU_MAX_DEVICES];
   int ordinal[MGPU_MAX_DEVICES];
   int split[MGPU_MAX_DEVICES];
+  int opencl[MGPU_MAX_DEVICES]; /* an OpenCL device (else CUDA or host) */
   char id[MGPU_MAX_DEVICES][UUID_LEN]; /* UUID, "host" on host devices */
 } dev_list;
 
@@ -425,6 +426,7 @@ static int list_devices(const mgpu_config *cfg, dev_list *out) {
     if ((rc = mgpu_device_get_props(d, &p)) != 0) break;
     out->host[d] = p.backend_kind == MGPU_BACKEND_HOST;
     out->ordinal[d] = p.ordinal;
+    out->opencl[d] = p.backend_kind == MGPU_BACKEND_OPENCL;
     out->split[d] = p.split_count > 0 ? p.split_count : 1;
     if (out->host[d] || p.uuid[0] == '\0')
       snprintf(out->id[d], UUID_LEN, "%s:%d", out->host[d] ? "host" : "dev",
@@ -447,16 +449,20 @@ static int share_spec(const dev_list *l, int lo, int hi, char *spec,
   for (int d = lo; d < hi; d++) {
     if (l->host[d]) continue;
     int seen = 0, count = 0;
-    for (int e = lo; e < d; e++) seen |= !l->host[e] && l->ordinal[e] == l->ordinal[d];
+#define SAME(e) (!l->host[e] && l->opencl[e] == l->opencl[d] && \
+                 l->ordinal[e] == l->ordinal[d])
+    for (int e = lo; e < d; e++) seen |= SAME(e);
     if (seen) continue;
-    for (int e = d; e < hi; e++) count += !l->host[e] && l->ordinal[e] == l->ordinal[d];
+    for (int e = d; e < hi; e++) count += SAME(e);
+#undef SAME
     if (len >= cap) break;
+    const char *kind = l->opencl[d] ? "opencl" : "cuda";
     if (count > 1)
-      len += (size_t)snprintf(spec + len, cap - len, "%scuda:%d/%d",
-                              len ? "," : "", l->ordinal[d], count);
+      len += (size_t)snprintf(spec + len, cap - len, "%s%s:%d/%d",
+                              len ? "," : "", kind, l->ordinal[d], count);
     else
-      len += (size_t)snprintf(spec + len, cap - len, "%scuda:%d",
-                              len ? "," : "", l->ordinal[d]);
+      len += (size_t)snprintf(spec + len, cap - len, "%s%s:%d",
+                              len ? "," : "", kind, l->ordinal[d]);
   }
   if (len >= cap)
     return mgpu__error(MGPU_EINVAL, "rank %d: device share too long",

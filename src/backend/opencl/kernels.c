@@ -200,13 +200,16 @@ static cl_kernel kernel_get(mgpu__ocl_prog *e, int i, const char *name,
 
 /* ---- launches ---- */
 
-/* Enqueues kern (arguments set, e->lock held) on s over the sizes. */
+/* Enqueues kern (arguments set, e->lock held) on s over the sizes; its
+ * time goes to busy_ns and a span named name (trace.c). */
 static cl_int enqueue(mgpu__bstream *s, cl_kernel kern, cl_uint dims,
-                      const size_t *global, const size_t *local) {
+                      const size_t *global, const size_t *local,
+                      const char *name) {
   cl_event ev = NULL;
   mgpu__ocl_enqueue_begin(s);
   cl_int err = clEnqueueNDRangeKernel(s->q, kern, dims, NULL, global, local, 0,
                                       NULL, &ev);
+  if (err == CL_SUCCESS) mgpu__ocl_op_timed(s, ev, name, 0);
   mgpu__ocl_enqueue_end(s, err, ev);
   return err;
 }
@@ -250,7 +253,10 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   size_t local[3] = {block.x, block.y, block.z};
   if (err == CL_SUCCESS) {
     step = "clEnqueueNDRangeKernel";
-    err = enqueue(s, kern, 3, global, local);
+    char span[48] = "kernel"; /* named only for a trace: cheaper */
+    if (mgpu__ocl_env->obs->trace_enabled())
+      snprintf(span, sizeof span, "kernel %s", name);
+    err = enqueue(s, kern, 3, global, local, span);
   }
   pthread_mutex_unlock(&e->lock);
   if (err != CL_SUCCESS) {
@@ -327,7 +333,8 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
 #undef ARG
 #undef SVM
   size_t global = b->count;
-  if (err == CL_SUCCESS) err = enqueue(s, kern, 1, &global, NULL);
+  if (err == CL_SUCCESS)
+    err = enqueue(s, kern, 1, &global, NULL, "kernel builtin");
   pthread_mutex_unlock(&e->lock);
   if (err != CL_SUCCESS) {
     char what[96];

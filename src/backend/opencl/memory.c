@@ -172,8 +172,10 @@ int mgpu__ocl_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
   cl_event ev = NULL;
   cl_int err = clEnqueueSVMMemcpy(s->q, CL_FALSE, dst, src, size, 0, NULL,
                                   &ev);
-  if (err == CL_SUCCESS)
+  if (err == CL_SUCCESS) {
     mgpu__ocl_copy_timed(s, ev, MGPU_METRIC_PATH_PEER_DIRECT, size);
+    mgpu__ocl_op_timed(s, ev, "copy.peer", size);
+  }
   mgpu__ocl_enqueue_end(s, err, ev);
   if (err != CL_SUCCESS) {
     char what[128];

@@ -83,6 +83,9 @@ struct mgpu__bdevice {
   int ordinal;
   int split_index, split_count;
   mgpu__ocl_phys *phys;
+  /* The sub-device a split runs its queues on (subdev.c), or NULL: the
+   * whole physical device. Owned, released at close. */
+  cl_device_id sub;
   /* Set by lose (or an error that loses the device), never cleared; read
    * with __atomic builtins. lost_why is written before lost, under the
    * registry lock. */
@@ -98,6 +101,9 @@ typedef struct mgpu__ocl_timed_copy {
   struct mgpu__ocl_timed_copy *next;
 } mgpu__ocl_timed_copy;
 
+/* A command whose profiling times go to busy_ns and a span (trace.c). */
+typedef struct mgpu__ocl_span mgpu__ocl_span;
+
 struct mgpu__bstream {
   cl_command_queue q;
   mgpu__bdevice *d;
@@ -105,6 +111,13 @@ struct mgpu__bstream {
   cl_event last;        /* the newest command's event, or NULL */
   mgpu__ocl_timed_copy *copies; /* not yet handed to the metrics */
   int ncopies;
+  /* trace.c, under lock: commands not yet read, in queue order; spare
+   * entries; the device-to-host clock offset once measured. */
+  mgpu__ocl_span *spans, *spans_tail, *spare_spans;
+  int nspans;
+  int clock_known;
+  int64_t clock_offset;
+  uint32_t track; /* the stream's trace track */
 };
 
 struct mgpu__bevent {
@@ -182,6 +195,23 @@ void mgpu__ocl_enqueue_end(mgpu__bstream *s, cl_int err, cl_event ev);
  * time goes to the metrics once it completed. */
 void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
                           size_t bytes);
+
+/* trace.c. op_timed: between enqueue_begin and enqueue_end, ev (queued,
+ * a kernel, copy or fill) counts towards busy_ns and, while a trace is
+ * recorded, becomes a span (the core's tag, else name with bytes). harvest:
+ * reads what completed (idle: the caller found the queue idle, so the
+ * clock may be measured). stream_free: at destroy, after clFinish. */
+void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
+                        size_t bytes);
+void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle);
+void mgpu__ocl_trace_stream_free(mgpu__bstream *s);
+
+/* subdev.c: sub-device index of ph partitioned equally into count (for
+ * mgpu device id), or NULL (logged at info) where the device cannot be;
+ * the caller owns it (release). */
+cl_device_id mgpu__ocl_subdevice_get(mgpu__ocl_phys *ph, int id, int index,
+                                     int count);
+void mgpu__ocl_subdevice_release(cl_device_id sub);
 
 /* kernels.c */
 int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,

@@ -294,7 +294,11 @@ static int ocl_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   d->split_index = spec->split_index;
   d->split_count = spec->split_count > 0 ? spec->split_count : 1;
   d->phys = &mgpu__ocl_phys_list[spec->ordinal];
+  if (d->split_count > 1)
+    d->sub = mgpu__ocl_subdevice_get(d->phys, d->id, d->split_index,
+                                     d->split_count);
   if (mgpu__ocl_relay_start() != 0) {
+    mgpu__ocl_subdevice_release(d->sub);
     free(d);
     return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: cannot start "
                                     "the OpenCL plugin's relay thread",
@@ -314,6 +318,7 @@ static void ocl_close(mgpu__bdevice *d) {
     open_devs[d->id] = NULL;
   pthread_mutex_unlock(&registry_lock);
   mgpu__ocl_relay_stop();
+  mgpu__ocl_subdevice_release(d->sub);
   free(d);
 }
 

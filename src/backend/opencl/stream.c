@@ -146,13 +146,14 @@ int mgpu__ocl_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   cl_queue_properties props[] = {CL_QUEUE_PROPERTIES,
                                  CL_QUEUE_PROFILING_ENABLE, 0};
   cl_int err = CL_SUCCESS;
-  s->q = clCreateCommandQueueWithProperties(d->phys->ctx, d->phys->dev, props,
-                                            &err);
+  s->q = clCreateCommandQueueWithProperties(
+      d->phys->ctx, d->sub != NULL ? d->sub : d->phys->dev, props, &err);
   if (err != CL_SUCCESS) {
     free(s);
     return mgpu__ocl_fail(d, err, "clCreateCommandQueueWithProperties");
   }
   s->d = d;
+  s->track = mgpu__ocl_env->obs->track_new(d->id, NULL);
   pthread_mutex_init(&s->lock, NULL);
   *out = s;
   return 0;
@@ -163,6 +164,7 @@ void mgpu__ocl_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   if (s == NULL) return;
   (void)clFinish(s->q);
   copies_harvest_locked(s); /* finished: every copy is done */
+  mgpu__ocl_trace_stream_free(s);
   if (s->last != NULL) clReleaseEvent(s->last);
   clReleaseCommandQueue(s->q);
   pthread_mutex_destroy(&s->lock);
@@ -181,6 +183,7 @@ int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   }
   if (ev != NULL) clReleaseEvent(ev);
   copies_harvest(s);
+  mgpu__ocl_trace_harvest(s, rc == 0);
   if (rc == 0) rc = lost_rc(d);
   return rc;
 }
@@ -198,6 +201,7 @@ int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
     rc = MGPU_EAGAIN;
   } else {
     copies_harvest(s);
+    mgpu__ocl_trace_harvest(s, 1);
   }
   clReleaseEvent(ev);
   if (rc == 0) rc = lost_rc(d);
@@ -476,7 +480,14 @@ int mgpu__ocl_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
   mgpu__ocl_enqueue_begin(s);
   cl_int err = clEnqueueSVMMemcpy(s->q, CL_FALSE, dst, src, size, 0, NULL,
                                   &ev);
-  if (err == CL_SUCCESS) mgpu__ocl_copy_timed(s, ev, path, size);
+  if (err == CL_SUCCESS) {
+    mgpu__ocl_copy_timed(s, ev, path, size);
+    static const char *const path_span[] = {"copy.h2d", "copy.d2h",
+                                            "copy.d2d", "copy.peer",
+                                            "copy.staged"};
+    mgpu__ocl_op_timed(s, ev, path >= 0 && path < 5 ? path_span[path]
+                                                    : "copy.h2h", size);
+  }
   mgpu__ocl_enqueue_end(s, err, ev);
   if (err != CL_SUCCESS) {
     static const char *names[] = {"host-to-device", "device-to-host",
@@ -522,6 +533,7 @@ int mgpu__ocl_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
   cl_event ev = NULL;
   mgpu__ocl_enqueue_begin(s);
   cl_int err = clEnqueueSVMMemFill(s->q, dst, &pattern, 1, size, 0, NULL, &ev);
+  if (err == CL_SUCCESS) mgpu__ocl_op_timed(s, ev, "memset", size);
   mgpu__ocl_enqueue_end(s, err, ev);
   if (err != CL_SUCCESS) {
     char what[96];
