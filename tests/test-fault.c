@@ -405,6 +405,37 @@ TEST_IMPL(fault_host_kernel_fails) {
   return 0;
 }
 
+/* Host device memory is allocated through the allocation seam: failing
+ * each allocation of an mgpu_malloc in turn reaches the host backend's own
+ * (its detail says the system refused the bytes), and every failure leaves
+ * no buffer behind. */
+TEST_IMPL(fault_host_memory_is_a_site) {
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:1";
+  ASSERT_OK(mgpu_init(&cfg));
+  mgpu_buffer *b = NULL;
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(mgpu_malloc(&b, 0, 4096));
+  uint64_t calls = mgpu__fault_calls(MGPU__FAULT_ALLOC);
+  ASSERT_OK(mgpu_free(b));
+  ASSERT(calls > 0);
+  int backend_failed = 0;
+  for (uint64_t n = 1; n <= calls; n++) {
+    char spec[32];
+    snprintf(spec, sizeof spec, "alloc:%llu", (unsigned long long)n);
+    ASSERT_OK(mgpu__fault_set(spec, NULL, 0));
+    b = NULL;
+    ASSERT_ERR(MGPU_ENOMEM, mgpu_malloc(&b, 0, 4096));
+    ASSERT(b == NULL);
+    backend_failed += strstr(mgpu_error_detail(), "the system refused") != NULL;
+  }
+  ASSERT_EQ(backend_failed, 1);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(fault_spec_syntax)
 TEST_ENTRY(fault_alloc_nth)
@@ -418,4 +449,5 @@ TEST_ENTRY(fault_channel_record)
 TEST_ENTRY(fault_env_variable)
 TEST_ENTRY(fault_group_thread_exit)
 TEST_ENTRY(fault_host_kernel_fails)
+TEST_ENTRY(fault_host_memory_is_a_site)
 TEST_LIST_END

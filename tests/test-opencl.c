@@ -553,6 +553,38 @@ TEST_IMPL(opencl_lost_device_by_injection) {
   return 0;
 }
 
+/* The plugin allocates through the core's allocation seam (the backend
+ * environment): failing each allocation of an mgpu_stream_create in turn
+ * reaches the plugin's own (its detail names the stream), and every
+ * failure leaves no stream behind. */
+TEST_IMPL(opencl_allocations_are_fault_sites) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  mgpu_stream *s = NULL;
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  uint64_t calls = mgpu__fault_calls(MGPU__FAULT_ALLOC);
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT(calls > 0);
+  int plugin_failed = 0;
+  for (uint64_t i = 1; i <= calls; i++) {
+    char spec[32];
+    snprintf(spec, sizeof spec, "alloc:%llu", (unsigned long long)i);
+    ASSERT_OK(mgpu__fault_set(spec, NULL, 0));
+    s = NULL;
+    ASSERT_ERR(MGPU_ENOMEM, mgpu_stream_create(&s, 0));
+    ASSERT(s == NULL);
+    plugin_failed +=
+        strstr(mgpu_error_detail(), "out of host memory for a stream") != NULL;
+  }
+  ASSERT(plugin_failed > 0);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_IMPL(opencl_dlpack_device_memory_is_not_host) {
   OCL_INIT(n, "opencl:0");
   (void)n;
@@ -614,4 +646,5 @@ TEST_ENTRY(opencl_wait_across_devices)
 TEST_ENTRY(opencl_copy_metrics_per_path)
 TEST_ENTRY(opencl_lost_device_by_injection)
 TEST_ENTRY(opencl_dlpack_device_memory_is_not_host)
+TEST_ENTRY(opencl_allocations_are_fault_sites)
 TEST_LIST_END

@@ -26,9 +26,13 @@
 #include "mgpu/error.h"
 #include "mgpu/metrics.h"
 
-/* The environment handed over by the core at load (logger, error setter,
- * metrics). Set by the entry function, read-only afterwards. */
+/* The environment handed over by the core at load (allocator, error
+ * setter, logger, metrics). Set by the entry function, read-only afterwards;
+ * plugin code reaches its allocator and error setter through
+ * plugin-seam.h's mgpu__calloc, mgpu__free, mgpu__error. */
 extern const mgpu__backend_env *mgpu__cuda_env;
+#define MGPU__PLUGIN_ENV mgpu__cuda_env
+#include "backend/plugin-seam.h"
 
 /* Driver entry points. Required ones are checked at probe; the green
  * context ones may be NULL (older drivers), then splits use plain streams. */

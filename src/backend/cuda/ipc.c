@@ -90,11 +90,9 @@ static int drv_fail(mgpu__bdevice *d, CUresult r, const char *what) {
   const char *name = "?";
   if (mgpu__cuda_drv.get_error_name != NULL)
     mgpu__cuda_drv.get_error_name(r, &name);
-  return mgpu__cuda_env->set_error(r == CUDA_ERROR_OUT_OF_MEMORY
-                                       ? MGPU_ENOMEM
-                                       : MGPU_EBACKEND,
-                                   "device %d: %s: %s (%d)", d->id, what,
-                                   name, (int)r);
+  return mgpu__error(r == CUDA_ERROR_OUT_OF_MEMORY ? MGPU_ENOMEM
+                                                   : MGPU_EBACKEND,
+                     "device %d: %s: %s (%d)", d->id, what, name, (int)r);
 }
 
 static CUmemAllocationProp alloc_prop(const mgpu__bdevice *d) {
@@ -128,9 +126,9 @@ static int posix_fd_supported(mgpu__bdevice *d) {
 
 int mgpu__cuda_ipc_alloc(mgpu__bdevice *d, size_t size, mgpu__ipc_mem *out,
                          void **alloc) {
-  cuda_alloc *a = calloc(1, sizeof *a);
+  cuda_alloc *a = mgpu__calloc(1, sizeof *a);
   if (a == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "out of host memory");
+    return mgpu__error(MGPU_ENOMEM, "out of host memory");
   a->fd = -1;
   memset(out, 0, sizeof *out);
   out->fd = -1;
@@ -183,7 +181,7 @@ int mgpu__cuda_ipc_alloc(mgpu__bdevice *d, size_t size, mgpu__ipc_mem *out,
 out:
   mgpu__cuda_leave(&sc);
   if (rc != 0) {
-    free(a);
+    mgpu__free(a);
     return rc;
   }
   *alloc = a;
@@ -202,7 +200,7 @@ void mgpu__cuda_ipc_free(mgpu__bdevice *d, void *alloc) {
     cudaFree(a->base);
   }
   mgpu__cuda_leave(&sc);
-  free(a);
+  mgpu__free(a);
 }
 
 int mgpu__cuda_ipc_export_fd(mgpu__bdevice *d, void *alloc, int writable) {
@@ -231,8 +229,8 @@ static import_entry *imports; /* import_lock */
 static int map_cumem(mgpu__bdevice *d, const mgpu__ipc_mem *m, int writable,
                      import_entry *e) {
   if (!api_load())
-    return mgpu__cuda_env->set_error(MGPU_ENOTSUP, "device %d: the driver "
-                                     "lacks the cuMem entry points", d->id);
+    return mgpu__error(MGPU_ENOTSUP, "device %d: the driver "
+                       "lacks the cuMem entry points", d->id);
   CUresult r = api.import_handle(&e->handle, (void *)(intptr_t)m->fd,
                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) return drv_fail(d, r, "cuMemImportFromShareableHandle");
@@ -272,9 +270,9 @@ int mgpu__cuda_ipc_import(mgpu__bdevice *d, const mgpu__ipc_mem *m,
       return 0;
     }
   pthread_mutex_unlock(&import_lock);
-  import_entry *e = calloc(1, sizeof *e);
+  import_entry *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "out of host memory");
+    return mgpu__error(MGPU_ENOMEM, "out of host memory");
   e->key[0] = m->key[0];
   e->key[1] = m->key[1];
   e->kind = m->kind;
@@ -295,12 +293,12 @@ int mgpu__cuda_ipc_import(mgpu__bdevice *d, const mgpu__ipc_mem *m,
       rc = mgpu__cuda_fail(d->id, err, "cudaIpcOpenMemHandle");
     e->base = (CUdeviceptr)(uintptr_t)base;
   } else {
-    rc = mgpu__cuda_env->set_error(MGPU_EINVAL, "device %d: memory of kind "
-                                   "%d is not GPU memory", d->id, m->kind);
+    rc = mgpu__error(MGPU_EINVAL, "device %d: memory of kind "
+                     "%d is not GPU memory", d->id, m->kind);
   }
   mgpu__cuda_leave(&sc);
   if (rc != 0) {
-    free(e);
+    mgpu__free(e);
     return rc;
   }
   pthread_mutex_lock(&import_lock);
@@ -323,8 +321,8 @@ int mgpu__cuda_ipc_protect(mgpu__bdevice *d, void *ptr) {
   import_entry **e = find(ptr);
   int rc = 0;
   if (e == NULL) {
-    rc = mgpu__cuda_env->set_error(MGPU_EINVAL, "device %d: %p is not "
-                                   "imported memory", d->id, ptr);
+    rc = mgpu__error(MGPU_EINVAL, "device %d: %p is not "
+                     "imported memory", d->id, ptr);
   } else if ((*e)->kind == MGPU__IPC_CUMEM_FD) {
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof acc);
@@ -363,5 +361,5 @@ void mgpu__cuda_ipc_unimport(mgpu__bdevice *d, void *ptr) {
     cudaIpcCloseMemHandle((void *)(uintptr_t)gone->base);
   }
   mgpu__cuda_leave(&sc);
-  free(gone);
+  mgpu__free(gone);
 }

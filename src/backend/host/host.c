@@ -41,6 +41,7 @@
 #include "obs/trace.h"
 #include "util/thread.h"
 #include "util/fault.h"
+#include "util/log.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -233,8 +234,8 @@ static op *op_new(op_kind kind) {
 }
 
 static int op_nomem(mgpu__bdevice *d) {
-  return env->set_error(MGPU_ENOMEM, "host device %d: out of host memory "
-                        "for a stream operation", d->id);
+  return mgpu__error(MGPU_ENOMEM, "host device %d: out of host memory "
+                     "for a stream operation", d->id);
 }
 
 /* ---- running operations ---- */
@@ -321,10 +322,10 @@ static _Thread_local launch_failure *running_launch;
 int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code, const char *detail) {
   (void)ctx;
   if (running_launch == NULL || code >= 0)
-    return env->set_error(MGPU_EINVAL, "mgpu_kernel_fail: %s",
-                          running_launch == NULL
-                              ? "called outside a host kernel"
-                              : "the code is not a negative MGPU_E... code");
+    return mgpu__error(MGPU_EINVAL, "mgpu_kernel_fail: %s",
+                       running_launch == NULL
+                           ? "called outside a host kernel"
+                           : "the code is not a negative MGPU_E... code");
   if (running_launch->code == 0) {
     running_launch->code = code;
     snprintf(running_launch->detail, sizeof running_launch->detail, "%s",
@@ -637,8 +638,8 @@ static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
     int rc = mgpu__thread_create(&d->workers[i], worker_main, d);
     if (rc != 0) {
       host_close(d); /* joins the workers started so far */
-      return env->set_error(MGPU_ENOMEM, "host device %d: cannot start worker "
-                            "thread %d: error %d", spec->id, i, rc);
+      return mgpu__error(MGPU_ENOMEM, "host device %d: cannot start worker "
+                         "thread %d: error %d", spec->id, i, rc);
     }
     d->nworkers++;
   }
@@ -647,8 +648,8 @@ static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
 fail_free:
   mgpu__free(d);
 fail_nomem:
-  return env->set_error(MGPU_ENOMEM, "host device %d: out of host memory",
-                        spec->id);
+  return mgpu__error(MGPU_ENOMEM, "host device %d: out of host memory",
+                     spec->id);
 }
 
 static int host_props(mgpu__bdevice *d, mgpu_device_props *p) {
@@ -672,15 +673,14 @@ static int host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
   (void)kind;
   const size_t huge = (size_t)2 << 20;
   size_t align = size >= huge ? huge : 64;
-  size_t rounded = (size + align - 1) / align * align;
-  void *p = NULL;
-  /* rounded < size: the round-up wrapped past zero (pinned memory has no
-   * budget in front of it). */
-  if (rounded < size || posix_memalign(&p, align, rounded) != 0)
-    return env->set_error(MGPU_ENOMEM, "host device %d: the system refused "
-                          "%zu bytes", d->id, size);
+  /* NULL also when the round-up to align wraps past zero (pinned memory
+   * has no budget in front of it). */
+  void *p = mgpu__aligned_alloc(align, size);
+  if (p == NULL)
+    return mgpu__error(MGPU_ENOMEM, "host device %d: the system refused "
+                       "%zu bytes", d->id, size);
 #ifdef MADV_HUGEPAGE
-  if (align == huge) madvise(p, rounded, MADV_HUGEPAGE);
+  if (align == huge) madvise(p, (size + huge - 1) / huge * huge, MADV_HUGEPAGE);
 #endif
   *ptr = p;
   return 0;
@@ -750,7 +750,7 @@ static int host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   s->error = 0;
   atomic_store_explicit(&s->lost_from, 0, memory_order_relaxed);
   mgpu__mutex_unlock(&d->lock);
-  if (err != 0) return env->set_error(err, "%s", detail);
+  if (err != 0) return mgpu__error(err, "%s", detail);
   return err;
 }
 
@@ -873,13 +873,13 @@ static int host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
   int lost_by = e->lost_by;
   mgpu__mutex_unlock(&e->lock);
   if (atomic_load_explicit(&e->dev->lost, memory_order_acquire))
-    return env->set_error(MGPU_EDEVLOST, "host device %d was lost (%s): the "
-                          "work before the event may not have run",
-                          e->dev->id, e->dev->lost_why);
+    return mgpu__error(MGPU_EDEVLOST, "host device %d was lost (%s): the "
+                       "work before the event may not have run",
+                       e->dev->id, e->dev->lost_why);
   if (lost_by != 0)
-    return env->set_error(MGPU_EDEVLOST, "host device %d: the work before "
-                          "the event depended on host device %d, which was "
-                          "lost", e->dev->id, lost_by - 1);
+    return mgpu__error(MGPU_EDEVLOST, "host device %d: the work before "
+                       "the event depended on host device %d, which was "
+                       "lost", e->dev->id, lost_by - 1);
   return 0;
 }
 
@@ -906,11 +906,11 @@ static int host_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *a,
   tb = b->time_ns;
   mgpu__mutex_unlock(&b->lock);
   if (never)
-    return env->set_error(MGPU_EINVAL, "device %d: elapsed time of an event "
-                          "that was never recorded", d->id);
+    return mgpu__error(MGPU_EINVAL, "device %d: elapsed time of an event "
+                       "that was never recorded", d->id);
   if (pending)
-    return env->set_error(MGPU_EAGAIN, "device %d: elapsed time asked before "
-                          "both events completed", d->id);
+    return mgpu__error(MGPU_EAGAIN, "device %d: elapsed time asked before "
+                       "both events completed", d->id);
   *ms = (float)((double)((int64_t)tb - (int64_t)ta) / 1e6);
   return 0;
 }
@@ -1049,9 +1049,9 @@ static int host_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
 
 static int host_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer) {
   if (!env->config->host_peer)
-    return env->set_error(MGPU_ENOTSUP, "device %d -> device %d: peer access "
-                          "is turned off (MGPU_HOST_PEER=none)", d->id,
-                          peer->id);
+    return mgpu__error(MGPU_ENOTSUP, "device %d -> device %d: peer access "
+                       "is turned off (MGPU_HOST_PEER=none)", d->id,
+                       peer->id);
   mgpu__mutex_lock(&d->lock);
   d->peer_enabled[peer->id] = 1;
   mgpu__mutex_unlock(&d->lock);

@@ -126,7 +126,7 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
   if (err != CL_SUCCESS) {
     e->program = NULL;
     e->rc = MGPU_EBACKEND;
-    e->log = malloc(96);
+    e->log = mgpu__malloc(96);
     if (e->log != NULL)
       snprintf(e->log, 96, "(clCreateProgramWithSource failed: %s, %d)",
                mgpu__ocl_err_name(err), (int)err);
@@ -137,7 +137,7 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
   size_t n = 0;
   (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG, 0,
                               NULL, &n);
-  e->log = calloc(n + 1, 1);
+  e->log = mgpu__calloc(n + 1, 1);
   if (e->log != NULL && n > 0)
     (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG, n,
                                 e->log, NULL);
@@ -147,7 +147,7 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
 /* The detail of e's failed build, set again for this call. */
 static int build_failed(mgpu__ocl_phys *ph, mgpu__ocl_prog *e, int id,
                         const char *what) {
-  return mgpu__ocl_env->set_error(
+  return mgpu__error(
       e->rc, "device %d: %s did not build for OpenCL device '%s'; the build "
       "log: %.900s", id, what, ph->name,
       e->log != NULL && e->log[0] ? e->log : "(empty)");
@@ -165,11 +165,11 @@ static int program_get(mgpu__ocl_phys *ph, const void *key, const char *src,
   while (e != NULL && (e->key != key || e->src != src || e->name != name))
     e = e->next;
   if (e == NULL) {
-    e = calloc(1, sizeof *e);
+    e = mgpu__calloc(1, sizeof *e);
     if (e == NULL) {
       pthread_mutex_unlock(&ph->progs_lock);
-      return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                      "memory for a program", id);
+      return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                         "memory for a program", id);
     }
     e->key = key;
     e->src = src;
@@ -216,9 +216,9 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
                      size_t args_size) {
   const char *name = k->name ? k->name : "?";
   if (k->opencl_src == NULL || k->name == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOTSUP, "device %d: kernel '%s' "
-                                    "has no OpenCL variant (opencl_src and "
-                                    "name)", d->id, name);
+    return mgpu__error(MGPU_ENOTSUP, "device %d: kernel '%s' "
+                       "has no OpenCL variant (opencl_src and "
+                       "name)", d->id, name);
   char what[96];
   snprintf(what, sizeof what, "the OpenCL C of kernel '%.40s'", name);
   mgpu__ocl_prog *e;
@@ -235,7 +235,7 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   }
   if (err == CL_SUCCESS && nargs != (args_size > 0 ? 1u : 0u)) {
     pthread_mutex_unlock(&e->lock);
-    return mgpu__ocl_env->set_error(
+    return mgpu__error(
         MGPU_EINVAL, "device %d: kernel '%s' takes %u parameters in its "
         "OpenCL C; an mgpu kernel takes its argument struct (%zu bytes here) "
         "as its one parameter, or none", d->id, name, nargs, args_size);
@@ -275,17 +275,17 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
     case MGPU_FLOAT16: di = 4; es = 2; break;
     case MGPU_BFLOAT16: di = 5; es = 2; break;
     default:
-      return mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: built-in "
-                                      "kernel of unknown type %d", d->id,
-                                      (int)b->dtype);
+      return mgpu__error(MGPU_EINVAL, "device %d: built-in "
+                         "kernel of unknown type %d", d->id,
+                         (int)b->dtype);
   }
   if ((unsigned)b->kind > 3)
-    return mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: unknown built-in "
-                                    "kernel %d", d->id, (int)b->kind);
+    return mgpu__error(MGPU_EINVAL, "device %d: unknown built-in "
+                       "kernel %d", d->id, (int)b->kind);
   if (di == 1 && !d->phys->has_fp64)
-    return mgpu__ocl_env->set_error(MGPU_ENOTSUP, "device %d: OpenCL device "
-                                    "'%s' has no double precision",
-                                    d->id, d->phys->name);
+    return mgpu__error(MGPU_ENOTSUP, "device %d: OpenCL device "
+                       "'%s' has no double precision",
+                       d->id, d->phys->name);
   if (b->count == 0) return 0;
   mgpu__ocl_prog *e;
   int rc = program_get(d->phys, &builtins_key, builtins_src, NULL, d->id,

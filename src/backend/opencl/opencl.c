@@ -122,12 +122,12 @@ int mgpu__ocl_fail(mgpu__bdevice *d, cl_int err, const char *what) {
     char why[160];
     snprintf(why, sizeof why, "%s in %s", mgpu__ocl_err_name(err), what);
     lose_physical(d, why);
-    return mgpu__ocl_env->set_error(MGPU_EDEVLOST, "device %d: %s: %s (%d): "
-                                    "the OpenCL device is lost", id, what,
-                                    mgpu__ocl_err_name(err), (int)err);
+    return mgpu__error(MGPU_EDEVLOST, "device %d: %s: %s (%d): "
+                       "the OpenCL device is lost", id, what,
+                       mgpu__ocl_err_name(err), (int)err);
   }
-  return mgpu__ocl_env->set_error(code_of(err), "device %d: %s: %s (%d)", id,
-                                  what, mgpu__ocl_err_name(err), (int)err);
+  return mgpu__error(code_of(err), "device %d: %s: %s (%d)", id,
+                     what, mgpu__ocl_err_name(err), (int)err);
 }
 
 /* ---- probe ---- */
@@ -140,11 +140,11 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
   cl_int err = clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
   if (err == CL_DEVICE_NOT_FOUND || nd == 0) return CL_SUCCESS;
   if (err != CL_SUCCESS) return err;
-  cl_device_id *ids = calloc(nd, sizeof *ids);
-  cl_device_id *usable = calloc(nd, sizeof *usable);
+  cl_device_id *ids = mgpu__calloc(nd, sizeof *ids);
+  cl_device_id *usable = mgpu__calloc(nd, sizeof *usable);
   if (ids == NULL || usable == NULL) {
-    free(ids);
-    free(usable);
+    mgpu__free(ids);
+    mgpu__free(usable);
     return CL_OUT_OF_HOST_MEMORY;
   }
   err = clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, ids, NULL);
@@ -188,7 +188,7 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
   }
   if (err == CL_SUCCESS && *n + (int)nu > *cap) {
     int ncap = *n + (int)nu + 8;
-    mgpu__ocl_phys *l = realloc(*list, (size_t)ncap * sizeof *l);
+    mgpu__ocl_phys *l = mgpu__realloc(*list, (size_t)ncap * sizeof *l);
     if (l == NULL) {
       err = CL_OUT_OF_HOST_MEMORY;
     } else {
@@ -221,8 +221,8 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
     pthread_mutex_init(&ph->progs_lock, NULL);
   }
   if (err != CL_SUCCESS && ctx != NULL) clReleaseContext(ctx);
-  free(ids);
-  free(usable);
+  mgpu__free(ids);
+  mgpu__free(usable);
   return err;
 }
 
@@ -231,7 +231,7 @@ static int probe_all(void) {
   cl_int err = clGetPlatformIDs(0, NULL, &np);
   if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0) return 0;
   if (err != CL_SUCCESS) goto fail;
-  cl_platform_id *ps = calloc(np, sizeof *ps);
+  cl_platform_id *ps = mgpu__calloc(np, sizeof *ps);
   if (ps == NULL) {
     err = CL_OUT_OF_HOST_MEMORY;
     goto fail;
@@ -241,12 +241,12 @@ static int probe_all(void) {
   int n = 0, cap = 0;
   for (cl_uint i = 0; err == CL_SUCCESS && i < np; i++)
     err = probe_platform(ps[i], (int)i, &list, &n, &cap);
-  free(ps);
+  mgpu__free(ps);
   if (err != CL_SUCCESS) {
     /* Contexts made for earlier platforms are kept by nobody: release. */
     for (int i = 0; i < n; i++)
       if (i == 0 || list[i].ctx != list[i - 1].ctx) clReleaseContext(list[i].ctx);
-    free(list);
+    mgpu__free(list);
     goto fail;
   }
   mgpu__ocl_phys_list = list;
@@ -268,7 +268,7 @@ static int ocl_probe(int *count) {
   }
   int rc = probe_rc;
   pthread_mutex_unlock(&probe_lock);
-  if (rc != 0) return mgpu__ocl_env->set_error(rc, "%s", probe_detail);
+  if (rc != 0) return mgpu__error(rc, "%s", probe_detail);
   *count = mgpu__ocl_nphys;
   return 0;
 }
@@ -281,24 +281,24 @@ static int ocl_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   int rc = ocl_probe(&count);
   if (rc != 0) return rc;
   if (spec->ordinal < 0 || spec->ordinal >= count)
-    return mgpu__ocl_env->set_error(MGPU_ENODEV, "device %d: OpenCL device %d "
-                                    "does not exist (%d found)", spec->id,
-                                    spec->ordinal, count);
-  mgpu__bdevice *d = calloc(1, sizeof *d);
+    return mgpu__error(MGPU_ENODEV, "device %d: OpenCL device %d "
+                       "does not exist (%d found)", spec->id,
+                       spec->ordinal, count);
+  mgpu__bdevice *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                    "memory opening OpenCL device %d",
-                                    spec->id, spec->ordinal);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory opening OpenCL device %d",
+                       spec->id, spec->ordinal);
   d->id = spec->id;
   d->ordinal = spec->ordinal;
   d->split_index = spec->split_index;
   d->split_count = spec->split_count > 0 ? spec->split_count : 1;
   d->phys = &mgpu__ocl_phys_list[spec->ordinal];
   if (mgpu__ocl_relay_start() != 0) {
-    free(d);
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: cannot start "
-                                    "the OpenCL plugin's relay thread",
-                                    spec->id);
+    mgpu__free(d);
+    return mgpu__error(MGPU_ENOMEM, "device %d: cannot start "
+                       "the OpenCL plugin's relay thread",
+                       spec->id);
   }
   pthread_mutex_lock(&registry_lock);
   if (d->id >= 0 && d->id < MGPU_MAX_DEVICES) open_devs[d->id] = d;
@@ -314,7 +314,7 @@ static void ocl_close(mgpu__bdevice *d) {
     open_devs[d->id] = NULL;
   pthread_mutex_unlock(&registry_lock);
   mgpu__ocl_relay_stop();
-  free(d);
+  mgpu__free(d);
 }
 
 /* 1 if another open device shares d's platform (its context). */
