@@ -27,8 +27,8 @@
 
 #include "backend/import-map.h"
 #include "backend/ipc.h"
-#include "util/log.h"
 #include "util/fault.h"
+#include "util/log.h"
 
 /* Linux 5.1; older C libraries lack the name. */
 #ifndef F_SEAL_FUTURE_WRITE
