@@ -13,10 +13,13 @@
  * the search: its dlerror is the clearest explanation there is.
  *
  * A plugin exports one versioned entry symbol (MGPU__PLUGIN_ENTRY) and the
- * integer mgpu_backend_plugin_abi. A plugin whose ABI differs is refused with
- * one log line and closed again. Both plugins stay open for the life of the
- * process once opened (see the unload functions). Each plugin is described
- * by one struct plugin below; the search and the checks are shared.
+ * integer mgpu_backend_plugin_abi. A plugin whose ABI differs, or whose
+ * entry fails or returns a backend of another kind, is refused with one log
+ * line and closed again. A plugin that loaded stays open for the life of the
+ * process: the unload functions close nothing (the vendor runtimes keep
+ * threads and exit handlers inside it), and the next mgpu_init calls its
+ * entry again with that init's environment. Each plugin is described by one
+ * struct plugin below; the search and the checks are shared.
  *
  * Threading: called by mgpu_init and mgpu_shutdown only, which the core
  * serializes; the static state below needs no lock of its own.

@@ -263,17 +263,17 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   return 0;
 }
 
-int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
-                      const mgpu__builtin *b) {
-  int di;
-  size_t es;
+/* The index of b's type among the built-ins (di) and its element size
+ * (es); an error when d cannot run b. */
+static int builtin_type(mgpu__bdevice *d, const mgpu__builtin *b, int *di,
+                        size_t *es) {
   switch (b->dtype) {
-    case MGPU_FLOAT32: di = 0; es = 4; break;
-    case MGPU_FLOAT64: di = 1; es = 8; break;
-    case MGPU_INT32: di = 2; es = 4; break;
-    case MGPU_INT64: di = 3; es = 8; break;
-    case MGPU_FLOAT16: di = 4; es = 2; break;
-    case MGPU_BFLOAT16: di = 5; es = 2; break;
+    case MGPU_FLOAT32: *di = 0; *es = 4; break;
+    case MGPU_FLOAT64: *di = 1; *es = 8; break;
+    case MGPU_INT32: *di = 2; *es = 4; break;
+    case MGPU_INT64: *di = 3; *es = 8; break;
+    case MGPU_FLOAT16: *di = 4; *es = 2; break;
+    case MGPU_BFLOAT16: *di = 5; *es = 2; break;
     default:
       return mgpu__error(MGPU_EINVAL, "device %d: built-in "
                          "kernel of unknown type %d", d->id,
@@ -282,18 +282,18 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   if ((unsigned)b->kind > 3)
     return mgpu__error(MGPU_EINVAL, "device %d: unknown built-in "
                        "kernel %d", d->id, (int)b->kind);
-  if (di == 1 && !d->phys->has_fp64)
+  if (*di == 1 && !d->phys->has_fp64)
     return mgpu__error(MGPU_ENOTSUP, "device %d: OpenCL device "
                        "'%s' has no double precision",
                        d->id, d->phys->name);
-  if (b->count == 0) return 0;
-  mgpu__ocl_prog *e;
-  int rc = program_get(d->phys, &builtins_key, builtins_src, NULL, d->id,
-                       "the built-in kernels", &e);
-  if (rc != 0) return rc;
-  cl_int err;
-  const char *name = builtin_names[b->kind][di];
-  cl_kernel kern = kernel_get(e, 1 + (int)b->kind * NTYPES + di, name, &err);
+  return 0;
+}
+
+/* Sets the arguments of kern, the built-in for b (elements of es bytes)
+ * on d; the entry's lock held. */
+static cl_int builtin_args(cl_kernel kern, mgpu__bdevice *d,
+                           const mgpu__builtin *b, size_t es) {
+  cl_int err = CL_SUCCESS;
   cl_ulong n = b->count;
   /* The accumulation type: float for the 16-bit types, else the program's
    * (double where the device has it, else float). */
@@ -326,6 +326,23 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   ARG(sizeof n, &n);
 #undef ARG
 #undef SVM
+  return err;
+}
+
+int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
+                      const mgpu__builtin *b) {
+  int di = 0;
+  size_t es = 0;
+  int rc = builtin_type(d, b, &di, &es);
+  if (rc != 0 || b->count == 0) return rc;
+  mgpu__ocl_prog *e;
+  rc = program_get(d->phys, &builtins_key, builtins_src, NULL, d->id,
+                   "the built-in kernels", &e);
+  if (rc != 0) return rc;
+  cl_int err;
+  const char *name = builtin_names[b->kind][di];
+  cl_kernel kern = kernel_get(e, 1 + (int)b->kind * NTYPES + di, name, &err);
+  if (err == CL_SUCCESS) err = builtin_args(kern, d, b, es);
   size_t global = b->count;
   if (err == CL_SUCCESS) err = enqueue(s, kern, 1, &global, NULL);
   pthread_mutex_unlock(&e->lock);

@@ -132,6 +132,60 @@ int mgpu__ocl_fail(mgpu__bdevice *d, cl_int err, const char *what) {
 
 /* ---- probe ---- */
 
+/* Whether device dev of platform pname can be an mgpu device: coarse-grained
+ * SVM, 64-bit addresses, not PoCL's basic driver. Logs why not. */
+static int device_usable(cl_device_id dev, const char *pname) {
+  cl_device_svm_capabilities svm = 0;
+  cl_uint bits = 0;
+  char dname[96] = "";
+  (void)clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+  if (clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm,
+                      NULL) != CL_SUCCESS)
+    svm = 0;
+  (void)clGetDeviceInfo(dev, CL_DEVICE_ADDRESS_BITS, sizeof bits, &bits, NULL);
+  /* PoCL's "basic" driver runs a command that waits for a user event or
+   * another queue's event in the thread that completes that event, with
+   * the implementation's locks held (it deadlocks), or lets clFinish
+   * return before such a command ran: mgpu's ordering rests on exactly
+   * those waits, so its devices are not used. */
+  int pocl_basic = strstr(pname, "Portable Computing Language") != NULL &&
+                   strncmp(dname, "basic", 5) == 0;
+  if ((svm & CL_DEVICE_SVM_COARSE_GRAIN_BUFFER) && bits == 64 && !pocl_basic)
+    return 1;
+  mgpu__ocl_env->log(MGPU_LOG_INFO, "opencl: %s on %s skipped (%s)", dname,
+                     pname, pocl_basic ? "PoCL's basic driver orders "
+                     "waits across queues wrongly"
+                     : bits != 64 ? "not 64-bit"
+                                  : "no shared virtual memory");
+  return 0;
+}
+
+/* Fills ph, the entry of device dev (platform pi, context ctx). */
+static void phys_fill(mgpu__ocl_phys *ph, cl_device_id dev, cl_context ctx,
+                      int pi, const char *pname) {
+  memset(ph, 0, sizeof *ph);
+  ph->dev = dev;
+  ph->ctx = ctx;
+  ph->platform = pi;
+  snprintf(ph->platform_name, sizeof ph->platform_name, "%s", pname);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_NAME, sizeof ph->name - 1,
+                        ph->name, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_GLOBAL_MEM_SIZE,
+                        sizeof ph->global_mem, &ph->global_mem, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_COMPUTE_UNITS,
+                        sizeof ph->compute_units, &ph->compute_units, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_SVM_CAPABILITIES, sizeof ph->svm,
+                        &ph->svm, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE,
+                        sizeof ph->max_work_group, &ph->max_work_group,
+                        NULL);
+  cl_device_fp_config fp64 = 0;
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64,
+                        &fp64, NULL);
+  ph->has_fp64 = fp64 != 0;
+  pthread_mutex_init(&ph->progs_lock, NULL);
+}
+
 /* Adds the usable devices of platform p (index pi) to the list and makes
  * its context. Returns 0, or a CL error only for a failure of the host. */
 static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
@@ -151,35 +205,8 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
   char pname[64] = "";
   (void)clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
   cl_uint nu = 0;
-  for (cl_uint i = 0; err == CL_SUCCESS && i < nd; i++) {
-    cl_device_svm_capabilities svm = 0;
-    cl_uint bits = 0;
-    char dname[96] = "";
-    (void)clGetDeviceInfo(ids[i], CL_DEVICE_NAME, sizeof dname - 1, dname,
-                          NULL);
-    if (clGetDeviceInfo(ids[i], CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm,
-                        NULL) != CL_SUCCESS)
-      svm = 0;
-    (void)clGetDeviceInfo(ids[i], CL_DEVICE_ADDRESS_BITS, sizeof bits, &bits,
-                          NULL);
-    /* PoCL's "basic" driver runs a command that waits for a user event or
-     * another queue's event in the thread that completes that event, with
-     * the implementation's locks held (it deadlocks), or lets clFinish
-     * return before such a command ran: mgpu's ordering rests on exactly
-     * those waits, so its devices are not used. */
-    int pocl_basic = strstr(pname, "Portable Computing Language") != NULL &&
-                     strncmp(dname, "basic", 5) == 0;
-    if (!(svm & CL_DEVICE_SVM_COARSE_GRAIN_BUFFER) || bits != 64 ||
-        pocl_basic) {
-      mgpu__ocl_env->log(MGPU_LOG_INFO, "opencl: %s on %s skipped (%s)", dname,
-                         pname, pocl_basic ? "PoCL's basic driver orders "
-                         "waits across queues wrongly"
-                         : bits != 64 ? "not 64-bit"
-                                      : "no shared virtual memory");
-      continue;
-    }
-    usable[nu++] = ids[i];
-  }
+  for (cl_uint i = 0; err == CL_SUCCESS && i < nd; i++)
+    if (device_usable(ids[i], pname)) usable[nu++] = ids[i];
   cl_context ctx = NULL;
   if (err == CL_SUCCESS && nu > 0) {
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
@@ -196,30 +223,8 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
       *cap = ncap;
     }
   }
-  for (cl_uint i = 0; err == CL_SUCCESS && i < nu; i++) {
-    mgpu__ocl_phys *ph = &(*list)[(*n)++];
-    memset(ph, 0, sizeof *ph);
-    ph->dev = usable[i];
-    ph->ctx = ctx;
-    ph->platform = pi;
-    snprintf(ph->platform_name, sizeof ph->platform_name, "%s", pname);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_NAME, sizeof ph->name - 1,
-                          ph->name, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_GLOBAL_MEM_SIZE,
-                          sizeof ph->global_mem, &ph->global_mem, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_COMPUTE_UNITS,
-                          sizeof ph->compute_units, &ph->compute_units, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_SVM_CAPABILITIES, sizeof ph->svm,
-                          &ph->svm, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE,
-                          sizeof ph->max_work_group, &ph->max_work_group,
-                          NULL);
-    cl_device_fp_config fp64 = 0;
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64,
-                          &fp64, NULL);
-    ph->has_fp64 = fp64 != 0;
-    pthread_mutex_init(&ph->progs_lock, NULL);
-  }
+  for (cl_uint i = 0; err == CL_SUCCESS && i < nu; i++)
+    phys_fill(&(*list)[(*n)++], usable[i], ctx, pi, pname);
   if (err != CL_SUCCESS && ctx != NULL) clReleaseContext(ctx);
   mgpu__free(ids);
   mgpu__free(usable);
