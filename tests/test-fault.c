@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include "alloc-sweep.h"
 #include "task.h"
 #include "util/fault.h"
 #include "util/thread.h"
@@ -405,6 +406,18 @@ TEST_IMPL(fault_host_kernel_fails) {
   return 0;
 }
 
+/* An mgpu_malloc of 4 KiB on device 0 into *arg, which stays NULL when it
+ * fails. */
+static int malloc_4k(void *arg) {
+  mgpu_buffer **b = arg;
+  *b = NULL;
+  int rc = mgpu_malloc(b, 0, 4096);
+  if (rc != 0) ASSERT(*b == NULL);
+  return rc;
+}
+
+static void free_4k(void *arg) { ASSERT_OK(mgpu_free(*(mgpu_buffer **)arg)); }
+
 /* Host device memory is allocated through the allocation seam: failing
  * each allocation of an mgpu_malloc in turn reaches the host backend's own
  * (its detail says the system refused the bytes), and every failure leaves
@@ -415,23 +428,8 @@ TEST_IMPL(fault_host_memory_is_a_site) {
   cfg.devices = "host:1";
   ASSERT_OK(mgpu_init(&cfg));
   mgpu_buffer *b = NULL;
-  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
-  ASSERT_OK(mgpu_malloc(&b, 0, 4096));
-  uint64_t calls = mgpu__fault_calls(MGPU__FAULT_ALLOC);
-  ASSERT_OK(mgpu_free(b));
-  ASSERT(calls > 0);
-  int backend_failed = 0;
-  for (uint64_t n = 1; n <= calls; n++) {
-    char spec[32];
-    snprintf(spec, sizeof spec, "alloc:%llu", (unsigned long long)n);
-    ASSERT_OK(mgpu__fault_set(spec, NULL, 0));
-    b = NULL;
-    ASSERT_ERR(MGPU_ENOMEM, mgpu_malloc(&b, 0, 4096));
-    ASSERT(b == NULL);
-    backend_failed += strstr(mgpu_error_detail(), "the system refused") != NULL;
-  }
-  ASSERT_EQ(backend_failed, 1);
-  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_EQ(test_alloc_sweep(malloc_4k, free_4k, &b, "the system refused"),
+            1);
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }

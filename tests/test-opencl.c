@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc-sweep.h"
 #include "task.h"
 #include "util/fault.h"
 
@@ -553,32 +554,29 @@ TEST_IMPL(opencl_lost_device_by_injection) {
   return 0;
 }
 
+/* A stream of device 0 into *arg, which stays NULL when it fails. */
+static int stream_of_device_0(void *arg) {
+  mgpu_stream **s = arg;
+  *s = NULL;
+  int rc = mgpu_stream_create(s, 0);
+  if (rc != 0) ASSERT(*s == NULL);
+  return rc;
+}
+
+static void stream_destroy(void *arg) {
+  ASSERT_OK(mgpu_stream_destroy(*(mgpu_stream **)arg));
+}
+
 /* The plugin allocates through the core's allocation seam (the backend
  * environment): failing each allocation of an mgpu_stream_create in turn
- * reaches the plugin's own (its detail names the stream), and every
+ * reaches the plugin's own (its detail names the command queue), and every
  * failure leaves no stream behind. */
 TEST_IMPL(opencl_allocations_are_fault_sites) {
   OCL_INIT(n, "opencl:0");
   (void)n;
   mgpu_stream *s = NULL;
-  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
-  ASSERT_OK(mgpu_stream_create(&s, 0));
-  uint64_t calls = mgpu__fault_calls(MGPU__FAULT_ALLOC);
-  ASSERT_OK(mgpu_stream_destroy(s));
-  ASSERT(calls > 0);
-  int plugin_failed = 0;
-  for (uint64_t i = 1; i <= calls; i++) {
-    char spec[32];
-    snprintf(spec, sizeof spec, "alloc:%llu", (unsigned long long)i);
-    ASSERT_OK(mgpu__fault_set(spec, NULL, 0));
-    s = NULL;
-    ASSERT_ERR(MGPU_ENOMEM, mgpu_stream_create(&s, 0));
-    ASSERT(s == NULL);
-    plugin_failed +=
-        strstr(mgpu_error_detail(), "out of host memory for a stream") != NULL;
-  }
-  ASSERT(plugin_failed > 0);
-  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT(test_alloc_sweep(stream_of_device_0, stream_destroy, &s,
+                          "memory for an OpenCL command queue") == 1);
   ASSERT_OK(mgpu_stream_create(&s, 0));
   ASSERT_OK(mgpu_stream_destroy(s));
   ASSERT_OK(mgpu_shutdown());

@@ -142,7 +142,7 @@ int mgpu__ocl_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   mgpu__bstream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
-                       "memory for a stream", d->id);
+                       "memory for an OpenCL command queue", d->id);
   cl_queue_properties props[] = {CL_QUEUE_PROPERTIES,
                                  CL_QUEUE_PROFILING_ENABLE, 0};
   cl_int err = CL_SUCCESS;
