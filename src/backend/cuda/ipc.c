@@ -12,10 +12,10 @@
  * Import: cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap,
  * cuMemSetAccess (read-only for readers), or cudaIpcOpenMemHandle for
  * legacy handles (which opens once per context). Either way the import map
- * keeps one mapping per key per process, reference-counted, and unmaps
- * (cudaIpcCloseMemHandle) when the last reference goes (the backend's
- * import map, backend/import-map.h). The driver entry points are fetched at run time like the rest of the
- * plugin's, so the plugin loads where a driver lacks them.
+ * (backend/import-map.h) keeps one mapping per key per process,
+ * reference-counted, and unmaps (cudaIpcCloseMemHandle) when the last
+ * reference goes. The driver entry points are fetched at run time like the
+ * rest of the plugin's, so the plugin loads where a driver lacks them.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -33,7 +33,8 @@ int mgpu__host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   mgpu__bdevice *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL) goto fail_nomem;
   d->id = spec->id;
-  d->workers = mgpu__calloc((size_t)mgpu__host_env->config->host_workers, sizeof *d->workers);
+  d->workers = mgpu__calloc((size_t)mgpu__host_env->config->host_workers,
+                            sizeof *d->workers);
   if (d->workers == NULL) goto fail_free;
   mgpu__mutex_init(&d->lock);
   mgpu__cond_init(&d->work);

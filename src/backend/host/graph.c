@@ -121,9 +121,9 @@ static void run_graph_node(mgpu__bdevice *d, mgpu__bstream *s,
 
 /* Runs o's nodes from the next one on, until the end or a node whose
  * wait is not over after a short spin: there the worker gives the stream
- * back (mgpu__host_worker_main), to come back to that node once it is posted. On a
- * lost device nothing waits and nothing but host callbacks runs; its
- * signals post the loss. */
+ * back (mgpu__host_worker_main), to come back to that node once it is
+ * posted. On a lost device nothing waits and nothing but host callbacks
+ * runs; its signals post the loss. */
 void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   static const char *const names[] = {"graph nop", "graph copy",
                                       "graph memset", "graph kernel",

@@ -187,7 +187,8 @@ int mgpu__host_op_nomem(mgpu__bdevice *d);
 /* worker.c: what the workers run (mgpu__host_worker_main is each one's
  * thread). lose_locked: d->lock held. */
 void mgpu__host_unpark(mgpu__bstream *w);
-void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s);
+void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq,
+                               mgpu__bstream *s);
 void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o);
 void mgpu__host_op_free(op *o);
 void mgpu__host_lose_locked(mgpu__bdevice *d, const char *why);

@@ -65,8 +65,9 @@ int mgpu__host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
 }
 
 /* A claim is an operation run by the calling thread instead of a worker:
- * `running` keeps mgpu__host_enqueue from putting s on the ready list, and the claim
- * counts as one queued operation, so synchronize waits for its release. */
+ * `running` keeps mgpu__host_enqueue from putting s on the ready list, and
+ * the claim counts as one queued operation, so synchronize waits for its
+ * release. */
 int mgpu__host_stream_claim(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   int idle = s->head == NULL && !s->running && !s->queued && !s->parked;

@@ -64,7 +64,8 @@ void mgpu__host_unpark(mgpu__bstream *w) {
   }
 }
 
-void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
+void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq,
+                               mgpu__bstream *s) {
   int lost_by = atomic_load_explicit(&s->lost_from, memory_order_relaxed);
   if (lost_by == 0 && atomic_load_explicit(&s->dev->lost, memory_order_acquire))
     lost_by = s->dev->id + 1;
