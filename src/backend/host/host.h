@@ -178,14 +178,17 @@ static inline int counter_reached(const void *p) {
   return atomic_load(t->counter) >= t->target;
 }
 
-/* queue.c: the ready list (d->lock held) and the operations. */
+/* queue.c: ready_push puts s on d's ready list (d->lock held); enqueue
+ * queues o on s (taking the lock; s owns o from then on); op_new makes an
+ * operation (NULL when out of memory: op_nomem sets the detail). */
 void mgpu__host_ready_push(mgpu__bdevice *d, mgpu__bstream *s);
 void mgpu__host_enqueue(mgpu__bstream *s, op *o);
 op *mgpu__host_op_new(op_kind kind);
 int mgpu__host_op_nomem(mgpu__bdevice *d);
 
 /* worker.c: what the workers run (mgpu__host_worker_main is each one's
- * thread). lose_locked: d->lock held. */
+ * thread). op_free releases an operation that ran or was never queued;
+ * lose_locked marks d lost (d->lock held). */
 void mgpu__host_unpark(mgpu__bstream *w);
 void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq,
                                mgpu__bstream *s);
@@ -194,8 +197,9 @@ void mgpu__host_op_free(op *o);
 void mgpu__host_lose_locked(mgpu__bdevice *d, const char *why);
 void *mgpu__host_worker_main(void *arg);
 
-/* graph.c: a device's part of a graph, run as one operation; the
- * table's graph slots. */
+/* graph.c: a device's part of a graph, run as one operation
+ * (graph_must_park: the stream's device lock held); the table's graph
+ * slots. */
 void mgpu__host_graph_unref(host_graph *g);
 int mgpu__host_graph_unfinished(const op *o);
 int mgpu__host_graph_must_park(mgpu__bstream *s, op *o);
