@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include "alloc-sweep.h"
 #include "task.h"
 #include "util/fault.h"
 #include "util/thread.h"
@@ -405,6 +406,34 @@ TEST_IMPL(fault_host_kernel_fails) {
   return 0;
 }
 
+/* An mgpu_malloc of 4 KiB on device 0 into *arg, which stays NULL when it
+ * fails. */
+static int malloc_4k(void *arg) {
+  mgpu_buffer **b = arg;
+  *b = NULL;
+  int rc = mgpu_malloc(b, 0, 4096);
+  if (rc != 0) ASSERT(*b == NULL);
+  return rc;
+}
+
+static void free_4k(void *arg) { ASSERT_OK(mgpu_free(*(mgpu_buffer **)arg)); }
+
+/* Host device memory is allocated through the allocation seam: failing
+ * each allocation of an mgpu_malloc in turn reaches the host backend's own
+ * (its detail says the system refused the bytes), and every failure leaves
+ * no buffer behind. */
+TEST_IMPL(fault_host_memory_is_a_site) {
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:1";
+  ASSERT_OK(mgpu_init(&cfg));
+  mgpu_buffer *b = NULL;
+  ASSERT_EQ(test_alloc_sweep(malloc_4k, free_4k, &b, "the system refused"),
+            1);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(fault_spec_syntax)
 TEST_ENTRY(fault_alloc_nth)
@@ -418,4 +447,5 @@ TEST_ENTRY(fault_channel_record)
 TEST_ENTRY(fault_env_variable)
 TEST_ENTRY(fault_group_thread_exit)
 TEST_ENTRY(fault_host_kernel_fails)
+TEST_ENTRY(fault_host_memory_is_a_site)
 TEST_LIST_END

@@ -20,6 +20,7 @@
 #include <CL/cl.h>
 #endif
 
+#include "alloc-sweep.h"
 #include "json.h"
 #include "task.h"
 #include "util/fault.h"
@@ -695,6 +696,35 @@ TEST_IMPL(opencl_lost_device_by_injection) {
   return 0;
 }
 
+/* A stream of device 0 into *arg, which stays NULL when it fails. */
+static int stream_of_device_0(void *arg) {
+  mgpu_stream **s = arg;
+  *s = NULL;
+  int rc = mgpu_stream_create(s, 0);
+  if (rc != 0) ASSERT(*s == NULL);
+  return rc;
+}
+
+static void stream_destroy(void *arg) {
+  ASSERT_OK(mgpu_stream_destroy(*(mgpu_stream **)arg));
+}
+
+/* The plugin allocates through the core's allocation seam (the backend
+ * environment): failing each allocation of an mgpu_stream_create in turn
+ * reaches the plugin's own (its detail names the command queue), and every
+ * failure leaves no stream behind. */
+TEST_IMPL(opencl_allocations_are_fault_sites) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  mgpu_stream *s = NULL;
+  ASSERT(test_alloc_sweep(stream_of_device_0, stream_destroy, &s,
+                          "memory for an OpenCL command queue") == 1);
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_IMPL(opencl_dlpack_device_memory_is_not_host) {
   OCL_INIT(n, "opencl:0");
   (void)n;
@@ -758,4 +788,5 @@ TEST_ENTRY(opencl_copy_metrics_per_path)
 TEST_ENTRY(opencl_kernel_span_and_busy_time)
 TEST_ENTRY(opencl_lost_device_by_injection)
 TEST_ENTRY(opencl_dlpack_device_memory_is_not_host)
+TEST_ENTRY(opencl_allocations_are_fault_sites)
 TEST_LIST_END

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "backend/import-map.h"
 #include "store-helpers.h"
 #include "store/proto.h"
 #include "util/fault.h"
@@ -104,6 +105,34 @@ static size_t encode_sample(mgpu__store_wbuf *w, int which) {
   }
   ASSERT_OK(mgpu__store_wbuf_end(w));
   return w->len;
+}
+
+/* The import map both backends keep their imports in: one mapping per
+ * key, found by any address inside it, gone with its last reference. */
+TEST_IMPL(import_map_counts_references) {
+  mgpu__import_map map = MGPU__IMPORT_MAP_INITIALIZER;
+  const uint64_t k1[2] = {7, 1}, k2[2] = {7, 2};
+  mgpu__import_entry a = {.base = 0x10000, .map_size = 0x1000};
+  mgpu__import_entry b = {.base = 0x20000, .map_size = 0x2000};
+  ASSERT_EQ(mgpu__import_ref(&map, k1), 0); /* not mapped yet */
+  mgpu__import_add(&map, &a, k1);
+  mgpu__import_add(&map, &b, k2);
+  ASSERT_EQ(mgpu__import_ref(&map, k1), 0x10000); /* a second reference */
+  ASSERT_EQ(a.refs, 2);
+  mgpu__import_lock(&map);
+  ASSERT(mgpu__import_find_locked(&map, 0x21fff) == &b);
+  ASSERT(mgpu__import_find_locked(&map, 0x22000) == NULL);
+  ASSERT(mgpu__import_find_locked(&map, 0x10000) == &a);
+  mgpu__import_unlock(&map);
+  ASSERT(mgpu__import_unref(&map, 0x30000) == NULL); /* not imported */
+  ASSERT(mgpu__import_unref(&map, 0x10800) == NULL); /* one left */
+  ASSERT(mgpu__import_unref(&map, 0x10001) == &a);   /* the last: gone */
+  ASSERT_EQ(mgpu__import_ref(&map, k1), 0);
+  ASSERT_EQ(mgpu__import_ref(&map, k2), 0x20000);
+  ASSERT(mgpu__import_unref(&map, 0x20000) == NULL);
+  ASSERT(mgpu__import_unref(&map, 0x20000) == &b);
+  ASSERT(map.head == NULL);
+  return 0;
 }
 
 TEST_IMPL(proto_roundtrip) {
@@ -1557,6 +1586,7 @@ TEST_IMPL(descriptors_exhausted) {
 
 TEST_LIST_BEGIN
 TEST_ENTRY(proto_roundtrip)
+TEST_ENTRY(import_map_counts_references)
 TEST_ENTRY(proto_rejects)
 TEST_ENTRY(share_two_processes)
 TEST_ENTRY(lifetimes)

@@ -6,10 +6,13 @@
  * capabilities. The host backend is linked into libmgpu; the CUDA and
  * OpenCL backends are plugins (libmgpu-cuda.so, libmgpu-opencl.so) that
  * export one entry symbol named after the ABI they serve,
- * MGPU__PLUGIN_ENTRY, of type mgpu__plugin_entry_fn. The core opens it with
- * dlopen, hands it the environment below (logger, error setter, metrics
- * recorder, configuration) and refuses it with one log line if it serves
- * another ABI.
+ * MGPU__PLUGIN_ENTRY, of type mgpu__plugin_entry_fn. The core opens a
+ * plugin with dlopen (plugin.c), refuses it with one log line if it serves
+ * another ABI, and hands its entry the environment below: the seams of the
+ * core a plugin reaches only through it (allocator, error setter, logger,
+ * metrics, configuration, trace), since a plugin links nothing of libmgpu.
+ * backend/plugin-seam.h spells them for plugin code as the core spells its
+ * own (mgpu__calloc, mgpu__error).
  *
  * Threading: every function may be called from any thread unless it says
  * otherwise. make_current is called once on each device's host thread and on
@@ -73,7 +76,8 @@ typedef struct mgpu__backend_env {
   /* Logs at level (mgpu_log_level) if MGPU_LOG asks for it. */
   void (*log)(int level, const char *fmt, ...);
   /* Sets the calling thread's error detail and returns code. */
-  int (*set_error)(int code, const char *fmt, ...);
+  int (*set_error)(int code, const char *fmt, ...)
+      __attribute__((format(printf, 2, 3)));
   /* Adds value to a metric of device dev (the mgpu device id). */
   void (*metric_add)(int dev, mgpu__bmetric metric, uint64_t value);
   /* Resolved: every field filled, except staging_chunk, which stays 0 when
@@ -88,6 +92,17 @@ typedef struct mgpu__backend_env {
    * (mgpu__thread_role_set), so that a call the core refuses from such a
    * thread (mgpu_shutdown from a stream callback) is refused there too. */
   void (*thread_role_set)(const char *role);
+  /* The allocation seam (util/fault.h: mgpu__malloc, mgpu__calloc, ...):
+   * every host allocation of a plugin goes through these, so that each is
+   * a fault site of kind alloc (MGPU_FAULT=alloc:N reaches the plugins).
+   * They behave as the C calls they name; memory from any of them is
+   * released with free_fn (NULL does nothing); aligned_alloc_fn takes any
+   * size (it rounds up to the alignment). */
+  void *(*malloc_fn)(size_t size);
+  void *(*calloc_fn)(size_t count, size_t size);
+  void *(*realloc_fn)(void *ptr, size_t size);
+  void *(*aligned_alloc_fn)(size_t align, size_t size);
+  void (*free_fn)(void *ptr);
 } mgpu__backend_env;
 
 /* What a device is opened as. */

@@ -16,9 +16,13 @@
  * (MGPU__PLUGIN_ENTRY, mgpu_backend_plugin_v<ABI>); the loader looks up
  * exactly that name. A plugin of another ABI lacks it: the loader then
  * looks for the entry of the ABIs before and after this one to name what
- * the plugin serves, refuses it with one log line and closes it again. Both plugins stay open for the life of the
- * process once opened (see the unload functions). Each plugin is described
- * by one struct plugin below; the search and the checks are shared.
+ * the plugin serves, refuses it with one log line and closes it again; so
+ * it does with a plugin whose entry fails or returns a backend of another
+ * kind. A plugin that loaded stays open for the life of the process: the
+ * unload functions close nothing (the vendor runtimes keep threads and
+ * exit handlers inside it), and the next mgpu_init calls its entry again
+ * with that init's environment. Each plugin is described by one struct
+ * plugin below; the search and the checks are shared.
  *
  * Threading: called by mgpu_init and mgpu_shutdown only, which the core
  * serializes; the static state below needs no lock of its own.

@@ -85,6 +85,11 @@ static mgpu__backend_env backend_env = {
     .numa_node_of_bus_id = mgpu__numa_node_of_bus_id,
     .obs = &obs_api,
     .thread_role_set = mgpu__thread_role_set,
+    .malloc_fn = mgpu__malloc,
+    .calloc_fn = mgpu__calloc,
+    .realloc_fn = mgpu__realloc,
+    .aligned_alloc_fn = mgpu__aligned_alloc,
+    .free_fn = mgpu__free,
 };
 
 /* Shutdown hooks of the layers below the core (mgpu__on_shutdown), kept

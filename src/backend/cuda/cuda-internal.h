@@ -26,9 +26,13 @@
 #include "mgpu/error.h"
 #include "mgpu/metrics.h"
 
-/* The environment handed over by the core at load (logger, error setter,
- * metrics). Set by the entry function, read-only afterwards. */
+/* The environment handed over by the core at load (allocator, error
+ * setter, logger, metrics). Set by the entry function, read-only afterwards;
+ * plugin code reaches its allocator and error setter through
+ * plugin-seam.h's mgpu__calloc, mgpu__free, mgpu__error. */
 extern const mgpu__backend_env *mgpu__cuda_env;
+#define MGPU__PLUGIN_ENV mgpu__cuda_env
+#include "backend/plugin-seam.h"
 
 /* Driver entry points. Required ones are checked at probe; the green
  * context ones may be NULL (older drivers), then splits use plain streams. */
@@ -74,8 +78,10 @@ struct mgpu__bdevice {
   struct cudaDeviceProp prop;
   char pci_bus_id[32];
   int numa_node;
-  /* 1 once a sticky error poisoned the device's context (or the core lost
-   * it on purpose): every later call fails, so the core refuses new work.
+  /* 1 once a sticky error poisoned the device's context (every later CUDA
+   * call on it fails) or the core lost it on purpose (the lose slot; CUDA
+   * calls would still work). The plugin's calls do not test it: the core
+   * reads it through the lost slot and refuses new work for the device.
    * Accessed with __atomic builtins (this header is also C++); lost_why is
    * written before lost is set, under cuda.c's lost_lock. */
   int lost;

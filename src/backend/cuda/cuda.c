@@ -153,13 +153,13 @@ int mgpu__cuda_fail(int dev, cudaError_t err, const char *what) {
     lose_gpu_of(dev, why);
   }
   if (dev >= 0)
-    return mgpu__cuda_env->set_error(cuda_code(err),
-                                     "device %d: %s: %s (%s)%s", dev, what,
-                                     cudaGetErrorName(err),
-                                     cudaGetErrorString(err), hint);
-  return mgpu__cuda_env->set_error(cuda_code(err), "%s: %s (%s)%s", what,
-                                   cudaGetErrorName(err),
-                                   cudaGetErrorString(err), hint);
+    return mgpu__error(cuda_code(err),
+                       "device %d: %s: %s (%s)%s", dev, what,
+                       cudaGetErrorName(err),
+                       cudaGetErrorString(err), hint);
+  return mgpu__error(cuda_code(err), "%s: %s (%s)%s", what,
+                     cudaGetErrorName(err),
+                     cudaGetErrorString(err), hint);
 }
 
 /* ---- driver entry points ---- */
@@ -184,7 +184,7 @@ static int driver_load(void) {
   *(void **)&v->ctx_set_current = entry_point("cuCtxSetCurrent", 12000);
   *(void **)&v->get_error_name = entry_point("cuGetErrorName", 12000);
   if (v->ctx_get_current == NULL || v->ctx_set_current == NULL)
-    return mgpu__cuda_env->set_error(
+    return mgpu__error(
         MGPU_EBACKEND, "the CUDA driver lacks cuCtxGetCurrent/cuCtxSetCurrent");
   /* Green contexts: the versions in which each entry point appeared. */
   *(void **)&v->device_get_dev_resource =
@@ -212,13 +212,13 @@ static int probe_fail(cudaError_t err) {
   (void)cudaGetLastError();
   const char *name = cudaGetErrorName(err);
   if (err == cudaErrorNoDevice)
-    return mgpu__cuda_env->set_error(
+    return mgpu__error(
         MGPU_ENODEV, "no GPU was found: the NVIDIA driver sees no CUDA device "
         "(cudaGetDeviceCount: %s)", name);
   if (err == cudaErrorInsufficientDriver) {
     void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (drv == NULL)
-      return mgpu__cuda_env->set_error(
+      return mgpu__error(
           MGPU_ENODEV, "no GPU or driver was found: the NVIDIA driver "
           "(libcuda.so.1) is not installed or cannot be loaded "
           "(cudaGetDeviceCount: %s)", name);
@@ -227,14 +227,14 @@ static int probe_fail(cudaError_t err) {
     (void)cudaDriverGetVersion(&drv_version);
     (void)cudaRuntimeGetVersion(&rt_version);
     (void)cudaGetLastError();
-    return mgpu__cuda_env->set_error(
+    return mgpu__error(
         MGPU_EBACKEND, "the NVIDIA driver supports CUDA %d.%d, older than the "
         "CUDA runtime %d.%d mgpu was built with: update the driver "
         "(cudaGetDeviceCount: %s)", drv_version / 1000,
         drv_version % 1000 / 10, rt_version / 1000, rt_version % 1000 / 10,
         name);
   }
-  return mgpu__cuda_env->set_error(
+  return mgpu__error(
       MGPU_EBACKEND, "no CUDA device can be used: cudaGetDeviceCount returned "
       "%s (%s)", name, cudaGetErrorString(err));
 }
@@ -299,11 +299,11 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   *out = NULL;
   int rc = driver_load();
   if (rc != 0) return rc;
-  mgpu__bdevice *d = calloc(1, sizeof *d);
+  mgpu__bdevice *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                     "memory opening CUDA device %d",
-                                     spec->id, spec->ordinal);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory opening CUDA device %d",
+                       spec->id, spec->ordinal);
   d->id = spec->id;
   d->ordinal = spec->ordinal;
   d->split_index = spec->split_index;
@@ -319,9 +319,9 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   }
   if (mgpu__cuda_drv.ctx_get_current(&d->primary) != CUDA_SUCCESS ||
       d->primary == NULL) {
-    rc = mgpu__cuda_env->set_error(MGPU_EBACKEND, "device %d: no primary "
-                                   "context on CUDA device %d", d->id,
-                                   d->ordinal);
+    rc = mgpu__error(MGPU_EBACKEND, "device %d: no primary "
+                     "context on CUDA device %d", d->id,
+                     d->ordinal);
     goto fail;
   }
   d->ctx = d->primary;
@@ -336,7 +336,7 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
 
 fail:
   mgpu__cuda_leave(&sc);
-  free(d);
+  mgpu__free(d);
   return rc;
 }
 
@@ -356,7 +356,7 @@ static void cuda_close(mgpu__bdevice *d) {
   mgpu__cuda_green_close(d);
   (void)cudaGetLastError();
   mgpu__cuda_leave(&sc);
-  free(d);
+  mgpu__free(d);
 }
 
 /* The 36-character form of the UUID (nvidia-smi prints it after "GPU-";
@@ -402,9 +402,9 @@ static int cuda_make_current(mgpu__bdevice *d) {
   /* A green context is made current through the driver; the runtime then
    * runs the thread's cudaXxx calls and launches inside it. */
   if (mgpu__cuda_drv.ctx_set_current(d->ctx) != CUDA_SUCCESS)
-    return mgpu__cuda_env->set_error(MGPU_EBACKEND, "device %d: cannot make "
-                                     "the green context of CUDA device %d "
-                                     "current", d->id, d->ordinal);
+    return mgpu__error(MGPU_EBACKEND, "device %d: cannot make "
+                       "the green context of CUDA device %d "
+                       "current", d->id, d->ordinal);
   return 0;
 }
 

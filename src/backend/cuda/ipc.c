@@ -12,16 +12,17 @@
  * Import: cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap,
  * cuMemSetAccess (read-only for readers), or cudaIpcOpenMemHandle for
  * legacy handles (which opens once per context). Either way the import map
- * keeps one mapping per key per process, reference-counted, and unmaps
- * (cudaIpcCloseMemHandle) when the last reference goes; import_lock guards
- * it. The driver entry points are fetched at run time like the rest of the
- * plugin's, so the plugin loads where a driver lacks them.
+ * (backend/import-map.h) keeps one mapping per key per process,
+ * reference-counted, and unmaps (cudaIpcCloseMemHandle) when the last
+ * reference goes. The driver entry points are fetched at run time like the
+ * rest of the plugin's, so the plugin loads where a driver lacks them.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "backend/import-map.h"
 #include "cuda-internal.h"
 
 typedef struct cumem_api {
@@ -90,11 +91,9 @@ static int drv_fail(mgpu__bdevice *d, CUresult r, const char *what) {
   const char *name = "?";
   if (mgpu__cuda_drv.get_error_name != NULL)
     mgpu__cuda_drv.get_error_name(r, &name);
-  return mgpu__cuda_env->set_error(r == CUDA_ERROR_OUT_OF_MEMORY
-                                       ? MGPU_ENOMEM
-                                       : MGPU_EBACKEND,
-                                   "device %d: %s: %s (%d)", d->id, what,
-                                   name, (int)r);
+  return mgpu__error(r == CUDA_ERROR_OUT_OF_MEMORY ? MGPU_ENOMEM
+                                                   : MGPU_EBACKEND,
+                     "device %d: %s: %s (%d)", d->id, what, name, (int)r);
 }
 
 static CUmemAllocationProp alloc_prop(const mgpu__bdevice *d) {
@@ -126,64 +125,66 @@ static int posix_fd_supported(mgpu__bdevice *d) {
   return yes;
 }
 
+/* Export through a cuMem allocation and its POSIX descriptor. */
+static int alloc_cumem(mgpu__bdevice *d, size_t size, cuda_alloc *a,
+                       mgpu__ipc_mem *out) {
+  CUmemAllocationProp prop = alloc_prop(d);
+  size_t gran = 0;
+  CUresult r = api.get_granularity(&gran, &prop,
+                                   CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  if (r != CUDA_SUCCESS || gran == 0)
+    return drv_fail(d, r, "cuMemGetAllocationGranularity");
+  size_t map_size = (size + gran - 1) / gran * gran;
+  r = api.create(&a->handle, map_size, &prop, 0);
+  if (r != CUDA_SUCCESS) return drv_fail(d, r, "cuMemCreate");
+  r = api.export_handle(&a->fd, a->handle,
+                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) {
+    api.release(a->handle);
+    return drv_fail(d, r, "cuMemExportToShareableHandle");
+  }
+  a->kind = MGPU__IPC_CUMEM_FD;
+  out->kind = MGPU__IPC_CUMEM_FD;
+  out->fd = a->fd;
+  out->map_size = map_size;
+  return 0;
+}
+
+/* Export through cudaMalloc and a legacy handle of the allocation's base. */
+static int alloc_legacy(mgpu__bdevice *d, size_t size, cuda_alloc *a,
+                        mgpu__ipc_mem *out) {
+  cudaError_t err = cudaMalloc(&a->base, size);
+  cudaIpcMemHandle_t h;
+  if (err == cudaSuccess) err = cudaIpcGetMemHandle(&h, a->base);
+  if (err != cudaSuccess) {
+    if (a->base != NULL) cudaFree(a->base);
+    return mgpu__cuda_fail(d->id, err, "cudaMalloc/cudaIpcGetMemHandle");
+  }
+  a->kind = MGPU__IPC_CUDA_LEGACY;
+  out->kind = MGPU__IPC_CUDA_LEGACY;
+  out->map_size = size;
+  out->offset = 0; /* the handle names the allocation's base */
+  memcpy(out->legacy, &h, sizeof h < sizeof out->legacy ? sizeof h
+                                                         : sizeof out->legacy);
+  return 0;
+}
+
 int mgpu__cuda_ipc_alloc(mgpu__bdevice *d, size_t size, mgpu__ipc_mem *out,
                          void **alloc) {
-  cuda_alloc *a = calloc(1, sizeof *a);
+  cuda_alloc *a = mgpu__calloc(1, sizeof *a);
   if (a == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "out of host memory");
+    return mgpu__error(MGPU_ENOMEM, "out of host memory");
   a->fd = -1;
   memset(out, 0, sizeof *out);
   out->fd = -1;
   out->size = size;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter_ctx(d->primary, &sc);
-  int rc = 0;
-  if (posix_fd_supported(d)) {
-    CUmemAllocationProp prop = alloc_prop(d);
-    size_t gran = 0;
-    CUresult r = api.get_granularity(&gran, &prop,
-                                     CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-    if (r != CUDA_SUCCESS || gran == 0) {
-      rc = drv_fail(d, r, "cuMemGetAllocationGranularity");
-      goto out;
-    }
-    size_t map_size = (size + gran - 1) / gran * gran;
-    r = api.create(&a->handle, map_size, &prop, 0);
-    if (r != CUDA_SUCCESS) {
-      rc = drv_fail(d, r, "cuMemCreate");
-      goto out;
-    }
-    r = api.export_handle(&a->fd, a->handle,
-                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r != CUDA_SUCCESS) {
-      api.release(a->handle);
-      rc = drv_fail(d, r, "cuMemExportToShareableHandle");
-      goto out;
-    }
-    a->kind = MGPU__IPC_CUMEM_FD;
-    out->kind = MGPU__IPC_CUMEM_FD;
-    out->fd = a->fd;
-    out->map_size = map_size;
-  } else {
-    cudaError_t err = cudaMalloc(&a->base, size);
-    cudaIpcMemHandle_t h;
-    if (err == cudaSuccess) err = cudaIpcGetMemHandle(&h, a->base);
-    if (err != cudaSuccess) {
-      if (a->base != NULL) cudaFree(a->base);
-      rc = mgpu__cuda_fail(d->id, err, "cudaMalloc/cudaIpcGetMemHandle");
-      goto out;
-    }
-    a->kind = MGPU__IPC_CUDA_LEGACY;
-    out->kind = MGPU__IPC_CUDA_LEGACY;
-    out->map_size = size;
-    out->offset = 0; /* the handle names the allocation's base */
-    memcpy(out->legacy, &h, sizeof h < sizeof out->legacy ? sizeof h
-                                                           : sizeof out->legacy);
-  }
-out:
+  int rc = posix_fd_supported(d) ? alloc_cumem(d, size, a, out)
+                                 : alloc_legacy(d, size, a, out);
   mgpu__cuda_leave(&sc);
   if (rc != 0) {
-    free(a);
+    mgpu__free(a);
     return rc;
   }
   *alloc = a;
@@ -202,7 +203,7 @@ void mgpu__cuda_ipc_free(mgpu__bdevice *d, void *alloc) {
     cudaFree(a->base);
   }
   mgpu__cuda_leave(&sc);
-  free(a);
+  mgpu__free(a);
 }
 
 int mgpu__cuda_ipc_export_fd(mgpu__bdevice *d, void *alloc, int writable) {
@@ -213,155 +214,139 @@ int mgpu__cuda_ipc_export_fd(mgpu__bdevice *d, void *alloc, int writable) {
   return fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
 }
 
-/* ---- the import map ---- */
+/* ---- imports ---- */
 
-typedef struct import_entry {
-  uint64_t key[2];
+/* An import: the map's entry, and what unmaps it. */
+typedef struct cuda_import {
+  mgpu__import_entry link; /* first: the map's entries are cuda_imports */
   int kind;
-  CUdeviceptr base;
-  size_t map_size;
-  CUmemGenericAllocationHandle handle;
-  int refs;
-  struct import_entry *next;
-} import_entry;
+  CUmemGenericAllocationHandle handle; /* CUMEM_FD */
+} cuda_import;
 
-static pthread_mutex_t import_lock = PTHREAD_MUTEX_INITIALIZER;
-static import_entry *imports; /* import_lock */
+static mgpu__import_map imports = MGPU__IMPORT_MAP_INITIALIZER;
+
+/* Lets device d read (and write, if writable) the mapping at base. */
+static CUresult set_access(mgpu__bdevice *d, CUdeviceptr base, size_t size,
+                           int writable) {
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = d->ordinal;
+  acc.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                       : CU_MEM_ACCESS_FLAGS_PROT_READ;
+  return api.set_access(base, size, &acc, 1);
+}
 
 static int map_cumem(mgpu__bdevice *d, const mgpu__ipc_mem *m, int writable,
-                     import_entry *e) {
+                     cuda_import *e) {
   if (!api_load())
-    return mgpu__cuda_env->set_error(MGPU_ENOTSUP, "device %d: the driver "
-                                     "lacks the cuMem entry points", d->id);
+    return mgpu__error(MGPU_ENOTSUP, "device %d: the driver "
+                       "lacks the cuMem entry points", d->id);
   CUresult r = api.import_handle(&e->handle, (void *)(intptr_t)m->fd,
                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) return drv_fail(d, r, "cuMemImportFromShareableHandle");
-  r = api.address_reserve(&e->base, m->map_size, 0, 0, 0);
+  CUdeviceptr base = 0;
+  r = api.address_reserve(&base, m->map_size, 0, 0, 0);
   if (r != CUDA_SUCCESS) {
     api.release(e->handle);
     return drv_fail(d, r, "cuMemAddressReserve");
   }
-  r = api.map(e->base, m->map_size, 0, e->handle, 0);
+  r = api.map(base, m->map_size, 0, e->handle, 0);
   if (r == CUDA_SUCCESS) {
-    CUmemAccessDesc acc;
-    memset(&acc, 0, sizeof acc);
-    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc.location.id = d->ordinal;
-    acc.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                         : CU_MEM_ACCESS_FLAGS_PROT_READ;
-    r = api.set_access(e->base, m->map_size, &acc, 1);
-    if (r != CUDA_SUCCESS) api.unmap(e->base, m->map_size);
+    r = set_access(d, base, m->map_size, writable);
+    if (r != CUDA_SUCCESS) api.unmap(base, m->map_size);
   }
   if (r != CUDA_SUCCESS) {
-    api.address_free(e->base, m->map_size);
+    api.address_free(base, m->map_size);
     api.release(e->handle);
     return drv_fail(d, r, "cuMemMap/cuMemSetAccess");
   }
+  e->link.base = (uintptr_t)base;
+  return 0;
+}
+
+/* Maps a legacy handle (cudaIpcOpenMemHandle opens it once per context). */
+static int map_legacy(mgpu__bdevice *d, const mgpu__ipc_mem *m,
+                      cuda_import *e) {
+  cudaIpcMemHandle_t h;
+  memcpy(&h, m->legacy, sizeof h);
+  void *base = NULL;
+  cudaError_t err = cudaIpcOpenMemHandle(&base, h,
+                                         cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess)
+    return mgpu__cuda_fail(d->id, err, "cudaIpcOpenMemHandle");
+  e->link.base = (uintptr_t)base;
   return 0;
 }
 
 int mgpu__cuda_ipc_import(mgpu__bdevice *d, const mgpu__ipc_mem *m,
                           int writable, void **ptr) {
   *ptr = NULL;
-  pthread_mutex_lock(&import_lock);
-  for (import_entry *e = imports; e != NULL; e = e->next)
-    if (e->key[0] == m->key[0] && e->key[1] == m->key[1]) {
-      e->refs++;
-      *ptr = (void *)(uintptr_t)(e->base + m->offset);
-      pthread_mutex_unlock(&import_lock);
-      return 0;
-    }
-  pthread_mutex_unlock(&import_lock);
-  import_entry *e = calloc(1, sizeof *e);
+  uintptr_t mapped = mgpu__import_ref(&imports, m->key);
+  if (mapped != 0) {
+    *ptr = (void *)(mapped + m->offset);
+    return 0;
+  }
+  cuda_import *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "out of host memory");
-  e->key[0] = m->key[0];
-  e->key[1] = m->key[1];
+    return mgpu__error(MGPU_ENOMEM, "out of host memory");
   e->kind = m->kind;
-  e->map_size = m->map_size;
-  e->refs = 1;
+  e->link.map_size = m->map_size;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter_ctx(d->primary, &sc);
-  int rc = 0;
-  if (m->kind == MGPU__IPC_CUMEM_FD) {
+  int rc;
+  if (m->kind == MGPU__IPC_CUMEM_FD)
     rc = map_cumem(d, m, writable, e);
-  } else if (m->kind == MGPU__IPC_CUDA_LEGACY) {
-    cudaIpcMemHandle_t h;
-    memcpy(&h, m->legacy, sizeof h);
-    void *base = NULL;
-    cudaError_t err = cudaIpcOpenMemHandle(&base, h,
-                                           cudaIpcMemLazyEnablePeerAccess);
-    if (err != cudaSuccess)
-      rc = mgpu__cuda_fail(d->id, err, "cudaIpcOpenMemHandle");
-    e->base = (CUdeviceptr)(uintptr_t)base;
-  } else {
-    rc = mgpu__cuda_env->set_error(MGPU_EINVAL, "device %d: memory of kind "
-                                   "%d is not GPU memory", d->id, m->kind);
-  }
+  else if (m->kind == MGPU__IPC_CUDA_LEGACY)
+    rc = map_legacy(d, m, e);
+  else
+    rc = mgpu__error(MGPU_EINVAL, "device %d: memory of kind "
+                     "%d is not GPU memory", d->id, m->kind);
   mgpu__cuda_leave(&sc);
   if (rc != 0) {
-    free(e);
+    mgpu__free(e);
     return rc;
   }
-  pthread_mutex_lock(&import_lock);
-  e->next = imports;
-  imports = e;
-  pthread_mutex_unlock(&import_lock);
-  *ptr = (void *)(uintptr_t)(e->base + m->offset);
+  mgpu__import_add(&imports, &e->link, m->key);
+  *ptr = (void *)(e->link.base + m->offset);
   return 0;
 }
 
-static import_entry **find(void *ptr) {
-  CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
-  for (import_entry **e = &imports; *e != NULL; e = &(*e)->next)
-    if (p >= (*e)->base && p < (*e)->base + (*e)->map_size) return e;
-  return NULL;
-}
-
 int mgpu__cuda_ipc_protect(mgpu__bdevice *d, void *ptr) {
-  pthread_mutex_lock(&import_lock);
-  import_entry **e = find(ptr);
+  mgpu__import_lock(&imports);
+  cuda_import *e =
+      (cuda_import *)mgpu__import_find_locked(&imports, (uintptr_t)ptr);
   int rc = 0;
   if (e == NULL) {
-    rc = mgpu__cuda_env->set_error(MGPU_EINVAL, "device %d: %p is not "
-                                   "imported memory", d->id, ptr);
-  } else if ((*e)->kind == MGPU__IPC_CUMEM_FD) {
-    CUmemAccessDesc acc;
-    memset(&acc, 0, sizeof acc);
-    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc.location.id = d->ordinal;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+    rc = mgpu__error(MGPU_EINVAL, "device %d: %p is not "
+                     "imported memory", d->id, ptr);
+  } else if (e->kind == MGPU__IPC_CUMEM_FD) {
     mgpu__cuda_scope sc;
     mgpu__cuda_enter_ctx(d->primary, &sc);
-    CUresult r = api.set_access((*e)->base, (*e)->map_size, &acc, 1);
+    CUresult r = set_access(d, (CUdeviceptr)e->link.base, e->link.map_size, 0);
     mgpu__cuda_leave(&sc);
     if (r != CUDA_SUCCESS) rc = drv_fail(d, r, "cuMemSetAccess (read-only)");
   }
   /* Legacy mappings cannot be narrowed; the buffer's read-only flag still
    * refuses every mgpu write. */
-  pthread_mutex_unlock(&import_lock);
+  mgpu__import_unlock(&imports);
   return rc;
 }
 
 void mgpu__cuda_ipc_unimport(mgpu__bdevice *d, void *ptr) {
-  pthread_mutex_lock(&import_lock);
-  import_entry **p = find(ptr);
-  import_entry *gone = NULL;
-  if (p != NULL && --(*p)->refs == 0) {
-    gone = *p;
-    *p = gone->next;
-  }
-  pthread_mutex_unlock(&import_lock);
+  cuda_import *gone =
+      (cuda_import *)mgpu__import_unref(&imports, (uintptr_t)ptr);
   if (gone == NULL) return;
+  CUdeviceptr base = (CUdeviceptr)gone->link.base;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter_ctx(d->primary, &sc);
   if (gone->kind == MGPU__IPC_CUMEM_FD) {
-    api.unmap(gone->base, gone->map_size);
-    api.address_free(gone->base, gone->map_size);
+    api.unmap(base, gone->link.map_size);
+    api.address_free(base, gone->link.map_size);
     api.release(gone->handle);
   } else {
-    cudaIpcCloseMemHandle((void *)(uintptr_t)gone->base);
+    cudaIpcCloseMemHandle((void *)gone->link.base);
   }
   mgpu__cuda_leave(&sc);
-  free(gone);
+  mgpu__free(gone);
 }

@@ -48,7 +48,7 @@ int mgpu__cuda_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
       what = "cudaMallocManaged";
       err = cudaMemGetInfo(&free_bytes, &total);
       if (err == cudaSuccess && size > free_bytes) {
-        rc = mgpu__cuda_env->set_error(
+        rc = mgpu__error(
             MGPU_ENOMEM, "device %d: unified buffer of %zu bytes is more than "
             "the %zu bytes free on CUDA device %d", d->id, size, free_bytes,
             d->ordinal);
@@ -59,8 +59,8 @@ int mgpu__cuda_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
       break;
     }
     default:
-      rc = mgpu__cuda_env->set_error(MGPU_EINVAL, "device %d: unknown memory "
-                                     "kind %d", d->id, (int)kind);
+      rc = mgpu__error(MGPU_EINVAL, "device %d: unknown memory "
+                       "kind %d", d->id, (int)kind);
   }
   mgpu__cuda_leave(&sc);
   if (rc != 0) return rc;

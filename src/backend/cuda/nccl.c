@@ -85,7 +85,7 @@ missing:
 }
 
 static int nccl_fail(int dev, ncclResult_t r, const char *what) {
-  return mgpu__cuda_env->set_error(
+  return mgpu__error(
       MGPU_EBACKEND, "device %d: %s: NCCL error %d (%s)", dev, what, (int)r,
       nccl.error_string ? nccl.error_string(r) : "?");
 }
@@ -93,18 +93,18 @@ static int nccl_fail(int dev, ncclResult_t r, const char *what) {
 int mgpu__cuda_coll_comm_create(mgpu__bdevice **devs, int n, void **out) {
   *out = NULL;
   if (n < 1 || n > MGPU_MAX_DEVICES)
-    return mgpu__cuda_env->set_error(MGPU_EINVAL, "NCCL communicator of %d "
-                                     "ranks", n);
-  nccl_comm *c = calloc(1, sizeof *c);
+    return mgpu__error(MGPU_EINVAL, "NCCL communicator of %d "
+                       "ranks", n);
+  nccl_comm *c = mgpu__calloc(1, sizeof *c);
   if (c == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "out of host memory for an "
-                                     "NCCL communicator of %d ranks", n);
+    return mgpu__error(MGPU_ENOMEM, "out of host memory for an "
+                       "NCCL communicator of %d ranks", n);
   int ordinals[MGPU_MAX_DEVICES];
   for (int i = 0; i < n; i++) {
     for (int j = 0; j < i; j++)
       if (devs[j]->ordinal == devs[i]->ordinal) {
-        free(c);
-        return mgpu__cuda_env->set_error(
+        mgpu__free(c);
+        return mgpu__error(
             MGPU_ENOTSUP, "devices %d and %d are on the same GPU %d: NCCL "
             "refuses two ranks on one GPU", devs[j]->id, devs[i]->id,
             devs[i]->ordinal);
@@ -120,7 +120,7 @@ int mgpu__cuda_coll_comm_create(mgpu__bdevice **devs, int n, void **out) {
   mgpu__cuda_leave(&sc);
   if (r != ncclSuccess) {
     int rc = nccl_fail(devs[0]->id, r, "ncclCommInitAll");
-    free(c);
+    mgpu__free(c);
     return rc;
   }
   *out = c;
@@ -131,7 +131,7 @@ void mgpu__cuda_coll_comm_destroy(void *comm) {
   nccl_comm *c = comm;
   if (c == NULL) return;
   for (int i = 0; i < c->n; i++) nccl.comm_destroy(c->comms[i]);
-  free(c);
+  mgpu__free(c);
 }
 
 void mgpu__cuda_coll_comm_abort(void *comm) {
@@ -146,7 +146,7 @@ void mgpu__cuda_coll_comm_abort(void *comm) {
   nccl.group_start();
   for (int i = 0; i < c->n; i++) nccl.comm_abort(c->comms[i]);
   nccl.group_end();
-  free(c);
+  mgpu__free(c);
 }
 
 int mgpu__cuda_coll_group_start(void) {
@@ -185,8 +185,8 @@ int mgpu__cuda_coll_run(void *comm, int rank, const mgpu__coll_args *a,
                         mgpu__bstream *s) {
   nccl_comm *c = comm;
   if (rank < 0 || rank >= c->n)
-    return mgpu__cuda_env->set_error(MGPU_EINVAL, "NCCL rank %d of %d", rank,
-                                     c->n);
+    return mgpu__error(MGPU_EINVAL, "NCCL rank %d of %d", rank,
+                       c->n);
   ncclComm_t nc = c->comms[rank];
   ncclDataType_t t = nccl_type(a->dtype);
   ncclResult_t r = ncclInvalidArgument;

@@ -66,10 +66,10 @@ static void busy_harvest(mgpu__bstream *s) {
 
 int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   *out = NULL;
-  mgpu__bstream *s = calloc(1, sizeof *s);
+  mgpu__bstream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                     "memory for a stream", d->id);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory for a stream", d->id);
   s->d = d;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(d, &sc);
@@ -97,7 +97,7 @@ int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   }
   mgpu__cuda_leave(&sc);
   if (err != cudaSuccess) {
-    free(s);
+    mgpu__free(s);
     return mgpu__cuda_fail(d->id, err, what);
   }
   pthread_mutex_init(&s->lock, NULL);
@@ -126,7 +126,7 @@ void mgpu__cuda_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   (void)cudaGetLastError();
   mgpu__cuda_leave(&sc);
   pthread_mutex_destroy(&s->lock);
-  free(s);
+  mgpu__free(s);
 }
 
 int mgpu__cuda_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
@@ -183,10 +183,10 @@ int mgpu__cuda_stream_order_native(mgpu__bdevice *d, mgpu__bstream *s,
 
 int mgpu__cuda_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
   *out = NULL;
-  mgpu__bevent *e = calloc(1, sizeof *e);
+  mgpu__bevent *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                     "memory for an event", d->id);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory for an event", d->id);
   /* Created in d->ctx: an event must share its context with the streams
    * that record it (a green context for a split device). */
   mgpu__cuda_scope sc;
@@ -194,7 +194,7 @@ int mgpu__cuda_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
   cudaError_t err = cudaEventCreate(&e->e);
   mgpu__cuda_leave(&sc);
   if (err != cudaSuccess) {
-    free(e);
+    mgpu__free(e);
     return mgpu__cuda_fail(d->id, err, "cudaEventCreate");
   }
   *out = e;
@@ -208,7 +208,7 @@ void mgpu__cuda_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   cudaEventDestroy(e->e);
   (void)cudaGetLastError();
   mgpu__cuda_leave(&sc);
-  free(e);
+  mgpu__free(e);
 }
 
 int mgpu__cuda_event_record(mgpu__bdevice *d, mgpu__bevent *e,
@@ -352,9 +352,9 @@ int mgpu__cuda_launch(mgpu__bdevice *d, mgpu__bstream *s,
                       const mgpu_kernel *k, mgpu_dim3 grid, mgpu_dim3 block,
                       const void *args, size_t args_size) {
   if (k->cuda_fn == NULL)
-    return mgpu__cuda_env->set_error(MGPU_ENOTSUP, "device %d: kernel '%s' "
-                                     "has no CUDA variant", d->id,
-                                     k->name ? k->name : "?");
+    return mgpu__error(MGPU_ENOTSUP, "device %d: kernel '%s' "
+                       "has no CUDA variant", d->id,
+                       k->name ? k->name : "?");
   /* The kernel takes the argument struct by value as its one parameter;
    * cudaLaunchKernel copies it before returning. */
   void *params[1] = {(void *)args};

@@ -42,17 +42,17 @@ static mgpu__cuda_span *span_get(mgpu__bstream *s) {
     s->spare_spans = sp->next;
     return sp;
   }
-  sp = calloc(1, sizeof *sp);
+  sp = mgpu__calloc(1, sizeof *sp);
   if (sp == NULL) return NULL;
   if (cudaEventCreate(&sp->start) != cudaSuccess) {
     (void)cudaGetLastError();
-    free(sp);
+    mgpu__free(sp);
     return NULL;
   }
   if (cudaEventCreate(&sp->end) != cudaSuccess) {
     (void)cudaGetLastError();
     cudaEventDestroy(sp->start);
-    free(sp);
+    mgpu__free(sp);
     return NULL;
   }
   return sp;
@@ -60,7 +60,7 @@ static mgpu__cuda_span *span_get(mgpu__bstream *s) {
 
 /* s->lock held. */
 static void span_put(mgpu__bstream *s, mgpu__cuda_span *sp) {
-  free(sp->tag);
+  mgpu__free(sp->tag);
   sp->tag = NULL;
   sp->next = s->spare_spans;
   s->spare_spans = sp;
@@ -72,7 +72,7 @@ mgpu__cuda_span *mgpu__cuda_op_begin(mgpu__bstream *s, const char *name,
   mgpu__trace_tag *tag = trace ? mgpu__cuda_env->obs->tag_copy() : NULL;
   nvtxRangePushA(tag != NULL ? tag->name : name);
   if (!trace && !(path >= 0 && mgpu__cuda_busy_time)) return NULL;
-  if (trace && tag == NULL && (tag = calloc(1, sizeof *tag)) != NULL) {
+  if (trace && tag == NULL && (tag = mgpu__calloc(1, sizeof *tag)) != NULL) {
     snprintf(tag->name, sizeof tag->name, "%s", name);
     if (bytes > 0) {
       tag->args[0] = (mgpu__trace_arg){"bytes", NULL, (int64_t)bytes};
@@ -81,7 +81,7 @@ mgpu__cuda_span *mgpu__cuda_op_begin(mgpu__bstream *s, const char *name,
   }
   mgpu__cuda_span *sp = span_get(s);
   if (sp == NULL) {
-    free(tag);
+    mgpu__free(tag);
     return NULL;
   }
   sp->tag = tag;
@@ -159,7 +159,7 @@ void mgpu__cuda_trace_stream_free(mgpu__bstream *s) {
     s->spare_spans = sp->next;
     cudaEventDestroy(sp->start);
     cudaEventDestroy(sp->end);
-    free(sp);
+    mgpu__free(sp);
   }
   if (s->clock_ref != NULL) cudaEventDestroy(s->clock_ref);
   (void)cudaGetLastError();

@@ -1,9 +1,276 @@
-/* Shared by the host backend's streams (host.c) and its built-in kernels
- * (kernels.c). */
+/* The host backend's own state, shared by its files: host.c (the table),
+ * queue.c, worker.c, device.c, memory.c, stream.c, event.c, work.c,
+ * graph.c, ipc.c and kernels.c. How the backend works: host.c.
+ *
+ * Lock order: a device's lock, then an event's lock or a graph board's
+ * lock; never two devices' locks at once.
+ */
 #ifndef MGPU_BACKEND_HOST_H
 #define MGPU_BACKEND_HOST_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "backend/backend.h"
+#include "backend/graph.h"
+#include "obs/trace.h"
+#include "util/thread.h"
+
+/* The environment the core handed over (host.c); set before any device
+ * opens, read-only afterwards. */
+extern const mgpu__backend_env *mgpu__host_env;
+
+/* Copies into device memory of at least this size bypass the cache. */
+#define STREAMING_MIN ((size_t)256 << 10)
+
+typedef enum op_kind {
+  OP_COPY,
+  OP_COPY2D,
+  OP_MEMSET,
+  OP_LAUNCH,
+  OP_BUILTIN,
+  OP_CALLBACK,
+  OP_RECORD,
+  OP_WAIT,
+  OP_GRAPH
+} op_kind;
+
+typedef struct host_graph host_graph;
+
+typedef struct op {
+  op_kind kind;
+  struct op *next;
+  mgpu__trace_tag *tag; /* the span's name, while tracing; owned */
+  union {
+    struct {
+      void *dst;
+      const void *src;
+      size_t size;
+      int streaming; /* write dst with non-temporal stores */
+      int path;      /* mgpu_metric_path, or -1 (host to host) */
+    } copy;
+    struct {
+      unsigned char *dst;
+      const unsigned char *src;
+      size_t dpitch, spitch, width, height;
+    } copy2d;
+    struct {
+      void *dst;
+      int value;
+      size_t size;
+    } memset;
+    struct {
+      void (*fn)(const mgpu_kernel_ctx *, const void *);
+      mgpu_dim3 grid, block;
+      void *args;
+      char name[40]; /* the kernel's, for a failure's detail */
+    } launch;
+    mgpu__builtin builtin;
+    struct {
+      void (*fn)(void *);
+      void *arg;
+    } callback;
+    struct {
+      mgpu__bevent *event;
+      uint64_t seq;
+    } event;
+    struct {
+      host_graph *graph;
+      uint64_t launch;
+      int next; /* the node to run next (owned by the running worker) */
+    } graph;
+  } u;
+} op;
+
+struct mgpu__bevent {
+  mgpu__bdevice *dev;
+  /* lock guards every field below. Lock order: a device's lock, then an
+   * event's lock. */
+  mgpu__mutex lock;
+  mgpu__cond done;
+  uint64_t recorded;  /* sequence number of the latest record call */
+  uint64_t completed; /* highest sequence number completed */
+  uint64_t time_ns;   /* when `completed` was reached */
+  mgpu__trace_point recorded_at; /* where and when, for the trace's arrows */
+  mgpu__bstream *waiters; /* streams parked on this event */
+  /* The work before the latest completion depended on a device that was
+   * lost (its id + 1; 0: it did not): a stream that waits for the event
+   * fails with MGPU_EDEVLOST naming that device, as does a synchronize. */
+  int lost_by;
+  /* Record and wait operations queued that still point at the event. A
+   * record can outlive a later one that completed first (records on two
+   * streams), and a wait can outlive every record: destroy waits for both. */
+  int ops;
+};
+
+struct mgpu__bstream {
+  mgpu__bdevice *dev;
+  uint32_t track; /* the stream's track in the trace; set at creation */
+  /* Owned by the worker running the stream: when its last operation ran,
+   * and the arrow a wait left for the next operation (arrow_name NULL:
+   * none). An arrow starts inside the span before a record and ends
+   * inside the span after a wait, where Perfetto binds its ends. */
+  uint64_t last_t0, last_t1;
+  mgpu__trace_point arrow_from;
+  const char *arrow_name;
+  /* Guarded by dev->lock. */
+  op *head, *tail;
+  int queued;               /* on the ready list */
+  int running;              /* a worker runs its head */
+  int parked;               /* waiting on an event */
+  int error;                /* first asynchronous error, 0 if none */
+  char error_detail[320];   /* its detail */
+  /* The lost device (its id + 1) whose loss the stream's work since its
+   * last synchronize depends on: its own, or one whose event it waited for.
+   * Written under dev->lock, read without it when an event completes. */
+  _Atomic int lost_from;
+  /* Operations queued and finished since creation: synchronize waits for
+   * the count queued at its call, not for the queue to run dry, which a
+   * thread that keeps queueing could put off for ever. syncs: threads in
+   * synchronize, who want to hear of every finished operation. */
+  uint64_t nqueued;
+  _Atomic uint64_t nfinished; /* written under dev->lock; synchronize
+                                 watches it without the lock */
+  int syncs; /* also counts a destroy waiting for the stream to run dry */
+  mgpu__bstream *ready_next;
+  mgpu__bstream *wait_next; /* in an event's waiters (event lock) */
+};
+
+struct mgpu__bdevice {
+  int id;
+  int nworkers;
+  mgpu__thread *workers;
+  /* lock guards the ready list, stopping and every stream's queue. */
+  mgpu__mutex lock;
+  mgpu__cond work;  /* a stream became ready, or stopping */
+  mgpu__cond idle;  /* some stream's queue became empty, or an operation
+                       finished on a stream being synchronized */
+  mgpu__bstream *ready_head, *ready_tail;
+  int stopping;
+  /* Streams on the ready list, readable without the lock: an idle worker
+   * watches it for a few microseconds before it sleeps. */
+  _Atomic int nready;
+  /* Spin budgets (util/thread.h): idle workers watching nready, and
+   * synchronize watching a stream's nfinished. */
+  mgpu__spin work_spin, sync_spin;
+  /* Peer access this device has enabled, by mgpu device id (lock). */
+  unsigned char peer_enabled[MGPU_MAX_DEVICES];
+  /* A lost device (host_lose, or MGPU_FAULT's device:N@after:K counted by
+   * the workers) runs no more work: its queued operations fail the stream
+   * with MGPU_EDEVLOST, events still complete so nobody waits for ever, and
+   * host callbacks still run (they free what the work used). lost_why is
+   * written once, under lock, before lost is set. */
+  _Atomic int lost;
+  char lost_why[96];
+};
+
+/* A counter to watch until it reaches a target (mgpu__spin_until): a
+ * stream's finished operations, a graph's signal. seq_cst: a graph's
+ * waiter counts itself parked and then looks, a poster stores and then
+ * looks for parked waiters, and one of the two must see the other. */
+typedef struct counter_target {
+  const _Atomic uint64_t *counter;
+  uint64_t target;
+} counter_target;
+
+static inline int counter_reached(const void *p) {
+  const counter_target *t = p;
+  return atomic_load(t->counter) >= t->target;
+}
+
+/* queue.c: ready_push puts s on d's ready list (d->lock held); enqueue
+ * queues o on s (taking the lock; s owns o from then on); op_new makes an
+ * operation (NULL when out of memory: op_nomem sets the detail). */
+void mgpu__host_ready_push(mgpu__bdevice *d, mgpu__bstream *s);
+void mgpu__host_enqueue(mgpu__bstream *s, op *o);
+op *mgpu__host_op_new(op_kind kind);
+int mgpu__host_op_nomem(mgpu__bdevice *d);
+
+/* worker.c: what the workers run (mgpu__host_worker_main is each one's
+ * thread). op_free releases an operation that ran or was never queued;
+ * lose_locked marks d lost (d->lock held). */
+void mgpu__host_unpark(mgpu__bstream *w);
+void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq,
+                               mgpu__bstream *s);
+void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o);
+void mgpu__host_op_free(op *o);
+void mgpu__host_lose_locked(mgpu__bdevice *d, const char *why);
+void *mgpu__host_worker_main(void *arg);
+
+/* graph.c: a device's part of a graph, run as one operation
+ * (graph_must_park: the stream's device lock held); the table's graph
+ * slots. */
+void mgpu__host_graph_unref(host_graph *g);
+int mgpu__host_graph_unfinished(const op *o);
+int mgpu__host_graph_must_park(mgpu__bstream *s, op *o);
+void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o);
+int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
+                            void **out);
+int mgpu__host_graph_launch(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
+                            uint64_t launch);
+void mgpu__host_graph_cancel(mgpu__bdevice *d, void *graph,
+                             uint64_t launch);
+void mgpu__host_graph_destroy(mgpu__bdevice *d, void *graph);
+
+/* The table's slots (host.c holds the table). */
+int mgpu__host_probe(int *count);
+void mgpu__host_close(mgpu__bdevice *d);
+int mgpu__host_open(const mgpu__device_spec *spec, mgpu__bdevice **out);
+int mgpu__host_props(mgpu__bdevice *d, mgpu_device_props *p);
+int mgpu__host_make_current(mgpu__bdevice *d);
+void mgpu__host_lose(mgpu__bdevice *d, const char *why);
+int mgpu__host_lost(mgpu__bdevice *d, char *why, size_t why_size);
+int mgpu__host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
+                         void **ptr);
+void mgpu__host_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
+void mgpu__host_mem_free_detached(mgpu_mem_kind kind, void *ptr);
+int mgpu__host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
+                        size_t *total_bytes);
+int mgpu__host_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
+                               int *yes);
+int mgpu__host_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer);
+int mgpu__host_peer_disable(mgpu__bdevice *d, mgpu__bdevice *peer);
+int mgpu__host_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
+                                 mgpu__bdevice *sd, const void *src,
+                                 size_t size, mgpu__bdevice *s_dev,
+                                 mgpu__bstream *s);
+int mgpu__host_stream_create(mgpu__bdevice *d, mgpu__bstream **out);
+int mgpu__host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s);
+void mgpu__host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s);
+int mgpu__host_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
+int mgpu__host_stream_claim(mgpu__bdevice *d, mgpu__bstream *s);
+void mgpu__host_stream_release(mgpu__bdevice *d, mgpu__bstream *s);
+int mgpu__host_stream_lock_idle(mgpu__bdevice *d, mgpu__bstream *s);
+void mgpu__host_stream_unlock_idle(mgpu__bdevice *d, mgpu__bstream *s);
+void *mgpu__host_stream_native(mgpu__bstream *s);
+int mgpu__host_event_create(mgpu__bdevice *d, mgpu__bevent **out);
+void mgpu__host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
+                            mgpu__bstream *s);
+int mgpu__host_event_record_claimed(mgpu__bdevice *d, mgpu__bevent *e,
+                                    mgpu__bstream *s);
+int mgpu__host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__host_event_query(mgpu__bdevice *d, mgpu__bevent *e);
+int mgpu__host_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *a,
+                                mgpu__bevent *b, float *ms);
+int mgpu__host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
+                                 mgpu__bdevice *ed, mgpu__bevent *e);
+int mgpu__host_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                            const void *src, size_t size,
+                            mgpu__copy_kind kind);
+int mgpu__host_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                              size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height,
+                              mgpu__copy_kind kind);
+int mgpu__host_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
+                            int value, size_t size);
+int mgpu__host_launch(mgpu__bdevice *d, mgpu__bstream *s,
+                      const mgpu_kernel *k, mgpu_dim3 grid, mgpu_dim3 block,
+                      const void *args, size_t args_size);
+int mgpu__host_builtin(mgpu__bdevice *d, mgpu__bstream *s,
+                       const mgpu__builtin *b);
+int mgpu__host_callback(mgpu__bdevice *d, mgpu__bstream *s,
+                        void (*fn)(void *), void *arg);
 
 /* Runs a built-in kernel on the calling thread (kernels.c). */
 void mgpu__host_builtin_run(const mgpu__builtin *b);

@@ -14,8 +14,8 @@
  * read-only reopen (mgpu__host_ipc_protect), which mprotect cannot make
  * writable again.
  *
- * The import map: one mapping per (exporter instance, object id) per
- * process, reference-counted; guarded by map_lock.
+ * Imports: one mapping per (exporter instance, object id) per process,
+ * reference-counted in the backend's import map (backend/import-map.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,10 +25,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backend/import-map.h"
 #include "backend/ipc.h"
-#include "util/log.h"
-#include "util/thread.h"
 #include "util/fault.h"
+#include "util/log.h"
 
 /* Linux 5.1; older C libraries lack the name. */
 #ifndef F_SEAL_FUTURE_WRITE
@@ -108,19 +108,16 @@ int mgpu__host_ipc_seal(struct mgpu__bdevice *d, void *alloc) {
   return 0;
 }
 
-/* ---- the import map ---- */
+/* ---- imports ---- */
 
-typedef struct import_entry {
-  uint64_t key[2];
-  void *base;
-  size_t map_size;
-  int fd; /* a writable import's descriptor, kept to remap it read-only */
-  int refs;
-  struct import_entry *next;
-} import_entry;
+/* An import: the map's entry, and a writable import's descriptor, kept to
+ * remap it read-only. */
+typedef struct host_import {
+  mgpu__import_entry link; /* first: the map's entries are host_imports */
+  int fd;
+} host_import;
 
-static mgpu__mutex map_lock = PTHREAD_MUTEX_INITIALIZER;
-static import_entry *imports; /* map_lock */
+static mgpu__import_map imports = MGPU__IMPORT_MAP_INITIALIZER;
 
 int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
                           int writable, void **ptr) {
@@ -131,16 +128,11 @@ int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
     return mgpu__error(MGPU_EINVAL, "object %llu: not a host memory "
                        "description (kind %d, fd %d)",
                        (unsigned long long)m->key[1], m->kind, m->fd);
-  mgpu__mutex_lock(&map_lock);
-  for (import_entry *e = imports; e != NULL; e = e->next) {
-    if (e->key[0] == m->key[0] && e->key[1] == m->key[1]) {
-      e->refs++;
-      *ptr = (char *)e->base + m->offset;
-      mgpu__mutex_unlock(&map_lock);
-      return 0;
-    }
+  uintptr_t mapped = mgpu__import_ref(&imports, m->key);
+  if (mapped != 0) {
+    *ptr = (char *)mapped + m->offset;
+    return 0;
   }
-  mgpu__mutex_unlock(&map_lock);
   /* The size the sender claims must be the file's: a smaller file would
    * make reads past its end fault. */
   off_t end = lseek(m->fd, 0, SEEK_END);
@@ -155,7 +147,7 @@ int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
     return mgpu__error(MGPU_ENOMEM, "object %llu: mmap of %zu bytes: %s",
                        (unsigned long long)m->key[1], m->map_size,
                        strerror(errno));
-  import_entry *e = mgpu__calloc(1, sizeof *e);
+  host_import *e = mgpu__calloc(1, sizeof *e);
   int fd = writable ? fcntl(m->fd, F_DUPFD_CLOEXEC, 0) : -1;
   if (e == NULL || (writable && fd < 0)) {
     int e_no = errno;
@@ -167,80 +159,60 @@ int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
                        strerror(e_no));
   }
   e->fd = fd;
-  e->key[0] = m->key[0];
-  e->key[1] = m->key[1];
-  e->base = base;
-  e->map_size = m->map_size;
-  e->refs = 1;
-  mgpu__mutex_lock(&map_lock);
-  e->next = imports;
-  imports = e;
-  mgpu__mutex_unlock(&map_lock);
+  e->link.base = (uintptr_t)base;
+  e->link.map_size = m->map_size;
+  mgpu__import_add(&imports, &e->link, m->key);
   *ptr = (char *)base + m->offset;
   return 0;
 }
 
-/* The entry whose mapping holds ptr; map_lock held. */
-static import_entry **find(void *ptr) {
-  for (import_entry **p = &imports; *p != NULL; p = &(*p)->next) {
-    char *b = (*p)->base;
-    if ((char *)ptr >= b && (char *)ptr < b + (*p)->map_size) return p;
-  }
-  return NULL;
-}
-
 /* Replaces e's mapping, in place, by one of a read-only reopen of its
- * descriptor: a mapping mprotect cannot make writable again. map_lock
- * held. */
-static int remap_readonly(import_entry *e) {
+ * descriptor: a mapping mprotect cannot make writable again. The map's
+ * lock held. */
+static int remap_readonly(host_import *e) {
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", e->fd);
   int ro = open(path, O_RDONLY | O_CLOEXEC);
   if (ro < 0) return -1;
-  void *p = mmap(e->base, e->map_size, PROT_READ, MAP_SHARED | MAP_FIXED, ro,
-                 0);
+  void *base = (void *)e->link.base;
+  void *p = mmap(base, e->link.map_size, PROT_READ, MAP_SHARED | MAP_FIXED,
+                 ro, 0);
   int err = errno;
   close(ro);
   errno = err;
-  return p == e->base ? 0 : -1;
+  return p == base ? 0 : -1;
 }
 
 int mgpu__host_ipc_protect(struct mgpu__bdevice *d, void *ptr) {
   (void)d;
-  mgpu__mutex_lock(&map_lock);
-  import_entry **p = find(ptr);
+  mgpu__import_lock(&imports);
+  host_import *e =
+      (host_import *)mgpu__import_find_locked(&imports, (uintptr_t)ptr);
   int rc = 0;
-  if (p == NULL) {
+  if (e == NULL) {
     rc = mgpu__error(MGPU_EINVAL, "%p is not imported shared memory", ptr);
-  } else if ((*p)->fd < 0 || remap_readonly(*p) != 0) {
+  } else if (e->fd < 0 || remap_readonly(e) != 0) {
     /* Without a read-only reopen, at least no write goes through. */
-    if (mprotect((*p)->base, (*p)->map_size, PROT_READ) != 0)
+    if (mprotect((void *)e->link.base, e->link.map_size, PROT_READ) != 0)
       rc = mgpu__error(MGPU_EINVAL, "mprotect of shared memory: %s",
                        strerror(errno));
   }
-  if (p != NULL && (*p)->fd >= 0) {
-    close((*p)->fd);
-    (*p)->fd = -1;
+  if (e != NULL && e->fd >= 0) {
+    close(e->fd);
+    e->fd = -1;
   }
-  mgpu__mutex_unlock(&map_lock);
+  mgpu__import_unlock(&imports);
   return rc;
 }
 
 void mgpu__host_ipc_unimport(struct mgpu__bdevice *d, void *ptr) {
   (void)d;
-  mgpu__mutex_lock(&map_lock);
-  import_entry **p = find(ptr);
-  import_entry *gone = NULL;
-  if (p != NULL && --(*p)->refs == 0) {
-    gone = *p;
-    *p = gone->next;
-  }
-  mgpu__mutex_unlock(&map_lock);
-  if (gone != NULL) {
-    munmap(gone->base, gone->map_size);
-    if (gone->fd >= 0) close(gone->fd);
-    mgpu__free(gone);
-  }
+  host_import *gone =
+      (host_import *)mgpu__import_unref(&imports, (uintptr_t)ptr);
+  if (gone == NULL) return;
+  munmap((void *)gone->link.base, gone->link.map_size);
+  if (gone->fd >= 0) close(gone->fd);
+  mgpu__free(gone);
 }
 
 /* FNV-1a of the machine id (else the host name): stable per machine. */

@@ -126,7 +126,7 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
   if (err != CL_SUCCESS) {
     e->program = NULL;
     e->rc = MGPU_EBACKEND;
-    e->log = malloc(96);
+    e->log = mgpu__malloc(96);
     if (e->log != NULL)
       snprintf(e->log, 96, "(clCreateProgramWithSource failed: %s, %d)",
                mgpu__ocl_err_name(err), (int)err);
@@ -137,7 +137,7 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
   size_t n = 0;
   (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG, 0,
                               NULL, &n);
-  e->log = calloc(n + 1, 1);
+  e->log = mgpu__calloc(n + 1, 1);
   if (e->log != NULL && n > 0)
     (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG, n,
                                 e->log, NULL);
@@ -147,7 +147,7 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
 /* The detail of e's failed build, set again for this call. */
 static int build_failed(mgpu__ocl_phys *ph, mgpu__ocl_prog *e, int id,
                         const char *what) {
-  return mgpu__ocl_env->set_error(
+  return mgpu__error(
       e->rc, "device %d: %s did not build for OpenCL device '%s'; the build "
       "log: %.900s", id, what, ph->name,
       e->log != NULL && e->log[0] ? e->log : "(empty)");
@@ -165,11 +165,11 @@ static int program_get(mgpu__ocl_phys *ph, const void *key, const char *src,
   while (e != NULL && (e->key != key || e->src != src || e->name != name))
     e = e->next;
   if (e == NULL) {
-    e = calloc(1, sizeof *e);
+    e = mgpu__calloc(1, sizeof *e);
     if (e == NULL) {
       pthread_mutex_unlock(&ph->progs_lock);
-      return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                      "memory for a program", id);
+      return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                         "memory for a program", id);
     }
     e->key = key;
     e->src = src;
@@ -219,9 +219,9 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
                      size_t args_size) {
   const char *name = k->name ? k->name : "?";
   if (k->opencl_src == NULL || k->name == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOTSUP, "device %d: kernel '%s' "
-                                    "has no OpenCL variant (opencl_src and "
-                                    "name)", d->id, name);
+    return mgpu__error(MGPU_ENOTSUP, "device %d: kernel '%s' "
+                       "has no OpenCL variant (opencl_src and "
+                       "name)", d->id, name);
   char what[96];
   snprintf(what, sizeof what, "the OpenCL C of kernel '%.40s'", name);
   mgpu__ocl_prog *e;
@@ -238,7 +238,7 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   }
   if (err == CL_SUCCESS && nargs != (args_size > 0 ? 1u : 0u)) {
     pthread_mutex_unlock(&e->lock);
-    return mgpu__ocl_env->set_error(
+    return mgpu__error(
         MGPU_EINVAL, "device %d: kernel '%s' takes %u parameters in its "
         "OpenCL C; an mgpu kernel takes its argument struct (%zu bytes here) "
         "as its one parameter, or none", d->id, name, nargs, args_size);
@@ -269,37 +269,37 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   return 0;
 }
 
-int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
-                      const mgpu__builtin *b) {
-  int di;
-  size_t es;
+/* The index of b's type among the built-ins (di) and its element size
+ * (es); an error when d cannot run b. */
+static int builtin_type(mgpu__bdevice *d, const mgpu__builtin *b, int *di,
+                        size_t *es) {
   switch (b->dtype) {
-    case MGPU_FLOAT32: di = 0; es = 4; break;
-    case MGPU_FLOAT64: di = 1; es = 8; break;
-    case MGPU_INT32: di = 2; es = 4; break;
-    case MGPU_INT64: di = 3; es = 8; break;
-    case MGPU_FLOAT16: di = 4; es = 2; break;
-    case MGPU_BFLOAT16: di = 5; es = 2; break;
+    case MGPU_FLOAT32: *di = 0; *es = 4; break;
+    case MGPU_FLOAT64: *di = 1; *es = 8; break;
+    case MGPU_INT32: *di = 2; *es = 4; break;
+    case MGPU_INT64: *di = 3; *es = 8; break;
+    case MGPU_FLOAT16: *di = 4; *es = 2; break;
+    case MGPU_BFLOAT16: *di = 5; *es = 2; break;
     default:
-      return mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: built-in "
-                                      "kernel of unknown type %d", d->id,
-                                      (int)b->dtype);
+      return mgpu__error(MGPU_EINVAL, "device %d: built-in "
+                         "kernel of unknown type %d", d->id,
+                         (int)b->dtype);
   }
   if ((unsigned)b->kind > 3)
-    return mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: unknown built-in "
-                                    "kernel %d", d->id, (int)b->kind);
-  if (di == 1 && !d->phys->has_fp64)
-    return mgpu__ocl_env->set_error(MGPU_ENOTSUP, "device %d: OpenCL device "
-                                    "'%s' has no double precision",
-                                    d->id, d->phys->name);
-  if (b->count == 0) return 0;
-  mgpu__ocl_prog *e;
-  int rc = program_get(d->phys, &builtins_key, builtins_src, NULL, d->id,
-                       "the built-in kernels", &e);
-  if (rc != 0) return rc;
-  cl_int err;
-  const char *name = builtin_names[b->kind][di];
-  cl_kernel kern = kernel_get(e, 1 + (int)b->kind * NTYPES + di, name, &err);
+    return mgpu__error(MGPU_EINVAL, "device %d: unknown built-in "
+                       "kernel %d", d->id, (int)b->kind);
+  if (*di == 1 && !d->phys->has_fp64)
+    return mgpu__error(MGPU_ENOTSUP, "device %d: OpenCL device "
+                       "'%s' has no double precision",
+                       d->id, d->phys->name);
+  return 0;
+}
+
+/* Sets the arguments of kern, the built-in for b (elements of es bytes)
+ * on d; the entry's lock held. */
+static cl_int builtin_args(cl_kernel kern, mgpu__bdevice *d,
+                           const mgpu__builtin *b, size_t es) {
+  cl_int err = CL_SUCCESS;
   cl_ulong n = b->count;
   /* The accumulation type: float for the 16-bit types, else the program's
    * (double where the device has it, else float). */
@@ -332,6 +332,23 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   ARG(sizeof n, &n);
 #undef ARG
 #undef SVM
+  return err;
+}
+
+int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
+                      const mgpu__builtin *b) {
+  int di = 0;
+  size_t es = 0;
+  int rc = builtin_type(d, b, &di, &es);
+  if (rc != 0 || b->count == 0) return rc;
+  mgpu__ocl_prog *e;
+  rc = program_get(d->phys, &builtins_key, builtins_src, NULL, d->id,
+                   "the built-in kernels", &e);
+  if (rc != 0) return rc;
+  cl_int err;
+  const char *name = builtin_names[b->kind][di];
+  cl_kernel kern = kernel_get(e, 1 + (int)b->kind * NTYPES + di, name, &err);
+  if (err == CL_SUCCESS) err = builtin_args(kern, d, b, es);
   size_t global = b->count;
   if (err == CL_SUCCESS)
     err = enqueue(s, kern, 1, &global, NULL, "kernel builtin");

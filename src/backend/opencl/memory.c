@@ -30,10 +30,10 @@ static pinned_block *pinned_list;
 static int pinned_alloc(mgpu__bdevice *d, size_t size, void **ptr) {
   mgpu__ocl_phys *ph = d->phys;
   cl_int err = CL_SUCCESS;
-  pinned_block *b = calloc(1, sizeof *b);
+  pinned_block *b = mgpu__calloc(1, sizeof *b);
   if (b == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                    "memory for a pinned buffer", d->id);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory for a pinned buffer", d->id);
   const char *what = "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)";
   b->mem = clCreateBuffer(ph->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
                           size, NULL, &err);
@@ -50,7 +50,7 @@ static int pinned_alloc(mgpu__bdevice *d, size_t size, void **ptr) {
   if (err != CL_SUCCESS) {
     if (b->q != NULL) clReleaseCommandQueue(b->q);
     if (b->mem != NULL) clReleaseMemObject(b->mem);
-    free(b);
+    mgpu__free(b);
     char msg[96];
     snprintf(msg, sizeof msg, "%s of %zu bytes", what, size);
     return mgpu__ocl_fail(d, err, msg);
@@ -87,7 +87,7 @@ static void pinned_free(mgpu__bdevice *d, void *ptr) {
   }
   clReleaseCommandQueue(b->q);
   clReleaseMemObject(b->mem);
-  free(b);
+  mgpu__free(b);
 }
 
 int mgpu__ocl_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
@@ -108,15 +108,15 @@ int mgpu__ocl_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
        * what the core promises buffers start at. */
       void *p = clSVMAlloc(ph->ctx, flags, size, 128);
       if (p == NULL)
-        return mgpu__ocl_env->set_error(
+        return mgpu__error(
             MGPU_ENOMEM, "device %d: clSVMAlloc of %zu bytes failed on "
             "OpenCL device %d (%s)", d->id, size, d->ordinal, ph->name);
       *ptr = p;
       return 0;
     }
   }
-  return mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: unknown memory "
-                                  "kind %d", d->id, (int)kind);
+  return mgpu__error(MGPU_EINVAL, "device %d: unknown memory "
+                     "kind %d", d->id, (int)kind);
 }
 
 void mgpu__ocl_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr) {
@@ -147,7 +147,7 @@ int mgpu__ocl_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
 
 int mgpu__ocl_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer) {
   if (d->phys->ctx != peer->phys->ctx)
-    return mgpu__ocl_env->set_error(
+    return mgpu__error(
         MGPU_ENOTSUP, "device %d: no peer access to device %d: OpenCL "
         "devices of different platforms (%s, %s) share no memory", d->id,
         peer->id, d->phys->platform_name, peer->phys->platform_name);
@@ -165,7 +165,7 @@ int mgpu__ocl_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
                                 size_t size, mgpu__bdevice *s_dev,
                                 mgpu__bstream *s) {
   if (dd->phys->ctx != sd->phys->ctx)
-    return mgpu__ocl_env->set_error(
+    return mgpu__error(
         MGPU_ENOTSUP, "device %d: no direct copy from device %d (another "
         "OpenCL platform): the copy must be staged", dd->id, sd->id);
   mgpu__ocl_enqueue_begin(s);

@@ -35,8 +35,12 @@
 #include "mgpu/error.h"
 #include "mgpu/metrics.h"
 
-/* Set by the entry function, read-only afterwards. */
+/* Set by the entry function, read-only afterwards. Plugin code reaches the
+ * core's allocator and error setter through plugin-seam.h (mgpu__calloc,
+ * mgpu__free, mgpu__error). */
 extern const mgpu__backend_env *mgpu__ocl_env;
+#define MGPU__PLUGIN_ENV mgpu__ocl_env
+#include "backend/plugin-seam.h"
 
 /* A cached program of one physical device: the built-in kernels, or the
  * OpenCL C variant of one mgpu_kernel. lock serializes clSetKernelArg and

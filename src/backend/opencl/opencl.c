@@ -122,15 +122,69 @@ int mgpu__ocl_fail(mgpu__bdevice *d, cl_int err, const char *what) {
     char why[160];
     snprintf(why, sizeof why, "%s in %s", mgpu__ocl_err_name(err), what);
     lose_physical(d, why);
-    return mgpu__ocl_env->set_error(MGPU_EDEVLOST, "device %d: %s: %s (%d): "
-                                    "the OpenCL device is lost", id, what,
-                                    mgpu__ocl_err_name(err), (int)err);
+    return mgpu__error(MGPU_EDEVLOST, "device %d: %s: %s (%d): "
+                       "the OpenCL device is lost", id, what,
+                       mgpu__ocl_err_name(err), (int)err);
   }
-  return mgpu__ocl_env->set_error(code_of(err), "device %d: %s: %s (%d)", id,
-                                  what, mgpu__ocl_err_name(err), (int)err);
+  return mgpu__error(code_of(err), "device %d: %s: %s (%d)", id,
+                     what, mgpu__ocl_err_name(err), (int)err);
 }
 
 /* ---- probe ---- */
+
+/* Whether device dev of platform pname can be an mgpu device: coarse-grained
+ * SVM, 64-bit addresses, not PoCL's basic driver. Logs why not. */
+static int device_usable(cl_device_id dev, const char *pname) {
+  cl_device_svm_capabilities svm = 0;
+  cl_uint bits = 0;
+  char dname[96] = "";
+  (void)clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+  if (clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm,
+                      NULL) != CL_SUCCESS)
+    svm = 0;
+  (void)clGetDeviceInfo(dev, CL_DEVICE_ADDRESS_BITS, sizeof bits, &bits, NULL);
+  /* PoCL's "basic" driver runs a command that waits for a user event or
+   * another queue's event in the thread that completes that event, with
+   * the implementation's locks held (it deadlocks), or lets clFinish
+   * return before such a command ran: mgpu's ordering rests on exactly
+   * those waits, so its devices are not used. */
+  int pocl_basic = strstr(pname, "Portable Computing Language") != NULL &&
+                   strncmp(dname, "basic", 5) == 0;
+  if ((svm & CL_DEVICE_SVM_COARSE_GRAIN_BUFFER) && bits == 64 && !pocl_basic)
+    return 1;
+  mgpu__ocl_env->log(MGPU_LOG_INFO, "opencl: %s on %s skipped (%s)", dname,
+                     pname, pocl_basic ? "PoCL's basic driver orders "
+                     "waits across queues wrongly"
+                     : bits != 64 ? "not 64-bit"
+                                  : "no shared virtual memory");
+  return 0;
+}
+
+/* Fills ph, the entry of device dev (platform pi, context ctx). */
+static void phys_fill(mgpu__ocl_phys *ph, cl_device_id dev, cl_context ctx,
+                      int pi, const char *pname) {
+  memset(ph, 0, sizeof *ph);
+  ph->dev = dev;
+  ph->ctx = ctx;
+  ph->platform = pi;
+  snprintf(ph->platform_name, sizeof ph->platform_name, "%s", pname);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_NAME, sizeof ph->name - 1,
+                        ph->name, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_GLOBAL_MEM_SIZE,
+                        sizeof ph->global_mem, &ph->global_mem, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_COMPUTE_UNITS,
+                        sizeof ph->compute_units, &ph->compute_units, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_SVM_CAPABILITIES, sizeof ph->svm,
+                        &ph->svm, NULL);
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE,
+                        sizeof ph->max_work_group, &ph->max_work_group,
+                        NULL);
+  cl_device_fp_config fp64 = 0;
+  (void)clGetDeviceInfo(ph->dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64,
+                        &fp64, NULL);
+  ph->has_fp64 = fp64 != 0;
+  pthread_mutex_init(&ph->progs_lock, NULL);
+}
 
 /* Adds the usable devices of platform p (index pi) to the list and makes
  * its context. Returns 0, or a CL error only for a failure of the host. */
@@ -140,46 +194,19 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
   cl_int err = clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
   if (err == CL_DEVICE_NOT_FOUND || nd == 0) return CL_SUCCESS;
   if (err != CL_SUCCESS) return err;
-  cl_device_id *ids = calloc(nd, sizeof *ids);
-  cl_device_id *usable = calloc(nd, sizeof *usable);
+  cl_device_id *ids = mgpu__calloc(nd, sizeof *ids);
+  cl_device_id *usable = mgpu__calloc(nd, sizeof *usable);
   if (ids == NULL || usable == NULL) {
-    free(ids);
-    free(usable);
+    mgpu__free(ids);
+    mgpu__free(usable);
     return CL_OUT_OF_HOST_MEMORY;
   }
   err = clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, ids, NULL);
   char pname[64] = "";
   (void)clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
   cl_uint nu = 0;
-  for (cl_uint i = 0; err == CL_SUCCESS && i < nd; i++) {
-    cl_device_svm_capabilities svm = 0;
-    cl_uint bits = 0;
-    char dname[96] = "";
-    (void)clGetDeviceInfo(ids[i], CL_DEVICE_NAME, sizeof dname - 1, dname,
-                          NULL);
-    if (clGetDeviceInfo(ids[i], CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm,
-                        NULL) != CL_SUCCESS)
-      svm = 0;
-    (void)clGetDeviceInfo(ids[i], CL_DEVICE_ADDRESS_BITS, sizeof bits, &bits,
-                          NULL);
-    /* PoCL's "basic" driver runs a command that waits for a user event or
-     * another queue's event in the thread that completes that event, with
-     * the implementation's locks held (it deadlocks), or lets clFinish
-     * return before such a command ran: mgpu's ordering rests on exactly
-     * those waits, so its devices are not used. */
-    int pocl_basic = strstr(pname, "Portable Computing Language") != NULL &&
-                     strncmp(dname, "basic", 5) == 0;
-    if (!(svm & CL_DEVICE_SVM_COARSE_GRAIN_BUFFER) || bits != 64 ||
-        pocl_basic) {
-      mgpu__ocl_env->log(MGPU_LOG_INFO, "opencl: %s on %s skipped (%s)", dname,
-                         pname, pocl_basic ? "PoCL's basic driver orders "
-                         "waits across queues wrongly"
-                         : bits != 64 ? "not 64-bit"
-                                      : "no shared virtual memory");
-      continue;
-    }
-    usable[nu++] = ids[i];
-  }
+  for (cl_uint i = 0; err == CL_SUCCESS && i < nd; i++)
+    if (device_usable(ids[i], pname)) usable[nu++] = ids[i];
   cl_context ctx = NULL;
   if (err == CL_SUCCESS && nu > 0) {
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
@@ -188,7 +215,7 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
   }
   if (err == CL_SUCCESS && *n + (int)nu > *cap) {
     int ncap = *n + (int)nu + 8;
-    mgpu__ocl_phys *l = realloc(*list, (size_t)ncap * sizeof *l);
+    mgpu__ocl_phys *l = mgpu__realloc(*list, (size_t)ncap * sizeof *l);
     if (l == NULL) {
       err = CL_OUT_OF_HOST_MEMORY;
     } else {
@@ -196,33 +223,11 @@ static cl_int probe_platform(cl_platform_id p, int pi, mgpu__ocl_phys **list,
       *cap = ncap;
     }
   }
-  for (cl_uint i = 0; err == CL_SUCCESS && i < nu; i++) {
-    mgpu__ocl_phys *ph = &(*list)[(*n)++];
-    memset(ph, 0, sizeof *ph);
-    ph->dev = usable[i];
-    ph->ctx = ctx;
-    ph->platform = pi;
-    snprintf(ph->platform_name, sizeof ph->platform_name, "%s", pname);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_NAME, sizeof ph->name - 1,
-                          ph->name, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_GLOBAL_MEM_SIZE,
-                          sizeof ph->global_mem, &ph->global_mem, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_COMPUTE_UNITS,
-                          sizeof ph->compute_units, &ph->compute_units, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_SVM_CAPABILITIES, sizeof ph->svm,
-                          &ph->svm, NULL);
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE,
-                          sizeof ph->max_work_group, &ph->max_work_group,
-                          NULL);
-    cl_device_fp_config fp64 = 0;
-    (void)clGetDeviceInfo(ph->dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64,
-                          &fp64, NULL);
-    ph->has_fp64 = fp64 != 0;
-    pthread_mutex_init(&ph->progs_lock, NULL);
-  }
+  for (cl_uint i = 0; err == CL_SUCCESS && i < nu; i++)
+    phys_fill(&(*list)[(*n)++], usable[i], ctx, pi, pname);
   if (err != CL_SUCCESS && ctx != NULL) clReleaseContext(ctx);
-  free(ids);
-  free(usable);
+  mgpu__free(ids);
+  mgpu__free(usable);
   return err;
 }
 
@@ -231,7 +236,7 @@ static int probe_all(void) {
   cl_int err = clGetPlatformIDs(0, NULL, &np);
   if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0) return 0;
   if (err != CL_SUCCESS) goto fail;
-  cl_platform_id *ps = calloc(np, sizeof *ps);
+  cl_platform_id *ps = mgpu__calloc(np, sizeof *ps);
   if (ps == NULL) {
     err = CL_OUT_OF_HOST_MEMORY;
     goto fail;
@@ -241,12 +246,12 @@ static int probe_all(void) {
   int n = 0, cap = 0;
   for (cl_uint i = 0; err == CL_SUCCESS && i < np; i++)
     err = probe_platform(ps[i], (int)i, &list, &n, &cap);
-  free(ps);
+  mgpu__free(ps);
   if (err != CL_SUCCESS) {
     /* Contexts made for earlier platforms are kept by nobody: release. */
     for (int i = 0; i < n; i++)
       if (i == 0 || list[i].ctx != list[i - 1].ctx) clReleaseContext(list[i].ctx);
-    free(list);
+    mgpu__free(list);
     goto fail;
   }
   mgpu__ocl_phys_list = list;
@@ -268,7 +273,7 @@ static int ocl_probe(int *count) {
   }
   int rc = probe_rc;
   pthread_mutex_unlock(&probe_lock);
-  if (rc != 0) return mgpu__ocl_env->set_error(rc, "%s", probe_detail);
+  if (rc != 0) return mgpu__error(rc, "%s", probe_detail);
   *count = mgpu__ocl_nphys;
   return 0;
 }
@@ -281,14 +286,14 @@ static int ocl_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   int rc = ocl_probe(&count);
   if (rc != 0) return rc;
   if (spec->ordinal < 0 || spec->ordinal >= count)
-    return mgpu__ocl_env->set_error(MGPU_ENODEV, "device %d: OpenCL device %d "
-                                    "does not exist (%d found)", spec->id,
-                                    spec->ordinal, count);
-  mgpu__bdevice *d = calloc(1, sizeof *d);
+    return mgpu__error(MGPU_ENODEV, "device %d: OpenCL device %d "
+                       "does not exist (%d found)", spec->id,
+                       spec->ordinal, count);
+  mgpu__bdevice *d = mgpu__calloc(1, sizeof *d);
   if (d == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                    "memory opening OpenCL device %d",
-                                    spec->id, spec->ordinal);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory opening OpenCL device %d",
+                       spec->id, spec->ordinal);
   d->id = spec->id;
   d->ordinal = spec->ordinal;
   d->split_index = spec->split_index;
@@ -299,10 +304,10 @@ static int ocl_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
                                      d->split_count);
   if (mgpu__ocl_relay_start() != 0) {
     mgpu__ocl_subdevice_release(d->sub);
-    free(d);
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: cannot start "
-                                    "the OpenCL plugin's relay thread",
-                                    spec->id);
+    mgpu__free(d);
+    return mgpu__error(MGPU_ENOMEM, "device %d: cannot start "
+                       "the OpenCL plugin's relay thread",
+                       spec->id);
   }
   pthread_mutex_lock(&registry_lock);
   if (d->id >= 0 && d->id < MGPU_MAX_DEVICES) open_devs[d->id] = d;
@@ -319,7 +324,7 @@ static void ocl_close(mgpu__bdevice *d) {
   pthread_mutex_unlock(&registry_lock);
   mgpu__ocl_relay_stop();
   mgpu__ocl_subdevice_release(d->sub);
-  free(d);
+  mgpu__free(d);
 }
 
 /* 1 if another open device shares d's platform (its context). */

@@ -68,7 +68,7 @@ static void copies_harvest_locked(mgpu__bstream *s) {
                                    t1 > t0 ? t1 - t0 : 0);
     *pp = c->next;
     clReleaseEvent(c->ev);
-    free(c);
+    mgpu__free(c);
     s->ncopies--;
   }
 }
@@ -78,7 +78,7 @@ void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
   if (path < 0 || path >= MGPU_METRIC_PATHS || ev == NULL) return;
   /* A stream that is never synchronized keeps a bounded list. */
   if (s->ncopies >= 256) copies_harvest_locked(s);
-  mgpu__ocl_timed_copy *c = malloc(sizeof *c);
+  mgpu__ocl_timed_copy *c = mgpu__malloc(sizeof *c);
   if (c == NULL) return; /* the copy is not counted, nothing else */
   clRetainEvent(ev);
   c->ev = ev;
@@ -130,26 +130,26 @@ static cl_int status_of(cl_event ev) {
 static int lost_rc(mgpu__bdevice *d) {
   char why[160];
   if (!mgpu__ocl_lost(d, why, sizeof why)) return 0;
-  return mgpu__ocl_env->set_error(MGPU_EDEVLOST, "opencl device %d was lost "
-                                  "(%s): work queued on it may not have run",
-                                  d->id, why);
+  return mgpu__error(MGPU_EDEVLOST, "opencl device %d was lost "
+                     "(%s): work queued on it may not have run",
+                     d->id, why);
 }
 
 /* ---- streams ---- */
 
 int mgpu__ocl_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   *out = NULL;
-  mgpu__bstream *s = calloc(1, sizeof *s);
+  mgpu__bstream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                    "memory for a stream", d->id);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory for an OpenCL command queue", d->id);
   cl_queue_properties props[] = {CL_QUEUE_PROPERTIES,
                                  CL_QUEUE_PROFILING_ENABLE, 0};
   cl_int err = CL_SUCCESS;
   s->q = clCreateCommandQueueWithProperties(
       d->phys->ctx, d->sub != NULL ? d->sub : d->phys->dev, props, &err);
   if (err != CL_SUCCESS) {
-    free(s);
+    mgpu__free(s);
     return mgpu__ocl_fail(d, err, "clCreateCommandQueueWithProperties");
   }
   s->d = d;
@@ -168,7 +168,7 @@ void mgpu__ocl_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   if (s->last != NULL) clReleaseEvent(s->last);
   clReleaseCommandQueue(s->q);
   pthread_mutex_destroy(&s->lock);
-  free(s);
+  mgpu__free(s);
 }
 
 int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
@@ -251,7 +251,7 @@ static void *relay_main(void *unused) {
     if (r->fn != NULL) r->fn(r->arg);
     clSetUserEventStatus(r->gate, r->status < 0 ? r->status : CL_COMPLETE);
     clReleaseEvent(r->gate);
-    free(r);
+    mgpu__free(r);
     pthread_mutex_lock(&relay_lock);
     relay_pending--;
   }
@@ -305,14 +305,14 @@ void mgpu__ocl_relay_stop(void) {
  * failure fn will not run. */
 static cl_int relay_queue(mgpu__bdevice *d, mgpu__bstream *s, cl_event src,
                           void (*fn)(void *arg), void *arg) {
-  relay *r = calloc(1, sizeof *r);
+  relay *r = mgpu__calloc(1, sizeof *r);
   if (r == NULL) return CL_OUT_OF_HOST_MEMORY;
   r->fn = fn;
   r->arg = arg;
   cl_int err = CL_SUCCESS;
   r->gate = clCreateUserEvent(d->phys->ctx, &err);
   if (err != CL_SUCCESS) {
-    free(r);
+    mgpu__free(r);
     return err;
   }
   cl_event marker = NULL, bar = NULL;
@@ -341,7 +341,7 @@ static cl_int relay_queue(mgpu__bdevice *d, mgpu__bstream *s, cl_event src,
   if (marker != NULL) clReleaseEvent(marker);
   if (err != CL_SUCCESS) {
     clReleaseEvent(r->gate);
-    free(r);
+    mgpu__free(r);
     return err;
   }
   (void)clFlush(s->q);
@@ -352,10 +352,10 @@ static cl_int relay_queue(mgpu__bdevice *d, mgpu__bstream *s, cl_event src,
 
 int mgpu__ocl_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
   *out = NULL;
-  mgpu__bevent *e = calloc(1, sizeof *e);
+  mgpu__bevent *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL)
-    return mgpu__ocl_env->set_error(MGPU_ENOMEM, "device %d: out of host "
-                                    "memory for an event", d->id);
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                       "memory for an event", d->id);
   pthread_mutex_init(&e->lock, NULL);
   *out = e;
   return 0;
@@ -366,7 +366,7 @@ void mgpu__ocl_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   if (e == NULL) return;
   if (e->ev != NULL) clReleaseEvent(e->ev);
   pthread_mutex_destroy(&e->lock);
-  free(e);
+  mgpu__free(e);
 }
 
 /* A reference to e's marker, or NULL when never recorded. */
@@ -420,12 +420,12 @@ int mgpu__ocl_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
   cl_event a = event_get(start), b = event_get(end);
   int rc = 0;
   if (a == NULL || b == NULL) {
-    rc = mgpu__ocl_env->set_error(MGPU_EINVAL, "device %d: elapsed time "
-                                  "between events of which one was never "
-                                  "recorded", d->id);
+    rc = mgpu__error(MGPU_EINVAL, "device %d: elapsed time "
+                     "between events of which one was never "
+                     "recorded", d->id);
   } else if (status_of(a) != CL_COMPLETE || status_of(b) != CL_COMPLETE) {
-    rc = mgpu__ocl_env->set_error(MGPU_EAGAIN, "device %d: elapsed time "
-                                  "between events not both complete", d->id);
+    rc = mgpu__error(MGPU_EAGAIN, "device %d: elapsed time "
+                     "between events not both complete", d->id);
   } else {
     cl_ulong ta = 0, tb = 0;
     cl_int err = clGetEventProfilingInfo(a, CL_PROFILING_COMMAND_END,

@@ -48,20 +48,20 @@ cl_device_id mgpu__ocl_subdevice_get(mgpu__ocl_phys *ph, int id, int index,
   cl_uint n = 0;
   cl_int err = clCreateSubDevices(ph->dev, props, 0, NULL, &n);
   cl_device_id *subs = err == CL_SUCCESS && n >= (cl_uint)count
-                           ? calloc(n, sizeof *subs)
+                           ? mgpu__calloc(n, sizeof *subs)
                            : NULL;
   if (subs != NULL) err = clCreateSubDevices(ph->dev, props, n, subs, NULL);
   if (subs == NULL || err != CL_SUCCESS) {
     mgpu__ocl_env->log(MGPU_LOG_INFO, "opencl: device %d: partitioning %s "
                        "failed (%s): a share of the whole device instead", id,
                        ph->name, mgpu__ocl_err_name(err));
-    free(subs);
+    mgpu__free(subs);
     return NULL;
   }
   cl_device_id mine = subs[index];
   for (cl_uint i = 0; i < n; i++)
     if (i != (cl_uint)index) clReleaseDevice(subs[i]);
-  free(subs);
+  mgpu__free(subs);
   mgpu__ocl_env->log(MGPU_LOG_INFO, "opencl: device %d is sub-device %d of "
                      "%d of %s (%u compute units)", id, index, count,
                      ph->name, ph->compute_units / (cl_uint)count);

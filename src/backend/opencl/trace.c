@@ -40,7 +40,7 @@ struct mgpu__ocl_span {
 static void span_put(mgpu__bstream *s, mgpu__ocl_span *sp) {
   if (sp->ev != NULL) clReleaseEvent(sp->ev);
   sp->ev = NULL;
-  free(sp->tag);
+  mgpu__free(sp->tag);
   sp->tag = NULL;
   sp->next = s->spare_spans;
   s->spare_spans = sp;
@@ -51,7 +51,7 @@ static void span_put(mgpu__bstream *s, mgpu__ocl_span *sp) {
 static mgpu__trace_tag *tag_for(const char *name, size_t bytes) {
   mgpu__trace_tag *tag = mgpu__ocl_env->obs->tag_copy();
   if (tag != NULL) return tag;
-  tag = calloc(1, sizeof *tag);
+  tag = mgpu__calloc(1, sizeof *tag);
   if (tag == NULL) return NULL;
   snprintf(tag->name, sizeof tag->name, "%s", name);
   if (bytes > 0) {
@@ -135,7 +135,7 @@ void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
   mgpu__ocl_span *sp = s->spare_spans;
   if (sp != NULL)
     s->spare_spans = sp->next;
-  else if ((sp = calloc(1, sizeof *sp)) == NULL)
+  else if ((sp = mgpu__calloc(1, sizeof *sp)) == NULL)
     return; /* the command is not timed, nothing else */
   sp->tag = mgpu__ocl_env->obs->trace_enabled() ? tag_for(name, bytes) : NULL;
   clRetainEvent(ev);
@@ -160,6 +160,6 @@ void mgpu__ocl_trace_stream_free(mgpu__bstream *s) {
   while (s->spare_spans != NULL) {
     mgpu__ocl_span *sp = s->spare_spans;
     s->spare_spans = sp->next;
-    free(sp);
+    mgpu__free(sp);
   }
 }

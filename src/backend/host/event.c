@@ -1,0 +1,128 @@
+/* The host backend's events: a record takes a new sequence number at call
+ * time and queues the operation that completes it; a wait captures the
+ * latest number and parks its stream on the event if reached early. */
+#include <stdatomic.h>
+
+#include "backend/host/host.h"
+#include "mgpu/error.h"
+#include "obs/trace.h"
+#include "util/fault.h"
+#include "util/log.h"
+
+int mgpu__host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
+  mgpu__bevent *e = mgpu__calloc(1, sizeof *e);
+  if (e == NULL) return mgpu__host_op_nomem(d);
+  e->dev = d;
+  mgpu__mutex_init(&e->lock);
+  mgpu__cond_init(&e->done);
+  *out = e;
+  return 0;
+}
+
+void mgpu__host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
+  (void)d;
+  /* A pending record completes first, and a queued wait passes: their
+   * operations still point at the event. */
+  mgpu__mutex_lock(&e->lock);
+  while (e->completed < e->recorded || e->ops > 0)
+    mgpu__cond_wait(&e->done, &e->lock);
+  mgpu__mutex_unlock(&e->lock);
+  mgpu__cond_destroy(&e->done);
+  mgpu__mutex_destroy(&e->lock);
+  mgpu__free(e);
+}
+
+int mgpu__host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
+                            mgpu__bstream *s) {
+  op *o = mgpu__host_op_new(OP_RECORD);
+  if (o == NULL) return mgpu__host_op_nomem(d);
+  mgpu__mutex_lock(&e->lock);
+  o->u.event.seq = ++e->recorded;
+  e->ops++;
+  mgpu__mutex_unlock(&e->lock);
+  o->u.event.event = e;
+  mgpu__host_enqueue(s, o);
+  return 0;
+}
+
+int mgpu__host_event_record_claimed(mgpu__bdevice *d, mgpu__bevent *e,
+                                    mgpu__bstream *s) {
+  (void)d;
+  mgpu__mutex_lock(&e->lock);
+  uint64_t seq = ++e->recorded;
+  e->ops++; /* as a queued record's; mgpu__host_complete_event gives it back */
+  mgpu__mutex_unlock(&e->lock);
+  mgpu__host_complete_event(e, seq, s);
+  return 0;
+}
+
+int mgpu__host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
+  (void)d;
+  mgpu__mutex_lock(&e->lock);
+  uint64_t target = e->recorded;
+  while (e->completed < target) mgpu__cond_wait(&e->done, &e->lock);
+  int lost_by = e->lost_by;
+  mgpu__mutex_unlock(&e->lock);
+  if (atomic_load_explicit(&e->dev->lost, memory_order_acquire))
+    return mgpu__error(MGPU_EDEVLOST, "host device %d was lost (%s): the "
+                       "work before the event may not have run",
+                       e->dev->id, e->dev->lost_why);
+  if (lost_by != 0)
+    return mgpu__error(MGPU_EDEVLOST, "host device %d: the work before "
+                       "the event depended on host device %d, which was "
+                       "lost", e->dev->id, lost_by - 1);
+  return 0;
+}
+
+int mgpu__host_event_query(mgpu__bdevice *d, mgpu__bevent *e) {
+  (void)d;
+  mgpu__mutex_lock(&e->lock);
+  int rc = e->completed < e->recorded ? MGPU_EAGAIN : 0;
+  mgpu__mutex_unlock(&e->lock);
+  return rc;
+}
+
+int mgpu__host_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *a,
+                                mgpu__bevent *b, float *ms) {
+  uint64_t ta = 0, tb = 0;
+  int pending = 0, never = 0;
+  mgpu__mutex_lock(&a->lock);
+  pending |= a->completed < a->recorded;
+  never |= a->recorded == 0;
+  ta = a->time_ns;
+  mgpu__mutex_unlock(&a->lock);
+  mgpu__mutex_lock(&b->lock);
+  pending |= b->completed < b->recorded;
+  never |= b->recorded == 0;
+  tb = b->time_ns;
+  mgpu__mutex_unlock(&b->lock);
+  if (never)
+    return mgpu__error(MGPU_EINVAL, "device %d: elapsed time of an event "
+                       "that was never recorded", d->id);
+  if (pending)
+    return mgpu__error(MGPU_EAGAIN, "device %d: elapsed time asked before "
+                       "both events completed", d->id);
+  *ms = (float)((double)((int64_t)tb - (int64_t)ta) / 1e6);
+  return 0;
+}
+
+int mgpu__host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
+                                 mgpu__bdevice *ed, mgpu__bevent *e) {
+  (void)ed;
+  mgpu__mutex_lock(&e->lock);
+  uint64_t seq = e->recorded;
+  int done = e->completed >= seq;
+  mgpu__mutex_unlock(&e->lock);
+  /* Nothing to wait for; while tracing the wait is queued all the same,
+   * so that its arrow is drawn in order on the worker. */
+  if (done && !mgpu__trace_enabled()) return 0;
+  op *o = mgpu__host_op_new(OP_WAIT);
+  if (o == NULL) return mgpu__host_op_nomem(d);
+  o->u.event.event = e;
+  o->u.event.seq = seq;
+  mgpu__mutex_lock(&e->lock);
+  e->ops++;
+  mgpu__mutex_unlock(&e->lock);
+  mgpu__host_enqueue(s, o);
+  return 0;
+}

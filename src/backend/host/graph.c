@@ -1,0 +1,225 @@
+/* The host backend's graphs (backend/graph.h).
+ *
+ * A device's part of a graph is one operation: the worker that takes it
+ * runs the part's nodes in order, in place, waiting for the signals of
+ * other devices' nodes on the board (a short spin, then a park) and posting
+ * its own. One hand-off per device and launch instead of one per node. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/graph.h"
+#include "backend/host/host.h"
+#include "mgpu/error.h"
+#include "obs/trace.h"
+#include "util/fault.h"
+#include "util/thread.h"
+
+struct host_graph {
+  _Atomic int refs; /* the owner's, and one per run queued */
+  mgpu__graph_board *board;
+  mgpu__bgraph_node *nodes; /* args and waits point into blob */
+  int n;
+  void *blob;
+};
+
+void mgpu__host_graph_unref(host_graph *g) {
+  if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  mgpu__graph_board_unref(g->board);
+  mgpu__free(g->blob);
+  mgpu__free(g->nodes);
+  mgpu__free(g);
+}
+
+/* The first wait of o's next node that is not over, or -1. */
+static int pending_wait(const op *o) {
+  const host_graph *g = o->u.graph.graph;
+  const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
+  for (int j = 0; j < n->nwaits; j++) {
+    counter_target w = {&g->board->signals[n->waits[j]],
+                        2 * o->u.graph.launch};
+    if (!counter_reached(&w)) return n->waits[j];
+  }
+  return -1;
+}
+
+int mgpu__host_graph_unfinished(const op *o) {
+  return o->kind == OP_GRAPH && o->u.graph.next < o->u.graph.graph->n;
+}
+
+/* With s's device lock held, s's head o a part: 1 when its next node must
+ * wait, and s is now parked on the board (a post puts it back). */
+int mgpu__host_graph_must_park(mgpu__bstream *s, op *o) {
+  if (!mgpu__host_graph_unfinished(o) ||
+      atomic_load_explicit(&s->dev->lost, memory_order_acquire))
+    return 0;
+  mgpu__graph_board *b = o->u.graph.graph->board;
+  mgpu__mutex_lock(&b->lock);
+  atomic_fetch_add(&b->nparked, 1);
+  int park = pending_wait(o) >= 0;
+  if (park) {
+    s->parked = 1;
+    s->wait_next = b->parked;
+    b->parked = s;
+  } else {
+    atomic_fetch_sub(&b->nparked, 1);
+  }
+  mgpu__mutex_unlock(&b->lock);
+  return park;
+}
+
+/* Posts value to signal sig and puts the streams parked on b back on their
+ * devices' ready lists (each looks at its wait again when taken). */
+static void board_post(mgpu__graph_board *b, int sig, uint64_t value) {
+  atomic_store(&b->signals[sig], value);
+  if (atomic_load(&b->nparked) == 0) return;
+  mgpu__mutex_lock(&b->lock);
+  mgpu__bstream *w = b->parked;
+  b->parked = NULL;
+  for (mgpu__bstream *x = w; x != NULL; x = x->wait_next)
+    atomic_fetch_sub(&b->nparked, 1);
+  mgpu__mutex_unlock(&b->lock);
+  mgpu__host_unpark(w);
+}
+
+/* Node node of s's part waited for a node of device lost_dev, which was
+ * lost: what it reads was never made. */
+static void graph_wait_lost(mgpu__bdevice *d, mgpu__bstream *s, int node,
+                            int lost_dev) {
+  mgpu__mutex_lock(&d->lock);
+  if (s->error == 0) {
+    s->error = MGPU_EDEVLOST;
+    snprintf(s->error_detail, sizeof s->error_detail,
+             "host device %d: graph node %d waited for a node of host device "
+             "%d, which was lost", d->id, node, lost_dev);
+  }
+  mgpu__mutex_unlock(&d->lock);
+}
+
+static void run_graph_node(mgpu__bdevice *d, mgpu__bstream *s,
+                           const mgpu__bgraph_node *n) {
+  switch (n->kind) {
+    case MGPU__BG_NOP: break;
+    case MGPU__BG_COPY: memmove(n->dst, n->src, n->size); break;
+    case MGPU__BG_MEMSET: memset(n->dst, n->value, n->size); break;
+    case MGPU__BG_BUILTIN: mgpu__host_builtin_run(&n->builtin); break;
+    case MGPU__BG_CALLBACK: n->fn(n->arg); break;
+    case MGPU__BG_LAUNCH: {
+      op k = {.kind = OP_LAUNCH};
+      k.u.launch.fn = n->kernel->host_fn;
+      k.u.launch.grid = n->grid;
+      k.u.launch.block = n->block;
+      k.u.launch.args = (void *)n->args;
+      snprintf(k.u.launch.name, sizeof k.u.launch.name, "%s",
+               n->kernel->name != NULL ? n->kernel->name : "?");
+      mgpu__host_run_launch(d, s, &k);
+      break;
+    }
+  }
+}
+
+/* Runs o's nodes from the next one on, until the end or a node whose
+ * wait is not over after a short spin: there the worker gives the stream
+ * back (mgpu__host_worker_main), to come back to that node once it is
+ * posted. On a lost device nothing waits and nothing but host callbacks
+ * runs; its signals post the loss. */
+void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
+  static const char *const names[] = {"graph nop", "graph copy",
+                                      "graph memset", "graph kernel",
+                                      "graph builtin", "graph callback"};
+  host_graph *g = o->u.graph.graph;
+  uint64_t posted = 2 * o->u.graph.launch;
+  int lost = atomic_load_explicit(&d->lost, memory_order_acquire);
+  while (o->u.graph.next < g->n) {
+    const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
+    uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
+    int sig;
+    if (!lost && (sig = pending_wait(o)) >= 0) {
+      counter_target w = {&g->board->signals[sig], posted};
+      if (!mgpu__spin_until(&g->board->spin, counter_reached, &w)) return;
+      continue; /* look at every wait of the node again */
+    }
+    for (int j = 0; !lost && j < n->nwaits; j++)
+      if (atomic_load(&g->board->signals[n->waits[j]]) & 1)
+        graph_wait_lost(d, s, n->node,
+                        g->board->signal_device[n->waits[j]]);
+    if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
+    if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
+    if (t0 != 0) {
+      mgpu__trace_arg a[] = {MGPU__TARG_I("node", n->node)};
+      mgpu__trace_span(d->id, s->track, names[n->kind], t0, mgpu__now_ns(),
+                       a, 1);
+    }
+    o->u.graph.next++;
+  }
+}
+
+int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
+                            void **out) {
+  size_t blob_size = 0;
+  for (int i = 0; i < part->n; i++)
+    blob_size += (part->nodes[i].args_size + 15) / 16 * 16 +
+                 (size_t)part->nodes[i].nwaits * sizeof(int);
+  host_graph *g = mgpu__calloc(1, sizeof *g);
+  if (g != NULL) {
+    g->nodes = mgpu__calloc((size_t)part->n + 1, sizeof *g->nodes);
+    g->blob = mgpu__malloc(blob_size + 1);
+  }
+  if (g == NULL || g->nodes == NULL || g->blob == NULL) {
+    if (g != NULL) {
+      mgpu__free(g->nodes);
+      mgpu__free(g->blob);
+    }
+    mgpu__free(g);
+    return mgpu__host_op_nomem(d);
+  }
+  /* Arguments first (16-byte aligned), then the waits. */
+  char *at = g->blob;
+  for (int i = 0; i < part->n; i++) {
+    g->nodes[i] = part->nodes[i];
+    if (part->nodes[i].args_size > 0) {
+      memcpy(at, part->nodes[i].args, part->nodes[i].args_size);
+      g->nodes[i].args = at;
+      at += (part->nodes[i].args_size + 15) / 16 * 16;
+    }
+  }
+  for (int i = 0; i < part->n; i++) {
+    size_t bytes = (size_t)part->nodes[i].nwaits * sizeof(int);
+    if (bytes > 0) memcpy(at, part->nodes[i].waits, bytes);
+    g->nodes[i].waits = (const int *)at;
+    at += bytes;
+  }
+  g->n = part->n;
+  g->board = part->board;
+  mgpu__graph_board_ref(g->board);
+  atomic_init(&g->refs, 1);
+  *out = g;
+  return 0;
+}
+
+int mgpu__host_graph_launch(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
+                            uint64_t launch) {
+  op *o = mgpu__host_op_new(OP_GRAPH);
+  if (o == NULL) return mgpu__host_op_nomem(d);
+  host_graph *g = graph;
+  atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+  o->u.graph.graph = g;
+  o->u.graph.launch = launch;
+  mgpu__host_enqueue(s, o);
+  return 0;
+}
+
+void mgpu__host_graph_cancel(mgpu__bdevice *d, void *graph,
+                             uint64_t launch) {
+  (void)d;
+  host_graph *g = graph;
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i].signal >= 0)
+      board_post(g->board, g->nodes[i].signal, 2 * launch + 1);
+}
+
+void mgpu__host_graph_destroy(mgpu__bdevice *d, void *graph) {
+  (void)d;
+  mgpu__host_graph_unref(graph);
+}
