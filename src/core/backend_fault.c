@@ -77,7 +77,7 @@
 
 enum { KIND_HOST, KIND_CUDA, KIND_OPENCL, NKINDS };
 
-static mgpu__mutex wrap_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex wrap_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_BACKEND_WRAP);
 static const mgpu__backend_ops *real_ops[NKINDS]; /* guarded by wrap_lock */
 static mgpu__backend_ops wrapped_ops[NKINDS];     /* filled once, then read */
 

@@ -38,8 +38,8 @@ typedef struct trace_buf {
   mgpu__trace_event *chunks[NCHUNKS]; /* allocated by the owner */
 } trace_buf;
 
-static mgpu__mutex reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static mgpu__mutex names_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex reg_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_TRACE_REG);
+static mgpu__mutex names_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_TRACE_NAMES);
 static trace_buf *registry;
 static _Atomic unsigned session;
 static _Atomic uint64_t flow_ids;

@@ -70,7 +70,7 @@ struct mgpu_store_object {
   struct mgpu_store_object *next; /* registry (reg_lock) */
 };
 
-static mgpu__mutex reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex reg_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_STORE_REG);
 static mgpu__cond reg_idle = PTHREAD_COND_INITIALIZER; /* a users count fell */
 static mgpu_store *stores;          /* reg_lock */
 static mgpu_store_object *objects;  /* reg_lock */
@@ -441,7 +441,7 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
     mgpu__free(st);
     return rc;
   }
-  mgpu__mutex_init(&st->lock);
+  mgpu__mutex_init(&st->lock, MGPU__LOCK_STORE_CONN);
   st->seq = 1;
   mgpu__store_wbuf w;
   begin(st, &w, MGPU__SM_HELLO);

@@ -630,7 +630,7 @@ static int host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   d->id = spec->id;
   d->workers = mgpu__calloc((size_t)env->config->host_workers, sizeof *d->workers);
   if (d->workers == NULL) goto fail_free;
-  mgpu__mutex_init(&d->lock);
+  mgpu__mutex_init(&d->lock, MGPU__LOCK_HOST_DEVICE);
   mgpu__cond_init(&d->work);
   mgpu__cond_init(&d->idle);
   for (int i = 0; i < env->config->host_workers; i++) {
@@ -822,7 +822,7 @@ static int host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
   mgpu__bevent *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL) return op_nomem(d);
   e->dev = d;
-  mgpu__mutex_init(&e->lock);
+  mgpu__mutex_init(&e->lock, MGPU__LOCK_HOST_EVENT);
   mgpu__cond_init(&e->done);
   *out = e;
   return 0;

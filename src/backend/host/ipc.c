@@ -119,7 +119,7 @@ typedef struct import_entry {
   struct import_entry *next;
 } import_entry;
 
-static mgpu__mutex map_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex map_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_HOST_IPC);
 static import_entry *imports; /* map_lock */
 
 int mgpu__host_ipc_import(struct mgpu__bdevice *d, const mgpu__ipc_mem *m,
