@@ -9,8 +9,8 @@
  * buffers of threads that have exited are freed after a recording.
  *
  * Locks: reg_lock guards the registry list; names_lock the name table.
- * Neither is held while another is taken. (trace-file.c's ctl_lock comes
- * before both.)
+ * Neither is held while the other is taken; trace-file.c's ctl_lock comes
+ * before both (docs/ARCHITECTURE.md, "Lock order").
  */
 #include "obs/trace.h"
 #include "obs/trace-internal.h"

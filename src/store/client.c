@@ -18,8 +18,9 @@
  * A disconnect shuts the socket down first, so a call waiting for the
  * daemon fails at once with MGPU_ESTORE instead of keeping it waiting.
  *
- * Lock order: reg_lock, then a connection's lock; neither is held across
- * the other's long waits (reg_lock is never held across a round trip).
+ * A connection's lock comes before reg_lock (an object mapped during a
+ * round trip is listed), and reg_lock is never held across a round trip
+ * (docs/ARCHITECTURE.md, "Lock order").
  */
 #include <errno.h>
 #include <poll.h>

@@ -109,8 +109,8 @@ typedef struct op {
 
 struct mgpu__bevent {
   mgpu__bdevice *dev;
-  /* lock guards every field below. Lock order: a device's lock, then an
-   * event's lock. */
+  /* lock guards every field below. It comes after a device's lock
+   * (docs/ARCHITECTURE.md, "Lock order"). */
   mgpu__mutex lock;
   mgpu__cond done;
   uint64_t recorded;  /* sequence number of the latest record call */
