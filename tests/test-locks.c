@@ -54,22 +54,27 @@ static void run_child(void (*fn)(void), outcome *o) {
   o->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void expect_abort(const outcome *o, const char *const *words, int n) {
-  if (o->signal != SIGABRT)
-    fprintf(stderr, "child: signal %d, status %d, stderr:\n%s\n", o->signal,
-            o->status, o->err);
-  ASSERT_EQ(o->signal, SIGABRT);
-  for (int i = 0; i < n; i++) {
-    if (strstr(o->err, words[i]) == NULL)
-      fprintf(stderr, "child's message lacks \"%s\":\n%s\n", words[i], o->err);
-    ASSERT(strstr(o->err, words[i]) != NULL);
-  }
-}
-
 static int count(const char *s, const char *word) {
   int n = 0;
   for (const char *p = strstr(s, word); p != NULL; p = strstr(p + 1, word)) n++;
   return n;
+}
+
+/* Runs fn in a child that must abort with a message naming the lock it
+ * took (what) and the one held (held, or NULL), and places in this file
+ * (test-locks.c:line) as many times as places. */
+static void expect_abort(void (*fn)(void), const char *what,
+                         const char *held, int places) {
+  outcome o;
+  run_child(fn, &o);
+  int ok = o.signal == SIGABRT && strstr(o.err, what) != NULL &&
+           (held == NULL || strstr(o.err, held) != NULL) &&
+           count(o.err, "test-locks.c:") == places;
+  if (!ok)
+    fprintf(stderr, "child: signal %d, status %d; expected \"%s\", \"%s\" "
+            "and %d places in:\n%s\n", o.signal, o.status, what,
+            held ? held : "", places, o.err);
+  ASSERT(ok);
 }
 
 static void expect_pass(const outcome *o) {
@@ -85,7 +90,9 @@ static void expect_pass(const outcome *o) {
 static mgpu__mutex outer = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_CHANNEL);
 static mgpu__mutex inner;
 
-static void init_inner(void) { mgpu__mutex_init(&inner, MGPU__LOCK_HOST_DEVICE); }
+static void init_inner(void) {
+  mgpu__mutex_init(&inner, MGPU__LOCK_HOST_DEVICE);
+}
 
 static void right_order(void) {
   init_inner();
@@ -159,6 +166,25 @@ static void cond_wait_keeps_record(void) {
   mgpu__cond_destroy(&c);
 }
 
+static void stream_with(mgpu__mutex *held) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:1";
+  if (mgpu_init(&cfg) != 0) _exit(3);
+  mgpu_stream *s;
+  mgpu__mutex_lock(held);
+  if (mgpu_stream_create(&s, 0) != 0 || mgpu_stream_destroy(s) != 0) _exit(4);
+  mgpu__mutex_unlock(held);
+  if (mgpu_shutdown() != 0) _exit(5);
+}
+
+static void stream_under_lock(void) {
+  init_inner();
+  stream_with(&inner); /* aborts */
+}
+
+/* A lock of a rank before the core's may be held. */
+static void stream_in_order(void) { stream_with(&outer); }
+
 #ifdef MGPU_LOCK_CHECK
 #define NEED_CHECK() ((void)0)
 #else
@@ -179,42 +205,41 @@ TEST_IMPL(right_order_passes) {
 
 TEST_IMPL(wrong_order_aborts) {
   NEED_CHECK();
-  outcome o;
-  run_child(wrong_order, &o);
   /* Both locks by rank, which one was being taken, and where each was
    * taken. */
-  const char *words[] = {"lock order: taking MGPU__LOCK_CHANNEL (",
-                         "while holding MGPU__LOCK_HOST_DEVICE ("};
-  expect_abort(&o, words, 2);
-  ASSERT_EQ(count(o.err, "test-locks.c:"), 2);
-  run_child(after_trylock, &o);
-  expect_abort(&o, words, 2);
+  expect_abort(wrong_order, "lock order: taking MGPU__LOCK_CHANNEL (",
+               "while holding MGPU__LOCK_HOST_DEVICE (", 2);
+  expect_abort(after_trylock, "lock order: taking MGPU__LOCK_CHANNEL (",
+               "while holding MGPU__LOCK_HOST_DEVICE (", 2);
+  return 0;
+}
+
+/* The library's own mutexes carry their ranks: a stream created while a
+ * lock of a later rank is held takes its device's streams_lock out of
+ * order. */
+TEST_IMPL(library_lock_out_of_order_aborts) {
+  NEED_CHECK();
+  expect_abort(stream_under_lock, "lock order: taking MGPU__LOCK_DEV_STREAMS (",
+               "while holding MGPU__LOCK_HOST_DEVICE (", 1);
+  outcome o;
+  run_child(stream_in_order, &o);
+  expect_pass(&o);
   return 0;
 }
 
 TEST_IMPL(same_rank_aborts) {
   NEED_CHECK();
-  outcome o;
-  run_child(same_rank, &o);
-  const char *words[] = {"lock order: taking MGPU__LOCK_HOST_DEVICE (",
-                         "while holding MGPU__LOCK_HOST_DEVICE ("};
-  expect_abort(&o, words, 2);
-  ASSERT_EQ(count(o.err, "test-locks.c:"), 2);
+  expect_abort(same_rank, "lock order: taking MGPU__LOCK_HOST_DEVICE (",
+               "while holding MGPU__LOCK_HOST_DEVICE (", 2);
   return 0;
 }
 
 TEST_IMPL(misuse_aborts) {
   NEED_CHECK();
-  outcome o;
-  run_child(twice, &o);
-  const char *again[] = {"lock order: taking again MGPU__LOCK_CHANNEL (",
-                         "while holding MGPU__LOCK_CHANNEL ("};
-  expect_abort(&o, again, 2);
-  ASSERT_EQ(count(o.err, "test-locks.c:"), 2);
-  run_child(not_held, &o);
-  const char *unheld[] = {"not held, MGPU__LOCK_CHANNEL ("};
-  expect_abort(&o, unheld, 1);
-  ASSERT_EQ(count(o.err, "test-locks.c:"), 1);
+  expect_abort(twice, "lock order: taking again MGPU__LOCK_CHANNEL (",
+               "while holding MGPU__LOCK_CHANNEL (", 2);
+  expect_abort(not_held, "unlocking, not held, MGPU__LOCK_CHANNEL (", NULL,
+               1);
   return 0;
 }
 
@@ -236,5 +261,6 @@ TEST_ENTRY(right_order_passes)
 TEST_ENTRY(wrong_order_aborts)
 TEST_ENTRY(same_rank_aborts)
 TEST_ENTRY(misuse_aborts)
+TEST_ENTRY(library_lock_out_of_order_aborts)
 TEST_ENTRY(plain_without_check)
 TEST_LIST_END
