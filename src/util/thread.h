@@ -6,13 +6,12 @@
 #include <pthread.h>
 #include <stdint.h>
 
-/* The library's one lock order (docs/ARCHITECTURE.md, "Lock order"): every
- * mutex has a rank, and a thread takes locks in increasing rank only. The
- * list runs from the outermost lock (taken first, with nothing held) to the
- * innermost (under which no other lock is taken); X(rank, "what it is").
- * Locks of one rank are never held two at a time, except where a rank says
- * how: try-locks are exempt from the order (they cannot wait, so they cannot
- * close a cycle). */
+/* The library's one lock order (docs/ARCHITECTURE.md, "Lock order", the
+ * same list with what each lock guards): every mutex has a rank, and a
+ * thread takes a lock only when every lock it holds has a lower rank, so
+ * two of one rank are never held together. The list runs from the
+ * outermost lock to the innermost; X(rank, "which lock"). Try-locks are
+ * exempt (they cannot wait, so they cannot close a cycle). */
 #define MGPU__LOCK_RANKS(X)                                                  \
   X(MGPU__LOCK_INIT, "core/init.c init_lock")                                \
   X(MGPU__LOCK_TOPO, "topo/topo.c measure_lock")                             \
@@ -67,8 +66,12 @@ typedef struct mgpu__mutex {
   pthread_mutex_t m;
   mgpu__lock_rank rank;
 } mgpu__mutex;
+#ifdef PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP
 #define MGPU__MUTEX_INITIALIZER(rank) \
   { PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP, (rank) }
+#else /* without _GNU_SOURCE: ranked, not error-checking */
+#define MGPU__MUTEX_INITIALIZER(rank) { PTHREAD_MUTEX_INITIALIZER, (rank) }
+#endif
 #else
 typedef pthread_mutex_t mgpu__mutex;
 #define MGPU__MUTEX_INITIALIZER(rank) PTHREAD_MUTEX_INITIALIZER
