@@ -38,8 +38,8 @@ struct mgpu__graph_board {
   int nsignals;
   /* Streams parked until a post (the backend's, linked through its own
    * field): lock guards the list; nparked counts them, so that a post
-   * looks at the list only when someone waits. Lock order: a device's
-   * lock, then the board's. */
+   * looks at the list only when someone waits. Taken under a device's
+   * lock (docs/ARCHITECTURE.md, "Lock order"). */
   mgpu__mutex lock;
   struct mgpu__bstream *parked;
   _Atomic int nparked;

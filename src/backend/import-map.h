@@ -8,9 +8,12 @@
  * maps and unmaps them itself; the map only finds, counts and links.
  *
  * Header-only, so that the plugin, which links nothing of libmgpu, carries
- * its own copy: the lock is a plain pthread mutex, a leaf (nothing is
- * locked while it is held but what the caller does in between
- * mgpu__import_lock and mgpu__import_unlock).
+ * its own copy. The lock is a leaf (nothing is locked while it is held but
+ * what the caller does in between mgpu__import_lock and
+ * mgpu__import_unlock): a plain pthread mutex, unless the includer names
+ * its own first (MGPU__IMPORT_MAP_MUTEX and the three macros beside it):
+ * the host backend, in libmgpu, uses a ranked mgpu__mutex
+ * (docs/ARCHITECTURE.md, "Lock order").
  */
 #ifndef MGPU_BACKEND_IMPORT_MAP_H
 #define MGPU_BACKEND_IMPORT_MAP_H
@@ -18,6 +21,13 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#ifndef MGPU__IMPORT_MAP_MUTEX
+#define MGPU__IMPORT_MAP_MUTEX pthread_mutex_t
+#define MGPU__IMPORT_MAP_MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
+#define MGPU__IMPORT_MAP_LOCK(m) pthread_mutex_lock(m)
+#define MGPU__IMPORT_MAP_UNLOCK(m) pthread_mutex_unlock(m)
+#endif
 
 typedef struct mgpu__import_entry {
   uint64_t key[2];
@@ -28,18 +38,19 @@ typedef struct mgpu__import_entry {
 } mgpu__import_entry;
 
 typedef struct mgpu__import_map {
-  pthread_mutex_t lock; /* guards head and every entry's refs and next */
+  MGPU__IMPORT_MAP_MUTEX lock; /* guards head and every entry's refs and
+                                 next */
   mgpu__import_entry *head;
 } mgpu__import_map;
 
-#define MGPU__IMPORT_MAP_INITIALIZER {PTHREAD_MUTEX_INITIALIZER, NULL}
+#define MGPU__IMPORT_MAP_INITIALIZER {MGPU__IMPORT_MAP_MUTEX_INITIALIZER, NULL}
 
 static inline void mgpu__import_lock(mgpu__import_map *m) {
-  pthread_mutex_lock(&m->lock);
+  MGPU__IMPORT_MAP_LOCK(&m->lock);
 }
 
 static inline void mgpu__import_unlock(mgpu__import_map *m) {
-  pthread_mutex_unlock(&m->lock);
+  MGPU__IMPORT_MAP_UNLOCK(&m->lock);
 }
 
 /* Takes another reference on the mapping of key: returns its base, or 0

@@ -152,7 +152,7 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
     if (rc == 0) rc = mgpu_event_create(&ch->slots[i].consumed, dst_dev);
     if (rc != 0) goto fail;
   }
-  mgpu__mutex_init(&ch->lock);
+  mgpu__mutex_init(&ch->lock, MGPU__LOCK_CHANNEL);
   mgpu__cond_init(&ch->cond);
   uintptr_t h = mgpu__handle_new(MGPU__H_CHANNEL, ch);
   if (h == 0) {

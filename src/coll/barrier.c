@@ -53,7 +53,7 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
   if (b == NULL) return mgpu__error(MGPU_ENOMEM, "barrier: out of memory");
   b->n = n;
   memcpy(b->devs, devs, (size_t)n * sizeof *devs);
-  mgpu__mutex_init(&b->lock);
+  mgpu__mutex_init(&b->lock, MGPU__LOCK_BARRIER);
   mgpu__cond_init(&b->cond);
   uintptr_t h = mgpu__handle_new(MGPU__H_BARRIER, b);
   if (h == 0) {

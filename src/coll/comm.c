@@ -199,7 +199,7 @@ static int create(const int *devs, int n, const mgpu_comm_config *config,
 
   rc = choose_provider(c, devs, n);
   if (rc != 0) goto fail_free;
-  mgpu__mutex_init(&c->lock);
+  mgpu__mutex_init(&c->lock, MGPU__LOCK_COMM);
   mgpu__cond_init(&c->cond);
   uintptr_t h = mgpu__handle_new(MGPU__H_COMM, c);
   if (h == 0) {

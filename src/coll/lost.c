@@ -14,7 +14,7 @@
  * waiter sleeps at most MGPU__COLL_LOST_POLL_NS before it looks again. */
 #include "coll/coll-internal.h"
 
-static mgpu__mutex wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex wake_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_LOST_WAKE);
 static mgpu__coll_waiter *waiters; /* guarded by wake_lock */
 
 void mgpu__coll_wait_begin(mgpu__coll_waiter *w, mgpu__cond *cond) {

@@ -29,7 +29,7 @@ enum peer_state {
 /* Indexed [low id][high id]. Written under peer_lock (which also serializes
  * the backend's enable and disable calls); read without it. */
 static _Atomic int peer_state[MGPU_MAX_DEVICES][MGPU_MAX_DEVICES];
-static mgpu__mutex peer_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex peer_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_PEER);
 
 static _Atomic int *state_of(int a, int b) {
   return a < b ? &peer_state[a][b] : &peer_state[b][a];

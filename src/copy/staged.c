@@ -84,7 +84,7 @@ typedef struct copy_op {
 } copy_op;
 
 /* staging_lock guards everything in this block. */
-static mgpu__mutex staging_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex staging_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_STAGING);
 static bounce *bounce_free;     /* idle bounce buffers */
 static int bounce_alive;        /* idle + lent */
 static copy_op *pending;        /* queued copies, newest first */

@@ -26,7 +26,7 @@
  * table for each, found by its name. */
 #define NBACKENDS 3
 
-static mgpu__mutex wrap_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex wrap_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_BACKEND_WRAP);
 static const mgpu__backend_ops *real_ops[NBACKENDS]; /* guarded by wrap_lock */
 static mgpu__backend_ops wrapped_ops[NBACKENDS];     /* filled once, then read */
 /* The wrapped sub-tables, one of each per backend (filled with the table). */

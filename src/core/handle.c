@@ -81,8 +81,8 @@ static _Atomic int pin_nrecords; /* records ever taken: the scan's bound */
 /* Retires looking for pins now: an unpin wakes closers only then. */
 static _Atomic int pin_closers;
 
-static mgpu__mutex table_lock = PTHREAD_MUTEX_INITIALIZER;
-static mgpu__mutex close_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex table_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_HANDLE_TABLE);
+static mgpu__mutex close_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_HANDLE_CLOSE);
 static mgpu__cond close_cond = PTHREAD_COND_INITIALIZER;
 static _Atomic(slot *) chunks[MAX_CHUNKS];
 static _Atomic uint32_t nslots;  /* slots handed out at least once */

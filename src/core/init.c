@@ -29,7 +29,7 @@
 #include "util/fault.h"
 #include "util/numa.h"
 
-static mgpu__mutex init_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex init_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_INIT);
 static mgpu__device *devices[MGPU_MAX_DEVICES];
 static int ndevices;
 static _Atomic int initialized;
@@ -43,7 +43,7 @@ static void atfork_child(void) {
     mgpu__forked_set((int)initialized_by);
     initialized = 0;
   }
-  mgpu__mutex_unlock(&init_lock); /* this thread took it in prepare */
+  mgpu__mutex_unlock_in_child(&init_lock); /* taken in prepare */
 }
 static void atfork_register(void) {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -97,7 +97,7 @@ static mgpu__backend_env backend_env = {
  * registered first: the order they run in. Registered from constructors or
  * before mgpu_init; hooks_lock guards the list. */
 #define MAX_HOOKS 32
-static mgpu__mutex hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex hooks_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_HOOKS);
 static struct {
   mgpu__hook_fn fn;
   mgpu__layer layer;
@@ -239,12 +239,12 @@ static int open_device(const mgpu__backend_ops *ops, int ordinal, int split,
   d->spec.ordinal = ordinal;
   d->spec.split_index = split;
   d->spec.split_count = nsplit;
-  mgpu__mutex_init(&d->queue_lock);
+  mgpu__mutex_init(&d->queue_lock, MGPU__LOCK_DEV_QUEUE);
   mgpu__cond_init(&d->queue_cond);
-  mgpu__mutex_init(&d->streams_lock);
+  mgpu__mutex_init(&d->streams_lock, MGPU__LOCK_DEV_STREAMS);
   mgpu__cond_init(&d->streams_cond);
-  mgpu__mutex_init(&d->spare_lock);
-  mgpu__mutex_init(&d->mempool_lock);
+  mgpu__mutex_init(&d->spare_lock, MGPU__LOCK_DEV_SPARE);
+  mgpu__mutex_init(&d->mempool_lock, MGPU__LOCK_DEV_MEMPOOL);
   int rc = ops->open(&d->spec, &d->bdev);
   if (rc != 0) goto fail_locks;
   if (ops->caps.mem_model == MGPU__MEM_MODEL_HOST) {

@@ -322,7 +322,7 @@ static int buf_release(mgpu__buf *b) {
  * exports, freed, detached and detached_free, and the list of freed buffers
  * whose memory waits for their exports (linked through next_freed), which
  * mgpu_shutdown detaches. */
-static mgpu__mutex refs_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex refs_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_MEM_REFS);
 typedef struct freed_entry {
   mgpu__buf *b;
   struct freed_entry *next;

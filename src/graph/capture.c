@@ -43,7 +43,7 @@ typedef struct capture {
   struct capture *next;
 } capture;
 
-static mgpu__mutex capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex capture_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_CAPTURE);
 static capture *captures; /* in progress, guarded by capture_lock */
 
 static int set_add(node_set *set, int node) {

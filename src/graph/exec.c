@@ -220,7 +220,7 @@ int mgpu_graph_instantiate(mgpu_graph *h, mgpu_graph_exec **out) {
     rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
                      "memory");
   if (rc != 0) goto out;
-  mgpu__mutex_init(&x->lock);
+  mgpu__mutex_init(&x->lock, MGPU__LOCK_GRAPH_EXEC);
   x->nodes = mgpu__calloc((size_t)g->n + 1, sizeof *x->nodes);
   x->order = mgpu__calloc((size_t)g->n + 1, sizeof *x->order);
   x->done = mgpu__calloc((size_t)g->n + 1, sizeof *x->done);

@@ -206,7 +206,7 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
     p->board = mgpu__calloc(1, sizeof *p->board);
   }
   if (p != NULL && p->board != NULL) {
-    mgpu__mutex_init(&p->board->lock);
+    mgpu__mutex_init(&p->board->lock, MGPU__LOCK_GRAPH_BOARD);
     atomic_init(&p->board->refs, 1);
     p->board->release = board_release;
   }

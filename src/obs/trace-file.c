@@ -24,7 +24,7 @@
 #include "util/thread.h"
 #include "util/fault.h"
 
-static mgpu__mutex ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex ctl_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_TRACE_CTL);
 /* Guarded by ctl_lock. */
 static char *trace_path;
 static FILE *trace_file;

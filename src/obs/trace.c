@@ -9,8 +9,8 @@
  * buffers of threads that have exited are freed after a recording.
  *
  * Locks: reg_lock guards the registry list; names_lock the name table.
- * Neither is held while another is taken. (trace-file.c's ctl_lock comes
- * before both.)
+ * Neither is held while the other is taken; trace-file.c's ctl_lock comes
+ * before both (docs/ARCHITECTURE.md, "Lock order").
  */
 #include "obs/trace.h"
 #include "obs/trace-internal.h"
@@ -38,8 +38,8 @@ typedef struct trace_buf {
   mgpu__trace_event *chunks[NCHUNKS]; /* allocated by the owner */
 } trace_buf;
 
-static mgpu__mutex reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static mgpu__mutex names_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex reg_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_TRACE_REG);
+static mgpu__mutex names_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_TRACE_NAMES);
 static trace_buf *registry;
 static _Atomic unsigned session;
 static _Atomic uint64_t flow_ids;

@@ -45,7 +45,7 @@ int mgpu__ring_init(mgpu__ring *r, size_t cap) {
   atomic_init(&r->enq, 0);
   atomic_init(&r->deq, 0);
   atomic_init(&r->overflow_count, 0);
-  mgpu__mutex_init(&r->overflow_lock);
+  mgpu__mutex_init(&r->overflow_lock, MGPU__LOCK_POOL_OVERFLOW);
   r->overflow_head = r->overflow_tail = NULL;
   return 0;
 }

@@ -74,8 +74,8 @@ out:
 }
 
 int mgpu__task_table_init(mgpu__pool *p) {
-  mgpu__mutex_init(&p->grow_lock);
-  mgpu__mutex_init(&p->err_lock);
+  mgpu__mutex_init(&p->grow_lock, MGPU__LOCK_POOL_GROW);
+  mgpu__mutex_init(&p->err_lock, MGPU__LOCK_POOL_ERR);
   atomic_init(&p->nchunks, 0);
   atomic_init(&p->free_head, 0);
   for (int i = 0; i < MGPU__TASK_MAX_CHUNKS; i++)

@@ -18,8 +18,9 @@
  * A disconnect shuts the socket down first, so a call waiting for the
  * daemon fails at once with MGPU_ESTORE instead of keeping it waiting.
  *
- * Lock order: reg_lock, then a connection's lock; neither is held across
- * the other's long waits (reg_lock is never held across a round trip).
+ * A connection's lock comes before reg_lock (an object mapped during a
+ * round trip is listed), and reg_lock is never held across a round trip
+ * (docs/ARCHITECTURE.md, "Lock order").
  */
 #include <errno.h>
 #include <poll.h>
@@ -70,7 +71,7 @@ struct mgpu_store_object {
   struct mgpu_store_object *next; /* registry (reg_lock) */
 };
 
-static mgpu__mutex reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex reg_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_STORE_REG);
 static mgpu__cond reg_idle = PTHREAD_COND_INITIALIZER; /* a users count fell */
 static mgpu_store *stores;          /* reg_lock */
 static mgpu_store_object *objects;  /* reg_lock */
@@ -464,7 +465,7 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
     mgpu__free(st);
     return rc;
   }
-  mgpu__mutex_init(&st->lock);
+  mgpu__mutex_init(&st->lock, MGPU__LOCK_STORE_CONN);
   st->seq = 1;
   rc = store_hello(st);
   if (rc != 0) {

@@ -22,7 +22,7 @@ typedef struct measured_link {
 
 /* measure_lock guards measured and is_measured; it is held through a whole
  * measurement so that two never run at once. */
-static mgpu__mutex measure_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex measure_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_TOPO);
 static measured_link measured[MGPU_MAX_DEVICES][MGPU_MAX_DEVICES];
 static int is_measured;
 

@@ -6,9 +6,9 @@
  * per-operation and per-device matching): rules are only set by tests and by
  * MGPU_FAULT, where correctness matters and speed does not. */
 #include "util/fault.h"
+#include "util/thread.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,7 +38,7 @@ static const char *const kind_names[MGPU__FAULT_KINDS] = {"alloc", "backend",
 
 /* rules_lock guards rules and rule_count; armed mirrors rule_count != 0 so
  * that an unarmed site never takes the lock. */
-static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex rules_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_FAULT_RULES);
 static fault_rule rules[MGPU__FAULT_MAX_RULES];
 static int rule_count;
 static atomic_int armed;
@@ -172,7 +172,7 @@ int mgpu__fault_set(const char *spec, char *why, size_t why_size) {
     s = end + more;
   }
   if (rc != 0) n = 0;
-  pthread_mutex_lock(&rules_lock);
+  mgpu__mutex_lock(&rules_lock);
   memcpy(rules, parsed, (size_t)n * sizeof *rules);
   rule_count = n;
   for (int k = 0; k < MGPU__FAULT_KINDS; k++) {
@@ -180,7 +180,7 @@ int mgpu__fault_set(const char *spec, char *why, size_t why_size) {
     atomic_store_explicit(&fired[k], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&armed, n > 0, memory_order_release);
-  pthread_mutex_unlock(&rules_lock);
+  mgpu__mutex_unlock(&rules_lock);
   return rc;
 }
 
@@ -201,7 +201,7 @@ int mgpu__fault_hit(mgpu__fault_kind kind, const char *op) {
       atomic_fetch_add_explicit(&calls[kind], 1, memory_order_relaxed) + 1;
   if (!atomic_load_explicit(&armed, memory_order_acquire)) return 0;
   int fail = 0;
-  pthread_mutex_lock(&rules_lock);
+  mgpu__mutex_lock(&rules_lock);
   for (int i = 0; i < rule_count; i++) {
     fault_rule *r = &rules[i];
     if (r->type == RULE_RANDOM) {
@@ -218,7 +218,7 @@ int mgpu__fault_hit(mgpu__fault_kind kind, const char *op) {
       else if (match && fail == 0) fail = MGPU__FAULT_FAIL;
     }
   }
-  pthread_mutex_unlock(&rules_lock);
+  mgpu__mutex_unlock(&rules_lock);
   if (fail) atomic_fetch_add_explicit(&fired[kind], 1, memory_order_relaxed);
   return fail;
 }
@@ -226,13 +226,13 @@ int mgpu__fault_hit(mgpu__fault_kind kind, const char *op) {
 int mgpu__fault_device_op(int dev) {
   if (!atomic_load_explicit(&armed, memory_order_acquire)) return 0;
   int lost = 0;
-  pthread_mutex_lock(&rules_lock);
+  mgpu__mutex_lock(&rules_lock);
   for (int i = 0; i < rule_count; i++) {
     fault_rule *r = &rules[i];
     if (r->type == RULE_DEVICE && r->device == dev && ++r->matched > r->after)
       lost = 1;
   }
-  pthread_mutex_unlock(&rules_lock);
+  mgpu__mutex_unlock(&rules_lock);
   return lost;
 }
 

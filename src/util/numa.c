@@ -28,7 +28,7 @@
 #endif
 
 /* numa_lock guards the topologies and node_count. */
-static mgpu__mutex numa_lock = PTHREAD_MUTEX_INITIALIZER;
+static mgpu__mutex numa_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_NUMA);
 static int node_count; /* 0: not counted yet */
 #ifdef MGPU_HAVE_HWLOC
 /* [0]: without I/O objects, [1]: with PCI devices. NULL: not loaded. */

@@ -28,7 +28,106 @@ static void check(int rc, const char *what) {
   }
 }
 
-void mgpu__mutex_init(mgpu__mutex *m) {
+static const char *const rank_names[MGPU__LOCK_COUNT] = {
+    [MGPU__LOCK_NONE] = "no lock",
+#define RANK_NAME(rank, what) [rank] = #rank " (" what ")",
+    MGPU__LOCK_RANKS(RANK_NAME)
+#undef RANK_NAME
+};
+
+const char *mgpu__lock_rank_name(mgpu__lock_rank rank) {
+  if ((int)rank < 0 || rank >= MGPU__LOCK_COUNT) return "an unknown rank";
+  return rank_names[rank];
+}
+
+#ifdef MGPU_LOCK_CHECK
+/* The locks the calling thread holds, in the order taken: far deeper than
+ * any path of the library goes (a few at most). */
+#define HELD_MAX 32
+typedef struct held_lock {
+  const mgpu__mutex *m;
+  const char *file;
+  int line;
+} held_lock;
+static _Thread_local held_lock held[HELD_MAX];
+static _Thread_local int nheld;
+
+static void order_abort(const char *why, const mgpu__mutex *m,
+                        const char *file, int line, const held_lock *h) {
+  fprintf(stderr, "mgpu: fatal: lock order: %s %s at %s:%d", why,
+          mgpu__lock_rank_name(m->rank), file, line);
+  if (h != NULL)
+    fprintf(stderr, " while holding %s, taken at %s:%d",
+            mgpu__lock_rank_name(h->m->rank), h->file, h->line);
+  fprintf(stderr, " (docs/ARCHITECTURE.md, \"Lock order\")\n");
+  abort();
+}
+
+/* The held lock of the highest rank, or NULL when none is held. */
+static const held_lock *highest_held(void) {
+  const held_lock *top = NULL;
+  for (int i = 0; i < nheld; i++)
+    if (top == NULL || held[i].m->rank >= top->m->rank) top = &held[i];
+  return top;
+}
+
+static void held_push(const mgpu__mutex *m, const char *file, int line) {
+  if (nheld == HELD_MAX)
+    order_abort("too many locks held, taking", m, file, line, &held[0]);
+  held[nheld++] = (held_lock){m, file, line};
+}
+
+/* Drops m from the record; 0 when it was not there. */
+static int held_remove(const mgpu__mutex *m) {
+  for (int i = nheld - 1; i >= 0; i--) {
+    if (held[i].m != m) continue;
+    memmove(&held[i], &held[i + 1], (size_t)(nheld - i - 1) * sizeof held[0]);
+    nheld--;
+    return 1;
+  }
+  return 0;
+}
+
+void mgpu__mutex_init(mgpu__mutex *m, mgpu__lock_rank rank) {
+  pthread_mutexattr_t attr;
+  check(pthread_mutexattr_init(&attr), "pthread_mutexattr_init");
+  check(pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK),
+        "pthread_mutexattr_settype");
+  check(pthread_mutex_init(&m->m, &attr), "pthread_mutex_init");
+  pthread_mutexattr_destroy(&attr);
+  m->rank = rank;
+}
+void mgpu__mutex_destroy(mgpu__mutex *m) {
+  check(pthread_mutex_destroy(&m->m), "pthread_mutex_destroy");
+}
+void mgpu__mutex_lock_at(mgpu__mutex *m, const char *file, int line) {
+  for (int i = 0; i < nheld; i++)
+    if (held[i].m == m) order_abort("taking again", m, file, line, &held[i]);
+  const held_lock *top = highest_held();
+  if (top != NULL && m->rank <= top->m->rank)
+    order_abort("taking", m, file, line, top);
+  check(pthread_mutex_lock(&m->m), "pthread_mutex_lock");
+  held_push(m, file, line);
+}
+void mgpu__mutex_unlock_at(mgpu__mutex *m, const char *file, int line) {
+  if (!held_remove(m)) order_abort("unlocking, not held,", m, file, line, NULL);
+  check(pthread_mutex_unlock(&m->m), "pthread_mutex_unlock");
+}
+int mgpu__mutex_trylock_at(mgpu__mutex *m, const char *file, int line) {
+  int rc = pthread_mutex_trylock(&m->m);
+  if (rc == EBUSY) return 0;
+  check(rc, "pthread_mutex_trylock");
+  held_push(m, file, line);
+  return 1;
+}
+void mgpu__mutex_unlock_in_child(mgpu__mutex *m) {
+  held_remove(m);
+  mgpu__mutex_init(m, m->rank);
+}
+#define RAW(m) (&(m)->m)
+#else
+void mgpu__mutex_init(mgpu__mutex *m, mgpu__lock_rank rank) {
+  (void)rank;
   check(pthread_mutex_init(m, NULL), "pthread_mutex_init");
 }
 void mgpu__mutex_destroy(mgpu__mutex *m) {
@@ -46,6 +145,9 @@ int mgpu__mutex_trylock(mgpu__mutex *m) {
   check(rc, "pthread_mutex_trylock");
   return 1;
 }
+void mgpu__mutex_unlock_in_child(mgpu__mutex *m) { mgpu__mutex_unlock(m); }
+#define RAW(m) (m)
+#endif
 
 void mgpu__cond_init(mgpu__cond *c) {
   pthread_condattr_t attr;
@@ -59,13 +161,13 @@ void mgpu__cond_destroy(mgpu__cond *c) {
   check(pthread_cond_destroy(c), "pthread_cond_destroy");
 }
 void mgpu__cond_wait(mgpu__cond *c, mgpu__mutex *m) {
-  check(pthread_cond_wait(c, m), "pthread_cond_wait");
+  check(pthread_cond_wait(c, RAW(m)), "pthread_cond_wait");
 }
 int mgpu__cond_timedwait(mgpu__cond *c, mgpu__mutex *m, uint64_t deadline_ns) {
   struct timespec ts;
   ts.tv_sec = (time_t)(deadline_ns / 1000000000u);
   ts.tv_nsec = (long)(deadline_ns % 1000000000u);
-  int rc = pthread_cond_timedwait(c, m, &ts);
+  int rc = pthread_cond_timedwait(c, RAW(m), &ts);
   if (rc == ETIMEDOUT) return rc;
   check(rc, "pthread_cond_timedwait");
   return 0;

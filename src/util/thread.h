@@ -6,16 +6,105 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* The library's one lock order (docs/ARCHITECTURE.md, "Lock order", the
+ * same list with what each lock guards): every mutex has a rank, and a
+ * thread takes a lock only when every lock it holds has a lower rank, so
+ * two of one rank are never held together. The list runs from the
+ * outermost lock to the innermost; X(rank, "which lock"). Try-locks are
+ * exempt (they cannot wait, so they cannot close a cycle). */
+#define MGPU__LOCK_RANKS(X)                                                  \
+  X(MGPU__LOCK_INIT, "core/init.c init_lock")                                \
+  X(MGPU__LOCK_TOPO, "topo/topo.c measure_lock")                             \
+  X(MGPU__LOCK_STORE_CONN, "store/client.c a connection's lock")             \
+  X(MGPU__LOCK_STORE_REG, "store/client.c reg_lock")                         \
+  X(MGPU__LOCK_CAPTURE, "graph/capture.c capture_lock")                      \
+  X(MGPU__LOCK_GRAPH_EXEC, "graph/exec.c an executable graph's lock")        \
+  X(MGPU__LOCK_CHANNEL, "chan/channel.c a channel's lock")                   \
+  X(MGPU__LOCK_COMM, "coll/comm.c a communicator's lock")                    \
+  X(MGPU__LOCK_BARRIER, "coll/barrier.c a host barrier's lock")              \
+  X(MGPU__LOCK_POOL_GROW, "sched/slots.c a task pool's grow_lock")           \
+  X(MGPU__LOCK_POOL_ERR, "sched/slots.c a task pool's err_lock")             \
+  X(MGPU__LOCK_POOL_OVERFLOW, "sched/queue.c a ring's overflow_lock")        \
+  X(MGPU__LOCK_STAGING, "copy/staged.c staging_lock")                        \
+  X(MGPU__LOCK_PEER, "copy/peer.c peer_lock")                                \
+  X(MGPU__LOCK_DEV_QUEUE, "core/init.c a device's queue_lock")               \
+  X(MGPU__LOCK_DEV_STREAMS, "core/init.c a device's streams_lock")           \
+  X(MGPU__LOCK_DEV_SPARE, "core/init.c a device's spare_lock")               \
+  X(MGPU__LOCK_DEV_MEMPOOL, "core/init.c a device's mempool_lock")           \
+  X(MGPU__LOCK_HANDLE_CLOSE, "core/handle.c close_lock")                     \
+  X(MGPU__LOCK_HANDLE_TABLE, "core/handle.c table_lock")                     \
+  X(MGPU__LOCK_MEM_REFS, "core/memory.c refs_lock")                          \
+  X(MGPU__LOCK_BACKEND_WRAP, "core/backend_fault.c wrap_lock")               \
+  X(MGPU__LOCK_HOST_DEVICE, "backend/host/device.c a device's lock")         \
+  X(MGPU__LOCK_GRAPH_BOARD, "graph/parts.c a graph board's lock")            \
+  X(MGPU__LOCK_HOST_EVENT, "backend/host/event.c an event's lock")           \
+  X(MGPU__LOCK_HOST_IPC, "backend/host/ipc.c import map lock")               \
+  X(MGPU__LOCK_LOST_WAKE, "coll/lost.c wake_lock")                           \
+  X(MGPU__LOCK_HOOKS, "core/init.c hooks_lock")                              \
+  X(MGPU__LOCK_NUMA, "util/numa.c numa_lock")                                \
+  X(MGPU__LOCK_TRACE_CTL, "obs/trace-file.c ctl_lock")                       \
+  X(MGPU__LOCK_TRACE_REG, "obs/trace.c reg_lock")                            \
+  X(MGPU__LOCK_TRACE_NAMES, "obs/trace.c names_lock")                        \
+  X(MGPU__LOCK_FAULT_RULES, "util/fault.c rules_lock")
+
+typedef enum mgpu__lock_rank {
+  MGPU__LOCK_NONE = 0, /* below every rank: what a thread holding nothing has */
+#define MGPU__LOCK_ENUM(rank, what) rank,
+  MGPU__LOCK_RANKS(MGPU__LOCK_ENUM)
+#undef MGPU__LOCK_ENUM
+  MGPU__LOCK_COUNT
+} mgpu__lock_rank;
+
+/* MGPU_LOCK_CHECK builds (CMake option, on by default in Debug and sanitizer
+ * builds) make every mutex an error-checking one that knows its rank, and
+ * keep a per-thread record of the locks held: taking a lock whose rank is
+ * not above every rank held aborts with a message naming both locks and
+ * where each was taken; so does unlocking a mutex the thread does not hold,
+ * or locking one it holds. Other builds keep plain mutexes and no record. */
+#ifdef MGPU_LOCK_CHECK
+typedef struct mgpu__mutex {
+  pthread_mutex_t m;
+  mgpu__lock_rank rank;
+} mgpu__mutex;
+#ifdef PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP
+#define MGPU__MUTEX_INITIALIZER(rank) \
+  { PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP, (rank) }
+#else /* without _GNU_SOURCE: ranked, not error-checking */
+#define MGPU__MUTEX_INITIALIZER(rank) { PTHREAD_MUTEX_INITIALIZER, (rank) }
+#endif
+#else
 typedef pthread_mutex_t mgpu__mutex;
+#define MGPU__MUTEX_INITIALIZER(rank) PTHREAD_MUTEX_INITIALIZER
+#endif
 typedef pthread_cond_t mgpu__cond;
 typedef pthread_t mgpu__thread;
 
-void mgpu__mutex_init(mgpu__mutex *m);
+/* Initialises m as a lock of rank rank (one of MGPU__LOCK_RANKS); a static
+ * mutex is initialised with MGPU__MUTEX_INITIALIZER(rank) instead. */
+void mgpu__mutex_init(mgpu__mutex *m, mgpu__lock_rank rank);
 void mgpu__mutex_destroy(mgpu__mutex *m);
+/* mgpu__mutex_lock, mgpu__mutex_unlock, and mgpu__mutex_trylock, which
+ * returns 1 when m was free and is now held by the caller, 0 when it is
+ * taken. A try-lock is exempt from the lock order (it does not wait), but
+ * once held m counts as held for the locks taken after it. */
+#ifdef MGPU_LOCK_CHECK
+void mgpu__mutex_lock_at(mgpu__mutex *m, const char *file, int line);
+void mgpu__mutex_unlock_at(mgpu__mutex *m, const char *file, int line);
+int mgpu__mutex_trylock_at(mgpu__mutex *m, const char *file, int line);
+#define mgpu__mutex_lock(m) mgpu__mutex_lock_at((m), __FILE__, __LINE__)
+#define mgpu__mutex_unlock(m) mgpu__mutex_unlock_at((m), __FILE__, __LINE__)
+#define mgpu__mutex_trylock(m) mgpu__mutex_trylock_at((m), __FILE__, __LINE__)
+#else
 void mgpu__mutex_lock(mgpu__mutex *m);
 void mgpu__mutex_unlock(mgpu__mutex *m);
-/* 1 when m was free and is now held by the caller, 0 when it is taken. */
 int mgpu__mutex_trylock(mgpu__mutex *m);
+#endif
+/* Releases m in the child of a fork, where the forking thread held it (a
+ * pthread_atfork child handler): an error-checking mutex still names the
+ * parent's thread as its owner and refuses an unlock, so it is made anew. */
+void mgpu__mutex_unlock_in_child(mgpu__mutex *m);
+/* The name of rank (its line in MGPU__LOCK_RANKS), for messages. */
+const char *mgpu__lock_rank_name(mgpu__lock_rank rank);
 
 void mgpu__cond_init(mgpu__cond *c);
 void mgpu__cond_destroy(mgpu__cond *c);

@@ -36,7 +36,7 @@ int mgpu__host_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   d->workers = mgpu__calloc((size_t)mgpu__host_env->config->host_workers,
                             sizeof *d->workers);
   if (d->workers == NULL) goto fail_free;
-  mgpu__mutex_init(&d->lock);
+  mgpu__mutex_init(&d->lock, MGPU__LOCK_HOST_DEVICE);
   mgpu__cond_init(&d->work);
   mgpu__cond_init(&d->idle);
   for (int i = 0; i < mgpu__host_env->config->host_workers; i++) {

@@ -13,7 +13,7 @@ int mgpu__host_event_create(mgpu__bdevice *d, mgpu__bevent **out) {
   mgpu__bevent *e = mgpu__calloc(1, sizeof *e);
   if (e == NULL) return mgpu__host_op_nomem(d);
   e->dev = d;
-  mgpu__mutex_init(&e->lock);
+  mgpu__mutex_init(&e->lock, MGPU__LOCK_HOST_EVENT);
   mgpu__cond_init(&e->done);
   *out = e;
   return 0;

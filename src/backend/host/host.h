@@ -2,8 +2,9 @@
  * queue.c, worker.c, device.c, memory.c, stream.c, event.c, work.c,
  * graph.c, ipc.c and kernels.c. How the backend works: host.c.
  *
- * Lock order: a device's lock, then an event's lock or a graph board's
- * lock; never two devices' locks at once.
+ * Locks: a device's lock comes before an event's lock or a graph board's
+ * lock (docs/ARCHITECTURE.md, "Lock order"); two devices' locks are held
+ * together only through try-locks (stream_lock_idle).
  */
 #ifndef MGPU_BACKEND_HOST_H
 #define MGPU_BACKEND_HOST_H
@@ -84,8 +85,8 @@ typedef struct op {
 
 struct mgpu__bevent {
   mgpu__bdevice *dev;
-  /* lock guards every field below. Lock order: a device's lock, then an
-   * event's lock. */
+  /* lock guards every field below. It comes after a device's lock
+   * (docs/ARCHITECTURE.md, "Lock order"). */
   mgpu__mutex lock;
   mgpu__cond done;
   uint64_t recorded;  /* sequence number of the latest record call */

@@ -25,6 +25,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "util/thread.h"
+
+/* The import map's lock is a ranked library mutex (HOST_IPC). */
+#define MGPU__IMPORT_MAP_MUTEX mgpu__mutex
+#define MGPU__IMPORT_MAP_MUTEX_INITIALIZER                                    \
+  MGPU__MUTEX_INITIALIZER(MGPU__LOCK_HOST_IPC)
+#define MGPU__IMPORT_MAP_LOCK(m) mgpu__mutex_lock(m)
+#define MGPU__IMPORT_MAP_UNLOCK(m) mgpu__mutex_unlock(m)
 #include "backend/import-map.h"
 #include "backend/ipc.h"
 #include "util/fault.h"

@@ -19,8 +19,8 @@
  * queued keeps its event as the stream's last one, which query and
  * synchronize read for errors.
  *
- * Lock order: a stream's lock, then a kernel cache entry's lock, then
- * pinned_lock / the device registry lock. Nothing is called back into the
+ * The plugin's locks and where they sit in the library's lock order:
+ * docs/ARCHITECTURE.md, "Lock order". Nothing is called back into the
  * core with a lock held except set_error and log.
  */
 #ifndef MGPU_OPENCL_INTERNAL_H
