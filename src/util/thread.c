@@ -28,6 +28,7 @@ static void check(int rc, const char *what) {
   }
 }
 
+#ifdef MGPU_LOCK_CHECK
 static const char *const rank_names[MGPU__LOCK_COUNT] = {
     [MGPU__LOCK_NONE] = "no lock",
 #define RANK_NAME(rank, what) [rank] = #rank " (" what ")",
@@ -35,12 +36,12 @@ static const char *const rank_names[MGPU__LOCK_COUNT] = {
 #undef RANK_NAME
 };
 
-const char *mgpu__lock_rank_name(mgpu__lock_rank rank) {
+/* The name of rank (its line in MGPU__LOCK_RANKS), for messages. */
+static const char *lock_rank_name(mgpu__lock_rank rank) {
   if ((int)rank < 0 || rank >= MGPU__LOCK_COUNT) return "an unknown rank";
   return rank_names[rank];
 }
 
-#ifdef MGPU_LOCK_CHECK
 /* The locks the calling thread holds, in the order taken: far deeper than
  * any path of the library goes (a few at most). */
 #define HELD_MAX 32
@@ -55,10 +56,10 @@ static _Thread_local int nheld;
 static void order_abort(const char *why, const mgpu__mutex *m,
                         const char *file, int line, const held_lock *h) {
   fprintf(stderr, "mgpu: fatal: lock order: %s %s at %s:%d", why,
-          mgpu__lock_rank_name(m->rank), file, line);
+          lock_rank_name(m->rank), file, line);
   if (h != NULL)
     fprintf(stderr, " while holding %s, taken at %s:%d",
-            mgpu__lock_rank_name(h->m->rank), h->file, h->line);
+            lock_rank_name(h->m->rank), h->file, h->line);
   fprintf(stderr, " (docs/ARCHITECTURE.md, \"Lock order\")\n");
   abort();
 }

@@ -103,8 +103,6 @@ int mgpu__mutex_trylock(mgpu__mutex *m);
  * pthread_atfork child handler): an error-checking mutex still names the
  * parent's thread as its owner and refuses an unlock, so it is made anew. */
 void mgpu__mutex_unlock_in_child(mgpu__mutex *m);
-/* The name of rank (its line in MGPU__LOCK_RANKS), for messages. */
-const char *mgpu__lock_rank_name(mgpu__lock_rank rank);
 
 void mgpu__cond_init(mgpu__cond *c);
 void mgpu__cond_destroy(mgpu__cond *c);
