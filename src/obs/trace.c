@@ -13,7 +13,7 @@
  * before both.)
  */
 #include "obs/trace.h"
-#include "obs/trace-internal.h"
+#include "obs/obs-internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

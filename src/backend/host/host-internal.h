@@ -5,8 +5,8 @@
  * Lock order: a device's lock, then an event's lock or a graph board's
  * lock; never two devices' locks at once.
  */
-#ifndef MGPU_BACKEND_HOST_H
-#define MGPU_BACKEND_HOST_H
+#ifndef MGPU_BACKEND_HOST_INTERNAL_H
+#define MGPU_BACKEND_HOST_INTERNAL_H
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -275,4 +275,4 @@ int mgpu__host_callback(mgpu__bdevice *d, mgpu__bstream *s,
 /* Runs a built-in kernel on the calling thread (kernels.c). */
 void mgpu__host_builtin_run(const mgpu__builtin *b);
 
-#endif /* MGPU_BACKEND_HOST_H */
+#endif /* MGPU_BACKEND_HOST_INTERNAL_H */
