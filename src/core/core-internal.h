@@ -418,7 +418,7 @@ void mgpu__mempool_release(mgpu__device *d);
 typedef enum {
   MGPU__LAYER_COPY = 1,
   MGPU__LAYER_TOPO,
-  MGPU__LAYER_WORK,   /* part, sched, coll, chan: beside each other */
+  MGPU__LAYER_WORK,   /* part, sched, coll, chan, graph: beside each other */
   MGPU__LAYER_MODULE, /* mpi, store */
 } mgpu__layer;
 

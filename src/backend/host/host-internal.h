@@ -199,78 +199,28 @@ void *mgpu__host_worker_main(void *arg);
 
 /* graph.c: a device's part of a graph, run as one operation
  * (graph_must_park: the stream's device lock held); the table's graph
- * slots. */
+ * slots are declared below. */
 void mgpu__host_graph_unref(host_graph *g);
 int mgpu__host_graph_unfinished(const op *o);
 int mgpu__host_graph_must_park(mgpu__bstream *s, op *o);
 void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o);
-int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
-                            void **out);
-int mgpu__host_graph_launch(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
-                            uint64_t launch);
-void mgpu__host_graph_cancel(mgpu__bdevice *d, void *graph,
-                             uint64_t launch);
-void mgpu__host_graph_destroy(mgpu__bdevice *d, void *graph);
 
-/* The table's slots (host.c holds the table). */
-int mgpu__host_probe(int *count);
-void mgpu__host_close(mgpu__bdevice *d);
-int mgpu__host_open(const mgpu__device_spec *spec, mgpu__bdevice **out);
-int mgpu__host_props(mgpu__bdevice *d, mgpu_device_props *p);
-int mgpu__host_make_current(mgpu__bdevice *d);
-void mgpu__host_lose(mgpu__bdevice *d, const char *why);
-int mgpu__host_lost(mgpu__bdevice *d, char *why, size_t why_size);
-int mgpu__host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
-                         void **ptr);
-void mgpu__host_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
-void mgpu__host_mem_free_detached(mgpu_mem_kind kind, void *ptr);
-int mgpu__host_mem_info(mgpu__bdevice *d, size_t *free_bytes,
-                        size_t *total_bytes);
-int mgpu__host_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
-                               int *yes);
-int mgpu__host_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer);
-int mgpu__host_peer_disable(mgpu__bdevice *d, mgpu__bdevice *peer);
-int mgpu__host_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
-                                 mgpu__bdevice *sd, const void *src,
-                                 size_t size, mgpu__bdevice *s_dev,
-                                 mgpu__bstream *s);
-int mgpu__host_stream_create(mgpu__bdevice *d, mgpu__bstream **out);
-int mgpu__host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s);
-void mgpu__host_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s);
-int mgpu__host_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
-int mgpu__host_stream_claim(mgpu__bdevice *d, mgpu__bstream *s);
-void mgpu__host_stream_release(mgpu__bdevice *d, mgpu__bstream *s);
-int mgpu__host_stream_lock_idle(mgpu__bdevice *d, mgpu__bstream *s);
-void mgpu__host_stream_unlock_idle(mgpu__bdevice *d, mgpu__bstream *s);
-void *mgpu__host_stream_native(mgpu__bstream *s);
-int mgpu__host_event_create(mgpu__bdevice *d, mgpu__bevent **out);
-void mgpu__host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
-                            mgpu__bstream *s);
-int mgpu__host_event_record_claimed(mgpu__bdevice *d, mgpu__bevent *e,
-                                    mgpu__bstream *s);
-int mgpu__host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__host_event_query(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__host_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *a,
-                                mgpu__bevent *b, float *ms);
-int mgpu__host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
-                                 mgpu__bdevice *ed, mgpu__bevent *e);
-int mgpu__host_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                            const void *src, size_t size,
-                            mgpu__copy_kind kind);
-int mgpu__host_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                              size_t dpitch, const void *src, size_t spitch,
-                              size_t width, size_t height,
-                              mgpu__copy_kind kind);
-int mgpu__host_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                            int value, size_t size);
-int mgpu__host_launch(mgpu__bdevice *d, mgpu__bstream *s,
-                      const mgpu_kernel *k, mgpu_dim3 grid, mgpu_dim3 block,
-                      const void *args, size_t args_size);
-int mgpu__host_builtin(mgpu__bdevice *d, mgpu__bstream *s,
-                       const mgpu__builtin *b);
-int mgpu__host_callback(mgpu__bdevice *d, mgpu__bstream *s,
-                        void (*fn)(void *), void *arg);
+/* The table's slots (host.c holds the table; the files above define them):
+ * mgpu__host_<slot> for the core table, the claim and the loss sub-tables,
+ * mgpu__host_graph_<slot> for the graph sub-table, declared from
+ * backend.h's lists so that each signature is written once. (The core
+ * table's optional stream_order_native is declared and not defined: the
+ * host backend leaves that slot NULL.) */
+#define MGPU__HOST_SLOT(group, seam, ret, name, params, args, dev)            \
+  ret mgpu__host_##name params;
+#define MGPU__HOST_GRAPH_SLOT(group, seam, ret, name, params, args, dev)      \
+  ret mgpu__host_graph_##name params;
+MGPU__BACKEND_CORE_SLOTS(MGPU__HOST_SLOT)
+MGPU__BACKEND_CLAIM_SLOTS(MGPU__HOST_SLOT)
+MGPU__BACKEND_LOSS_SLOTS(MGPU__HOST_SLOT)
+MGPU__BACKEND_GRAPH_SLOTS(MGPU__HOST_GRAPH_SLOT)
+#undef MGPU__HOST_SLOT
+#undef MGPU__HOST_GRAPH_SLOT
 
 /* Runs a built-in kernel on the calling thread (kernels.c). */
 void mgpu__host_builtin_run(const mgpu__builtin *b);

@@ -98,8 +98,8 @@ int mgpu__host_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   return 0;
 }
 
-int mgpu__host_callback(mgpu__bdevice *d, mgpu__bstream *s,
-                        void (*fn)(void *), void *arg) {
+int mgpu__host_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
+                             void (*fn)(void *), void *arg) {
   op *o = mgpu__host_op_new(OP_CALLBACK);
   if (o == NULL) return mgpu__host_op_nomem(d);
   o->u.callback.fn = fn;
