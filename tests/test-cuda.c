@@ -415,7 +415,7 @@ TEST_IMPL(cuda_pool) {
     ASSERT_OK(mgpu_stream_synchronize(s));
     for (int i = 0; i < 1024; i++) ASSERT_EQ(host[i], round);
   }
-  ASSERT_OK(mgpu_pool_trim(dev));
+  ASSERT_OK(mgpu_mempool_trim(dev));
   ASSERT_OK(mgpu_stream_destroy(s));
   return 0;
 }

@@ -243,11 +243,46 @@ TEST_IMPL(pool_reuses_blocks) {
   mgpu_metrics m = {.size = sizeof m};
   ASSERT_OK(mgpu_metrics_snapshot(&m));
   ASSERT(m.dev[0].mem_peak <= (4u << 20));
-  ASSERT_OK(mgpu_pool_trim(0));
+  ASSERT_OK(mgpu_mempool_trim(0));
   ASSERT_OK(mgpu_metrics_snapshot(&m));
   ASSERT_EQ(m.dev[0].mem_in_use, 0);
   ASSERT_ERR(MGPU_EINVAL, mgpu_malloc_async(&a, 0, s));
   ASSERT_ERR(MGPU_EBADHANDLE, mgpu_malloc_async(&a, 16, NULL));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return 0;
+}
+
+/* Caches one freed 1 MiB block on device 0; returns the bytes it holds. */
+static uint64_t cache_one_block(mgpu_stream *s) {
+  mgpu_buffer *a;
+  if (mgpu_malloc_async(&a, 1u << 20, s) != 0 || mgpu_free_async(a, s) != 0 ||
+      mgpu_stream_synchronize(s) != 0)
+    return 0;
+  mgpu_metrics m = {.size = sizeof m};
+  return mgpu_metrics_snapshot(&m) == 0 ? m.dev[0].mem_pool_cached : 0;
+}
+
+/* mgpu_mempool_trim empties the mempool's cache; mgpu_pool_trim, its former
+ * name, still does the same; a device that does not exist is refused by
+ * both, named in the detail. */
+TEST_IMPL(mempool_trim_and_its_former_name) {
+  init_budget("host:2", 64u << 20);
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT(cache_one_block(s) >= (1u << 20));
+  ASSERT_OK(mgpu_mempool_trim(0));
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[0].mem_pool_cached, 0);
+  ASSERT_EQ(m.dev[0].mem_in_use, 0);
+  ASSERT(cache_one_block(s) >= (1u << 20));
+  ASSERT_OK(mgpu_pool_trim(0));
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[0].mem_pool_cached, 0);
+  ASSERT_ERR(MGPU_ENODEV, mgpu_mempool_trim(2));
+  ASSERT_DETAIL_HAS("device 2");
+  ASSERT_ERR(MGPU_ENODEV, mgpu_pool_trim(-1));
+  ASSERT_DETAIL_HAS("device -1");
   ASSERT_OK(mgpu_stream_destroy(s));
   return 0;
 }
@@ -310,6 +345,7 @@ TEST_ENTRY(same_device_copies_and_overlap)
 TEST_ENTRY(wrong_device_stream)
 TEST_ENTRY(memset_async)
 TEST_ENTRY(pool_reuses_blocks)
+TEST_ENTRY(mempool_trim_and_its_former_name)
 TEST_ENTRY(pool_trims_cache_when_budget_is_short)
 TEST_ENTRY(metrics_count_copies_and_memory)
 TEST_LIST_END

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The function-length check: no function of the named folders of src/ is
-longer than the limit (60 lines), so that each reads on one screen.
+"""The function-length check: no function of src/ (or of the named folders
+of src/) is longer than the limit (60 lines), so that each reads on one
+screen. Every C and CUDA source and header counts (.c, .h, .cu, .cuh), the
+backends, plugins and modules included.
 
 A function's length counts its lines from the one with its opening brace to
 the one with its closing brace, both included. The scan is lexical: it
@@ -11,15 +13,16 @@ as a function body (struct, union, enum and initializer braces are not).
 Exit 0 when every function fits, 1 with one line per function over the
 limit ("path:line: name is N lines (limit L)"), 2 on bad usage.
 
-Usage: tools/check-functions.py [--root DIR] [--limit N] FOLDER...
-(FOLDER relative to DIR/src, e.g. core chan; --root: the repository,
-default the one holding this script)
+Usage: tools/check-functions.py [--root DIR] [--limit N] [FOLDER...]
+(FOLDER relative to DIR/src, e.g. core backend/cuda; none: all of src/;
+--root: the repository, default the one holding this script)
 """
 import os
 import re
 import sys
 
 LIMIT = 60
+SOURCES = (".c", ".h", ".cu", ".cuh")
 
 
 def strip_code(text):
@@ -101,19 +104,15 @@ def main(argv):
             return 2
         else:
             folders.append(a)
-    if not folders:
-        print("check-functions: name at least one folder of src/",
-              file=sys.stderr)
-        return 2
     bad = 0
-    for folder in folders:
+    for folder in folders or [""]:
         top = os.path.join(root, "src", folder)
         if not os.path.isdir(top):
             print("check-functions: no folder src/%s" % folder, file=sys.stderr)
             return 2
         for dirpath, _, files in sorted(os.walk(top)):
             for f in sorted(files):
-                if not f.endswith((".c", ".h")):
+                if not f.endswith(SOURCES):
                     continue
                 path = os.path.join(dirpath, f)
                 with open(path, encoding="utf-8", errors="replace") as fh:

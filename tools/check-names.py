@@ -3,21 +3,38 @@
 global `mgpu__` symbol that no other object references should be `static`
 (STYLE.md, Names).
 
-Reads every object file of a build folder (`nm`), and for each object of
-libmgpu's folders named (CMakeFiles/mgpu_objects.dir/src/FOLDER/) lists the
-global `mgpu__` symbols it defines that no other object of the build
-(library, plugins, modules, tools, tests) references.
+Reads every object file of a build folder (`nm`), and for each object
+compiled from src/ (or from the folders of src/ named) lists the global
+`mgpu__` symbols it defines that no other object of the build (library,
+plugins, modules, tools, tests) references. An object's source is read from
+the path CMake gives it, DIR/CMakeFiles/TARGET.dir/SOURCE.o for a target of
+the build folder's DIR ("__" for ".."), so libmgpu's objects, the CUDA and
+OpenCL plugins' (src/backend/cuda, src/backend/opencl) and the MPI
+module's (src/mpi) are all seen.
 
 Exit 0 when there are none, 1 with one line per symbol
 ("OBJECT: defines mgpu__x, used by no other object"), 2 on bad usage.
 
-Usage: tools/check-names.py --build DIR FOLDER...   (FOLDER: e.g. core chan)
+Usage: tools/check-names.py --build DIR [FOLDER...]
+(FOLDER: e.g. core backend/cuda; none: all of src/)
 """
 import os
+import re
 import subprocess
 import sys
 
-LIB = os.path.join("CMakeFiles", "mgpu_objects.dir", "src")
+
+def source_of(obj, build):
+    """The source path of a CMake object, relative to the repository
+    (e.g. "src/mpi/coll.c"), or None for an object CMake did not name."""
+    rel = os.path.relpath(obj, build).replace(os.sep, "/")
+    m = re.match(r"^(?:(.*)/)?CMakeFiles/[^/]+\.dir/(.+)\.o$", rel)
+    if m is None:
+        return None
+    parts = (m.group(1) or "").split("/") + m.group(2).split("/")
+    path = os.path.normpath("/".join(".." if p == "__" else p
+                                     for p in parts if p))
+    return None if path.startswith("..") else path.replace(os.sep, "/")
 
 
 def symbols(paths):
@@ -46,8 +63,8 @@ def main(argv):
             break
         else:
             folders.append(a)
-    if build is None or not folders:
-        print("usage: tools/check-names.py --build DIR FOLDER...",
+    if build is None:
+        print("usage: tools/check-names.py --build DIR [FOLDER...]",
               file=sys.stderr)
         return 2
     objects = []
@@ -60,9 +77,11 @@ def main(argv):
         for sym in used:
             users.setdefault(sym, set()).add(o)
     bad = 0
-    for folder in folders:
-        top = os.path.join(build, LIB, folder) + os.sep
-        mine = [o for o in table if o.startswith(top)]
+    sources = {o: source_of(o, build) for o in table}
+    for folder in folders or [""]:
+        top = "/".join(p for p in ("src", folder.strip("/")) if p) + "/"
+        mine = [o for o in sorted(table)
+                if (sources[o] or "").startswith(top)]
         if not mine:
             print("check-names: no objects of src/%s under %s" % (folder, build),
                   file=sys.stderr)

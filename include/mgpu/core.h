@@ -460,21 +460,31 @@ MGPU_EXTERN int mgpu_elementwise(mgpu_stream *stream, mgpu_buffer *dst,
                                  mgpu_dtype dtype, mgpu_op op);
 
 /* ------------------------------------------------------------------------ */
-/* Stream-ordered pool                                                      */
+/* Stream-ordered mempool                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Allocates from the device's pool in the stream's order: the memory may be
- * used by work queued on stream after this call. Freed blocks return to the
- * pool (not to the system) once the work queued before mgpu_free_async is
- * done, and are reused by later allocations. */
+/* Allocates from the device's mempool (its cache of freed device memory) in
+ * the stream's order: the memory may be used by work queued on stream after
+ * this call. Freed blocks return to the mempool (not to the system) once the
+ * work queued before mgpu_free_async is done, and are reused by later
+ * allocations. */
 MGPU_EXTERN int mgpu_malloc_async(mgpu_buffer **buf, size_t size,
                                   mgpu_stream *stream);
-/* Frees a buffer in the stream's order (its memory returns to the pool once
- * the work queued before it is done). As mgpu_free, a second free and later
- * calls are MGPU_EFREED and calls already inside the buffer finish first. */
+/* Frees a buffer in the stream's order (its memory returns to the mempool
+ * once the work queued before it is done). As mgpu_free, a second free and
+ * later calls are MGPU_EFREED and calls already inside the buffer finish
+ * first. */
 MGPU_EXTERN int mgpu_free_async(mgpu_buffer *buf, mgpu_stream *stream);
 
-/* Returns the pool's cached blocks of the device to the system. */
+/* Returns the device's mempool blocks that no queued work still uses to the
+ * system (the backend's own stream-ordered pool too: cudaMemPoolTrimTo on
+ * CUDA); blocks still pending on a stream stay. Nothing is owned by the
+ * caller. 0, or MGPU_ENODEV for a device that does not exist (the detail
+ * names it), MGPU_ENOINIT before mgpu_init, or the backend's error. */
+MGPU_EXTERN int mgpu_mempool_trim(int dev);
+/* Deprecated: the former name of mgpu_mempool_trim ("pool" names the task
+ * pool, mgpu/sched.h), kept as an alias that calls it; use
+ * mgpu_mempool_trim. */
 MGPU_EXTERN int mgpu_pool_trim(int dev);
 
 #ifdef __cplusplus

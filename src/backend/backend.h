@@ -322,15 +322,15 @@ typedef struct mgpu__coll_args {
   X(claim, FAIL, int, event_record_claimed,                                   \
     (mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s), (d, e, s), d)
 
-/* Sub-table pool: a stream-ordered allocator (cudaMallocAsync). NULL: the
- * core's own pool over mem_alloc and host_callback. */
-#define MGPU__BACKEND_POOL_SLOTS(X)                                           \
-  X(pool, FAIL, int, alloc_async, (mgpu__bdevice *d, mgpu__bstream *s,        \
-                                   size_t size, void **ptr),                  \
+/* Sub-table mempool: a stream-ordered allocator (cudaMallocAsync). NULL:
+ * the core's own mempool over mem_alloc and host_callback. */
+#define MGPU__BACKEND_MEMPOOL_SLOTS(X)                                        \
+  X(mempool, FAIL, int, alloc_async, (mgpu__bdevice *d, mgpu__bstream *s,     \
+                                      size_t size, void **ptr),               \
     (d, s, size, ptr), d)                                                     \
-  X(pool, FAIL, int, free_async, (mgpu__bdevice *d, mgpu__bstream *s,         \
-                                  void *ptr), (d, s, ptr), d)                 \
-  X(pool, PLAIN, int, trim, (mgpu__bdevice *d), (d), d)
+  X(mempool, FAIL, int, free_async, (mgpu__bdevice *d, mgpu__bstream *s,      \
+                                     void *ptr), (d, s, ptr), d)              \
+  X(mempool, PLAIN, int, trim, (mgpu__bdevice *d), (d), d)
 
 /* Sub-table ipc: memory other processes map (backend/ipc.h), for the store.
  * NULL: this backend cannot share memory between processes.
@@ -410,7 +410,7 @@ typedef struct mgpu__coll_args {
 /* The sub-tables: member of mgpu__backend_ops, type, slot list. */
 #define MGPU__BACKEND_SUBTABLES(X)                                            \
   X(claim, mgpu__backend_claim_ops, MGPU__BACKEND_CLAIM_SLOTS)                \
-  X(pool, mgpu__backend_pool_ops, MGPU__BACKEND_POOL_SLOTS)                   \
+  X(mempool, mgpu__backend_mempool_ops, MGPU__BACKEND_MEMPOOL_SLOTS)          \
   X(ipc, mgpu__backend_ipc_ops, MGPU__BACKEND_IPC_SLOTS)                      \
   X(coll, mgpu__backend_coll_ops, MGPU__BACKEND_COLL_SLOTS)                   \
   X(loss, mgpu__backend_loss_ops, MGPU__BACKEND_LOSS_SLOTS)                   \
@@ -472,7 +472,7 @@ typedef struct mgpu__backend_ops {
   MGPU__BACKEND_CORE_SLOTS(MGPU__BACKEND_SLOT_MEMBER)
   /* The optional sub-tables, NULL where absent. */
   const mgpu__backend_claim_ops *claim;
-  const mgpu__backend_pool_ops *pool;
+  const mgpu__backend_mempool_ops *mempool;
   const mgpu__backend_ipc_ops *ipc;
   const mgpu__backend_coll_ops *coll;
   const mgpu__backend_loss_ops *loss;

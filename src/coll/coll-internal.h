@@ -32,8 +32,10 @@
  * devices and their last operations). */
 #define MGPU__COLL_DETAIL 1024
 
-/* One rank's call, checked against its own device. */
-typedef struct mgpu__coll_part {
+/* One rank's arguments to a collective (its arg), checked against its own
+ * device. "part" names a distribution's share (src/part) and a graph's
+ * per-device part, not this. */
+typedef struct mgpu__coll_arg {
   int present;
   mgpu__coll_kind kind;
   size_t count;
@@ -52,12 +54,12 @@ typedef struct mgpu__coll_part {
    * (a free or destroy of any of them waits for that): */
   mgpu__stream *stream;
   struct mgpu__buf *send_b, *recv_b; /* NULL where ignored */
-} mgpu__coll_part;
+} mgpu__coll_arg;
 
 /* One collective: the k-th call of every rank. */
 typedef struct mgpu__coll_op {
   uint64_t seq;
-  int arrived;      /* ranks whose part is present */
+  int arrived;      /* ranks whose arg is present */
   /* 1 once issued or failed: written under comm->lock, read without it by
    * callers that spin before they park. */
   _Atomic int done;
@@ -65,7 +67,7 @@ typedef struct mgpu__coll_op {
   char detail[MGPU__COLL_DETAIL]; /* a failure's, handed to every rank */
   int pickups;      /* calls that still have to collect the result */
   struct mgpu__coll_op *next;
-  mgpu__coll_part part[]; /* n */
+  mgpu__coll_arg arg[]; /* n */
 } mgpu__coll_op;
 
 typedef struct mgpu__comm {
@@ -137,7 +139,7 @@ int mgpu__comm_event(mgpu__comm *c, int r, mgpu_event **out);
 int mgpu__comm_scratch(mgpu__comm *c, int r, size_t size, mgpu_buffer **out);
 int mgpu__comm_stream(mgpu__comm *c, int r, mgpu_stream **out);
 
-/* Issue an operation whose parts are all present and consistent; called
+/* Issue an operation whose args are all present and consistent; called
  * with c->lock held. */
 int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op);
 int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op);

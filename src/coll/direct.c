@@ -120,13 +120,13 @@ static int stream_barrier(mgpu__comm *c, mgpu__coll_op *op) {
   mgpu_event *ev[MGPU_MAX_DEVICES];
   for (int r = 0; r < c->n; r++) {
     int rc = mgpu__comm_event(c, r, &ev[r]);
-    if (rc == 0) rc = mgpu_event_record(ev[r], op->part[r].stream_h);
+    if (rc == 0) rc = mgpu_event_record(ev[r], op->arg[r].stream_h);
     if (rc != 0) return rc;
   }
   for (int r = 0; r < c->n; r++)
     for (int q = 0; q < c->n; q++) {
       if (q == r) continue;
-      int rc = mgpu_stream_wait_event(op->part[r].stream_h, ev[q]);
+      int rc = mgpu_stream_wait_event(op->arg[r].stream_h, ev[q]);
       if (rc != 0) return rc;
     }
   return 0;
@@ -137,7 +137,7 @@ static int stream_barrier(mgpu__comm *c, mgpu__coll_op *op) {
  * normally; 1: one job does all of it). */
 static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
                     int nslices, job_args *j) {
-  const mgpu__coll_part *p0 = &op->part[0];
+  const mgpu__coll_arg *p0 = &op->arg[0];
   int n = c->n;
   size_t esz = mgpu_dtype_size(p0->dtype);
   size_t count = p0->count, bytes = count * esz;
@@ -153,31 +153,31 @@ static int make_job(const mgpu__comm *c, const mgpu__coll_op *op, int r,
   switch (p0->kind) {
     case MGPU__COLL_ALLREDUCE:
       for (int q = 0; q < n; q++)
-        j->ptr[ns++] = (char *)op->part[q].send + off;
+        j->ptr[ns++] = (char *)op->arg[q].send + off;
       for (int q = 0; q < n; q++)
-        j->ptr[ns + nd++] = (char *)op->part[q].recv + off;
+        j->ptr[ns + nd++] = (char *)op->arg[q].recv + off;
       break;
     case MGPU__COLL_REDUCE:
       for (int q = 0; q < n; q++)
-        j->ptr[ns++] = (char *)op->part[q].send + off;
-      j->ptr[ns + nd++] = (char *)op->part[p0->root].recv + off;
+        j->ptr[ns++] = (char *)op->arg[q].send + off;
+      j->ptr[ns + nd++] = (char *)op->arg[p0->root].recv + off;
       break;
     case MGPU__COLL_BROADCAST:
-      j->ptr[ns++] = (char *)op->part[p0->root].send + off;
+      j->ptr[ns++] = (char *)op->arg[p0->root].send + off;
       for (int q = 0; q < n; q++)
-        j->ptr[ns + nd++] = (char *)op->part[q].recv + off;
+        j->ptr[ns + nd++] = (char *)op->arg[q].recv + off;
       break;
     case MGPU__COLL_ALLGATHER:
       j->count = count;
-      j->ptr[ns++] = (char *)op->part[r].send;
+      j->ptr[ns++] = (char *)op->arg[r].send;
       for (int q = 0; q < n; q++)
-        j->ptr[ns + nd++] = (char *)op->part[q].recv + (size_t)r * bytes;
+        j->ptr[ns + nd++] = (char *)op->arg[q].recv + (size_t)r * bytes;
       break;
     case MGPU__COLL_REDUCE_SCATTER:
       j->count = count;
       for (int q = 0; q < n; q++)
-        j->ptr[ns++] = (char *)op->part[q].send + (size_t)r * bytes;
-      j->ptr[ns + nd++] = op->part[r].recv;
+        j->ptr[ns++] = (char *)op->arg[q].send + (size_t)r * bytes;
+      j->ptr[ns + nd++] = op->arg[r].recv;
       break;
   }
   j->nsrc = ns;
@@ -227,7 +227,7 @@ static const mgpu_kernel one_shot = {"mgpu_coll_one_shot", one_shot_kernel,
 static int complete_here(mgpu__comm *c, mgpu__coll_op *op, int from) {
   int nslices = c->n;
   for (int r = 0; r < c->n; r++) {
-    int rc = mgpu_stream_synchronize(op->part[r].stream_h);
+    int rc = mgpu_stream_synchronize(op->arg[r].stream_h);
     if (rc == MGPU_EDEVLOST) return rc;
   }
   mgpu_kernel_ctx ctx;
@@ -246,12 +246,12 @@ int mgpu__coll_direct_complete(mgpu__comm *c, mgpu__coll_op *op) {
 }
 
 static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
-  const mgpu__coll_part *p0 = &op->part[0];
+  const mgpu__coll_arg *p0 = &op->arg[0];
   int n = c->n;
   int e = p0->kind == MGPU__COLL_REDUCE || p0->kind == MGPU__COLL_BROADCAST
               ? p0->root
               : 0;
-  mgpu_stream *se = op->part[e].stream_h;
+  mgpu_stream *se = op->arg[e].stream_h;
   one_shot_args *a = mgpu__calloc(1, sizeof *a);
   if (a == NULL) return mgpu__error(MGPU_ENOMEM, "coll: out of host memory");
   int rc = 0;
@@ -260,7 +260,7 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
     if (r == e) continue;
     mgpu_event *start;
     rc = mgpu__comm_event(c, r, &start);
-    if (rc == 0) rc = mgpu_event_record(start, op->part[r].stream_h);
+    if (rc == 0) rc = mgpu_event_record(start, op->arg[r].stream_h);
     if (rc == 0) rc = mgpu_stream_wait_event(se, start);
   }
   /* Everything the exit needs is taken before the launch, the one write. */
@@ -273,7 +273,7 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
   if (rc != 0) return rc; /* nothing was written */
   rc = mgpu_event_record(done, se);
   for (int r = 0; r < n && rc == 0; r++)
-    if (r != e) rc = mgpu_stream_wait_event(op->part[r].stream_h, done);
+    if (r != e) rc = mgpu_stream_wait_event(op->arg[r].stream_h, done);
   /* The job is queued: the call completes whatever fails now (the job
    * ran once se is waited for). */
   return rc == 0 ? 0 : complete_here(c, op, n);
@@ -289,10 +289,10 @@ static int one_shot_issue(mgpu__comm *c, mgpu__coll_op *op) {
 static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
   int n = c->n, claimed = 0;
   /* A few cache lines: one job over all of it, not n slices. */
-  mgpu__coll_kind kind = op->part[0].kind;
+  mgpu__coll_kind kind = op->arg[0].kind;
   int whole = kind != MGPU__COLL_ALLGATHER &&
               kind != MGPU__COLL_REDUCE_SCATTER &&
-              op->part[0].count * mgpu_dtype_size(op->part[0].dtype) <=
+              op->arg[0].count * mgpu_dtype_size(op->arg[0].dtype) <=
                   WHOLE_BYTES;
   mgpu_kernel_ctx ctx;
   memset(&ctx, 0, sizeof ctx);
@@ -301,7 +301,7 @@ static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
     /* Well under a microsecond of work: the devices' locks instead of
      * claims (one lock per stream instead of two, docs/coll.md). */
     int locked = 0;
-    while (locked < n && mgpu__stream_lock_idle(op->part[locked].stream))
+    while (locked < n && mgpu__stream_lock_idle(op->arg[locked].stream))
       locked++;
     if (locked == n) {
       job_args j;
@@ -309,10 +309,10 @@ static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
       if (make_job(c, op, 0, 1, &j)) job_kernel(&ctx, &j);
     }
     for (int r = locked; r > 0; r--)
-      mgpu__stream_unlock_idle(op->part[r - 1].stream);
+      mgpu__stream_unlock_idle(op->arg[r - 1].stream);
     if (locked == n) return 1;
   }
-  while (claimed < n && mgpu__stream_claim(op->part[claimed].stream))
+  while (claimed < n && mgpu__stream_claim(op->arg[claimed].stream))
     claimed++;
   int ran = claimed == n;
   if (ran) {
@@ -323,7 +323,7 @@ static int inline_issue(mgpu__comm *c, mgpu__coll_op *op) {
       if (make_job(c, op, r, jobs, &j)) job_kernel(&ctx, &j);
     }
   }
-  while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
+  while (claimed > 0) mgpu__stream_release(op->arg[--claimed].stream);
   return ran;
 }
 
@@ -401,11 +401,11 @@ static int claimed_parallel_issue(mgpu__comm *c, mgpu__coll_op *op,
   int n = c->n, claimed = 0;
   shares_t *sh = free_shares(c);
   if (sh == NULL) return 0;
-  while (claimed < n && mgpu__stream_claim(op->part[claimed].stream))
+  while (claimed < n && mgpu__stream_claim(op->arg[claimed].stream))
     claimed++;
   int rc = 0, ran = claimed == n;
   if (ran) {
-    mgpu__coll_kind kind = op->part[0].kind;
+    mgpu__coll_kind kind = op->arg[0].kind;
     int per_rank = kind == MGPU__COLL_ALLGATHER ||
                    kind == MGPU__COLL_REDUCE_SCATTER;
     size_t want = bytes / SHARE_BYTES;
@@ -452,12 +452,12 @@ static int claimed_parallel_issue(mgpu__comm *c, mgpu__coll_op *op,
           if (rc == 0) rc = src;
         }
   }
-  while (claimed > 0) mgpu__stream_release(op->part[--claimed].stream);
+  while (claimed > 0) mgpu__stream_release(op->arg[--claimed].stream);
   return rc != 0 ? rc : ran;
 }
 
 int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
-  const mgpu__coll_part *p0 = &op->part[0];
+  const mgpu__coll_arg *p0 = &op->arg[0];
   if (p0->count == 0) return 0;
   size_t bytes = p0->count * mgpu_dtype_size(p0->dtype);
   if (p0->kind == MGPU__COLL_ALLGATHER || p0->kind == MGPU__COLL_REDUCE_SCATTER)
@@ -492,7 +492,7 @@ int mgpu__coll_direct_issue(mgpu__comm *c, mgpu__coll_op *op) {
     }
     size_t args_size =
         offsetof(job_args, ptr) + (size_t)(j.nsrc + j.ndst) * sizeof(void *);
-    rc = mgpu_launch(op->part[r].stream_h, &job, MGPU_DIM3(blocks, 1, 1),
+    rc = mgpu_launch(op->arg[r].stream_h, &job, MGPU_DIM3(blocks, 1, 1),
                      MGPU_DIM3(1, 1, 1), &j, args_size);
     if (rc != 0) break; /* job r was not queued */
     queued = 1;

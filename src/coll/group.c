@@ -29,7 +29,7 @@ typedef struct group_call {
   mgpu_comm *comm;
   int grank;           /* the rank the caller named (global) */
   int rank;            /* local (devs[rank]): set by resolve */
-  mgpu__coll_part part;
+  mgpu__coll_arg arg;
   mgpu__comm *held;    /* looked up and held, from resolve to collect */
   int pinned;          /* its handles are pins of the batch, not uses */
   mgpu__comm *c;       /* set while joined */
@@ -109,7 +109,7 @@ static int check_buf(const char *what, const char *arg, int rank, int dev,
     *held = b; /* a pin: given back with the batch */
   }
   if (rc != 0) return rc;
-  *held = b; /* given back by part_put, even when a check below fails */
+  *held = b; /* given back by arg_put, even when a check below fails */
   if (arg[0] == 'r' && (rc = mgpu__buf_check_writable(b, what)) != 0)
     return rc;
   if (b->dev != dev)
@@ -126,9 +126,9 @@ static int check_buf(const char *what, const char *arg, int rank, int dev,
   return 0;
 }
 
-/* Gives back the handles check_part held (uses; pins go back with their
+/* Gives back the handles check_arg held (uses; pins go back with their
  * batch). */
-static void part_put(mgpu__coll_part *p, int pinned) {
+static void arg_put(mgpu__coll_arg *p, int pinned) {
   if (!pinned) {
     mgpu__stream_put(p->stream);
     mgpu__buf_put(p->send_b);
@@ -139,9 +139,9 @@ static void part_put(mgpu__coll_part *p, int pinned) {
 }
 
 /* Sizes rank grank's send and recv buffers for its kind (roots and NCCL's
- * in-place layouts), checks and resolves them; part of check_part. */
+ * in-place layouts), checks and resolves them; part of check_arg. */
 static int check_layout(const char *what, int grank, int dev, size_t bytes,
-                        size_t total, mgpu__coll_part *p, int pinned) {
+                        size_t total, mgpu__coll_arg *p, int pinned) {
   int rc;
   size_t need_send = 0, need_recv = 0;
   int is_root = !has_root(p->kind) || grank == p->root;
@@ -184,10 +184,10 @@ static int check_layout(const char *what, int grank, int dev, size_t bytes,
 }
 
 /* Checks a rank's call on its own and resolves its handles, which stay held
- * (also on failure) until part_put. rank is the local rank (devs[rank]);
+ * (also on failure) until arg_put. rank is the local rank (devs[rank]);
  * grank the global one, which roots, sizes and in-place blocks are counted
  * in (the same unless the comm spans processes). */
-static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
+static int check_arg(mgpu__comm *c, int rank, mgpu__coll_arg *p,
                       int pinned) {
   const char *what = kind_name(p->kind);
   int grank = c->first + rank;
@@ -234,10 +234,10 @@ static int check_part(mgpu__comm *c, int rank, mgpu__coll_part *p,
 
 /* Checks the ranks of a complete operation against each other. */
 static int check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
-  const mgpu__coll_part *a = &op->part[0];
+  const mgpu__coll_arg *a = &op->arg[0];
   const char *what = kind_name(a->kind);
   for (int r = 1; r < c->n; r++) {
-    const mgpu__coll_part *b = &op->part[r];
+    const mgpu__coll_arg *b = &op->arg[r];
     const char *field = NULL;
     long long va = 0, vb = 0;
     if (b->kind != a->kind) {
@@ -270,7 +270,7 @@ static int issue_nccl(mgpu__comm *c, mgpu__coll_op *op) {
   int rc = ops->group_start ? ops->group_start() : 0;
   if (rc != 0) return rc;
   for (int r = 0; r < c->n && rc == 0; r++) {
-    const mgpu__coll_part *p = &op->part[r];
+    const mgpu__coll_arg *p = &op->arg[r];
     mgpu__coll_args a = {p->kind, p->send, p->recv, p->count,
                          p->dtype, p->op, p->root};
     rc = ops->run(c->nccl, r, &a, p->stream->bstream);
@@ -293,7 +293,7 @@ _Static_assert((int)MGPU_COLL_ALLREDUCE == (int)MGPU__COLL_ALLREDUCE &&
 static int issue_remote(mgpu__comm *c, mgpu__coll_op *op, int code) {
   mgpu_coll_call calls[MGPU_MAX_DEVICES];
   for (int r = 0; r < c->n; r++) {
-    const mgpu__coll_part *p = &op->part[r];
+    const mgpu__coll_arg *p = &op->arg[r];
     calls[r] = (mgpu_coll_call){(int)p->kind, c->first + r, p->send_h,
                                 p->send_off, p->recv_h, p->recv_off,
                                 p->in_place, p->count, p->dtype, p->op,
@@ -317,7 +317,7 @@ static int trace_tag(const mgpu__comm *c, const mgpu__coll_op *op) {
   static const char *const names[] = {"coll.allreduce", "coll.reduce",
                                       "coll.broadcast", "coll.allgather",
                                       "coll.reduce_scatter"};
-  const mgpu__coll_part *p = &op->part[0];
+  const mgpu__coll_arg *p = &op->arg[0];
   const char *algo = c->has_remote                          ? "remote"
                      : c->provider == MGPU_COLL_PROVIDER_NCCL ? "nccl"
                      : c->algo == MGPU_COLL_ALGO_DIRECT     ? "direct"
@@ -337,7 +337,7 @@ static void lend_handles(const mgpu__comm *c, const mgpu__coll_op *op) {
   uintptr_t h[3 * MGPU_MAX_DEVICES];
   int k = 0;
   for (int r = 0; r < c->n; r++) {
-    const mgpu__coll_part *p = &op->part[r];
+    const mgpu__coll_arg *p = &op->arg[r];
     h[k++] = (uintptr_t)p->stream_h;
     h[k++] = (uintptr_t)p->send_h;
     h[k++] = (uintptr_t)p->recv_h;
@@ -410,7 +410,7 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
     if ((*link)->seq == seq) return *link;
     if ((*link)->seq > seq) break;
   }
-  size_t size = sizeof(mgpu__coll_op) + (size_t)c->n * sizeof(mgpu__coll_part);
+  size_t size = sizeof(mgpu__coll_op) + (size_t)c->n * sizeof(mgpu__coll_arg);
   mgpu__coll_op *op = c->spare;
   if (op != NULL) {
     /* Cleared as calloc would, but for the detail (a kilobyte, written
@@ -420,7 +420,7 @@ static mgpu__coll_op *find_op(mgpu__comm *c, uint64_t seq) {
     op->detail[0] = '\0';
     op->pickups = 0;
     op->next = NULL;
-    memset(op->part, 0, (size_t)c->n * sizeof(mgpu__coll_part));
+    memset(op->arg, 0, (size_t)c->n * sizeof(mgpu__coll_arg));
   } else {
     op = mgpu__calloc(1, size);
     if (op == NULL) return NULL;
@@ -438,7 +438,7 @@ static void abort_comm(mgpu__comm *c, mgpu__coll_op *late, int lost_dev) {
   size_t len = 0;
   int devs[MGPU_MAX_DEVICES], n = 0;
   for (int r = 0; r < c->n && len < sizeof missing - 16; r++)
-    if (!late->part[r].present) {
+    if (!late->arg[r].present) {
       len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
                               len ? ", " : "", c->devs[r]);
       devs[n++] = c->devs[r];
@@ -472,8 +472,8 @@ static int lost_device(const mgpu__comm *c) {
  * pinned: the call's handles were pinned (pin_calls) and are checked, not
  * looked up with a use each. */
 static int resolve(group_call *g, int pinned) {
-  g->part.stream = NULL;
-  g->part.send_b = g->part.recv_b = NULL;
+  g->arg.stream = NULL;
+  g->arg.send_b = g->arg.recv_b = NULL;
   g->held = NULL;
   g->pinned = pinned;
   g->rank = g->grank;
@@ -490,13 +490,13 @@ static int resolve(group_call *g, int pinned) {
     /* The caller names the global rank; a call is kept under its local
      * rank (the same unless the communicator spans processes). */
     g->rank = g->grank - g->held->first;
-    rc = check_part(g->held, g->rank, &g->part, pinned);
+    rc = check_arg(g->held, g->rank, &g->arg, pinned);
   }
   return rc;
 }
 
 static void unresolve(group_call *g) {
-  part_put(&g->part, g->pinned);
+  arg_put(&g->arg, g->pinned);
   if (!g->pinned) mgpu__comm_put(g->held);
   g->held = NULL;
 }
@@ -509,9 +509,9 @@ static int pin_calls(const group_call *calls, int n) {
   if (n < 1 || n > 15) return -1;
   for (int i = 0; i < n; i++) {
     h[4 * i] = (uintptr_t)calls[i].comm;
-    h[4 * i + 1] = (uintptr_t)calls[i].part.stream_h;
-    h[4 * i + 2] = (uintptr_t)calls[i].part.send_h;
-    h[4 * i + 3] = (uintptr_t)calls[i].part.recv_h;
+    h[4 * i + 1] = (uintptr_t)calls[i].arg.stream_h;
+    h[4 * i + 2] = (uintptr_t)calls[i].arg.send_h;
+    h[4 * i + 3] = (uintptr_t)calls[i].arg.recv_h;
   }
   return mgpu__handle_pin(h, 4 * n);
 }
@@ -529,9 +529,9 @@ static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
 static int join_run(group_call *g, int k, int reserve_here) {
   mgpu__comm *c = g[0].held;
   int rc = 0;
-  mgpu__flight_record(c->devs[g->rank], kind_name(g->part.kind),
-                      g->part.count * mgpu_dtype_size(g->part.dtype),
-                      (uintptr_t)g->part.stream_h);
+  mgpu__flight_record(c->devs[g->rank], kind_name(g->arg.kind),
+                      g->arg.count * mgpu_dtype_size(g->arg.dtype),
+                      (uintptr_t)g->arg.stream_h);
   mgpu__mutex_lock(&c->lock);
   for (int i = 0; reserve_here && i < k; i++) {
     uint64_t later = 0; /* this rank's calls earlier in the run */
@@ -556,8 +556,8 @@ static int join_run(group_call *g, int k, int reserve_here) {
         rc = mgpu__error(MGPU_ENOMEM, "comm: out of host memory");
         break;
       }
-      op->part[g[i].rank] = g[i].part;
-      op->part[g[i].rank].present = 1;
+      op->arg[g[i].rank] = g[i].arg;
+      op->arg[g[i].rank].present = 1;
       op->arrived++;
       op->pickups++;
       c->next_seq[g[i].rank]++;
@@ -583,7 +583,7 @@ static int join_run(group_call *g, int k, int reserve_here) {
 
 /* With c->lock held, while g's operation waits for other ranks: when a
  * free (or destroy) of one of g's buffers or its stream has begun, takes
- * g's part out of the operation, as if the call had never joined, so the
+ * g's arg out of the operation, as if the call had never joined, so the
  * free does not wait for ranks that may never come (the thread that would
  * call them may be the one freeing). Only the rank's latest call can
  * leave: the sequence numbers of its later calls in a group are taken (that
@@ -593,7 +593,7 @@ static int withdraw_if_freed(mgpu__comm *c, group_call *g, char *detail,
                              size_t dlen) {
   mgpu__coll_op *op = g->op;
   int r = g->rank;
-  const mgpu__coll_part *p = &op->part[r];
+  const mgpu__coll_arg *p = &op->arg[r];
   /* recv and send are 0 where the kind does not use them (never closing). */
   const char *what = mgpu__handle_closing((uintptr_t)p->recv_h)   ? "recv buffer"
                      : mgpu__handle_closing((uintptr_t)p->send_h) ? "send buffer"
@@ -607,7 +607,7 @@ static int withdraw_if_freed(mgpu__comm *c, group_call *g, char *detail,
              "and nothing was moved", kind_name(p->kind),
              (unsigned long long)op->seq, c->first + r, c->devs[r], what,
              gone);
-  memset(&op->part[r], 0, sizeof op->part[r]);
+  memset(&op->arg[r], 0, sizeof op->arg[r]);
   op->arrived--;
   op->pickups--;
   c->next_seq[r]--;
@@ -766,9 +766,9 @@ static int submit(group_call *calls, int n) {
   return first;
 }
 
-/* Fills every field of a call's part (no memset and no copy of the whole
+/* Fills every field of a call's arg (no memset and no copy of the whole
  * struct: both cost a "rep" string instruction on the small path). */
-static void part_init(mgpu__coll_part *p, mgpu__coll_kind kind,
+static void arg_init(mgpu__coll_arg *p, mgpu__coll_kind kind,
                       const mgpu_buffer *send, mgpu_buffer *recv,
                       size_t count, mgpu_dtype dtype, mgpu_op op, int root,
                       mgpu_stream *stream) {
@@ -789,7 +789,7 @@ static void part_init(mgpu__coll_part *p, mgpu__coll_kind kind,
   p->send_b = p->recv_b = NULL;
 }
 
-/* Fills the fields of a call other than its part: nothing held yet. */
+/* Fills the fields of a call other than its arg: nothing held yet. */
 static void call_fill(group_call *g, mgpu_comm *comm, int grank) {
   g->comm = comm;
   g->grank = g->rank = grank;
@@ -835,7 +835,7 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_kind kind,
   if (group.depth == 0) {
     group_call g;
     call_fill(&g, comm, grank);
-    part_init(&g.part, kind, send, recv, count, dtype, op, root, stream);
+    arg_init(&g.arg, kind, send, recv, count, dtype, op, root, stream);
     return submit(&g, 1);
   }
   /* In a group: checked now, for the caller's error, and again (from the
@@ -847,7 +847,7 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_kind kind,
   if (rc == 0) {
     group_call *g = &group.calls[group.ncalls];
     call_fill(g, comm, grank);
-    part_init(&g->part, kind, send, recv, count, dtype, op, root, stream);
+    arg_init(&g->arg, kind, send, recv, count, dtype, op, root, stream);
     int mark = pin_calls(g, 1);
     rc = resolve(g, mark >= 0);
     unresolve(g);

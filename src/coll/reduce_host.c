@@ -1,6 +1,6 @@
 /* mgpu_reduce_to_host: one value from every element of every rank's buffer.
  *
- * Each device folds its own part in halves with the backend's element-wise
+ * Each device folds its own buffer in halves with the backend's element-wise
  * kernel (the first fold reads the user's buffer and writes the pooled
  * scratch buffer, so the input is left intact), until one element is left;
  * that element comes back to the host, which combines the ranks' partial

@@ -61,12 +61,12 @@ static loc at(loc l, size_t elems, size_t esz) {
 }
 
 static loc send_of(const ring *g, int r) {
-  const mgpu__coll_part *p = &g->op->part[r];
+  const mgpu__coll_arg *p = &g->op->arg[r];
   return (loc){p->send_h, p->send_off, (char *)p->send};
 }
 
 static loc recv_of(const ring *g, int r) {
-  const mgpu__coll_part *p = &g->op->part[r];
+  const mgpu__coll_arg *p = &g->op->arg[r];
   return (loc){p->recv_h, p->recv_off, (char *)p->recv};
 }
 
@@ -75,7 +75,7 @@ static loc scratch_of(const ring *g, int r) {
 }
 
 static mgpu_stream *stream_of(const ring *g, int r) {
-  return g->op->part[r].stream_h;
+  return g->op->arg[r].stream_h;
 }
 
 static int record(ring *g, int r, mgpu_event **out) {
@@ -101,7 +101,7 @@ static int copy(ring *g, int r, loc dst, loc src, size_t elems) {
     mgpu__device *dd = mgpu__device_get(ddev), *sd = mgpu__device_get(sdev);
     int rc = dd->ops->memcpy_peer_async(dd->bdev, dst.ptr, sd->bdev, src.ptr,
                                         bytes, dd->bdev,
-                                        g->op->part[r].stream->bstream);
+                                        g->op->arg[r].stream->bstream);
     if (rc != 0) return rc;
     mgpu__metric_add(sdev, MGPU__M_bytes_peer_direct, bytes);
     mgpu__metric_add(sdev, MGPU__M_copies_peer_direct, 1);
@@ -115,7 +115,7 @@ static int copy(ring *g, int r, loc dst, loc src, size_t elems) {
  * pointers the device can read (its own, or peers'). */
 static int elementwise(ring *g, int r, void *dst, const void *a,
                        const void *b, size_t elems) {
-  const mgpu__coll_part *p0 = &g->op->part[0];
+  const mgpu__coll_arg *p0 = &g->op->arg[0];
   mgpu__device *d = mgpu__device_get(g->c->devs[r]);
   mgpu__builtin k;
   memset(&k, 0, sizeof k);
@@ -126,7 +126,7 @@ static int elementwise(ring *g, int r, void *dst, const void *a,
   k.dst = dst;
   k.a = a;
   k.b = b;
-  return d->ops->builtin(d->bdev, g->op->part[r].stream->bstream, &k);
+  return d->ops->builtin(d->bdev, g->op->arg[r].stream->bstream, &k);
 }
 
 /* dst = mine op peer on rank r, all three elems long. */
@@ -190,7 +190,7 @@ static int next_in_ring(const ring *g, int r) { return (r + 1) % g->n; }
 
 static int allreduce(ring *g) {
   int n = g->n;
-  size_t count = g->op->part[0].count;
+  size_t count = g->op->arg[0].count;
   mgpu_event *start[MGPU_MAX_DEVICES];
   size_t seg = count / (size_t)n + (count % (size_t)n != 0);
   int rc = prepare(g, seg, 2 * n - 2, 0);
@@ -223,11 +223,11 @@ static int allreduce(ring *g) {
 
 static int reduce_scatter(ring *g) {
   int n = g->n;
-  size_t count = g->op->part[0].count;
+  size_t count = g->op->arg[0].count;
   /* In place is each rank's own choice; a rank that is not keeps its
    * partial sums in scratch, never in its (const) send buffer. */
   int all_in_place = 1;
-  for (int r = 0; r < n; r++) all_in_place &= g->op->part[r].in_place;
+  for (int r = 0; r < n; r++) all_in_place &= g->op->arg[r].in_place;
   mgpu_event *start[MGPU_MAX_DEVICES];
   int rc = prepare(g, count, n - 1,
                    all_in_place ? 0 : (size_t)n * count * g->esz);
@@ -241,10 +241,10 @@ static int reduce_scatter(ring *g) {
         size_t e = (size_t)c * count + a;
         /* Partial sums live in the send buffer itself when in place (the
          * chunk is this rank's own, read by nobody else), else in scratch. */
-        loc acc_mine = g->op->part[r].in_place
+        loc acc_mine = g->op->arg[r].in_place
                            ? at(send_of(g, r), e, g->esz)
                            : at(scratch_of(g, r), e, g->esz);
-        loc acc_prev = g->op->part[prev].in_place
+        loc acc_prev = g->op->arg[prev].in_place
                            ? at(send_of(g, prev), e, g->esz)
                            : at(scratch_of(g, prev), e, g->esz);
         loc dst = s == n - 2 ? at(recv_of(g, r), a, g->esz) : acc_mine;
@@ -259,7 +259,7 @@ static int reduce_scatter(ring *g) {
 
 static int allgather(ring *g) {
   int n = g->n;
-  size_t count = g->op->part[0].count;
+  size_t count = g->op->arg[0].count;
   mgpu_event *start[MGPU_MAX_DEVICES];
   int rc = prepare(g, count, n - 1, 0);
   for (int r = 0; r < n && rc == 0; r++) {
@@ -290,8 +290,8 @@ static int chain_rank(const ring *g, int p) { return (g->base + p) % g->n; }
 static int next_in_chain(const ring *g, int r) { return (r + 1) % g->n; }
 
 static int broadcast(ring *g) {
-  int n = g->n, root = g->op->part[0].root;
-  size_t count = g->op->part[0].count;
+  int n = g->n, root = g->op->arg[0].root;
+  size_t count = g->op->arg[0].count;
   mgpu_event *start;
   int rc = prepare(g, count, 1, 0);
   g->base = root;
@@ -313,8 +313,8 @@ static int broadcast(ring *g) {
 }
 
 static int reduce_chain(ring *g) {
-  int n = g->n, root = g->op->part[0].root;
-  size_t count = g->op->part[0].count;
+  int n = g->n, root = g->op->arg[0].root;
+  size_t count = g->op->arg[0].count;
   mgpu_event *start;
   int rc = prepare(g, count, 1, count * g->esz);
   g->base = (root + 1) % n; /* the chain ends at the root */
@@ -357,16 +357,16 @@ static int stream_barrier(ring *g) {
  * once no peer reads it. */
 static int allreduce_flat(ring *g) {
   int n = g->n;
-  size_t count = g->op->part[0].count, bytes = count * g->esz;
+  size_t count = g->op->arg[0].count, bytes = count * g->esz;
   int rc = 0;
   /* In place is each rank's own choice: only those ranks need scratch. */
   for (int r = 0; r < n; r++) g->scratch[r] = NULL;
   for (int r = 0; r < n && rc == 0; r++)
-    if (g->op->part[r].in_place)
+    if (g->op->arg[r].in_place)
       rc = mgpu__comm_scratch(g->c, r, bytes, &g->scratch[r]);
   if (rc == 0) rc = stream_barrier(g);
   for (int r = 0; r < n && rc == 0; r++) {
-    loc acc = g->op->part[r].in_place ? scratch_of(g, r) : recv_of(g, r);
+    loc acc = g->op->arg[r].in_place ? scratch_of(g, r) : recv_of(g, r);
     rc = elementwise(g, r, acc.ptr, send_of(g, 0).ptr, send_of(g, 1).ptr,
                      count);
     for (int q = 2; q < n && rc == 0; q++)
@@ -375,13 +375,13 @@ static int allreduce_flat(ring *g) {
   if (rc == 0) rc = stream_barrier(g);
   /* Nobody reads the inputs any more: in place, the sum may land now. */
   for (int r = 0; r < n && rc == 0; r++)
-    if (g->op->part[r].in_place)
+    if (g->op->arg[r].in_place)
       rc = copy(g, r, recv_of(g, r), scratch_of(g, r), count);
   return rc;
 }
 
 static int single(ring *g) {
-  const mgpu__coll_part *p = &g->op->part[0];
+  const mgpu__coll_arg *p = &g->op->arg[0];
   return copy(g, 0, recv_of(g, 0), send_of(g, 0), p->count);
 }
 
@@ -391,7 +391,7 @@ static int single(ring *g) {
  * its scratch, so the inputs are still there to start again from). */
 static int completes_on_host(const mgpu__comm *c, const mgpu__coll_op *op) {
   for (int r = 0; r < c->n; r++)
-    if (op->part[r].in_place ||
+    if (op->arg[r].in_place ||
         !mgpu__device_host_visible(mgpu__device_get(c->devs[r]),
                                    MGPU_MEM_DEVICE))
       return 0;
@@ -404,14 +404,14 @@ int mgpu__coll_ring_issue(mgpu__comm *c, mgpu__coll_op *op) {
   g.c = c;
   g.op = op;
   g.n = c->n;
-  g.esz = mgpu_dtype_size(op->part[0].dtype);
-  if (op->part[0].count == 0) return 0;
+  g.esz = mgpu_dtype_size(op->arg[0].dtype);
+  if (op->arg[0].count == 0) return 0;
   int rc;
   if (c->n == 1) {
     rc = single(&g);
   } else {
-    size_t bytes = op->part[0].count * g.esz;
-    switch (op->part[0].kind) {
+    size_t bytes = op->arg[0].count * g.esz;
+    switch (op->arg[0].kind) {
       case MGPU__COLL_ALLREDUCE:
         rc = c->all_read && bytes <= FLAT_BYTES ? allreduce_flat(&g)
                                                 : allreduce(&g);

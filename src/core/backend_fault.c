@@ -88,11 +88,11 @@ static int refuse_lost(int backend, mgpu__bdevice *dev, const char *op) {
  * each slot the list marks FAIL or WAIT, one wrapper per backend index i,
  * named w<i>_<group>_<name>. The fault site is named after the slot
  * ("memcpy_async"), a sub-table's slot after its group and name
- * ("pool_alloc_async", "graph_launch"); the claim group's slots keep their
+ * ("mempool_alloc_async", "graph_launch"); the claim group's slots keep their
  * own names ("event_record_claimed"). */
 #define SITE_core(name) #name
 #define SITE_claim(name) #name
-#define SITE_pool(name) "pool_" #name
+#define SITE_mempool(name) "mempool_" #name
 #define SITE_ipc(name) "ipc_" #name
 #define SITE_coll(name) "coll_" #name
 #define SITE_loss(name) "loss_" #name
@@ -101,7 +101,7 @@ static int refuse_lost(int backend, mgpu__bdevice *dev, const char *op) {
 #define REAL_core(i, name) real_ops[i]->name
 #define REAL_SUB(i, group, name) real_ops[i]->group->name
 #define REAL_claim(i, name) REAL_SUB(i, claim, name)
-#define REAL_pool(i, name) REAL_SUB(i, pool, name)
+#define REAL_mempool(i, name) REAL_SUB(i, mempool, name)
 #define REAL_ipc(i, name) REAL_SUB(i, ipc, name)
 #define REAL_coll(i, name) REAL_SUB(i, coll, name)
 #define REAL_loss(i, name) REAL_SUB(i, loss, name)

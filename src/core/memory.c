@@ -1,5 +1,5 @@
 /* Buffers: device, pinned and unified memory that knows its device, the
- * memory budget of each device, and the stream-ordered pool.
+ * memory budget of each device, and the stream-ordered mempool.
  *
  * Device and unified memory count against the device's budget (MGPU_HOST_MEM
  * on host devices, total/split on a split GPU); a request that does not fit
@@ -11,7 +11,7 @@
  * on stream S goes to a per-size-class free list of the device at once, but
  * only allocations on S may take it until the work queued before the free is
  * done (a stream callback then marks it ready for every stream). Blocks stay
- * counted as in use while cached; mgpu_pool_trim and a failing allocation
+ * counted as in use while cached; mgpu_mempool_trim and a failing allocation
  * give them back.
  */
 #include <stdlib.h>
@@ -106,7 +106,7 @@ static int alloc_kind_in(mgpu_buffer **out, int dev, size_t size,
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory", dev);
   rc = reserve(d, size, kind);
   if (rc != 0 && counts_against_budget(kind)) {
-    mgpu_pool_trim(dev); /* cached pool blocks count against the budget */
+    mgpu_mempool_trim(dev); /* cached mempool blocks count against the budget */
     rc = reserve(d, size, kind);
   }
   if (rc != 0) goto fail_struct;
@@ -245,7 +245,7 @@ int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
   return 0;
 }
 
-static void pool_list(mgpu__device *d, mempool_block *blk);
+static void mempool_list(mgpu__device *d, mempool_block *blk);
 
 static void buf_release_memory(mgpu__device *d, mgpu__buf *b) {
   if (b->wrapped) {
@@ -284,18 +284,18 @@ static int free_in(mgpu_buffer *h) {
   return rc;
 }
 
-/* Gives a buffer whose handle is gone back to its pool or the system. The
+/* Gives a buffer whose handle is gone back to its mempool or the system. The
  * work queued on its device before was synchronized. */
 static int buf_release(mgpu__buf *b) {
   mgpu__device *d = mgpu__device_get(b->dev);
   int rc = 0;
   if (b->pooled) {
-    /* Synchronized: the block can go straight back to its pool. */
-    if (d->ops->pool != NULL) {
+    /* Synchronized: the block can go straight back to its mempool. */
+    if (d->ops->mempool != NULL) {
       mgpu__stream *s;
       rc = mgpu__spare_get(b->dev, &s);
       if (rc == 0) {
-        rc = d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
+        rc = d->ops->mempool->free_async(d->bdev, s->bstream, b->ptr);
         if (rc == 0) rc = d->ops->stream_synchronize(d->bdev, s->bstream);
         mgpu__spare_put(s);
       }
@@ -309,7 +309,7 @@ static int buf_release(mgpu__buf *b) {
       blk->ptr = b->ptr;
       blk->size = b->alloc_size;
       blk->ready = 1;
-      pool_list(d, blk);
+      mempool_list(d, blk);
       mgpu__free(b);
       return 0;
     }
@@ -471,7 +471,7 @@ int mgpu_module_buffer_view(const mgpu_buffer *h, mgpu_buffer_view *view) {
   return 0;
 }
 
-/* ---- the stream-ordered pool ---- */
+/* ---- the stream-ordered mempool ---- */
 
 static int size_class(size_t size, size_t *rounded) {
   int cls = 0;
@@ -480,8 +480,8 @@ static int size_class(size_t size, size_t *rounded) {
   return cls;
 }
 
-/* Gives b (its size set) a block of its size class from d's pool: one
- * freed on s or ready, else new memory (the pool trimmed once if the
+/* Gives b (its size set) a block of its size class from d's mempool: one
+ * freed on s or ready, else new memory (the mempool trimmed once if the
  * device is full). On failure nothing stays reserved. */
 static int mempool_take(mgpu__device *d, mgpu__stream *s, mgpu__buf *b) {
   int cls = size_class(b->size, &b->alloc_size);
@@ -492,7 +492,7 @@ static int mempool_take(mgpu__device *d, mgpu__stream *s, mgpu__buf *b) {
   if (blk != NULL) {
     *link = blk->next;
     d->mempool_cached_bytes -= blk->size;
-    mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
+    mgpu__obs_mempool_cached(d->id, -(int64_t)blk->size);
     b->ptr = blk->ptr;
     if (blk->ready) mgpu__free(blk);
     else blk->taken = 1; /* its callback frees the record */
@@ -501,7 +501,7 @@ static int mempool_take(mgpu__device *d, mgpu__stream *s, mgpu__buf *b) {
   if (blk != NULL) return 0;
   int rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
   if (rc != 0) {
-    mgpu_pool_trim(s->dev);
+    mgpu_mempool_trim(s->dev);
     rc = reserve(d, b->alloc_size, MGPU_MEM_DEVICE);
   }
   if (rc != 0) return rc;
@@ -529,11 +529,11 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
   b->kind = MGPU_MEM_DEVICE;
   b->size = size;
   b->pooled = 1;
-  if (d->ops->pool != NULL) {
+  if (d->ops->mempool != NULL) {
     b->alloc_size = size;
     rc = reserve(d, size, MGPU_MEM_DEVICE);
     if (rc != 0) goto fail_struct;
-    rc = d->ops->pool->alloc_async(d->bdev, s->bstream, size, &b->ptr);
+    rc = d->ops->mempool->alloc_async(d->bdev, s->bstream, size, &b->ptr);
     if (rc != 0) goto fail_reserve;
   } else if ((rc = mempool_take(d, s, b)) != 0) {
     goto fail_struct;
@@ -541,8 +541,8 @@ static int malloc_async_on(mgpu_buffer **out, size_t size, mgpu__stream *s) {
   rc = new_handle(b, out);
   if (rc != 0) {
     /* The block has not been used yet: back to the system. */
-    if (d->ops->pool != NULL)
-      d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
+    if (d->ops->mempool != NULL)
+      d->ops->mempool->free_async(d->bdev, s->bstream, b->ptr);
     else
       d->ops->mem_free(d->bdev, MGPU_MEM_DEVICE, b->ptr);
     goto fail_reserve;
@@ -566,7 +566,7 @@ int mgpu_malloc_async(mgpu_buffer **out, size_t size, mgpu_stream *stream) {
 
 /* Runs on a stream worker once the work before the free is done: the block
  * (allocated by mgpu_free_async) goes on its size class's free list. */
-static void pool_return_cb(void *arg) {
+static void mempool_return_cb(void *arg) {
   mempool_block *blk = arg;
   mgpu__device *d = blk->dev;
   mgpu__mutex_lock(&d->mempool_lock);
@@ -581,24 +581,24 @@ static void pool_return_cb(void *arg) {
 }
 
 /* Lists a freed block in its size class (ready, or pending on a stream). */
-static void pool_list(mgpu__device *d, mempool_block *blk) {
+static void mempool_list(mgpu__device *d, mempool_block *blk) {
   int cls = 0;
   while (((size_t)1 << (cls + POOL_MIN_SHIFT)) < blk->size) cls++;
   mgpu__mutex_lock(&d->mempool_lock);
   blk->next = d->mempool_free[cls];
   d->mempool_free[cls] = blk;
   d->mempool_cached_bytes += blk->size;
-  mgpu__obs_pool_cached(d->id, (int64_t)blk->size);
+  mgpu__obs_mempool_cached(d->id, (int64_t)blk->size);
   mgpu__mutex_unlock(&d->mempool_lock);
 }
 
 /* Queues the free of b (its handle closed, not exported) on s: into the
- * device's pool once s gets there, or to the backend's own pool. Puts s
+ * device's mempool once s gets there, or to the backend's own pool. Puts s
  * and frees b. */
 static int free_async_queue(mgpu__buf *b, mgpu__stream *s) {
   int rc, dev = b->dev;
   mgpu__device *d = mgpu__device_get(b->dev);
-  if (d->ops->pool == NULL) {
+  if (d->ops->mempool == NULL) {
     mempool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk == NULL) {
       /* The handle is gone already: give the memory back synchronously. */
@@ -615,18 +615,18 @@ static int free_async_queue(mgpu__buf *b, mgpu__stream *s) {
     blk->freed_on = s;
     /* Listed before the callback is queued, so the callback always finds
      * it listed or taken. */
-    pool_list(d, blk);
-    rc = d->ops->host_callback(d->bdev, s->bstream, pool_return_cb, blk);
+    mempool_list(d, blk);
+    rc = d->ops->host_callback(d->bdev, s->bstream, mempool_return_cb, blk);
     if (rc != 0) {
       /* Not queued: synchronize instead, then the block is ready. */
       d->ops->stream_synchronize(d->bdev, s->bstream);
-      pool_return_cb(blk);
+      mempool_return_cb(blk);
     }
   } else {
-    rc = d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
+    rc = d->ops->mempool->free_async(d->bdev, s->bstream, b->ptr);
     if (rc != 0) {
       d->ops->stream_synchronize(d->bdev, s->bstream);
-      rc = d->ops->pool->free_async(d->bdev, s->bstream, b->ptr);
+      rc = d->ops->mempool->free_async(d->bdev, s->bstream, b->ptr);
     }
     unreserve(d, b->alloc_size, b->kind);
   }
@@ -675,12 +675,12 @@ int mgpu_free_async(mgpu_buffer *h, mgpu_stream *stream) {
   return rc;
 }
 
-static int pool_trim_in(int dev) {
+static int mempool_trim_in(int dev) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
-  if (d->ops->pool != NULL) {
-    rc = d->ops->pool->trim(d->bdev);
+  if (d->ops->mempool != NULL) {
+    rc = d->ops->mempool->trim(d->bdev);
     if (rc != 0) return rc;
   }
   /* Only ready blocks go: a pending one may still be used by its stream. */
@@ -695,7 +695,7 @@ static int pool_trim_in(int dev) {
       }
       *link = blk->next;
       d->mempool_cached_bytes -= blk->size;
-      mgpu__obs_pool_cached(d->id, -(int64_t)blk->size);
+      mgpu__obs_mempool_cached(d->id, -(int64_t)blk->size);
       blk->next = ready;
       ready = blk;
     }
@@ -713,15 +713,18 @@ static int pool_trim_in(int dev) {
   return 0;
 }
 
-int mgpu_pool_trim(int dev) {
-  int rc = mgpu__lib_enter("mgpu_pool_trim");
+int mgpu_mempool_trim(int dev) {
+  int rc = mgpu__lib_enter("mgpu_mempool_trim");
   if (rc != 0) return rc;
-  rc = pool_trim_in(dev);
+  rc = mempool_trim_in(dev);
   mgpu__lib_leave();
   return rc;
 }
 
-void mgpu__mempool_release(mgpu__device *d) { mgpu_pool_trim(d->id); }
+/* The former name, kept for callers built against it. */
+int mgpu_pool_trim(int dev) { return mgpu_mempool_trim(dev); }
+
+void mgpu__mempool_release(mgpu__device *d) { mgpu_mempool_trim(d->id); }
 
 static void release_buffer(void *obj, void *arg) {
   (void)arg;
@@ -729,9 +732,9 @@ static void release_buffer(void *obj, void *arg) {
   mgpu__handle_retire(b->handle);
   if (defer_while_exported(b, 1)) return;
   mgpu__device *d = mgpu__device_get(b->dev);
-  if (b->pooled && d->ops->pool != NULL) {
+  if (b->pooled && d->ops->mempool != NULL) {
     unreserve(d, b->alloc_size, b->kind);
-    mgpu__free(b); /* the backend's pool is destroyed with the device */
+    mgpu__free(b); /* the backend's mempool is destroyed with the device */
     return;
   }
   buf_release_memory(d, b);

@@ -2,7 +2,7 @@
  * that mgpu_allreduce and the other collectives work across processes
  * unchanged. The coll layer meets the local ranks of each collective and
  * hands them to issue() below (mgpu_comm_create_remote), which runs it in
- * three stages:
+ * three phases:
  *   1. within the process: every local rank's input into one buffer on the
  *      leader's device (local rank 0), reduced there with the built-in
  *      element-wise kernel (copies between devices take the copy layer's
@@ -120,7 +120,7 @@ static int leaders_allreduce(mpi_comm_ctx *x, size_t off, size_t count,
                             x->mpi_stream);
 }
 
-/* Chunk by chunk, so that the stages overlap: the local reduction of chunk
+/* Chunk by chunk, so that the phases overlap: the local reduction of chunk
  * k+1 runs on the leader's stream and the copies of chunk k-1 back to the
  * local ranks on theirs while MPI moves chunk k. */
 static int hier_allreduce(mpi_comm_ctx *x, const mgpu_coll_call *c, int n) {

@@ -43,23 +43,6 @@ double mgpu__mpi_deadline(void) {
   return MPI_Wtime() + mgpu__mpi.timeout_ms / 1000.0;
 }
 
-int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
-                            const char *what) {
-  for (;;) {
-    int done = 0;
-    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Test");
-    if (done) return 0;
-    if (MPI_Wtime() > deadline)
-      return mgpu__error(MGPU_ETIMEDOUT,
-                         "rank %d: %s: rank %d did not answer within "
-                         "%d ms", mgpu__mpi.rank, what, peer,
-                         mgpu__mpi.timeout_ms);
-    /* Ranks oversubscribe the cores: let the peer run. */
-    sched_yield();
-  }
-}
-
 int mgpu__mpi_test_all(int n, MPI_Request *reqs, int *done) {
   *done = 1;
   for (int i = 0; i < n; i++) {
@@ -232,7 +215,8 @@ HALF_OP(bf16_prod, mgpu__bf16_to_float, mgpu__float_to_bf16, PROD_OF)
 HALF_OP(bf16_min, mgpu__bf16_to_float, mgpu__float_to_bf16, MIN_OF)
 HALF_OP(bf16_max, mgpu__bf16_to_float, mgpu__float_to_bf16, MAX_OF)
 
-int mgpu__mpi_ops_create(void) {
+/* The MPI reductions of float16 and bfloat16 (mgpu__mpi.half_ops). */
+static int half_ops_create(void) {
   MPI_User_function *fns[2][4] = {
       {f16_sum, f16_prod, f16_min, f16_max},
       {bf16_sum, bf16_prod, bf16_min, bf16_max}};
@@ -244,7 +228,7 @@ int mgpu__mpi_ops_create(void) {
   return 0;
 }
 
-void mgpu__mpi_ops_free(void) {
+static void half_ops_free(void) {
   for (int t = 0; t < 2; t++)
     for (int o = 0; o < 4; o++)
       if (mgpu__mpi.half_ops[t][o] != MPI_OP_NULL)
@@ -679,7 +663,7 @@ int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
     goto fail;
   number_devices();
   choose_path(&env, spec, node_devices);
-  if ((rc = mgpu__mpi_ops_create()) != 0) {
+  if ((rc = half_ops_create()) != 0) {
     mgpu_shutdown();
     goto fail;
   }
@@ -688,7 +672,7 @@ int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
   return 0;
 
 fail:
-  mgpu__mpi_ops_free();
+  half_ops_free();
   MPI_Comm_free(&mgpu__mpi.world);
   return rc;
 }
@@ -697,7 +681,7 @@ int mgpu_mpi_finalize(void) {
   if (!mgpu__mpi.initialized) return 0;
   /* After a data step timed out MPI may still write the bounce buffers. */
   if (!mgpu__mpi.failed) mgpu__mpi_staging_free_all();
-  mgpu__mpi_ops_free();
+  half_ops_free();
   int rc = mgpu_shutdown();
   int fin = 0;
   MPI_Finalized(&fin);

@@ -130,8 +130,6 @@ int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type);
 size_t mgpu__mpi_dtype_size(mgpu_dtype dtype);
 const char *mgpu__mpi_dtype_name(mgpu_dtype dtype);
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop);
-int mgpu__mpi_ops_create(void);
-void mgpu__mpi_ops_free(void);
 
 /* Checks a buffer range (what names the argument in the detail): handle,
  * size, range; stream of the same device. Resolves the handle once, into
@@ -148,10 +146,6 @@ void *mgpu__mpi_addr(const mgpu_buffer_view *view, size_t offset);
  * the device's metrics (mpi_host, mpi_direct, mpi_staged, bytes_mpi). */
 void mgpu__mpi_count(int dev, int path, size_t bytes);
 
-/* Waits for req until the deadline, calling MPI_Test; MGPU_ETIMEDOUT naming
- * peer (what says what was awaited). */
-int mgpu__mpi_wait_deadline(MPI_Request *req, double deadline, int peer,
-                            const char *what);
 /* Waits for a non-blocking collective's request until the deadline (what
  * names the call and chunk in the detail). On timeout: MGPU_ETIMEDOUT naming
  * the ranks that did not come (a roll call among the ranks of comm), and

@@ -118,7 +118,7 @@ void mgpu__obs_mem(int dev, int64_t delta) {
   }
 }
 
-void mgpu__obs_pool_cached(int dev, int64_t delta) {
+void mgpu__obs_mempool_cached(int dev, int64_t delta) {
   obs_device *d = device_at(dev);
   if (d == NULL) return;
   uint64_t now = atomic_fetch_add_explicit(&d->pool_cached, (uint64_t)delta,

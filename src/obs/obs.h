@@ -52,7 +52,7 @@ int mgpu__obs_path(void);
 void mgpu__obs_copy_ran(int dev, int path, uint64_t bytes, uint64_t ns);
 /* The stream-ordered pool of device dev keeps delta more (fewer, when
  * negative) bytes of freed blocks for reuse; they stay in mem_in_use. */
-void mgpu__obs_pool_cached(int dev, int64_t delta);
+void mgpu__obs_mempool_cached(int dev, int64_t delta);
 
 /* Records every device's gauges (memory in use, cached by the pool) as
  * trace counters now: when a recording starts and stops. */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "obs/obs.h"
-#include "obs/trace-internal.h"
+#include "obs/obs-internal.h"
 #include "obs/trace.h"
 #include "util/log.h"
 #include "util/thread.h"

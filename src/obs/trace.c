@@ -13,7 +13,7 @@
  * before both (docs/ARCHITECTURE.md, "Lock order").
  */
 #include "obs/trace.h"
-#include "obs/trace-internal.h"
+#include "obs/obs-internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

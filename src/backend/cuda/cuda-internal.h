@@ -74,7 +74,7 @@ struct mgpu__bdevice {
   CUcontext ctx;       /* what work of this device runs in */
   CUgreenCtx green;    /* NULL unless an SM partition was made */
   int sm_count;        /* SMs of the device or of its partition */
-  cudaMemPool_t pool;  /* this device's stream-ordered pool */
+  cudaMemPool_t mempool; /* this device's stream-ordered mempool */
   struct cudaDeviceProp prop;
   char pci_bus_id[32];
   int numa_node;
@@ -154,7 +154,7 @@ int mgpu__cuda_fail(int dev, cudaError_t err, const char *what);
 /* Built-in kernels (kernels.cu): queues b on s. */
 cudaError_t mgpu__cuda_builtin_launch(const mgpu__builtin *b, cudaStream_t s);
 
-/* Streams, events, copies, launches (stream.c), peers and pools
+/* Streams, events, copies, launches (stream.c), peers and mempools
  * (memory.c), NCCL (nccl.c): the table slots. */
 int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out);
 void mgpu__cuda_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s);
@@ -203,10 +203,10 @@ int mgpu__cuda_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
                                  mgpu__bdevice *sd, const void *src,
                                  size_t size, mgpu__bdevice *s_dev,
                                  mgpu__bstream *s);
-int mgpu__cuda_pool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
+int mgpu__cuda_mempool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
                                 size_t size, void **ptr);
-int mgpu__cuda_pool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
-int mgpu__cuda_pool_trim(mgpu__bdevice *d);
+int mgpu__cuda_mempool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);
+int mgpu__cuda_mempool_trim(mgpu__bdevice *d);
 
 /* Memory other processes map (ipc.c): the ipc slots of the table. */
 int mgpu__cuda_ipc_alloc(mgpu__bdevice *d, size_t size, mgpu__ipc_mem *out,

@@ -271,27 +271,27 @@ static int read_identity(mgpu__bdevice *d) {
   return 0;
 }
 
-/* This device's own pool: freed blocks stay cached (release threshold at
- * its maximum) until pool_trim. Without one (d->pool NULL) the core's pool
- * is used. */
-static void make_pool(mgpu__bdevice *d) {
+/* This device's own mempool: freed blocks stay cached (release threshold
+ * at its maximum) until trimmed. Without one (d->mempool NULL) the core's
+ * mempool is used. */
+static void make_mempool(mgpu__bdevice *d) {
   struct cudaMemPoolProps pp;
   memset(&pp, 0, sizeof pp);
   pp.allocType = cudaMemAllocationTypePinned;
   pp.handleTypes = cudaMemHandleTypeNone;
   pp.location.type = cudaMemLocationTypeDevice;
   pp.location.id = d->ordinal;
-  cudaError_t err = cudaMemPoolCreate(&d->pool, &pp);
+  cudaError_t err = cudaMemPoolCreate(&d->mempool, &pp);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    d->pool = NULL;
+    d->mempool = NULL;
     mgpu__cuda_env->log(MGPU_LOG_INFO, "cuda: device %d: no memory pool (%s); "
-                        "the core's pool is used", d->id,
+                        "the core's mempool is used", d->id,
                         cudaGetErrorName(err));
     return;
   }
   uint64_t threshold = UINT64_MAX;
-  (void)cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold,
+  (void)cudaMemPoolSetAttribute(d->mempool, cudaMemPoolAttrReleaseThreshold,
                                 &threshold);
 }
 
@@ -326,7 +326,7 @@ static int cuda_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   }
   d->ctx = d->primary;
   if ((rc = read_identity(d)) != 0) goto fail;
-  make_pool(d);
+  make_mempool(d);
 
   if (d->split_count > 1) mgpu__cuda_green_open(d);
   mgpu__cuda_leave(&sc);
@@ -345,9 +345,9 @@ static void cuda_close(mgpu__bdevice *d) {
   registry_set(d, NULL);
   mgpu__cuda_scope sc;
   mgpu__cuda_enter_ctx(d->primary, &sc);
-  if (d->pool != NULL) {
+  if (d->mempool != NULL) {
     (void)cudaDeviceSynchronize();
-    (void)cudaMemPoolDestroy(d->pool);
+    (void)cudaMemPoolDestroy(d->mempool);
   }
   /* The calling thread may have the green context current (it called
    * mgpu_set_device for this device): leave it on the GPU's primary
@@ -410,10 +410,10 @@ static int cuda_make_current(mgpu__bdevice *d) {
 
 /* ---- the tables ---- */
 
-static const mgpu__backend_pool_ops cuda_pool_ops = {
-    .alloc_async = mgpu__cuda_pool_alloc_async,
-    .free_async = mgpu__cuda_pool_free_async,
-    .trim = mgpu__cuda_pool_trim,
+static const mgpu__backend_mempool_ops cuda_mempool_ops = {
+    .alloc_async = mgpu__cuda_mempool_alloc_async,
+    .free_async = mgpu__cuda_mempool_free_async,
+    .trim = mgpu__cuda_mempool_trim,
 };
 
 static const mgpu__backend_ipc_ops cuda_ipc_ops = {
@@ -473,7 +473,7 @@ static const mgpu__backend_loss_ops cuda_loss_ops = {
   .peer_enable = mgpu__cuda_peer_enable,                          \
   .peer_disable = mgpu__cuda_peer_disable,                        \
   .memcpy_peer_async = mgpu__cuda_memcpy_peer_async,              \
-  .pool = &cuda_pool_ops, .ipc = &cuda_ipc_ops, .loss = &cuda_loss_ops
+  .mempool = &cuda_mempool_ops, .ipc = &cuda_ipc_ops, .loss = &cuda_loss_ops
 
 static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
 

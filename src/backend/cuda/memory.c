@@ -1,5 +1,5 @@
 /* Memory of CUDA devices: device, pinned and unified allocations, the
- * stream-ordered pool (cudaMallocFromPoolAsync on a pool of each mgpu
+ * stream-ordered mempool (cudaMallocFromPoolAsync on a CUDA pool of each mgpu
  * device), and peer access between GPUs.
  *
  * Allocations are made in the GPU's primary context, which the green
@@ -103,15 +103,15 @@ int mgpu__cuda_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
   return 0;
 }
 
-/* Lets the pool of owner be read and written by the GPU of user. */
-static void pool_grant(mgpu__bdevice *owner, mgpu__bdevice *user, int on) {
-  if (owner->pool == NULL) return;
+/* Lets the mempool of owner be read and written by the GPU of user. */
+static void mempool_grant(mgpu__bdevice *owner, mgpu__bdevice *user, int on) {
+  if (owner->mempool == NULL) return;
   struct cudaMemAccessDesc desc;
   memset(&desc, 0, sizeof desc);
   desc.location.type = cudaMemLocationTypeDevice;
   desc.location.id = user->ordinal;
   desc.flags = on ? cudaMemAccessFlagsProtReadWrite : cudaMemAccessFlagsProtNone;
-  if (cudaMemPoolSetAccess(owner->pool, &desc, 1) != cudaSuccess)
+  if (cudaMemPoolSetAccess(owner->mempool, &desc, 1) != cudaSuccess)
     (void)cudaGetLastError();
 }
 
@@ -125,7 +125,7 @@ int mgpu__cuda_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer) {
     (void)cudaGetLastError();
     err = cudaSuccess;
   }
-  if (err == cudaSuccess) pool_grant(peer, d, 1);
+  if (err == cudaSuccess) mempool_grant(peer, d, 1);
   mgpu__cuda_leave(&sc);
   if (err != cudaSuccess) {
     char what[96];
@@ -177,15 +177,15 @@ int mgpu__cuda_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
   return 0;
 }
 
-/* ---- stream-ordered pool ---- */
+/* ---- stream-ordered mempool ---- */
 
-int mgpu__cuda_pool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
+int mgpu__cuda_mempool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
                                 size_t size, void **ptr) {
   *ptr = NULL;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(d, &sc);
-  cudaError_t err = d->pool != NULL
-                        ? cudaMallocFromPoolAsync(ptr, size, d->pool, s->s)
+  cudaError_t err = d->mempool != NULL
+                        ? cudaMallocFromPoolAsync(ptr, size, d->mempool, s->s)
                         : cudaMallocAsync(ptr, size, s->s);
   mgpu__cuda_leave(&sc);
   if (err != cudaSuccess) {
@@ -197,7 +197,7 @@ int mgpu__cuda_pool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
   return 0;
 }
 
-int mgpu__cuda_pool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr) {
+int mgpu__cuda_mempool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr) {
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(d, &sc);
   cudaError_t err = cudaFreeAsync(ptr, s->s);
@@ -206,11 +206,11 @@ int mgpu__cuda_pool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr) {
   return 0;
 }
 
-int mgpu__cuda_pool_trim(mgpu__bdevice *d) {
-  if (d->pool == NULL) return 0;
+int mgpu__cuda_mempool_trim(mgpu__bdevice *d) {
+  if (d->mempool == NULL) return 0;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter_ctx(d->primary, &sc);
-  cudaError_t err = cudaMemPoolTrimTo(d->pool, 0);
+  cudaError_t err = cudaMemPoolTrimTo(d->mempool, 0);
   mgpu__cuda_leave(&sc);
   if (err != cudaSuccess)
     return mgpu__cuda_fail(d->id, err, "cudaMemPoolTrimTo");

@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "backend/ipc.h"
 #include "mgpu/error.h"
 #include "util/fault.h"

@@ -3,7 +3,7 @@
  * latest number and parks its stream on the event if reached early. */
 #include <stdatomic.h>
 
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "mgpu/error.h"
 #include "obs/trace.h"
 #include "util/fault.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backend/graph.h"
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "mgpu/error.h"
 #include "obs/trace.h"
 #include "util/fault.h"

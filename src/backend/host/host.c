@@ -35,9 +35,10 @@
  * worker.c the workers and how each operation runs, device.c devices,
  * memory.c memory and peer access, stream.c streams, event.c events,
  * work.c the work queued on streams, graph.c graphs, ipc.c memory shared
- * between processes, kernels.c the built-in kernels; host.h their state.
+ * between processes, kernels.c the built-in kernels; host-internal.h their
+ * state.
  */
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "backend/ipc.h"
 #include "mgpu/dlpack.h"
 

@@ -9,7 +9,7 @@
  * (src/util/elementwise.c), shared with the collectives' host reductions. */
 #include <stdint.h>
 
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "util/elementwise.h"
 #include "util/half.h"
 

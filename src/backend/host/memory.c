@@ -3,7 +3,7 @@
  * unless the configuration forbids it. */
 #include <sys/mman.h>
 
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "mgpu/error.h"
 #include "obs/obs.h"
 #include "util/fault.h"

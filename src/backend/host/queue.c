@@ -1,7 +1,7 @@
 /* The host backend's queues: each device's ready list of streams that have
  * work, and the operations queued on a stream (allocated here, freed by
  * the worker that ran them). */
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "mgpu/error.h"
 #include "obs/trace.h"
 #include "util/fault.h"

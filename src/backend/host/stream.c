@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "mgpu/error.h"
 #include "obs/trace.h"
 #include "util/fault.h"

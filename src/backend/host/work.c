@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/host/host.h"
+#include "backend/host/host-internal.h"
 #include "mgpu/error.h"
 #include "obs/obs.h"
 #include "obs/trace.h"

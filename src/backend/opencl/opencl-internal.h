@@ -78,10 +78,6 @@ typedef struct mgpu__ocl_phys {
   mgpu__ocl_prog *progs;
 } mgpu__ocl_phys;
 
-/* The probe's result (opencl.c): nphys devices, set once. */
-extern mgpu__ocl_phys *mgpu__ocl_phys_list;
-extern int mgpu__ocl_nphys;
-
 struct mgpu__bdevice {
   int id; /* mgpu device id */
   int ordinal;
@@ -139,7 +135,6 @@ const char *mgpu__ocl_err_name(cl_int err);
  * every split of the same physical device) and return MGPU_EDEVLOST. */
 int mgpu__ocl_fail(mgpu__bdevice *d, cl_int err, const char *what);
 int mgpu__ocl_lost(mgpu__bdevice *d, char *why, size_t why_size);
-void mgpu__ocl_lose(mgpu__bdevice *d, const char *why);
 
 /* ---- the table's slots ---- */
 

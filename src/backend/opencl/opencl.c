@@ -18,8 +18,9 @@
 #define PLUGIN_EXPORT __attribute__((visibility("default")))
 
 const mgpu__backend_env *mgpu__ocl_env;
-mgpu__ocl_phys *mgpu__ocl_phys_list;
-int mgpu__ocl_nphys;
+/* The probe's result: nphys devices, set once. */
+static mgpu__ocl_phys *phys_list;
+static int nphys;
 
 /* probe_lock guards the probe (once) and its result's publication. */
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -88,7 +89,7 @@ static void lose_one(mgpu__bdevice *d, const char *why) {
   mgpu__ocl_env->log(MGPU_LOG_WARN, "opencl device %d lost: %s", d->id, why);
 }
 
-void mgpu__ocl_lose(mgpu__bdevice *d, const char *why) {
+static void ocl_lose(mgpu__bdevice *d, const char *why) {
   pthread_mutex_lock(&registry_lock);
   lose_one(d, why);
   pthread_mutex_unlock(&registry_lock);
@@ -254,8 +255,8 @@ static int probe_all(void) {
     mgpu__free(list);
     goto fail;
   }
-  mgpu__ocl_phys_list = list;
-  mgpu__ocl_nphys = n;
+  phys_list = list;
+  nphys = n;
   return 0;
 fail:
   snprintf(probe_detail, sizeof probe_detail, "no OpenCL device can be used: "
@@ -274,7 +275,7 @@ static int ocl_probe(int *count) {
   int rc = probe_rc;
   pthread_mutex_unlock(&probe_lock);
   if (rc != 0) return mgpu__error(rc, "%s", probe_detail);
-  *count = mgpu__ocl_nphys;
+  *count = nphys;
   return 0;
 }
 
@@ -298,7 +299,7 @@ static int ocl_open(const mgpu__device_spec *spec, mgpu__bdevice **out) {
   d->ordinal = spec->ordinal;
   d->split_index = spec->split_index;
   d->split_count = spec->split_count > 0 ? spec->split_count : 1;
-  d->phys = &mgpu__ocl_phys_list[spec->ordinal];
+  d->phys = &phys_list[spec->ordinal];
   if (d->split_count > 1)
     d->sub = mgpu__ocl_subdevice_get(d->phys, d->id, d->split_index,
                                      d->split_count);
@@ -369,7 +370,7 @@ static int ocl_make_current(mgpu__bdevice *d) {
 /* ---- the table ---- */
 
 static const mgpu__backend_loss_ops ocl_loss_ops = {
-    .lose = mgpu__ocl_lose,
+    .lose = ocl_lose,
     .lost = mgpu__ocl_lost,
 };
 

@@ -1,7 +1,7 @@
 /* What the trace recorder (trace.c) hands the writer of the file
  * (trace-file.c). Internal to src/obs/. */
-#ifndef MGPU_OBS_TRACE_INTERNAL_H
-#define MGPU_OBS_TRACE_INTERNAL_H
+#ifndef MGPU_OBS_INTERNAL_H
+#define MGPU_OBS_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -44,4 +44,4 @@ void mgpu__trace_free_dead(void);
  * UINT32_MAX: the process's name. */
 int mgpu__trace_name_of(int dev, uint32_t track, char *out, size_t size);
 
-#endif /* MGPU_OBS_TRACE_INTERNAL_H */
+#endif /* MGPU_OBS_INTERNAL_H */

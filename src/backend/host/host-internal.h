@@ -6,8 +6,8 @@
  * lock (docs/ARCHITECTURE.md, "Lock order"); two devices' locks are held
  * together only through try-locks (stream_lock_idle).
  */
-#ifndef MGPU_BACKEND_HOST_H
-#define MGPU_BACKEND_HOST_H
+#ifndef MGPU_BACKEND_HOST_INTERNAL_H
+#define MGPU_BACKEND_HOST_INTERNAL_H
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -226,4 +226,4 @@ MGPU__BACKEND_GRAPH_SLOTS(MGPU__HOST_GRAPH_SLOT)
 /* Runs a built-in kernel on the calling thread (kernels.c). */
 void mgpu__host_builtin_run(const mgpu__builtin *b);
 
-#endif /* MGPU_BACKEND_HOST_H */
+#endif /* MGPU_BACKEND_HOST_INTERNAL_H */
