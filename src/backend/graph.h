@@ -86,7 +86,14 @@ typedef struct mgpu__bgraph_node {
 typedef struct mgpu__bgraph_part {
   const mgpu__bgraph_node *nodes; /* copied by graph_create */
   int n;
-  mgpu__graph_board *board;
+  mgpu__graph_board *board; /* NULL when no node waits or posts */
+  /* Streams of other devices (the same backend's) whose first failure the
+   * part takes over once its nodes ran, so that the stream it runs on
+   * reports it (copied by graph_create; the streams outlive the part's
+   * runs, unless graph_cancel was called: a cancelled part adopts nothing
+   * from then on). The graph layer's tail of a launch uses it. */
+  struct mgpu__bstream *const *adopt;
+  int nadopt;
 } mgpu__bgraph_part;
 
 #endif /* MGPU_BACKEND_GRAPH_H */

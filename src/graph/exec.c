@@ -35,6 +35,10 @@ typedef struct mgpu__exec {
    * and the start recorded on a caller's stream of that device. */
   mgpu_event *end[MGPU_MAX_DEVICES];
   mgpu_event *start[MGPU_MAX_DEVICES];
+  /* By caller's device, made at its first launch (parts.c): the tail that
+   * moves the other devices' failures onto the caller's stream, or NULL. */
+  void *tail[MGPU_MAX_DEVICES];
+  int tail_made[MGPU_MAX_DEVICES];
   mgpu_stream *last_stream; /* of the last launch, or NULL */
   int last_dev;             /* its device */
   /* One part per device (parts.c), or NULL: node by node. After an
@@ -168,6 +172,7 @@ static int exec_free(mgpu__exec *x) {
       if (rc == 0) rc = r;
     }
     if (x->end[i] != NULL) mgpu_event_destroy(x->end[i]);
+    mgpu__parts_tail_free(i, x->tail[i]);
     if (x->start[i] != NULL) mgpu_event_destroy(x->start[i]);
   }
   for (int i = 0; x->done != NULL && i < x->n; i++)
@@ -310,6 +315,11 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
   int rc = event_of(&x->start[sdev], sdev);
   if (rc == 0) rc = event_of(&x->end[sdev], sdev);
+  if (rc == 0 && !x->tail_made[sdev]) {
+    rc = mgpu__parts_tail_make(sdev, x->streams, x->devs, x->ndevs,
+                               &x->tail[sdev]);
+    x->tail_made[sdev] = rc == 0;
+  }
   for (int i = 0; rc == 0 && i < x->ndevs; i++) {
     int dev = x->devs[i];
     on[dev] = dev == sdev ? stream : x->streams[dev];
@@ -345,7 +355,20 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     rc = mgpu_event_record(x->end[dev], on[dev]);
     if (rc == 0) rc = mgpu_stream_wait_event(stream, x->end[dev]);
   }
+  /* The other devices' failures surface on the caller's stream, as its
+   * own nodes' do. */
+  int tailed = 0;
+  if (rc == 0 && x->tail[sdev] != NULL) {
+    rc = mgpu__parts_tail_launch(sdev, x->tail[sdev], stream, launch);
+    tailed = rc == 0;
+  }
   if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
+  if (rc != 0 && tailed) {
+    mgpu__parts_tail_cancel(sdev, x->tail[sdev]);
+    mgpu__parts_tail_free(sdev, x->tail[sdev]);
+    x->tail[sdev] = NULL;
+    x->tail_made[sdev] = 0;
+  }
   if (rc == 0) {
     x->last_stream = stream;
     x->last_dev = sdev;
@@ -453,6 +476,9 @@ int mgpu_graph_exec_synchronize(mgpu_graph_exec *h) {
   int rc = exec_get(h, &x);
   if (rc != 0) return rc;
   mgpu__mutex_lock(&x->lock);
+  /* The end of the last launch first: a launch's tail may have moved a
+   * failure onto its caller's stream, which reports it then. */
+  if (x->last_stream != NULL) rc = mgpu_event_synchronize(x->end[x->last_dev]);
   for (int i = 0; i < x->ndevs; i++) {
     int r = mgpu_stream_synchronize(x->streams[x->devs[i]]);
     if (r != 0 && rc == 0) {
@@ -461,10 +487,6 @@ int mgpu_graph_exec_synchronize(mgpu_graph_exec *h) {
       rc = mgpu__error(r, "mgpu_graph_exec_synchronize: a node on device %d "
                        "failed: %s", x->devs[i], detail);
     }
-  }
-  if (x->last_stream != NULL) {
-    int r = mgpu_event_synchronize(x->end[x->last_dev]);
-    if (rc == 0) rc = r;
   }
   mgpu__mutex_unlock(&x->lock);
   mgpu__handle_put(x->handle);

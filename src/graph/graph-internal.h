@@ -73,6 +73,22 @@ void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch);
  * done). */
 void mgpu__parts_free(mgpu__parts *p);
 
+/* The tail of a launch from a stream of device dev (streams by device,
+ * devs the graph's devices): queued on that stream after it waited for
+ * every other device's part, it takes over their parts' failures, so that
+ * the launching stream reports them. *out NULL (and 0) when dev or a
+ * device of the graph lacks graph slots or is another backend's: the
+ * failures then stay on the graph's streams. */
+int mgpu__parts_tail_make(int dev, mgpu_stream *const *streams,
+                          const int *devs, int ndevs, void **out);
+int mgpu__parts_tail_launch(int dev, void *tail, mgpu_stream *stream,
+                            uint64_t launch);
+/* A launch failed after its tail was queued (the launch's end is not
+ * recorded, so freeing the graph would not wait for it): the tail adopts
+ * nothing from then on; the caller drops it and makes another. */
+void mgpu__parts_tail_cancel(int dev, void *tail);
+void mgpu__parts_tail_free(int dev, void *tail);
+
 /* Issues one node's call on stream (the public call it records). */
 int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);
 

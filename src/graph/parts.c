@@ -161,7 +161,7 @@ static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
     b->nwaits = (int)(&waits[w] - b->waits);
   }
   mgpu__device *d = mgpu__device_get(dev);
-  mgpu__bgraph_part part = {buf, m, p->board};
+  mgpu__bgraph_part part = {buf, m, p->board, NULL, 0};
   return d->ops->graph->create(d->bdev, &part, &p->part[dev]);
 }
 
@@ -258,4 +258,47 @@ int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
     mgpu__metric_add(dev, MGPU__M_kernels_launched, (uint64_t)p->kernels[dev]);
   mgpu__stream_put(s);
   return rc;
+}
+
+int mgpu__parts_tail_make(int dev, mgpu_stream *const *streams,
+                          const int *devs, int ndevs, void **out) {
+  *out = NULL;
+  mgpu__device *d = mgpu__device_get(dev);
+  if (d == NULL || d->ops->graph == NULL) return 0;
+  struct mgpu__bstream *adopt[MGPU_MAX_DEVICES];
+  int nadopt = 0, rc = 0;
+  for (int i = 0; rc == 0 && i < ndevs; i++) {
+    mgpu__device *o = mgpu__device_get(devs[i]);
+    mgpu__stream *s;
+    if (devs[i] == dev) continue;
+    if (o == NULL || o->ops != d->ops) return 0; /* another backend's */
+    if ((rc = mgpu__stream_get(streams[devs[i]], &s)) != 0) break;
+    adopt[nadopt++] = s->bstream; /* the executable graph keeps s */
+    mgpu__stream_put(s);
+  }
+  if (rc != 0 || nadopt == 0) return rc;
+  mgpu__bgraph_part part = {.nodes = NULL, .n = 0, .board = NULL,
+                            .adopt = adopt, .nadopt = nadopt};
+  return d->ops->graph->create(d->bdev, &part, out);
+}
+
+int mgpu__parts_tail_launch(int dev, void *tail, mgpu_stream *stream,
+                            uint64_t launch) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(dev);
+  rc = d->ops->graph->launch(d->bdev, tail, s->bstream, launch);
+  mgpu__stream_put(s);
+  return rc;
+}
+
+void mgpu__parts_tail_cancel(int dev, void *tail) {
+  mgpu__device *d = mgpu__device_get(dev);
+  d->ops->graph->cancel(d->bdev, tail, 0);
+}
+
+void mgpu__parts_tail_free(int dev, void *tail) {
+  mgpu__device *d = mgpu__device_get(dev);
+  if (tail != NULL && d != NULL) d->ops->graph->destroy(d->bdev, tail);
 }

@@ -21,12 +21,21 @@ struct host_graph {
   mgpu__bgraph_node *nodes; /* args and waits point into blob */
   int n;
   void *blob;
+  mgpu__bstream **adopt; /* mgpu__bgraph_part's */
+  int nadopt;
+  /* adopt_lock guards adopt_off, set by a cancel: from then on no run
+   * looks at the adopted streams, which may be freed. Lock order: it, then
+   * a device's lock. */
+  mgpu__mutex adopt_lock;
+  int adopt_off;
 };
 
 void mgpu__host_graph_unref(host_graph *g) {
   if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
     return;
-  mgpu__graph_board_unref(g->board);
+  if (g->board != NULL) mgpu__graph_board_unref(g->board);
+  mgpu__mutex_destroy(&g->adopt_lock);
+  mgpu__free(g->adopt);
   mgpu__free(g->blob);
   mgpu__free(g->nodes);
   mgpu__free(g);
@@ -119,6 +128,33 @@ static void run_graph_node(mgpu__bdevice *d, mgpu__bstream *s,
   }
 }
 
+/* Takes over the first failure of each of g's adopted streams (cleared
+ * there) onto s, the stream g's part ran on: the failure of a node of
+ * another device surfaces where the launch was queued. */
+static void adopt_failures(mgpu__bdevice *d, mgpu__bstream *s,
+                           host_graph *g) {
+  if (g->nadopt == 0) return;
+  mgpu__mutex_lock(&g->adopt_lock);
+  for (int i = 0; !g->adopt_off && i < g->nadopt; i++) {
+    mgpu__bstream *a = g->adopt[i];
+    char detail[sizeof a->error_detail];
+    mgpu__mutex_lock(&a->dev->lock);
+    int err = a->error;
+    memcpy(detail, a->error_detail, sizeof detail);
+    a->error = 0;
+    mgpu__mutex_unlock(&a->dev->lock);
+    if (err == 0) continue;
+    mgpu__mutex_lock(&d->lock);
+    if (s->error == 0) {
+      s->error = err;
+      snprintf(s->error_detail, sizeof s->error_detail, "graph launch: %s",
+               detail);
+    }
+    mgpu__mutex_unlock(&d->lock);
+  }
+  mgpu__mutex_unlock(&g->adopt_lock);
+}
+
 /* Runs o's nodes from the next one on, until the end or a node whose
  * wait is not over after a short spin: there the worker gives the stream
  * back (mgpu__host_worker_main), to come back to that node once it is
@@ -153,6 +189,7 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     }
     o->u.graph.next++;
   }
+  adopt_failures(d, s, g);
 }
 
 int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
@@ -165,11 +202,13 @@ int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
   if (g != NULL) {
     g->nodes = mgpu__calloc((size_t)part->n + 1, sizeof *g->nodes);
     g->blob = mgpu__malloc(blob_size + 1);
+    g->adopt = mgpu__calloc((size_t)part->nadopt + 1, sizeof *g->adopt);
   }
-  if (g == NULL || g->nodes == NULL || g->blob == NULL) {
+  if (g == NULL || g->nodes == NULL || g->blob == NULL || g->adopt == NULL) {
     if (g != NULL) {
       mgpu__free(g->nodes);
       mgpu__free(g->blob);
+      mgpu__free(g->adopt);
     }
     mgpu__free(g);
     return mgpu__host_op_nomem(d);
@@ -190,9 +229,12 @@ int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
     g->nodes[i].waits = (const int *)at;
     at += bytes;
   }
+  for (int i = 0; i < part->nadopt; i++) g->adopt[i] = part->adopt[i];
+  g->nadopt = part->nadopt;
   g->n = part->n;
   g->board = part->board;
-  mgpu__graph_board_ref(g->board);
+  if (g->board != NULL) mgpu__graph_board_ref(g->board);
+  mgpu__mutex_init(&g->adopt_lock);
   atomic_init(&g->refs, 1);
   *out = g;
   return 0;
@@ -217,6 +259,11 @@ void mgpu__host_graph_cancel(mgpu__bdevice *d, void *graph,
   for (int i = 0; i < g->n; i++)
     if (g->nodes[i].signal >= 0)
       board_post(g->board, g->nodes[i].signal, 2 * launch + 1);
+  if (g->nadopt > 0) {
+    mgpu__mutex_lock(&g->adopt_lock);
+    g->adopt_off = 1;
+    mgpu__mutex_unlock(&g->adopt_lock);
+  }
 }
 
 void mgpu__host_graph_destroy(mgpu__bdevice *d, void *graph) {
