@@ -51,6 +51,12 @@ static void copy_streaming(void *dst, const void *src, size_t size) {
 #endif
 }
 
+void mgpu__host_sync_wake(mgpu__bdevice *d, mgpu__bstream *s) {
+  if (s->syncs == 0 || s->sync_at == 0 || s->nfinished < s->sync_at) return;
+  s->sync_at = 0; /* each waiter not done yet registers again */
+  mgpu__cond_broadcast(&d->idle);
+}
+
 /* Puts the parked streams of list w (linked through wait_next, taken off
  * whatever they waited on) back on their devices' ready lists. */
 void mgpu__host_unpark(mgpu__bstream *w) {
@@ -376,9 +382,10 @@ void *mgpu__host_worker_main(void *arg) {
     s->head = o->next;
     if (s->head == NULL) {
       s->tail = NULL;
+      s->sync_at = 0;
       mgpu__cond_broadcast(&d->idle);
     } else {
-      if (s->syncs > 0) mgpu__cond_broadcast(&d->idle);
+      mgpu__host_sync_wake(d, s);
       mgpu__host_ready_push(d, s);
     }
     mgpu__host_op_free(o);
