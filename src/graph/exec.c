@@ -310,9 +310,33 @@ static int parts_refresh(mgpu__exec *x) {
   return 0;
 }
 
+/* Queues one run as parts joined to stream through their board (x->lock
+ * held, the handles checked, x->parts joins sdev): no event between the
+ * caller's stream and the parts, whose waits spin before they park. */
+static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev) {
+  mgpu_stream *on[MGPU_MAX_DEVICES];
+  int rc = event_of(&x->end[sdev], sdev), tailed = 0;
+  for (int i = 0; i < x->ndevs; i++)
+    on[x->devs[i]] = x->devs[i] == sdev ? stream : x->streams[x->devs[i]];
+  if (rc == 0 && x->last_stream != NULL && x->last_stream != stream)
+    rc = mgpu_stream_wait_event(stream, x->end[x->last_dev]);
+  if (rc == 0)
+    rc = mgpu__parts_run(x->parts, sdev, stream, on, ++x->launches, &tailed);
+  if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
+  if (rc != 0 && tailed) mgpu__parts_drop_tail(x->parts, sdev);
+  if (rc == 0) {
+    x->last_stream = stream;
+    x->last_dev = sdev;
+  }
+  return rc;
+}
+
 /* Queues one run (x->lock held, the handles checked). */
 static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
+  int joined = x->parts != NULL
+                   ? mgpu__parts_joins(x->parts, sdev, x->streams) : 0;
+  if (joined != 0) return joined > 0 ? issue_joined(x, stream, sdev) : joined;
   int rc = event_of(&x->start[sdev], sdev);
   if (rc == 0) rc = event_of(&x->end[sdev], sdev);
   if (rc == 0 && !x->tail_made[sdev]) {
@@ -334,6 +358,7 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     if (x->devs[i] != sdev)
       rc = mgpu_stream_wait_event(on[x->devs[i]], x->start[sdev]);
   uint64_t launch = ++x->launches;
+  if (rc == 0 && x->parts != NULL) mgpu__parts_start(x->parts, launch);
   for (int i = 0; rc == 0 && x->parts != NULL && i < x->ndevs; i++) {
     rc = mgpu__parts_launch(x->parts, x->devs[i], on[x->devs[i]], launch);
     for (int j = i; rc != 0 && j < x->ndevs; j++) /* it and the rest */

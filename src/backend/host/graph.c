@@ -99,9 +99,18 @@ static void graph_wait_lost(mgpu__bdevice *d, mgpu__bstream *s, int node,
   mgpu__mutex_lock(&d->lock);
   if (s->error == 0) {
     s->error = MGPU_EDEVLOST;
-    snprintf(s->error_detail, sizeof s->error_detail,
-             "host device %d: graph node %d waited for a node of host device "
-             "%d, which was lost", d->id, node, lost_dev);
+    if (lost_dev < 0) /* the start, posted on the launching stream */
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "host device %d: a graph launch's part waited for the "
+               "launching stream, whose device was lost", d->id);
+    else if (node < 0) /* the end of a part, awaited on the launching stream */
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "host device %d: a graph launch waited for its part on host "
+               "device %d, which was lost", d->id, lost_dev);
+    else
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "host device %d: graph node %d waited for a node of host "
+               "device %d, which was lost", d->id, node, lost_dev);
   }
   mgpu__mutex_unlock(&d->lock);
 }
@@ -182,7 +191,7 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
                         g->board->signal_device[n->waits[j]]);
     if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
     if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
-    if (t0 != 0) {
+    if (t0 != 0 && n->node >= 0) { /* not the joins with the launch */
       mgpu__trace_arg a[] = {MGPU__TARG_I("node", n->node)};
       mgpu__trace_span(d->id, s->track, names[n->kind], t0, mgpu__now_ns(),
                        a, 1);
