@@ -43,7 +43,11 @@ struct mgpu__graph_board {
   mgpu__mutex lock;
   struct mgpu__bstream *parked;
   _Atomic int nparked;
-  mgpu__spin spin; /* the waits' spin budget */
+  /* By signal, the spin budget of its waits: each edge adapts its own, so
+   * that a wait that is usually long (the launch's end, while the other
+   * device computes) soon parks at once without shortening the spin of
+   * one that its partner usually meets in time. */
+  mgpu__spin *spins;
 };
 
 static inline void mgpu__graph_board_ref(mgpu__graph_board *b) {

@@ -134,6 +134,7 @@ static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
 static void board_release(mgpu__graph_board *b) {
   mgpu__free((void *)b->signals);
   mgpu__free(b->signal_device);
+  mgpu__free(b->spins);
   mgpu__mutex_destroy(&b->lock);
   mgpu__free(b);
 }
@@ -210,7 +211,9 @@ static int parts_signals(mgpu__parts *p, const mgpu__gnode *nodes, int n) {
   }
   p->board->signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
   p->board->signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
-  if (p->board->signals == NULL || p->board->signal_device == NULL)
+  p->board->spins = mgpu__calloc((size_t)nsignals + 1, sizeof(mgpu__spin));
+  if (p->board->signals == NULL || p->board->signal_device == NULL ||
+      p->board->spins == NULL)
     return mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
                        "memory for %d signals", nsignals);
   p->board->nsignals = nsignals;

@@ -182,7 +182,7 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     int sig;
     if (!lost && (sig = pending_wait(o)) >= 0) {
       counter_target w = {&g->board->signals[sig], posted};
-      if (!mgpu__spin_until(&g->board->spin, counter_reached, &w)) return;
+      if (!mgpu__spin_until(&g->board->spins[sig], counter_reached, &w)) return;
       continue; /* look at every wait of the node again */
     }
     for (int j = 0; !lost && j < n->nwaits; j++)
@@ -190,6 +190,10 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
         graph_wait_lost(d, s, n->node,
                         g->board->signal_device[n->waits[j]]);
     if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
+    /* The part's span (all its slices) before its last post: the launching
+     * stream may be done once that is seen. */
+    if (o->u.graph.next == g->n - 1 && mgpu__trace_enabled())
+      mgpu__host_trace_op(s, o, o->u.graph.t0, mgpu__now_ns());
     if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
     if (t0 != 0 && n->node >= 0) { /* not the joins with the launch */
       mgpu__trace_arg a[] = {MGPU__TARG_I("node", n->node)};

@@ -78,6 +78,8 @@ typedef struct op {
       host_graph *graph;
       uint64_t launch;
       int next; /* the node to run next (owned by the running worker) */
+      uint64_t t0; /* when its first slice began (a part that waits runs
+                      in slices; its trace span covers them all) */
     } graph;
   } u;
 } op;
@@ -194,6 +196,10 @@ int mgpu__host_op_nomem(mgpu__bdevice *d);
  * thread). op_free releases an operation that ran or was never queued;
  * lose_locked marks d lost (d->lock held). */
 void mgpu__host_unpark(mgpu__bstream *w);
+/* The span of operation o that ran from t0 to t1 on s (and the arrow of a
+ * wait before it). */
+void mgpu__host_trace_op(mgpu__bstream *s, const op *o, uint64_t t0,
+                         uint64_t t1);
 /* s->dev->lock held, an operation of s just finished: wakes the threads in
  * synchronize once the count one of them waits for is reached. */
 void mgpu__host_sync_wake(mgpu__bdevice *d, mgpu__bstream *s);

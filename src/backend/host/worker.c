@@ -163,7 +163,8 @@ static const char *const copy_span[MGPU_METRIC_PATHS] = {
 
 /* The span of an operation that ran from t0 to t1 on stream s, and the
  * arrow a wait before it left. */
-static void trace_op(mgpu__bstream *s, const op *o, uint64_t t0, uint64_t t1) {
+void mgpu__host_trace_op(mgpu__bstream *s, const op *o, uint64_t t0,
+                         uint64_t t1) {
   if (s->arrow_name != NULL) {
     mgpu__trace_flow(s->arrow_name, s->arrow_from,
                      (mgpu__trace_point){s->dev->id, s->track,
@@ -239,6 +240,7 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       o->u.callback.fn(o->u.callback.arg);
       break;
     case OP_GRAPH:
+      if (o->u.graph.t0 == 0) o->u.graph.t0 = t0;
       mgpu__host_graph_run(d, s, o);
       break;
     case OP_RECORD:
@@ -262,7 +264,9 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   mgpu__host_env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, t1 - t0);
   if (o->kind == OP_COPY && o->u.copy.path >= 0)
     mgpu__obs_copy_ran(d->id, o->u.copy.path, o->u.copy.size, t1 - t0);
-  if (mgpu__trace_enabled()) trace_op(s, o, t0, t1);
+  /* A graph part traces itself (mgpu__host_graph_run). */
+  if (mgpu__trace_enabled() && o->kind != OP_GRAPH)
+    mgpu__host_trace_op(s, o, t0, t1);
 }
 
 void mgpu__host_op_free(op *o) {
