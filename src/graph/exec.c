@@ -10,11 +10,14 @@
  * every node in order (a node waiting for another device's node waits for
  * that node's event first), and lets the caller's stream wait for every
  * other device's end: the caller's later work waits for the whole run, and
- * the nodes wait for the caller's earlier work. A failure of a node on
- * another device surfaces at the next launch (or at the destroy), which
- * finds it on that device's stream. Each node is issued through the public
- * call it records, so every backend replays graphs, node by node;
- * docs/graphs.md says what a backend with graph slots would save.
+ * the nodes wait for the caller's earlier work. On host devices a tail on
+ * the caller's stream moves a failure of a node on another device onto it;
+ * elsewhere such a failure surfaces at the next launch (or at the
+ * destroy), which finds it on that device's stream. Where every device
+ * holds parts (parts.c), the start and end are signals of the parts'
+ * board instead of events (issue_joined). Each node is issued through
+ * the public call it records, so every backend replays graphs, node by
+ * node; docs/graphs.md says what a backend with graph slots saves.
  */
 #include <stdio.h>
 #include <string.h>

@@ -3,7 +3,10 @@
  *
  * The part of a device holds its nodes in the graph's issue order with
  * pointers resolved (buffer + offset); an edge from a node of another
- * device becomes a signal on the board that every part shares. A graph is
+ * device becomes a signal on the board that every part shares, and so do
+ * the joins of a launch with its caller's stream (a head part there posts
+ * the start every part waits for first; each part posts its end, which a
+ * tail part there waits for). A graph is
  * cut into parts only when every node can be run in place by its device's
  * backend: a kernel with a host variant, a copy between memories the
  * devices reach directly (same device or direct peer path), memset, the
