@@ -334,6 +334,31 @@ static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   return rc;
 }
 
+/* The end of launch number launch on the caller's stream, after it
+ * waited for every other device's end (issue). */
+static int issue_end(mgpu__exec *x, mgpu_stream *stream, int sdev,
+                     uint64_t launch) {
+  /* The other devices' failures surface on the caller's stream, as its
+   * own nodes' do. */
+  int rc = 0, tailed = 0;
+  if (x->tail[sdev] != NULL) {
+    rc = mgpu__parts_tail_launch(sdev, x->tail[sdev], stream, launch);
+    tailed = rc == 0;
+  }
+  if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
+  if (rc != 0 && tailed) {
+    mgpu__parts_tail_cancel(sdev, x->tail[sdev]);
+    mgpu__parts_tail_free(sdev, x->tail[sdev]);
+    x->tail[sdev] = NULL;
+    x->tail_made[sdev] = 0;
+  }
+  if (rc == 0) {
+    x->last_stream = stream;
+    x->last_dev = sdev;
+  }
+  return rc;
+}
+
 /* Queues one run (x->lock held, the handles checked). */
 static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
@@ -383,25 +408,7 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     rc = mgpu_event_record(x->end[dev], on[dev]);
     if (rc == 0) rc = mgpu_stream_wait_event(stream, x->end[dev]);
   }
-  /* The other devices' failures surface on the caller's stream, as its
-   * own nodes' do. */
-  int tailed = 0;
-  if (rc == 0 && x->tail[sdev] != NULL) {
-    rc = mgpu__parts_tail_launch(sdev, x->tail[sdev], stream, launch);
-    tailed = rc == 0;
-  }
-  if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
-  if (rc != 0 && tailed) {
-    mgpu__parts_tail_cancel(sdev, x->tail[sdev]);
-    mgpu__parts_tail_free(sdev, x->tail[sdev]);
-    x->tail[sdev] = NULL;
-    x->tail_made[sdev] = 0;
-  }
-  if (rc == 0) {
-    x->last_stream = stream;
-    x->last_dev = sdev;
-  }
-  return rc;
+  return rc != 0 ? rc : issue_end(x, stream, sdev, launch);
 }
 
 int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {

@@ -156,8 +156,9 @@ static void adopt_failures(mgpu__bdevice *d, mgpu__bstream *s,
     mgpu__mutex_lock(&d->lock);
     if (s->error == 0) {
       s->error = err;
-      snprintf(s->error_detail, sizeof s->error_detail, "graph launch: %s",
-               detail);
+      /* The prefix leaves room for 300 bytes of the detail. */
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "graph launch: %.300s", detail);
     }
     mgpu__mutex_unlock(&d->lock);
   }
