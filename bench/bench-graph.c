@@ -8,8 +8,9 @@
  *    same run. (A chain of 8 launches as one graph next to the 8 launches
  *    is a row of `mgpu bench launch`.)
  *
- * Each figure is the median of --reps runs after a warm-up; the ratio is
- * graph / op by op (below 1: the graph is faster).
+ * Each figure is the median of --reps runs after a warm-up, the graph's
+ * runs and op by op's taking turns on the same grid; the ratio is graph /
+ * op by op (below 1: the graph is faster).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,27 +18,49 @@
 #include "../examples/jacobi.h"
 #include "bench.h"
 
-/* Median microseconds per iteration over reps runs of iters iterations. */
-static int jacobi_us(int ndev, int n, int iters, int reps, int graph,
-                     double *out) {
-  jacobi j;
+/* Microseconds per iteration of iters iterations, op by op or (graph) as
+ * launches of x. */
+static int jacobi_time(jacobi *j, mgpu_graph_exec *x, int iters, double *us) {
+  double t0 = bench_now();
+  int rc = 0;
+  if (x != NULL)
+    for (int it = 0; it < iters && rc == 0; it += 2)
+      rc = mgpu_graph_launch(x, j->s[0]);
+  else
+    rc = jacobi_run(j, iters);
+  if (rc == 0) rc = jacobi_sync(j);
+  *us = (bench_now() - t0) / iters * 1e6;
+  return rc;
+}
+
+/* Median microseconds per iteration over reps runs of iters iterations,
+ * op by op (*by_op) and as a graph (*by_graph) on the same grid and
+ * streams, the two taking turns (which goes first alternates), so that a
+ * machine whose load drifts from second to second weighs on both alike. */
+static int jacobi_us(int ndev, int n, int iters, int reps, double *by_op,
+                     double *by_graph) {
+  jacobi j = {0};
   mgpu_graph *g = NULL;
   mgpu_graph_exec *x = NULL;
-  double *v = malloc((size_t)reps * sizeof *v);
+  double *v = malloc(2 * (size_t)reps * sizeof *v);
   int rc = v == NULL ? MGPU_ENOMEM : jacobi_init(&j, ndev, n, n);
-  if (rc == 0 && graph) rc = jacobi_capture(&j, &g);
-  if (rc == 0 && graph) rc = mgpu_graph_instantiate(g, &x);
+  if (rc == 0) rc = jacobi_capture(&j, &g);
+  if (rc == 0) rc = mgpu_graph_instantiate(g, &x);
   for (int r = -1; r < reps && rc == 0; r++) { /* -1: warm-up */
-    double t0 = bench_now();
-    if (graph)
-      for (int it = 0; it < iters && rc == 0; it += 2)
-        rc = mgpu_graph_launch(x, j.s[0]);
-    else
-      rc = jacobi_run(&j, iters);
-    if (rc == 0) rc = jacobi_sync(&j);
-    if (r >= 0) v[r] = (bench_now() - t0) / iters * 1e6;
+    double us[2] = {0, 0}; /* op by op, graph */
+    for (int k = 0; k < 2 && rc == 0; k++) {
+      int graph = (k + r) % 2 != 0;
+      rc = jacobi_time(&j, graph ? x : NULL, iters, &us[graph]);
+    }
+    if (r >= 0) {
+      v[r] = us[0];
+      v[reps + r] = us[1];
+    }
   }
-  if (rc == 0) *out = bench_median(v, reps);
+  if (rc == 0) {
+    *by_op = bench_median(v, reps);
+    *by_graph = bench_median(v + reps, reps);
+  }
   if (x != NULL) mgpu_graph_exec_destroy(x);
   if (g != NULL) mgpu_graph_destroy(g);
   jacobi_free(&j);
@@ -72,8 +95,7 @@ int mgpu_bench_graph(int argc, char **argv) {
     int n = o.quick ? 64 : sizes[k];
     int iters = o.quick ? 20 : n <= 256 ? 400 : 100;
     double by_op = 0, by_graph = 0;
-    rc = jacobi_us(ndev, n, iters, o.reps, 0, &by_op);
-    if (rc == 0) rc = jacobi_us(ndev, n, iters, o.reps, 1, &by_graph);
+    rc = jacobi_us(ndev, n, iters, o.reps, &by_op, &by_graph);
     if (rc != 0) return failed(r, o.json, rc);
     char name[96];
     snprintf(name, sizeof name, "jacobi %dx%d, %d device%s", n, n, ndev,

@@ -113,7 +113,9 @@ MGPU_EXTERN int mgpu_graph_instantiate(mgpu_graph *graph,
  * executable graph run one after another, also from different streams.
  * The nodes of stream's device run on stream itself: their asynchronous
  * failures surface at its next synchronize. The nodes of other devices run
- * on the graph's own streams: their failures are returned by
+ * on the graph's own streams; on host devices the end of the launch moves
+ * their first failure onto stream too (detail "graph launch: ..." naming
+ * the device). Elsewhere their failures are returned by
  * mgpu_graph_exec_synchronize, by mgpu_graph_exec_destroy, or by a later
  * launch that finds them (before it queues anything). A failure while the
  * launch queues its nodes (a backend error) leaves the nodes queued before

@@ -43,7 +43,11 @@ struct mgpu__graph_board {
   mgpu__mutex lock;
   struct mgpu__bstream *parked;
   _Atomic int nparked;
-  mgpu__spin spin; /* the waits' spin budget */
+  /* By signal, the spin budget of its waits: each edge adapts its own, so
+   * that a wait that is usually long (the launch's end, while the other
+   * device computes) soon parks at once without shortening the spin of
+   * one that its partner usually meets in time. */
+  mgpu__spin *spins;
 };
 
 static inline void mgpu__graph_board_ref(mgpu__graph_board *b) {
@@ -86,7 +90,14 @@ typedef struct mgpu__bgraph_node {
 typedef struct mgpu__bgraph_part {
   const mgpu__bgraph_node *nodes; /* copied by graph_create */
   int n;
-  mgpu__graph_board *board;
+  mgpu__graph_board *board; /* NULL when no node waits or posts */
+  /* Streams of other devices (the same backend's) whose first failure the
+   * part takes over once its nodes ran, so that the stream it runs on
+   * reports it (copied by graph_create; the streams outlive the part's
+   * runs, unless graph_cancel was called: a cancelled part adopts nothing
+   * from then on). The graph layer's tail of a launch uses it. */
+  struct mgpu__bstream *const *adopt;
+  int nadopt;
 } mgpu__bgraph_part;
 
 #endif /* MGPU_BACKEND_GRAPH_H */

@@ -357,6 +357,10 @@ typedef struct mgpu__event {
   uintptr_t handle;
   int dev;
   mgpu__bevent *bevent; /* the backend's event */
+  /* 1 when the event was last recorded inside a graph capture that has
+   * ended (set by the graph layer, cleared by a record outside a capture):
+   * it stands for a point of a graph, not for work that was queued. */
+  _Atomic int capture_ended;
 } mgpu__event;
 
 /* Resolve public handles. what names the argument in the detail ("dst").

@@ -402,6 +402,25 @@ static void event_stream_put(mgpu__event *e, mgpu__stream *s) {
   mgpu__event_put(e);
 }
 
+/* An event last recorded in a capture that has ended marks a point of a
+ * graph, not work that was queued (CUDA's event record in a capture is a
+ * node, too): waiting for it, or asking about it, would pass at once
+ * whatever the graph's launches did, so it is refused until the event is
+ * recorded again outside a capture. */
+static int capture_ended(mgpu__event *e) {
+  return atomic_load_explicit(&e->capture_ended, memory_order_relaxed);
+}
+
+static int capture_ended_error(const char *what, mgpu_event *eh,
+                               const mgpu__event *e) {
+  return mgpu__error(MGPU_EINVAL, "%s: event %#lx of device %d was last "
+                     "recorded in a graph capture that has ended: it stands "
+                     "for a point of the graph, not for queued work (record "
+                     "it again outside a capture, or in the graph to wait "
+                     "for a launch)", what, (unsigned long)(uintptr_t)eh,
+                     e->dev);
+}
+
 int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
   mgpu__event *e;
   mgpu__stream *s;
@@ -416,6 +435,7 @@ int mgpu_event_record(mgpu_event *eh, mgpu_stream *sh) {
         .kind = MGPU__GOP_EVENT_RECORD, .dev = s->dev, .event = eh});
   else {
     mgpu__capture_forget(e);
+    atomic_store_explicit(&e->capture_ended, 0, memory_order_relaxed);
     mgpu__flight_record(s->dev, "event_record", 0, (uintptr_t)sh);
     rc = d->ops->event_record(d->bdev, e->bevent, s->bstream);
   }
@@ -433,6 +453,8 @@ int mgpu_stream_wait_event(mgpu_stream *sh, mgpu_event *eh) {
     rc = mgpu__error(MGPU_ENOTSUP, "a stream of device %d (%s) cannot wait "
                      "on an event of device %d (%s): different backends",
                      s->dev, d->ops->name, e->dev, ed->ops->name);
+  else if (capture_ended(e) && !mgpu__capture_marked(e))
+    rc = capture_ended_error("mgpu_stream_wait_event", eh, e);
   else if (mgpu__stream_capture(s) != NULL)
     rc = mgpu__capture_record(s, &(mgpu__graph_op){
         .kind = MGPU__GOP_EVENT_WAIT, .dev = s->dev, .event = eh});
@@ -456,6 +478,11 @@ int mgpu_event_synchronize(mgpu_event *h) {
     mgpu__event_put(e);
     return rc;
   }
+  if (capture_ended(e)) {
+    rc = capture_ended_error("mgpu_event_synchronize", h, e);
+    mgpu__event_put(e);
+    return rc;
+  }
   mgpu__device *d = mgpu__device_get(e->dev);
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   rc = d->ops->event_synchronize(d->bdev, e->bevent);
@@ -472,6 +499,8 @@ int mgpu_event_query(mgpu_event *h) {
   if (mgpu__capture_marked(e))
     rc = mgpu__error(MGPU_ENOTSUP, "mgpu_event_query: the event of device %d "
                      "was recorded in a graph capture in progress", e->dev);
+  else if (capture_ended(e))
+    rc = capture_ended_error("mgpu_event_query", h, e);
   else
     rc = d->ops->event_query(d->bdev, e->bevent);
   mgpu__event_put(e);

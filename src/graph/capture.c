@@ -63,6 +63,21 @@ static int set_union(node_set *dst, const node_set *src) {
   return 0;
 }
 
+/* The events recorded in c stand, once it ended with a graph, for points
+ * of that graph, not for any stream's work: mark them so that a wait for
+ * one, or a synchronize or query of one, is refused (core/stream.c) until
+ * it is recorded again outside a capture. An event destroyed since is
+ * skipped. (A capture that ends without a graph leaves its events as they
+ * were before it: their last record outside a capture counts.) */
+static void marks_end(const capture *c) {
+  for (int i = 0; i < c->nmarks; i++) {
+    mgpu__event *e = mgpu__handle_hold(c->marks[i].event, MGPU__H_EVENT);
+    if (e == NULL) continue;
+    atomic_store_explicit(&e->capture_ended, 1, memory_order_relaxed);
+    mgpu__handle_put(e->handle);
+  }
+}
+
 static void capture_free(capture *c) {
   for (int i = 0; i < c->nstreams; i++) mgpu__free(c->streams[i].tail.nodes);
   for (int i = 0; i < c->nmarks; i++) mgpu__free(c->marks[i].at.nodes);
@@ -320,6 +335,7 @@ int mgpu_stream_end_capture(mgpu_stream *h, mgpu_graph **out) {
   mgpu__mutex_unlock(&capture_lock);
   mgpu__stream_put(s);
   if (c == NULL) return rc;
+  if (rc == 0) marks_end(c);
   mgpu__graph *g = c->g;
   c->g = NULL;
   capture_free(c);

@@ -10,11 +10,14 @@
  * every node in order (a node waiting for another device's node waits for
  * that node's event first), and lets the caller's stream wait for every
  * other device's end: the caller's later work waits for the whole run, and
- * the nodes wait for the caller's earlier work. A failure of a node on
- * another device surfaces at the next launch (or at the destroy), which
- * finds it on that device's stream. Each node is issued through the public
- * call it records, so every backend replays graphs, node by node;
- * docs/graphs.md says what a backend with graph slots would save.
+ * the nodes wait for the caller's earlier work. On host devices a tail on
+ * the caller's stream moves a failure of a node on another device onto it;
+ * elsewhere such a failure surfaces at the next launch (or at the
+ * destroy), which finds it on that device's stream. Where every device
+ * holds parts (parts.c), the start and end are signals of the parts'
+ * board instead of events (issue_joined). Each node is issued through
+ * the public call it records, so every backend replays graphs, node by
+ * node; docs/graphs.md says what a backend with graph slots saves.
  */
 #include <stdio.h>
 #include <string.h>
@@ -35,6 +38,10 @@ typedef struct mgpu__exec {
    * and the start recorded on a caller's stream of that device. */
   mgpu_event *end[MGPU_MAX_DEVICES];
   mgpu_event *start[MGPU_MAX_DEVICES];
+  /* By caller's device, made at its first launch (parts.c): the tail that
+   * moves the other devices' failures onto the caller's stream, or NULL. */
+  void *tail[MGPU_MAX_DEVICES];
+  int tail_made[MGPU_MAX_DEVICES];
   mgpu_stream *last_stream; /* of the last launch, or NULL */
   int last_dev;             /* its device */
   /* One part per device (parts.c), or NULL: node by node. After an
@@ -168,6 +175,7 @@ static int exec_free(mgpu__exec *x) {
       if (rc == 0) rc = r;
     }
     if (x->end[i] != NULL) mgpu_event_destroy(x->end[i]);
+    mgpu__parts_tail_free(i, x->tail[i]);
     if (x->start[i] != NULL) mgpu_event_destroy(x->start[i]);
   }
   for (int i = 0; x->done != NULL && i < x->n; i++)
@@ -305,11 +313,65 @@ static int parts_refresh(mgpu__exec *x) {
   return 0;
 }
 
+/* Queues one run as parts joined to stream through their board (x->lock
+ * held, the handles checked, x->parts joins sdev): no event between the
+ * caller's stream and the parts, whose waits spin before they park. */
+static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev) {
+  mgpu_stream *on[MGPU_MAX_DEVICES];
+  int rc = event_of(&x->end[sdev], sdev), tailed = 0;
+  for (int i = 0; i < x->ndevs; i++)
+    on[x->devs[i]] = x->devs[i] == sdev ? stream : x->streams[x->devs[i]];
+  if (rc == 0 && x->last_stream != NULL && x->last_stream != stream)
+    rc = mgpu_stream_wait_event(stream, x->end[x->last_dev]);
+  if (rc == 0)
+    rc = mgpu__parts_run(x->parts, sdev, stream, on, ++x->launches, &tailed);
+  if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
+  if (rc != 0 && tailed) mgpu__parts_drop_tail(x->parts, sdev);
+  if (rc == 0) {
+    x->last_stream = stream;
+    x->last_dev = sdev;
+  }
+  return rc;
+}
+
+/* The end of launch number launch on the caller's stream, after it
+ * waited for every other device's end (issue). */
+static int issue_end(mgpu__exec *x, mgpu_stream *stream, int sdev,
+                     uint64_t launch) {
+  /* The other devices' failures surface on the caller's stream, as its
+   * own nodes' do. */
+  int rc = 0, tailed = 0;
+  if (x->tail[sdev] != NULL) {
+    rc = mgpu__parts_tail_launch(sdev, x->tail[sdev], stream, launch);
+    tailed = rc == 0;
+  }
+  if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
+  if (rc != 0 && tailed) {
+    mgpu__parts_tail_cancel(sdev, x->tail[sdev]);
+    mgpu__parts_tail_free(sdev, x->tail[sdev]);
+    x->tail[sdev] = NULL;
+    x->tail_made[sdev] = 0;
+  }
+  if (rc == 0) {
+    x->last_stream = stream;
+    x->last_dev = sdev;
+  }
+  return rc;
+}
+
 /* Queues one run (x->lock held, the handles checked). */
 static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
+  int joined = x->parts != NULL
+                   ? mgpu__parts_joins(x->parts, sdev, x->streams) : 0;
+  if (joined != 0) return joined > 0 ? issue_joined(x, stream, sdev) : joined;
   int rc = event_of(&x->start[sdev], sdev);
   if (rc == 0) rc = event_of(&x->end[sdev], sdev);
+  if (rc == 0 && !x->tail_made[sdev]) {
+    rc = mgpu__parts_tail_make(sdev, x->streams, x->devs, x->ndevs,
+                               &x->tail[sdev]);
+    x->tail_made[sdev] = rc == 0;
+  }
   for (int i = 0; rc == 0 && i < x->ndevs; i++) {
     int dev = x->devs[i];
     on[dev] = dev == sdev ? stream : x->streams[dev];
@@ -324,6 +386,7 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     if (x->devs[i] != sdev)
       rc = mgpu_stream_wait_event(on[x->devs[i]], x->start[sdev]);
   uint64_t launch = ++x->launches;
+  if (rc == 0 && x->parts != NULL) mgpu__parts_start(x->parts, launch);
   for (int i = 0; rc == 0 && x->parts != NULL && i < x->ndevs; i++) {
     rc = mgpu__parts_launch(x->parts, x->devs[i], on[x->devs[i]], launch);
     for (int j = i; rc != 0 && j < x->ndevs; j++) /* it and the rest */
@@ -345,12 +408,7 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     rc = mgpu_event_record(x->end[dev], on[dev]);
     if (rc == 0) rc = mgpu_stream_wait_event(stream, x->end[dev]);
   }
-  if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
-  if (rc == 0) {
-    x->last_stream = stream;
-    x->last_dev = sdev;
-  }
-  return rc;
+  return rc != 0 ? rc : issue_end(x, stream, sdev, launch);
 }
 
 int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {
@@ -453,6 +511,9 @@ int mgpu_graph_exec_synchronize(mgpu_graph_exec *h) {
   int rc = exec_get(h, &x);
   if (rc != 0) return rc;
   mgpu__mutex_lock(&x->lock);
+  /* The end of the last launch first: a launch's tail may have moved a
+   * failure onto its caller's stream, which reports it then. */
+  if (x->last_stream != NULL) rc = mgpu_event_synchronize(x->end[x->last_dev]);
   for (int i = 0; i < x->ndevs; i++) {
     int r = mgpu_stream_synchronize(x->streams[x->devs[i]]);
     if (r != 0 && rc == 0) {
@@ -461,10 +522,6 @@ int mgpu_graph_exec_synchronize(mgpu_graph_exec *h) {
       rc = mgpu__error(r, "mgpu_graph_exec_synchronize: a node on device %d "
                        "failed: %s", x->devs[i], detail);
     }
-  }
-  if (x->last_stream != NULL) {
-    int r = mgpu_event_synchronize(x->end[x->last_dev]);
-    if (rc == 0) rc = r;
   }
   mgpu__mutex_unlock(&x->lock);
   mgpu__handle_put(x->handle);

@@ -66,12 +66,46 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
 /* Queues device dev's part of launch number launch on stream. */
 int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
                        uint64_t launch);
+/* Launches from a stream of device sdev join it through the board (a
+ * head part before the parts, a tail part after, on that stream) instead
+ * of events: 1 when they can (made at the first such launch; streams by
+ * device: the graph's own, whose failures the tail moves to the caller's
+ * stream), 0 when sdev cannot hold parts, or a negative code. */
+int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams);
+/* Queues launch number launch: the head on stream, each device's part on
+ * on[dev], the tail on stream (*tailed: the tail was queued). */
+int mgpu__parts_run(mgpu__parts *p, int sdev, mgpu_stream *stream,
+                    mgpu_stream *const *on, uint64_t launch, int *tailed);
+/* The launch failed after its tail was queued: the tail adopts nothing
+ * from then on (freeing the graph would not wait for it), and the joins of
+ * sdev are made again at its next launch. */
+void mgpu__parts_drop_tail(mgpu__parts *p, int sdev);
+/* Posts launch number launch's start at once, where the caller's device
+ * holds no head (the parts then wait for events on their streams): no part
+ * of that launch is queued yet, so none waits for it. */
+void mgpu__parts_start(mgpu__parts *p, uint64_t launch);
 /* Launch number launch failed before device dev's part was queued: posts
  * its signals as failed, so the parts queued do not wait for ever. */
 void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch);
 /* Frees the parts (each backend part lives on until its queued runs are
  * done). */
 void mgpu__parts_free(mgpu__parts *p);
+
+/* The tail of a launch from a stream of device dev (streams by device,
+ * devs the graph's devices): queued on that stream after it waited for
+ * every other device's part, it takes over their parts' failures, so that
+ * the launching stream reports them. *out NULL (and 0) when dev or a
+ * device of the graph lacks graph slots or is another backend's: the
+ * failures then stay on the graph's streams. */
+int mgpu__parts_tail_make(int dev, mgpu_stream *const *streams,
+                          const int *devs, int ndevs, void **out);
+int mgpu__parts_tail_launch(int dev, void *tail, mgpu_stream *stream,
+                            uint64_t launch);
+/* A launch failed after its tail was queued (the launch's end is not
+ * recorded, so freeing the graph would not wait for it): the tail adopts
+ * nothing from then on; the caller drops it and makes another. */
+void mgpu__parts_tail_cancel(int dev, void *tail);
+void mgpu__parts_tail_free(int dev, void *tail);
 
 /* Issues one node's call on stream (the public call it records). */
 int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);

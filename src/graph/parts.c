@@ -3,7 +3,10 @@
  *
  * The part of a device holds its nodes in the graph's issue order with
  * pointers resolved (buffer + offset); an edge from a node of another
- * device becomes a signal on the board that every part shares. A graph is
+ * device becomes a signal on the board that every part shares, and so do
+ * the joins of a launch with its caller's stream (a head part there posts
+ * the start every part waits for first; each part posts its end, which a
+ * tail part there waits for). A graph is
  * cut into parts only when every node can be run in place by its device's
  * backend: a kernel with a host variant, a copy between memories the
  * devices reach directly (same device or direct peer path), memset, the
@@ -27,6 +30,16 @@ struct mgpu__parts {
   void *part[MGPU_MAX_DEVICES];    /* the backend's, by device */
   int kernels[MGPU_MAX_DEVICES];   /* kernel nodes per part, for metrics */
   int *signal_of;                  /* by node: its signal, or -1 */
+  int devs[MGPU_MAX_DEVICES], ndevs; /* the devices with a part */
+  /* The joins of a launch with its caller's stream, as signals: the head
+   * (on the caller's stream) posts start, which every part waits for
+   * first; every part posts its end, which the tail (on the caller's
+   * stream, after the head and the caller device's own part) waits for.
+   * Head and tail are made by caller's device at its first launch. */
+  int start_signal;
+  int end_signal[MGPU_MAX_DEVICES];
+  void *head[MGPU_MAX_DEVICES], *tail[MGPU_MAX_DEVICES];
+  int joins_made[MGPU_MAX_DEVICES]; /* 1 made, -1 the device cannot */
 };
 
 /* The memory of buffer h at offset, on a device with graph slots. */
@@ -124,17 +137,20 @@ static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
 static void board_release(mgpu__graph_board *b) {
   mgpu__free((void *)b->signals);
   mgpu__free(b->signal_device);
+  mgpu__free(b->spins);
   mgpu__mutex_destroy(&b->lock);
   mgpu__free(b);
 }
 
 void mgpu__parts_free(mgpu__parts *p) {
   if (p == NULL) return;
-  for (int d = 0; d < MGPU_MAX_DEVICES; d++)
-    if (p->part[d] != NULL) {
-      mgpu__device *dev = mgpu__device_get(d);
-      if (dev != NULL) dev->ops->graph->destroy(dev->bdev, p->part[d]);
-    }
+  for (int d = 0; d < MGPU_MAX_DEVICES; d++) {
+    mgpu__device *dev = mgpu__device_get(d);
+    void *own[3] = {p->part[d], p->head[d], p->tail[d]};
+    for (int k = 0; k < 3; k++)
+      if (own[k] != NULL && dev != NULL)
+        dev->ops->graph->destroy(dev->bdev, own[k]);
+  }
   if (p->board != NULL) mgpu__graph_board_unref(p->board);
   mgpu__free(p->signal_of);
   mgpu__free(p);
@@ -151,6 +167,13 @@ static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
     if (g->op.dev != dev) continue;
     mgpu__bgraph_node *b = &buf[m++];
     memset(b, 0, sizeof *b);
+    if (m == 1) { /* first the wait for the launch's start */
+      *b = (mgpu__bgraph_node){.kind = MGPU__BG_NOP, .node = -1,
+                               .waits = &waits[w], .nwaits = 1, .signal = -1};
+      waits[w++] = p->start_signal;
+      b = &buf[m++];
+      memset(b, 0, sizeof *b);
+    }
     if (convert(&g->op, b) != 0) return 1;
     if (b->kind == MGPU__BG_LAUNCH) p->kernels[dev]++;
     b->node = order[k];
@@ -160,8 +183,12 @@ static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
       if (nodes[g->deps[j]].op.dev != dev) waits[w++] = p->signal_of[g->deps[j]];
     b->nwaits = (int)(&waits[w] - b->waits);
   }
+  /* Last the post of its end. */
+  buf[m++] = (mgpu__bgraph_node){.kind = MGPU__BG_NOP, .node = -1,
+                                 .waits = &waits[w], .signal =
+                                 p->end_signal[dev]};
   mgpu__device *d = mgpu__device_get(dev);
-  mgpu__bgraph_part part = {buf, m, p->board};
+  mgpu__bgraph_part part = {buf, m, p->board, NULL, 0};
   return d->ops->graph->create(d->bdev, &part, &p->part[dev]);
 }
 
@@ -176,15 +203,29 @@ static int parts_signals(mgpu__parts *p, const mgpu__gnode *nodes, int n) {
       if (nodes[d].op.dev != nodes[i].op.dev && p->signal_of[d] < 0)
         p->signal_of[d] = nsignals++;
     }
+  p->start_signal = nsignals++;
+  for (int i = 0; i < n; i++) {
+    int dev = nodes[i].op.dev, seen = 0;
+    for (int k = 0; k < p->ndevs; k++) seen |= p->devs[k] == dev;
+    if (!seen) {
+      p->devs[p->ndevs++] = dev;
+      p->end_signal[dev] = nsignals++;
+    }
+  }
   p->board->signals = mgpu__calloc((size_t)nsignals + 1, sizeof(uint64_t));
   p->board->signal_device = mgpu__calloc((size_t)nsignals + 1, sizeof(int));
-  if (p->board->signals == NULL || p->board->signal_device == NULL)
+  p->board->spins = mgpu__calloc((size_t)nsignals + 1, sizeof(mgpu__spin));
+  if (p->board->signals == NULL || p->board->signal_device == NULL ||
+      p->board->spins == NULL)
     return mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
                        "memory for %d signals", nsignals);
   p->board->nsignals = nsignals;
   for (int i = 0; i < n; i++)
     if (p->signal_of[i] >= 0)
       p->board->signal_device[p->signal_of[i]] = nodes[i].op.dev;
+  p->board->signal_device[p->start_signal] = -1; /* the caller's */
+  for (int k = 0; k < p->ndevs; k++)
+    p->board->signal_device[p->end_signal[p->devs[k]]] = p->devs[k];
   return 0;
 }
 
@@ -198,8 +239,11 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
   int total = 0;
   for (int i = 0; i < n; i++) total += nodes[i].ndeps;
   mgpu__parts *p = mgpu__calloc(1, sizeof *p);
-  mgpu__bgraph_node *buf = mgpu__calloc((size_t)n + 1, sizeof *buf);
-  int *waits = mgpu__calloc((size_t)total + 1, sizeof *waits);
+  /* Room for each part's start and end nodes, and its wait for start. */
+  mgpu__bgraph_node *buf =
+      mgpu__calloc((size_t)n + 2 * MGPU_MAX_DEVICES + 1, sizeof *buf);
+  int *waits =
+      mgpu__calloc((size_t)total + MGPU_MAX_DEVICES + 1, sizeof *waits);
   int rc = 0;
   if (p != NULL) {
     p->signal_of = mgpu__calloc((size_t)n + 1, sizeof *p->signal_of);
@@ -258,4 +302,123 @@ int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
     mgpu__metric_add(dev, MGPU__M_kernels_launched, (uint64_t)p->kernels[dev]);
   mgpu__stream_put(s);
   return rc;
+}
+
+int mgpu__parts_tail_make(int dev, mgpu_stream *const *streams,
+                          const int *devs, int ndevs, void **out) {
+  *out = NULL;
+  mgpu__device *d = mgpu__device_get(dev);
+  if (d == NULL || d->ops->graph == NULL) return 0;
+  struct mgpu__bstream *adopt[MGPU_MAX_DEVICES];
+  int nadopt = 0, rc = 0;
+  for (int i = 0; rc == 0 && i < ndevs; i++) {
+    mgpu__device *o = mgpu__device_get(devs[i]);
+    mgpu__stream *s;
+    if (devs[i] == dev) continue;
+    if (o == NULL || o->ops != d->ops) return 0; /* another backend's */
+    if ((rc = mgpu__stream_get(streams[devs[i]], &s)) != 0) break;
+    adopt[nadopt++] = s->bstream; /* the executable graph keeps s */
+    mgpu__stream_put(s);
+  }
+  if (rc != 0 || nadopt == 0) return rc;
+  mgpu__bgraph_part part = {.nodes = NULL, .n = 0, .board = NULL,
+                            .adopt = adopt, .nadopt = nadopt};
+  return d->ops->graph->create(d->bdev, &part, out);
+}
+
+int mgpu__parts_tail_launch(int dev, void *tail, mgpu_stream *stream,
+                            uint64_t launch) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(dev);
+  rc = d->ops->graph->launch(d->bdev, tail, s->bstream, launch);
+  mgpu__stream_put(s);
+  return rc;
+}
+
+void mgpu__parts_tail_cancel(int dev, void *tail) {
+  mgpu__device *d = mgpu__device_get(dev);
+  d->ops->graph->cancel(d->bdev, tail, 0);
+}
+
+void mgpu__parts_tail_free(int dev, void *tail) {
+  mgpu__device *d = mgpu__device_get(dev);
+  if (tail != NULL && d != NULL) d->ops->graph->destroy(d->bdev, tail);
+}
+
+/* The head and tail of launches from a stream of device sdev (see struct
+ * mgpu__parts): 1 when made, 0 when sdev cannot hold them (no graph slots,
+ * or another backend than the parts'), or a negative code. */
+int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams) {
+  if (p->joins_made[sdev] != 0) return p->joins_made[sdev] > 0;
+  mgpu__device *d = mgpu__device_get(sdev);
+  mgpu__device *first = mgpu__device_get(p->devs[0]);
+  if (d == NULL || d->ops->graph == NULL || first == NULL ||
+      d->ops != first->ops) {
+    p->joins_made[sdev] = -1;
+    return 0;
+  }
+  struct mgpu__bstream *adopt[MGPU_MAX_DEVICES];
+  int ends[MGPU_MAX_DEVICES], nadopt = 0, rc = 0;
+  for (int k = 0; k < p->ndevs; k++) {
+    int dev = p->devs[k];
+    ends[k] = p->end_signal[dev];
+    if (dev == sdev) continue;
+    mgpu__stream *s;
+    if ((rc = mgpu__stream_get(streams[dev], &s)) != 0) return rc;
+    adopt[nadopt++] = s->bstream; /* the executable graph keeps s */
+    mgpu__stream_put(s);
+  }
+  mgpu__bgraph_node head = {.kind = MGPU__BG_NOP, .node = -1,
+                            .signal = p->start_signal};
+  mgpu__bgraph_node tail = {.kind = MGPU__BG_NOP, .node = -1, .waits = ends,
+                            .nwaits = p->ndevs, .signal = -1};
+  mgpu__bgraph_part hp = {&head, 1, p->board, NULL, 0};
+  mgpu__bgraph_part tp = {&tail, 1, p->board, adopt, nadopt};
+  void *h = NULL, *t = NULL;
+  rc = d->ops->graph->create(d->bdev, &hp, &h);
+  if (rc == 0) rc = d->ops->graph->create(d->bdev, &tp, &t);
+  if (rc != 0) {
+    if (h != NULL) d->ops->graph->destroy(d->bdev, h);
+    return rc;
+  }
+  p->head[sdev] = h;
+  p->tail[sdev] = t;
+  p->joins_made[sdev] = 1;
+  return 1;
+}
+
+int mgpu__parts_run(mgpu__parts *p, int sdev, mgpu_stream *stream,
+                    mgpu_stream *const *on, uint64_t launch, int *tailed) {
+  mgpu__stream *s;
+  *tailed = 0;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  mgpu__device *d = mgpu__device_get(sdev);
+  rc = d->ops->graph->launch(d->bdev, p->head[sdev], s->bstream, launch);
+  for (int i = 0; rc == 0 && i < p->ndevs; i++) {
+    rc = mgpu__parts_launch(p, p->devs[i], on[p->devs[i]], launch);
+    for (int j = i; rc != 0 && j < p->ndevs; j++) /* it and the rest */
+      mgpu__parts_cancel(p, p->devs[j], launch);
+  }
+  if (rc == 0)
+    rc = d->ops->graph->launch(d->bdev, p->tail[sdev], s->bstream, launch);
+  *tailed = rc == 0;
+  mgpu__stream_put(s);
+  return rc;
+}
+
+void mgpu__parts_drop_tail(mgpu__parts *p, int sdev) {
+  mgpu__device *d = mgpu__device_get(sdev);
+  d->ops->graph->cancel(d->bdev, p->tail[sdev], 0);
+  d->ops->graph->destroy(d->bdev, p->tail[sdev]);
+  d->ops->graph->destroy(d->bdev, p->head[sdev]);
+  p->tail[sdev] = p->head[sdev] = NULL;
+  p->joins_made[sdev] = 0;
+}
+
+void mgpu__parts_start(mgpu__parts *p, uint64_t launch) {
+  atomic_store_explicit(&p->board->signals[p->start_signal], 2 * launch,
+                        memory_order_release);
 }

@@ -21,12 +21,21 @@ struct host_graph {
   mgpu__bgraph_node *nodes; /* args and waits point into blob */
   int n;
   void *blob;
+  mgpu__bstream **adopt; /* mgpu__bgraph_part's */
+  int nadopt;
+  /* adopt_lock guards adopt_off, set by a cancel: from then on no run
+   * looks at the adopted streams, which may be freed. Lock order: it, then
+   * a device's lock. */
+  mgpu__mutex adopt_lock;
+  int adopt_off;
 };
 
 void mgpu__host_graph_unref(host_graph *g) {
   if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
     return;
-  mgpu__graph_board_unref(g->board);
+  if (g->board != NULL) mgpu__graph_board_unref(g->board);
+  mgpu__mutex_destroy(&g->adopt_lock);
+  mgpu__free(g->adopt);
   mgpu__free(g->blob);
   mgpu__free(g->nodes);
   mgpu__free(g);
@@ -90,9 +99,18 @@ static void graph_wait_lost(mgpu__bdevice *d, mgpu__bstream *s, int node,
   mgpu__mutex_lock(&d->lock);
   if (s->error == 0) {
     s->error = MGPU_EDEVLOST;
-    snprintf(s->error_detail, sizeof s->error_detail,
-             "host device %d: graph node %d waited for a node of host device "
-             "%d, which was lost", d->id, node, lost_dev);
+    if (lost_dev < 0) /* the start, posted on the launching stream */
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "host device %d: a graph launch's part waited for the "
+               "launching stream, whose device was lost", d->id);
+    else if (node < 0) /* the end of a part, awaited on the launching stream */
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "host device %d: a graph launch waited for its part on host "
+               "device %d, which was lost", d->id, lost_dev);
+    else
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "host device %d: graph node %d waited for a node of host "
+               "device %d, which was lost", d->id, node, lost_dev);
   }
   mgpu__mutex_unlock(&d->lock);
 }
@@ -119,6 +137,34 @@ static void run_graph_node(mgpu__bdevice *d, mgpu__bstream *s,
   }
 }
 
+/* Takes over the first failure of each of g's adopted streams (cleared
+ * there) onto s, the stream g's part ran on: the failure of a node of
+ * another device surfaces where the launch was queued. */
+static void adopt_failures(mgpu__bdevice *d, mgpu__bstream *s,
+                           host_graph *g) {
+  if (g->nadopt == 0) return;
+  mgpu__mutex_lock(&g->adopt_lock);
+  for (int i = 0; !g->adopt_off && i < g->nadopt; i++) {
+    mgpu__bstream *a = g->adopt[i];
+    char detail[sizeof a->error_detail];
+    mgpu__mutex_lock(&a->dev->lock);
+    int err = a->error;
+    memcpy(detail, a->error_detail, sizeof detail);
+    a->error = 0;
+    mgpu__mutex_unlock(&a->dev->lock);
+    if (err == 0) continue;
+    mgpu__mutex_lock(&d->lock);
+    if (s->error == 0) {
+      s->error = err;
+      /* The prefix leaves room for 300 bytes of the detail. */
+      snprintf(s->error_detail, sizeof s->error_detail,
+               "graph launch: %.300s", detail);
+    }
+    mgpu__mutex_unlock(&d->lock);
+  }
+  mgpu__mutex_unlock(&g->adopt_lock);
+}
+
 /* Runs o's nodes from the next one on, until the end or a node whose
  * wait is not over after a short spin: there the worker gives the stream
  * back (mgpu__host_worker_main), to come back to that node once it is
@@ -137,7 +183,7 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     int sig;
     if (!lost && (sig = pending_wait(o)) >= 0) {
       counter_target w = {&g->board->signals[sig], posted};
-      if (!mgpu__spin_until(&g->board->spin, counter_reached, &w)) return;
+      if (!mgpu__spin_until(&g->board->spins[sig], counter_reached, &w)) return;
       continue; /* look at every wait of the node again */
     }
     for (int j = 0; !lost && j < n->nwaits; j++)
@@ -145,14 +191,19 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
         graph_wait_lost(d, s, n->node,
                         g->board->signal_device[n->waits[j]]);
     if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
+    /* The part's span (all its slices) before its last post: the launching
+     * stream may be done once that is seen. */
+    if (o->u.graph.next == g->n - 1 && mgpu__trace_enabled())
+      mgpu__host_trace_op(s, o, o->u.graph.t0, mgpu__now_ns());
     if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
-    if (t0 != 0) {
+    if (t0 != 0 && n->node >= 0) { /* not the joins with the launch */
       mgpu__trace_arg a[] = {MGPU__TARG_I("node", n->node)};
       mgpu__trace_span(d->id, s->track, names[n->kind], t0, mgpu__now_ns(),
                        a, 1);
     }
     o->u.graph.next++;
   }
+  adopt_failures(d, s, g);
 }
 
 int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
@@ -165,11 +216,13 @@ int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
   if (g != NULL) {
     g->nodes = mgpu__calloc((size_t)part->n + 1, sizeof *g->nodes);
     g->blob = mgpu__malloc(blob_size + 1);
+    g->adopt = mgpu__calloc((size_t)part->nadopt + 1, sizeof *g->adopt);
   }
-  if (g == NULL || g->nodes == NULL || g->blob == NULL) {
+  if (g == NULL || g->nodes == NULL || g->blob == NULL || g->adopt == NULL) {
     if (g != NULL) {
       mgpu__free(g->nodes);
       mgpu__free(g->blob);
+      mgpu__free(g->adopt);
     }
     mgpu__free(g);
     return mgpu__host_op_nomem(d);
@@ -190,9 +243,12 @@ int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
     g->nodes[i].waits = (const int *)at;
     at += bytes;
   }
+  for (int i = 0; i < part->nadopt; i++) g->adopt[i] = part->adopt[i];
+  g->nadopt = part->nadopt;
   g->n = part->n;
   g->board = part->board;
-  mgpu__graph_board_ref(g->board);
+  if (g->board != NULL) mgpu__graph_board_ref(g->board);
+  mgpu__mutex_init(&g->adopt_lock);
   atomic_init(&g->refs, 1);
   *out = g;
   return 0;
@@ -217,6 +273,11 @@ void mgpu__host_graph_cancel(mgpu__bdevice *d, void *graph,
   for (int i = 0; i < g->n; i++)
     if (g->nodes[i].signal >= 0)
       board_post(g->board, g->nodes[i].signal, 2 * launch + 1);
+  if (g->nadopt > 0) {
+    mgpu__mutex_lock(&g->adopt_lock);
+    g->adopt_off = 1;
+    mgpu__mutex_unlock(&g->adopt_lock);
+  }
 }
 
 void mgpu__host_graph_destroy(mgpu__bdevice *d, void *graph) {

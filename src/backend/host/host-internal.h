@@ -79,6 +79,8 @@ typedef struct op {
       host_graph *graph;
       uint64_t launch;
       int next; /* the node to run next (owned by the running worker) */
+      uint64_t t0; /* when its first slice began (a part that waits runs
+                      in slices; its trace span covers them all) */
     } graph;
   } u;
 } op;
@@ -128,10 +130,14 @@ struct mgpu__bstream {
   /* Operations queued and finished since creation: synchronize waits for
    * the count queued at its call, not for the queue to run dry, which a
    * thread that keeps queueing could put off for ever. syncs: threads in
-   * synchronize, who want to hear of every finished operation. */
+   * synchronize; sync_at: the least count one of them waits for (0: none
+   * registered), so that a worker wakes them when it is reached, not at
+   * every finished operation (a synchronize behind a queue of graph
+   * launches woke at each of their operations). */
   uint64_t nqueued;
   _Atomic uint64_t nfinished; /* written under dev->lock; synchronize
                                  watches it without the lock */
+  uint64_t sync_at;
   int syncs; /* also counts a destroy waiting for the stream to run dry */
   mgpu__bstream *ready_next;
   mgpu__bstream *wait_next; /* in an event's waiters (event lock) */
@@ -191,6 +197,13 @@ int mgpu__host_op_nomem(mgpu__bdevice *d);
  * thread). op_free releases an operation that ran or was never queued;
  * lose_locked marks d lost (d->lock held). */
 void mgpu__host_unpark(mgpu__bstream *w);
+/* The span of operation o that ran from t0 to t1 on s (and the arrow of a
+ * wait before it). */
+void mgpu__host_trace_op(mgpu__bstream *s, const op *o, uint64_t t0,
+                         uint64_t t1);
+/* s->dev->lock held, an operation of s just finished: wakes the threads in
+ * synchronize once the count one of them waits for is reached. */
+void mgpu__host_sync_wake(mgpu__bdevice *d, mgpu__bstream *s);
 void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq,
                                mgpu__bstream *s);
 void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o);

@@ -30,7 +30,10 @@ int mgpu__host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
     mgpu__mutex_lock(&d->lock);
   }
   s->syncs++;
-  while (s->nfinished < target) mgpu__cond_wait(&d->idle, &d->lock);
+  while (s->nfinished < target) {
+    if (s->sync_at == 0 || target < s->sync_at) s->sync_at = target;
+    mgpu__cond_wait(&d->idle, &d->lock);
+  }
   s->syncs--;
   int err = s->error;
   char detail[sizeof s->error_detail];
@@ -83,7 +86,7 @@ void mgpu__host_stream_release(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   s->running = 0;
   s->nfinished++;
-  if (s->syncs > 0) mgpu__cond_broadcast(&d->idle);
+  mgpu__host_sync_wake(d, s);
   if (s->head != NULL) mgpu__host_ready_push(d, s);
   mgpu__mutex_unlock(&d->lock);
 }

@@ -51,6 +51,12 @@ static void copy_streaming(void *dst, const void *src, size_t size) {
 #endif
 }
 
+void mgpu__host_sync_wake(mgpu__bdevice *d, mgpu__bstream *s) {
+  if (s->syncs == 0 || s->sync_at == 0 || s->nfinished < s->sync_at) return;
+  s->sync_at = 0; /* each waiter not done yet registers again */
+  mgpu__cond_broadcast(&d->idle);
+}
+
 /* Puts the parked streams of list w (linked through wait_next, taken off
  * whatever they waited on) back on their devices' ready lists. */
 void mgpu__host_unpark(mgpu__bstream *w) {
@@ -157,7 +163,8 @@ static const char *const copy_span[MGPU_METRIC_PATHS] = {
 
 /* The span of an operation that ran from t0 to t1 on stream s, and the
  * arrow a wait before it left. */
-static void trace_op(mgpu__bstream *s, const op *o, uint64_t t0, uint64_t t1) {
+void mgpu__host_trace_op(mgpu__bstream *s, const op *o, uint64_t t0,
+                         uint64_t t1) {
   if (s->arrow_name != NULL) {
     mgpu__trace_flow(s->arrow_name, s->arrow_from,
                      (mgpu__trace_point){s->dev->id, s->track,
@@ -233,6 +240,7 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       o->u.callback.fn(o->u.callback.arg);
       break;
     case OP_GRAPH:
+      if (o->u.graph.t0 == 0) o->u.graph.t0 = t0;
       mgpu__host_graph_run(d, s, o);
       break;
     case OP_RECORD:
@@ -256,7 +264,9 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   mgpu__host_env->metric_add(d->id, MGPU__BMETRIC_BUSY_NS, t1 - t0);
   if (o->kind == OP_COPY && o->u.copy.path >= 0)
     mgpu__obs_copy_ran(d->id, o->u.copy.path, o->u.copy.size, t1 - t0);
-  if (mgpu__trace_enabled()) trace_op(s, o, t0, t1);
+  /* A graph part traces itself (mgpu__host_graph_run). */
+  if (mgpu__trace_enabled() && o->kind != OP_GRAPH)
+    mgpu__host_trace_op(s, o, t0, t1);
 }
 
 void mgpu__host_op_free(op *o) {
@@ -376,9 +386,10 @@ void *mgpu__host_worker_main(void *arg) {
     s->head = o->next;
     if (s->head == NULL) {
       s->tail = NULL;
+      s->sync_at = 0;
       mgpu__cond_broadcast(&d->idle);
     } else {
-      if (s->syncs > 0) mgpu__cond_broadcast(&d->idle);
+      mgpu__host_sync_wake(d, s);
       mgpu__host_ready_push(d, s);
     }
     mgpu__host_op_free(o);
