@@ -35,6 +35,7 @@
   X(MGPU__LOCK_HANDLE_TABLE, "core/handle.c table_lock")                     \
   X(MGPU__LOCK_MEM_REFS, "core/memory.c refs_lock")                          \
   X(MGPU__LOCK_BACKEND_WRAP, "core/backend_fault.c wrap_lock")               \
+  X(MGPU__LOCK_HOST_ADOPT, "backend/host/graph.c a graph part's adopt_lock") \
   X(MGPU__LOCK_HOST_DEVICE, "backend/host/device.c a device's lock")         \
   X(MGPU__LOCK_GRAPH_BOARD, "graph/parts.c a graph board's lock")            \
   X(MGPU__LOCK_HOST_EVENT, "backend/host/event.c an event's lock")           \

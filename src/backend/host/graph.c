@@ -24,8 +24,8 @@ struct host_graph {
   mgpu__bstream **adopt; /* mgpu__bgraph_part's */
   int nadopt;
   /* adopt_lock guards adopt_off, set by a cancel: from then on no run
-   * looks at the adopted streams, which may be freed. Lock order: it, then
-   * a device's lock. */
+   * looks at the adopted streams, which may be freed. It comes before a
+   * device's lock (docs/ARCHITECTURE.md, "Lock order"). */
   mgpu__mutex adopt_lock;
   int adopt_off;
 };
@@ -248,7 +248,7 @@ int mgpu__host_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
   g->n = part->n;
   g->board = part->board;
   if (g->board != NULL) mgpu__graph_board_ref(g->board);
-  mgpu__mutex_init(&g->adopt_lock);
+  mgpu__mutex_init(&g->adopt_lock, MGPU__LOCK_HOST_ADOPT);
   atomic_init(&g->refs, 1);
   *out = g;
   return 0;
