@@ -53,6 +53,12 @@ typedef struct mgpu__ocl_prog {
   /* The user kernel in kernels[0]; the built-ins by kind and dtype
    * (kernels.c), made on first use under lock. */
   cl_kernel kernels[25];
+  /* The user kernel's parameter count once asked (-1 before), and the
+   * bytes its one argument was last set to (args_known), under lock. */
+  int nargs;
+  int args_known;
+  void *args; /* owned, args_cap bytes */
+  size_t args_size, args_cap;
   int built;            /* the build ran (under lock) */
   int rc;               /* 0, or the build's error code (kept) */
   char *log;            /* the build log of a failed build (owned) */
@@ -122,6 +128,10 @@ struct mgpu__bstream {
   int clock_known;
   int64_t clock_offset;
   uint32_t track; /* the stream's trace track */
+  /* The program entry of the stream's last launch (kernels.c), a hint
+   * read and written with __atomic builtins; entries live as long as the
+   * process. */
+  struct mgpu__ocl_prog *prog_hint;
 };
 
 struct mgpu__bevent {

@@ -61,13 +61,9 @@ static mgpu__trace_tag *tag_for(const char *name, size_t bytes) {
   return tag;
 }
 
-/* The device time of ev's start and end; 0 when it has none (failed,
- * pending, or no profiling). */
+/* The device time of ev's start and end, ev complete; 0 when it has none
+ * (no profiling). */
 static int times_of(cl_event ev, cl_ulong *t0, cl_ulong *t1) {
-  cl_int st = CL_COMPLETE;
-  if (clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
-                     NULL) != CL_SUCCESS || st != CL_COMPLETE)
-    return 0;
   return clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof *t0,
                                  t0, NULL) == CL_SUCCESS &&
          clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof *t1, t1,
@@ -105,14 +101,15 @@ static void harvest_locked(mgpu__bstream *s, int idle) {
     mgpu__ocl_span *sp = *pp;
     cl_int st = CL_COMPLETE;
     if (clGetEventInfo(sp->ev, CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                sizeof st, &st, NULL) == CL_SUCCESS &&
-        st > CL_COMPLETE) { /* still queued or running */
+                       sizeof st, &st, NULL) != CL_SUCCESS)
+      st = -1; /* dropped, not counted */
+    if (st > CL_COMPLETE) { /* still queued or running */
       prev = sp;
       pp = &sp->next;
       continue;
     }
     cl_ulong t0 = 0, t1 = 0;
-    if (times_of(sp->ev, &t0, &t1)) {
+    if (st == CL_COMPLETE && times_of(sp->ev, &t0, &t1)) {
       busy += t1 - t0;
       if (sp->tag != NULL && s->clock_known)
         obs->span_tag(s->d->id, s->track, sp->tag,
