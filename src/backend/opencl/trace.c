@@ -92,22 +92,22 @@ static void clock_sync(mgpu__bstream *s) {
 static void harvest_locked(mgpu__bstream *s, int idle) {
   const mgpu__obs_api *obs = mgpu__ocl_env->obs;
   int tagged = 0;
-  for (mgpu__ocl_span *sp = s->spans; sp != NULL && !tagged; sp = sp->next)
+  for (mgpu__ocl_span *sp = s->spans; idle && sp != NULL && !tagged;
+       sp = sp->next)
     tagged = sp->tag != NULL;
-  if (tagged && idle) clock_sync(s);
+  if (tagged) clock_sync(s);
   uint64_t busy = 0;
-  mgpu__ocl_span **pp = &s->spans, *prev = NULL;
+  mgpu__ocl_span **pp = &s->spans;
   while (*pp != NULL) {
     mgpu__ocl_span *sp = *pp;
     cl_int st = CL_COMPLETE;
     if (clGetEventInfo(sp->ev, CL_EVENT_COMMAND_EXECUTION_STATUS,
                        sizeof st, &st, NULL) != CL_SUCCESS)
       st = -1; /* dropped, not counted */
-    if (st > CL_COMPLETE) { /* still queued or running */
-      prev = sp;
-      pp = &sp->next;
-      continue;
-    }
+    /* Still queued or running: so is every later entry (an in-order
+     * queue completes its commands in order), which saves asking each of
+     * them, once per launch, when a burst outruns the device. */
+    if (st > CL_COMPLETE) break;
     cl_ulong t0 = 0, t1 = 0;
     if (st == CL_COMPLETE && times_of(sp->ev, &t0, &t1)) {
       busy += t1 - t0;
@@ -117,7 +117,7 @@ static void harvest_locked(mgpu__bstream *s, int idle) {
                       (uint64_t)((int64_t)t1 + s->clock_offset));
     }
     *pp = sp->next;
-    if (s->spans_tail == sp) s->spans_tail = prev;
+    if (s->spans_tail == sp) s->spans_tail = NULL;
     s->nspans--;
     span_put(s, sp);
   }
