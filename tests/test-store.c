@@ -482,10 +482,11 @@ TEST_IMPL(opencl_objects_in_host_memory) {
   size_t n = 200000;
   mgpu_store_object *o, *g;
   ASSERT_OK(mgpu_store_create(a, 0, n, "cl", &o));
-  /* Host memory: a pointer, but no buffer of the OpenCL device (its
-   * kernels take only its own memory). */
+  /* Host memory: a pointer, and a buffer of pinned memory of the OpenCL
+   * device (its kernels take only its own memory; copies take this). */
   ASSERT(mgpu_store_object_ptr(o) != NULL);
-  ASSERT(mgpu_store_object_buffer(o) == NULL);
+  ASSERT(mgpu_store_object_buffer(o) != NULL);
+  ASSERT_EQ(mgpu_buffer_kind(mgpu_store_object_buffer(o)), MGPU_MEM_PINNED);
   uint8_t *host;
   ASSERT_OK(mgpu_store_mirror_begin(o, 0, (void **)&host));
   fill_pattern(host, n, 7);
@@ -502,9 +503,11 @@ TEST_IMPL(opencl_objects_in_host_memory) {
   uint8_t *back = malloc(n);
   ASSERT(back != NULL);
   ASSERT_OK(mgpu_malloc(&dev, 0, n));
-  ASSERT_OK(mgpu_memcpy_htod(dev, 0, mgpu_store_object_ptr(g), n));
+  ASSERT_OK(mgpu_memcpy(dev, 0, mgpu_store_object_buffer(g), 0, n));
   ASSERT_OK(mgpu_memcpy_dtoh(back, dev, 0, n));
   ASSERT(check_pattern(back, n, 7));
+  ASSERT_ERR(MGPU_EREADONLY,
+             mgpu_memcpy(mgpu_store_object_buffer(g), 0, dev, 0, n));
   ASSERT_OK(mgpu_free(dev));
   free(back);
   /* The daemon counts it against the OpenCL device, named alike by both
