@@ -7,10 +7,10 @@
  *
  * A device whose backend cannot share its own memory with other processes
  * (no ipc entries: OpenCL) holds its objects in host memory, a sealed memfd
- * as on host devices: the object is counted against that device, and its
- * clients reach the bytes through the pointer and the host mirror. Where
- * the device's kernels cannot use host memory as device memory, the object
- * has no mgpu buffer on it (mgpu__store_mem_is_buffer). */
+ * as on host devices: the object is counted against that device. Where the
+ * device's kernels cannot use host memory as device memory, a client wraps
+ * it as pinned memory of the device (mgpu__store_mem_is_buffer says 0):
+ * copies, the pointer and the host mirror reach it, kernels do not. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>

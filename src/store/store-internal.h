@@ -24,9 +24,10 @@ int mgpu__store_mem_alloc(int dev, size_t size, mgpu__ipc_mem *out,
 void mgpu__store_mem_free(int dev, void *alloc);
 int mgpu__store_mem_export_fd(int dev, void *alloc, const mgpu__ipc_mem *m,
                               int writable);
-/* Whether memory m, imported on dev, is an mgpu buffer of dev: the device's
+/* Whether memory m, imported on dev, is device memory of dev: the device's
  * own memory, or host memory where dev's kernels use host memory as device
- * memory (host devices); 0 for a bad device. */
+ * memory (host devices); 0 (pinned memory of dev) otherwise, and for a bad
+ * device. */
 int mgpu__store_mem_is_buffer(int dev, const mgpu__ipc_mem *m);
 /* Seals the memory against writes through any descriptor (host memfds;
  * a no-op for device memory). */
