@@ -125,6 +125,7 @@ struct mgpu__bstream {
    * entries; the device-to-host clock offset once measured. */
   mgpu__ocl_span *spans, *spans_tail, *spare_spans;
   int nspans;
+  uint64_t span_seq; /* entries ever queued: the number of the newest */
   int clock_known;
   int64_t clock_offset;
   uint32_t track; /* the stream's trace track */
@@ -214,10 +215,12 @@ void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
  * a kernel, copy or fill) counts towards busy_ns and, while a trace is
  * recorded, becomes a span (the core's tag, else name with bytes). harvest:
  * reads what completed (idle: the caller found the queue idle, so the
- * clock may be measured). stream_free: at destroy, after clFinish. */
+ * clock may be measured; done: the entries numbered up to it completed
+ * without error, seen from a later command, so their status need not be
+ * asked; 0: none known). stream_free: at destroy, after clFinish. */
 void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
                         size_t bytes);
-void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle);
+void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle, uint64_t done);
 void mgpu__ocl_trace_stream_free(mgpu__bstream *s);
 
 /* subdev.c: sub-device index of ph partitioned equally into count (for

@@ -32,6 +32,7 @@
 
 struct mgpu__ocl_span {
   cl_event ev;
+  uint64_t seq; /* s->span_seq when it was queued */
   mgpu__trace_tag *tag; /* the span, NULL when only busy time is counted */
   mgpu__ocl_span *next;
 };
@@ -88,8 +89,11 @@ static void clock_sync(mgpu__bstream *s) {
 }
 
 /* Reads every completed entry and drops failed ones; idle: the caller
- * found the queue idle, so the clock may be measured. s->lock held. */
-static void harvest_locked(mgpu__bstream *s, int idle) {
+ * found the queue idle, so the clock may be measured; entries numbered up
+ * to done completed without error (the caller saw a later command do so,
+ * and the queue is in order), so their status need not be asked. s->lock
+ * held. */
+static void harvest_locked(mgpu__bstream *s, int idle, uint64_t done) {
   const mgpu__obs_api *obs = mgpu__ocl_env->obs;
   int tagged = 0;
   for (mgpu__ocl_span *sp = s->spans; idle && sp != NULL && !tagged;
@@ -101,8 +105,8 @@ static void harvest_locked(mgpu__bstream *s, int idle) {
   while (*pp != NULL) {
     mgpu__ocl_span *sp = *pp;
     cl_int st = CL_COMPLETE;
-    if (clGetEventInfo(sp->ev, CL_EVENT_COMMAND_EXECUTION_STATUS,
-                       sizeof st, &st, NULL) != CL_SUCCESS)
+    if (sp->seq > done && clGetEventInfo(sp->ev, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                sizeof st, &st, NULL) != CL_SUCCESS)
       st = -1; /* dropped, not counted */
     /* Still queued or running: so is every later entry (an in-order
      * queue completes its commands in order), which saves asking each of
@@ -128,7 +132,7 @@ static void harvest_locked(mgpu__bstream *s, int idle) {
 void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
                         size_t bytes) {
   if (ev == NULL) return;
-  if (s->nspans >= MAX_PENDING) harvest_locked(s, 0);
+  if (s->nspans >= MAX_PENDING) harvest_locked(s, 0, 0);
   mgpu__ocl_span *sp = s->spare_spans;
   if (sp != NULL)
     s->spare_spans = sp->next;
@@ -137,6 +141,7 @@ void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
   sp->tag = mgpu__ocl_env->obs->trace_enabled() ? tag_for(name, bytes) : NULL;
   clRetainEvent(ev);
   sp->ev = ev;
+  sp->seq = ++s->span_seq;
   sp->next = NULL;
   if (s->spans_tail != NULL)
     s->spans_tail->next = sp;
@@ -146,14 +151,14 @@ void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
   s->nspans++;
 }
 
-void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle) {
+void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle, uint64_t done) {
   pthread_mutex_lock(&s->lock);
-  harvest_locked(s, idle);
+  harvest_locked(s, idle, done);
   pthread_mutex_unlock(&s->lock);
 }
 
 void mgpu__ocl_trace_stream_free(mgpu__bstream *s) {
-  harvest_locked(s, 1);
+  harvest_locked(s, 1, 0); /* finished, but commands may have failed */
   while (s->spare_spans != NULL) {
     mgpu__ocl_span *sp = s->spare_spans;
     s->spare_spans = sp->next;
