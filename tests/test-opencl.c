@@ -208,6 +208,58 @@ TEST_IMPL(opencl_kernel_variant) {
   return 0;
 }
 
+/* A burst longer than the commands a stream keeps for busy time (1024),
+ * on two streams sharing one kernel, whose argument changes on some
+ * launches and stays on others: each launch runs with its own argument
+ * (the plugin sets it only when it changed), and every launch counts. */
+TEST_IMPL(opencl_burst_with_changing_arguments) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  enum { N = 256, LAUNCHES = 1500 };
+  float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = 1.0f;
+  mgpu_stream *s[2];
+  mgpu_buffer *bx, *by[2];
+  ASSERT_OK(mgpu_malloc(&bx, 0, sizeof x));
+  ASSERT_OK(mgpu_memcpy_htod(bx, 0, x, sizeof x));
+  for (int k = 0; k < 2; k++) {
+    ASSERT_OK(mgpu_stream_create(&s[k], 0));
+    ASSERT_OK(mgpu_malloc(&by[k], 0, sizeof y));
+    ASSERT_OK(mgpu_memset_async(by[k], 0, 0, sizeof y, s[k]));
+    ASSERT_OK(mgpu_stream_synchronize(s[k]));
+  }
+  mgpu_metrics m0 = {.size = sizeof m0}, m1 = {.size = sizeof m1};
+  ASSERT_OK(mgpu_metrics_snapshot(&m0));
+  float want[2] = {0, 0};
+  for (int i = 0; i < LAUNCHES; i++) {
+    int k = i % 5 == 4; /* stream 1 now and then, the same kernel */
+    float scale = i % 3 == 0 ? 2.0f : 1.0f;
+    /* y += scale * x, in place on the stream's own buffer */
+    vadd_args a = {(uintptr_t)mgpu_buffer_ptr(bx),
+                   (uintptr_t)mgpu_buffer_ptr(by[k]),
+                   (uintptr_t)mgpu_buffer_ptr(by[k]), N, scale};
+    ASSERT_OK(mgpu_launch(s[k], &vadd, MGPU_DIM3(N / 64, 1, 1),
+                          MGPU_DIM3(64, 1, 1), &a, sizeof a));
+    want[k] += scale;
+  }
+  for (int k = 0; k < 2; k++) {
+    ASSERT_OK(mgpu_memcpy_dtoh_async(y, by[k], 0, sizeof y, s[k]));
+    ASSERT_OK(mgpu_stream_synchronize(s[k]));
+    for (int i = 0; i < N; i++) ASSERT(y[i] == want[k]);
+  }
+  ASSERT_OK(mgpu_metrics_snapshot(&m1));
+  ASSERT_EQ((int)(m1.dev[0].kernels_launched - m0.dev[0].kernels_launched),
+            LAUNCHES);
+  ASSERT(m1.dev[0].busy_ns > m0.dev[0].busy_ns);
+  for (int k = 0; k < 2; k++) {
+    ASSERT_OK(mgpu_free(by[k]));
+    ASSERT_OK(mgpu_stream_destroy(s[k]));
+  }
+  ASSERT_OK(mgpu_free(bx));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 static const char broken_src[] =
     "__kernel void broken(ulong p) {\n"
     "  undeclared_thing_here = 3;\n"
@@ -779,6 +831,7 @@ TEST_ENTRY(opencl_tokens_parsed)
 TEST_ENTRY(opencl_devices_mix_and_split)
 TEST_ENTRY(opencl_split_on_sub_devices)
 TEST_ENTRY(opencl_kernel_variant)
+TEST_ENTRY(opencl_burst_with_changing_arguments)
 TEST_ENTRY(opencl_build_error_has_log)
 TEST_ENTRY(opencl_builtins_match_host)
 TEST_ENTRY(opencl_builtins_16_bit)

@@ -456,6 +456,87 @@ TEST_IMPL(mirror) {
   return 0;
 }
 
+/* Objects on an OpenCL device: the daemon starts on OpenCL devices (named
+ * without a UUID), holds their objects in host memory, and clients reach
+ * them through the pointer and the host mirror; an mgpu copy takes the
+ * bytes onto the device. Skips where the OpenCL plugin or device is
+ * missing. */
+TEST_IMPL(opencl_objects_in_host_memory) {
+  const char *devices = "opencl:0,host:1";
+  setenv("POCL_DEVICES", "pthread", 0);
+  setenv("MGPU_DEVICES", devices, 1); /* the daemon's too */
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = devices;
+  int rc = mgpu_init(&cfg);
+  if (rc == MGPU_EPLUGIN || rc == MGPU_ENODEV) {
+    printf("skipped: %s\n", mgpu_error_detail());
+    return TEST_SKIP;
+  }
+  ASSERT_OK(rc);
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  mgpu_store *a, *b;
+  ASSERT_OK(mgpu_store_connect(&a, env.path));
+  ASSERT_OK(mgpu_store_connect(&b, env.path));
+  size_t n = 200000;
+  mgpu_store_object *o, *g;
+  ASSERT_OK(mgpu_store_create(a, 0, n, "cl", &o));
+  /* Host memory: a pointer, and a buffer of pinned memory of the OpenCL
+   * device (its kernels take only its own memory; copies take this). */
+  ASSERT(mgpu_store_object_ptr(o) != NULL);
+  ASSERT(mgpu_store_object_buffer(o) != NULL);
+  ASSERT_EQ(mgpu_buffer_kind(mgpu_store_object_buffer(o)), MGPU_MEM_PINNED);
+  uint8_t *host;
+  ASSERT_OK(mgpu_store_mirror_begin(o, 0, (void **)&host));
+  fill_pattern(host, n, 7);
+  ASSERT_OK(mgpu_store_mirror_end(o)); /* writable: written back */
+  ASSERT(check_pattern(mgpu_store_object_ptr(o), n, 7));
+  ASSERT_OK(mgpu_store_seal(o));
+  ASSERT_OK(mgpu_store_get_by_name(b, "cl", &g));
+  ASSERT(check_pattern(mgpu_store_object_ptr(g), n, 7));
+  ASSERT_OK(mgpu_store_mirror_begin(g, 1, (void **)&host));
+  ASSERT(check_pattern(host, n, 7));
+  ASSERT_OK(mgpu_store_mirror_end(g));
+  /* Onto the device and back. */
+  mgpu_buffer *dev;
+  uint8_t *back = malloc(n);
+  ASSERT(back != NULL);
+  ASSERT_OK(mgpu_malloc(&dev, 0, n));
+  ASSERT_OK(mgpu_memcpy(dev, 0, mgpu_store_object_buffer(g), 0, n));
+  ASSERT_OK(mgpu_memcpy_dtoh(back, dev, 0, n));
+  ASSERT(check_pattern(back, n, 7));
+  ASSERT_ERR(MGPU_EREADONLY,
+             mgpu_memcpy(mgpu_store_object_buffer(g), 0, dev, 0, n));
+  ASSERT_OK(mgpu_free(dev));
+  free(back);
+  /* The daemon counts it against the OpenCL device, named alike by both
+   * processes. */
+  mgpu_store_stats s = {.size = sizeof s};
+  ASSERT_OK(mgpu_store_stats_get(a, &s));
+  ASSERT_EQ(s.ndevices, 2);
+  ASSERT_EQ(s.devices[0].backend_kind, MGPU_BACKEND_OPENCL);
+  ASSERT(strncmp(s.devices[0].uuid, "opencl-", 7) == 0);
+  ASSERT_EQ(s.devices[0].in_use, n);
+  ASSERT_EQ(s.devices[1].in_use, 0);
+  mgpu_store_entry *e;
+  size_t count;
+  ASSERT_OK(mgpu_store_list(a, &e, &count));
+  ASSERT_EQ(count, 1);
+  ASSERT(strcmp(e[0].device_uuid, s.devices[0].uuid) == 0);
+  mgpu_store_list_free(e);
+  ASSERT_OK(mgpu_store_release(g));
+  ASSERT_OK(mgpu_store_release(o));
+  ASSERT_OK(mgpu_store_delete_by_name(a, "cl", NULL));
+  ASSERT_OK(mgpu_store_disconnect(a));
+  ASSERT_OK(mgpu_store_disconnect(b));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* ---- capacity and eviction ---- */
 
 TEST_IMPL(capacity_evicts_lru) {
@@ -1591,6 +1672,7 @@ TEST_ENTRY(proto_rejects)
 TEST_ENTRY(share_two_processes)
 TEST_ENTRY(lifetimes)
 TEST_ENTRY(mirror)
+TEST_ENTRY(opencl_objects_in_host_memory)
 TEST_ENTRY(capacity_evicts_lru)
 TEST_ENTRY(eight_clients)
 TEST_ENTRY(kill_clients)

@@ -80,6 +80,13 @@ static int cmd_ls(mgpu_store *st, int json) {
   return 0;
 }
 
+/* The name of a store device's backend kind. */
+static const char *backend_name(int kind) {
+  return kind == MGPU_BACKEND_CUDA     ? "cuda"
+         : kind == MGPU_BACKEND_OPENCL ? "opencl"
+                                       : "host";
+}
+
 static int cmd_stat(mgpu_store *st, int json) {
   mgpu_store_stats s = {.size = sizeof s};
   int rc = mgpu_store_stats_get(st, &s);
@@ -94,7 +101,7 @@ static int cmd_stat(mgpu_store *st, int json) {
       json_str(s.devices[i].uuid);
       printf(", \"backend\": \"%s\", \"capacity\": %llu, \"in_use\": %llu, "
              "\"held\": %llu, \"objects\": %llu}",
-             s.devices[i].backend_kind == MGPU_BACKEND_CUDA ? "cuda" : "host",
+             backend_name(s.devices[i].backend_kind),
              (unsigned long long)s.devices[i].capacity,
              (unsigned long long)s.devices[i].in_use,
              (unsigned long long)s.devices[i].held,
@@ -110,7 +117,7 @@ static int cmd_stat(mgpu_store *st, int json) {
          "in use", "held", "objects");
   for (int i = 0; i < s.ndevices; i++)
     printf("%-22s %-7s %14llu %14llu %14llu %8llu\n", s.devices[i].uuid,
-           s.devices[i].backend_kind == MGPU_BACKEND_CUDA ? "cuda" : "host",
+           backend_name(s.devices[i].backend_kind),
            (unsigned long long)s.devices[i].capacity,
            (unsigned long long)s.devices[i].in_use,
            (unsigned long long)s.devices[i].held,

@@ -528,11 +528,21 @@ cdef object _export(mgpu_buffer *buf, object dt, tuple shape, bint readonly,
     return _dl_capsule(&e.outer, versioned)
 
 
-cdef tuple _dlpack_args(tuple where, stream, max_version, dl_device, copy):
-    """Checks __dlpack__'s arguments (array API standard) for memory on
-    DLPack device where; returns (versioned, to_host): whether the consumer
-    reads DLPack 1.x tensors, and whether it asked for host memory instead
-    (a copy)."""
+_DL_TYPE_NAMES = {1: "kDLCPU", 2: "kDLCUDA", 3: "kDLCUDAHost",
+                  4: "kDLOpenCL", 13: "kDLCUDAManaged"}
+
+
+def _dl_where(where):
+    """DLPack device where as the message names it: "(4, 0) (kDLOpenCL)"."""
+    return "%s (%s)" % (where, _DL_TYPE_NAMES.get(where[0], "unknown type"))
+
+
+cdef tuple _dlpack_args(tuple where, int device, stream, max_version,
+                        dl_device, copy):
+    """Checks __dlpack__'s arguments (array API standard) for memory of
+    mgpu device device on DLPack device where; returns (versioned, to_host):
+    whether the consumer reads DLPack 1.x tensors, and whether it asked for
+    host memory instead (a copy)."""
     cdef bint versioned = False, to_host = False
     if max_version is not None:
         try:
@@ -550,11 +560,16 @@ cdef tuple _dlpack_args(tuple where, stream, max_version, dl_device, copy):
                             "%r" % (dl_device,)) from None
         if want != where:
             if copy is False:
-                raise BufferError("the array lives on DLPack device %s, not "
-                                  "%s, and copy=False" % (where, want))
+                raise BufferError(
+                    "the array of mgpu device %d lives on DLPack device %s, "
+                    "not %s, and copy=False forbids a copy"
+                    % (device, _dl_where(where), _dl_where(want)))
             if want[0] != 1:
-                raise BufferError("a copy to DLPack device %s is not "
-                                  "supported" % (want,))
+                raise BufferError(
+                    "the array of mgpu device %d lives on DLPack device %s; "
+                    "a copy to DLPack device %s is not supported (only to "
+                    "host memory, dl_device=(1, 0))"
+                    % (device, _dl_where(where), _dl_where(want)))
             to_host = True
     if where[0] == 1:
         if stream is not None:
@@ -579,8 +594,8 @@ def _dlpack_export(src, stream, max_version, dl_device, copy):
     read-only flag (max_version >= (1, 0)): a legacy capsule cannot carry
     the flag, and a consumer that writes through it would write (or fault
     on) memory that is not its to write."""
-    versioned, to_host = _dlpack_args(src.__dlpack_device__(), stream,
-                                      max_version, dl_device, copy)
+    versioned, to_host = _dlpack_args(src.__dlpack_device__(), src.device,
+                                      stream, max_version, dl_device, copy)
     # A store object's exports are read-only even before it is sealed: a
     # consumer's view outlives the seal.
     readonly = isinstance(src, StoreArray) or not src.writable

@@ -39,6 +39,7 @@ cdef extern from "mgpu.h" nogil:
     ctypedef enum mgpu_backend_kind:
         MGPU_BACKEND_HOST
         MGPU_BACKEND_CUDA
+        MGPU_BACKEND_OPENCL
     ctypedef struct mgpu_device_props:
         size_t size
         char name[96]

@@ -27,6 +27,11 @@ cdef int _store_by_key(mgpu_store *st, object key, mgpu_store_object **got,
     return _check(rc)
 
 
+# A store device's backend by its kind (the daemon's stats).
+_BACKEND_NAMES = {MGPU_BACKEND_HOST: "host", MGPU_BACKEND_CUDA: "cuda",
+                  MGPU_BACKEND_OPENCL: "opencl"}
+
+
 cdef class Store:
     """A connection to the store daemon (``mgpud`` or ``mgpu store serve``).
 
@@ -243,7 +248,7 @@ cdef class Store:
             for i in range(s.ndevices):
                 d = &s.devices[i]
                 devs.append({"uuid": d.uuid.decode(),
-                             "backend": "cuda" if d.backend_kind == MGPU_BACKEND_CUDA else "host",
+                             "backend": _BACKEND_NAMES.get(d.backend_kind, "host"),
                              "capacity": d.capacity, "in_use": d.in_use,
                              "held": d.held, "objects": d.objects})
             return {"clients": s.clients, "objects": s.objects, "refs": s.refs,

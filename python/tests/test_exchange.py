@@ -24,6 +24,34 @@ def test_empty_arrays_go_both_ways(mg):
     assert not mgpu.from_dlpack(ro).writable
 
 
+def test_dlpack_refusals_name_the_device(mg):
+    """A consumer that asks for a DLPack device the array is not on, and
+    forbids the copy or names a device mgpu cannot copy to, gets a
+    BufferError naming the mgpu device and both DLPack devices."""
+    a = mgpu.full(4, 2.0, "float32", device=0)
+    if a.__dlpack_device__()[0] == 2:
+        pytest.skip("CUDA memory: kDLCUDA is its own device")
+    with pytest.raises(BufferError, match=r"mgpu device 0 .*\(2, 0\) "
+                       r"\(kDLCUDA\).*copy=False"):
+        a.__dlpack__(dl_device=(2, 0), copy=False)
+
+
+def test_opencl_memory_to_numpy_through_a_host_copy(mg):
+    """NumPy maps only host memory: OpenCL device memory (kDLOpenCL) goes
+    to it as a host copy when it asks for the CPU, and never in place."""
+    a = mgpu.full(4, 2.0, "float32", device=0)
+    if a.__dlpack_device__()[0] != 4:
+        pytest.skip("needs an OpenCL device (MGPU_TEST_DEVICES=opencl)")
+    assert np.from_dlpack(a, device="cpu").tolist() == [2.0] * 4
+    with pytest.raises(BufferError, match=r"mgpu device 0 .*\(kDLOpenCL\), "
+                       r"not \(1, 0\) \(kDLCPU\).*copy=False"):
+        np.from_dlpack(a, device="cpu", copy=False)
+    with pytest.raises(BufferError, match=r"mgpu device 0 .*\(kDLOpenCL\); "
+                       r"a copy to DLPack device \(2, 0\) \(kDLCUDA\) is "
+                       r"not supported"):
+        a.__dlpack__(dl_device=(2, 0))
+
+
 @pytest.mark.parametrize("dtype", ["object", "U3", "S2", "datetime64[s]",
                                    "timedelta64[ms]", [("a", "i4"), ("b", "f4")],
                                    "longdouble", "clongdouble"])

@@ -37,11 +37,16 @@ def _daemon():
 
 @pytest.fixture
 def daemon(tmp_path):
+    yield from _daemon_on(tmp_path, "host:2")
+
+
+def _daemon_on(tmp_path, devices):
+    """A daemon on devices for one test (a fixture's body): its socket."""
     cmd = _daemon()
     if cmd is None:
         pytest.skip("no store daemon (mgpud) found")
     sock = str(tmp_path / "store.sock")
-    env = dict(os.environ, MGPU_DEVICES="host:2")
+    env = dict(os.environ, MGPU_DEVICES=devices)
     p = subprocess.Popen(cmd + ["--socket", sock], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
@@ -73,6 +78,30 @@ def daemon(tmp_path):
 @pytest.fixture
 def mg2():
     yield from opened("host:2")
+
+
+OPENCL_DEVICES = "opencl:0,host:1"
+
+
+@pytest.fixture
+def mg_opencl():
+    """mgpu open on an OpenCL device and a host device; skips where the
+    OpenCL plugin or a device is missing."""
+    os.environ.setdefault("POCL_DEVICES", "pthread")
+    if mgpu.is_initialized():
+        mgpu.shutdown()
+    try:
+        mgpu.init(devices=OPENCL_DEVICES)
+    except mgpu.Error as e:
+        pytest.skip("no OpenCL device: %s" % e)
+    yield mgpu
+    gc.collect()
+    mgpu.shutdown()
+
+
+@pytest.fixture
+def daemon_opencl(tmp_path):
+    yield from _daemon_on(tmp_path, OPENCL_DEVICES)
 
 
 def _tool():
@@ -371,3 +400,23 @@ def test_not_found_text_is_not_quoted(daemon, mg2):
         text = str(info.value)
         assert text.startswith("MGPU_ENOENT") and text == info.value.args[0]
         assert isinstance(info.value, KeyError)
+
+
+def test_objects_on_an_opencl_device(mg_opencl, daemon_opencl):
+    """An object on an OpenCL device is host memory there (pinned, kDLCPU):
+    filled from an OpenCL array, read back through NumPy by another
+    connection, and counted against the OpenCL device."""
+    with mgpu.store.connect(daemon_opencl) as a, \
+            mgpu.store.connect(daemon_opencl) as b:
+        src = mgpu.full(1000, 3.0, "float32", device=0)
+        oid = a.put(src, name="cl")
+        got = b.get("cl", "float32")
+        assert got.device == 0
+        assert got.__dlpack_device__() == (1, 0)
+        assert np.asarray(got).tolist() == [3.0] * 1000
+        stats = a.stats()
+        assert stats["devices"][0]["backend"] == "opencl"
+        assert stats["devices"][0]["uuid"].startswith("opencl-")
+        assert stats["devices"][0]["in_use"] == 4000
+        del got
+        a.delete(oid)

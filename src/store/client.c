@@ -581,11 +581,15 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
     return rc;
   }
   /* On a device of this process the object is a buffer like any other,
-   * read-only unless this process created it and has not sealed it. */
+   * read-only unless this process created it and has not sealed it. Host
+   * memory held for a device that cannot use it as device memory (OpenCL)
+   * is a buffer of pinned memory there: copies take it, kernels do not. */
   if (o->dev >= 0) {
-    rc = mgpu_buffer_wrap(&o->buffer, o->dev, MGPU_MEM_DEVICE, o->ptr,
-                          o->size, writable ? 0 : MGPU_BUFFER_READONLY, NULL,
-                          NULL);
+    mgpu_mem_kind kind = mgpu__store_mem_is_buffer(o->dev, &o->mem)
+                             ? MGPU_MEM_DEVICE
+                             : MGPU_MEM_PINNED;
+    rc = mgpu_buffer_wrap(&o->buffer, o->dev, kind, o->ptr, o->size,
+                          writable ? 0 : MGPU_BUFFER_READONLY, NULL, NULL);
     if (rc != 0) {
       mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
       mgpu__free(o);

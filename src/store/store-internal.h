@@ -8,7 +8,8 @@
 #include "backend/ipc.h"
 #include "store/proto.h"
 
-/* The UUID of this process's mgpu device dev (mgpu initialized). */
+/* The UUID of this process's mgpu device dev (mgpu initialized); a
+ * device without one is named by its backend, name and ordinal (mem.c). */
 int mgpu__store_device_uuid(int dev, char *out, size_t n);
 /* This process's device of that UUID, or -1. */
 int mgpu__store_device_of_uuid(const char *uuid);
@@ -23,6 +24,11 @@ int mgpu__store_mem_alloc(int dev, size_t size, mgpu__ipc_mem *out,
 void mgpu__store_mem_free(int dev, void *alloc);
 int mgpu__store_mem_export_fd(int dev, void *alloc, const mgpu__ipc_mem *m,
                               int writable);
+/* Whether memory m, imported on dev, is device memory of dev: the device's
+ * own memory, or host memory where dev's kernels use host memory as device
+ * memory (host devices); 0 (pinned memory of dev) otherwise, and for a bad
+ * device. */
+int mgpu__store_mem_is_buffer(int dev, const mgpu__ipc_mem *m);
 /* Seals the memory against writes through any descriptor (host memfds;
  * a no-op for device memory). */
 int mgpu__store_mem_seal(int dev, void *alloc, const mgpu__ipc_mem *m);

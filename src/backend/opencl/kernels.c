@@ -144,45 +144,63 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
   e->rc = err == CL_BUILD_PROGRAM_FAILURE ? MGPU_EINVAL : MGPU_EBACKEND;
 }
 
-/* The detail of e's failed build, set again for this call. */
+/* The detail of e's failed build, set again for this call; name: the user
+ * kernel's name, NULL for the built-ins. */
 static int build_failed(mgpu__ocl_phys *ph, mgpu__ocl_prog *e, int id,
-                        const char *what) {
+                        const char *name) {
+  char what[96];
+  if (name != NULL)
+    snprintf(what, sizeof what, "the OpenCL C of kernel '%.40s'", name);
+  else
+    snprintf(what, sizeof what, "the built-in kernels");
   return mgpu__error(
       e->rc, "device %d: %s did not build for OpenCL device '%s'; the build "
       "log: %.900s", id, what, ph->name,
       e->log != NULL && e->log[0] ? e->log : "(empty)");
 }
 
+/* Whether e is the entry of (key, src, name). */
+static int prog_is(const mgpu__ocl_prog *e, const void *key, const char *src,
+                   const char *name) {
+  return e->key == key && e->src == src && e->name == name;
+}
+
 /* The entry of (key, src) on ph in *out, made and built on first use,
  * returned with its lock held; a negative code with the detail set when the
- * build failed or memory ran out. */
-static int program_get(mgpu__ocl_phys *ph, const void *key, const char *src,
-                       const char *name, int id, const char *what,
+ * build failed or memory ran out. name: the user kernel's name, NULL for
+ * the built-ins. The entry s used last is tried first (entries are never
+ * removed, so it stays valid): a burst of one kernel skips the list. */
+static int program_get(mgpu__ocl_phys *ph, mgpu__bstream *s, const void *key,
+                       const char *src, const char *name, int id,
                        mgpu__ocl_prog **out) {
   *out = NULL;
-  pthread_mutex_lock(&ph->progs_lock);
-  mgpu__ocl_prog *e = ph->progs;
-  while (e != NULL && (e->key != key || e->src != src || e->name != name))
-    e = e->next;
-  if (e == NULL) {
-    e = mgpu__calloc(1, sizeof *e);
+  mgpu__ocl_prog *e = __atomic_load_n(&s->prog_hint, __ATOMIC_ACQUIRE);
+  if (e == NULL || !prog_is(e, key, src, name)) {
+    pthread_mutex_lock(&ph->progs_lock);
+    e = ph->progs;
+    while (e != NULL && !prog_is(e, key, src, name)) e = e->next;
     if (e == NULL) {
-      pthread_mutex_unlock(&ph->progs_lock);
-      return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
-                         "memory for a program", id);
+      e = mgpu__calloc(1, sizeof *e);
+      if (e == NULL) {
+        pthread_mutex_unlock(&ph->progs_lock);
+        return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                           "memory for a program", id);
+      }
+      e->key = key;
+      e->src = src;
+      e->name = name;
+      e->nargs = -1;
+      pthread_mutex_init(&e->lock, NULL);
+      e->next = ph->progs;
+      ph->progs = e;
     }
-    e->key = key;
-    e->src = src;
-    e->name = name;
-    pthread_mutex_init(&e->lock, NULL);
-    e->next = ph->progs;
-    ph->progs = e;
+    pthread_mutex_unlock(&ph->progs_lock);
+    __atomic_store_n(&s->prog_hint, e, __ATOMIC_RELEASE);
   }
-  pthread_mutex_unlock(&ph->progs_lock);
   pthread_mutex_lock(&e->lock);
   if (!e->built) build(ph, e);
   if (e->rc != 0) {
-    int rc = build_failed(ph, e, id, what);
+    int rc = build_failed(ph, e, id, name);
     pthread_mutex_unlock(&e->lock);
     return rc;
   }
@@ -214,6 +232,31 @@ static cl_int enqueue(mgpu__bstream *s, cl_kernel kern, cl_uint dims,
   return err;
 }
 
+/* Sets the user kernel's one argument (e->lock held) unless it holds
+ * these bytes already: a cl_kernel keeps its arguments between launches,
+ * and an implementation may copy the value into fresh memory each time
+ * (PoCL does), a cost a burst of equal launches need not pay. */
+static cl_int user_args_set(mgpu__ocl_prog *e, cl_kernel kern,
+                            const void *args, size_t args_size) {
+  if (e->args_known && e->args_size == args_size &&
+      memcmp(e->args, args, args_size) == 0)
+    return CL_SUCCESS;
+  e->args_known = 0;
+  cl_int err = clSetKernelArg(kern, 0, args_size, args);
+  if (err != CL_SUCCESS) return err;
+  if (args_size > e->args_cap) {
+    void *grown = mgpu__malloc(args_size);
+    if (grown == NULL) return CL_SUCCESS; /* set, only not remembered */
+    mgpu__free(e->args);
+    e->args = grown;
+    e->args_cap = args_size;
+  }
+  memcpy(e->args, args, args_size);
+  e->args_size = args_size;
+  e->args_known = 1;
+  return CL_SUCCESS;
+}
+
 int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
                      mgpu_dim3 grid, mgpu_dim3 block, const void *args,
                      size_t args_size) {
@@ -222,31 +265,31 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
     return mgpu__error(MGPU_ENOTSUP, "device %d: kernel '%s' "
                        "has no OpenCL variant (opencl_src and "
                        "name)", d->id, name);
-  char what[96];
-  snprintf(what, sizeof what, "the OpenCL C of kernel '%.40s'", name);
   mgpu__ocl_prog *e;
-  int rc = program_get(d->phys, k, k->opencl_src, k->name, d->id, what, &e);
+  int rc = program_get(d->phys, s, k, k->opencl_src, k->name, d->id, &e);
   if (rc != 0) return rc;
   cl_int err;
   cl_kernel kern = kernel_get(e, 0, k->name, &err);
   const char *step = "clCreateKernel";
-  cl_uint nargs = 0;
-  if (err == CL_SUCCESS) {
+  if (err == CL_SUCCESS && e->nargs < 0) { /* asked once per program */
+    cl_uint nargs = 0;
     step = "clGetKernelInfo";
     err = clGetKernelInfo(kern, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs,
                           NULL);
+    if (err == CL_SUCCESS) e->nargs = (int)nargs;
   }
-  if (err == CL_SUCCESS && nargs != (args_size > 0 ? 1u : 0u)) {
+  if (err == CL_SUCCESS && e->nargs != (args_size > 0 ? 1 : 0)) {
+    int nargs = e->nargs;
     pthread_mutex_unlock(&e->lock);
     return mgpu__error(
-        MGPU_EINVAL, "device %d: kernel '%s' takes %u parameters in its "
+        MGPU_EINVAL, "device %d: kernel '%s' takes %d parameters in its "
         "OpenCL C; an mgpu kernel takes its argument struct (%zu bytes here) "
         "as its one parameter, or none", d->id, name, nargs, args_size);
   }
   if (err == CL_SUCCESS && args_size > 0) {
     step = "clSetKernelArg (the argument struct's size must match the "
            "kernel's parameter)";
-    err = clSetKernelArg(kern, 0, args_size, args);
+    err = user_args_set(e, kern, args, args_size);
   }
   size_t global[3] = {(size_t)grid.x * block.x, (size_t)grid.y * block.y,
                       (size_t)grid.z * block.z};
@@ -342,8 +385,7 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   int rc = builtin_type(d, b, &di, &es);
   if (rc != 0 || b->count == 0) return rc;
   mgpu__ocl_prog *e;
-  rc = program_get(d->phys, &builtins_key, builtins_src, NULL, d->id,
-                   "the built-in kernels", &e);
+  rc = program_get(d->phys, s, &builtins_key, builtins_src, NULL, d->id, &e);
   if (rc != 0) return rc;
   cl_int err;
   const char *name = builtin_names[b->kind][di];

@@ -53,6 +53,12 @@ typedef struct mgpu__ocl_prog {
   /* The user kernel in kernels[0]; the built-ins by kind and dtype
    * (kernels.c), made on first use under lock. */
   cl_kernel kernels[25];
+  /* The user kernel's parameter count once asked (-1 before), and the
+   * bytes its one argument was last set to (args_known), under lock. */
+  int nargs;
+  int args_known;
+  void *args; /* owned, args_cap bytes */
+  size_t args_size, args_cap;
   int built;            /* the build ran (under lock) */
   int rc;               /* 0, or the build's error code (kept) */
   char *log;            /* the build log of a failed build (owned) */
@@ -115,9 +121,14 @@ struct mgpu__bstream {
    * entries; the device-to-host clock offset once measured. */
   mgpu__ocl_span *spans, *spans_tail, *spare_spans;
   int nspans;
+  uint64_t span_seq; /* entries ever queued: the number of the newest */
   int clock_known;
   int64_t clock_offset;
   uint32_t track; /* the stream's trace track */
+  /* The program entry of the stream's last launch (kernels.c), a hint
+   * read and written with __atomic builtins; entries live as long as the
+   * process. */
+  struct mgpu__ocl_prog *prog_hint;
 };
 
 struct mgpu__bevent {
@@ -199,10 +210,12 @@ void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
  * a kernel, copy or fill) counts towards busy_ns and, while a trace is
  * recorded, becomes a span (the core's tag, else name with bytes). harvest:
  * reads what completed (idle: the caller found the queue idle, so the
- * clock may be measured). stream_free: at destroy, after clFinish. */
+ * clock may be measured; done: the entries numbered up to it completed
+ * without error, seen from a later command, so their status need not be
+ * asked; 0: none known). stream_free: at destroy, after clFinish. */
 void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
                         size_t bytes);
-void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle);
+void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle, uint64_t done);
 void mgpu__ocl_trace_stream_free(mgpu__bstream *s);
 
 /* subdev.c: sub-device index of ph partitioned equally into count (for

@@ -104,9 +104,15 @@ static cl_event event_ref(pthread_mutex_t *lock, cl_event *slot) {
   return ev;
 }
 
-/* A reference to s's last event, or NULL. */
-static cl_event last_event(mgpu__bstream *s) {
-  return event_ref(&s->lock, &s->last);
+/* A reference to s's last event, or NULL; *seq: the number of the newest
+ * timed entry queued before it (trace.c). */
+static cl_event last_event(mgpu__bstream *s, uint64_t *seq) {
+  pthread_mutex_lock(&s->lock);
+  cl_event ev = s->last;
+  if (ev != NULL) clRetainEvent(ev);
+  *seq = s->span_seq;
+  pthread_mutex_unlock(&s->lock);
+  return ev;
 }
 
 /* Drops s's last event if it is still ev (its error was reported). */
@@ -172,7 +178,8 @@ void mgpu__ocl_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
 }
 
 int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
-  cl_event ev = last_event(s);
+  uint64_t seq = 0;
+  cl_event ev = last_event(s, &seq);
   cl_int err = clFinish(s->q);
   int rc = 0;
   if (err != CL_SUCCESS) {
@@ -183,13 +190,15 @@ int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   }
   if (ev != NULL) clReleaseEvent(ev);
   copies_harvest(s);
-  mgpu__ocl_trace_harvest(s, rc == 0);
+  /* Without an error every command queued before ev completed. */
+  mgpu__ocl_trace_harvest(s, rc == 0, rc == 0 && ev != NULL ? seq : 0);
   if (rc == 0) rc = lost_rc(d);
   return rc;
 }
 
 int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
-  cl_event ev = last_event(s);
+  uint64_t seq = 0;
+  cl_event ev = last_event(s, &seq);
   if (ev == NULL) return lost_rc(d);
   (void)clFlush(s->q);
   cl_int st = status_of(ev);
@@ -201,7 +210,7 @@ int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
     rc = MGPU_EAGAIN;
   } else {
     copies_harvest(s);
-    mgpu__ocl_trace_harvest(s, 1);
+    mgpu__ocl_trace_harvest(s, 1, seq); /* ev and all before it are done */
   }
   clReleaseEvent(ev);
   if (rc == 0) rc = lost_rc(d);

@@ -32,6 +32,7 @@
 
 struct mgpu__ocl_span {
   cl_event ev;
+  uint64_t seq; /* s->span_seq when it was queued */
   mgpu__trace_tag *tag; /* the span, NULL when only busy time is counted */
   mgpu__ocl_span *next;
 };
@@ -61,13 +62,9 @@ static mgpu__trace_tag *tag_for(const char *name, size_t bytes) {
   return tag;
 }
 
-/* The device time of ev's start and end; 0 when it has none (failed,
- * pending, or no profiling). */
+/* The device time of ev's start and end, ev complete; 0 when it has none
+ * (no profiling). */
 static int times_of(cl_event ev, cl_ulong *t0, cl_ulong *t1) {
-  cl_int st = CL_COMPLETE;
-  if (clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
-                     NULL) != CL_SUCCESS || st != CL_COMPLETE)
-    return 0;
   return clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof *t0,
                                  t0, NULL) == CL_SUCCESS &&
          clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof *t1, t1,
@@ -92,27 +89,31 @@ static void clock_sync(mgpu__bstream *s) {
 }
 
 /* Reads every completed entry and drops failed ones; idle: the caller
- * found the queue idle, so the clock may be measured. s->lock held. */
-static void harvest_locked(mgpu__bstream *s, int idle) {
+ * found the queue idle, so the clock may be measured; entries numbered up
+ * to done completed without error (the caller saw a later command do so,
+ * and the queue is in order), so their status need not be asked. s->lock
+ * held. */
+static void harvest_locked(mgpu__bstream *s, int idle, uint64_t done) {
   const mgpu__obs_api *obs = mgpu__ocl_env->obs;
   int tagged = 0;
-  for (mgpu__ocl_span *sp = s->spans; sp != NULL && !tagged; sp = sp->next)
+  for (mgpu__ocl_span *sp = s->spans; idle && sp != NULL && !tagged;
+       sp = sp->next)
     tagged = sp->tag != NULL;
-  if (tagged && idle) clock_sync(s);
+  if (tagged) clock_sync(s);
   uint64_t busy = 0;
-  mgpu__ocl_span **pp = &s->spans, *prev = NULL;
+  mgpu__ocl_span **pp = &s->spans;
   while (*pp != NULL) {
     mgpu__ocl_span *sp = *pp;
     cl_int st = CL_COMPLETE;
-    if (clGetEventInfo(sp->ev, CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                sizeof st, &st, NULL) == CL_SUCCESS &&
-        st > CL_COMPLETE) { /* still queued or running */
-      prev = sp;
-      pp = &sp->next;
-      continue;
-    }
+    if (sp->seq > done && clGetEventInfo(sp->ev, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                sizeof st, &st, NULL) != CL_SUCCESS)
+      st = -1; /* dropped, not counted */
+    /* Still queued or running: so is every later entry (an in-order
+     * queue completes its commands in order), which saves asking each of
+     * them, once per launch, when a burst outruns the device. */
+    if (st > CL_COMPLETE) break;
     cl_ulong t0 = 0, t1 = 0;
-    if (times_of(sp->ev, &t0, &t1)) {
+    if (st == CL_COMPLETE && times_of(sp->ev, &t0, &t1)) {
       busy += t1 - t0;
       if (sp->tag != NULL && s->clock_known)
         obs->span_tag(s->d->id, s->track, sp->tag,
@@ -120,7 +121,7 @@ static void harvest_locked(mgpu__bstream *s, int idle) {
                       (uint64_t)((int64_t)t1 + s->clock_offset));
     }
     *pp = sp->next;
-    if (s->spans_tail == sp) s->spans_tail = prev;
+    if (s->spans_tail == sp) s->spans_tail = NULL;
     s->nspans--;
     span_put(s, sp);
   }
@@ -131,7 +132,7 @@ static void harvest_locked(mgpu__bstream *s, int idle) {
 void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
                         size_t bytes) {
   if (ev == NULL) return;
-  if (s->nspans >= MAX_PENDING) harvest_locked(s, 0);
+  if (s->nspans >= MAX_PENDING) harvest_locked(s, 0, 0);
   mgpu__ocl_span *sp = s->spare_spans;
   if (sp != NULL)
     s->spare_spans = sp->next;
@@ -140,6 +141,7 @@ void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
   sp->tag = mgpu__ocl_env->obs->trace_enabled() ? tag_for(name, bytes) : NULL;
   clRetainEvent(ev);
   sp->ev = ev;
+  sp->seq = ++s->span_seq;
   sp->next = NULL;
   if (s->spans_tail != NULL)
     s->spans_tail->next = sp;
@@ -149,14 +151,14 @@ void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
   s->nspans++;
 }
 
-void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle) {
+void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle, uint64_t done) {
   pthread_mutex_lock(&s->lock);
-  harvest_locked(s, idle);
+  harvest_locked(s, idle, done);
   pthread_mutex_unlock(&s->lock);
 }
 
 void mgpu__ocl_trace_stream_free(mgpu__bstream *s) {
-  harvest_locked(s, 1);
+  harvest_locked(s, 1, 0); /* finished, but commands may have failed */
   while (s->spare_spans != NULL) {
     mgpu__ocl_span *sp = s->spare_spans;
     s->spare_spans = sp->next;
