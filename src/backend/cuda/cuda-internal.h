@@ -156,53 +156,14 @@ cudaError_t mgpu__cuda_builtin_launch(const mgpu__builtin *b, cudaStream_t s);
 
 /* Streams, events, copies, launches (stream.c), peers and mempools
  * (memory.c), NCCL (nccl.c): the table slots. */
-int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out);
-void mgpu__cuda_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s);
-int mgpu__cuda_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s);
-int mgpu__cuda_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
-void *mgpu__cuda_stream_native(mgpu__bstream *s);
-int mgpu__cuda_event_create(mgpu__bdevice *d, mgpu__bevent **out);
-void mgpu__cuda_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__cuda_stream_order_native(mgpu__bdevice *d, mgpu__bstream *s,
-                                   void *native);
-int mgpu__cuda_event_record(mgpu__bdevice *d, mgpu__bevent *e,
-                            mgpu__bstream *s);
-int mgpu__cuda_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__cuda_event_query(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__cuda_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
-                                mgpu__bevent *end, float *ms);
-int mgpu__cuda_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
-                                 mgpu__bdevice *ed, mgpu__bevent *e);
-int mgpu__cuda_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                              size_t dpitch, const void *src, size_t spitch,
-                              size_t width, size_t height,
-                              mgpu__copy_kind kind);
-int mgpu__cuda_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                            const void *src, size_t size,
-                            mgpu__copy_kind kind);
-int mgpu__cuda_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                            int value, size_t size);
-int mgpu__cuda_launch(mgpu__bdevice *d, mgpu__bstream *s,
-                      const mgpu_kernel *k, mgpu_dim3 grid, mgpu_dim3 block,
-                      const void *args, size_t args_size);
-int mgpu__cuda_builtin(mgpu__bdevice *d, mgpu__bstream *s,
-                       const mgpu__builtin *b);
-int mgpu__cuda_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
-                             void (*fn)(void *arg), void *arg);
+/* The core table's slots: mgpu__cuda_<slot>, declared from backend.h's list
+ * so that each signature is written once (a slot this backend leaves NULL
+ * is declared and not defined). */
+#define MGPU__CUDA_SLOT(group, seam, ret, name, params, args, dev)             \
+  ret mgpu__cuda_##name params;
+MGPU__BACKEND_CORE_SLOTS(MGPU__CUDA_SLOT)
+#undef MGPU__CUDA_SLOT
 
-int mgpu__cuda_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
-                         void **ptr);
-void mgpu__cuda_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
-int mgpu__cuda_mem_info(mgpu__bdevice *d, size_t *free_bytes,
-                        size_t *total_bytes);
-int mgpu__cuda_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
-                               int *yes);
-int mgpu__cuda_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer);
-int mgpu__cuda_peer_disable(mgpu__bdevice *d, mgpu__bdevice *peer);
-int mgpu__cuda_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
-                                 mgpu__bdevice *sd, const void *src,
-                                 size_t size, mgpu__bdevice *s_dev,
-                                 mgpu__bstream *s);
 int mgpu__cuda_mempool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
                                 size_t size, void **ptr);
 int mgpu__cuda_mempool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);

@@ -150,51 +150,19 @@ int mgpu__ocl_lost(mgpu__bdevice *d, char *why, size_t why_size);
 /* ---- the table's slots ---- */
 
 /* memory.c */
-int mgpu__ocl_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
-                        void **ptr);
-void mgpu__ocl_mem_free(mgpu__bdevice *d, mgpu_mem_kind kind, void *ptr);
-int mgpu__ocl_mem_info(mgpu__bdevice *d, size_t *free_bytes,
-                       size_t *total_bytes);
-int mgpu__ocl_peer_can_access(mgpu__bdevice *d, mgpu__bdevice *peer,
-                              int *yes);
-int mgpu__ocl_peer_enable(mgpu__bdevice *d, mgpu__bdevice *peer);
-int mgpu__ocl_peer_disable(mgpu__bdevice *d, mgpu__bdevice *peer);
-int mgpu__ocl_memcpy_peer_async(mgpu__bdevice *dd, void *dst,
-                                mgpu__bdevice *sd, const void *src,
-                                size_t size, mgpu__bdevice *s_dev,
-                                mgpu__bstream *s);
+/* The core table's slots: mgpu__ocl_<slot>, declared from backend.h's list
+ * so that each signature is written once (a slot this backend leaves NULL
+ * is declared and not defined). */
+#define MGPU__OCL_SLOT(group, seam, ret, name, params, args, dev)             \
+  ret mgpu__ocl_##name params;
+MGPU__BACKEND_CORE_SLOTS(MGPU__OCL_SLOT)
+#undef MGPU__OCL_SLOT
 
 /* stream.c */
-int mgpu__ocl_stream_create(mgpu__bdevice *d, mgpu__bstream **out);
-void mgpu__ocl_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s);
-int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s);
-int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s);
-void *mgpu__ocl_stream_native(mgpu__bstream *s);
-int mgpu__ocl_event_create(mgpu__bdevice *d, mgpu__bevent **out);
-void mgpu__ocl_event_destroy(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__ocl_event_record(mgpu__bdevice *d, mgpu__bevent *e,
-                           mgpu__bstream *s);
-int mgpu__ocl_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__ocl_event_query(mgpu__bdevice *d, mgpu__bevent *e);
-int mgpu__ocl_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
-                               mgpu__bevent *end, float *ms);
-int mgpu__ocl_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
-                                mgpu__bdevice *ed, mgpu__bevent *e);
-int mgpu__ocl_memcpy_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                           const void *src, size_t size,
-                           mgpu__copy_kind kind);
-int mgpu__ocl_memcpy2d_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                             size_t dpitch, const void *src, size_t spitch,
-                             size_t width, size_t height,
-                             mgpu__copy_kind kind);
-int mgpu__ocl_memset_async(mgpu__bdevice *d, mgpu__bstream *s, void *dst,
-                           int value, size_t size);
 /* The relay thread (stream.c), running while a device is open: start
  * returns 0 or MGPU_ENOMEM (without the detail). */
 int mgpu__ocl_relay_start(void);
 void mgpu__ocl_relay_stop(void);
-int mgpu__ocl_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
-                            void (*fn)(void *arg), void *arg);
 
 /* The enqueue helpers of stream.c, for kernels.c: s->lock held by the
  * caller between begin and end; end keeps ev as the stream's last event
@@ -226,10 +194,5 @@ cl_device_id mgpu__ocl_subdevice_get(mgpu__ocl_phys *ph, int id, int index,
 void mgpu__ocl_subdevice_release(cl_device_id sub);
 
 /* kernels.c */
-int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
-                     mgpu_dim3 grid, mgpu_dim3 block, const void *args,
-                     size_t args_size);
-int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
-                      const mgpu__builtin *b);
 
 #endif /* MGPU_OPENCL_INTERNAL_H */
