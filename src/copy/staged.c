@@ -477,19 +477,27 @@ static int queue_pieces(staged_plan *p, copy_op *op, char *dst,
   return 0;
 }
 
+/* Sizes the copy of size bytes from sd to dd: its chunk, whether it ramps
+ * up, and its slots (no more than its pieces). */
+static void plan_make(staged_plan *p, mgpu__device *sd, mgpu__device *dd,
+                      size_t size) {
+  *p = (staged_plan){.sd = sd, .dd = dd, .size = size};
+  int depth;
+  staging_params(sd, &p->chunk, &depth);
+  p->chunk = copy_chunk(p->chunk, size, depth);
+  p->ramp = p->chunk >= 32768 && size >= 4 * p->chunk;
+  size_t npieces = piece_count(p);
+  p->slots = npieces < (size_t)depth ? (int)npieces : depth;
+}
+
 int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
                       const void *src, size_t size, mgpu__stream *s) {
   if (sd->ops != dd->ops)
     return mgpu__error(MGPU_ENOTSUP, "staged copy from device %d to device "
                        "%d: the devices belong to different backends",
                        sd->id, dd->id);
-  staged_plan p = {.sd = sd, .dd = dd, .size = size};
-  int depth;
-  staging_params(sd, &p.chunk, &depth);
-  p.chunk = copy_chunk(p.chunk, size, depth);
-  p.ramp = p.chunk >= 32768 && size >= 4 * p.chunk;
-  size_t npieces = piece_count(&p);
-  p.slots = npieces < (size_t)depth ? (int)npieces : depth;
+  staged_plan p;
+  plan_make(&p, sd, dd, size);
   int on_src = s->dev == sd->id;
   mgpu__device *xd = on_src ? sd : dd; /* the stream's device */
   mgpu__device *hd = on_src ? dd : sd; /* the helper's device */
