@@ -589,20 +589,40 @@ struct tk_fault_args {
 };
 
 /* A kernel that faults is reported by the next synchronize, with the CUDA
- * error named, and never aborts the process. */
+ * error named, and never aborts the process. An illegal address is sticky
+ * in CUDA (the GPU's context is unusable until the process ends), so the
+ * device is lost: MGPU_EDEVLOST, mgpu_device_status says so, new work is
+ * refused naming the device, and every mgpu device on the same GPU (the
+ * splits of cuda:0/4) is lost with it. */
 TEST_IMPL(cuda_async_error) {
   CUDA_INIT(n);
-  (void)n;
   mgpu_stream *s;
   ASSERT_OK(mgpu_stream_create(&s, 0));
   struct tk_fault_args a = {(int *)(uintptr_t)0x10};
   ASSERT_OK(mgpu_launch(s, tk_kernel("tk_fault_kernel"), MGPU_DIM3(1, 1, 1),
                         MGPU_DIM3(32, 1, 1), &a, sizeof a));
-  ASSERT_ERR(MGPU_EBACKEND, mgpu_stream_synchronize(s));
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s));
   ASSERT_DETAIL_HAS("cudaError");
+  ASSERT_DETAIL_HAS("device 0");
   printf("reported: %s\n", mgpu_error_detail());
-  /* The context is lost after such a fault; shutdown must still return. */
-  mgpu_stream_destroy(s);
+  mgpu_device_state st = MGPU_DEVICE_OK;
+  ASSERT_OK(mgpu_device_status(0, &st));
+  ASSERT_EQ(MGPU_DEVICE_LOST, st);
+  mgpu_device_props p0 = {.size = sizeof p0};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  for (int d = 1; d < n; d++) {
+    mgpu_device_props p = {.size = sizeof p};
+    ASSERT_OK(mgpu_device_get_props(d, &p));
+    if (strcmp(p.uuid, p0.uuid) != 0) continue;
+    st = MGPU_DEVICE_OK;
+    ASSERT_OK(mgpu_device_status(d, &st));
+    ASSERT_EQ(MGPU_DEVICE_LOST, st);
+  }
+  mgpu_buffer *b = NULL;
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_malloc(&b, 0, 256));
+  ASSERT_DETAIL_HAS("device 0");
+  /* Freeing still works on a lost device; shutdown must still return. */
+  ASSERT_OK(mgpu_stream_destroy(s));
   mgpu_shutdown();
   return 0;
 }

@@ -107,6 +107,13 @@ typedef struct mgpu_config {
                                "backend:memcpy_async:3", "thread:2",
                                "seed:S@p:0.01", "device:2@after:100",
                                comma-separated. NULL: env, default none */
+  int cuda_ipc_legacy;      /* MGPU_CUDA_IPC_LEGACY: 1 shares CUDA store
+                               objects through legacy cudaIpc handles even
+                               where the driver exports cuMem POSIX
+                               descriptors (the fallback, for drivers
+                               without them and for testing it), 0 uses
+                               the descriptors where offered. -1: env,
+                               default 0 */
 } mgpu_config;
 
 #define MGPU_CONFIG_INITIALIZER                                              \
@@ -114,7 +121,7 @@ typedef struct mgpu_config {
     .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
     .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
     .cuda_green = -1, .cuda_busy = -1, .trace = NULL, .metrics = NULL,     \
-    .timeout_ms = 0, .fault = NULL }
+    .timeout_ms = 0, .fault = NULL, .cuda_ipc_legacy = -1 }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after

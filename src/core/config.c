@@ -224,7 +224,7 @@ static const config_var vars[] = {
     VAR("MGPU_CUDA_GREEN", cuda_green, V_INT, 0, 1, -1, 1, "0 or 1",
         "split CUDA devices with green contexts"),
     VAR("MGPU_CUDA_BUSY", cuda_busy, V_INT, 0, 1, -1, 1, "0 or 1",
-        "CUDA waits spin rather than block"),
+        "time CUDA work with events for busy_ns"),
     VAR("MGPU_TRACE", trace, V_STRING, 0, 0, 0, 0, NULL,
         "file the trace is written to at shutdown"),
     VAR("MGPU_METRICS", metrics, V_STRING, 0, 0, 0, 0, NULL,
@@ -234,6 +234,8 @@ static const config_var vars[] = {
     /* Checked by mgpu_init, which hands it to util/fault.c. */
     VAR("MGPU_FAULT", fault, V_STRING, 0, 0, 0, 0, NULL,
         "calls made to fail on purpose (docs/faults.md)"),
+    VAR("MGPU_CUDA_IPC_LEGACY", cuda_ipc_legacy, V_INT, 0, 1, -1, 0,
+        "0 or 1", "share CUDA store objects through legacy cudaIpc handles"),
     /* The launcher's node-local rank and rank count (MGPU_DEVICES=local). */
     ENV("OMPI_COMM_WORLD_LOCAL_RANK", NULL, "Open MPI's node-local rank"),
     ENV("OMPI_COMM_WORLD_LOCAL_SIZE", NULL, "Open MPI's ranks on the node"),
@@ -348,8 +350,10 @@ static int resolve_var(const config_var *v, mgpu_config *out) {
   return 0;
 }
 
-/* vars[] names every field of mgpu_config; fault is the last. */
-_Static_assert(offsetof(mgpu_config, fault) + sizeof(const char *) ==
+/* vars[] names every field of mgpu_config; cuda_ipc_legacy is the last. */
+_Static_assert((offsetof(mgpu_config, cuda_ipc_legacy) + sizeof(int) +
+                _Alignof(mgpu_config) - 1) / _Alignof(mgpu_config) *
+                       _Alignof(mgpu_config) ==
                    sizeof(mgpu_config),
                "a field added to mgpu_config needs its row in vars[]");
 

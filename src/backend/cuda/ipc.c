@@ -116,6 +116,7 @@ typedef struct cuda_alloc {
 
 static int posix_fd_supported(mgpu__bdevice *d) {
   int yes = 0;
+  if (mgpu__cuda_env->config->cuda_ipc_legacy == 1) return 0;
   if (!api_load()) return 0;
   /* A CUdevice is the device's ordinal. */
   if (api.device_attribute(
