@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mpi/mpi-internal.h"
 
@@ -41,6 +42,7 @@ typedef struct mpi_comm_ctx {
   size_t acc_size, scratch_size;
 #ifdef MGPU_HAVE_NCCL
   int nccl;
+  int nccl_aborted; /* nccl_wait timed out and aborted the communicators */
   int nlocal;
   ncclComm_t nccl_comms[MGPU_MAX_DEVICES];
 #endif
@@ -324,9 +326,46 @@ static int nccl_type(mgpu_dtype t, ncclDataType_t *out) {
   return MGPU_EINVAL;
 }
 
+/* A collective across processes is complete when its call (or group)
+ * returns, on every path (docs/mpi.md): NCCL only queues it on the
+ * streams, so wait for them, up to MGPU_MPI_TIMEOUT_MS. A rank that never
+ * comes would keep NCCL's kernels spinning for ever: past the limit the
+ * communicators are aborted (ncclCommAbort ends those kernels) and every
+ * later call on them is refused. */
+static int nccl_wait(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < n; i++) {
+    int rc;
+    while ((rc = mgpu_stream_query(calls[i].stream)) == MGPU_EAGAIN) {
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      double ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 +
+                  (double)(now.tv_nsec - t0.tv_nsec) / 1e6;
+      if (ms > mgpu__mpi.timeout_ms) {
+        for (int k = 0; k < x->nlocal; k++)
+          nccl->comm_abort(x->nccl_comms[k]);
+        x->nccl_aborted = 1;
+        return mgpu__error(MGPU_ETIMEDOUT, "rank %d: an NCCL collective "
+                           "did not complete within %d ms "
+                           "(MGPU_MPI_TIMEOUT_MS): another rank did not "
+                           "come; the communicator is aborted",
+                           mgpu__mpi.rank, mgpu__mpi.timeout_ms);
+      }
+      struct timespec nap = {0, 20000};
+      nanosleep(&nap, NULL);
+    }
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
 static int nccl_issue(void *ctx, const mgpu_coll_call *calls, int n) {
   mpi_comm_ctx *x = ctx;
   static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMin, ncclMax};
+  if (x->nccl_aborted)
+    return mgpu__error(MGPU_ECANCELED, "rank %d: the communicator's NCCL "
+                       "communicators were aborted after a collective timed "
+                       "out", mgpu__mpi.rank);
   ncclDataType_t type;
   if (nccl_type(calls[0].dtype, &type) != 0)
     return mgpu__error(MGPU_EINVAL, "unknown dtype");
@@ -362,7 +401,8 @@ static int nccl_issue(void *ctx, const mgpu_coll_call *calls, int n) {
   }
   ncclResult_t e = nccl->group_end();
   if (r != ncclSuccess) return nccl_err(r, "NCCL collective");
-  return e == ncclSuccess ? 0 : nccl_err(e, "ncclGroupEnd");
+  if (e != ncclSuccess) return nccl_err(e, "ncclGroupEnd");
+  return nccl_wait(x, calls, n);
 }
 
 /* 1 when every device of this rank is a whole CUDA GPU. */
@@ -374,6 +414,39 @@ static int whole_gpus(int ndev, const int *devs) {
       return 0;
   }
   return 1;
+}
+
+/* A hash of a device's GPU (its UUID), the same in every process. */
+static uint64_t gpu_hash(int dev) {
+  mgpu_device_props p = {.size = sizeof p};
+  mgpu_device_get_props(dev, &p);
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *c = p.uuid; *c != '\0'; c++)
+    h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  return h;
+}
+
+/* 1 when two of the communicator's devices are the same GPU (ranks sharing
+ * a GPU): NCCL refuses a communicator with one GPU twice ("duplicate GPU",
+ * ncclInvalidUsage). Every process answers the same. A process that cannot
+ * take the table's memory makes every process answer 1. */
+static int gpus_repeat(mpi_comm_ctx *x, int ndev, const int *devs) {
+  int n = x->first[x->nprocs - 1] + x->count[x->nprocs - 1];
+  uint64_t *all = mgpu_module_malloc((size_t)n * sizeof *all);
+  int ok = all != NULL, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, x->comm);
+  if (!all_ok) {
+    mgpu_module_free(all);
+    return 1;
+  }
+  uint64_t mine[MGPU_MAX_DEVICES];
+  for (int i = 0; i < ndev; i++) mine[i] = gpu_hash(devs[i]);
+  int repeat = MPI_Allgatherv(mine, ndev, MPI_UINT64_T, all, x->count,
+                              x->first, MPI_UINT64_T, x->comm) != MPI_SUCCESS;
+  for (int i = 0; i < n && !repeat; i++)
+    for (int j = i + 1; j < n && !repeat; j++) repeat = all[i] == all[j];
+  mgpu_module_free(all);
+  return repeat;
 }
 
 static int nccl_open(mpi_comm_ctx *x, int ndev, const int *devs) {
@@ -406,7 +479,7 @@ static void ctx_free(void *ctx) {
   mpi_comm_ctx *x = ctx;
   if (x == NULL) return;
 #ifdef MGPU_HAVE_NCCL
-  for (int i = 0; x->nccl && i < x->nlocal; i++)
+  for (int i = 0; x->nccl && !x->nccl_aborted && i < x->nlocal; i++)
     nccl->comm_destroy(x->nccl_comms[i]);
 #endif
   for (int i = 0; i < 2; i++)
@@ -491,9 +564,9 @@ static int ctx_open(mpi_comm_ctx *x, MPI_Comm comm, int ndev,
   return rc;
 }
 
-/* NCCL over the ranks where every rank's devices are whole GPUs and every
- * rank can open NCCL; else the hierarchical path over MPI (remote as it
- * was). */
+/* NCCL over the ranks where every rank's devices are whole GPUs, no GPU
+ * appears twice and every rank can open NCCL; else the hierarchical path
+ * over MPI (remote as it was). */
 static int choose_transport(mpi_comm_ctx *x, int ndev, const int *devs,
                             mgpu_comm_remote *remote) {
 #ifdef MGPU_HAVE_NCCL
@@ -505,6 +578,11 @@ static int choose_transport(mpi_comm_ctx *x, int ndev, const int *devs,
                     mgpu__mpi.rank, why);
   }
   MPI_Allreduce(&gpus, &all_gpus, 1, MPI_INT, MPI_MIN, x->comm);
+  if (all_gpus && gpus_repeat(x, ndev, devs)) {
+    all_gpus = 0;
+    mgpu_module_log(MGPU_LOG_INFO, "rank %d: no NCCL over ranks: ranks "
+                    "share a GPU", mgpu__mpi.rank);
+  }
   if (all_gpus) {
     int rc = nccl_open(x, ndev, devs);
     if (rc != 0) return rc;

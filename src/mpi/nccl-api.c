@@ -24,6 +24,7 @@ static const struct nccl_sym {
     {"ncclGetUniqueId", offsetof(mgpu__mpi_nccl_api, get_unique_id)},
     {"ncclCommInitRank", offsetof(mgpu__mpi_nccl_api, comm_init_rank)},
     {"ncclCommDestroy", offsetof(mgpu__mpi_nccl_api, comm_destroy)},
+    {"ncclCommAbort", offsetof(mgpu__mpi_nccl_api, comm_abort)},
     {"ncclGroupStart", offsetof(mgpu__mpi_nccl_api, group_start)},
     {"ncclGroupEnd", offsetof(mgpu__mpi_nccl_api, group_end)},
     {"ncclAllReduce", offsetof(mgpu__mpi_nccl_api, all_reduce)},

@@ -18,6 +18,7 @@ typedef struct mgpu__mpi_nccl_api {
   __typeof__(ncclGetUniqueId) *get_unique_id;
   __typeof__(ncclCommInitRank) *comm_init_rank;
   __typeof__(ncclCommDestroy) *comm_destroy;
+  __typeof__(ncclCommAbort) *comm_abort;
   __typeof__(ncclGroupStart) *group_start;
   __typeof__(ncclGroupEnd) *group_end;
   __typeof__(ncclAllReduce) *all_reduce;

@@ -30,6 +30,23 @@ template <typename T> struct num {
   __device__ static bool less(T a, T b) { return a < b; }
 };
 
+/* Integers: a value outside the type's range saturates and NaN gives 0, as
+ * on the host (src/backend/host/kernels.c). The plain conversion does not:
+ * on an H100 it turns NaN into INT_MIN. */
+template <> __device__ int32_t num<int32_t>::down(double v) {
+  if (v != v) return 0;
+  if (v >= 2147483648.0) return INT32_MAX;
+  if (v <= -2147483649.0) return INT32_MIN;
+  return (int32_t)v;
+}
+
+template <> __device__ int64_t num<int64_t>::down(double v) {
+  if (v != v) return 0;
+  if (v >= 9223372036854775808.0) return INT64_MAX;
+  if (v < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)v;
+}
+
 template <> struct num<__half> {
   typedef float wide;
   __device__ static wide up(__half v) { return __half2float(v); }

@@ -15,8 +15,8 @@
 
 /* The result of scale and axpy is computed in double and converted back.
  * For integers a value outside the type's range would be undefined
- * behaviour: it saturates instead, and NaN gives 0, as the conversions of
- * CUDA's kernels do (__double2int_rz). For floating point the conversion is
+ * behaviour: it saturates instead, and NaN gives 0; the CUDA and OpenCL
+ * kernels convert the same way. For floating point the conversion is
  * IEEE (too large is infinity). */
 static inline float to_f32(double x) { return (float)x; }
 static inline double to_f64(double x) { return x; }
