@@ -235,9 +235,8 @@ static int import_device(int type, int id, int want, int *dev,
     }
     int own = caps->dlpack_device != kDLCPU;
     return mgpu__error(MGPU_EWRONGDEV, "mgpu_buffer_from_dlpack: %s memory "
-                       "(id %d) cannot go on device %d (%s %s %d)",
+                       "(id %d) cannot go on device %d (%s device %d)",
                        dl_type_name(type), id, want, d->ops->name,
-                       own ? "device" : "host device",
                        own ? d->spec.ordinal : want);
   }
   int n = mgpu__ndevices(), cur = 0;
