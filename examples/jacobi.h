@@ -12,9 +12,12 @@
 #ifndef MGPU_EXAMPLES_JACOBI_H
 #define MGPU_EXAMPLES_JACOBI_H
 
+#include <dlfcn.h>
 #include <mgpu.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct jacobi {
   int ndev, nx, ny;
@@ -24,6 +27,7 @@ typedef struct jacobi {
   mgpu_stream *s[MGPU_MAX_DEVICES];
   mgpu_event *start, *done[MGPU_MAX_DEVICES];
   mgpu_stream_barrier *barrier;
+  int gpu[MGPU_MAX_DEVICES]; /* a CUDA device: many threads per launch */
 } jacobi;
 
 typedef struct jacobi_args {
@@ -64,8 +68,37 @@ static const char jacobi_src[] =
     "    }\n"
     "}\n";
 
-static const mgpu_kernel jacobi_kernel = {
+/* The CUDA variant is compiled by nvcc into libmgpu-demo-cuda.so
+ * (tools/cuda/jacobi.cu), beside the library, and found at run time, so
+ * that this file stays plain C: jacobi_init fills cuda_fn where the library
+ * is there (a build with CUDA). */
+static mgpu_kernel jacobi_kernel = {
     .name = "jacobi", .host_fn = jacobi_host, .opencl_src = jacobi_src};
+
+static inline const void *jacobi_cuda_variant(void) {
+  char dir[4096], path[4200];
+  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+  if (n <= 0) return NULL;
+  dir[n] = '\0';
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL) return NULL;
+  *slash = '\0';
+  const char *where[] = {"%s/../lib/libmgpu-demo-cuda.so",
+                         "%s/../lib64/libmgpu-demo-cuda.so",
+                         "%s/libmgpu-demo-cuda.so"};
+  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+    snprintf(path, sizeof path, where[i], dir);
+    /* Kept open for the life of the process, like the CUDA plugin. */
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) continue;
+    void *get = dlsym(lib, "mgpu_demo_jacobi_cuda_fn");
+    if (get == NULL) continue;
+    const void *(*fn)(void);
+    memcpy(&fn, &get, sizeof fn); /* POSIX: a dlsym result as a function */
+    return fn();
+  }
+  return NULL;
+}
 
 /* The single-threaded reference: iters iterations on the whole grid. */
 static inline void jacobi_reference(float *grid, int nx, int ny, int iters) {
@@ -95,6 +128,7 @@ static inline int jacobi_init(jacobi *j, int ndev, int nx, int ny) {
   float *grid = malloc((size_t)nx * ny * sizeof *grid);
   if (grid == NULL) return MGPU_ENOMEM;
   jacobi_initial(grid, nx, ny);
+  if (jacobi_kernel.cuda_fn == NULL) jacobi_kernel.cuda_fn = jacobi_cuda_variant();
   int rc = 0, row = 1;
   for (int d = 0; d < ndev && rc == 0; d++) {
     j->rows[d] = (ny - 2) / ndev + (d < (ny - 2) % ndev);
@@ -108,6 +142,9 @@ static inline int jacobi_init(jacobi *j, int ndev, int nx, int ny) {
     if (rc == 0) rc = mgpu_memcpy_htod(j->b[d], 0, slab, bytes);
     if (rc == 0) rc = mgpu_stream_create(&j->s[d], d);
     if (rc == 0) rc = mgpu_event_create(&j->done[d], d);
+    mgpu_device_props p = {.size = sizeof p};
+    if (rc == 0) rc = mgpu_device_get_props(d, &p);
+    j->gpu[d] = rc == 0 && p.backend_kind == MGPU_BACKEND_CUDA;
   }
   free(grid);
   if (rc == 0) rc = mgpu_event_create(&j->start, 0);
@@ -122,9 +159,17 @@ static inline int jacobi_step(jacobi *j, mgpu_buffer **in, mgpu_buffer **out) {
   for (int d = 0; d < j->ndev && rc == 0; d++) {
     jacobi_args args = {mgpu_buffer_ptr(in[d]), mgpu_buffer_ptr(out[d]), j->nx,
                         j->rows[d]};
-    unsigned blocks = j->rows[d] < 4 ? (unsigned)j->rows[d] : 4u;
+    /* Host and OpenCL: up to 4 blocks of rows; CUDA: a thread per cell. */
+    unsigned blocks = j->rows[d] < 4 ? (unsigned)j->rows[d] : 4u, threads = 1;
+    if (j->gpu[d]) {
+      size_t cells = (size_t)j->rows[d] * (size_t)(j->nx - 2);
+      threads = 256;
+      blocks = (unsigned)((cells + threads - 1) / threads);
+      if (blocks > 4096) blocks = 4096;
+      if (blocks == 0) blocks = 1;
+    }
     rc = mgpu_launch(j->s[d], &jacobi_kernel, MGPU_DIM3(blocks, 1, 1),
-                     MGPU_DIM3(1, 1, 1), &args, sizeof args);
+                     MGPU_DIM3(threads, 1, 1), &args, sizeof args);
   }
   for (int d = 0; d < j->ndev && rc == 0; d++) {
     if (d > 0) /* first row up into the halo below the slab above */
