@@ -29,7 +29,10 @@ extern "C" {
 /* Host memory to a buffer and back. host may be any host pointer (pageable
  * or the pointer of a pinned buffer). The async forms run on the stream,
  * which must belong to the buffer's device; the host memory must stay valid
- * until the copy completes. */
+ * until the copy completes. The synchronous forms run on a stream of their
+ * own and return once the copy is done: they do not wait for work queued
+ * on other streams (as cudaMemcpy with per-thread default streams), so
+ * synchronize the stream that writes the buffer before reading it back. */
 MGPU_EXTERN int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset,
                                  const void *host, size_t size);
 MGPU_EXTERN int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src,
