@@ -34,10 +34,11 @@ typedef struct cuda_graph {
 /* MGPU_ENOTSUP with why in the detail (and the log): the graph layer
  * issues the part node by node instead. */
 static int refuse(const mgpu__bdevice *d, const char *why, int node) {
-  mgpu__cuda_env->log(MGPU_LOG_DEBUG, "cuda: device %d: graph part replayed "
-                      "node by node: node %d %s", d->id, node, why);
-  return mgpu__error(MGPU_ENOTSUP, "device %d: graph node %d %s", d->id, node,
-                     why);
+  char what[32] = "graph part";
+  if (node >= 0) snprintf(what, sizeof what, "graph node %d", node);
+  mgpu__cuda_env->log(MGPU_LOG_DEBUG, "cuda: device %d: replayed node by "
+                      "node: %s %s", d->id, what, why);
+  return mgpu__error(MGPU_ENOTSUP, "device %d: %s %s", d->id, what, why);
 }
 
 /* 1 when CUDA knows ptr (device, pinned or managed memory), which a
