@@ -997,16 +997,16 @@ TEST_IMPL(parts_refused_fall_back) {
   if (p0.backend_kind != MGPU_BACKEND_HOST || dv[0]->ops != dv[1]->ops ||
       dv[0]->ops->graph == NULL)
     return TEST_SKIP; /* the filter wraps the host backend's slots */
-  const mgpu__backend_ops *real = dv[0]->ops;
-  static mgpu__backend_ops boardless;
-  static mgpu__backend_graph_ops boardless_graph;
-  host_graph = real->graph;
-  boardless_graph = *real->graph;
-  boardless_graph.create = boardless_create;
-  boardless_graph.destroy = boardless_destroy;
-  boardless = *real;
-  boardless.graph = &boardless_graph;
-  dv[0]->ops = dv[1]->ops = &boardless;
+  /* The table a device holds is the fault seam's copy of its backend's
+   * (src/core/backend_fault.c), writable memory that only the calling
+   * thread reads the graph slots of: the filter goes in its graph slots,
+   * the slots it replaces behind it. */
+  static mgpu__backend_graph_ops saved;
+  mgpu__backend_graph_ops *slots = (mgpu__backend_graph_ops *)dv[0]->ops->graph;
+  saved = *slots;
+  host_graph = &saved;
+  slots->create = boardless_create;
+  slots->destroy = boardless_destroy;
   mgpu_buffer *x0, *x1;
   ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
   ASSERT_OK(mgpu_malloc(&x1, 1, N * sizeof(float)));
@@ -1069,7 +1069,7 @@ TEST_IMPL(parts_refused_fall_back) {
   ASSERT_OK(mgpu_stream_destroy(s1));
   ASSERT_OK(mgpu_free(x0));
   ASSERT_OK(mgpu_free(x1));
-  dv[0]->ops = dv[1]->ops = real;
+  *slots = saved;
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
