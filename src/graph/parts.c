@@ -8,9 +8,9 @@
  * the start every part waits for first; each part posts its end, which a
  * tail part there waits for). A graph is
  * cut into parts only when every node can be run in place by its device's
- * backend: a kernel with the variant its backend runs, a copy between memories the
- * devices reach directly (same device or direct peer path), memset, the
- * built-in kernels, host functions and empty nodes. Anything else (event
+ * backend: a kernel with the variant that backend runs, a copy between
+ * memories the devices reach directly (same device or direct peer path),
+ * memset, the built-in kernels, host functions and empty nodes. Anything else (event
  * nodes, a staged copy, a device without graph slots, a part its backend
  * refuses with MGPU_ENOTSUP) leaves the graph to be issued node by node
  * (exec.c).
