@@ -686,6 +686,9 @@ TEST_IMPL(cuda_graph_chain) {
   ASSERT_OK(mgpu_metrics_snapshot(&m1));
   ASSERT_EQ(calls, launches);
   ASSERT_EQ(m1.dev[0].graph_launches - m0.dev[0].graph_launches, launches);
+  if (m1.dev[0].bytes_d2d != m0.dev[0].bytes_d2d)
+    printf("the graph was replayed node by node, not as a CUDA graph "
+           "(MGPU_LOG=debug says why)\n");
   ASSERT_EQ(m1.dev[0].bytes_d2d, m0.dev[0].bytes_d2d);
   ASSERT_OK(mgpu_memcpy_dtoh(host, acc, 0, bytes));
   for (unsigned i = 0; i < count; i++)
