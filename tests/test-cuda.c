@@ -627,6 +627,203 @@ TEST_IMPL(cuda_async_error) {
   return 0;
 }
 
+static void graph_count(void *arg) {
+  __atomic_fetch_add((int *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+/* y = 1, y += k * x (a CUDA kernel), z = 0, z = y, acc += z, a host
+ * function: captured on device 0's stream. */
+static void capture_chain(mgpu_stream *s, mgpu_buffer *x, mgpu_buffer *y,
+                          mgpu_buffer *z, mgpu_buffer *acc, unsigned count,
+                          float k, int *calls) {
+  float one = 1.0f;
+  ASSERT_OK(mgpu_fill(s, y, 0, count, MGPU_FLOAT32, &one));
+  struct tk_axpy_args a = {mgpu_buffer_ptr(y), mgpu_buffer_ptr(x), k, count};
+  ASSERT_OK(mgpu_launch(s, tk_kernel("tk_axpy_kernel"),
+                        MGPU_DIM3((count + 255) / 256, 1, 1),
+                        MGPU_DIM3(256, 1, 1), &a, sizeof a));
+  ASSERT_OK(mgpu_memset_async(z, 0, 0, count * sizeof(float), s));
+  ASSERT_OK(mgpu_memcpy_async(z, 0, y, 0, count * sizeof(float), s));
+  ASSERT_OK(mgpu_axpy(s, acc, 0, z, 0, count, MGPU_FLOAT32, 1.0));
+  ASSERT_OK(mgpu_stream_add_callback(s, graph_count, calls));
+}
+
+/* A graph on one CUDA device (a split one under cuda:0/4) becomes one
+ * CUDA graph: launched several times, updated, launched again, every
+ * launch redoes the chain; its copy runs inside the CUDA graph, so the
+ * copy metrics do not see it (a node-by-node replay would count it). */
+TEST_IMPL(cuda_graph_chain) {
+  CUDA_INIT(n);
+  (void)n;
+  const unsigned count = 10000;
+  const size_t bytes = count * sizeof(float);
+  float *host = malloc(bytes);
+  ASSERT(host != NULL);
+  mgpu_stream *s;
+  mgpu_buffer *x, *y, *z, *acc;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&x, 0, bytes));
+  ASSERT_OK(mgpu_malloc(&y, 0, bytes));
+  ASSERT_OK(mgpu_malloc(&z, 0, bytes));
+  ASSERT_OK(mgpu_malloc(&acc, 0, bytes));
+  for (unsigned i = 0; i < count; i++) host[i] = (float)i;
+  ASSERT_OK(mgpu_memcpy_htod(x, 0, host, bytes));
+  ASSERT_OK(mgpu_memset_async(acc, 0, 0, bytes, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  int calls = 0;
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_stream_begin_capture(s));
+  capture_chain(s, x, y, z, acc, count, 3.0f, &calls);
+  ASSERT_OK(mgpu_stream_end_capture(s, &g));
+  mgpu_graph_exec *e;
+  ASSERT_OK(mgpu_graph_instantiate(g, &e));
+  ASSERT_EQ(calls, 0); /* capturing ran nothing */
+  mgpu_metrics m0 = {.size = sizeof m0}, m1 = {.size = sizeof m1};
+  ASSERT_OK(mgpu_metrics_snapshot(&m0));
+  const int launches = 5;
+  for (int i = 0; i < launches; i++) ASSERT_OK(mgpu_graph_launch(e, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_metrics_snapshot(&m1));
+  ASSERT_EQ(calls, launches);
+  ASSERT_EQ(m1.dev[0].graph_launches - m0.dev[0].graph_launches, launches);
+  if (m1.dev[0].bytes_d2d != m0.dev[0].bytes_d2d)
+    printf("the graph was replayed node by node, not as a CUDA graph "
+           "(MGPU_LOG=debug says why)\n");
+  ASSERT_EQ(m1.dev[0].bytes_d2d, m0.dev[0].bytes_d2d);
+  ASSERT_OK(mgpu_memcpy_dtoh(host, acc, 0, bytes));
+  for (unsigned i = 0; i < count; i++)
+    ASSERT(host[i] == (float)launches * (1.0f + 3.0f * i));
+  ASSERT_OK(mgpu_memcpy_dtoh(host, z, 0, bytes));
+  for (unsigned i = 0; i < count; i++) ASSERT(host[i] == 1.0f + 3.0f * i);
+  /* The kernel node's new arguments make the part again. */
+  struct tk_axpy_args a = {mgpu_buffer_ptr(y), mgpu_buffer_ptr(x), 5.0f,
+                           count};
+  ASSERT_OK(mgpu_graph_exec_update_kernel(e, 1, &a, sizeof a));
+  ASSERT_OK(mgpu_graph_launch(e, s));
+  ASSERT_OK(mgpu_graph_exec_synchronize(e));
+  ASSERT_OK(mgpu_memcpy_dtoh(host, acc, 0, bytes));
+  for (unsigned i = 0; i < count; i++)
+    ASSERT(host[i] == (float)launches * (1.0f + 3.0f * i) + 1.0f + 5.0f * i);
+  ASSERT_EQ(calls, launches + 1);
+  ASSERT_OK(mgpu_graph_exec_destroy(e));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  /* Copies from and to pageable memory cannot be in a CUDA graph: such a
+   * graph is replayed node by node, and is right all the same. */
+  float *back = malloc(bytes);
+  ASSERT(back != NULL);
+  for (unsigned i = 0; i < count; i++) host[i] = (float)(2 * i);
+  ASSERT_OK(mgpu_stream_begin_capture(s));
+  ASSERT_OK(mgpu_memcpy_htod_async(y, 0, host, bytes, s));
+  ASSERT_OK(mgpu_scale(s, y, 0, count, MGPU_FLOAT32, 0.5));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(back, y, 0, bytes, s));
+  ASSERT_OK(mgpu_stream_end_capture(s, &g));
+  ASSERT_OK(mgpu_graph_instantiate(g, &e));
+  for (int r = 0; r < 2; r++) {
+    memset(back, 0, bytes);
+    ASSERT_OK(mgpu_graph_launch(e, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    for (unsigned i = 0; i < count; i++) ASSERT(back[i] == (float)i);
+  }
+  ASSERT_OK(mgpu_graph_exec_destroy(e));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  free(back);
+  ASSERT_OK(mgpu_free(x));
+  ASSERT_OK(mgpu_free(y));
+  ASSERT_OK(mgpu_free(z));
+  ASSERT_OK(mgpu_free(acc));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  free(host);
+  return 0;
+}
+
+/* acc += 1 * a on a's device: a kernel node after dep. */
+static void add_acc(mgpu_graph *g, int dev, const mgpu_graph_node *dep,
+                    mgpu_buffer *acc, mgpu_buffer *a, unsigned count) {
+  struct tk_axpy_args k = {mgpu_buffer_ptr(acc), mgpu_buffer_ptr(a), 1.0f,
+                           count};
+  ASSERT_OK(mgpu_graph_add_kernel(g, dev, dep, 1, tk_kernel("tk_axpy_kernel"),
+                                  MGPU_DIM3((count + 255) / 256, 1, 1),
+                                  MGPU_DIM3(256, 1, 1), &k, sizeof k, NULL));
+}
+
+static void check_all(mgpu_buffer *b, float *host, unsigned count, float v) {
+  ASSERT_OK(mgpu_memcpy_dtoh(host, b, 0, count * sizeof(float)));
+  for (unsigned i = 0; i < count; i++) ASSERT(host[i] == v);
+}
+
+/* Graphs over two CUDA devices (two GPUs, or cuda:0/2 and finer splits):
+ * one whose devices do not wait for each other (a CUDA graph per device,
+ * joined to the launching stream by events), and one with an edge between
+ * the devices (replayed node by node), each launched from both devices'
+ * streams. */
+TEST_IMPL(cuda_graph_two_devices) {
+  CUDA_INIT(n);
+  if (n < 2) return TEST_SKIP;
+  const unsigned count = 4096;
+  const size_t bytes = count * sizeof(float);
+  int d1 = n - 1;
+  mgpu_stream *s0, *s1;
+  mgpu_buffer *a0, *a1, *acc0, *acc1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, d1));
+  ASSERT_OK(mgpu_malloc(&a0, 0, bytes));
+  ASSERT_OK(mgpu_malloc(&acc0, 0, bytes));
+  ASSERT_OK(mgpu_malloc(&a1, d1, bytes));
+  ASSERT_OK(mgpu_malloc(&acc1, d1, bytes));
+  ASSERT_OK(mgpu_memset_async(acc0, 0, 0, bytes, s0));
+  ASSERT_OK(mgpu_memset_async(acc1, 0, 0, bytes, s1));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  float two = 2.0f, five = 5.0f;
+  /* Apart: a0 = 2, acc0 += a0 on device 0; a1 = 5, acc1 += a1 on d1. */
+  mgpu_graph *g;
+  mgpu_graph_node f0, f1, cp;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, a0, 0, count, MGPU_FLOAT32, &two,
+                                &f0));
+  add_acc(g, 0, &f0, acc0, a0, count);
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, a1, 0, count, MGPU_FLOAT32, &five,
+                                &f1));
+  add_acc(g, d1, &f1, acc1, a1, count);
+  mgpu_graph_exec *e;
+  ASSERT_OK(mgpu_graph_instantiate(g, &e));
+  for (int i = 0; i < 3; i++) ASSERT_OK(mgpu_graph_launch(e, s0));
+  for (int i = 0; i < 2; i++) ASSERT_OK(mgpu_graph_launch(e, s1));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  float *host = malloc(bytes);
+  ASSERT(host != NULL);
+  check_all(acc0, host, count, 10.0f);
+  check_all(acc1, host, count, 25.0f);
+  ASSERT_OK(mgpu_graph_exec_synchronize(e));
+  ASSERT_OK(mgpu_graph_exec_destroy(e));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  /* An edge between the devices: a0 = 2, a1 = a0 (copied on device 0),
+   * acc1 += a1 on d1 after the copy. */
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, a0, 0, count, MGPU_FLOAT32, &two,
+                                &f0));
+  ASSERT_OK(mgpu_graph_add_copy(g, &f0, 1, a1, 0, a0, 0, bytes, &cp));
+  add_acc(g, d1, &cp, acc1, a1, count);
+  ASSERT_OK(mgpu_graph_instantiate(g, &e));
+  ASSERT_OK(mgpu_memset_async(acc1, 0, 0, bytes, s1));
+  for (int i = 0; i < 2; i++) {
+    ASSERT_OK(mgpu_graph_launch(e, s1));
+    ASSERT_OK(mgpu_graph_launch(e, s0));
+  }
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  check_all(acc1, host, count, 8.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(e));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  free(host);
+  ASSERT_OK(mgpu_free(a0));
+  ASSERT_OK(mgpu_free(a1));
+  ASSERT_OK(mgpu_free(acc0));
+  ASSERT_OK(mgpu_free(acc1));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(cuda_props)
 TEST_ENTRY(cuda_memory_kinds)
@@ -643,4 +840,6 @@ TEST_ENTRY(cuda_split_devices)
 TEST_ENTRY(cuda_sm_partition)
 TEST_ENTRY(cuda_nccl_provider)
 TEST_ENTRY(cuda_async_error)
+TEST_ENTRY(cuda_graph_chain)
+TEST_ENTRY(cuda_graph_two_devices)
 TEST_LIST_END

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/graph.h"
 #include "core/core-internal.h"
 #include "json.h"
 #include "task.h"
@@ -952,6 +953,127 @@ TEST_IMPL(fault_sweep) {
   return 0;
 }
 
+/* A backend that keeps to parts without a board, as the CUDA plugin does:
+ * the host backend's graph slots behind a filter that refuses (with
+ * MGPU_ENOTSUP) a part whose nodes wait for or post to other devices'
+ * nodes, the joins' head and tail, and a tail that adopts other streams.
+ * Counted, to see what was made and that all of it was freed. */
+static const mgpu__backend_graph_ops *host_graph;
+static int boardless_made, boardless_freed, boardless_refused;
+
+static int boardless_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
+                            void **out) {
+  int real = 0, edges = 0;
+  for (int i = 0; i < part->n; i++) {
+    if (part->nodes[i].node < 0) continue; /* a join with the launch */
+    real++;
+    edges |= part->nodes[i].nwaits > 0 || part->nodes[i].signal >= 0;
+  }
+  if (part->nadopt > 0 || real == 0 || edges) {
+    __atomic_fetch_add(&boardless_refused, 1, __ATOMIC_SEQ_CST);
+    return mgpu__error(MGPU_ENOTSUP, "a part this backend cannot make");
+  }
+  int rc = host_graph->create(d, part, out);
+  if (rc == 0) __atomic_fetch_add(&boardless_made, 1, __ATOMIC_SEQ_CST);
+  return rc;
+}
+
+static void boardless_destroy(mgpu__bdevice *d, void *graph) {
+  __atomic_fetch_add(&boardless_freed, 1, __ATOMIC_SEQ_CST);
+  host_graph->destroy(d, graph);
+}
+
+/* Parts a backend refuses with MGPU_ENOTSUP: a graph whose devices do not
+ * wait for each other runs as parts joined by events, one with an edge
+ * between devices node by node; both are right, launched from either
+ * device's stream, and every part made is freed. */
+TEST_IMPL(parts_refused_fall_back) {
+  int n = test_init();
+  mgpu_device_props p0 = {.size = sizeof p0}, p1 = {.size = sizeof p1};
+  ASSERT_OK(mgpu_device_get_props(0, &p0));
+  if (n < 2) return TEST_SKIP;
+  ASSERT_OK(mgpu_device_get_props(1, &p1));
+  mgpu__device *dv[2] = {mgpu__device_get(0), mgpu__device_get(1)};
+  if (p0.backend_kind != MGPU_BACKEND_HOST || dv[0]->ops != dv[1]->ops ||
+      dv[0]->ops->graph == NULL)
+    return TEST_SKIP; /* the filter wraps the host backend's slots */
+  /* The table a device holds is the fault seam's copy of its backend's
+   * (src/core/backend_fault.c), writable memory that only the calling
+   * thread reads the graph slots of: the filter goes in its graph slots,
+   * the slots it replaces behind it. */
+  static mgpu__backend_graph_ops saved;
+  mgpu__backend_graph_ops *slots = (mgpu__backend_graph_ops *)dv[0]->ops->graph;
+  saved = *slots;
+  host_graph = &saved;
+  slots->create = boardless_create;
+  slots->destroy = boardless_destroy;
+  mgpu_buffer *x0, *x1;
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&x1, 1, N * sizeof(float)));
+  mgpu_stream *s0, *s1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  int calls = 0;
+  float three = 3.0f, seven = 7.0f, out[N];
+  /* Apart: x0 = 3, x0 = 2 * x0 + 1 on device 0; x1 = 7, a host function
+   * on device 1. */
+  mgpu_graph *g;
+  mgpu_graph_node f0, f1, cp;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &three,
+                                &f0));
+  affine_args a0 = {mgpu_buffer_ptr(x0), N, 2.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, &f0, 1, &affine, MGPU_DIM3(2, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a0, sizeof a0, NULL));
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, x1, 0, N, MGPU_FLOAT32, &seven,
+                                &f1));
+  ASSERT_OK(mgpu_graph_add_host(g, 1, &f1, 1, count_cb, &calls, NULL));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_EQ(boardless_made, 2); /* a part per device */
+  for (int i = 0; i < 3; i++) ASSERT_OK(mgpu_graph_launch(x, s0));
+  ASSERT_OK(mgpu_graph_launch(x, s1));
+  ASSERT_OK(mgpu_stream_synchronize(s1));
+  ASSERT_EQ(calls, 4);
+  ASSERT(boardless_refused >= 2); /* the joins, from each device */
+  read_floats(x0, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 7.0f);
+  read_floats(x1, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 7.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_EQ(boardless_freed, boardless_made);
+  /* An edge: x0 = 3, x1 = x0 (copied on device 0), x1 = 2 * x1 + 1 on
+   * device 1 after the copy: no part holds it, node by node. */
+  int made = boardless_made;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &three,
+                                &f0));
+  ASSERT_OK(mgpu_graph_add_copy(g, &f0, 1, x1, 0, x0, 0, N * sizeof(float),
+                                &cp));
+  affine_args a1 = {mgpu_buffer_ptr(x1), N, 2.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_add_kernel(g, 1, &cp, 1, &affine, MGPU_DIM3(2, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a1, sizeof a1, NULL));
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_EQ(boardless_made, made); /* refused: no part was kept */
+  write_floats(x1, -1.0f, N);
+  ASSERT_OK(mgpu_graph_launch(x, s1));
+  ASSERT_OK(mgpu_graph_launch(x, s0));
+  ASSERT_OK(mgpu_graph_exec_synchronize(x));
+  read_floats(x1, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 7.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_EQ(boardless_freed, boardless_made);
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_free(x0));
+  ASSERT_OK(mgpu_free(x1));
+  *slots = saved;
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(explicit_graph_across_devices)
 TEST_ENTRY(explicit_graph_node_by_node)
@@ -968,4 +1090,5 @@ TEST_ENTRY(fault_sweep)
 TEST_ENTRY(capture_across_devices)
 TEST_ENTRY(capture_host_copies_and_outside_events)
 TEST_ENTRY(capture_invalid)
+TEST_ENTRY(parts_refused_fall_back)
 TEST_LIST_END

@@ -14,8 +14,11 @@
  * parks on the board (as on an event) until a post puts it back on its
  * device's ready list, and the part goes on from that node.
  *
- * C only: read by the host backend and the graph layer (the CUDA plugin,
- * whose table leaves the slots NULL, does not need it).
+ * A backend may also keep to parts without a board (the CUDA plugin, whose
+ * parts are CUDA graphs): it refuses with MGPU_ENOTSUP what needs one, and
+ * the graph layer falls back as src/graph/parts.c says.
+ *
+ * C only: read by the backends' C code and the graph layer.
  */
 #ifndef MGPU_BACKEND_GRAPH_H
 #define MGPU_BACKEND_GRAPH_H

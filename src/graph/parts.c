@@ -8,11 +8,21 @@
  * the start every part waits for first; each part posts its end, which a
  * tail part there waits for). A graph is
  * cut into parts only when every node can be run in place by its device's
- * backend: a kernel with a host variant, a copy between memories the
- * devices reach directly (same device or direct peer path), memset, the
- * built-in kernels, host functions and empty nodes. Anything else (event
- * nodes, a staged copy, a device without graph slots) leaves the graph to
- * be issued node by node (exec.c).
+ * backend: a kernel with the variant that backend runs, a copy between
+ * memories the devices reach directly (same device or direct peer path),
+ * memset, the built-in kernels, host functions and empty nodes. Anything else (event
+ * nodes, a staged copy, a device without graph slots, a part its backend
+ * refuses with MGPU_ENOTSUP) leaves the graph to be issued node by node
+ * (exec.c).
+ *
+ * A backend may keep to parts without a board: it refuses (MGPU_ENOTSUP)
+ * a part whose nodes wait for or post to other devices' nodes, a head or
+ * tail of the joins, and a tail that adopts other streams. Its parts then
+ * meet the launch through the events of exec.c's issue, which order them
+ * after the caller's earlier work and the caller's later work after them,
+ * so that the wait for the start and the post of the end that such a part
+ * still holds (as its first and last node, node -1) are met by that
+ * order: the backend drops them (the CUDA plugin, src/backend/cuda/graph.c).
  *
  * Pointers are resolved when the parts are made (at instantiate and after
  * an update); a launch checks first that every handle is still live, and a
@@ -73,6 +83,17 @@ static int convert_builtin(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
   return 0;
 }
 
+/* 1 when kernel k has the variant that device dev's backend runs. */
+static int kernel_runs_on(const mgpu_kernel *k, int dev) {
+  mgpu__device *d = mgpu__device_get(dev);
+  if (d == NULL) return 0;
+  switch (d->ops->caps.kernel_variant) {
+    case MGPU__KERNEL_HOST_FN: return k->host_fn != NULL;
+    case MGPU__KERNEL_CUDA_FN: return k->cuda_fn != NULL;
+    default: return 0;
+  }
+}
+
 /* The part node of o (a node of device dev); -1: it cannot be one. */
 static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
   void *dst = NULL, *src = NULL;
@@ -81,7 +102,7 @@ static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
       n->kind = MGPU__BG_NOP;
       return 0;
     case MGPU__GOP_KERNEL:
-      if (o->kernel->host_fn == NULL) return -1;
+      if (!kernel_runs_on(o->kernel, o->dev)) return -1;
       n->kind = MGPU__BG_LAUNCH;
       n->kernel = o->kernel;
       n->grid = o->grid;
@@ -268,7 +289,9 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
     made[dev] = 1;
     rc = part_make(p, nodes, n, order, dev, buf, waits);
   }
-  if (rc > 0) rc = 0; /* a node no part can hold: node by node */
+  /* A node no part can hold, or a part its backend cannot make as it is
+   * (MGPU_ENOTSUP: its waits for other devices, say): node by node. */
+  if (rc > 0 || rc == MGPU_ENOTSUP) rc = 0;
   else if (rc == 0) {
     *out = p;
     p = NULL;
@@ -323,7 +346,8 @@ int mgpu__parts_tail_make(int dev, mgpu_stream *const *streams,
   if (rc != 0 || nadopt == 0) return rc;
   mgpu__bgraph_part part = {.nodes = NULL, .n = 0, .board = NULL,
                             .adopt = adopt, .nadopt = nadopt};
-  return d->ops->graph->create(d->bdev, &part, out);
+  rc = d->ops->graph->create(d->bdev, &part, out);
+  return rc == MGPU_ENOTSUP ? 0 : rc; /* failures stay on their streams */
 }
 
 int mgpu__parts_tail_launch(int dev, void *tail, mgpu_stream *stream,
@@ -353,9 +377,12 @@ void mgpu__parts_tail_free(int dev, void *tail) {
 int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams) {
   if (p->joins_made[sdev] != 0) return p->joins_made[sdev] > 0;
   mgpu__device *d = mgpu__device_get(sdev);
-  mgpu__device *first = mgpu__device_get(p->devs[0]);
-  if (d == NULL || d->ops->graph == NULL || first == NULL ||
-      d->ops != first->ops) {
+  int same = d != NULL && d->ops->graph != NULL;
+  for (int k = 0; same && k < p->ndevs; k++) {
+    mgpu__device *o = mgpu__device_get(p->devs[k]);
+    same = o != NULL && o->ops == d->ops; /* the board is one backend's */
+  }
+  if (!same) {
     p->joins_made[sdev] = -1;
     return 0;
   }
@@ -381,7 +408,9 @@ int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams) {
   if (rc == 0) rc = d->ops->graph->create(d->bdev, &tp, &t);
   if (rc != 0) {
     if (h != NULL) d->ops->graph->destroy(d->bdev, h);
-    return rc;
+    if (rc != MGPU_ENOTSUP) return rc;
+    p->joins_made[sdev] = -1; /* a backend that joins through events */
+    return 0;
   }
   p->head[sdev] = h;
   p->tail[sdev] = t;

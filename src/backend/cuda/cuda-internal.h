@@ -164,6 +164,24 @@ cudaError_t mgpu__cuda_builtin_launch(const mgpu__builtin *b, cudaStream_t s);
 MGPU__BACKEND_CORE_SLOTS(MGPU__CUDA_SLOT)
 #undef MGPU__CUDA_SLOT
 
+/* A non-blocking stream of d's context (a green context's for a split
+ * device), for the plugin's own use; what names the call for a failure. */
+cudaError_t mgpu__cuda_native_stream_create(mgpu__bdevice *d,
+                                            cudaStream_t *out,
+                                            const char **what);
+
+/* Graphs (graph.c): the graph slots of the table, and one run of a part's
+ * executable graph on s (stream.c, beside the other work). */
+int mgpu__cuda_graph_create(mgpu__bdevice *d,
+                            const struct mgpu__bgraph_part *part,
+                            void **graph);
+int mgpu__cuda_graph_launch(mgpu__bdevice *d, void *graph, mgpu__bstream *s,
+                            uint64_t launch);
+void mgpu__cuda_graph_cancel(mgpu__bdevice *d, void *graph, uint64_t launch);
+void mgpu__cuda_graph_destroy(mgpu__bdevice *d, void *graph);
+int mgpu__cuda_graph_run(mgpu__bdevice *d, mgpu__bstream *s,
+                         cudaGraphExec_t exec);
+
 int mgpu__cuda_mempool_alloc_async(mgpu__bdevice *d, mgpu__bstream *s,
                                 size_t size, void **ptr);
 int mgpu__cuda_mempool_free_async(mgpu__bdevice *d, mgpu__bstream *s, void *ptr);

@@ -437,6 +437,13 @@ static const mgpu__backend_loss_ops cuda_loss_ops = {
     .lost = cuda_lost,
 };
 
+static const mgpu__backend_graph_ops cuda_graph_ops = {
+    .create = mgpu__cuda_graph_create,
+    .launch = mgpu__cuda_graph_launch,
+    .cancel = mgpu__cuda_graph_cancel,
+    .destroy = mgpu__cuda_graph_destroy,
+};
+
 /* Device memory is the GPU's; pinned and managed memory the CPU reaches.
  * A staged chunk is a DMA transfer with a fixed cost: 8 MiB keeps that cost
  * small against its time (docs/PERF.md). */
@@ -480,7 +487,8 @@ static const mgpu__backend_loss_ops cuda_loss_ops = {
   .peer_enable = mgpu__cuda_peer_enable,                          \
   .peer_disable = mgpu__cuda_peer_disable,                        \
   .memcpy_peer_async = mgpu__cuda_memcpy_peer_async,              \
-  .mempool = &cuda_mempool_ops, .ipc = &cuda_ipc_ops, .loss = &cuda_loss_ops
+  .mempool = &cuda_mempool_ops, .ipc = &cuda_ipc_ops, .loss = &cuda_loss_ops, \
+  .graph = &cuda_graph_ops
 
 static const mgpu__backend_ops cuda_ops = {CUDA_OPS_COMMON};
 

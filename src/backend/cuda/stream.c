@@ -64,6 +64,23 @@ static void busy_harvest(mgpu__bstream *s) {
 
 /* ---- streams ---- */
 
+cudaError_t mgpu__cuda_native_stream_create(mgpu__bdevice *d,
+                                            cudaStream_t *out,
+                                            const char **what) {
+  if (d->green == NULL) {
+    *what = "cudaStreamCreateWithFlags";
+    return cudaStreamCreateWithFlags(out, cudaStreamNonBlocking);
+  }
+  CUstream cs = NULL;
+  *what = "cuGreenCtxStreamCreate";
+  if (mgpu__cuda_drv.green_ctx_stream_create(&cs, d->green,
+                                             CU_STREAM_NON_BLOCKING, 0) !=
+      CUDA_SUCCESS)
+    return cudaErrorUnknown;
+  *out = (cudaStream_t)cs;
+  return cudaSuccess;
+}
+
 int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   *out = NULL;
   mgpu__bstream *s = mgpu__calloc(1, sizeof *s);
@@ -73,19 +90,8 @@ int mgpu__cuda_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   s->d = d;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(d, &sc);
-  cudaError_t err = cudaSuccess;
-  const char *what = "cudaStreamCreateWithFlags";
-  if (d->green != NULL) {
-    CUstream cs = NULL;
-    if (mgpu__cuda_drv.green_ctx_stream_create(&cs, d->green,
-                                               CU_STREAM_NON_BLOCKING, 0) !=
-        CUDA_SUCCESS)
-      err = cudaErrorUnknown;
-    what = "cuGreenCtxStreamCreate";
-    s->s = (cudaStream_t)cs;
-  } else {
-    err = cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking);
-  }
+  const char *what;
+  cudaError_t err = mgpu__cuda_native_stream_create(d, &s->s, &what);
   if (err == cudaSuccess) {
     what = "cudaEventCreate";
     err = cudaEventCreate(&s->busy_start);
@@ -402,6 +408,25 @@ int mgpu__cuda_builtin(mgpu__bdevice *d, mgpu__bstream *s,
              (unsigned)b->kind < 4 ? kinds[b->kind] : "kernel", b->count);
     return mgpu__cuda_fail(d->id, err, what);
   }
+  return 0;
+}
+
+/* One run of a device's part of an mgpu graph (graph.c): one operation of
+ * s, busy time and trace span as for a launch. */
+int mgpu__cuda_graph_run(mgpu__bdevice *d, mgpu__bstream *s,
+                         cudaGraphExec_t exec) {
+  mgpu__cuda_scope sc;
+  mgpu__cuda_enter(d, &sc);
+  pthread_mutex_lock(&s->lock);
+  busy_before(s);
+  mgpu__cuda_span *sp = mgpu__cuda_op_begin(s, "graph launch", -1, 0);
+  cudaError_t err = cudaGraphLaunch(exec, s->s);
+  mgpu__cuda_op_end(s, sp, err == cudaSuccess);
+  if (err == cudaSuccess) busy_after(s);
+  pthread_mutex_unlock(&s->lock);
+  mgpu__cuda_leave(&sc);
+  if (err != cudaSuccess)
+    return mgpu__cuda_fail(d->id, err, "graph launch (cudaGraphLaunch)");
   return 0;
 }
 
