@@ -310,10 +310,10 @@ TEST_IMPL(opencl_busy_time_leaves_out_idle_gaps) {
   return 0;
 }
 
-/* A burst longer than the commands a stream keeps for busy time (1024),
- * on two streams sharing one kernel, whose argument changes on some
- * launches and stays on others: each launch runs with its own argument
- * (the plugin sets it only when it changed), and every launch counts. */
+/* A long burst on two streams sharing one kernel, whose argument changes
+ * on some launches and stays on others: each launch runs with its own
+ * argument (each stream sets its own cl_kernel's argument only when it
+ * changed), and every launch counts. */
 TEST_IMPL(opencl_burst_with_changing_arguments) {
   OCL_INIT(n, "opencl:0");
   (void)n;
