@@ -18,7 +18,13 @@
  *    cudaLaunchKernel. On OpenCL devices the burst is also timed through
  *    bare OpenCL calls on the same device (bench-opencl.h): the empty
  *    kernel's clEnqueueNDRangeKernel in a burst, then one clFinish, each
- *    bare burst right after an mgpu one.
+ *    bare burst right after an mgpu one; once on a queue without
+ *    profiling, once on one with it, as mgpu's queues have (busy time and
+ *    traces read it), which shows what profiling costs the implementation.
+ *    Also the calling thread's CPU time per launch, mgpu's burst next to
+ *    the bare one without profiling: on a shared machine the wall time
+ *    swings with what else runs, the CPU time of the thread that launches
+ *    much less.
  *  - the same launches in chains of 8: one launch of a graph captured from
  *    the 8 (mgpu_stream_begin_capture) next to the 8 issued one by one, in
  *    the same run (below 1: the replay is cheaper than the launches);
@@ -173,9 +179,12 @@ static bench_ocl *bare_open(mgpu_stream *s) {
 /* Median microseconds per item in bursts of iters items and one
  * synchronize, after a warm-up burst. An item is len launches issued one by
  * one, or with graph one launch of a graph captured from those len
- * launches. bare_out not NULL (an OpenCL device): also the median of the
- * bare OpenCL burst of iters * len launches timed right after each mgpu
- * burst, per item (0 when there is none). */
+ * launches. bare_out not NULL (an OpenCL device): also the medians of the
+ * bare OpenCL bursts of iters * len launches timed right after each mgpu
+ * burst, per item, on a queue without profiling (bare_out[0]) and with it
+ * (bare_out[1]), and the calling thread's CPU time per item of mgpu's
+ * burst (bare_out[2]) and of the bare one without profiling (bare_out[3]);
+ * 0 when there is none. */
 static int burst_us(int dev, int cuda, int len, int graph, int iters,
                     int reps, double *out, double *bare_out) {
   mgpu_stream *s = NULL;
@@ -185,7 +194,11 @@ static int burst_us(int dev, int cuda, int len, int graph, int iters,
   bench_ocl *bare = NULL;
   double *v = malloc((size_t)reps * sizeof *v);
   double *b = malloc((size_t)reps * sizeof *b);
-  int rc = v == NULL || b == NULL ? MGPU_ENOMEM : mgpu_stream_create(&s, dev);
+  double *bp = malloc((size_t)reps * sizeof *bp);
+  double *cpu = malloc((size_t)reps * sizeof *cpu);
+  double *bcpu = malloc((size_t)reps * sizeof *bcpu);
+  int rc = v == NULL || b == NULL || bp == NULL || cpu == NULL || bcpu == NULL
+               ? MGPU_ENOMEM : mgpu_stream_create(&s, dev);
   if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
   if (rc == 0 && bare_out != NULL) bare = bare_open(s);
   int bare_ok = bare != NULL;
@@ -197,17 +210,28 @@ static int burst_us(int dev, int cuda, int len, int graph, int iters,
     if (rc == 0) rc = mgpu_graph_instantiate(g, &x);
   }
   for (int r = -1; rc == 0 && r < reps; r++) { /* -1: warm-up */
-    double t0 = bench_now();
+    double c0 = bench_thread_cpu(), t0 = bench_now();
     for (int i = 0; rc == 0 && i < iters; i++)
       rc = graph ? mgpu_graph_launch(x, s) : run_len(s, one, cuda, len);
     if (rc == 0) rc = mgpu_stream_synchronize(s);
-    double t1 = bench_now();
+    double t1 = bench_now(), c1 = bench_thread_cpu();
     if (r >= 0) v[r] = (t1 - t0) / iters * 1e6;
-    if (bare_ok) bare_ok = bench_ocl_launch_burst(bare, iters * len) == 0;
-    if (r >= 0) b[r] = (bench_now() - t1) / iters * 1e6;
+    if (r >= 0) cpu[r] = (c1 - c0) / iters * 1e6;
+    if (bare_ok) bare_ok = bench_ocl_launch_burst(bare, iters * len, 0) == 0;
+    double t2 = bench_now();
+    if (r >= 0) bcpu[r] = (bench_thread_cpu() - c1) / iters * 1e6;
+    if (bare_ok) bare_ok = bench_ocl_launch_burst(bare, iters * len, 1) == 0;
+    if (r >= 0) b[r] = (t2 - t1) / iters * 1e6;
+    if (r >= 0) bp[r] = (bench_now() - t2) / iters * 1e6;
   }
   if (rc == 0) *out = bench_median(v, reps);
-  if (bare_out != NULL) *bare_out = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
+  if (bare_out != NULL) {
+    int ok = rc == 0 && bare_ok;
+    bare_out[0] = ok ? bench_median(b, reps) : 0;
+    bare_out[1] = ok ? bench_median(bp, reps) : 0;
+    bare_out[2] = ok ? bench_median(cpu, reps) : 0;
+    bare_out[3] = ok ? bench_median(bcpu, reps) : 0;
+  }
   bench_ocl_close(bare);
   if (x) mgpu_graph_exec_destroy(x);
   if (g) mgpu_graph_destroy(g);
@@ -215,6 +239,9 @@ static int burst_us(int dev, int cuda, int len, int graph, int iters,
   if (s) mgpu_stream_destroy(s);
   free(v);
   free(b);
+  free(bp);
+  free(cpu);
+  free(bcpu);
   return rc;
 }
 
@@ -321,9 +348,9 @@ int mgpu_bench_launch(int argc, char **argv) {
     bench_report_add(r, name, "latency", rod, "us", "mutex+cond ping-pong", cv);
   }
   double base_burst = handoff_burst_us(iters, o.reps);
-  double l = 0, by_op = 0, by_graph = 0, bare = 0;
+  double l = 0, by_op = 0, by_graph = 0, bare[4] = {0, 0, 0, 0};
   rc = burst_us(0, cuda, 1, 0, iters, o.reps, &l,
-                p.backend_kind == MGPU_BACKEND_OPENCL ? &bare : NULL);
+                p.backend_kind == MGPU_BACKEND_OPENCL ? bare : NULL);
   if (rc == 0)
     rc = burst_us(0, cuda, CHAIN, 0, iters / CHAIN, o.reps, &by_op, NULL);
   if (rc == 0)
@@ -338,10 +365,17 @@ int mgpu_bench_launch(int argc, char **argv) {
                            : "launch empty kernel burst, device 0",
                    "per_launch", l, "us", "pthread hand-off burst",
                    base_burst);
-  if (bare > 0)
+  if (bare[0] > 0) {
     bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
                      l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",
-                     bare);
+                     bare[0]);
+    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
+                     l, "us", "the same bare burst, queue with profiling",
+                     bare[1]);
+    bench_report_add(r, "launch empty kernel burst, device 0",
+                     "cpu_per_launch", bare[2], "us",
+                     "bare burst, the launching thread's CPU time", bare[3]);
+  }
   char chain[96];
   snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
            cuda ? "fills(1 elem)" : "empty kernels");

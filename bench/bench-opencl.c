@@ -14,8 +14,8 @@ bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
   return NULL;
 }
 void bench_ocl_close(bench_ocl *o) { (void)o; }
-int bench_ocl_launch_burst(bench_ocl *o, int iters) {
-  (void)o, (void)iters;
+int bench_ocl_launch_burst(bench_ocl *o, int iters, int profiled) {
+  (void)o, (void)iters, (void)profiled;
   return -1;
 }
 int bench_ocl_copy_prepare(bench_ocl *o, void *host, size_t size) {
@@ -53,6 +53,7 @@ struct bench_ocl {
   cl_context ctx; /* mgpu's, not retained */
   cl_device_id dev;
   cl_command_queue q;
+  cl_command_queue qp; /* with profiling on, as mgpu's queues are */
   cl_program prog;
   cl_kernel empty;
   cl_mem a, b; /* the copies' buffers (prepare), or NULL */
@@ -92,6 +93,11 @@ bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
     step = "clCreateCommandQueueWithProperties";
     o->q = o->clCreateCommandQueueWithProperties(o->ctx, o->dev, NULL, &err);
   }
+  cl_queue_properties profiling[] = {CL_QUEUE_PROPERTIES,
+                                     CL_QUEUE_PROFILING_ENABLE, 0};
+  if (err == CL_SUCCESS)
+    o->qp = o->clCreateCommandQueueWithProperties(o->ctx, o->dev, profiling,
+                                                  &err);
   static const char *src = "__kernel void empty(int arg) {}\n";
   if (err == CL_SUCCESS) {
     step = "clCreateProgramWithSource";
@@ -124,17 +130,19 @@ void bench_ocl_close(bench_ocl *o) {
   if (o->empty != NULL) o->clReleaseKernel(o->empty);
   if (o->prog != NULL) o->clReleaseProgram(o->prog);
   if (o->q != NULL) o->clReleaseCommandQueue(o->q);
+  if (o->qp != NULL) o->clReleaseCommandQueue(o->qp);
   dlclose(o->lib);
   free(o);
 }
 
-int bench_ocl_launch_burst(bench_ocl *o, int iters) {
+int bench_ocl_launch_burst(bench_ocl *o, int iters, int profiled) {
   size_t one = 1;
+  cl_command_queue q = profiled ? o->qp : o->q;
   for (int i = 0; i < iters; i++)
-    if (o->clEnqueueNDRangeKernel(o->q, o->empty, 1, NULL, &one, &one, 0,
-                                  NULL, NULL) != CL_SUCCESS)
+    if (o->clEnqueueNDRangeKernel(q, o->empty, 1, NULL, &one, &one, 0, NULL,
+                                  NULL) != CL_SUCCESS)
       return -1;
-  return o->clFinish(o->q) == CL_SUCCESS ? 0 : -1;
+  return o->clFinish(q) == CL_SUCCESS ? 0 : -1;
 }
 
 int bench_ocl_copy_once(bench_ocl *o, int kind, void *host) {

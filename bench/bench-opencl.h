@@ -14,8 +14,9 @@
 
 typedef struct bench_ocl bench_ocl;
 
-/* Opens the loader and makes a plain in-order queue (no profiling) on the
- * device and context of native_queue, the cl_command_queue of an mgpu
+/* Opens the loader and makes two plain in-order queues on the device and
+ * context of native_queue, one without profiling and one with it (as
+ * mgpu's own queues have it, for busy time and traces), the cl_command_queue of an mgpu
  * stream on an OpenCL device. Returns NULL, with the reason in why, when
  * the loader or a call is missing or fails. The caller owns the result
  * (bench_ocl_close), and keeps mgpu initialized while it is open (the
@@ -24,8 +25,9 @@ bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size);
 void bench_ocl_close(bench_ocl *o);
 
 /* One burst: iters bare clEnqueueNDRangeKernel calls of an empty kernel,
- * then one clFinish. 0, or -1 when a call failed. */
-int bench_ocl_launch_burst(bench_ocl *o, int iters);
+ * then one clFinish, on the queue without profiling (profiled 0) or the
+ * one with it (1). 0, or -1 when a call failed. */
+int bench_ocl_launch_burst(bench_ocl *o, int iters, int profiled);
 
 enum {
   BENCH_OCL_WRITE, /* clEnqueueWriteBuffer from host */

@@ -51,6 +51,11 @@ void bench_report_finish(bench_report *r, int json);
 /* Monotonic time in seconds. */
 double bench_now(void);
 
+/* CPU time of the calling thread in seconds: steadier than bench_now
+ * where other processes share the cores, since time the thread waits for
+ * a core is not counted. */
+double bench_thread_cpu(void);
+
 /* Median of n values (reorders v). */
 double bench_median(double *v, int n);
 

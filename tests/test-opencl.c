@@ -208,10 +208,112 @@ TEST_IMPL(opencl_kernel_variant) {
   return 0;
 }
 
-/* A burst longer than the commands a stream keeps for busy time (1024),
- * on two streams sharing one kernel, whose argument changes on some
- * launches and stays on others: each launch runs with its own argument
- * (the plugin sets it only when it changed), and every launch counts. */
+/* Threads launching one kernel at once, each on a stream of its own with
+ * arguments of its own: a stream sets the arguments of its own cl_kernel,
+ * so no launch runs with another thread's. */
+typedef struct launcher {
+  mgpu_stream *s;
+  mgpu_buffer *bx, *by;
+  float scale;
+  int rc;
+  test_gate *start;
+} launcher;
+
+enum { LAUNCHER_N = 64, LAUNCHER_LAUNCHES = 400 };
+
+static void *launch_many(void *arg) {
+  launcher *l = arg;
+  test_gate_wait(l->start);
+  vadd_args a = {(uintptr_t)mgpu_buffer_ptr(l->bx),
+                 (uintptr_t)mgpu_buffer_ptr(l->by),
+                 (uintptr_t)mgpu_buffer_ptr(l->by), LAUNCHER_N, l->scale};
+  for (int i = 0; i < LAUNCHER_LAUNCHES && l->rc == 0; i++)
+    l->rc = mgpu_launch(l->s, &vadd, MGPU_DIM3(1, 1, 1),
+                        MGPU_DIM3(LAUNCHER_N, 1, 1), &a, sizeof a);
+  if (l->rc == 0) l->rc = mgpu_stream_synchronize(l->s);
+  return NULL;
+}
+
+TEST_IMPL(opencl_threads_launch_one_kernel) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  enum { T = 4 };
+  float x[LAUNCHER_N], y[LAUNCHER_N];
+  for (int i = 0; i < LAUNCHER_N; i++) x[i] = 1.0f;
+  test_gate start = TEST_GATE_INITIALIZER;
+  launcher l[T];
+  pthread_t th[T];
+  for (int t = 0; t < T; t++) {
+    l[t] = (launcher){.scale = (float)(t + 1), .start = &start};
+    ASSERT_OK(mgpu_stream_create(&l[t].s, 0));
+    ASSERT_OK(mgpu_malloc(&l[t].bx, 0, sizeof x));
+    ASSERT_OK(mgpu_malloc(&l[t].by, 0, sizeof y));
+    ASSERT_OK(mgpu_memcpy_htod(l[t].bx, 0, x, sizeof x));
+    ASSERT_OK(mgpu_memset_async(l[t].by, 0, 0, sizeof y, l[t].s));
+    ASSERT_OK(mgpu_stream_synchronize(l[t].s));
+    ASSERT_EQ(pthread_create(&th[t], NULL, launch_many, &l[t]), 0);
+  }
+  test_gate_open(&start);
+  for (int t = 0; t < T; t++) ASSERT_EQ(pthread_join(th[t], NULL), 0);
+  for (int t = 0; t < T; t++) {
+    ASSERT_OK(l[t].rc);
+    ASSERT_OK(mgpu_memcpy_dtoh(y, l[t].by, 0, sizeof y));
+    for (int i = 0; i < LAUNCHER_N; i++)
+      ASSERT(y[i] == l[t].scale * LAUNCHER_LAUNCHES);
+    ASSERT_OK(mgpu_free(l[t].bx));
+    ASSERT_OK(mgpu_free(l[t].by));
+    ASSERT_OK(mgpu_stream_destroy(l[t].s));
+  }
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* Busy time is counted per stretch of work: a stream left idle between two
+ * launches, with nothing synchronizing it, does not count the idle time.
+ * The first launch is known done through an event, not through the
+ * stream, before the stream idles for IDLE_MS. */
+TEST_IMPL(opencl_busy_time_leaves_out_idle_gaps) {
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  enum { N = 64, IDLE_MS = 200 };
+  mgpu_stream *s;
+  mgpu_buffer *bx;
+  mgpu_event *e;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_malloc(&bx, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_memset_async(bx, 0, 0, N * sizeof(float), s));
+  vadd_args a = {(uintptr_t)mgpu_buffer_ptr(bx), (uintptr_t)mgpu_buffer_ptr(bx),
+                 (uintptr_t)mgpu_buffer_ptr(bx), N, 1.0f};
+  /* Built (and the build's time spent) before anything is measured. */
+  ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(1, 1, 1), MGPU_DIM3(N, 1, 1), &a,
+                        sizeof a));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  mgpu_metrics m0 = {.size = sizeof m0}, m1 = {.size = sizeof m1};
+  ASSERT_OK(mgpu_metrics_snapshot(&m0));
+  ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(1, 1, 1), MGPU_DIM3(N, 1, 1), &a,
+                        sizeof a));
+  ASSERT_OK(mgpu_event_record(e, s));
+  ASSERT_OK(mgpu_event_synchronize(e));
+  usleep(IDLE_MS * 1000);
+  ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(1, 1, 1), MGPU_DIM3(N, 1, 1), &a,
+                        sizeof a));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_metrics_snapshot(&m1));
+  uint64_t busy = m1.dev[0].busy_ns - m0.dev[0].busy_ns;
+  ASSERT(busy > 0);
+  ASSERT(busy < (uint64_t)IDLE_MS * 1000000u);
+  ASSERT_OK(mgpu_free(bx));
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* A long burst on two streams sharing one kernel, whose argument changes
+ * on some launches and stays on others: each launch runs with its own
+ * argument (each stream sets its own cl_kernel's argument only when it
+ * changed), and every launch counts. */
 TEST_IMPL(opencl_burst_with_changing_arguments) {
   OCL_INIT(n, "opencl:0");
   (void)n;
@@ -832,6 +934,8 @@ TEST_ENTRY(opencl_devices_mix_and_split)
 TEST_ENTRY(opencl_split_on_sub_devices)
 TEST_ENTRY(opencl_kernel_variant)
 TEST_ENTRY(opencl_burst_with_changing_arguments)
+TEST_ENTRY(opencl_threads_launch_one_kernel)
+TEST_ENTRY(opencl_busy_time_leaves_out_idle_gaps)
 TEST_ENTRY(opencl_build_error_has_log)
 TEST_ENTRY(opencl_builtins_match_host)
 TEST_ENTRY(opencl_builtins_16_bit)

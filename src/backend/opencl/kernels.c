@@ -7,7 +7,14 @@
  * entry is put in the list before it is built, and built under its own
  * lock, so that two launches of one new kernel build it once and launches
  * of other kernels do not wait for the build. A failed build is kept with
- * its log: every later launch fails at once with the same detail.
+ * its log: every later launch fails at once with the same detail. Once
+ * built, an entry is found and read without a lock.
+ *
+ * A cl_kernel holds its arguments, so clSetKernelArg and the enqueue that
+ * uses them must not interleave with another thread's: each stream makes
+ * its own cl_kernel of each kernel it launches (mgpu__ocl_skern), and sets
+ * arguments and enqueues under the stream's lock, which the enqueue takes
+ * anyway. A launch takes that one lock and nothing else.
  *
  * The built-ins compute as the host's loops do (src/backend/host/kernels.c,
  * src/util/elementwise.c): scale and axpy in double (float where the device
@@ -118,10 +125,10 @@ static const char *const builtin_names[4][NTYPES] = {
 
 /* ---- the program cache ---- */
 
-/* Builds e (its lock held, not built yet) for ph; keeps the outcome. */
+/* Builds e (its lock held, not built yet) for ph; keeps the outcome, and
+ * publishes it (built) last. */
 static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
   cl_int err = CL_SUCCESS;
-  e->built = 1;
   e->program = clCreateProgramWithSource(ph->ctx, 1, &e->src, NULL, &err);
   if (err != CL_SUCCESS) {
     e->program = NULL;
@@ -130,18 +137,18 @@ static void build(mgpu__ocl_phys *ph, mgpu__ocl_prog *e) {
     if (e->log != NULL)
       snprintf(e->log, 96, "(clCreateProgramWithSource failed: %s, %d)",
                mgpu__ocl_err_name(err), (int)err);
-    return;
+  } else if ((err = clBuildProgram(e->program, 1, &ph->dev, "", NULL,
+                                   NULL)) != CL_SUCCESS) {
+    size_t n = 0;
+    (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG, 0,
+                                NULL, &n);
+    e->log = mgpu__calloc(n + 1, 1);
+    if (e->log != NULL && n > 0)
+      (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG,
+                                  n, e->log, NULL);
+    e->rc = err == CL_BUILD_PROGRAM_FAILURE ? MGPU_EINVAL : MGPU_EBACKEND;
   }
-  err = clBuildProgram(e->program, 1, &ph->dev, "", NULL, NULL);
-  if (err == CL_SUCCESS) return;
-  size_t n = 0;
-  (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG, 0,
-                              NULL, &n);
-  e->log = mgpu__calloc(n + 1, 1);
-  if (e->log != NULL && n > 0)
-    (void)clGetProgramBuildInfo(e->program, ph->dev, CL_PROGRAM_BUILD_LOG, n,
-                                e->log, NULL);
-  e->rc = err == CL_BUILD_PROGRAM_FAILURE ? MGPU_EINVAL : MGPU_EBACKEND;
+  __atomic_store_n(&e->built, 1, __ATOMIC_RELEASE);
 }
 
 /* The detail of e's failed build, set again for this call; name: the user
@@ -165,66 +172,127 @@ static int prog_is(const mgpu__ocl_prog *e, const void *key, const char *src,
   return e->key == key && e->src == src && e->name == name;
 }
 
-/* The entry of (key, src) on ph in *out, made and built on first use,
- * returned with its lock held; a negative code with the detail set when the
- * build failed or memory ran out. name: the user kernel's name, NULL for
- * the built-ins. The entry s used last is tried first (entries are never
- * removed, so it stays valid): a burst of one kernel skips the list. */
+/* The entry of (key, src, name) in the list from head on, or NULL. */
+static mgpu__ocl_prog *prog_find(mgpu__ocl_prog *head, const void *key,
+                                 const char *src, const char *name) {
+  mgpu__ocl_prog *e = head;
+  while (e != NULL && !prog_is(e, key, src, name)) e = e->next;
+  return e;
+}
+
+/* The entry of (key, src, name) on ph, put in the list on first use; NULL
+ * when memory ran out. The list is walked without its lock (entries are
+ * published whole, at the head, and never removed); the lock only orders
+ * two threads adding the same entry. */
+static mgpu__ocl_prog *prog_entry(mgpu__ocl_phys *ph, const void *key,
+                                  const char *src, const char *name) {
+  mgpu__ocl_prog *head = __atomic_load_n(&ph->progs, __ATOMIC_ACQUIRE);
+  mgpu__ocl_prog *e = prog_find(head, key, src, name);
+  if (e != NULL) return e;
+  pthread_mutex_lock(&ph->progs_lock);
+  e = prog_find(ph->progs, key, src, name);
+  if (e == NULL && (e = mgpu__calloc(1, sizeof *e)) != NULL) {
+    e->key = key;
+    e->src = src;
+    e->name = name;
+    pthread_mutex_init(&e->lock, NULL);
+    e->next = ph->progs;
+    __atomic_store_n(&ph->progs, e, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&ph->progs_lock);
+  return e;
+}
+
+/* The built entry of (key, src) on ph in *out, built on first use (under
+ * its lock, so that two launches of one new kernel build it once and
+ * launches of other kernels do not wait for the build); a negative code
+ * with the detail set when the build failed or memory ran out. name: the
+ * user kernel's name, NULL for the built-ins. The entry s used last is
+ * tried first: a burst of one kernel skips the list. Once built, no lock
+ * is taken. */
 static int program_get(mgpu__ocl_phys *ph, mgpu__bstream *s, const void *key,
                        const char *src, const char *name, int id,
                        mgpu__ocl_prog **out) {
   *out = NULL;
   mgpu__ocl_prog *e = __atomic_load_n(&s->prog_hint, __ATOMIC_ACQUIRE);
   if (e == NULL || !prog_is(e, key, src, name)) {
-    pthread_mutex_lock(&ph->progs_lock);
-    e = ph->progs;
-    while (e != NULL && !prog_is(e, key, src, name)) e = e->next;
-    if (e == NULL) {
-      e = mgpu__calloc(1, sizeof *e);
-      if (e == NULL) {
-        pthread_mutex_unlock(&ph->progs_lock);
-        return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
-                           "memory for a program", id);
-      }
-      e->key = key;
-      e->src = src;
-      e->name = name;
-      e->nargs = -1;
-      pthread_mutex_init(&e->lock, NULL);
-      e->next = ph->progs;
-      ph->progs = e;
-    }
-    pthread_mutex_unlock(&ph->progs_lock);
+    e = prog_entry(ph, key, src, name);
+    if (e == NULL)
+      return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
+                         "memory for a program", id);
     __atomic_store_n(&s->prog_hint, e, __ATOMIC_RELEASE);
   }
-  pthread_mutex_lock(&e->lock);
-  if (!e->built) build(ph, e);
-  if (e->rc != 0) {
-    int rc = build_failed(ph, e, id, name);
+  if (!__atomic_load_n(&e->built, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&e->lock);
+    if (!e->built) build(ph, e);
     pthread_mutex_unlock(&e->lock);
-    return rc;
   }
+  if (e->rc != 0) return build_failed(ph, e, id, name);
   *out = e;
   return 0;
 }
 
-/* Kernel slot i of e (lock held), made from name on first use. */
-static cl_kernel kernel_get(mgpu__ocl_prog *e, int i, const char *name,
-                            cl_int *err) {
-  *err = CL_SUCCESS;
-  if (e->kernels[i] == NULL) e->kernels[i] = clCreateKernel(e->program, name, err);
-  return e->kernels[i];
+/* ---- the streams' kernels (s->lock held) ---- */
+
+/* s's own kernel slot of e, named name, made on first use and moved to the
+ * front of s's list; NULL with *err and *step set when a call failed. */
+static mgpu__ocl_skern *stream_kernel(mgpu__bstream *s,
+                                      const mgpu__ocl_prog *e, int slot,
+                                      const char *name, cl_int *err,
+                                      const char **step) {
+  mgpu__ocl_skern **pp = &s->kerns, *k;
+  while ((k = *pp) != NULL && (k->prog != e || k->slot != slot)) pp = &k->next;
+  if (k != NULL) {
+    if (pp != &s->kerns) { /* the last used first */
+      *pp = k->next;
+      k->next = s->kerns;
+      s->kerns = k;
+    }
+    return k;
+  }
+  cl_uint nargs = 0;
+  *step = "clCreateKernel";
+  cl_kernel kern = clCreateKernel(e->program, name, err);
+  if (*err == CL_SUCCESS) {
+    *step = "clGetKernelInfo";
+    *err = clGetKernelInfo(kern, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs,
+                           NULL);
+  }
+  if (*err == CL_SUCCESS && (k = mgpu__calloc(1, sizeof *k)) == NULL) {
+    *step = "keeping the kernel";
+    *err = CL_OUT_OF_HOST_MEMORY;
+  }
+  if (*err != CL_SUCCESS) {
+    if (kern != NULL) clReleaseKernel(kern);
+    return NULL;
+  }
+  k->prog = e;
+  k->slot = slot;
+  k->kernel = kern;
+  k->nargs = (int)nargs;
+  k->next = s->kerns;
+  s->kerns = k;
+  return k;
+}
+
+void mgpu__ocl_stream_kernels_free(mgpu__bstream *s) {
+  while (s->kerns != NULL) {
+    mgpu__ocl_skern *k = s->kerns;
+    s->kerns = k->next;
+    clReleaseKernel(k->kernel);
+    mgpu__free(k->args);
+    mgpu__free(k);
+  }
 }
 
 /* ---- launches ---- */
 
-/* Enqueues kern (arguments set, e->lock held) on s over the sizes; its
- * time goes to busy_ns and a span named name (trace.c). */
-static cl_int enqueue(mgpu__bstream *s, cl_kernel kern, cl_uint dims,
-                      const size_t *global, const size_t *local,
-                      const char *name) {
+/* Enqueues kern (arguments set, s->lock held) on s over the sizes; while
+ * a trace is recorded it becomes a span named name (trace.c). */
+static cl_int enqueue_locked(mgpu__bstream *s, cl_kernel kern, cl_uint dims,
+                             const size_t *global, const size_t *local,
+                             const char *name) {
   cl_event ev = NULL;
-  mgpu__ocl_enqueue_begin(s);
   cl_int err = clEnqueueNDRangeKernel(s->q, kern, dims, NULL, global, local, 0,
                                       NULL, &ev);
   if (err == CL_SUCCESS) mgpu__ocl_op_timed(s, ev, name, 0);
@@ -232,28 +300,28 @@ static cl_int enqueue(mgpu__bstream *s, cl_kernel kern, cl_uint dims,
   return err;
 }
 
-/* Sets the user kernel's one argument (e->lock held) unless it holds
+/* Sets the user kernel's one argument (s->lock held) unless it holds
  * these bytes already: a cl_kernel keeps its arguments between launches,
  * and an implementation may copy the value into fresh memory each time
  * (PoCL does), a cost a burst of equal launches need not pay. */
-static cl_int user_args_set(mgpu__ocl_prog *e, cl_kernel kern,
-                            const void *args, size_t args_size) {
-  if (e->args_known && e->args_size == args_size &&
-      memcmp(e->args, args, args_size) == 0)
+static cl_int user_args_set(mgpu__ocl_skern *k, const void *args,
+                            size_t args_size) {
+  if (k->args_known && k->args_size == args_size &&
+      memcmp(k->args, args, args_size) == 0)
     return CL_SUCCESS;
-  e->args_known = 0;
-  cl_int err = clSetKernelArg(kern, 0, args_size, args);
+  k->args_known = 0;
+  cl_int err = clSetKernelArg(k->kernel, 0, args_size, args);
   if (err != CL_SUCCESS) return err;
-  if (args_size > e->args_cap) {
+  if (args_size > k->args_cap) {
     void *grown = mgpu__malloc(args_size);
     if (grown == NULL) return CL_SUCCESS; /* set, only not remembered */
-    mgpu__free(e->args);
-    e->args = grown;
-    e->args_cap = args_size;
+    mgpu__free(k->args);
+    k->args = grown;
+    k->args_cap = args_size;
   }
-  memcpy(e->args, args, args_size);
-  e->args_size = args_size;
-  e->args_known = 1;
+  memcpy(k->args, args, args_size);
+  k->args_size = args_size;
+  k->args_known = 1;
   return CL_SUCCESS;
 }
 
@@ -268,19 +336,13 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   mgpu__ocl_prog *e;
   int rc = program_get(d->phys, s, k, k->opencl_src, k->name, d->id, &e);
   if (rc != 0) return rc;
-  cl_int err;
-  cl_kernel kern = kernel_get(e, 0, k->name, &err);
-  const char *step = "clCreateKernel";
-  if (err == CL_SUCCESS && e->nargs < 0) { /* asked once per program */
-    cl_uint nargs = 0;
-    step = "clGetKernelInfo";
-    err = clGetKernelInfo(kern, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs,
-                          NULL);
-    if (err == CL_SUCCESS) e->nargs = (int)nargs;
-  }
-  if (err == CL_SUCCESS && e->nargs != (args_size > 0 ? 1 : 0)) {
-    int nargs = e->nargs;
-    pthread_mutex_unlock(&e->lock);
+  cl_int err = CL_SUCCESS;
+  const char *step = "";
+  mgpu__ocl_enqueue_begin(s);
+  mgpu__ocl_skern *sk = stream_kernel(s, e, 0, k->name, &err, &step);
+  if (sk != NULL && sk->nargs != (args_size > 0 ? 1 : 0)) {
+    int nargs = sk->nargs;
+    mgpu__ocl_enqueue_end(s, CL_INVALID_KERNEL_ARGS, NULL);
     return mgpu__error(
         MGPU_EINVAL, "device %d: kernel '%s' takes %d parameters in its "
         "OpenCL C; an mgpu kernel takes its argument struct (%zu bytes here) "
@@ -289,7 +351,7 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   if (err == CL_SUCCESS && args_size > 0) {
     step = "clSetKernelArg (the argument struct's size must match the "
            "kernel's parameter)";
-    err = user_args_set(e, kern, args, args_size);
+    err = user_args_set(sk, args, args_size);
   }
   size_t global[3] = {(size_t)grid.x * block.x, (size_t)grid.y * block.y,
                       (size_t)grid.z * block.z};
@@ -299,9 +361,10 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
     char span[48] = "kernel"; /* named only for a trace: cheaper */
     if (mgpu__ocl_env->obs->trace_enabled())
       snprintf(span, sizeof span, "kernel %s", name);
-    err = enqueue(s, kern, 3, global, local, span);
+    err = enqueue_locked(s, sk->kernel, 3, global, local, span);
+  } else {
+    mgpu__ocl_enqueue_end(s, err, NULL);
   }
-  pthread_mutex_unlock(&e->lock);
   if (err != CL_SUCCESS) {
     char msg[256];
     snprintf(msg, sizeof msg, "launch of kernel '%.40s' (grid %ux%ux%u, block "
@@ -339,7 +402,7 @@ static int builtin_type(mgpu__bdevice *d, const mgpu__builtin *b, int *di,
 }
 
 /* Sets the arguments of kern, the built-in for b (elements of es bytes)
- * on d; the entry's lock held. */
+ * on d; the stream's lock held (kern is the stream's own). */
 static cl_int builtin_args(cl_kernel kern, mgpu__bdevice *d,
                            const mgpu__builtin *b, size_t es) {
   cl_int err = CL_SUCCESS;
@@ -387,14 +450,18 @@ int mgpu__ocl_builtin(mgpu__bdevice *d, mgpu__bstream *s,
   mgpu__ocl_prog *e;
   rc = program_get(d->phys, s, &builtins_key, builtins_src, NULL, d->id, &e);
   if (rc != 0) return rc;
-  cl_int err;
+  cl_int err = CL_SUCCESS;
+  const char *step = "";
   const char *name = builtin_names[b->kind][di];
-  cl_kernel kern = kernel_get(e, 1 + (int)b->kind * NTYPES + di, name, &err);
-  if (err == CL_SUCCESS) err = builtin_args(kern, d, b, es);
+  mgpu__ocl_enqueue_begin(s);
+  mgpu__ocl_skern *sk =
+      stream_kernel(s, e, 1 + (int)b->kind * NTYPES + di, name, &err, &step);
+  if (err == CL_SUCCESS) err = builtin_args(sk->kernel, d, b, es);
   size_t global = b->count;
   if (err == CL_SUCCESS)
-    err = enqueue(s, kern, 1, &global, NULL, "kernel builtin");
-  pthread_mutex_unlock(&e->lock);
+    err = enqueue_locked(s, sk->kernel, 1, &global, NULL, "kernel builtin");
+  else
+    mgpu__ocl_enqueue_end(s, err, NULL);
   if (err != CL_SUCCESS) {
     char what[96];
     snprintf(what, sizeof what, "built-in kernel %s of %zu elements", name,

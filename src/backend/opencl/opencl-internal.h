@@ -16,8 +16,10 @@
  * buffers mapped once for their whole life.
  *
  * Streams are in-order command queues with profiling on; every command
- * queued keeps its event as the stream's last one, which query and
- * synchronize read for errors.
+ * queued keeps its event as the stream's last one (only that one: the one
+ * before is released when the next is queued), which query and
+ * synchronize read for errors, and the busy interval reads for busy time
+ * (trace.c).
  *
  * The plugin's locks and where they sit in the library's lock order:
  * docs/ARCHITECTURE.md, "Lock order". Nothing is called back into the
@@ -42,29 +44,40 @@ extern const mgpu__backend_env *mgpu__ocl_env;
 #define MGPU__PLUGIN_ENV mgpu__ocl_env
 #include "backend/plugin-seam.h"
 
-/* A cached program of one physical device: the built-in kernels, or the
- * OpenCL C variant of one mgpu_kernel. lock serializes clSetKernelArg and
- * the enqueue of kernel (a cl_kernel's arguments are shared state). */
+/* A cached program of one physical device: the built-ins, or the OpenCL C
+ * variant of one mgpu_kernel. lock serializes the build only; built is
+ * set (with __atomic release, after program, rc and log) once the build
+ * ran, and from then on the entry is read without a lock. Its cl_kernels
+ * are per stream (mgpu__ocl_skern): a cl_kernel's arguments are shared
+ * state, so two streams must not set them on one. */
 typedef struct mgpu__ocl_prog {
   const void *key; /* the mgpu_kernel, or &builtins_key */
   const char *src; /* the text it was built from */
   const char *name; /* the kernel's name (NULL for the built-ins) */
   cl_program program;
-  /* The user kernel in kernels[0]; the built-ins by kind and dtype
-   * (kernels.c), made on first use under lock. */
-  cl_kernel kernels[25];
-  /* The user kernel's parameter count once asked (-1 before), and the
-   * bytes its one argument was last set to (args_known), under lock. */
-  int nargs;
-  int args_known;
-  void *args; /* owned, args_cap bytes */
-  size_t args_size, args_cap;
-  int built;            /* the build ran (under lock) */
+  int built;            /* the build ran (see above) */
   int rc;               /* 0, or the build's error code (kept) */
   char *log;            /* the build log of a failed build (owned) */
   pthread_mutex_t lock; /* see above */
-  struct mgpu__ocl_prog *next;
+  struct mgpu__ocl_prog *next; /* set before the entry is published */
 } mgpu__ocl_prog;
+
+/* One kernel of a program as one stream uses it (kernels.c): made on the
+ * stream's first launch of it, under and guarded by the stream's lock,
+ * released with the stream. slot: 0 for a user kernel, 1 + the built-in's
+ * index. */
+typedef struct mgpu__ocl_skern {
+  const mgpu__ocl_prog *prog;
+  int slot;
+  cl_kernel kernel;
+  int nargs; /* its parameter count, asked once */
+  /* The bytes a user kernel's one argument was last set to (args_known),
+   * owned, args_cap bytes. */
+  int args_known;
+  void *args;
+  size_t args_size, args_cap;
+  struct mgpu__ocl_skern *next;
+} mgpu__ocl_skern;
 
 /* One physical device, found by the probe. Fields are set once. */
 typedef struct mgpu__ocl_phys {
@@ -78,8 +91,9 @@ typedef struct mgpu__ocl_phys {
   cl_device_svm_capabilities svm;
   int has_fp64;
   size_t max_work_group;
-  /* Programs built for this device; progs_lock guards the list (entries
-   * are never removed before the process ends). */
+  /* Programs of this device: entries are put at the head under
+   * progs_lock and published with __atomic release, never removed before
+   * the process ends, so a lookup walks the list without the lock. */
   pthread_mutex_t progs_lock;
   mgpu__ocl_prog *progs;
 } mgpu__ocl_phys;
@@ -129,6 +143,12 @@ struct mgpu__bstream {
    * read and written with __atomic builtins; entries live as long as the
    * process. */
   struct mgpu__ocl_prog *prog_hint;
+  /* kernels.c, under lock: the stream's own cl_kernels, the last used
+   * first. */
+  mgpu__ocl_skern *kerns;
+  /* trace.c, under lock: the first command of the stream's open busy
+   * interval (a reference), or NULL when none is open. */
+  cl_event busy_first;
 };
 
 struct mgpu__bevent {
@@ -174,16 +194,22 @@ void mgpu__ocl_enqueue_end(mgpu__bstream *s, cl_int err, cl_event ev);
 void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
                           size_t bytes);
 
-/* trace.c. op_timed: between enqueue_begin and enqueue_end, ev (queued,
- * a kernel, copy or fill) counts towards busy_ns and, while a trace is
- * recorded, becomes a span (the core's tag, else name with bytes). harvest:
- * reads what completed (idle: the caller found the queue idle, so the
- * clock may be measured; done: the entries numbered up to it completed
+/* trace.c. op_timed: between enqueue_begin and enqueue_end, while a trace
+ * is recorded, ev (queued: a kernel, copy or fill) becomes a span (the
+ * core's tag, else name with bytes). busy_queued: s->lock held, ev queued
+ * and about to become s->last: closes the open busy interval if s->last
+ * completed, opens one at ev if none is open. busy_drop: s->lock held,
+ * ends the open interval uncounted. harvest: reads what completed; seen:
+ * the stream's last event, which the caller saw complete without error
+ * (the queue was idle then, so the clock may be measured and the busy
+ * interval closed), or NULL; done: the entries numbered up to it completed
  * without error, seen from a later command, so their status need not be
- * asked; 0: none known). stream_free: at destroy, after clFinish. */
+ * asked; 0: none known. stream_free: at destroy, after clFinish. */
 void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
                         size_t bytes);
-void mgpu__ocl_trace_harvest(mgpu__bstream *s, int idle, uint64_t done);
+void mgpu__ocl_busy_queued(mgpu__bstream *s, cl_event ev);
+void mgpu__ocl_busy_drop(mgpu__bstream *s);
+void mgpu__ocl_trace_harvest(mgpu__bstream *s, cl_event seen, uint64_t done);
 void mgpu__ocl_trace_stream_free(mgpu__bstream *s);
 
 /* subdev.c: sub-device index of ph partitioned equally into count (for
@@ -193,6 +219,7 @@ cl_device_id mgpu__ocl_subdevice_get(mgpu__ocl_phys *ph, int id, int index,
                                      int count);
 void mgpu__ocl_subdevice_release(cl_device_id sub);
 
-/* kernels.c */
+/* kernels.c: releases the stream's own kernels (at destroy). */
+void mgpu__ocl_stream_kernels_free(mgpu__bstream *s);
 
 #endif /* MGPU_OPENCL_INTERNAL_H */

@@ -34,6 +34,10 @@ void mgpu__ocl_enqueue_begin(mgpu__bstream *s) { pthread_mutex_lock(&s->lock); }
 
 void mgpu__ocl_enqueue_end(mgpu__bstream *s, cl_int err, cl_event ev) {
   if (err == CL_SUCCESS && ev != NULL) {
+    mgpu__ocl_busy_queued(s, ev);
+    /* Released while it may still be pending, as a bare burst leaves its
+     * events to the implementation: whoever drops the last reference of a
+     * completed event frees it. */
     if (s->last != NULL) clReleaseEvent(s->last);
     s->last = ev;
   } else if (ev != NULL) {
@@ -115,12 +119,14 @@ static cl_event last_event(mgpu__bstream *s, uint64_t *seq) {
   return ev;
 }
 
-/* Drops s's last event if it is still ev (its error was reported). */
+/* Drops s's last event if it is still ev (its error was reported), and
+ * the busy interval it ended. */
 static void forget_last(mgpu__bstream *s, cl_event ev) {
   pthread_mutex_lock(&s->lock);
   if (s->last == ev) {
     clReleaseEvent(s->last);
     s->last = NULL;
+    mgpu__ocl_busy_drop(s);
   }
   pthread_mutex_unlock(&s->lock);
 }
@@ -171,6 +177,7 @@ void mgpu__ocl_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   (void)clFinish(s->q);
   copies_harvest_locked(s); /* finished: every copy is done */
   mgpu__ocl_trace_stream_free(s);
+  mgpu__ocl_stream_kernels_free(s);
   if (s->last != NULL) clReleaseEvent(s->last);
   clReleaseCommandQueue(s->q);
   pthread_mutex_destroy(&s->lock);
@@ -188,10 +195,11 @@ int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
     forget_last(s, ev);
     rc = mgpu__ocl_fail(d, err, "work on the stream failed");
   }
-  if (ev != NULL) clReleaseEvent(ev);
   copies_harvest(s);
   /* Without an error every command queued before ev completed. */
-  mgpu__ocl_trace_harvest(s, rc == 0, rc == 0 && ev != NULL ? seq : 0);
+  mgpu__ocl_trace_harvest(s, rc == 0 ? ev : NULL,
+                          rc == 0 && ev != NULL ? seq : 0);
+  if (ev != NULL) clReleaseEvent(ev);
   if (rc == 0) rc = lost_rc(d);
   return rc;
 }
@@ -210,7 +218,7 @@ int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
     rc = MGPU_EAGAIN;
   } else {
     copies_harvest(s);
-    mgpu__ocl_trace_harvest(s, 1, seq); /* ev and all before it are done */
+    mgpu__ocl_trace_harvest(s, ev, seq); /* ev and all before it are done */
   }
   clReleaseEvent(ev);
   if (rc == 0) rc = lost_rc(d);
