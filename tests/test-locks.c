@@ -39,12 +39,13 @@ static void run_child(void (*fn)(void), outcome *o) {
   }
   close(fds[1]);
   size_t n = 0;
-  for (;;) {
+  /* n < sizeof o->err - 1 on every read (GCC 13 cannot see it otherwise
+   * and warns that the read may overflow err). */
+  while (n < sizeof o->err - 1) {
     ssize_t r = read(fds[0], o->err + n, sizeof o->err - 1 - n);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     n += (size_t)r;
-    if (n == sizeof o->err - 1) break;
   }
   o->err[n] = '\0';
   close(fds[0]);
