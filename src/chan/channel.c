@@ -35,17 +35,20 @@
  * access turned off keeps its host-staged copy); the metrics count the
  * copy as the copy layer would.
  *
- * A call whose watch (the pair spin) saw room or a message takes its turn
- * and its message number under one lock (side_enter_fast), and publishes
- * and gives its turn back under one more (side_leave); only a call that
- * must wait takes the full way (turn_take, side_wait).
- *
  * Locking: a turn serializes senders (messages keep the order of the send
- * calls), another receivers (send_turn, recv_turn: flags under lock, waited
- * for on cond, so that a call waiting behind another ends by its timeout,
- * a destroy, a lost device or a free of its buffer like any other wait; a
- * mutex held by a sender blocked for room kept the next sender past every
- * limit). lock guards the counts, the turns, closed and destroyed. */
+ * calls), another receivers (send_turn, recv_turn: flags taken by compare
+ * and swap, waited for on cond, so that a call waiting behind another ends
+ * by its timeout, a destroy, a lost device or a free of its buffer like any
+ * other wait; a mutex held by a sender blocked for room kept the next
+ * sender past every limit). A call whose watch (the pair spin) saw room or
+ * a message takes its turn and publishes without the lock (side_enter_fast,
+ * side_leave); the lock is taken only to sleep on cond (turn_take,
+ * side_wait), to wake a sleeper, and by close and destroy. A sleeper says
+ * so (turn_waiters, send_parked, recv_parked) under the lock before it
+ * checks what it waits for; a publisher changes the count or turn first,
+ * then reads those: sequentially consistent on both sides, so one of the
+ * two sees the other, and a wake-up, sent under the lock, cannot fall
+ * between a sleeper's check and its sleep. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,26 +81,42 @@ typedef struct mgpu__channel {
   mgpu__buf *slots_b; /* slots_buf resolved: the channel owns it */
   slot *slots;
 
-  int send_turn, recv_turn; /* under lock: a sender (receiver) is inside */
-  int turn_waiters;         /* under lock: calls waiting for a turn */
   mgpu__mutex lock;
   mgpu__cond cond;
-  /* Written under lock; read without it by a thread that watches for room
-   * or a message before it sleeps on cond. */
-  _Atomic uint64_t sent;     /* messages published by senders */
-  _Atomic uint64_t received; /* messages taken by receivers */
-  _Atomic int closed;
-  _Atomic int destroyed;     /* set by destroy: the calls inside leave */
-  /* The waits of the two sides (one sender waits for room, one receiver
-   * for a message: the turns let no second one in), a pair
-   * wait each (mgpu__spin_pair_until). Each side publishes the CPU it ran
-   * on (relaxed: a hint) for the other's spin. Under lock: whether a side
-   * sleeps on cond, and when the other side last published while it did
-   * (for mgpu__spin_pair_answered). */
-  mgpu__spin send_spin, recv_spin;
-  _Atomic int send_cpu, recv_cpu; /* -1: none yet */
-  int send_parked, recv_parked;
-  uint64_t sent_ns, received_ns;
+  _Atomic int turn_waiters; /* calls waiting for a turn (changed under lock) */
+  _Atomic int closed;       /* set under lock */
+  _Atomic int destroyed;    /* set under lock by destroy: the calls inside
+                               leave */
+  uint64_t sent_ns, received_ns; /* under lock: see side_leave */
+  /* Each side's state on a cache line of its own, written by that side
+   * and read by the other (lines written by both would move between the
+   * two threads' cores at every message):
+   *  - the turn (1: a sender, or a receiver, is inside), taken by compare
+   *    and swap, so that senders keep the order of their calls and one
+   *    receiver takes each message;
+   *  - the count of messages published by senders (sent) or taken by
+   *    receivers (received), added to with the turn held;
+   *  - whether a call of the side sleeps on cond (parked; set under lock
+   *    before it checks what it waits for, so a side that publishes and
+   *    then finds it clear needs no wake-up: both sequentially
+   *    consistent);
+   *  - the side's wait, a pair wait (mgpu__spin_pair_until: one sender
+   *    waits for room and one receiver for a message, the turns let no
+   *    second one in), and the CPU of its last call, a relaxed hint for
+   *    the other side's wait. */
+  char pad0[64];
+  _Atomic int send_turn;
+  _Atomic uint64_t sent;
+  _Atomic int send_parked;
+  mgpu__spin send_spin;
+  _Atomic int send_cpu; /* -1: none yet */
+  char pad1[64];
+  _Atomic int recv_turn;
+  _Atomic uint64_t received;
+  _Atomic int recv_parked;
+  mgpu__spin recv_spin;
+  _Atomic int recv_cpu; /* -1: none yet */
+  char pad2[64];
 } mgpu__channel;
 
 static void chan_free(mgpu__channel *ch) {
@@ -330,24 +349,29 @@ static int peer_lost(const mgpu__channel *ch, int lost) {
 static int timed_out(const mgpu__channel *ch, const char *what, int timeout_ms,
                      int other_dev);
 
+/* Takes a side's turn if it is free: 1 when it did. */
+static int turn_try(_Atomic int *turn) {
+  int expect = 0;
+  return atomic_compare_exchange_strong(turn, &expect, 1);
+}
+
 /* Takes the turn of one side (turn: &ch->send_turn or &ch->recv_turn),
  * waiting behind the call inside as for room or a message: until the
  * deadline, a destroy, the loss of the other end (peer) or a free of the
  * call's buffer (bh; arg and buf name it). 0 with the turn, else the code
  * with its detail. */
-static int turn_take(mgpu__channel *ch, int *turn, int peer,
+static int turn_take(mgpu__channel *ch, _Atomic int *turn, int peer,
                      uint64_t deadline, int timeout_ms, uintptr_t bh,
                      const char *call, const char *arg,
                      const mgpu_buffer *buf) {
-  int late = 0, lost = -1, freed = 0;
+  int late = 0, lost = -1, freed = 0, got = 0;
   mgpu__mutex_lock(&ch->lock);
-  ch->turn_waiters++;
-  while (*turn && !ch->destroyed && !late && lost < 0 &&
-         !(freed = mgpu__handle_closing(bh)))
+  atomic_fetch_add(&ch->turn_waiters, 1);
+  while (!ch->destroyed && !late && lost < 0 &&
+         !(freed = mgpu__handle_closing(bh)) && !(got = turn_try(turn)))
     lost = wait_on(ch, peer, deadline, &late);
-  ch->turn_waiters--;
-  int destroyed = ch->destroyed, got = !*turn && !destroyed;
-  if (got) *turn = 1;
+  atomic_fetch_sub(&ch->turn_waiters, 1);
+  int destroyed = ch->destroyed;
   mgpu__mutex_unlock(&ch->lock);
   if (got) return 0;
   if (destroyed) return ended(ch, 1, "destroyed");
@@ -360,12 +384,14 @@ static int turn_take(mgpu__channel *ch, int *turn, int peer,
                    "waits for one)", timeout_ms, peer);
 }
 
-/* Gives the turn back and wakes the call waiting for it. */
-static void turn_give(mgpu__channel *ch, int *turn) {
-  mgpu__mutex_lock(&ch->lock);
-  *turn = 0;
-  if (ch->turn_waiters > 0) mgpu__cond_broadcast(&ch->cond);
-  mgpu__mutex_unlock(&ch->lock);
+/* Gives the turn back and wakes the calls waiting for it, if any. */
+static void turn_give(mgpu__channel *ch, _Atomic int *turn) {
+  atomic_store(turn, 0);
+  if (atomic_load(&ch->turn_waiters) > 0) {
+    mgpu__mutex_lock(&ch->lock);
+    mgpu__cond_broadcast(&ch->cond);
+    mgpu__mutex_unlock(&ch->lock);
+  }
 }
 
 /* Conditions a sender or receiver watches before it sleeps. */
@@ -393,46 +419,42 @@ static int side_blocked(const mgpu__channel *ch, int send) {
               : ch->received == ch->sent;
 }
 
-/* The way in without the full wait, for a side whose watch saw room (a
- * sender) or a message (a receiver): when its turn is free, the channel
- * open and, for a receiver, the source not lost, takes the turn and reads
- * the number of its message into *k under one lock. 1 when it did; 0, with
- * nothing held, when the call must take the full way (turn_take, then
- * side_wait). */
+/* The way in without the lock, for a side whose watch saw room (a sender)
+ * or a message (a receiver): when its turn is free, the channel open and,
+ * for a receiver, the source not lost, takes the turn and reads the number
+ * of its message into *k. 1 when it did; 0, with nothing held, when the
+ * call must take the full way (turn_take, then side_wait). */
 static int side_enter_fast(mgpu__channel *ch, int send, uint64_t *k) {
-  int *turn = send ? &ch->send_turn : &ch->recv_turn;
-  mgpu__mutex_lock(&ch->lock);
-  int ok = !*turn && !ch->closed && !ch->destroyed &&
-           !side_blocked(ch, send) &&
-           (send || !mgpu__device_is_lost(ch->src_dev));
-  if (ok) {
-    *turn = 1;
-    *k = send ? ch->sent : ch->received;
+  _Atomic int *turn = send ? &ch->send_turn : &ch->recv_turn;
+  if (!turn_try(turn)) return 0;
+  if (ch->closed || ch->destroyed || side_blocked(ch, send) ||
+      (!send && mgpu__device_is_lost(ch->src_dev))) {
+    turn_give(ch, turn);
+    return 0;
   }
-  mgpu__mutex_unlock(&ch->lock);
-  return ok;
+  *k = send ? ch->sent : ch->received;
+  return 1;
 }
 
-/* The way out of a side, under one lock: when published, the side's count
- * goes up by one (its CPU published for the other side's watch, and the
- * time stamped for a parked other side, mgpu__spin_pair_answered); then
- * the turn is given back. The condition variable is signalled only when a
- * thread sleeps on it: the other side parked, or a call waiting for the
+/* The way out of a side: when published, the side's count goes up by one
+ * (with its CPU, a hint for the other side's watch); then the turn is given
+ * back. The lock is taken only to
+ * wake a sleeper: the other side parked (told, under the lock, when this
+ * side published: mgpu__spin_pair_answered), or a call waiting for the
  * turn. */
 static void side_leave(mgpu__channel *ch, int send, int published) {
-  _Atomic uint64_t *count = send ? &ch->sent : &ch->received;
-  _Atomic int *cpu = send ? &ch->send_cpu : &ch->recv_cpu;
-  uint64_t *stamp = send ? &ch->sent_ns : &ch->received_ns;
-  mgpu__mutex_lock(&ch->lock);
-  int other_parked = send ? ch->recv_parked : ch->send_parked;
   if (published) {
-    atomic_store_explicit(cpu, mgpu__cpu_now(), memory_order_relaxed);
-    if (other_parked) *stamp = mgpu__now_ns();
-    atomic_fetch_add(count, 1);
+    atomic_store_explicit(send ? &ch->send_cpu : &ch->recv_cpu,
+                          mgpu__cpu_now(), memory_order_relaxed);
+    atomic_fetch_add(send ? &ch->sent : &ch->received, 1);
   }
-  *(send ? &ch->send_turn : &ch->recv_turn) = 0;
-  if ((published && other_parked) || ch->turn_waiters > 0)
-    mgpu__cond_broadcast(&ch->cond);
+  atomic_store(send ? &ch->send_turn : &ch->recv_turn, 0);
+  int other_parked =
+      published && atomic_load(send ? &ch->recv_parked : &ch->send_parked);
+  if (!other_parked && atomic_load(&ch->turn_waiters) == 0) return;
+  mgpu__mutex_lock(&ch->lock);
+  if (other_parked) *(send ? &ch->sent_ns : &ch->received_ns) = mgpu__now_ns();
+  mgpu__cond_broadcast(&ch->cond);
   mgpu__mutex_unlock(&ch->lock);
 }
 
@@ -589,9 +611,12 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
                      int timeout_ms, uint64_t since, uint64_t *k) {
   int other = send ? ch->dst_dev : ch->src_dev;
   mgpu__spin *spin = send ? &ch->send_spin : &ch->recv_spin;
-  int *parked_flag = send ? &ch->send_parked : &ch->recv_parked;
+  _Atomic int *parked_flag = send ? &ch->send_parked : &ch->recv_parked;
   mgpu__mutex_lock(&ch->lock);
   int late = 0, parked = 0, freed = 0;
+  /* Said before the first check: a publisher that misses it changed the
+   * count before the check below reads it. */
+  atomic_store(parked_flag, 1);
   /* Room comes from the receiver: it never comes from a lost device. A
    * lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. A
@@ -599,10 +624,10 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
   int lost = !send && mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
   while (!ch->closed && !ch->destroyed && side_blocked(ch, send) &&
          lost < 0 && !late && !(freed = mgpu__handle_closing(b->handle))) {
-    *parked_flag = parked = 1;
+    parked = 1;
     lost = wait_on(ch, other, deadline, &late);
   }
-  *parked_flag = 0;
+  atomic_store(parked_flag, 0);
   int blocked = side_blocked(ch, send);
   int closed = ch->closed, destroyed = ch->destroyed;
   int open = blocked && !closed && !destroyed;
