@@ -14,10 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "median.h"
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -45,8 +42,7 @@ int main(int argc, char **argv) {
     if (rep >= 0) t[rep] = slowest;
   }
   if (rank == 0) {
-    qsort(t, (size_t)reps, sizeof *t, cmp);
-    double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    double med = peer_median(t, reps);
     if (raw)
       printf("%d %.9g\n", n, med);
     else

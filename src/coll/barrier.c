@@ -197,17 +197,6 @@ static int barrier_arrive(mgpu__barrier *b, int rank, uint64_t *gen) {
   return 0;
 }
 
-/* What a waiter of two parties watches for: its generation's end. */
-typedef struct gen_watch {
-  const _Atomic int *word;
-  int old;
-} gen_watch;
-
-static int gen_moved(const void *p) {
-  const gen_watch *w = p;
-  return atomic_load_explicit(w->word, memory_order_acquire) != w->old;
-}
-
 /* Watches the generation a while before sleeping; 1 when it moved on.
  * Of two parties the partner is the other rank (a pair wait); of more,
  * any of them may come last. *since: for mgpu__spin_pair_woke after a
@@ -217,9 +206,8 @@ static int barrier_watch(mgpu__barrier *b, int rank, uint64_t gen,
   int old = (int)(gen & 0x7fffffff);
   *since = 0;
   if (b->n != 2) return mgpu__spin_wait_change(&b->spin, &b->gen_word, old);
-  gen_watch w = {&b->gen_word, old};
-  return mgpu__spin_pair_until(&b->pair_spin[rank], gen_moved, &w,
-                               &b->cpu[1 - rank], 0, since);
+  return mgpu__spin_pair_wait_change(&b->pair_spin[rank], &b->gen_word, old,
+                                     &b->cpu[1 - rank], since);
 }
 
 /* Waits, after barrier_arrive, for generation gen to end: by its deadline,
