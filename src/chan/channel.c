@@ -63,7 +63,7 @@ typedef struct slot {
   mgpu_event *filled;   /* on the source device */
   mgpu_event *consumed; /* on the destination device */
   size_t size;          /* bytes of the message in it (written by the sender
-                           before it publishes the message under lock) */
+                           before it publishes the message) */
   /* Whether the slot's message was copied in (filled_queued) or its last
    * message copied out (consumed_queued) by queued operations, whose event
    * the other side must then ask; 0 after a copy on the small path, which
@@ -413,7 +413,9 @@ static int has_message(const void *p) {
 }
 
 /* Whether a side must wait: a sender while every slot holds a message not
- * yet received, a receiver while nothing is sent. Under lock. */
+ * yet received, a receiver while nothing is sent. The counts move only
+ * with a side's turn held: with the turn, a blocked side stays blocked
+ * until the other side publishes. */
 static int side_blocked(const mgpu__channel *ch, int send) {
   return send ? ch->sent - ch->received == (uint64_t)ch->capacity
               : ch->received == ch->sent;
@@ -438,10 +440,9 @@ static int side_enter_fast(mgpu__channel *ch, int send, uint64_t *k) {
 
 /* The way out of a side: when published, the side's count goes up by one
  * (with its CPU, a hint for the other side's watch); then the turn is given
- * back. The lock is taken only to
- * wake a sleeper: the other side parked (told, under the lock, when this
- * side published: mgpu__spin_pair_answered), or a call waiting for the
- * turn. */
+ * back. The lock is taken only to wake a sleeper: the other side parked
+ * (told, under the lock, when this side published:
+ * mgpu__spin_pair_answered), or a call waiting for the turn. */
 static void side_leave(mgpu__channel *ch, int send, int published) {
   if (published) {
     atomic_store_explicit(send ? &ch->send_cpu : &ch->recv_cpu,
