@@ -650,9 +650,9 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
 }
 
 /* Watches for room (a sender) or a message (a receiver) a while, then
- * takes the side's turn and waits as side_wait, both in one lock where the
- * watch saw it ready (side_enter_fast); on failure gives back the turn and
- * what check_end held. */
+ * takes the side's turn: without the lock where the watch saw it ready
+ * (side_enter_fast), else by turn_take and the wait of side_wait. On
+ * failure gives back the turn and what check_end held. */
 static int side_enter(mgpu__channel *ch, int send, mgpu__buf *b,
                       mgpu__stream *s, const mgpu_buffer *buf,
                       int timeout_ms, uint64_t *k) {
