@@ -49,6 +49,63 @@ TEST_IMPL(host_rounds) {
   return 0;
 }
 
+/* Two parties wait with the pair wait and leave without the barrier's lock
+ * once their watch saw the round end: what one rank wrote before a round
+ * (plain memory, so TSan sees a missing order) is what the other reads
+ * after it, round after round; then a wait alone times out and the
+ * barrier still works for both. */
+#define PAIR_ROUNDS 5000
+
+typedef struct pair_arg {
+  mgpu_barrier *b;
+  int rank;
+  int *cells; /* [round][rank] */
+} pair_arg;
+
+static void *pair_thread(void *p) {
+  pair_arg *a = p;
+  for (int round = 0; round < PAIR_ROUNDS; round++) {
+    a->cells[2 * round + a->rank] = round + 1;
+    ASSERT_OK(mgpu_barrier_wait(a->b, a->rank, 10000));
+    ASSERT_EQ(a->cells[2 * round + 1 - a->rank], round + 1);
+  }
+  return NULL;
+}
+
+static void *pair_round(void *p) {
+  pair_arg *a = p;
+  a->cells[a->rank] = 1;
+  ASSERT_OK(mgpu_barrier_wait(a->b, a->rank, 10000));
+  ASSERT_EQ(a->cells[1 - a->rank], 1);
+  return NULL;
+}
+
+TEST_IMPL(host_two_parties) {
+  int ndev = test_init();
+  if (ndev < 2) return TEST_SKIP;
+  int devs[2] = {0, 1};
+  mgpu_barrier *b;
+  ASSERT_OK(mgpu_barrier_create(devs, 2, &b));
+  int *cells = calloc(2 * PAIR_ROUNDS, sizeof *cells);
+  pthread_t t;
+  pair_arg args[2] = {{b, 0, cells}, {b, 1, cells}};
+  ASSERT(pthread_create(&t, NULL, pair_thread, &args[1]) == 0);
+  pair_thread(&args[0]);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 2 * PAIR_ROUNDS; i++) ASSERT_EQ(cells[i], i / 2 + 1);
+  free(cells);
+  ASSERT_ERR(MGPU_ETIMEDOUT, mgpu_barrier_wait(b, 1, 20));
+  ASSERT_DETAIL_HAS("0 (rank 0) did not arrive");
+  /* One more round of both: the withdrawn arrival left it consistent. */
+  int last[2] = {0, 0};
+  pair_arg one[2] = {{b, 0, last}, {b, 1, last}};
+  ASSERT(pthread_create(&t, NULL, pair_round, &one[1]) == 0);
+  pair_round(&one[0]);
+  pthread_join(t, NULL);
+  ASSERT_OK(mgpu_barrier_destroy(b));
+  return 0;
+}
+
 typedef struct late_arg {
   mgpu_barrier *b;
   int rank;
@@ -206,6 +263,7 @@ TEST_IMPL(stream_rounds) {
 
 TEST_LIST_BEGIN
 TEST_ENTRY(host_rounds)
+TEST_ENTRY(host_two_parties)
 TEST_ENTRY(timeout)
 TEST_ENTRY(errors)
 TEST_ENTRY(stream_rounds)

@@ -182,6 +182,79 @@ TEST_IMPL(stream_order) {
   return 0;
 }
 
+/* The small path (device buffers, idle streams: copied by the calling
+ * thread, no event recorded) and the queued one (pinned host buffers:
+ * copies and events on the streams) taken in turn on both ends, in
+ * patterns that do not line up: a receive by hand after a queued send
+ * waits for that send's copy in, a send by hand into a slot whose last
+ * message was taken by a queued receive waits for it to be out. Every
+ * message arrives whole and in order. */
+#define MIXED_MSGS 600
+#define MIXED_LEN 256
+
+typedef struct mixed_end {
+  mgpu_channel *ch;
+  int dev;
+} mixed_end;
+
+static void *mixed_receiver(void *p) {
+  mixed_end *e = p;
+  mgpu_stream *s;
+  mgpu_buffer *dev_buf, *host_buf;
+  ASSERT_OK(mgpu_stream_create(&s, e->dev));
+  ASSERT_OK(mgpu_malloc(&dev_buf, e->dev, MIXED_LEN));
+  ASSERT_OK(mgpu_malloc_host(&host_buf, e->dev, MIXED_LEN));
+  unsigned char got[MIXED_LEN], want[MIXED_LEN];
+  for (int seq = 0; seq < MIXED_MSGS; seq++) {
+    mgpu_buffer *dst = seq % 3 == 1 ? host_buf : dev_buf;
+    size_t len = 0;
+    ASSERT_OK(mgpu_channel_recv(e->ch, dst, 0, &len, s));
+    ASSERT_OK(mgpu_memcpy_dtoh_async(got, dst, 0, len, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_EQ(len, msg_len(MIXED_LEN, seq));
+    fill_msg(want, len, 0, seq);
+    ASSERT(memcmp(got, want, len) == 0);
+  }
+  ASSERT_OK(mgpu_free(dev_buf));
+  ASSERT_OK(mgpu_free(host_buf));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return NULL;
+}
+
+TEST_IMPL(mixed_paths) {
+  test_init();
+  int a = 0, b = peer_of(0);
+  for (int capacity = 1; capacity <= 3; capacity += 2) {
+    mixed_end e;
+    e.dev = b;
+    ASSERT_OK(mgpu_channel_create(a, b, MIXED_LEN, capacity, &e.ch));
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, mixed_receiver, &e) == 0);
+    mgpu_stream *s;
+    mgpu_buffer *dev_buf, *host_buf;
+    ASSERT_OK(mgpu_stream_create(&s, a));
+    ASSERT_OK(mgpu_malloc(&dev_buf, a, MIXED_LEN));
+    ASSERT_OK(mgpu_malloc_host(&host_buf, a, MIXED_LEN));
+    unsigned char h[MIXED_LEN];
+    for (int seq = 0; seq < MIXED_MSGS; seq++) {
+      mgpu_buffer *src = seq % 2 ? host_buf : dev_buf;
+      size_t len = msg_len(MIXED_LEN, seq);
+      fill_msg(h, len, 0, seq);
+      ASSERT_OK(mgpu_memcpy_htod_async(src, 0, h, len, s));
+      ASSERT_OK(mgpu_stream_synchronize(s));
+      ASSERT_OK(mgpu_channel_send(e.ch, src, 0, len, s));
+      /* The next fill of this buffer is ordered after the send on s. */
+    }
+    pthread_join(t, NULL);
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_OK(mgpu_channel_destroy(e.ch));
+    ASSERT_OK(mgpu_free(dev_buf));
+    ASSERT_OK(mgpu_free(host_buf));
+    ASSERT_OK(mgpu_stream_destroy(s));
+  }
+  return 0;
+}
+
 typedef struct blocked_send {
   mgpu_channel *ch;
   mgpu_buffer *src;
@@ -444,6 +517,7 @@ TEST_LIST_BEGIN
 TEST_ENTRY(basic)
 TEST_ENTRY(peer_disabled)
 TEST_ENTRY(stream_order)
+TEST_ENTRY(mixed_paths)
 TEST_ENTRY(full_and_close)
 TEST_ENTRY(close_wakes_receiver)
 TEST_ENTRY(errors)

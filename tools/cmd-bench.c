@@ -17,6 +17,7 @@ int mgpu_bench_copy(int argc, char **argv);
 int mgpu_bench_p2p(int argc, char **argv);
 int mgpu_bench_sched(int argc, char **argv);
 int mgpu_bench_allreduce(int argc, char **argv);
+int mgpu_bench_barrier(int argc, char **argv);
 int mgpu_bench_trace(int argc, char **argv);
 int mgpu_bench_store(int argc, char **argv);
 
@@ -64,6 +65,8 @@ int mgpu_cmd_bench(int argc, char **argv) {
       {"p2p", mgpu_bench_p2p, "every ordered pair, direct and staged", 0},
       {"sched", mgpu_bench_sched, "task pool overhead and skewed makespan", 0},
       {"allreduce", mgpu_bench_allreduce, "all-reduce algbw and busbw", 0},
+      {"barrier", mgpu_bench_barrier, "host barrier next to pthread and "
+       "MPI_Barrier", 0},
       {"mpi", bench_mpi, "all-reduce of device buffers across MPI ranks", 1},
       {"trace", mgpu_bench_trace, "cost of recording a trace, on next to off",
        0},

@@ -17,10 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "median.h"
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -88,8 +85,7 @@ int main(int argc, char **argv) {
       if (rep >= 0) t[rep] = slowest;
     }
     if (rank != 0) continue;
-    qsort(t, (size_t)reps, sizeof *t, cmp);
-    double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    double med = peer_median(t, reps);
     if (raw) {
       printf("%zu %.9g\n", bytes, med);
       fflush(stdout);

@@ -23,11 +23,7 @@
 #include <string.h>
 
 #include "jacobi-batch.h"
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "median.h"
 
 typedef struct slab {
   int n, rows;     /* grid size, interior rows of this rank */
@@ -121,8 +117,7 @@ int main(int argc, char **argv) {
     free(s.a);
     free(s.anew);
     if (rank != 0) continue;
-    qsort(t, (size_t)reps, sizeof *t, cmp);
-    double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    double med = peer_median(t, reps);
     if (raw)
       printf("%d %.9g %.17g\n", sizes[k], med, sum);
     else

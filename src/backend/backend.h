@@ -316,11 +316,7 @@ typedef struct mgpu__coll_args {
   X(claim, PLAIN, int, stream_lock_idle, (mgpu__bdevice *d,                   \
                                           mgpu__bstream *s), (d, s), d)       \
   X(claim, PLAIN, void, stream_unlock_idle, (mgpu__bdevice *d,                \
-                                             mgpu__bstream *s), (d, s), d)    \
-  /* With s claimed by the caller: records e on s and completes it at once   \
-   * (everything before it on s has run). */                                  \
-  X(claim, FAIL, int, event_record_claimed,                                   \
-    (mgpu__bdevice *d, mgpu__bevent *e, mgpu__bstream *s), (d, e, s), d)
+                                             mgpu__bstream *s), (d, s), d)
 
 /* Sub-table mempool: a stream-ordered allocator (cudaMallocAsync). NULL:
  * the core's own mempool over mem_alloc and host_callback. */

@@ -20,22 +20,35 @@
  * waits for a send that waits for room). Destroy closes the handle, wakes
  * the calls inside (they return MGPU_EFREED) and waits for them to leave.
  *
- * Small path: when the end's stream is idle and the slot is ready (the
- * "consumed" event of its previous message complete for a send, "filled"
- * for a receive), the calling thread claims the stream, copies the message
- * itself and completes the event at once (mgpu__stream_claim,
- * mgpu__event_record_claimed): exactly what the three queued operations
- * would have done, in the same stream order, without handing anything to
- * a worker. It is taken only for device buffers of host devices on a
- * direct path (a pair with peer access turned off keeps its host-staged
- * copy); the metrics count the copy as the copy layer would.
+ * Small path: when the end's stream is idle and the slot is ready (its
+ * previous message taken out, for a send; this message's copy in done, for
+ * a receive), the calling thread copies the message itself, holding the
+ * stream's device lock (mgpu__stream_lock_idle, up to 4 KiB) or a claim of
+ * the stream (mgpu__stream_claim): in the same stream order as the queued
+ * wait, copy and record, without handing anything to a worker. It records
+ * no event: the copy is done before the message is published, so the other
+ * side needs none. Each slot says whether its last copy in (filled_queued)
+ * and copy out (consumed_queued) were queued; only then does the other side
+ * ask the event (a queued wait on an event that such a copy did not record
+ * waits for an earlier message's, which is no less safe). It is taken only
+ * for device buffers of host devices on a direct path (a pair with peer
+ * access turned off keeps its host-staged copy); the metrics count the
+ * copy as the copy layer would.
  *
  * Locking: a turn serializes senders (messages keep the order of the send
- * calls), another receivers (send_turn, recv_turn: flags under lock, waited
- * for on cond, so that a call waiting behind another ends by its timeout,
- * a destroy, a lost device or a free of its buffer like any other wait; a
- * mutex held by a sender blocked for room kept the next sender past every
- * limit). lock guards the counts, the turns, closed and destroyed. */
+ * calls), another receivers (send_turn, recv_turn: flags taken by compare
+ * and swap, waited for on cond, so that a call waiting behind another ends
+ * by its timeout, a destroy, a lost device or a free of its buffer like any
+ * other wait; a mutex held by a sender blocked for room kept the next
+ * sender past every limit). A call whose watch (the pair spin) saw room or
+ * a message takes its turn and publishes without the lock (side_enter_fast,
+ * side_leave); the lock is taken only to sleep on cond (turn_take,
+ * side_wait), to wake a sleeper, and by close and destroy. A sleeper says
+ * so (turn_waiters, send_parked, recv_parked) under the lock before it
+ * checks what it waits for; a publisher changes the count or turn first,
+ * then reads those: sequentially consistent on both sides, so one of the
+ * two sees the other, and a wake-up, sent under the lock, cannot fall
+ * between a sleeper's check and its sleep. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +63,13 @@ typedef struct slot {
   mgpu_event *filled;   /* on the source device */
   mgpu_event *consumed; /* on the destination device */
   size_t size;          /* bytes of the message in it (written by the sender
-                           before it publishes the message under lock) */
+                           before it publishes the message) */
+  /* Whether the slot's message was copied in (filled_queued) or its last
+   * message copied out (consumed_queued) by queued operations, whose event
+   * the other side must then ask; 0 after a copy on the small path, which
+   * records no event (it was done when published). Each is written by its
+   * side before it publishes the count that the other side reads first. */
+  _Atomic int filled_queued, consumed_queued;
 } slot;
 
 typedef struct mgpu__channel {
@@ -62,26 +81,42 @@ typedef struct mgpu__channel {
   mgpu__buf *slots_b; /* slots_buf resolved: the channel owns it */
   slot *slots;
 
-  int send_turn, recv_turn; /* under lock: a sender (receiver) is inside */
-  int turn_waiters;         /* under lock: calls waiting for a turn */
   mgpu__mutex lock;
   mgpu__cond cond;
-  /* Written under lock; read without it by a thread that watches for room
-   * or a message before it sleeps on cond. */
-  _Atomic uint64_t sent;     /* messages published by senders */
-  _Atomic uint64_t received; /* messages taken by receivers */
-  _Atomic int closed;
-  _Atomic int destroyed;     /* set by destroy: the calls inside leave */
-  /* The waits of the two sides (one sender waits for room, one receiver
-   * for a message: the turns let no second one in), a pair
-   * wait each (mgpu__spin_pair_until). Each side publishes the CPU it ran
-   * on (relaxed: a hint) for the other's spin. Under lock: whether a side
-   * sleeps on cond, and when the other side last published while it did
-   * (for mgpu__spin_pair_answered). */
-  mgpu__spin send_spin, recv_spin;
-  _Atomic int send_cpu, recv_cpu; /* -1: none yet */
-  int send_parked, recv_parked;
-  uint64_t sent_ns, received_ns;
+  _Atomic int turn_waiters; /* calls waiting for a turn (changed under lock) */
+  _Atomic int closed;       /* set under lock */
+  _Atomic int destroyed;    /* set under lock by destroy: the calls inside
+                               leave */
+  uint64_t sent_ns, received_ns; /* under lock: see side_leave */
+  /* Each side's state on a cache line of its own, written by that side
+   * and read by the other (lines written by both would move between the
+   * two threads' cores at every message):
+   *  - the turn (1: a sender, or a receiver, is inside), taken by compare
+   *    and swap, so that senders keep the order of their calls and one
+   *    receiver takes each message;
+   *  - the count of messages published by senders (sent) or taken by
+   *    receivers (received), added to with the turn held;
+   *  - whether a call of the side sleeps on cond (parked; set under lock
+   *    before it checks what it waits for, so a side that publishes and
+   *    then finds it clear needs no wake-up: both sequentially
+   *    consistent);
+   *  - the side's wait, a pair wait (mgpu__spin_pair_until: one sender
+   *    waits for room and one receiver for a message, the turns let no
+   *    second one in), and the CPU of its last call, a relaxed hint for
+   *    the other side's wait. */
+  char pad0[64];
+  _Atomic int send_turn;
+  _Atomic uint64_t sent;
+  _Atomic int send_parked;
+  mgpu__spin send_spin;
+  _Atomic int send_cpu; /* -1: none yet */
+  char pad1[64];
+  _Atomic int recv_turn;
+  _Atomic uint64_t received;
+  _Atomic int recv_parked;
+  mgpu__spin recv_spin;
+  _Atomic int recv_cpu; /* -1: none yet */
+  char pad2[64];
 } mgpu__channel;
 
 static void chan_free(mgpu__channel *ch) {
@@ -314,24 +349,29 @@ static int peer_lost(const mgpu__channel *ch, int lost) {
 static int timed_out(const mgpu__channel *ch, const char *what, int timeout_ms,
                      int other_dev);
 
+/* Takes a side's turn if it is free: 1 when it did. */
+static int turn_try(_Atomic int *turn) {
+  int expect = 0;
+  return atomic_compare_exchange_strong(turn, &expect, 1);
+}
+
 /* Takes the turn of one side (turn: &ch->send_turn or &ch->recv_turn),
  * waiting behind the call inside as for room or a message: until the
  * deadline, a destroy, the loss of the other end (peer) or a free of the
  * call's buffer (bh; arg and buf name it). 0 with the turn, else the code
  * with its detail. */
-static int turn_take(mgpu__channel *ch, int *turn, int peer,
+static int turn_take(mgpu__channel *ch, _Atomic int *turn, int peer,
                      uint64_t deadline, int timeout_ms, uintptr_t bh,
                      const char *call, const char *arg,
                      const mgpu_buffer *buf) {
-  int late = 0, lost = -1, freed = 0;
+  int late = 0, lost = -1, freed = 0, got = 0;
   mgpu__mutex_lock(&ch->lock);
-  ch->turn_waiters++;
-  while (*turn && !ch->destroyed && !late && lost < 0 &&
-         !(freed = mgpu__handle_closing(bh)))
+  atomic_fetch_add(&ch->turn_waiters, 1);
+  while (!ch->destroyed && !late && lost < 0 &&
+         !(freed = mgpu__handle_closing(bh)) && !(got = turn_try(turn)))
     lost = wait_on(ch, peer, deadline, &late);
-  ch->turn_waiters--;
-  int destroyed = ch->destroyed, got = !*turn && !destroyed;
-  if (got) *turn = 1;
+  atomic_fetch_sub(&ch->turn_waiters, 1);
+  int destroyed = ch->destroyed;
   mgpu__mutex_unlock(&ch->lock);
   if (got) return 0;
   if (destroyed) return ended(ch, 1, "destroyed");
@@ -344,12 +384,14 @@ static int turn_take(mgpu__channel *ch, int *turn, int peer,
                    "waits for one)", timeout_ms, peer);
 }
 
-/* Gives the turn back and wakes the call waiting for it. */
-static void turn_give(mgpu__channel *ch, int *turn) {
-  mgpu__mutex_lock(&ch->lock);
-  *turn = 0;
-  if (ch->turn_waiters > 0) mgpu__cond_broadcast(&ch->cond);
-  mgpu__mutex_unlock(&ch->lock);
+/* Gives the turn back and wakes the calls waiting for it, if any. */
+static void turn_give(mgpu__channel *ch, _Atomic int *turn) {
+  atomic_store(turn, 0);
+  if (atomic_load(&ch->turn_waiters) > 0) {
+    mgpu__mutex_lock(&ch->lock);
+    mgpu__cond_broadcast(&ch->cond);
+    mgpu__mutex_unlock(&ch->lock);
+  }
 }
 
 /* Conditions a sender or receiver watches before it sleeps. */
@@ -370,14 +412,51 @@ static int has_message(const void *p) {
              atomic_load_explicit(&ch->sent, memory_order_acquire);
 }
 
-/* With ch->lock held: one side published (*count + 1), and wakes the other;
- * *stamp tells a parked other side when. */
-static void publish(mgpu__channel *ch, _Atomic uint64_t *count,
-                    _Atomic int *cpu, int other_parked, uint64_t *stamp) {
-  atomic_store_explicit(cpu, mgpu__cpu_now(), memory_order_relaxed);
-  if (other_parked) *stamp = mgpu__now_ns();
-  atomic_fetch_add(count, 1);
+/* Whether a side must wait: a sender while every slot holds a message not
+ * yet received, a receiver while nothing is sent. The counts move only
+ * with a side's turn held: with the turn, a blocked side stays blocked
+ * until the other side publishes. */
+static int side_blocked(const mgpu__channel *ch, int send) {
+  return send ? ch->sent - ch->received == (uint64_t)ch->capacity
+              : ch->received == ch->sent;
+}
+
+/* The way in without the lock, for a side whose watch saw room (a sender)
+ * or a message (a receiver): when its turn is free, the channel open and,
+ * for a receiver, the source not lost, takes the turn and reads the number
+ * of its message into *k. 1 when it did; 0, with nothing held, when the
+ * call must take the full way (turn_take, then side_wait). */
+static int side_enter_fast(mgpu__channel *ch, int send, uint64_t *k) {
+  _Atomic int *turn = send ? &ch->send_turn : &ch->recv_turn;
+  if (!turn_try(turn)) return 0;
+  if (ch->closed || ch->destroyed || side_blocked(ch, send) ||
+      (!send && mgpu__device_is_lost(ch->src_dev))) {
+    turn_give(ch, turn);
+    return 0;
+  }
+  *k = send ? ch->sent : ch->received;
+  return 1;
+}
+
+/* The way out of a side: when published, the side's count goes up by one
+ * (with its CPU, a hint for the other side's watch); then the turn is given
+ * back. The lock is taken only to wake a sleeper: the other side parked
+ * (told, under the lock, when this side published:
+ * mgpu__spin_pair_answered), or a call waiting for the turn. */
+static void side_leave(mgpu__channel *ch, int send, int published) {
+  if (published) {
+    atomic_store_explicit(send ? &ch->send_cpu : &ch->recv_cpu,
+                          mgpu__cpu_now(), memory_order_relaxed);
+    atomic_fetch_add(send ? &ch->sent : &ch->received, 1);
+  }
+  atomic_store(send ? &ch->send_turn : &ch->recv_turn, 0);
+  int other_parked =
+      published && atomic_load(send ? &ch->recv_parked : &ch->send_parked);
+  if (!other_parked && atomic_load(&ch->turn_waiters) == 0) return;
+  mgpu__mutex_lock(&ch->lock);
+  if (other_parked) *(send ? &ch->sent_ns : &ch->received_ns) = mgpu__now_ns();
   mgpu__cond_broadcast(&ch->cond);
+  mgpu__mutex_unlock(&ch->lock);
 }
 
 /* The slots' device pointer at slot k's offset, when the small path may
@@ -390,25 +469,38 @@ static char *inline_slot(const mgpu__channel *ch, const mgpu__buf *user,
   return (char *)ch->slots_b->ptr + slot_off;
 }
 
-/* One small-path copy on the claimed stream s, when ready (the slot's
- * other event complete): size bytes from src to dst, then done completes;
- * the stream is released and the copy counted under bytes_m and n_m of
- * dev. Returns 1 when it ran. */
-static int copy_claimed(mgpu__stream *s, int ready, void *dst, const void *src,
-                        size_t size, mgpu__event *done, int dev,
-                        enum mgpu__metric bytes_m, enum mgpu__metric n_m) {
-  int ran = 0;
-  if (ready) {
+/* Whether the other side's copy of a slot is done: at once when it ran on
+ * the small path (queued is 0), else when its event (recorded after the
+ * queued copy) completed. */
+static int slot_done(const _Atomic int *queued, mgpu_event *event) {
+  return !atomic_load_explicit(queued, memory_order_relaxed) ||
+         mgpu_event_query(event) == 0;
+}
+
+/* Copies up to this many bytes with the device's lock held
+ * (mgpu__stream_lock_idle: one try-lock), larger messages with the stream
+ * claimed (two locks, the device free meanwhile), as the small
+ * collectives do. */
+#define LOCKED_COPY_MAX 4096
+
+/* One small-path copy on the stream s of device dev when s is idle: size
+ * bytes from src to dst, counted under bytes_m and n_m of dev. Returns 1
+ * when it ran, 0 when the stream was busy (nothing done). */
+static int copy_by_hand(mgpu__stream *s, void *dst, const void *src,
+                        size_t size, int dev, enum mgpu__metric bytes_m,
+                        enum mgpu__metric n_m) {
+  if (size <= LOCKED_COPY_MAX && mgpu__stream_lock_idle(s)) {
     memcpy(dst, src, size);
-    ran = mgpu__event_record_claimed(done, s) == 0;
+    mgpu__stream_unlock_idle(s);
+  } else if (mgpu__stream_claim(s)) {
+    memcpy(dst, src, size);
+    mgpu__stream_release(s);
+  } else {
+    return 0;
   }
-  mgpu__stream_release(s);
-  mgpu_error_clear();
-  if (ran) {
-    mgpu__metric_add(dev, bytes_m, size);
-    mgpu__metric_add(dev, n_m, 1);
-  }
-  return ran;
+  mgpu__metric_add(dev, bytes_m, size);
+  mgpu__metric_add(dev, n_m, 1);
+  return 1;
 }
 
 /* The small path of a send; 1 when it ran, 0 when the queued path must. */
@@ -417,20 +509,19 @@ static int send_inline(mgpu__channel *ch, slot *sl, uint64_t k,
                        size_t size, mgpu__stream *s) {
   char *dst = inline_slot(ch, b, slot_off);
   mgpu_copy_path path;
-  mgpu__event *filled = NULL;
-  if (dst == NULL || mgpu__event_get(sl->filled, &filled) != 0 ||
-      mgpu_copy_path_get(ch->src_dev, ch->dst_dev, &path) != 0 ||
-      path != MGPU_PATH_DIRECT || !mgpu__stream_claim(s)) {
-    mgpu__event_put(filled);
+  if (dst == NULL) return 0;
+  if (mgpu_copy_path_get(ch->src_dev, ch->dst_dev, &path) != 0) {
     mgpu_error_clear();
     return 0;
   }
-  int ready = k < (uint64_t)ch->capacity || mgpu_event_query(sl->consumed) == 0;
-  int ran = copy_claimed(s, ready, dst, (const char *)b->ptr + offset, size,
-                         filled, ch->src_dev, MGPU__M_bytes_peer_direct,
-                         MGPU__M_copies_peer_direct);
-  mgpu__event_put(filled);
-  return ran;
+  /* From the second round on, the slot's previous message must be out. */
+  if (path != MGPU_PATH_DIRECT ||
+      (k >= (uint64_t)ch->capacity &&
+       !slot_done(&sl->consumed_queued, sl->consumed)))
+    return 0;
+  return copy_by_hand(s, dst, (const char *)b->ptr + offset, size,
+                      ch->src_dev, MGPU__M_bytes_peer_direct,
+                      MGPU__M_copies_peer_direct);
 }
 
 /* The small path of a receive; 1 when it ran, 0 when the queued path must. */
@@ -438,18 +529,9 @@ static int recv_inline(mgpu__channel *ch, slot *sl, size_t slot_off,
                        const mgpu__buf *b, size_t offset, size_t n,
                        mgpu__stream *s) {
   char *src = inline_slot(ch, b, slot_off);
-  mgpu__event *consumed = NULL;
-  if (src == NULL || mgpu__event_get(sl->consumed, &consumed) != 0 ||
-      !mgpu__stream_claim(s)) {
-    mgpu__event_put(consumed);
-    mgpu_error_clear();
-    return 0;
-  }
-  int ran = copy_claimed(s, mgpu_event_query(sl->filled) == 0,
-                         (char *)b->ptr + offset, src, n, consumed,
-                         ch->dst_dev, MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
-  mgpu__event_put(consumed);
-  return ran;
+  if (src == NULL || !slot_done(&sl->filled_queued, sl->filled)) return 0;
+  return copy_by_hand(s, (char *)b->ptr + offset, src, n, ch->dst_dev,
+                      MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
 }
 
 /* While tracing, the copies of message k are spans named name, and the
@@ -520,29 +602,22 @@ static int check_timeout(const mgpu__channel *ch, int rc, int timeout_ms,
   return rc;
 }
 
-/* Whether a side must wait: a sender while every slot holds a message not
- * yet received, a receiver while nothing is sent. Under lock. */
-static int side_blocked(const mgpu__channel *ch, int send) {
-  return send ? ch->sent - ch->received == (uint64_t)ch->capacity
-              : ch->received == ch->sent;
-}
-
-/* The one wait of both sides, holding the side's turn: a sender for room,
- * a receiver for a message (buf, whose resolved end is b, names the call's
- * buffer). 0 with the number of the message to send or receive in *k, else
- * the code that ends the call, with its detail. */
+/* The one wait of both sides, holding the side's turn, after the watch
+ * of side_enter (since: what it wrote, for mgpu__spin_pair_answered): a
+ * sender for room, a receiver for a message (buf, whose resolved end is b,
+ * names the call's buffer). 0 with the number of the message to send or
+ * receive in *k, else the code that ends the call, with its detail. */
 static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
                      const mgpu_buffer *buf, uint64_t deadline,
-                     int timeout_ms, uint64_t *k) {
+                     int timeout_ms, uint64_t since, uint64_t *k) {
   int other = send ? ch->dst_dev : ch->src_dev;
   mgpu__spin *spin = send ? &ch->send_spin : &ch->recv_spin;
-  int *parked_flag = send ? &ch->send_parked : &ch->recv_parked;
-  uint64_t since;
-  /* The watch before sleeping; since for mgpu__spin_pair_answered. */
-  mgpu__spin_pair_until(spin, send ? has_room : has_message, ch,
-                        send ? &ch->recv_cpu : &ch->send_cpu, 0, &since);
+  _Atomic int *parked_flag = send ? &ch->send_parked : &ch->recv_parked;
   mgpu__mutex_lock(&ch->lock);
   int late = 0, parked = 0, freed = 0;
+  /* Said before the first check: a publisher that misses it changed the
+   * count before the check below reads it. */
+  atomic_store(parked_flag, 1);
   /* Room comes from the receiver: it never comes from a lost device. A
    * lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. A
@@ -550,10 +625,10 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
   int lost = !send && mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
   while (!ch->closed && !ch->destroyed && side_blocked(ch, send) &&
          lost < 0 && !late && !(freed = mgpu__handle_closing(b->handle))) {
-    *parked_flag = parked = 1;
+    parked = 1;
     lost = wait_on(ch, other, deadline, &late);
   }
-  *parked_flag = 0;
+  atomic_store(parked_flag, 0);
   int blocked = side_blocked(ch, send);
   int closed = ch->closed, destroyed = ch->destroyed;
   int open = blocked && !closed && !destroyed;
@@ -574,20 +649,29 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
   return 0;
 }
 
-/* Takes the side's turn, then waits as side_wait; on failure gives back
- * the turn and what check_end held. */
+/* Watches for room (a sender) or a message (a receiver) a while, then
+ * takes the side's turn: without the lock where the watch saw it ready
+ * (side_enter_fast), else by turn_take and the wait of side_wait. On
+ * failure gives back the turn and what check_end held. */
 static int side_enter(mgpu__channel *ch, int send, mgpu__buf *b,
                       mgpu__stream *s, const mgpu_buffer *buf,
                       int timeout_ms, uint64_t *k) {
-  /* The deadline counts from the call: waiting behind another sender is
-   * part of the wait. */
+  uint64_t since;
+  if (mgpu__spin_pair_until(send ? &ch->send_spin : &ch->recv_spin,
+                            send ? has_room : has_message, ch,
+                            send ? &ch->recv_cpu : &ch->send_cpu, 0,
+                            &since) &&
+      side_enter_fast(ch, send, k))
+    return 0;
+  /* The deadline counts from here, a watch (at most 64 us) after the
+   * call: waiting behind another sender is part of the wait. */
   uint64_t deadline = mgpu__deadline(timeout_ms);
   int rc = send ? turn_take(ch, &ch->send_turn, ch->dst_dev, deadline,
                             timeout_ms, b->handle, "send", "src", buf)
                 : turn_take(ch, &ch->recv_turn, ch->src_dev, deadline,
                             timeout_ms, b->handle, "receive", "dst", buf);
   if (rc == 0) {
-    rc = side_wait(ch, send, b, buf, deadline, timeout_ms, k);
+    rc = side_wait(ch, send, b, buf, deadline, timeout_ms, since, k);
     if (rc == 0) return 0;
     turn_give(ch, send ? &ch->send_turn : &ch->recv_turn);
   }
@@ -620,6 +704,10 @@ static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
       rc = mgpu_event_record(sl->filled, stream);
       if (rc != 0) settle(stream, rc, "sent");
     }
+    if (rc == 0) atomic_store_explicit(&sl->filled_queued, 1,
+                                       memory_order_relaxed);
+  } else {
+    atomic_store_explicit(&sl->filled_queued, 0, memory_order_relaxed);
   }
   mgpu__trace_tag_pop(pushed);
   if (rc == 0) sl->size = size;
@@ -643,13 +731,8 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
   uint64_t k;
   if ((rc = side_enter(ch, 1, b, s, src, timeout_ms, &k)) != 0) return rc;
   rc = send_copy(ch, k, b, offset, size, s, stream);
-  if (rc == 0) {
-    mgpu__mutex_lock(&ch->lock);
-    publish(ch, &ch->sent, &ch->send_cpu, ch->recv_parked, &ch->sent_ns);
-    mgpu__mutex_unlock(&ch->lock);
-    mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
-  }
-  turn_give(ch, &ch->send_turn);
+  side_leave(ch, 1, rc == 0);
+  if (rc == 0) mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
   mgpu__stream_put(s);
   mgpu__buf_put(b);
   return rc;
@@ -674,6 +757,10 @@ static int recv_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
       rc = mgpu_event_record(sl->consumed, stream);
       if (rc != 0) settle(stream, rc, "taken");
     }
+    if (rc == 0) atomic_store_explicit(&sl->consumed_queued, 1,
+                                       memory_order_relaxed);
+  } else {
+    atomic_store_explicit(&sl->consumed_queued, 0, memory_order_relaxed);
   }
   mgpu__trace_tag_pop(pushed);
   return rc;
@@ -698,15 +785,11 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
   /* A bad range leaves the message in place for the next call. */
   rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size);
   if (rc == 0) rc = recv_copy(ch, k, b, offset, &n, s, stream);
+  side_leave(ch, 0, rc == 0);
   if (rc == 0) {
-    mgpu__mutex_lock(&ch->lock);
-    publish(ch, &ch->received, &ch->recv_cpu, ch->send_parked,
-            &ch->received_ns);
-    mgpu__mutex_unlock(&ch->lock);
     mgpu__metric_add(ch->dst_dev, MGPU__M_chan_msgs_received, 1);
     if (size != NULL) *size = n;
   }
-  turn_give(ch, &ch->recv_turn);
   mgpu__stream_put(s);
   mgpu__buf_put(b);
   return rc;

@@ -2,9 +2,11 @@
  *
  * The host barrier counts arrivals per generation: the last thread to arrive
  * starts a new generation and wakes the others, who leave when they see the
- * generation move on: first by watching it (mgpu__spin_wait_change, so
- * threads that arrive close together pass without a wake-up), then asleep
- * on the condition variable. A thread whose wait runs out withdraws its arrival, so
+ * generation move on: first by watching it (mgpu__spin_wait_change; of two
+ * parties the pair wait on the other rank, mgpu__spin_pair_until), so
+ * threads that arrive close together pass without a wake-up and without
+ * taking the lock again, then asleep on the condition variable. A thread
+ * whose wait runs out withdraws its arrival, so
  * the barrier stays consistent and reusable, and names the devices whose
  * threads never came. A barrier that includes a lost device cannot
  * complete: its waiters (woken by the device-lost hook, lost.c) and later
@@ -31,11 +33,18 @@ typedef struct mgpu__barrier {
   uint64_t generation;
   int count;                              /* arrived in this generation */
   unsigned char arrived[MGPU_MAX_DEVICES]; /* by rank, this generation */
-  unsigned char waiting[MGPU_MAX_DEVICES]; /* a thread waits as this rank */
   int destroyed; /* set by destroy: the threads waiting leave, EFREED */
+  /* A thread waits as this rank: set under lock; cleared under lock, or
+   * without it by the waiter whose watch saw its generation end. */
+  _Atomic unsigned char waiting[MGPU_MAX_DEVICES];
   /* The generation's low bits, written under lock, watched without it. */
   _Atomic int gen_word;
   mgpu__spin spin;
+  /* Two parties: each rank's watch is a pair wait on the other rank
+   * (mgpu__spin_pair_until), which publishes the CPU it arrived on (a
+   * hint, relaxed). */
+  mgpu__spin pair_spin[2];
+  _Atomic int cpu[2];
 } mgpu__barrier;
 
 int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
@@ -53,6 +62,8 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
   if (b == NULL) return mgpu__error(MGPU_ENOMEM, "barrier: out of memory");
   b->n = n;
   memcpy(b->devs, devs, (size_t)n * sizeof *devs);
+  atomic_store(&b->cpu[0], -1);
+  atomic_store(&b->cpu[1], -1);
   mgpu__mutex_init(&b->lock, MGPU__LOCK_BARRIER);
   mgpu__cond_init(&b->cond);
   uintptr_t h = mgpu__handle_new(MGPU__H_BARRIER, b);
@@ -167,6 +178,9 @@ static int barrier_arrive(mgpu__barrier *b, int rank, uint64_t *gen) {
     return lost_error(b, rank, lost);
   }
   b->arrived[rank] = 1;
+  if (b->n == 2)
+    atomic_store_explicit(&b->cpu[rank], mgpu__cpu_now(),
+                          memory_order_relaxed);
   if (++b->count == b->n) {
     b->generation++;
     atomic_store_explicit(&b->gen_word, (int)(b->generation & 0x7fffffff),
@@ -183,15 +197,33 @@ static int barrier_arrive(mgpu__barrier *b, int rank, uint64_t *gen) {
   return 0;
 }
 
+/* Watches the generation a while before sleeping; 1 when it moved on.
+ * Of two parties the partner is the other rank (a pair wait); of more,
+ * any of them may come last. *since: for mgpu__spin_pair_woke after a
+ * park (0: none). */
+static int barrier_watch(mgpu__barrier *b, int rank, uint64_t gen,
+                         uint64_t *since) {
+  int old = (int)(gen & 0x7fffffff);
+  *since = 0;
+  if (b->n != 2) return mgpu__spin_wait_change(&b->spin, &b->gen_word, old);
+  return mgpu__spin_pair_wait_change(&b->pair_spin[rank], &b->gen_word, old,
+                                     &b->cpu[1 - rank], since);
+}
+
 /* Waits, after barrier_arrive, for generation gen to end: by its deadline,
  * a destroy or a lost device. */
 static int barrier_sleep(mgpu__barrier *b, int rank, uint64_t gen,
                          int timeout_ms) {
   int rc = 0, lost;
+  /* A destroy meanwhile is seen by the loop below once the watch ends (it
+   * is bounded). A watch that saw the generation end leaves without the
+   * lock: the generation only moves on once every rank arrived. */
+  uint64_t since;
+  if (barrier_watch(b, rank, gen, &since)) {
+    atomic_store_explicit(&b->waiting[rank], 0, memory_order_relaxed);
+    return 0;
+  }
   uint64_t deadline = mgpu__deadline(timeout_ms);
-  /* Watch the generation a while before sleeping; a destroy meanwhile is
-   * seen by the loop below once the watch ends (it is bounded). */
-  mgpu__spin_wait_change(&b->spin, &b->gen_word, (int)(gen & 0x7fffffff));
   mgpu__coll_waiter waiter;
   mgpu__mutex_lock(&b->lock);
   mgpu__coll_wait_begin(&waiter, &b->cond); /* a lost device wakes it */
@@ -226,6 +258,7 @@ static int barrier_sleep(mgpu__barrier *b, int rank, uint64_t gen,
   mgpu__coll_wait_end(&waiter);
   b->waiting[rank] = 0;
   mgpu__mutex_unlock(&b->lock);
+  if (b->n == 2 && rc == 0) mgpu__spin_pair_woke(&b->pair_spin[rank], since);
   return rc;
 }
 

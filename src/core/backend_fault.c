@@ -89,7 +89,7 @@ static int refuse_lost(int backend, mgpu__bdevice *dev, const char *op) {
  * named w<i>_<group>_<name>. The fault site is named after the slot
  * ("memcpy_async"), a sub-table's slot after its group and name
  * ("mempool_alloc_async", "graph_launch"); the claim group's slots keep their
- * own names ("event_record_claimed"). */
+ * own names ("stream_claim"). */
 #define SITE_core(name) #name
 #define SITE_claim(name) #name
 #define SITE_mempool(name) "mempool_" #name

@@ -400,8 +400,6 @@ void mgpu__stream_release(mgpu__stream *s);
  * never waits, so several may be held at once). */
 int mgpu__stream_lock_idle(mgpu__stream *s);
 void mgpu__stream_unlock_idle(mgpu__stream *s);
-/* With s claimed: records e (of s's device) on s, complete at once. */
-int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s);
 
 /* Borrow an internal stream of the device for a synchronous call; give it
  * back with mgpu__spare_put (after synchronizing it). */

@@ -184,14 +184,6 @@ void mgpu__stream_unlock_idle(mgpu__stream *s) {
   d->ops->claim->stream_unlock_idle(d->bdev, s->bstream);
 }
 
-int mgpu__event_record_claimed(mgpu__event *e, mgpu__stream *s) {
-  mgpu__device *d = mgpu__device_get(s->dev);
-  if (e->dev != s->dev)
-    return mgpu__error(MGPU_EWRONGDEV, "event of device %d recorded on a "
-                       "stream of device %d", e->dev, s->dev);
-  return d->ops->claim->event_record_claimed(d->bdev, e->bevent, s->bstream);
-}
-
 int mgpu_stream_device(const mgpu_stream *h) {
   mgpu__stream *s;
   if (mgpu__stream_get_capturing((mgpu_stream *)h, &s) != 0) return -1;

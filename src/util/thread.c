@@ -252,6 +252,13 @@ int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word,
   return mgpu__spin_until(site, changed, &a);
 }
 
+int mgpu__spin_pair_wait_change(mgpu__spin *site, const _Atomic int *word,
+                                int old, const _Atomic int *partner_cpu,
+                                uint64_t *since) {
+  change_arg a = {word, old};
+  return mgpu__spin_pair_until(site, changed, &a, partner_cpu, 0, since);
+}
+
 int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
                      const void *arg) {
   if (ready(arg)) return 1;

@@ -45,17 +45,6 @@ int mgpu__host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
   return 0;
 }
 
-int mgpu__host_event_record_claimed(mgpu__bdevice *d, mgpu__bevent *e,
-                                    mgpu__bstream *s) {
-  (void)d;
-  mgpu__mutex_lock(&e->lock);
-  uint64_t seq = ++e->recorded;
-  e->ops++; /* as a queued record's; mgpu__host_complete_event gives it back */
-  mgpu__mutex_unlock(&e->lock);
-  mgpu__host_complete_event(e, seq, s);
-  return 0;
-}
-
 int mgpu__host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
   (void)d;
   mgpu__mutex_lock(&e->lock);

@@ -204,8 +204,6 @@ void mgpu__host_trace_op(mgpu__bstream *s, const op *o, uint64_t t0,
 /* s->dev->lock held, an operation of s just finished: wakes the threads in
  * synchronize once the count one of them waits for is reached. */
 void mgpu__host_sync_wake(mgpu__bdevice *d, mgpu__bstream *s);
-void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq,
-                               mgpu__bstream *s);
 void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o);
 void mgpu__host_op_free(op *o);
 void mgpu__host_lose_locked(mgpu__bdevice *d, const char *why);

@@ -49,7 +49,6 @@ static const mgpu__backend_claim_ops host_claim_ops = {
     .stream_release = mgpu__host_stream_release,
     .stream_lock_idle = mgpu__host_stream_lock_idle,
     .stream_unlock_idle = mgpu__host_stream_unlock_idle,
-    .event_record_claimed = mgpu__host_event_record_claimed,
 };
 
 static const mgpu__backend_ipc_ops host_ipc_ops = {

@@ -70,8 +70,7 @@ void mgpu__host_unpark(mgpu__bstream *w) {
   }
 }
 
-void mgpu__host_complete_event(mgpu__bevent *e, uint64_t seq,
-                               mgpu__bstream *s) {
+static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   int lost_by = atomic_load_explicit(&s->lost_from, memory_order_relaxed);
   if (lost_by == 0 && atomic_load_explicit(&s->dev->lost, memory_order_acquire))
     lost_by = s->dev->id + 1;
@@ -244,7 +243,7 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       mgpu__host_graph_run(d, s, o);
       break;
     case OP_RECORD:
-      mgpu__host_complete_event(o->u.event.event, o->u.event.seq, s);
+      complete_event(o->u.event.event, o->u.event.seq, s);
       return;
     case OP_WAIT: {
       mgpu__bevent *e = o->u.event.event;
