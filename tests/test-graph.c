@@ -45,6 +45,31 @@ static void fail_host(const mgpu_kernel_ctx *ctx, const void *argp) {
 }
 static const mgpu_kernel failing = {"failing", fail_host, NULL, NULL};
 
+/* 1 when every device from 0 to last runs kernel k; 0, saying which does
+ * not, when one is a CUDA device and k has no CUDA variant (the kernels of
+ * these tests have host and OpenCL variants only). */
+static int kernel_runs_on(const mgpu_kernel *k, int last) {
+  for (int d = 0; d <= last; d++) {
+    mgpu_device_props p = {.size = sizeof p};
+    ASSERT_OK(mgpu_device_get_props(d, &p));
+    if (p.backend_kind == MGPU_BACKEND_CUDA && k->cuda_fn == NULL) {
+      printf("skipped: device %d (%s) has no variant of kernel %s\n", d,
+             p.name, k->name);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Skips the test (mgpu shut down) when kernel_runs_on says no. */
+#define SKIP_UNLESS_KERNEL_RUNS(k, last)   \
+  do {                                      \
+    if (!kernel_runs_on((k), (last))) {     \
+      ASSERT_OK(mgpu_shutdown());           \
+      return TEST_SKIP;                     \
+    }                                       \
+  } while (0)
+
 static void count_cb(void *arg) {
   __atomic_fetch_add((int *)arg, 1, __ATOMIC_SEQ_CST);
 }
@@ -67,6 +92,7 @@ static int explicit_graph(const mgpu_config *config) {
   ASSERT_OK(mgpu_init(config));
   int n = mgpu_device_count();
   int d1 = n > 1 ? 1 : 0;
+  SKIP_UNLESS_KERNEL_RUNS(&affine, d1);
   mgpu_buffer *x0, *x1;
   ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
   ASSERT_OK(mgpu_malloc(&x1, d1, N * sizeof(float)));
@@ -133,6 +159,7 @@ TEST_IMPL(explicit_graph_node_by_node) {
 TEST_IMPL(launches_from_other_streams_run_in_order) {
   int n = test_init();
   int d1 = n > 1 ? 1 : 0;
+  SKIP_UNLESS_KERNEL_RUNS(&affine, d1);
   mgpu_buffer *x;
   ASSERT_OK(mgpu_malloc(&x, 0, N * sizeof(float)));
   write_floats(x, 1.0f, N);
@@ -163,6 +190,7 @@ TEST_IMPL(launches_from_other_streams_run_in_order) {
 TEST_IMPL(exec_update_kernel_and_copy) {
   int n = test_init();
   int d1 = n > 1 ? 1 : 0;
+  SKIP_UNLESS_KERNEL_RUNS(&affine, d1);
   mgpu_buffer *a, *b, *dst;
   ASSERT_OK(mgpu_malloc(&a, 0, N * sizeof(float)));
   ASSERT_OK(mgpu_malloc(&b, 0, N * sizeof(float)));
@@ -296,6 +324,7 @@ TEST_IMPL(graph_errors) {
  * synchronize, on its device or on another. */
 TEST_IMPL(fault_inside_replay) {
   int n = test_init();
+  SKIP_UNLESS_KERNEL_RUNS(&failing, n > 1 ? 1 : 0);
   mgpu_graph *g;
   mgpu_graph_exec *x;
   mgpu_stream *s;
@@ -488,6 +517,7 @@ TEST_IMPL(device_lost_during_replay) {
 TEST_IMPL(trace_shows_launch_with_nodes_inside) {
   int n = test_init();
   int d1 = n > 1 ? 1 : 0;
+  SKIP_UNLESS_KERNEL_RUNS(&affine, d1);
   char path[256];
   const char *dir = getenv("TMPDIR");
   snprintf(path, sizeof path, "%s/mgpu-test-graph-%d.json", dir ? dir : "/tmp",
@@ -595,6 +625,7 @@ TEST_IMPL(destroy_while_launched) {
 TEST_IMPL(capture_across_devices) {
   int n = test_init();
   int d1 = n > 1 ? 1 : 0;
+  SKIP_UNLESS_KERNEL_RUNS(&affine, d1);
   mgpu_buffer *x0, *x1, *t0;
   ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
   ASSERT_OK(mgpu_malloc(&x1, d1, N * sizeof(float)));

@@ -104,6 +104,8 @@ include "_graph.pxi"
 # ---------------------------------------------------------------------------
 # What this build has: _MPI_MISSING is None where the build found MPI and
 # made the extension mgpu._mpi (_mpi.pyx, imported by mgpu.mpi), else why
-# not (python/CMakeLists.txt). _core itself links no MPI.
+# not (python/CMakeLists.txt); _MPI_LIBDIRS, the folders of MPI's own
+# libraries (a RUNPATH entry of _mpi where MPI is outside the system's
+# folders). _core itself links no MPI.
 
 include "_features.pxi"

@@ -51,6 +51,18 @@ class LegacyConsumerView:
         return self.x.__dlpack_device__()
 
 
+def host_device(k):
+    """Device k of the open ones (wrapped: k % the count) when it is a host
+    device, whose memory NumPy reads in place; skips the test elsewhere
+    (np.from_dlpack refuses CUDA memory)."""
+    d = k % mgpu.device_count()
+    backend = mgpu.devices()[d].properties()["backend"]
+    if backend != "host":
+        pytest.skip("device %d is a %s device: NumPy cannot read its memory "
+                    "in place" % (d, backend))
+    return d
+
+
 def mem_in_use(dev):
     return mgpu.metrics()["devices"][dev]["mem_in_use"]
 

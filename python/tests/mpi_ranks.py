@@ -31,6 +31,12 @@ def several():
     return world.allreduce(mgpu.device_count(), op=MPI.MIN) > 1
 
 
+def on_host(a):
+    """True when a's memory is host memory, which NumPy reads and writes in
+    place (np.from_dlpack); on CUDA devices it takes copies instead."""
+    return mgpu.devices()[a.device].properties()["backend"] == "host"
+
+
 def raises(exc, fn, *args, **kw):
     try:
         fn(*args, **kw)
@@ -209,9 +215,13 @@ def scatter_gather():
         part = mgpu.zeros(k, dt, device=0)
         assert mgpu.mpi.scatter(src, part, root=0) is part
         assert (part.numpy() == np.arange(rank * k, (rank + 1) * k).astype(dt)).all()
-        # The part is an array NumPy writes in place (DLPack, no copy).
-        x = np.from_dlpack(part)
-        x *= 2
+        # On a host device the part is an array NumPy writes in place
+        # (DLPack, no copy); elsewhere it is written through a copy.
+        if on_host(part):
+            x = np.from_dlpack(part)
+            x *= 2
+        else:
+            part = mgpu.asarray(part.numpy() * 2, device=0)
         back = mgpu.zeros(size * k, dt, device=0) if rank == 0 else None
         got = mgpu.mpi.gather(part, back, root=0)
         if rank == 0:
@@ -329,7 +339,7 @@ def distribution():
         assert d.nparts == info["total_devices"]
         whole = np.arange(n, dtype=np.float64) * 3
         src = mgpu.asarray(whole, device=0) if rank == 0 else None
-        parts = mgpu.mpi.dist_scatter(d, src, root=0)
+        parts = list(mgpu.mpi.dist_scatter(d, src, root=0))
         assert len(parts) == d.nlocal
         every = d.parts
         for i, a in enumerate(parts):
@@ -337,7 +347,10 @@ def distribution():
             dev, count, ranges = every[d.first_part + i]
             want = np.concatenate([whole[b:e] for b, e in ranges]) if ranges else whole[:0]
             assert (a.numpy() == want).all(), (kind, i)
-            np.from_dlpack(a)[:] += 1
+            if on_host(a):
+                np.from_dlpack(a)[:] += 1
+            else:
+                parts[i] = mgpu.asarray(a.numpy() + 1, device=a.device)
         back = mgpu.mpi.dist_gather(d, parts, root=0)
         if rank == 0:
             assert (back.numpy() == whole + 1).all(), kind

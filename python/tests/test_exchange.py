@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mgpu
+from conftest import host_device
 
 
 def test_empty_arrays_go_both_ways(mg):
@@ -109,20 +110,25 @@ def test_bfloat16_without_ml_dtypes_says_so(mg):
 def test_jax_zero_copy_both_ways(mg):
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
-    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
-    a = mgpu.from_dlpack(x, device=0)
-    assert a.shape == (3, 4) and a.dtype == np.float32
-    assert a.ptr == x.unsafe_buffer_pointer()
-    np.testing.assert_array_equal(a.numpy(), np.asarray(x))
-    b = mgpu.full((2, 5), 3, "int32", device=1)
-    y = jax.dlpack.from_dlpack(b)
-    assert y.unsafe_buffer_pointer() == b.ptr
-    assert int(y.sum()) == 30
-    h = jnp.asarray(np.array([1, 2, 3], dtype=ml_bf16())) if ml_bf16() else None
-    if h is not None:
-        m = mgpu.from_dlpack(h)
-        assert m.dtype == ml_bf16()
-        assert jax.dlpack.from_dlpack(m).dtype == jnp.bfloat16
+    # Host memory both ways: JAX's CPU device (where JAX has a GPU, its
+    # arrays go there by default) and host devices of mgpu.
+    d0, d1 = host_device(0), host_device(1)
+    with jax.default_device(jax.devices("cpu")[0]):
+        x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+        a = mgpu.from_dlpack(x, device=d0)
+        assert a.shape == (3, 4) and a.dtype == np.float32
+        assert a.ptr == x.unsafe_buffer_pointer()
+        np.testing.assert_array_equal(a.numpy(), np.asarray(x))
+        b = mgpu.full((2, 5), 3, "int32", device=d1)
+        y = jax.dlpack.from_dlpack(b)
+        assert y.unsafe_buffer_pointer() == b.ptr
+        assert int(y.sum()) == 30
+        h = (jnp.asarray(np.array([1, 2, 3], dtype=ml_bf16()))
+             if ml_bf16() else None)
+        if h is not None:
+            m = mgpu.from_dlpack(h)
+            assert m.dtype == ml_bf16()
+            assert jax.dlpack.from_dlpack(m).dtype == jnp.bfloat16
 
 
 def ml_bf16():

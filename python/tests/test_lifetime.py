@@ -8,38 +8,40 @@ import numpy as np
 import pytest
 
 import mgpu
-from conftest import mem_in_use, run_child
+from conftest import host_device, mem_in_use, run_child
 
 N = 1 << 16
 
 
 def test_consumer_outlives_the_array(mg):
-    base = mem_in_use(1)
-    a = mgpu.full(N, 3, "int32", device=1)
+    dev = host_device(1)
+    base = mem_in_use(dev)
+    a = mgpu.full(N, 3, "int32", device=dev)
     x = np.from_dlpack(a)
     ref = weakref.ref(a)
     del a
     gc.collect()
     assert ref() is None
-    assert mem_in_use(1) >= base + 4 * N  # still held by x
+    assert mem_in_use(dev) >= base + 4 * N  # still held by x
     x[:] = 5
     assert x.sum() == 5 * N
     del x
     gc.collect()
-    assert mem_in_use(1) == base
+    assert mem_in_use(dev) == base
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
 def test_del_in_every_order(mg, order):
-    base = mem_in_use(2)
-    a = mgpu.full(N, 1, "float32", device=2)
+    dev = host_device(2)
+    base = mem_in_use(dev)
+    a = mgpu.full(N, 1, "float32", device=dev)
     objs = [a, np.from_dlpack(a), a.__dlpack__(max_version=(1, 0)),
             a.numpy()]
     del a
     for i in order:
         objs[i] = None
         gc.collect()
-    assert mem_in_use(2) == base
+    assert mem_in_use(dev) == base
 
 
 def test_unconsumed_capsules_release(mg):
@@ -56,7 +58,7 @@ def test_unconsumed_capsules_release(mg):
 
 
 def test_free_while_exported(mg):
-    a = mgpu.full(8, 6, "int64", device=3)
+    a = mgpu.full(8, 6, "int64", device=host_device(3))
     x = np.from_dlpack(a)
     a.free()
     x += 1

@@ -430,17 +430,43 @@ int mgpu__cuda_graph_run(mgpu__bdevice *d, mgpu__bstream *s,
   return 0;
 }
 
+/* A host function runs on a thread of the CUDA driver, which the core
+ * cannot tell from the program's own: it is named for the core while the
+ * callback runs, so that mgpu_shutdown from the callback (it would wait
+ * for the stream that thread is running, for ever) is refused there. */
+typedef struct callback_call {
+  void (*fn)(void *arg);
+  void *arg;
+} callback_call;
+
+static void callback_run(void *p) {
+  callback_call call = *(callback_call *)p;
+  mgpu__free(p);
+  mgpu__cuda_env->thread_role_set("the CUDA driver's callback thread (a "
+                                  "stream callback)");
+  call.fn(call.arg);
+  mgpu__cuda_env->thread_role_set(NULL);
+}
+
 int mgpu__cuda_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
                              void (*fn)(void *arg), void *arg) {
+  callback_call *call = mgpu__malloc(sizeof *call);
+  if (call == NULL)
+    return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
+                       "stream callback", d->id);
+  call->fn = fn;
+  call->arg = arg;
   mgpu__cuda_scope sc;
   mgpu__cuda_enter(d, &sc);
   pthread_mutex_lock(&s->lock);
   mgpu__cuda_span *sp = mgpu__cuda_op_begin(s, "callback", -1, 0);
-  cudaError_t err = cudaLaunchHostFunc(s->s, fn, arg);
+  cudaError_t err = cudaLaunchHostFunc(s->s, callback_run, call);
   mgpu__cuda_op_end(s, sp, err == cudaSuccess);
   pthread_mutex_unlock(&s->lock);
   mgpu__cuda_leave(&sc);
-  if (err != cudaSuccess)
+  if (err != cudaSuccess) {
+    mgpu__free(call);
     return mgpu__cuda_fail(d->id, err, "cudaLaunchHostFunc");
+  }
   return 0;
 }
