@@ -170,6 +170,18 @@ cudaError_t mgpu__cuda_native_stream_create(mgpu__bdevice *d,
                                             cudaStream_t *out,
                                             const char **what);
 
+/* A host function and its argument, run by mgpu__cuda_callback_named
+ * (stream.c) on a thread of the CUDA driver, which the core cannot tell
+ * from the program's own: the thread is named for the core while fn runs,
+ * so that mgpu_shutdown from fn (it would wait for the stream that thread
+ * is running, for ever) is refused there. Stream callbacks and the host
+ * nodes of graphs both go through it. */
+typedef struct mgpu__cuda_callback {
+  void (*fn)(void *arg);
+  void *arg;
+} mgpu__cuda_callback;
+void mgpu__cuda_callback_named(void *call);
+
 /* Graphs (graph.c): the graph slots of the table, and one run of a part's
  * executable graph on s (stream.c, beside the other work). */
 int mgpu__cuda_graph_create(mgpu__bdevice *d,

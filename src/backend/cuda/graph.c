@@ -29,6 +29,9 @@
 
 typedef struct cuda_graph {
   cudaGraphExec_t exec;
+  /* The part's host functions, run by every replay through
+   * mgpu__cuda_callback_named (by node; NULL when it has none). */
+  mgpu__cuda_callback *calls;
 } cuda_graph;
 
 /* MGPU_ENOTSUP with why in the detail (and the log): the graph layer
@@ -82,6 +85,7 @@ static int part_check(const mgpu__bdevice *d, const mgpu__bgraph_part *part) {
 /* Queues node n on the capturing stream cs, as the plugin queues that
  * work alone (stream.c); what names the call for a failure. */
 static cudaError_t capture_node(const mgpu__bgraph_node *n, cudaStream_t cs,
+                                mgpu__cuda_callback *call,
                                 const char **what) {
   switch (n->kind) {
     case MGPU__BG_NOP:
@@ -110,7 +114,9 @@ static cudaError_t capture_node(const mgpu__bgraph_node *n, cudaStream_t cs,
       return mgpu__cuda_builtin_launch(&n->builtin, cs);
     case MGPU__BG_CALLBACK:
       *what = "cudaLaunchHostFunc";
-      return cudaLaunchHostFunc(cs, n->fn, n->arg);
+      call->fn = n->fn;
+      call->arg = n->arg;
+      return cudaLaunchHostFunc(cs, mgpu__cuda_callback_named, call);
   }
   *what = "an unknown node";
   return cudaErrorInvalidValue;
@@ -120,7 +126,8 @@ static cudaError_t capture_node(const mgpu__bgraph_node *n, cudaStream_t cs,
  * *exec (d's context current). *node: the node that failed, or -1. */
 static cudaError_t capture_part(mgpu__bdevice *d,
                                 const mgpu__bgraph_part *part,
-                                cudaGraphExec_t *exec, const char **what,
+                                cudaGraphExec_t *exec,
+                                mgpu__cuda_callback *calls, const char **what,
                                 int *node) {
   cudaStream_t cs;
   cudaGraph_t graph = NULL;
@@ -132,7 +139,7 @@ static cudaError_t capture_part(mgpu__bdevice *d,
   if (err == cudaSuccess) {
     for (int i = 0; err == cudaSuccess && i < part->n; i++) {
       if (part->nodes[i].node < 0) continue;
-      err = capture_node(&part->nodes[i], cs, what);
+      err = capture_node(&part->nodes[i], cs, &calls[i], what);
       if (err != cudaSuccess) *node = part->nodes[i].node;
     }
     /* The capture ends whatever happened, so that the stream can go. */
@@ -166,12 +173,17 @@ int mgpu__cuda_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
   int node = -1;
   cudaError_t err = cudaSuccess;
   int rc = part_check(d, part);
-  if (rc == 0) err = capture_part(d, part, &g->exec, &what, &node);
+  if (rc == 0 && part->n > 0 &&
+      (g->calls = mgpu__calloc((size_t)part->n, sizeof *g->calls)) == NULL)
+    rc = mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
+                     "graph part", d->id);
+  if (rc == 0) err = capture_part(d, part, &g->exec, g->calls, &what, &node);
   mgpu__cuda_leave(&sc);
   if (rc == 0 && err == cudaSuccess) {
     *out = g;
     return 0;
   }
+  mgpu__free(g->calls);
   mgpu__free(g);
   if (rc != 0) return rc;
   char call[96];
@@ -208,5 +220,6 @@ void mgpu__cuda_graph_destroy(mgpu__bdevice *d, void *graph) {
   cudaGraphExecDestroy(g->exec);
   (void)cudaGetLastError();
   mgpu__cuda_leave(&sc);
+  mgpu__free(g->calls);
   mgpu__free(g);
 }

@@ -430,27 +430,24 @@ int mgpu__cuda_graph_run(mgpu__bdevice *d, mgpu__bstream *s,
   return 0;
 }
 
-/* A host function runs on a thread of the CUDA driver, which the core
- * cannot tell from the program's own: it is named for the core while the
- * callback runs, so that mgpu_shutdown from the callback (it would wait
- * for the stream that thread is running, for ever) is refused there. */
-typedef struct callback_call {
-  void (*fn)(void *arg);
-  void *arg;
-} callback_call;
-
-static void callback_run(void *p) {
-  callback_call call = *(callback_call *)p;
-  mgpu__free(p);
+void mgpu__cuda_callback_named(void *p) {
+  const mgpu__cuda_callback *call = p;
   mgpu__cuda_env->thread_role_set("the CUDA driver's callback thread (a "
                                   "stream callback)");
-  call.fn(call.arg);
+  call->fn(call->arg);
   mgpu__cuda_env->thread_role_set(NULL);
+}
+
+/* A stream callback's call runs once, and goes with it. */
+static void callback_run(void *p) {
+  mgpu__cuda_callback call = *(mgpu__cuda_callback *)p;
+  mgpu__free(p);
+  mgpu__cuda_callback_named(&call);
 }
 
 int mgpu__cuda_host_callback(mgpu__bdevice *d, mgpu__bstream *s,
                              void (*fn)(void *arg), void *arg) {
-  callback_call *call = mgpu__malloc(sizeof *call);
+  mgpu__cuda_callback *call = mgpu__malloc(sizeof *call);
   if (call == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
                        "stream callback", d->id);
