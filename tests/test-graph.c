@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backend/graph.h"
+#include "backend/host/host-internal.h"
 #include "core/core-internal.h"
 #include "json.h"
 #include "task.h"
@@ -82,6 +83,24 @@ static void write_floats(mgpu_buffer *b, float v, size_t n) {
   float tmp[64];
   for (size_t i = 0; i < n; i++) tmp[i] = v;
   ASSERT_OK(mgpu_memcpy_htod(b, 0, tmp, n * sizeof(float)));
+}
+
+/* Operations queued on s since its creation, where s is a host device's
+ * stream; -1 elsewhere. */
+static long host_ops_queued(mgpu_stream *s) {
+  mgpu__stream *is;
+  mgpu_device_props p = {.size = sizeof p};
+  if (mgpu__stream_get(s, &is) != 0) return -1;
+  long n = -1;
+  if (mgpu_device_get_props(is->dev, &p) == 0 &&
+      p.backend_kind == MGPU_BACKEND_HOST) {
+    mgpu__bstream *b = is->bstream;
+    mgpu__mutex_lock(&b->dev->lock);
+    n = (long)b->nqueued;
+    mgpu__mutex_unlock(&b->dev->lock);
+  }
+  mgpu__stream_put(is);
+  return n;
 }
 
 enum { N = 64 };
@@ -504,7 +523,11 @@ TEST_IMPL(device_lost_during_replay) {
   /* Host functions still run on a lost device (they free what the work
    * used), as queued callbacks do. */
   ASSERT_EQ(calls, 2);
+  /* Refused before anything is queued on s. */
+  long queued = host_ops_queued(s);
   ASSERT_ERR(MGPU_EDEVLOST, mgpu_graph_launch(x, s));
+  ASSERT_DETAIL_HAS("device 1");
+  ASSERT_EQ(host_ops_queued(s), queued);
   mgpu_graph_exec_destroy(x);
   ASSERT_OK(mgpu_graph_destroy(g));
   ASSERT_OK(mgpu_shutdown());
@@ -614,6 +637,74 @@ TEST_IMPL(destroy_while_launched) {
   ASSERT_OK(mgpu_graph_launch(x, s));
   ASSERT_OK(mgpu_shutdown());
   ASSERT_EQ(calls, 161);
+  return 0;
+}
+
+/* On host devices a launch from a stream of one of the graph's devices is
+ * one operation on that stream (its device's part, which also joins the
+ * other devices' parts) and the event of the launch's end: a graph of 8
+ * kernels on device 0, and a graph over two devices, each launched 10
+ * times from a stream of device 0, queue 20 operations there, and still
+ * compute what they must. */
+TEST_IMPL(launch_is_one_operation_per_device) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  if (host_ops_queued(s) < 0) {
+    ASSERT_OK(mgpu_stream_destroy(s));
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  mgpu_buffer *x0, *x1;
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&x1, d1, N * sizeof(float)));
+  write_floats(x0, 0.0f, N);
+  write_floats(x1, 0.0f, N);
+  mgpu_graph *g[2];
+  mgpu_graph_node prev = -1;
+  affine_args a0 = {mgpu_buffer_ptr(x0), N, 1.0f, 1.0f};
+  ASSERT_OK(mgpu_graph_create(&g[0]));
+  for (int i = 0; i < 8; i++)
+    ASSERT_OK(mgpu_graph_add_kernel(g[0], 0, prev >= 0 ? &prev : NULL,
+                                    prev >= 0, &affine, MGPU_DIM3(1, 1, 1),
+                                    MGPU_DIM3(1, 1, 1), &a0, sizeof a0,
+                                    &prev));
+  /* Two devices: x0 += 1 on device 0, x1 = 2 * x1 on d1 after it, x0 += 1
+   * after that. */
+  affine_args a1 = {mgpu_buffer_ptr(x1), N, 2.0f, 0.0f};
+  mgpu_graph_node k0, k1;
+  ASSERT_OK(mgpu_graph_create(&g[1]));
+  ASSERT_OK(mgpu_graph_add_kernel(g[1], 0, NULL, 0, &affine,
+                                  MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), &a0,
+                                  sizeof a0, &k0));
+  ASSERT_OK(mgpu_graph_add_kernel(g[1], d1, &k0, 1, &affine,
+                                  MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), &a1,
+                                  sizeof a1, &k1));
+  ASSERT_OK(mgpu_graph_add_kernel(g[1], 0, &k1, 1, &affine,
+                                  MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), &a0,
+                                  sizeof a0, NULL));
+  write_floats(x1, 1.0f, N);
+  for (int k = 0; k < 2; k++) {
+    mgpu_graph_exec *x;
+    ASSERT_OK(mgpu_graph_instantiate(g[k], &x));
+    long before = host_ops_queued(s);
+    for (int i = 0; i < 10; i++) ASSERT_OK(mgpu_graph_launch(x, s));
+    ASSERT_OK(mgpu_stream_synchronize(s));
+    ASSERT_EQ(host_ops_queued(s) - before, 20);
+    ASSERT_OK(mgpu_graph_exec_destroy(x));
+  }
+  float out[N];
+  read_floats(x0, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 100.0f); /* 80 + 20 */
+  read_floats(x1, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 1024.0f);
+  ASSERT_OK(mgpu_graph_destroy(g[0]));
+  ASSERT_OK(mgpu_graph_destroy(g[1]));
+  ASSERT_OK(mgpu_free(x0));
+  ASSERT_OK(mgpu_free(x1));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
   return 0;
 }
 
@@ -1113,6 +1204,7 @@ TEST_ENTRY(exec_update_kernel_and_copy)
 TEST_ENTRY(graph_errors)
 TEST_ENTRY(fault_inside_replay)
 TEST_ENTRY(destroy_while_launched)
+TEST_ENTRY(launch_is_one_operation_per_device)
 TEST_ENTRY(failure_on_other_device_reaches_launching_stream)
 TEST_ENTRY(wait_on_event_of_ended_capture_refused)
 TEST_ENTRY(device_lost_during_replay)

@@ -397,7 +397,9 @@ typedef struct mgpu__coll_args {
     (d, graph, s, launch), d)                                                 \
   /* A launch that failed before this part was queued: posts the part's      \
    * signals of that launch as failed, so that the parts already queued do   \
-   * not wait for ever. */                                                    \
+   * not wait for ever. With launch 0, a part already queued (the launch     \
+   * failed after it): it takes over no failures from then on, and its       \
+   * signals, posted as 1, stay at any later launch's value. */              \
   X(graph, PLAIN, void, cancel, (mgpu__bdevice *d, void *graph,               \
                                  uint64_t launch), (d, graph, launch), d)     \
   X(graph, PLAIN, void, destroy, (mgpu__bdevice *d, void *graph),             \

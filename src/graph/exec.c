@@ -34,6 +34,10 @@ typedef struct mgpu__exec {
   mgpu_event **done; /* by node: waited on by another device, else NULL */
   int devs[MGPU_MAX_DEVICES], ndevs; /* the devices of the nodes */
   mgpu_stream *streams[MGPU_MAX_DEVICES];
+  /* By device: a launch queued work on streams[dev] (a launch from a
+   * stream of dev runs dev's nodes there instead): only those streams can
+   * hold an earlier launch's failure. */
+  int used[MGPU_MAX_DEVICES];
   /* By device, made when first needed: the end of its part of a launch,
    * and the start recorded on a caller's stream of that device. */
   mgpu_event *end[MGPU_MAX_DEVICES];
@@ -274,6 +278,7 @@ static int event_of(mgpu_event **slot, int dev) {
 /* A failure an earlier launch left on a device's stream, else 0. */
 static int earlier_failure(mgpu__exec *x) {
   for (int i = 0; i < x->ndevs; i++) {
+    if (!x->used[x->devs[i]]) continue;
     int rc = mgpu_stream_query(x->streams[x->devs[i]]);
     if (rc != 0 && rc != MGPU_EAGAIN) {
       char detail[256];
@@ -319,8 +324,11 @@ static int parts_refresh(mgpu__exec *x) {
 static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
   int rc = event_of(&x->end[sdev], sdev), tailed = 0;
-  for (int i = 0; i < x->ndevs; i++)
-    on[x->devs[i]] = x->devs[i] == sdev ? stream : x->streams[x->devs[i]];
+  for (int i = 0; i < x->ndevs; i++) {
+    int dev = x->devs[i];
+    on[dev] = dev == sdev ? stream : x->streams[dev];
+    x->used[dev] |= dev != sdev;
+  }
   if (rc == 0 && x->last_stream != NULL && x->last_stream != stream)
     rc = mgpu_stream_wait_event(stream, x->end[x->last_dev]);
   if (rc == 0)
@@ -375,6 +383,7 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   for (int i = 0; rc == 0 && i < x->ndevs; i++) {
     int dev = x->devs[i];
     on[dev] = dev == sdev ? stream : x->streams[dev];
+    x->used[dev] |= dev != sdev;
     if (dev != sdev) rc = event_of(&x->end[dev], dev);
   }
   /* Launches of one graph run one after another, also from streams of

@@ -66,19 +66,23 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
 /* Queues device dev's part of launch number launch on stream. */
 int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
                        uint64_t launch);
-/* Launches from a stream of device sdev join it through the board (a
- * head part before the parts, a tail part after, on that stream) instead
- * of events: 1 when they can (made at the first such launch; streams by
- * device: the graph's own, whose failures the tail moves to the caller's
- * stream), 0 when sdev cannot hold parts, or a negative code. */
+/* Launches from a stream of device sdev join it through the board
+ * instead of events (on that stream, sdev's own part in a form that posts
+ * the start and waits for the other parts' ends, or, where sdev has no
+ * part, a head part before the parts and a tail part after): 1 when they
+ * can (made at the first such launch; streams by device: the graph's own,
+ * whose failures the launch's end moves to the caller's stream), 0 when
+ * sdev cannot hold parts, or a negative code. */
 int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams);
-/* Queues launch number launch: the head on stream, each device's part on
- * on[dev], the tail on stream (*tailed: the tail was queued). */
+/* Queues launch number launch through sdev's joins: on stream, and each
+ * other device's part on on[dev] (*tailed: what waits for the ends on
+ * stream was queued). A lost device of the graph is MGPU_EDEVLOST before
+ * anything is queued. */
 int mgpu__parts_run(mgpu__parts *p, int sdev, mgpu_stream *stream,
                     mgpu_stream *const *on, uint64_t launch, int *tailed);
-/* The launch failed after its tail was queued: the tail adopts nothing
- * from then on (freeing the graph would not wait for it), and the joins of
- * sdev are made again at its next launch. */
+/* The launch failed after what waits for the ends on its stream was
+ * queued: that adopts nothing from then on (freeing the graph would not
+ * wait for it), and the joins of sdev are made again at its next launch. */
 void mgpu__parts_drop_tail(mgpu__parts *p, int sdev);
 /* Posts launch number launch's start at once, where the caller's device
  * holds no head (the parts then wait for events on their streams): no part

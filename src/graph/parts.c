@@ -10,19 +10,20 @@
  * cut into parts only when every node can be run in place by its device's
  * backend: a kernel with the variant that backend runs, a copy between
  * memories the devices reach directly (same device or direct peer path),
- * memset, the built-in kernels, host functions and empty nodes. Anything else (event
- * nodes, a staged copy, a device without graph slots, a part its backend
- * refuses with MGPU_ENOTSUP) leaves the graph to be issued node by node
- * (exec.c).
+ * memset, the built-in kernels, host functions and empty nodes. Anything
+ * else (event nodes, a staged copy, a device without graph slots, a part
+ * its backend refuses with MGPU_ENOTSUP) leaves the graph to be issued node
+ * by node (exec.c).
  *
  * A backend may keep to parts without a board: it refuses (MGPU_ENOTSUP)
  * a part whose nodes wait for or post to other devices' nodes, a head or
- * tail of the joins, and a tail that adopts other streams. Its parts then
- * meet the launch through the events of exec.c's issue, which order them
- * after the caller's earlier work and the caller's later work after them,
- * so that the wait for the start and the post of the end that such a part
- * still holds (as its first and last node, node -1) are met by that
- * order: the backend drops them (the CUDA plugin, src/backend/cuda/graph.c).
+ * tail of the joins, a caller's part (which posts the start and waits for
+ * the ends), and a tail that adopts other streams. Its parts then meet the
+ * launch through the events of exec.c's issue, which order them after the
+ * caller's earlier work and the caller's later work after them, so that
+ * the wait for the start and the post of the end that such a part still
+ * holds (as its first and last node, node -1) are met by that order: the
+ * backend drops them (the CUDA plugin, src/backend/cuda/graph.c).
  *
  * Pointers are resolved when the parts are made (at instantiate and after
  * an update); a launch checks first that every handle is still live, and a
@@ -41,13 +42,23 @@ struct mgpu__parts {
   int kernels[MGPU_MAX_DEVICES];   /* kernel nodes per part, for metrics */
   int *signal_of;                  /* by node: its signal, or -1 */
   int devs[MGPU_MAX_DEVICES], ndevs; /* the devices with a part */
-  /* The joins of a launch with its caller's stream, as signals: the head
-   * (on the caller's stream) posts start, which every part waits for
-   * first; every part posts its end, which the tail (on the caller's
-   * stream, after the head and the caller device's own part) waits for.
-   * Head and tail are made by caller's device at its first launch. */
+  /* The executable graph's nodes and issue order (exec.c keeps them, and
+   * makes the parts again when an update changes them), for the parts
+   * made at a first launch from a device. */
+  const mgpu__gnode *nodes;
+  const int *order;
+  int n;
+  /* The joins of a launch with its caller's stream, as signals: start,
+   * which every part waits for first, and each part's end. From a stream
+   * of a device of the graph, that device's part runs on the caller's
+   * stream itself in a form of its own (caller): it posts start first and
+   * waits for the other parts' ends last, taking over their failures, so
+   * a launch is one operation per device. From a stream of another
+   * device, a head there posts start and a tail there waits for every
+   * end. Made by caller's device at its first launch. */
   int start_signal;
   int end_signal[MGPU_MAX_DEVICES];
+  void *caller[MGPU_MAX_DEVICES];
   void *head[MGPU_MAX_DEVICES], *tail[MGPU_MAX_DEVICES];
   int joins_made[MGPU_MAX_DEVICES]; /* 1 made, -1 the device cannot */
 };
@@ -167,8 +178,8 @@ void mgpu__parts_free(mgpu__parts *p) {
   if (p == NULL) return;
   for (int d = 0; d < MGPU_MAX_DEVICES; d++) {
     mgpu__device *dev = mgpu__device_get(d);
-    void *own[3] = {p->part[d], p->head[d], p->tail[d]};
-    for (int k = 0; k < 3; k++)
+    void *own[4] = {p->part[d], p->caller[d], p->head[d], p->tail[d]};
+    for (int k = 0; k < 4; k++)
       if (own[k] != NULL && dev != NULL)
         dev->ops->graph->destroy(dev->bdev, own[k]);
   }
@@ -177,40 +188,60 @@ void mgpu__parts_free(mgpu__parts *p) {
   mgpu__free(p);
 }
 
-/* Makes the part of device dev (the nodes of p's graph on it, in order):
- * 0, 1 when a node cannot be part of one, or a negative code. */
-static int part_make(mgpu__parts *p, const mgpu__gnode *nodes, int n,
-                     const int *order, int dev, mgpu__bgraph_node *buf,
-                     int *waits) {
-  int m = 0, w = 0;
-  for (int k = 0; k < n; k++) {
-    const mgpu__gnode *g = &nodes[order[k]];
+/* Makes device dev's part into *out: its nodes in issue order, after a
+ * wait for the launch's start and before the post of its end; or, as the
+ * caller's part (caller: run on the launching stream itself), after the
+ * post of the start and before a wait for the other parts' ends, taking
+ * over their streams' failures (adopt). 0, 1 when a node cannot be part
+ * of one, or a negative code. */
+static int part_make(mgpu__parts *p, int dev, int caller,
+                     struct mgpu__bstream *const *adopt, int nadopt,
+                     void **out) {
+  const mgpu__gnode *nodes = p->nodes;
+  int total = 0, m = 0, w = 0, rc = 0;
+  for (int i = 0; i < p->n; i++) total += nodes[i].ndeps;
+  mgpu__bgraph_node *buf = mgpu__calloc((size_t)p->n + 3, sizeof *buf);
+  int *waits =
+      mgpu__calloc((size_t)total + MGPU_MAX_DEVICES + 2, sizeof *waits);
+  if (buf == NULL || waits == NULL) {
+    rc = mgpu__error(MGPU_ENOMEM, "graph: out of host memory for the part "
+                     "of device %d (%d nodes)", dev, p->n);
+    goto out;
+  }
+  buf[m++] = (mgpu__bgraph_node){.kind = MGPU__BG_NOP, .node = -1,
+                                 .waits = waits, .nwaits = !caller,
+                                 .signal = caller ? p->start_signal : -1};
+  if (!caller) waits[w++] = p->start_signal;
+  for (int k = 0; k < p->n && rc == 0; k++) {
+    const mgpu__gnode *g = &nodes[p->order[k]];
     if (g->op.dev != dev) continue;
     mgpu__bgraph_node *b = &buf[m++];
-    memset(b, 0, sizeof *b);
-    if (m == 1) { /* first the wait for the launch's start */
-      *b = (mgpu__bgraph_node){.kind = MGPU__BG_NOP, .node = -1,
-                               .waits = &waits[w], .nwaits = 1, .signal = -1};
-      waits[w++] = p->start_signal;
-      b = &buf[m++];
-      memset(b, 0, sizeof *b);
-    }
-    if (convert(&g->op, b) != 0) return 1;
-    if (b->kind == MGPU__BG_LAUNCH) p->kernels[dev]++;
-    b->node = order[k];
-    b->signal = p->signal_of[order[k]];
+    if (convert(&g->op, b) != 0) rc = 1;
+    if (b->kind == MGPU__BG_LAUNCH && !caller) p->kernels[dev]++;
+    b->node = p->order[k];
+    b->signal = p->signal_of[p->order[k]];
     b->waits = &waits[w];
     for (int j = 0; j < g->ndeps; j++)
-      if (nodes[g->deps[j]].op.dev != dev) waits[w++] = p->signal_of[g->deps[j]];
+      if (nodes[g->deps[j]].op.dev != dev)
+        waits[w++] = p->signal_of[g->deps[j]];
     b->nwaits = (int)(&waits[w] - b->waits);
   }
-  /* Last the post of its end. */
-  buf[m++] = (mgpu__bgraph_node){.kind = MGPU__BG_NOP, .node = -1,
-                                 .waits = &waits[w], .signal =
-                                 p->end_signal[dev]};
-  mgpu__device *d = mgpu__device_get(dev);
-  mgpu__bgraph_part part = {buf, m, p->board, NULL, 0};
-  return d->ops->graph->create(d->bdev, &part, &p->part[dev]);
+  mgpu__bgraph_node *end = &buf[m++];
+  *end = (mgpu__bgraph_node){.kind = MGPU__BG_NOP, .node = -1,
+                             .waits = &waits[w],
+                             .signal = caller ? -1 : p->end_signal[dev]};
+  for (int k = 0; caller && k < p->ndevs; k++)
+    if (p->devs[k] != dev) waits[w++] = p->end_signal[p->devs[k]];
+  end->nwaits = (int)(&waits[w] - end->waits);
+  if (rc == 0) {
+    mgpu__device *d = mgpu__device_get(dev);
+    mgpu__bgraph_part part = {buf, m, p->board, adopt, nadopt};
+    rc = d->ops->graph->create(d->bdev, &part, out);
+  }
+out:
+  mgpu__free(waits);
+  mgpu__free(buf);
+  return rc;
 }
 
 /* Numbers the signals: one per node that a node of another device waits
@@ -257,14 +288,7 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
     mgpu__device *d = mgpu__device_get(nodes[i].op.dev);
     if (d == NULL || d->ops->graph == NULL) return 0;
   }
-  int total = 0;
-  for (int i = 0; i < n; i++) total += nodes[i].ndeps;
   mgpu__parts *p = mgpu__calloc(1, sizeof *p);
-  /* Room for each part's start and end nodes, and its wait for start. */
-  mgpu__bgraph_node *buf =
-      mgpu__calloc((size_t)n + 2 * MGPU_MAX_DEVICES + 1, sizeof *buf);
-  int *waits =
-      mgpu__calloc((size_t)total + MGPU_MAX_DEVICES + 1, sizeof *waits);
   int rc = 0;
   if (p != NULL) {
     p->signal_of = mgpu__calloc((size_t)n + 1, sizeof *p->signal_of);
@@ -275,20 +299,17 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
     atomic_init(&p->board->refs, 1);
     p->board->release = board_release;
   }
-  if (p == NULL || buf == NULL || waits == NULL || p->signal_of == NULL ||
-      p->board == NULL) {
+  if (p == NULL || p->signal_of == NULL || p->board == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
                      "memory for %d nodes", n);
     goto out;
   }
+  p->nodes = nodes;
+  p->order = order;
+  p->n = n;
   if ((rc = parts_signals(p, nodes, n)) != 0) goto out;
-  int made[MGPU_MAX_DEVICES] = {0};
-  for (int i = 0; i < n && rc == 0; i++) {
-    int dev = nodes[i].op.dev;
-    if (made[dev]) continue;
-    made[dev] = 1;
-    rc = part_make(p, nodes, n, order, dev, buf, waits);
-  }
+  for (int k = 0; k < p->ndevs && rc == 0; k++)
+    rc = part_make(p, p->devs[k], 0, NULL, 0, &p->part[p->devs[k]]);
   /* A node no part can hold, or a part its backend cannot make as it is
    * (MGPU_ENOTSUP: its waits for other devices, say): node by node. */
   if (rc > 0 || rc == MGPU_ENOTSUP) rc = 0;
@@ -297,8 +318,6 @@ int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
     p = NULL;
   }
 out:
-  mgpu__free(waits);
-  mgpu__free(buf);
   mgpu__parts_free(p);
   return rc;
 }
@@ -308,21 +327,29 @@ void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch) {
   d->ops->graph->cancel(d->bdev, p->part[dev], launch);
 }
 
-int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
-                       uint64_t launch) {
-  mgpu__stream *s;
-  int rc = mgpu__stream_get(stream, &s);
-  if (rc != 0) return rc;
+/* Queues part (device dev's, or its caller's form) of launch number
+ * launch on s. */
+static int part_queue(mgpu__parts *p, int dev, void *part, mgpu__stream *s,
+                      uint64_t launch) {
   mgpu__device *d = mgpu__device_get(dev);
   int pushed = 0;
   if (mgpu__trace_enabled()) {
     mgpu__trace_arg a[] = {MGPU__TARG_I("launch", launch)};
     pushed = mgpu__trace_tag_push("graph launch", a, 1);
   }
-  rc = d->ops->graph->launch(d->bdev, p->part[dev], s->bstream, launch);
+  int rc = d->ops->graph->launch(d->bdev, part, s->bstream, launch);
   mgpu__trace_tag_pop(pushed);
   if (rc == 0 && p->kernels[dev] > 0)
     mgpu__metric_add(dev, MGPU__M_kernels_launched, (uint64_t)p->kernels[dev]);
+  return rc;
+}
+
+int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
+                       uint64_t launch) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  rc = part_queue(p, dev, p->part[dev], s, launch);
   mgpu__stream_put(s);
   return rc;
 }
@@ -371,9 +398,43 @@ void mgpu__parts_tail_free(int dev, void *tail) {
   if (tail != NULL && d != NULL) d->ops->graph->destroy(d->bdev, tail);
 }
 
-/* The head and tail of launches from a stream of device sdev (see struct
- * mgpu__parts): 1 when made, 0 when sdev cannot hold them (no graph slots,
- * or another backend than the parts'), or a negative code. */
+static int has_part(const mgpu__parts *p, int dev) {
+  for (int k = 0; k < p->ndevs; k++)
+    if (p->devs[k] == dev) return 1;
+  return 0;
+}
+
+/* The head and tail of launches from a stream of device sdev, in one
+ * launch-side part: that device's part as its caller's (see struct
+ * mgpu__parts) when sdev has a part, else a head and a tail (part_make
+ * says how). */
+static int joins_make(mgpu__parts *p, mgpu__device *d, int sdev,
+                      struct mgpu__bstream *const *adopt, int nadopt) {
+  if (has_part(p, sdev))
+    return part_make(p, sdev, 1, adopt, nadopt, &p->caller[sdev]);
+  int ends[MGPU_MAX_DEVICES];
+  for (int k = 0; k < p->ndevs; k++) ends[k] = p->end_signal[p->devs[k]];
+  mgpu__bgraph_node head = {.kind = MGPU__BG_NOP, .node = -1,
+                            .signal = p->start_signal};
+  mgpu__bgraph_node tail = {.kind = MGPU__BG_NOP, .node = -1, .waits = ends,
+                            .nwaits = p->ndevs, .signal = -1};
+  mgpu__bgraph_part hp = {&head, 1, p->board, NULL, 0};
+  mgpu__bgraph_part tp = {&tail, 1, p->board, adopt, nadopt};
+  void *h = NULL, *t = NULL;
+  int rc = d->ops->graph->create(d->bdev, &hp, &h);
+  if (rc == 0) rc = d->ops->graph->create(d->bdev, &tp, &t);
+  if (rc != 0) {
+    if (h != NULL) d->ops->graph->destroy(d->bdev, h);
+    return rc;
+  }
+  p->head[sdev] = h;
+  p->tail[sdev] = t;
+  return 0;
+}
+
+/* The joins of launches from a stream of device sdev: 1 when made, 0 when
+ * sdev cannot hold them (no graph slots, or another backend than the
+ * parts'), or a negative code. */
 int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams) {
   if (p->joins_made[sdev] != 0) return p->joins_made[sdev] > 0;
   mgpu__device *d = mgpu__device_get(sdev);
@@ -387,35 +448,57 @@ int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams) {
     return 0;
   }
   struct mgpu__bstream *adopt[MGPU_MAX_DEVICES];
-  int ends[MGPU_MAX_DEVICES], nadopt = 0, rc = 0;
+  int nadopt = 0, rc = 0;
   for (int k = 0; k < p->ndevs; k++) {
     int dev = p->devs[k];
-    ends[k] = p->end_signal[dev];
     if (dev == sdev) continue;
     mgpu__stream *s;
     if ((rc = mgpu__stream_get(streams[dev], &s)) != 0) return rc;
     adopt[nadopt++] = s->bstream; /* the executable graph keeps s */
     mgpu__stream_put(s);
   }
-  mgpu__bgraph_node head = {.kind = MGPU__BG_NOP, .node = -1,
-                            .signal = p->start_signal};
-  mgpu__bgraph_node tail = {.kind = MGPU__BG_NOP, .node = -1, .waits = ends,
-                            .nwaits = p->ndevs, .signal = -1};
-  mgpu__bgraph_part hp = {&head, 1, p->board, NULL, 0};
-  mgpu__bgraph_part tp = {&tail, 1, p->board, adopt, nadopt};
-  void *h = NULL, *t = NULL;
-  rc = d->ops->graph->create(d->bdev, &hp, &h);
-  if (rc == 0) rc = d->ops->graph->create(d->bdev, &tp, &t);
-  if (rc != 0) {
-    if (h != NULL) d->ops->graph->destroy(d->bdev, h);
-    if (rc != MGPU_ENOTSUP) return rc;
-    p->joins_made[sdev] = -1; /* a backend that joins through events */
+  rc = joins_make(p, d, sdev, adopt, nadopt);
+  /* rc > 0 cannot happen (the caller's part was made of the same nodes);
+   * MGPU_ENOTSUP: a backend that joins a launch through events. */
+  if (rc > 0 || rc == MGPU_ENOTSUP) {
+    p->joins_made[sdev] = -1;
     return 0;
   }
-  p->head[sdev] = h;
-  p->tail[sdev] = t;
-  p->joins_made[sdev] = 1;
-  return 1;
+  if (rc == 0) p->joins_made[sdev] = 1;
+  return rc == 0 ? 1 : rc;
+}
+
+/* Queues launch number launch from stream s of device sdev through its
+ * joins; *tailed: the launch-side part that waits for the ends (the
+ * caller's part, or the tail) was queued. */
+static int joined_run(mgpu__parts *p, int sdev, mgpu__stream *s,
+                      mgpu_stream *const *on, uint64_t launch, int *tailed) {
+  mgpu__device *d = mgpu__device_get(sdev);
+  void *own = p->caller[sdev];
+  /* The caller's part is queued first and waits for the others' ends: a
+   * lost device, whose part the backend would refuse, is refused before
+   * anything is queued. */
+  for (int i = 0; i < p->ndevs; i++)
+    if (mgpu__device_is_lost(p->devs[i]))
+      return mgpu__error(MGPU_EDEVLOST, "mgpu_graph_launch: device %d was "
+                         "lost: nothing of the launch was queued",
+                         p->devs[i]);
+  int rc = own != NULL ? part_queue(p, sdev, own, s, launch)
+                       : d->ops->graph->launch(d->bdev, p->head[sdev],
+                                               s->bstream, launch);
+  *tailed = rc == 0 && own != NULL;
+  for (int i = 0; rc == 0 && i < p->ndevs; i++) {
+    if (p->devs[i] == sdev && own != NULL) continue;
+    rc = mgpu__parts_launch(p, p->devs[i], on[p->devs[i]], launch);
+    for (int j = i; rc != 0 && j < p->ndevs; j++) /* it and the rest */
+      if (p->devs[j] != sdev || own == NULL)
+        mgpu__parts_cancel(p, p->devs[j], launch);
+  }
+  if (rc == 0 && own == NULL) {
+    rc = d->ops->graph->launch(d->bdev, p->tail[sdev], s->bstream, launch);
+    *tailed = rc == 0;
+  }
+  return rc;
 }
 
 int mgpu__parts_run(mgpu__parts *p, int sdev, mgpu_stream *stream,
@@ -424,26 +507,19 @@ int mgpu__parts_run(mgpu__parts *p, int sdev, mgpu_stream *stream,
   *tailed = 0;
   int rc = mgpu__stream_get(stream, &s);
   if (rc != 0) return rc;
-  mgpu__device *d = mgpu__device_get(sdev);
-  rc = d->ops->graph->launch(d->bdev, p->head[sdev], s->bstream, launch);
-  for (int i = 0; rc == 0 && i < p->ndevs; i++) {
-    rc = mgpu__parts_launch(p, p->devs[i], on[p->devs[i]], launch);
-    for (int j = i; rc != 0 && j < p->ndevs; j++) /* it and the rest */
-      mgpu__parts_cancel(p, p->devs[j], launch);
-  }
-  if (rc == 0)
-    rc = d->ops->graph->launch(d->bdev, p->tail[sdev], s->bstream, launch);
-  *tailed = rc == 0;
+  rc = joined_run(p, sdev, s, on, launch, tailed);
   mgpu__stream_put(s);
   return rc;
 }
 
 void mgpu__parts_drop_tail(mgpu__parts *p, int sdev) {
   mgpu__device *d = mgpu__device_get(sdev);
-  d->ops->graph->cancel(d->bdev, p->tail[sdev], 0);
-  d->ops->graph->destroy(d->bdev, p->tail[sdev]);
-  d->ops->graph->destroy(d->bdev, p->head[sdev]);
-  p->tail[sdev] = p->head[sdev] = NULL;
+  void *own[3] = {p->caller[sdev], p->tail[sdev], p->head[sdev]};
+  for (int k = 0; k < 2; k++)
+    if (own[k] != NULL) d->ops->graph->cancel(d->bdev, own[k], 0);
+  for (int k = 0; k < 3; k++)
+    if (own[k] != NULL) d->ops->graph->destroy(d->bdev, own[k]);
+  p->caller[sdev] = p->tail[sdev] = p->head[sdev] = NULL;
   p->joins_made[sdev] = 0;
 }
 

@@ -79,9 +79,14 @@ int mgpu__host_graph_must_park(mgpu__bstream *s, op *o) {
 }
 
 /* Posts value to signal sig and puts the streams parked on b back on their
- * devices' ready lists (each looks at its wait again when taken). */
+ * devices' ready lists (each looks at its wait again when taken). A
+ * signal only grows: the cancel of a part already queued (launch 0, whose
+ * 1 is below every launch's value) leaves a later launch's post as it is. */
 static void board_post(mgpu__graph_board *b, int sig, uint64_t value) {
-  atomic_store(&b->signals[sig], value);
+  uint64_t now = atomic_load(&b->signals[sig]);
+  while (now < value &&
+         !atomic_compare_exchange_weak(&b->signals[sig], &now, value)) {
+  }
   if (atomic_load(&b->nparked) == 0) return;
   mgpu__mutex_lock(&b->lock);
   mgpu__bstream *w = b->parked;
@@ -106,7 +111,8 @@ static void graph_wait_lost(mgpu__bdevice *d, mgpu__bstream *s, int node,
     else if (node < 0) /* the end of a part, awaited on the launching stream */
       snprintf(s->error_detail, sizeof s->error_detail,
                "host device %d: a graph launch waited for its part on host "
-               "device %d, which was lost", d->id, lost_dev);
+               "device %d, which was lost or not queued (the launch failed)",
+               d->id, lost_dev);
     else
       snprintf(s->error_detail, sizeof s->error_detail,
                "host device %d: graph node %d waited for a node of host "

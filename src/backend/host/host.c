@@ -3,7 +3,9 @@
  *
  * A stream is an in-order queue of operations. A stream with work is put on
  * its device's ready list; a worker takes it, runs its head operation, and
- * puts it back if more is queued. A stream is on the ready list or run by a
+ * puts it back if more is queued (or, when no other stream waits there,
+ * runs the next one itself: putting it back would wake a second worker for
+ * nothing). A stream is on the ready list or run by a
  * worker at most once at a time, so its operations run in order, while
  * several streams of one device run on several workers at once.
  *

@@ -349,14 +349,27 @@ static mgpu__bstream *ready_pop(mgpu__bdevice *d) {
   return s;
 }
 
+/* s has more to run (d->lock held): the worker keeps it when no other
+ * stream waits on the ready list, else puts it at the list's end. */
+static void keep_or_push(mgpu__bdevice *d, mgpu__bstream *s,
+                         mgpu__bstream **kept) {
+  if (d->ready_head == NULL) *kept = s;
+  else mgpu__host_ready_push(d, s);
+}
+
 void *mgpu__host_worker_main(void *arg) {
   mgpu__bdevice *d = arg;
   mgpu__trace_name_thread(d->id, "host worker");
   mgpu__thread_role_set("a host device's stream worker (a stream callback "
                         "or host kernel)");
+  /* A stream whose next operation this worker runs without putting it on
+   * the ready list (no other stream was waiting): handing it over there
+   * would wake another worker, only for one of the two to find nothing. */
+  mgpu__bstream *kept = NULL;
   mgpu__mutex_lock(&d->lock);
   for (;;) {
-    mgpu__bstream *s = ready_pop(d);
+    mgpu__bstream *s = kept != NULL ? kept : ready_pop(d);
+    kept = NULL;
     if (s == NULL) {
       if (d->stopping) break;
       mgpu__mutex_unlock(&d->lock);
@@ -378,7 +391,7 @@ void *mgpu__host_worker_main(void *arg) {
     if (mgpu__host_graph_unfinished(o)) {
       /* A part stopped at a node that waits: the stream parks there when
        * it is taken next, unless the wait is over by then. */
-      mgpu__host_ready_push(d, s);
+      keep_or_push(d, s, &kept);
       continue;
     }
     s->nfinished++;
@@ -389,7 +402,7 @@ void *mgpu__host_worker_main(void *arg) {
       mgpu__cond_broadcast(&d->idle);
     } else {
       mgpu__host_sync_wake(d, s);
-      mgpu__host_ready_push(d, s);
+      keep_or_push(d, s, &kept);
     }
     mgpu__host_op_free(o);
   }
