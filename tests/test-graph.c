@@ -1080,7 +1080,7 @@ TEST_IMPL(fault_sweep) {
  * MGPU_ENOTSUP) a part whose nodes wait for or post to other devices'
  * nodes, the joins' head and tail, and a tail that adopts other streams.
  * Counted, to see what was made and that all of it was freed. */
-static const mgpu__backend_graph_ops *host_graph;
+static const mgpu__backend_graph_ops *refusing_inner;
 static int boardless_made, boardless_freed, boardless_refused;
 
 static int boardless_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
@@ -1095,14 +1095,14 @@ static int boardless_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
     __atomic_fetch_add(&boardless_refused, 1, __ATOMIC_SEQ_CST);
     return mgpu__error(MGPU_ENOTSUP, "a part this backend cannot make");
   }
-  int rc = host_graph->create(d, part, out);
+  int rc = refusing_inner->create(d, part, out);
   if (rc == 0) __atomic_fetch_add(&boardless_made, 1, __ATOMIC_SEQ_CST);
   return rc;
 }
 
 static void boardless_destroy(mgpu__bdevice *d, void *graph) {
   __atomic_fetch_add(&boardless_freed, 1, __ATOMIC_SEQ_CST);
-  host_graph->destroy(d, graph);
+  refusing_inner->destroy(d, graph);
 }
 
 /* Parts a backend refuses with MGPU_ENOTSUP: a graph whose devices do not
@@ -1126,7 +1126,7 @@ TEST_IMPL(parts_refused_fall_back) {
   static mgpu__backend_graph_ops saved;
   mgpu__backend_graph_ops *slots = (mgpu__backend_graph_ops *)dv[0]->ops->graph;
   saved = *slots;
-  host_graph = &saved;
+  refusing_inner = &saved;
   slots->create = boardless_create;
   slots->destroy = boardless_destroy;
   mgpu_buffer *x0, *x1;
