@@ -381,15 +381,8 @@ static int cuda_props(mgpu__bdevice *d, mgpu_device_props *p) {
   p->ordinal = d->ordinal;
   p->split_index = d->split_index;
   p->split_count = d->split_count;
-  /* A lost device's context answers nothing: its properties are the ones
-   * read at open, with no memory free. */
-  if (__atomic_load_n(&d->lost, __ATOMIC_ACQUIRE)) {
-    p->free_mem = 0;
-    p->total_mem = d->prop.totalGlobalMem;
-  } else {
-    int rc = mgpu__cuda_mem_info(d, &p->free_mem, &p->total_mem);
-    if (rc != 0) return rc;
-  }
+  int rc = mgpu__cuda_mem_info(d, &p->free_mem, &p->total_mem);
+  if (rc != 0) return rc;
   p->cc_major = d->prop.major;
   p->cc_minor = d->prop.minor;
   p->multiprocessors = d->sm_count;

@@ -15,6 +15,13 @@
 
 int mgpu__cuda_mem_info(mgpu__bdevice *d, size_t *free_bytes,
                         size_t *total_bytes) {
+  /* A lost device's context answers nothing: its memory as read at open,
+   * none of it free (so that its properties can still be read). */
+  if (__atomic_load_n(&d->lost, __ATOMIC_ACQUIRE)) {
+    *free_bytes = 0;
+    *total_bytes = d->prop.totalGlobalMem;
+    return 0;
+  }
   mgpu__cuda_scope sc;
   mgpu__cuda_enter_ctx(d->primary, &sc);
   cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
