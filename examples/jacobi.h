@@ -12,12 +12,11 @@
 #ifndef MGPU_EXAMPLES_JACOBI_H
 #define MGPU_EXAMPLES_JACOBI_H
 
-#include <dlfcn.h>
 #include <mgpu.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "demo_cuda.h"
 
 typedef struct jacobi {
   int ndev, nx, ny;
@@ -69,36 +68,12 @@ static const char jacobi_src[] =
     "}\n";
 
 /* The CUDA variant is compiled by nvcc into libmgpu-demo-cuda.so
- * (tools/cuda/jacobi.cu), beside the library, and found at run time, so
- * that this file stays plain C: jacobi_init fills cuda_fn where the library
- * is there (a build with CUDA). */
+ * (tools/cuda/jacobi.cu) and found at run time (demo_cuda.h), so that this
+ * file stays plain C: jacobi_init fills cuda_fn where the library is there
+ * (a build with CUDA). */
 static mgpu_kernel jacobi_kernel = {
     .name = "jacobi", .host_fn = jacobi_host, .opencl_src = jacobi_src};
 
-static inline const void *jacobi_cuda_variant(void) {
-  char dir[4096], path[4200];
-  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-  if (n <= 0) return NULL;
-  dir[n] = '\0';
-  char *slash = strrchr(dir, '/');
-  if (slash == NULL) return NULL;
-  *slash = '\0';
-  const char *where[] = {"%s/../lib/libmgpu-demo-cuda.so",
-                         "%s/../lib64/libmgpu-demo-cuda.so",
-                         "%s/libmgpu-demo-cuda.so"};
-  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
-    snprintf(path, sizeof path, where[i], dir);
-    /* Kept open for the life of the process, like the CUDA plugin. */
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) continue;
-    void *get = dlsym(lib, "mgpu_demo_jacobi_cuda_fn");
-    if (get == NULL) continue;
-    const void *(*fn)(void);
-    memcpy(&fn, &get, sizeof fn); /* POSIX: a dlsym result as a function */
-    return fn();
-  }
-  return NULL;
-}
 
 /* The single-threaded reference: iters iterations on the whole grid. */
 static inline void jacobi_reference(float *grid, int nx, int ny, int iters) {
@@ -128,7 +103,8 @@ static inline int jacobi_init(jacobi *j, int ndev, int nx, int ny) {
   float *grid = malloc((size_t)nx * ny * sizeof *grid);
   if (grid == NULL) return MGPU_ENOMEM;
   jacobi_initial(grid, nx, ny);
-  if (jacobi_kernel.cuda_fn == NULL) jacobi_kernel.cuda_fn = jacobi_cuda_variant();
+  if (jacobi_kernel.cuda_fn == NULL)
+    jacobi_kernel.cuda_fn = demo_cuda_fn("mgpu_demo_jacobi_cuda_fn");
   int rc = 0, row = 1;
   for (int d = 0; d < ndev && rc == 0; d++) {
     j->rows[d] = (ny - 2) / ndev + (d < (ny - 2) % ndev);

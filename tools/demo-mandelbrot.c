@@ -17,7 +17,6 @@
  *   mandelbrot-trace.json   the trace (Perfetto, chrome://tracing)
  *   mandelbrot-timeline.png the timeline of the trace (SVG without libpng)
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -31,6 +30,7 @@
 #include "cmd.h"
 #include "image.h"
 #include "mandel.h"
+#include "../examples/demo_cuda.h"
 
 /* ---- the kernel ---- */
 
@@ -93,30 +93,6 @@ static const char mandel_opencl_src[] =
     "  out[ty * a.tile + tx] = (ushort)n;\n"
     "}\n";
 
-/* The CUDA variant's host stub from libmgpu-demo-cuda.so, or NULL when the
- * library is not there (a build without CUDA). */
-static const void *find_cuda_variant(void) {
-  char dir[PATH_MAX], path[PATH_MAX + 64];
-  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-  if (n <= 0) return NULL;
-  dir[n] = '\0';
-  char *slash = strrchr(dir, '/');
-  if (slash == NULL) return NULL;
-  *slash = '\0';
-  const char *where[] = {"%s/../lib/libmgpu-demo-cuda.so",
-                         "%s/../lib64/libmgpu-demo-cuda.so",
-                         "%s/libmgpu-demo-cuda.so"};
-  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
-    snprintf(path, sizeof path, where[i], dir);
-    if (access(path, R_OK) != 0) continue;
-    /* Kept open for the life of the process, like the CUDA plugin. */
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) continue;
-    const void *(*get)(void) = (const void *(*)(void))dlsym(lib, "mgpu_demo_mandel_cuda_fn");
-    if (get != NULL) return get();
-  }
-  return NULL;
-}
 
 /* ---- the run ---- */
 
@@ -358,7 +334,7 @@ int mgpu_demo_mandelbrot(int argc, char **argv) {
   }
   int rc = mgpu_cmd_init();
   if (rc != 0) return rc;
-  d.kernel = (mgpu_kernel){"mandel", mandel_host, find_cuda_variant(),
+  d.kernel = (mgpu_kernel){"mandel", mandel_host, demo_cuda_fn("mgpu_demo_mandel_cuda_fn"),
                            mandel_opencl_src};
   int t = d.o.tile, ndev = mgpu_device_count();
   d.tiles_x = (d.o.width + t - 1) / t;
