@@ -24,7 +24,8 @@
  *    Also the calling thread's CPU time per launch, mgpu's burst next to
  *    the bare one without profiling: on a shared machine the wall time
  *    swings with what else runs, the CPU time of the thread that launches
- *    much less.
+ *    much less. And one launch followed by its synchronize, next to a bare
+ *    clEnqueueNDRangeKernel + clFinish (queue without profiling), in turns.
  *  - the same launches in chains of 8: one launch of a graph captured from
  *    the 8 (mgpu_stream_begin_capture) next to the 8 issued one by one, in
  *    the same run (below 1: the replay is cheaper than the launches);
@@ -174,6 +175,43 @@ static bench_ocl *bare_open(mgpu_stream *s) {
   if (o == NULL)
     fprintf(stderr, "mgpu bench launch: no bare OpenCL baseline: %s\n", why);
   return o;
+}
+
+/* Median microseconds of one launch and its synchronize, iters of them per
+ * repetition, in *out, and of a bare clEnqueueNDRangeKernel + clFinish on a
+ * queue without profiling in *bare_out, timed in turns after a warm-up
+ * (bare_out 0 when the bare baseline cannot be opened). OpenCL devices. */
+static int launch_sync_us(int dev, int iters, int reps, double *out,
+                          double *bare_out) {
+  mgpu_stream *s = NULL;
+  mgpu_buffer *one = NULL;
+  bench_ocl *bare = NULL;
+  double *v = malloc((size_t)reps * sizeof *v);
+  double *b = malloc((size_t)reps * sizeof *b);
+  int rc = v == NULL || b == NULL ? MGPU_ENOMEM : mgpu_stream_create(&s, dev);
+  if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
+  if (rc == 0) bare = bare_open(s);
+  int bare_ok = bare != NULL;
+  for (int r = -1; rc == 0 && r < reps; r++) { /* -1: warm-up */
+    double t0 = bench_now();
+    for (int i = 0; rc == 0 && i < iters; i++) {
+      rc = launch_once(s, one, 0);
+      if (rc == 0) rc = mgpu_stream_synchronize(s);
+    }
+    double t1 = bench_now();
+    for (int i = 0; bare_ok && i < iters; i++)
+      bare_ok = bench_ocl_launch_burst(bare, 1, 0) == 0;
+    if (r >= 0) v[r] = (t1 - t0) / iters * 1e6;
+    if (r >= 0) b[r] = (bench_now() - t1) / iters * 1e6;
+  }
+  if (rc == 0) *out = bench_median(v, reps);
+  *bare_out = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
+  bench_ocl_close(bare);
+  if (one) mgpu_free(one);
+  if (s) mgpu_stream_destroy(s);
+  free(v);
+  free(b);
+  return rc;
 }
 
 /* Median microseconds per item in bursts of iters items and one
@@ -375,6 +413,19 @@ int mgpu_bench_launch(int argc, char **argv) {
     bench_report_add(r, "launch empty kernel burst, device 0",
                      "cpu_per_launch", bare[2], "us",
                      "bare burst, the launching thread's CPU time", bare[3]);
+    double ls = 0, bls = 0;
+    rc = launch_sync_us(0, iters / 10 > 0 ? iters / 10 : 1, o.reps, &ls,
+                        &bls);
+    if (rc != 0) {
+      fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
+              mgpu_error_detail());
+      bench_report_finish(r, o.json);
+      return 1;
+    }
+    if (bls > 0)
+      bench_report_add(r, "launch empty kernel + synchronize, device 0",
+                       "latency", ls, "us",
+                       "bare clEnqueueNDRangeKernel + clFinish", bls);
   }
   char chain[96];
   snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
