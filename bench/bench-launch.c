@@ -25,7 +25,8 @@
  *    the bare one without profiling: on a shared machine the wall time
  *    swings with what else runs, the CPU time of the thread that launches
  *    much less. And one launch followed by its synchronize, next to a bare
- *    clEnqueueNDRangeKernel + clFinish (queue without profiling), in turns.
+ *    clEnqueueNDRangeKernel + clFinish, in turns (queue without profiling,
+ *    and with it).
  *  - the same launches in chains of 8: one launch of a graph captured from
  *    the 8 (mgpu_stream_begin_capture) next to the 8 issued one by one, in
  *    the same run (below 1: the replay is cheaper than the launches);
@@ -183,12 +184,15 @@ static bench_ocl *bare_open(mgpu_stream *s) {
  * (bare_out 0 when the bare baseline cannot be opened). OpenCL devices. */
 static int launch_sync_us(int dev, int iters, int reps, double *out,
                           double *bare_out) {
+  /* bare_out[1]: the same on a queue with profiling, as mgpu's are. */
   mgpu_stream *s = NULL;
   mgpu_buffer *one = NULL;
   bench_ocl *bare = NULL;
   double *v = malloc((size_t)reps * sizeof *v);
   double *b = malloc((size_t)reps * sizeof *b);
-  int rc = v == NULL || b == NULL ? MGPU_ENOMEM : mgpu_stream_create(&s, dev);
+  double *bp = malloc((size_t)reps * sizeof *bp);
+  int rc = v == NULL || b == NULL || bp == NULL ? MGPU_ENOMEM
+                                                : mgpu_stream_create(&s, dev);
   if (rc == 0) rc = mgpu_malloc(&one, dev, 64);
   if (rc == 0) bare = bare_open(s);
   int bare_ok = bare != NULL;
@@ -201,16 +205,22 @@ static int launch_sync_us(int dev, int iters, int reps, double *out,
     double t1 = bench_now();
     for (int i = 0; bare_ok && i < iters; i++)
       bare_ok = bench_ocl_launch_burst(bare, 1, 0) == 0;
+    double t2 = bench_now();
+    for (int i = 0; bare_ok && i < iters; i++)
+      bare_ok = bench_ocl_launch_burst(bare, 1, 1) == 0;
     if (r >= 0) v[r] = (t1 - t0) / iters * 1e6;
-    if (r >= 0) b[r] = (bench_now() - t1) / iters * 1e6;
+    if (r >= 0) b[r] = (t2 - t1) / iters * 1e6;
+    if (r >= 0) bp[r] = (bench_now() - t2) / iters * 1e6;
   }
   if (rc == 0) *out = bench_median(v, reps);
-  *bare_out = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
+  bare_out[0] = rc == 0 && bare_ok ? bench_median(b, reps) : 0;
+  bare_out[1] = rc == 0 && bare_ok ? bench_median(bp, reps) : 0;
   bench_ocl_close(bare);
   if (one) mgpu_free(one);
   if (s) mgpu_stream_destroy(s);
   free(v);
   free(b);
+  free(bp);
   return rc;
 }
 
@@ -413,19 +423,23 @@ int mgpu_bench_launch(int argc, char **argv) {
     bench_report_add(r, "launch empty kernel burst, device 0",
                      "cpu_per_launch", bare[2], "us",
                      "bare burst, the launching thread's CPU time", bare[3]);
-    double ls = 0, bls = 0;
+    double ls = 0, bls[2] = {0, 0};
     rc = launch_sync_us(0, iters / 10 > 0 ? iters / 10 : 1, o.reps, &ls,
-                        &bls);
+                        bls);
     if (rc != 0) {
       fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
               mgpu_error_detail());
       bench_report_finish(r, o.json);
       return 1;
     }
-    if (bls > 0)
+    if (bls[0] > 0) {
       bench_report_add(r, "launch empty kernel + synchronize, device 0",
                        "latency", ls, "us",
-                       "bare clEnqueueNDRangeKernel + clFinish", bls);
+                       "bare clEnqueueNDRangeKernel + clFinish", bls[0]);
+      bench_report_add(r, "launch empty kernel + synchronize, device 0",
+                       "latency", ls, "us",
+                       "the same bare pair, queue with profiling", bls[1]);
+    }
   }
   char chain[96];
   snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
