@@ -30,7 +30,10 @@ static inline const void *demo_cuda_fn(const char *name) {
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) continue;
     void *get = dlsym(lib, name);
-    if (get == NULL) continue;
+    if (get == NULL) { /* another library of that name: not ours */
+      dlclose(lib);
+      continue;
+    }
     const void *(*fn)(void);
     memcpy(&fn, &get, sizeof fn); /* POSIX: a dlsym result as a function */
     return fn();

@@ -323,6 +323,91 @@ static int parse(int argc, char **argv, options *o) {
   return 0;
 }
 
+/* The tiles, their jobs and a tile buffer on each of ndev devices; 0 or
+ * the command's exit code (what is made is freed by demo_free). */
+static int demo_alloc(demo *d, int ndev) {
+  int t = d->o.tile;
+  d->tiles_x = (d->o.width + t - 1) / t;
+  d->ntiles = d->tiles_x * ((d->o.height + t - 1) / t);
+  d->jobs = calloc((size_t)d->ntiles, sizeof *d->jobs);
+  d->tiles = malloc((size_t)d->ntiles * t * t * sizeof *d->tiles);
+  if (d->jobs == NULL || d->tiles == NULL) {
+    fprintf(stderr, "mgpu demo mandelbrot: out of host memory\n");
+    return 1;
+  }
+  for (int dev = 0; dev < ndev; dev++) {
+    int rc = mgpu_malloc(&d->buf[dev], dev, (size_t)t * t * sizeof(uint16_t));
+    if (rc != 0) return mgpu_cmd_fail("allocating a tile buffer", rc);
+  }
+  for (int k = 0; k < d->ntiles; k++)
+    d->jobs[k] = (tile_job){d, (k % d->tiles_x) * t, (k / d->tiles_x) * t,
+                            -1, -1, d->tiles + (size_t)k * t * t};
+  return 0;
+}
+
+static void demo_free(demo *d, int ndev) {
+  for (int dev = 0; dev < ndev; dev++)
+    if (d->buf[dev] != NULL) mgpu_free(d->buf[dev]);
+  free(d->jobs);
+  free(d->tiles);
+}
+
+/* The run on every device: its time, and each device's share. */
+static void print_run(const demo *d, int ndev, const mgpu_pool_stats *all,
+                      double t_all) {
+  int t = d->o.tile;
+  printf("mandelbrot %dx%d, %d iterations, %d tiles of %dx%d on %d devices: "
+         "%.3f s\n", d->o.width, d->o.height, d->o.iters, d->ntiles, t, t,
+         ndev, t_all);
+  printf("%-6s %-28s %8s %8s %10s %8s\n", "device", "name", "tiles", "stolen",
+         "busy ms", "util");
+  for (int i = 0; i < all->ndevices; i++) {
+    mgpu_device_props pr = {.size = sizeof pr};
+    if (mgpu_device_get_props(all->dev[i].device, &pr) != 0)
+      snprintf(pr.name, sizeof pr.name, "?");
+    printf("%-6d %-28.28s %8llu %8llu %10.1f %7.1f%%\n", all->dev[i].device,
+           pr.name, (unsigned long long)all->dev[i].tasks_run,
+           (unsigned long long)all->dev[i].tasks_stolen,
+           all->dev[i].busy_ns / 1e6,
+           100.0 * all->dev[i].busy_ns / 1e9 / t_all);
+  }
+  printf("load imbalance %.3f (max busy / mean busy - 1)\n",
+         all->load_imbalance);
+}
+
+/* The same tiles on device 0 alone: the speedup, and every pixel compared
+ * with the run on every device (0, or the command's exit code). */
+static int check_against_one(demo *d, int ndev, double t_all) {
+  size_t bytes = (size_t)d->ntiles * d->o.tile * d->o.tile * sizeof *d->tiles;
+  uint16_t *first = malloc(bytes);
+  if (first == NULL) {
+    fprintf(stderr, "mgpu demo mandelbrot: out of host memory\n");
+    return 1;
+  }
+  memcpy(first, d->tiles, bytes);
+  memset(d->tiles, 0xff, bytes);
+  int dev0 = 0;
+  mgpu_pool_stats one;
+  double t_one = 0;
+  int rc = run(d, 1, &dev0, &one, &t_one, "one device");
+  size_t differ = 0;
+  for (int y = 0; rc == 0 && y < d->o.height; y++)
+    for (int x = 0; x < d->o.width; x++)
+      differ += count_at(d, first, x, y) != count_at(d, d->tiles, x, y);
+  free(first);
+  if (rc != 0) return rc;
+  printf("one device (device 0): %.3f s; speedup on %d devices: %.2fx\n",
+         t_one, ndev, t_one / t_all);
+  if (differ != 0) {
+    fprintf(stderr, "mgpu demo mandelbrot: %zu of %d pixels differ from the "
+            "one-device run\n", differ, d->o.width * d->o.height);
+    return 1;
+  }
+  printf("check: every one of %d pixels equals the one-device run\n",
+         d->o.width * d->o.height);
+  return 0;
+}
+
 int mgpu_demo_mandelbrot(int argc, char **argv) {
   demo d;
   memset(&d, 0, sizeof d);
@@ -334,28 +419,12 @@ int mgpu_demo_mandelbrot(int argc, char **argv) {
   }
   int rc = mgpu_cmd_init();
   if (rc != 0) return rc;
-  d.kernel = (mgpu_kernel){"mandel", mandel_host, demo_cuda_fn("mgpu_demo_mandel_cuda_fn"),
-                           mandel_opencl_src};
-  int t = d.o.tile, ndev = mgpu_device_count();
-  d.tiles_x = (d.o.width + t - 1) / t;
-  d.ntiles = d.tiles_x * ((d.o.height + t - 1) / t);
-  d.jobs = calloc((size_t)d.ntiles, sizeof *d.jobs);
-  d.tiles = malloc((size_t)d.ntiles * t * t * sizeof *d.tiles);
-  uint16_t *first = NULL;
-  if (d.jobs == NULL || d.tiles == NULL) {
-    fprintf(stderr, "mgpu demo mandelbrot: out of host memory\n");
-    rc = 1;
-    goto out;
-  }
-  for (int dev = 0; dev < ndev; dev++) {
-    if ((rc = mgpu_malloc(&d.buf[dev], dev, (size_t)t * t * sizeof(uint16_t))) != 0) {
-      rc = mgpu_cmd_fail("allocating a tile buffer", rc);
-      goto out;
-    }
-  }
-  for (int k = 0; k < d.ntiles; k++)
-    d.jobs[k] = (tile_job){&d, (k % d.tiles_x) * t, (k / d.tiles_x) * t, -1, -1,
-                           d.tiles + (size_t)k * t * t};
+  d.kernel = (mgpu_kernel){.name = "mandel",
+                           .host_fn = mandel_host,
+                           .cuda_fn = demo_cuda_fn("mgpu_demo_mandel_cuda_fn"),
+                           .opencl_src = mandel_opencl_src};
+  int ndev = mgpu_device_count();
+  if ((rc = demo_alloc(&d, ndev)) != 0) goto out;
 
   /* The run on every device, recorded unless a trace is already running
    * (MGPU_TRACE): then it is part of that one. */
@@ -364,56 +433,16 @@ int mgpu_demo_mandelbrot(int argc, char **argv) {
   int own_trace = !mgpu_trace_active() && mgpu_trace_start(trace) == 0;
   int devs[MGPU_MAX_DEVICES];
   for (int i = 0; i < ndev; i++) devs[i] = i;
-  mgpu_pool_stats all, one;
-  double t_all, t_one = 0;
+  mgpu_pool_stats all;
+  double t_all;
   rc = run(&d, ndev, devs, &all, &t_all, "all devices");
   if (own_trace && (mgpu_trace_stop() != 0 || rc != 0)) own_trace = 0;
   if (rc != 0) goto out;
-
-  printf("mandelbrot %dx%d, %d iterations, %d tiles of %dx%d on %d devices: "
-         "%.3f s\n", d.o.width, d.o.height, d.o.iters, d.ntiles, t, t, ndev,
-         t_all);
-  printf("%-6s %-28s %8s %8s %10s %8s\n", "device", "name", "tiles", "stolen",
-         "busy ms", "util");
-  for (int i = 0; i < all.ndevices; i++) {
-    mgpu_device_props pr = {.size = sizeof pr};
-    mgpu_device_get_props(all.dev[i].device, &pr);
-    printf("%-6d %-28.28s %8llu %8llu %10.1f %7.1f%%\n", all.dev[i].device,
-           pr.name, (unsigned long long)all.dev[i].tasks_run,
-           (unsigned long long)all.dev[i].tasks_stolen,
-           all.dev[i].busy_ns / 1e6, 100.0 * all.dev[i].busy_ns / 1e9 / t_all);
-  }
-  printf("load imbalance %.3f (max busy / mean busy - 1)\n", all.load_imbalance);
+  print_run(&d, ndev, &all, t_all);
 
   char pic[PATH_MAX + 32], devpic[PATH_MAX + 32];
   if ((rc = pictures(&d, d.o.out, pic, devpic, sizeof pic)) != 0) goto out;
-
-  if (d.o.check) {
-    /* The same tiles on device 0 alone: the speedup, and the check. */
-    first = malloc((size_t)d.ntiles * t * t * sizeof *first);
-    if (first == NULL) {
-      rc = 1;
-      goto out;
-    }
-    memcpy(first, d.tiles, (size_t)d.ntiles * t * t * sizeof *first);
-    memset(d.tiles, 0xff, (size_t)d.ntiles * t * t * sizeof *d.tiles);
-    int dev0 = 0;
-    if ((rc = run(&d, 1, &dev0, &one, &t_one, "one device")) != 0) goto out;
-    size_t differ = 0;
-    for (int y = 0; y < d.o.height; y++)
-      for (int x = 0; x < d.o.width; x++)
-        differ += count_at(&d, first, x, y) != count_at(&d, d.tiles, x, y);
-    printf("one device (device 0): %.3f s; speedup on %d devices: %.2fx\n",
-           t_one, ndev, t_one / t_all);
-    if (differ != 0) {
-      fprintf(stderr, "mgpu demo mandelbrot: %zu of %d pixels differ from the "
-              "one-device run\n", differ, d.o.width * d.o.height);
-      rc = 1;
-      goto out;
-    }
-    printf("check: every one of %d pixels equals the one-device run\n",
-           d.o.width * d.o.height);
-  }
+  if (d.o.check && (rc = check_against_one(&d, ndev, t_all)) != 0) goto out;
   printf("picture:  %s\ndevices:  %s\n", pic, devpic);
   if (own_trace) {
     snprintf(timeline, sizeof timeline, "%s/mandelbrot-timeline.%s", d.o.out,
@@ -425,10 +454,6 @@ int mgpu_demo_mandelbrot(int argc, char **argv) {
            "timeline: %s\n", trace, timeline);
   }
 out:
-  for (int dev = 0; dev < ndev; dev++)
-    if (d.buf[dev] != NULL) mgpu_free(d.buf[dev]);
-  free(first);
-  free(d.jobs);
-  free(d.tiles);
+  demo_free(&d, ndev);
   return rc;
 }
