@@ -287,12 +287,16 @@ MGPU_EXTERN int mgpu_mpi_dist_gather(const mgpu_dist *dist, mgpu_buffer *dst,
  * processes exchange by MPI (this module's calls, staged where MPI cannot
  * read device memory; a large all-reduce as reduce-scatter + all-gather),
  * and the result goes back to every local rank. With NCCL built in and
- * every device of every rank a whole CUDA GPU, one NCCL communicator over
- * ranks x GPUs runs them instead. Across processes a collective has
- * finished when its call (or the group) returns. A collective that fails
- * in one process before it reaches the others (a local device lost) fails
- * theirs with the same code, the detail naming the rank and the device
- * (MGPU_EDEVLOST "rank 1 lost its device 0"); not on the NCCL path.
+ * every device of every rank a whole CUDA GPU, no GPU twice (ranks sharing
+ * a GPU stay hierarchical), one NCCL communicator over ranks x GPUs runs
+ * them instead. Across processes a collective has finished when its call
+ * (or the group) returns, on either path: the NCCL path waits for its
+ * streams up to MGPU_MPI_TIMEOUT_MS, then aborts the NCCL communicators
+ * (MGPU_ETIMEDOUT; later calls on comm are MGPU_ECANCELED). A collective
+ * that fails in one process before it reaches the others (a local device
+ * lost) fails theirs with the same code, the detail naming the rank and
+ * the device (MGPU_EDEVLOST "rank 1 lost its device 0"); not on the NCCL
+ * path.
  * Collective over comm. ndev devices, each once. The caller owns *out
  * until mgpu_comm_destroy (before mgpu_mpi_finalize, on every rank). */
 MGPU_EXTERN int mgpu_mpi_comm_create(MPI_Comm comm, int ndev, const int *devs,

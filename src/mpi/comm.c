@@ -333,15 +333,11 @@ static int nccl_type(mgpu_dtype t, ncclDataType_t *out) {
  * communicators are aborted (ncclCommAbort ends those kernels) and every
  * later call on them is refused. */
 static int nccl_wait(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
-  struct timespec t0, now;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double deadline = mgpu__mpi_deadline(); /* never, for -1 */
   for (int i = 0; i < n; i++) {
     int rc;
     while ((rc = mgpu_stream_query(calls[i].stream)) == MGPU_EAGAIN) {
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      double ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 +
-                  (double)(now.tv_nsec - t0.tv_nsec) / 1e6;
-      if (ms > mgpu__mpi.timeout_ms) {
+      if (MPI_Wtime() > deadline) {
         for (int k = 0; k < x->nlocal; k++)
           nccl->comm_abort(x->nccl_comms[k]);
         x->nccl_aborted = 1;
