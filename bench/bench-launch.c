@@ -360,6 +360,92 @@ static int channel_rtt_us(int a, int b, size_t bytes, int iters, int reps,
   return rc;
 }
 
+/* The run_on_device rows: as the machine is, then with every CPU busy. */
+static void report_handoffs(bench_report *r, int iters, int reps) {
+  for (int loaded = 0; loaded < 2; loaded++) {
+    int cpus = bench_cpus();
+    if (loaded) bench_load_start(cpus);
+    double spin = bench_pingpong_us(1, iters, reps);
+    double cv = bench_pingpong_us(0, iters, reps);
+    double rod = run_on_device_us(0, iters, reps);
+    if (loaded) bench_load_stop();
+    char name[96];
+    snprintf(name, sizeof name, "run_on_device round trip%s",
+             loaded ? ", every CPU busy" : "");
+    bench_report_add(r, name, "latency", rod, "us", "spinning ping-pong", spin);
+    bench_report_add(r, name, "latency", rod, "us", "mutex+cond ping-pong", cv);
+  }
+}
+
+/* The launch rows of device 0 (p its properties): bursts, the bare OpenCL
+ * baselines where it is an OpenCL device, and the chain as a graph. */
+static int report_launches(bench_report *r, const mgpu_device_props *p,
+                           int iters, int reps) {
+  int cuda = p->backend_kind == MGPU_BACKEND_CUDA;
+  double base_burst = handoff_burst_us(iters, reps);
+  double l = 0, by_op = 0, by_graph = 0, bare[4] = {0, 0, 0, 0};
+  int rc = burst_us(0, cuda, 1, 0, iters, reps, &l,
+                    p->backend_kind == MGPU_BACKEND_OPENCL ? bare : NULL);
+  if (rc == 0)
+    rc = burst_us(0, cuda, CHAIN, 0, iters / CHAIN, reps, &by_op, NULL);
+  if (rc == 0)
+    rc = burst_us(0, cuda, CHAIN, 1, iters / CHAIN, reps, &by_graph, NULL);
+  if (rc != 0) return rc;
+  bench_report_add(r, cuda ? "launch fill(1 elem) burst, device 0"
+                           : "launch empty kernel burst, device 0",
+                   "per_launch", l, "us", "pthread hand-off burst",
+                   base_burst);
+  if (bare[0] > 0) {
+    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
+                     l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",
+                     bare[0]);
+    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
+                     l, "us", "the same bare burst, queue with profiling",
+                     bare[1]);
+    bench_report_add(r, "launch empty kernel burst, device 0",
+                     "cpu_per_launch", bare[2], "us",
+                     "bare burst, the launching thread's CPU time", bare[3]);
+    double ls = 0, bls[2] = {0, 0};
+    rc = launch_sync_us(0, iters / 10 > 0 ? iters / 10 : 1, reps, &ls, bls);
+    if (rc != 0) return rc;
+    if (bls[0] > 0) {
+      bench_report_add(r, "launch empty kernel + synchronize, device 0",
+                       "latency", ls, "us",
+                       "bare clEnqueueNDRangeKernel + clFinish", bls[0]);
+      bench_report_add(r, "launch empty kernel + synchronize, device 0",
+                       "latency", ls, "us",
+                       "the same bare pair, queue with profiling", bls[1]);
+    }
+  }
+  char chain[96];
+  snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
+           cuda ? "fills(1 elem)" : "empty kernels");
+  bench_report_add(r, chain, "per_chain", by_graph, "us",
+                   "the same launches one by one", by_op);
+  return 0;
+}
+
+/* The channel round trips between devices 0 and 1 (or 0 and 0). */
+static int report_channels(bench_report *r, int iters, int reps) {
+  int peer = mgpu_device_count() > 1 ? 1 : 0;
+  static const size_t sizes[] = {8, 4096};
+  for (int k = 0; k < 2; k++) {
+    double spin = bench_pingpong_bytes_us(1, sizes[k], iters, reps);
+    double cv = bench_pingpong_bytes_us(0, sizes[k], iters, reps);
+    double ch = 0;
+    int rc = channel_rtt_us(0, peer, sizes[k], iters, reps, &ch);
+    if (rc != 0) return rc;
+    char name[96];
+    snprintf(name, sizeof name, "channel round trip %zu B, devices 0 and %d",
+             sizes[k], peer);
+    bench_report_add(r, name, "latency", ch, "us",
+                     "spinning ping-pong, same bytes", spin);
+    bench_report_add(r, name, "latency", ch, "us",
+                     "mutex+cond ping-pong, same bytes", cv);
+  }
+  return 0;
+}
+
 int mgpu_bench_launch(int argc, char **argv) {
   bench_opts o;
   char *rest[8];
@@ -379,94 +465,16 @@ int mgpu_bench_launch(int argc, char **argv) {
             mgpu_error_detail());
     return 1;
   }
-  int cuda = p.backend_kind == MGPU_BACKEND_CUDA;
-
   bench_report *r = bench_report_new("launch");
-  for (int loaded = 0; loaded < 2; loaded++) {
-    int cpus = bench_cpus();
-    if (loaded) bench_load_start(cpus);
-    double spin = bench_pingpong_us(1, iters, o.reps);
-    double cv = bench_pingpong_us(0, iters, o.reps);
-    double rod = run_on_device_us(0, iters, o.reps);
-    if (loaded) bench_load_stop();
-    char name[96];
-    snprintf(name, sizeof name, "run_on_device round trip%s",
-             loaded ? ", every CPU busy" : "");
-    bench_report_add(r, name, "latency", rod, "us", "spinning ping-pong", spin);
-    bench_report_add(r, name, "latency", rod, "us", "mutex+cond ping-pong", cv);
-  }
-  double base_burst = handoff_burst_us(iters, o.reps);
-  double l = 0, by_op = 0, by_graph = 0, bare[4] = {0, 0, 0, 0};
-  rc = burst_us(0, cuda, 1, 0, iters, o.reps, &l,
-                p.backend_kind == MGPU_BACKEND_OPENCL ? bare : NULL);
-  if (rc == 0)
-    rc = burst_us(0, cuda, CHAIN, 0, iters / CHAIN, o.reps, &by_op, NULL);
-  if (rc == 0)
-    rc = burst_us(0, cuda, CHAIN, 1, iters / CHAIN, o.reps, &by_graph, NULL);
+  report_handoffs(r, iters, o.reps);
+  rc = report_launches(r, &p, iters, o.reps);
   if (rc != 0) {
     fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
             mgpu_error_detail());
-    bench_report_finish(r, o.json);
-    return 1;
-  }
-  bench_report_add(r, cuda ? "launch fill(1 elem) burst, device 0"
-                           : "launch empty kernel burst, device 0",
-                   "per_launch", l, "us", "pthread hand-off burst",
-                   base_burst);
-  if (bare[0] > 0) {
-    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
-                     l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",
-                     bare[0]);
-    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
-                     l, "us", "the same bare burst, queue with profiling",
-                     bare[1]);
-    bench_report_add(r, "launch empty kernel burst, device 0",
-                     "cpu_per_launch", bare[2], "us",
-                     "bare burst, the launching thread's CPU time", bare[3]);
-    double ls = 0, bls[2] = {0, 0};
-    rc = launch_sync_us(0, iters / 10 > 0 ? iters / 10 : 1, o.reps, &ls,
-                        bls);
-    if (rc != 0) {
-      fprintf(stderr, "mgpu bench launch: %s: %s\n", mgpu_err_name(rc),
-              mgpu_error_detail());
-      bench_report_finish(r, o.json);
-      return 1;
-    }
-    if (bls[0] > 0) {
-      bench_report_add(r, "launch empty kernel + synchronize, device 0",
-                       "latency", ls, "us",
-                       "bare clEnqueueNDRangeKernel + clFinish", bls[0]);
-      bench_report_add(r, "launch empty kernel + synchronize, device 0",
-                       "latency", ls, "us",
-                       "the same bare pair, queue with profiling", bls[1]);
-    }
-  }
-  char chain[96];
-  snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
-           cuda ? "fills(1 elem)" : "empty kernels");
-  bench_report_add(r, chain, "per_chain", by_graph, "us",
-                   "the same launches one by one", by_op);
-  int peer = mgpu_device_count() > 1 ? 1 : 0;
-  static const size_t sizes[] = {8, 4096};
-  for (int k = 0; k < 2; k++) {
-    double spin = bench_pingpong_bytes_us(1, sizes[k], iters, o.reps);
-    double cv = bench_pingpong_bytes_us(0, sizes[k], iters, o.reps);
-    double ch = 0;
-    rc = channel_rtt_us(0, peer, sizes[k], iters, o.reps, &ch);
-    if (rc != 0) {
-      fprintf(stderr, "mgpu bench launch: channel: %s: %s\n",
-              mgpu_err_name(rc), mgpu_error_detail());
-      bench_report_finish(r, o.json);
-      return 1;
-    }
-    char name[96];
-    snprintf(name, sizeof name, "channel round trip %zu B, devices 0 and %d",
-             sizes[k], peer);
-    bench_report_add(r, name, "latency", ch, "us", "spinning ping-pong, same bytes",
-                     spin);
-    bench_report_add(r, name, "latency", ch, "us",
-                     "mutex+cond ping-pong, same bytes", cv);
+  } else if ((rc = report_channels(r, iters, o.reps)) != 0) {
+    fprintf(stderr, "mgpu bench launch: channel: %s: %s\n",
+            mgpu_err_name(rc), mgpu_error_detail());
   }
   bench_report_finish(r, o.json);
-  return 0;
+  return rc != 0 ? 1 : 0;
 }
