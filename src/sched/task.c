@@ -131,7 +131,12 @@ void mgpu__task_complete(mgpu__pool *p, mgpu__task *t, int r,
 }
 
 /* The task's span on its worker's track, and the arrow of a steal from the
- * owner's worker (when the thief took it) to the task. */
+ * owner's worker (when the thief took it) to the task. The owner may have
+ * been idle or not yet started then, so the arrow starts in a 1 ns
+ * "stolen" mark on the owner's track: a flow binds to an enclosing span,
+ * and one with none is dropped by the viewer. Integer timestamps make the
+ * mark either inside a task span of the owner or outside it, never across
+ * its edge. */
 static void trace_task(mgpu__worker *w, mgpu__task *t, uint64_t t0) {
   int from = w->stolen_from;
   const mgpu__worker *v = from >= 0 ? &w->pool->workers[from] : NULL;
@@ -142,6 +147,9 @@ static void trace_task(mgpu__worker *w, mgpu__task *t, uint64_t t0) {
   mgpu__trace_span(w->dev, w->trace_track, "task", t0, w->clock_ns, args, 3);
   if (v != NULL) {
     uint64_t at = w->stolen_ns > t0 ? w->stolen_ns : t0;
+    mgpu__trace_arg mark[] = {MGPU__TARG_I("task", mgpu__task_handle(t)),
+                              MGPU__TARG_I("to_device", w->dev)};
+    mgpu__trace_span(v->dev, v->trace_track, "stolen", at, at + 1, mark, 2);
     mgpu__trace_flow("steal", (mgpu__trace_point){v->dev, v->trace_track, at},
                      (mgpu__trace_point){w->dev, w->trace_track, at + 1});
   }
