@@ -157,6 +157,10 @@ struct mgpu__bdevice {
   /* Streams on the ready list, readable without the lock: an idle worker
    * watches it for a few microseconds before it sleeps. */
   _Atomic int nready;
+  /* Workers awake and watching nready (lock): a push wakes a sleeping
+   * worker only for a stream that no watcher will take, since a worker
+   * woken for nothing spins on a core that the work needs. */
+  int watching;
   /* Spin budgets (util/thread.h): idle workers watching nready, and
    * synchronize watching a stream's nfinished. */
   mgpu__spin work_spin, sync_spin;

@@ -14,8 +14,9 @@ void mgpu__host_ready_push(mgpu__bdevice *d, mgpu__bstream *s) {
   if (d->ready_tail) d->ready_tail->ready_next = s;
   else d->ready_head = s;
   d->ready_tail = s;
-  atomic_fetch_add_explicit(&d->nready, 1, memory_order_release);
-  mgpu__cond_signal(&d->work);
+  int ready = atomic_fetch_add_explicit(&d->nready, 1, memory_order_release);
+  /* More streams ready than workers awake to take them: wake one. */
+  if (ready + 1 > d->watching) mgpu__cond_signal(&d->work);
 }
 
 /* Queues op on s. The op is owned by the stream from here on. */

@@ -372,9 +372,11 @@ void *mgpu__host_worker_main(void *arg) {
     kept = NULL;
     if (s == NULL) {
       if (d->stopping) break;
+      d->watching++;
       mgpu__mutex_unlock(&d->lock);
       int found = watch_for_work(d);
       mgpu__mutex_lock(&d->lock);
+      d->watching--;
       if (!found && d->ready_head == NULL && !d->stopping)
         mgpu__cond_wait(&d->work, &d->lock);
       continue;
