@@ -220,6 +220,10 @@ const char *mgpu__thread_role(void) { return thread_role; }
 #define PAIR_MOVE_EVERY 64u
 
 static _Atomic int spinners; /* threads in mgpu__spin_wait now */
+/* Threads running work (mgpu__cpu_busy), and whether the calling thread is
+ * one of them (its own, written by it only). */
+static _Atomic int busy_threads;
+static _Thread_local int busy_self;
 static _Atomic int ncpus;    /* CPUs this process may run on; 0: not read */
 
 static int cpu_count(void) {
@@ -259,6 +263,19 @@ int mgpu__spin_pair_wait_change(mgpu__spin *site, const _Atomic int *word,
   return mgpu__spin_pair_until(site, changed, &a, partner_cpu, 0, since);
 }
 
+void mgpu__cpu_busy(int busy) {
+  busy = busy != 0;
+  if (busy == busy_self) return;
+  busy_self = busy;
+  atomic_fetch_add_explicit(&busy_threads, busy ? 1 : -1,
+                            memory_order_relaxed);
+}
+
+int mgpu__cpus_all_busy(void) {
+  return atomic_load_explicit(&busy_threads, memory_order_relaxed) >=
+         cpu_count();
+}
+
 int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
                      const void *arg) {
   if (ready(arg)) return 1;
@@ -266,9 +283,11 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
   if (budget == 0) budget = SPIN_DEFAULT_NS;
   int cpus = cpu_count();
   /* Pausing keeps the core: only while another one is left for the thread
-   * this one waits for. */
-  int pause = atomic_fetch_add_explicit(&spinners, 1, memory_order_relaxed) + 1 <
-              cpus;
+   * this one waits for, after those that spin and those that work. */
+  int others_busy =
+      atomic_load_explicit(&busy_threads, memory_order_relaxed) - busy_self;
+  int pause = atomic_fetch_add_explicit(&spinners, 1, memory_order_relaxed) +
+                  1 + others_busy < cpus;
   uint64_t deadline = mgpu__now_ns() + budget;
   int seen = 0;
   for (unsigned i = 1;; i++) {

@@ -137,13 +137,25 @@ uint64_t mgpu__now_coarse_ns(void);
  * adapts it: it doubles (to 64 us) after a spin that saw the flag turn and
  * halves (to 1 us) after one that ran out, so a site whose partner is
  * usually asleep soon parks at once. The spin pauses the CPU only while
- * fewer threads of the process spin than there are CPUs; past that, and on
- * a machine of one CPU, it yields at every turn, so a spinning thread never
- * holds a core that the thread it waits for needs. */
+ * the threads of the process that spin or work (mgpu__cpu_busy) are fewer
+ * than its CPUs; past that, and on a machine of one CPU, it yields at every
+ * turn, so a spinning thread never holds a core that the thread it waits
+ * for, or another that works, needs. */
 typedef struct mgpu__spin {
   _Atomic unsigned budget_ns; /* 0: the default */
   _Atomic unsigned probe;     /* mgpu__spin_pair_until's count of parks */
 } mgpu__spin;
+
+/* Marks the calling thread as running work (busy 1) or as idle (0) in
+ * the process's count that mgpu__spin_until weighs: a thread that runs
+ * work on a library thread (a host device's worker) says so when it takes
+ * work and when it runs out, so that idle watchers do not pause on a core
+ * it needs. A spin of a busy thread counts it as spinning only. Cheap when
+ * the state does not change (a thread-local test). */
+void mgpu__cpu_busy(int busy);
+/* 1 when the threads marked busy are at least the process's CPUs: a
+ * thread woken now would wait for a CPU. */
+int mgpu__cpus_all_busy(void);
 
 /* Waits up to site's budget for ready(arg) to return nonzero (ready reads
  * with acquire); returns 1 when it did, 0 when the caller should park. */

@@ -2,8 +2,9 @@
  *
  * A device's part of a graph is one operation: the worker that takes it
  * runs the part's nodes in order, in place, waiting for the signals of
- * other devices' nodes on the board (a short spin, then a park) and posting
- * its own. One hand-off per device and launch instead of one per node. */
+ * other devices' nodes on the board (a short spin, then a park; no park
+ * while every CPU is busy) and posting its own. One hand-off per device and
+ * launch instead of one per node. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,10 +58,12 @@ int mgpu__host_graph_unfinished(const op *o) {
   return o->kind == OP_GRAPH && o->u.graph.next < o->u.graph.graph->n;
 }
 
-/* With s's device lock held, s's head o a part: 1 when its next node must
- * wait, and s is now parked on the board (a post puts it back). */
+/* With s's device lock held, s's head o a part: 1 when its last slice
+ * spun in vain and its next node must still wait, and s is now parked on
+ * the board (a post puts it back). A part not yet run, or one that moved
+ * on, is run first: its wait spins before it parks. */
 int mgpu__host_graph_must_park(mgpu__bstream *s, op *o) {
-  if (!mgpu__host_graph_unfinished(o) ||
+  if (!o->u.graph.spun || !mgpu__host_graph_unfinished(o) ||
       atomic_load_explicit(&s->dev->lost, memory_order_acquire))
     return 0;
   mgpu__graph_board *b = o->u.graph.graph->board;
@@ -182,14 +185,26 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
                                       "graph builtin", "graph callback"};
   host_graph *g = o->u.graph.graph;
   uint64_t posted = 2 * o->u.graph.launch;
-  int lost = atomic_load_explicit(&d->lost, memory_order_acquire);
+  int lost = 0;
+  o->u.graph.spun = 0;
   while (o->u.graph.next < g->n) {
+    /* Read again at each node: the device may be lost while the part
+     * waits, and what runs after that point posts the loss. */
+    lost = atomic_load_explicit(&d->lost, memory_order_acquire);
     const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
     int sig;
     if (!lost && (sig = pending_wait(o)) >= 0) {
       counter_target w = {&g->board->signals[sig], posted};
-      if (!mgpu__spin_until(&g->board->spins[sig], counter_reached, &w)) return;
+      /* Past the spin's budget the part parks, unless every CPU is busy:
+       * then the thread it waits for is likely one waiting for a CPU, and
+       * a spin that yields at each turn hands it one, where a park would
+       * add a wake-up (tens of microseconds) to every edge. */
+      if (!mgpu__spin_until(&g->board->spins[sig], counter_reached, &w) &&
+          !mgpu__cpus_all_busy()) {
+        o->u.graph.spun = 1;
+        return;
+      }
       continue; /* look at every wait of the node again */
     }
     for (int j = 0; !lost && j < n->nwaits; j++)

@@ -81,6 +81,8 @@ typedef struct op {
       int next; /* the node to run next (owned by the running worker) */
       uint64_t t0; /* when its first slice began (a part that waits runs
                       in slices; its trace span covers them all) */
+      int spun; /* its last slice ended on a wait it spun for in vain: the
+                   next worker to take it parks it unless that is over */
     } graph;
   } u;
 } op;

@@ -21,9 +21,13 @@
  * 1 us, after one that did not; it pauses the CPU while fewer threads of
  * the process spin than there are CPUs and yields it otherwise), then
  * sleeps on the device's work condition until a stream is pushed or the
- * device stops (watch_for_work, worker.c). A graph part whose next node
- * waits for another device's node watches its signal the same way, then
- * parks its stream on the graph's board and gives the worker back.
+ * device stops (watch_for_work, worker.c); a push wakes a sleeper only
+ * when more streams are ready than workers watch. A worker counts itself
+ * busy (mgpu__cpu_busy) from taking work until it runs out. A graph part
+ * whose next node waits for another device's node watches its signal the
+ * same way, then parks its stream on the graph's board and gives the
+ * worker back; but while every CPU is busy it keeps watching, yielding at
+ * each turn (graph.c tells why).
  *
  * Copies into device memory of 256 KiB or more use non-temporal stores.
  *

@@ -374,6 +374,7 @@ void *mgpu__host_worker_main(void *arg) {
       if (d->stopping) break;
       d->watching++;
       mgpu__mutex_unlock(&d->lock);
+      mgpu__cpu_busy(0);
       int found = watch_for_work(d);
       mgpu__mutex_lock(&d->lock);
       d->watching--;
@@ -387,6 +388,7 @@ void *mgpu__host_worker_main(void *arg) {
     int skip = skip_op(d, s, o);
     s->running = 1;
     mgpu__mutex_unlock(&d->lock);
+    mgpu__cpu_busy(1);
     if (!skip) run_op(d, s, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
