@@ -397,17 +397,21 @@ static double xof(const frame *fr, double t) {
 }
 
 /* Device names on dark bands, lane backgrounds and lane names; returns the
- * number of processes. */
-static int draw_names(const frame *fr) {
+ * number of processes (the trace format's groups: mgpu writes one per
+ * device and one named "host" for the threads of none), *hosts those named
+ * "host". */
+static int draw_names(const frame *fr, int *hosts) {
   const model *m = fr->m;
   char line[256];
   int processes = 0;
+  *hosts = 0;
   for (int i = 0; i < m->nlanes; i++) {
     const lane *l = &m->lanes[i];
     if (i == 0 || l->pid != m->lanes[i - 1].pid) {
       const char *pname = meta_name(m, "process_name", l->pid, -1);
       if (pname == NULL) snprintf(line, sizeof line, "process %d", l->pid);
       else snprintf(line, sizeof line, "%s", pname);
+      if (pname != NULL && strcmp(pname, "host") == 0) ++*hosts;
       canvas_rect(fr->cv, 0, l->y - HEADER_H, fr->width, HEADER_H - 2, 0x3b4252);
       canvas_text(fr->cv, 6, l->y - HEADER_H + 4, line, 0xffffff, 1);
       processes++;
@@ -504,14 +508,16 @@ static size_t draw_flows(const frame *fr) {
 /* The title, its summary line, the axis, the merge note and the legend of
  * the kinds present. */
 static void draw_frame_text(const frame *fr, const char *title, int height,
-                            int processes, size_t flows, size_t merged,
-                            size_t marks) {
+                            int processes, int hosts, size_t flows,
+                            size_t merged, size_t marks) {
   const model *m = fr->m;
   char line[256], span_time[48];
   canvas_text(fr->cv, 8, 8, title, 0x101010, 2);
   format_time(span_time, sizeof span_time, m->t1 - m->t0, m->t1 - m->t0);
-  snprintf(line, sizeof line, "%zu spans over %s on %d processes, %zu arrows",
-           m->nspans, span_time, processes, flows);
+  int devices = processes - hosts;
+  snprintf(line, sizeof line, "%zu spans over %s on %d device%s%s, %zu arrows",
+           m->nspans, span_time, devices, devices == 1 ? "" : "s",
+           hosts > 0 ? " and the host" : "", flows);
   canvas_text(fr->cv, 8, 30, line, 0x404040, 1);
   draw_axis(fr->cv, m, fr->x0, fr->x1, fr->width);
   int ly = height - 52;
@@ -535,11 +541,12 @@ static void draw(canvas *cv, model *m, const char *title, int width,
   frame fr = {cv, m, LABEL_W, width - RIGHT, width, 0};
   fr.scale = (fr.x1 - fr.x0) / (m->t1 - m->t0);
   size_t merged, marks;
-  int processes = draw_names(&fr);
+  int hosts;
+  int processes = draw_names(&fr, &hosts);
   draw_spans(&fr, &merged, &marks);
   draw_counters(&fr);
   size_t flows = draw_flows(&fr);
-  draw_frame_text(&fr, title, height, processes, flows, merged, marks);
+  draw_frame_text(&fr, title, height, processes, hosts, flows, merged, marks);
   if (info == NULL) return;
   memset(info, 0, sizeof *info);
   info->width = width;
