@@ -210,8 +210,25 @@ static int barrier_watch(mgpu__barrier *b, int rank, uint64_t gen,
                                      &b->cpu[1 - rank], since);
 }
 
+/* With more parties than CPUs, whether a watch that ran out should give
+ * way to the sleep below: generation gen ended, the barrier was destroyed,
+ * a device was lost or the deadline passed (the sleep's loop then says
+ * which). */
+static int barrier_must_sleep(mgpu__barrier *b, uint64_t gen,
+                              uint64_t deadline) {
+  mgpu__mutex_lock(&b->lock);
+  int stop = b->generation != gen || b->destroyed || lost_rank(b) >= 0 ||
+             (deadline != 0 && mgpu__now_ns() >= deadline);
+  mgpu__mutex_unlock(&b->lock);
+  return stop;
+}
+
 /* Waits, after barrier_arrive, for generation gen to end: by its deadline,
- * a destroy or a lost device. */
+ * a destroy or a lost device. With more parties than CPUs the wait does not
+ * sleep but keeps watching (yielding the CPU at each turn once as many
+ * threads watch as there are CPUs), as MPI ranks poll when oversubscribed:
+ * the last to arrive is then most likely a thread waiting for a CPU, and a
+ * sleep would add a wake-up (tens of microseconds) to every barrier. */
 static int barrier_sleep(mgpu__barrier *b, int rank, uint64_t gen,
                          int timeout_ms) {
   int rc = 0, lost;
@@ -224,6 +241,12 @@ static int barrier_sleep(mgpu__barrier *b, int rank, uint64_t gen,
     return 0;
   }
   uint64_t deadline = mgpu__deadline(timeout_ms);
+  if (b->n > mgpu__cpus())
+    while (!barrier_must_sleep(b, gen, deadline))
+      if (barrier_watch(b, rank, gen, &since)) {
+        atomic_store_explicit(&b->waiting[rank], 0, memory_order_relaxed);
+        return 0;
+      }
   mgpu__coll_waiter waiter;
   mgpu__mutex_lock(&b->lock);
   mgpu__coll_wait_begin(&waiter, &b->cond); /* a lost device wakes it */

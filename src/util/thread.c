@@ -271,6 +271,8 @@ void mgpu__cpu_busy(int busy) {
                             memory_order_relaxed);
 }
 
+int mgpu__cpus(void) { return cpu_count(); }
+
 int mgpu__cpus_all_busy(void) {
   return atomic_load_explicit(&busy_threads, memory_order_relaxed) >=
          cpu_count();

@@ -156,6 +156,8 @@ void mgpu__cpu_busy(int busy);
 /* 1 when the threads marked busy are at least the process's CPUs: a
  * thread woken now would wait for a CPU. */
 int mgpu__cpus_all_busy(void);
+/* The CPUs this process may run on (read once). */
+int mgpu__cpus(void);
 
 /* Waits up to site's budget for ready(arg) to return nonzero (ready reads
  * with acquire); returns 1 when it did, 0 when the caller should park. */
