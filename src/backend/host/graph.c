@@ -16,6 +16,10 @@
 #include "util/fault.h"
 #include "util/thread.h"
 
+/* How long a part's wait goes on without parking while every CPU is
+ * busy (mgpu__host_graph_run). */
+#define NO_PARK_NS 1000000u
+
 struct host_graph {
   _Atomic int refs; /* the owner's, and one per run queued */
   mgpu__graph_board *board;
@@ -186,6 +190,7 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   host_graph *g = o->u.graph.graph;
   uint64_t posted = 2 * o->u.graph.launch;
   int lost = 0;
+  uint64_t waited_since = 0; /* when the node's wait began, 0: none */
   o->u.graph.spun = 0;
   while (o->u.graph.next < g->n) {
     /* Read again at each node: the device may be lost while the part
@@ -196,17 +201,22 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     int sig;
     if (!lost && (sig = pending_wait(o)) >= 0) {
       counter_target w = {&g->board->signals[sig], posted};
+      if (waited_since == 0) waited_since = mgpu__now_ns();
       /* Past the spin's budget the part parks, unless every CPU is busy:
        * then the thread it waits for is likely one waiting for a CPU, and
        * a spin that yields at each turn hands it one, where a park would
-       * add a wake-up (tens of microseconds) to every edge. */
+       * add a wake-up (tens of microseconds) to every edge. For NO_PARK_NS
+       * at most: the worker it holds may be the one that would run what
+       * it waits for (another stream of this device). */
       if (!mgpu__spin_until(&g->board->spins[sig], counter_reached, &w) &&
-          !mgpu__cpus_all_busy()) {
+          (!mgpu__cpus_all_busy() ||
+           mgpu__now_ns() - waited_since > NO_PARK_NS)) {
         o->u.graph.spun = 1;
         return;
       }
       continue; /* look at every wait of the node again */
     }
+    waited_since = 0;
     for (int j = 0; !lost && j < n->nwaits; j++)
       if (atomic_load(&g->board->signals[n->waits[j]]) & 1)
         graph_wait_lost(d, s, n->node,

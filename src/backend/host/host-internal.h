@@ -74,6 +74,7 @@ typedef struct op {
     struct {
       mgpu__bevent *event;
       uint64_t seq;
+      int watched; /* a wait: a worker watched the event once already */
     } event;
     struct {
       host_graph *graph;
@@ -94,7 +95,9 @@ struct mgpu__bevent {
   mgpu__mutex lock;
   mgpu__cond done;
   uint64_t recorded;  /* sequence number of the latest record call */
-  uint64_t completed; /* highest sequence number completed */
+  /* Highest sequence number completed; written under lock, also read
+   * without it by a wait that watches it (worker.c). */
+  _Atomic uint64_t completed;
   uint64_t time_ns;   /* when `completed` was reached */
   mgpu__trace_point recorded_at; /* where and when, for the trace's arrows */
   mgpu__bstream *waiters; /* streams parked on this event */
@@ -106,6 +109,8 @@ struct mgpu__bevent {
    * record can outlive a later one that completed first (records on two
    * streams), and a wait can outlive every record: destroy waits for both. */
   int ops;
+  /* The watch budget of the waits for this event (util/thread.h). */
+  mgpu__spin spin;
 };
 
 struct mgpu__bstream {

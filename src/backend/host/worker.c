@@ -290,6 +290,38 @@ static int must_park(mgpu__bstream *s, op *o) {
   return park;
 }
 
+/* How long a wait goes on watching without parking while every CPU is
+ * busy: the worker it holds may be the one that would run what it waits
+ * for (another stream of its device). */
+#define WATCH_BUSY_NS 1000000u
+
+/* With d->lock held, s's head o a wait: 1 if s must park on its event. The
+ * first time, the worker watches the event first (without the lock; s
+ * counts as running meanwhile, so that no other worker takes it), as a
+ * graph's part watches its signal: the record is often about to run on
+ * another device's worker, and a park costs that worker a wake-up of this
+ * stream's. Past the watch's budget it parks, unless every CPU is busy
+ * (then it watches on, yielding, for up to WATCH_BUSY_NS). */
+static int wait_must_park(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
+  counter_target t = {&o->u.event.event->completed, o->u.event.seq};
+  if (o->u.event.watched || counter_reached(&t)) return must_park(s, o);
+  o->u.event.watched = 1;
+  s->running = 1;
+  mgpu__mutex_unlock(&d->lock);
+  uint64_t since = 0;
+  int seen;
+  while (!(seen = mgpu__spin_until(&o->u.event.event->spin, counter_reached,
+                                   &t)) &&
+         mgpu__cpus_all_busy()) {
+    uint64_t now = mgpu__now_ns();
+    if (since == 0) since = now;
+    else if (now - since > WATCH_BUSY_NS) break;
+  }
+  mgpu__mutex_lock(&d->lock);
+  s->running = 0;
+  return !seen && must_park(s, o);
+}
+
 /* An idle worker watches its ready list before it sleeps. A pipeline
  * between devices (the staged copy, the collectives) hands a stream to
  * another device's worker once per chunk; waking a sleeping thread costs tens
@@ -383,7 +415,7 @@ void *mgpu__host_worker_main(void *arg) {
       continue;
     }
     op *o = s->head;
-    if (o->kind == OP_WAIT && must_park(s, o)) continue;
+    if (o->kind == OP_WAIT && wait_must_park(d, s, o)) continue;
     if (o->kind == OP_GRAPH && mgpu__host_graph_must_park(s, o)) continue;
     int skip = skip_op(d, s, o);
     s->running = 1;
