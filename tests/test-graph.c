@@ -1,7 +1,9 @@
 /* Graphs: built node by node and captured from streams, across devices,
  * replayed, updated, destroyed, and refused where they must be. */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -530,6 +532,58 @@ TEST_IMPL(device_lost_during_replay) {
   ASSERT_EQ(host_ops_queued(s), queued);
   mgpu_graph_exec_destroy(x);
   ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* A host function that says it started, then waits for its gate. */
+typedef struct started_gate {
+  _Atomic int started;
+  test_gate gate;
+} started_gate;
+
+static void start_then_wait(void *arg) {
+  started_gate *sg = arg;
+  atomic_store(&sg->started, 1);
+  test_gate_wait(&sg->gate);
+}
+
+/* The launching device lost while its part runs, between two nodes: the
+ * rest of the part does not run but its host functions, and the launching
+ * stream fails with MGPU_EDEVLOST naming the device, though nothing else
+ * was queued on it. */
+TEST_IMPL(device_lost_inside_part) {
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) { /* others replay node by node */
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  int calls = 0;
+  started_gate sg = {0, TEST_GATE_INITIALIZER};
+  mgpu_buffer *buf;
+  ASSERT_OK(mgpu_malloc(&buf, 0, 64));
+  mgpu_graph *g;
+  mgpu_graph_node a, b;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, NULL, 0, start_then_wait, &sg, &a));
+  ASSERT_OK(mgpu_graph_add_memset(g, &a, 1, buf, 0, 0x5a, 64, &b));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, &b, 1, count_cb, &calls, NULL));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  while (!atomic_load(&sg.started)) sched_yield();
+  ASSERT_OK(mgpu__device_lose(0, "lost by the test"));
+  test_gate_open(&sg.gate);
+  ASSERT_ERR(MGPU_EDEVLOST, mgpu_stream_synchronize(s));
+  ASSERT_DETAIL_HAS("device 0");
+  ASSERT_EQ(calls, 1); /* host functions still run */
+  mgpu_graph_exec_destroy(x);
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_free(buf));
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
@@ -1219,6 +1273,7 @@ TEST_ENTRY(launch_is_one_operation_per_device)
 TEST_ENTRY(failure_on_other_device_reaches_launching_stream)
 TEST_ENTRY(wait_on_event_of_ended_capture_refused)
 TEST_ENTRY(device_lost_during_replay)
+TEST_ENTRY(device_lost_inside_part)
 TEST_ENTRY(trace_shows_launch_with_nodes_inside)
 TEST_ENTRY(fault_sweep)
 TEST_ENTRY(capture_across_devices)

@@ -189,13 +189,19 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
                                       "graph builtin", "graph callback"};
   host_graph *g = o->u.graph.graph;
   uint64_t posted = 2 * o->u.graph.launch;
-  int lost = 0;
+  int lost = atomic_load_explicit(&d->lost, memory_order_acquire);
   uint64_t waited_since = 0; /* when the node's wait began, 0: none */
   o->u.graph.spun = 0;
   while (o->u.graph.next < g->n) {
     /* Read again at each node: the device may be lost while the part
-     * waits, and what runs after that point posts the loss. */
-    lost = atomic_load_explicit(&d->lost, memory_order_acquire);
+     * waits; what runs after that point posts the loss, and the stream
+     * fails as the worker's skip_op fails it for a part it takes lost. */
+    if (!lost && atomic_load_explicit(&d->lost, memory_order_acquire)) {
+      lost = 1;
+      mgpu__mutex_lock(&d->lock);
+      mgpu__host_stream_lost_locked(d, s);
+      mgpu__mutex_unlock(&d->lock);
+    }
     const mgpu__bgraph_node *n = &g->nodes[o->u.graph.next];
     uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
     int sig;

@@ -218,6 +218,9 @@ void mgpu__host_sync_wake(mgpu__bdevice *d, mgpu__bstream *s);
 void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o);
 void mgpu__host_op_free(op *o);
 void mgpu__host_lose_locked(mgpu__bdevice *d, const char *why);
+/* d->lock held, d lost: s fails with MGPU_EDEVLOST naming d (unless it
+ * failed already), and the streams that wait for it in turn. */
+void mgpu__host_stream_lost_locked(mgpu__bdevice *d, mgpu__bstream *s);
 void *mgpu__host_worker_main(void *arg);
 
 /* graph.c: a device's part of a graph, run as one operation

@@ -358,6 +358,12 @@ static int skip_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
     mgpu__host_lose_locked(d, why);
   }
   if (!atomic_load_explicit(&d->lost, memory_order_relaxed)) return 0;
+  mgpu__host_stream_lost_locked(d, s);
+  /* A graph's part still posts its signals (and runs its callbacks). */
+  return o->kind != OP_CALLBACK && o->kind != OP_GRAPH;
+}
+
+void mgpu__host_stream_lost_locked(mgpu__bdevice *d, mgpu__bstream *s) {
   if (s->error == 0) {
     s->error = MGPU_EDEVLOST;
     snprintf(s->error_detail, sizeof s->error_detail,
@@ -366,8 +372,6 @@ static int skip_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
   }
   if (atomic_load_explicit(&s->lost_from, memory_order_relaxed) == 0)
     atomic_store_explicit(&s->lost_from, d->id + 1, memory_order_relaxed);
-  /* A graph's part still posts its signals (and runs its callbacks). */
-  return o->kind != OP_CALLBACK && o->kind != OP_GRAPH;
 }
 
 /* The stream at the head of d's ready list, taken off it; d->lock held. */
@@ -443,5 +447,6 @@ void *mgpu__host_worker_main(void *arg) {
     mgpu__host_op_free(o);
   }
   mgpu__mutex_unlock(&d->lock);
+  mgpu__cpu_busy(0); /* not counted once gone */
   return NULL;
 }
