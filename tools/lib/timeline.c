@@ -573,38 +573,56 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-int timeline_render(const json *trace, const char *title, int width,
-                    const char *path, timeline_info *info, char *err,
-                    int err_size) {
-  int svg = ends_with(path, ".svg"), ppm = ends_with(path, ".ppm");
-  if (!svg && !ppm && !ends_with(path, ".png")) {
+/* Which picture path names: 1 SVG, 2 PPM, 0 PNG, -1 (err filled) none this
+ * build can write. */
+static int picture_kind(const char *path, char *err, int err_size) {
+  if (ends_with(path, ".svg")) return 1;
+  if (ends_with(path, ".ppm")) return 2;
+  if (!ends_with(path, ".png")) {
     snprintf(err, (size_t)err_size, "%s: the picture's name must end in .png, "
              ".svg or .ppm", path);
     return -1;
   }
-  if (!svg && !ppm && !image_have_png()) {
+  if (!image_have_png()) {
     snprintf(err, (size_t)err_size, "%s: PNG needs libpng, which was not found "
              "when mgpu was configured; write .svg instead", path);
     return -1;
   }
+  return 0;
+}
+
+/* The model of trace, its lanes laid out and its spans sorted; the
+ * picture's height in *height. 0, or -1 with err filled (m's arrays are
+ * the caller's to free either way). */
+static int model_laid_out(model *m, const json *trace, int *height, char *err,
+                          int err_size) {
+  if (build(m, trace, err, err_size) != 0) return -1;
+  lane *before = malloc((size_t)m->nlanes * sizeof *before);
+  if (before == NULL) {
+    snprintf(err, (size_t)err_size, "out of memory");
+    return -1;
+  }
+  memcpy(before, m->lanes, (size_t)m->nlanes * sizeof *before);
+  *height = layout(m);
+  remap(m, before, m->nlanes);
+  free(before);
+  qsort(m->spans, m->nspans, sizeof *m->spans, by_start);
+  return 0;
+}
+
+int timeline_render(const json *trace, const char *title, int width,
+                    const char *path, timeline_info *info, char *err,
+                    int err_size) {
+  int kind = picture_kind(path, err, err_size);
+  if (kind < 0) return -1;
+  int svg = kind == 1, ppm = kind == 2;
   if (width < 400) width = 400;
   if (width > 16384) width = 16384;
   model m;
   memset(&m, 0, sizeof m);
-  int rc = build(&m, trace, err, err_size);
+  int height = 0;
+  int rc = model_laid_out(&m, trace, &height, err, err_size);
   if (rc != 0) goto out;
-  lane *before = malloc((size_t)m.nlanes * sizeof *before);
-  if (before == NULL) {
-    snprintf(err, (size_t)err_size, "out of memory");
-    rc = -1;
-    goto out;
-  }
-  memcpy(before, m.lanes, (size_t)m.nlanes * sizeof *before);
-  int height = layout(&m);
-  remap(&m, before, m.nlanes);
-  free(before);
-  qsort(m.spans, m.nspans, sizeof *m.spans, by_start);
-
   canvas cv = {NULL, NULL};
   image img = {0, 0, NULL};
   if (svg) {
