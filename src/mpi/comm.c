@@ -342,10 +342,11 @@ static int nccl_wait(mpi_comm_ctx *x, const mgpu_coll_call *calls, int n) {
           nccl->comm_abort(x->nccl_comms[k]);
         x->nccl_aborted = 1;
         return mgpu__error(MGPU_ETIMEDOUT, "rank %d: an NCCL collective "
-                           "did not complete within %d ms "
-                           "(MGPU_MPI_TIMEOUT_MS): another rank did not "
-                           "come; the communicator is aborted",
-                           mgpu__mpi.rank, mgpu__mpi.timeout_ms);
+                           "of global rank %d (%zu elements) did not "
+                           "complete within %d ms (MGPU_MPI_TIMEOUT_MS): "
+                           "another rank did not come; the communicator is "
+                           "aborted", mgpu__mpi.rank, calls[i].rank,
+                           calls[i].count, mgpu__mpi.timeout_ms);
       }
       struct timespec nap = {0, 20000};
       nanosleep(&nap, NULL);
@@ -364,7 +365,9 @@ static int nccl_issue(void *ctx, const mgpu_coll_call *calls, int n) {
                        "out", mgpu__mpi.rank);
   ncclDataType_t type;
   if (nccl_type(calls[0].dtype, &type) != 0)
-    return mgpu__error(MGPU_EINVAL, "unknown dtype");
+    return mgpu__error(MGPU_EINVAL, "rank %d: dtype %d has no NCCL type "
+                       "(global rank %d's collective)", mgpu__mpi.rank,
+                       (int)calls[0].dtype, calls[0].rank);
   ncclResult_t r = nccl->group_start();
   for (int i = 0; i < n && r == ncclSuccess; i++) {
     const mgpu_coll_call *c = &calls[i];
