@@ -107,6 +107,13 @@ static long host_ops_queued(mgpu_stream *s) {
 
 enum { N = 64 };
 
+/* 1 when graphs replay as mode says (MGPU_GRAPH_REPLAY, "devices" when
+ * unset): some tests look at how a replay is issued. */
+static int replay_is(const char *mode) {
+  const char *v = getenv("MGPU_GRAPH_REPLAY");
+  return strcmp(v != NULL && *v != '\0' ? v : "devices", mode) == 0;
+}
+
 /* fill x0 on device 0, x0 = 2*x0 + 1, copy to x1 on device 1, x1 += 10 on
  * device 1, a host function after it: every launch redoes the chain. */
 static int explicit_graph(const mgpu_config *config) {
@@ -391,8 +398,10 @@ TEST_IMPL(fault_inside_replay) {
                                     sizeof(affine_args), &k));
     if (by_node) ASSERT_OK(mgpu_graph_add_event_record(g, &k, 1, ev, NULL));
     ASSERT_OK(mgpu_graph_instantiate(g, &x));
-    ASSERT_OK(mgpu__fault_set(by_node ? "backend:launch:1"
-                                      : "backend:graph_launch:1", NULL, 0));
+    /* Replayed in segments, a graph of one kernel is that kernel. */
+    int parts = !by_node && replay_is("devices");
+    ASSERT_OK(mgpu__fault_set(parts ? "backend:graph_launch:1"
+                                    : "backend:launch:1", NULL, 0));
     ASSERT_ERR(MGPU_EBACKEND, mgpu_graph_launch(x, s));
     ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
     ASSERT_OK(mgpu_graph_launch(x, s));
@@ -651,9 +660,15 @@ TEST_IMPL(trace_shows_launch_with_nodes_inside) {
         inside++;
     }
   }
+  /* A part per device: kernel and copy on device 0, kernel on d1. In
+   * segments, device 1's one kernel is issued alone; node by node, no
+   * part runs. */
+  int want_parts = d1 != 0 ? 2 : 1, want_inside = 3;
+  if (replay_is("segments") && d1 != 0) want_parts = 1, want_inside = 2;
+  if (replay_is("nodes")) want_parts = 0, want_inside = 0;
   ASSERT_EQ(calls, 1);
-  ASSERT_EQ(parts, d1 != 0 ? 2 : 1);
-  ASSERT_EQ(inside, 3); /* kernel and copy on device 0, kernel on d1 */
+  ASSERT_EQ(parts, want_parts);
+  ASSERT_EQ(inside, want_inside);
   json_free(j);
   unlink(path);
   ASSERT_OK(mgpu_graph_exec_destroy(x));
@@ -705,7 +720,7 @@ TEST_IMPL(launch_is_one_operation_per_device) {
   int d1 = n > 1 ? 1 : 0;
   mgpu_stream *s;
   ASSERT_OK(mgpu_stream_create(&s, 0));
-  if (host_ops_queued(s) < 0) {
+  if (host_ops_queued(s) < 0 || !replay_is("devices")) {
     ASSERT_OK(mgpu_stream_destroy(s));
     ASSERT_OK(mgpu_shutdown());
     return TEST_SKIP;
@@ -1170,10 +1185,35 @@ static void boardless_destroy(mgpu__bdevice *d, void *graph) {
   refusing_inner->destroy(d, graph);
 }
 
+/* x0 = 3, x1 = x0 (on device 0); x1 = 2 * x1 + 1, host function (device
+ * 1); x0 = x0 + 100, host function (device 0): each pair after the last. */
+static int segments_graph(mgpu_graph **out, mgpu_buffer *x0, mgpu_buffer *x1,
+                          int *calls) {
+  static affine_args a0, a1;
+  a0 = (affine_args){mgpu_buffer_ptr(x0), N, 1.0f, 100.0f};
+  a1 = (affine_args){mgpu_buffer_ptr(x1), N, 2.0f, 1.0f};
+  float three = 3.0f;
+  mgpu_graph *g;
+  mgpu_graph_node f0, cp, k1, h1, k0;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &three,
+                                &f0));
+  ASSERT_OK(mgpu_graph_add_copy(g, &f0, 1, x1, 0, x0, 0, N * sizeof(float),
+                                &cp));
+  ASSERT_OK(mgpu_graph_add_kernel(g, 1, &cp, 1, &affine, MGPU_DIM3(2, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a1, sizeof a1, &k1));
+  ASSERT_OK(mgpu_graph_add_host(g, 1, &k1, 1, count_cb, calls, &h1));
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, &h1, 1, &affine, MGPU_DIM3(2, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &a0, sizeof a0, &k0));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, &k0, 1, count_cb, calls, NULL));
+  *out = g;
+  return 0;
+}
+
 /* Parts a backend refuses with MGPU_ENOTSUP: a graph whose devices do not
- * wait for each other runs as parts joined by events, one with an edge
- * between devices node by node; both are right, launched from either
- * device's stream, and every part made is freed. */
+ * wait for each other runs as parts joined by events, one with edges
+ * between devices in segments joined by events; both are right, launched
+ * from either device's stream, and every part made is freed. */
 TEST_IMPL(parts_refused_fall_back) {
   int n = test_init();
   mgpu_device_props p0 = {.size = sizeof p0}, p1 = {.size = sizeof p1};
@@ -1182,7 +1222,7 @@ TEST_IMPL(parts_refused_fall_back) {
   ASSERT_OK(mgpu_device_get_props(1, &p1));
   mgpu__device *dv[2] = {mgpu__device_get(0), mgpu__device_get(1)};
   if (p0.backend_kind != MGPU_BACKEND_HOST || dv[0]->ops != dv[1]->ops ||
-      dv[0]->ops->graph == NULL)
+      dv[0]->ops->graph == NULL || !replay_is("devices"))
     return TEST_SKIP; /* the filter wraps the host backend's slots */
   /* The table a device holds is the fault seam's copy of its backend's
    * (src/core/backend_fault.c), writable memory that only the calling
@@ -1205,7 +1245,7 @@ TEST_IMPL(parts_refused_fall_back) {
   /* Apart: x0 = 3, x0 = 2 * x0 + 1 on device 0; x1 = 7, a host function
    * on device 1. */
   mgpu_graph *g;
-  mgpu_graph_node f0, f1, cp;
+  mgpu_graph_node f0, f1;
   ASSERT_OK(mgpu_graph_create(&g));
   ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &three,
                                 &f0));
@@ -1230,25 +1270,25 @@ TEST_IMPL(parts_refused_fall_back) {
   ASSERT_OK(mgpu_graph_exec_destroy(x));
   ASSERT_OK(mgpu_graph_destroy(g));
   ASSERT_EQ(boardless_freed, boardless_made);
-  /* An edge: x0 = 3, x1 = x0 (copied on device 0), x1 = 2 * x1 + 1 on
-   * device 1 after the copy: no part holds it, node by node. */
+  /* Edges both ways: x0 = 3, x1 = x0 (copied on device 0); x1 = 2 * x1 + 1
+   * on device 1 after the copy, a host function after it; x0 = x0 + 100
+   * on device 0 after that, a host function after it. No part per device
+   * holds it: three segments of two nodes, each a part, joined by events. */
   int made = boardless_made;
-  ASSERT_OK(mgpu_graph_create(&g));
-  ASSERT_OK(mgpu_graph_add_fill(g, NULL, 0, x0, 0, N, MGPU_FLOAT32, &three,
-                                &f0));
-  ASSERT_OK(mgpu_graph_add_copy(g, &f0, 1, x1, 0, x0, 0, N * sizeof(float),
-                                &cp));
-  affine_args a1 = {mgpu_buffer_ptr(x1), N, 2.0f, 1.0f};
-  ASSERT_OK(mgpu_graph_add_kernel(g, 1, &cp, 1, &affine, MGPU_DIM3(2, 1, 1),
-                                  MGPU_DIM3(1, 1, 1), &a1, sizeof a1, NULL));
+  ASSERT_OK(segments_graph(&g, x0, x1, &calls));
   ASSERT_OK(mgpu_graph_instantiate(g, &x));
-  ASSERT_EQ(boardless_made, made); /* refused: no part was kept */
-  write_floats(x1, -1.0f, N);
-  ASSERT_OK(mgpu_graph_launch(x, s1));
-  ASSERT_OK(mgpu_graph_launch(x, s0));
-  ASSERT_OK(mgpu_graph_exec_synchronize(x));
-  read_floats(x1, out, N);
-  for (int i = 0; i < N; i++) ASSERT(out[i] == 7.0f);
+  ASSERT_EQ(boardless_made, made + 3);
+  calls = 0;
+  for (int i = 0; i < 5; i++) {
+    write_floats(x1, -1.0f, N);
+    ASSERT_OK(mgpu_graph_launch(x, i % 2 ? s0 : s1));
+    ASSERT_OK(mgpu_graph_exec_synchronize(x));
+    read_floats(x1, out, N);
+    for (int k = 0; k < N; k++) ASSERT(out[k] == 7.0f);
+    read_floats(x0, out, N);
+    for (int k = 0; k < N; k++) ASSERT(out[k] == 103.0f);
+  }
+  ASSERT_EQ(calls, 10);
   ASSERT_OK(mgpu_graph_exec_destroy(x));
   ASSERT_OK(mgpu_graph_destroy(g));
   ASSERT_EQ(boardless_freed, boardless_made);

@@ -236,6 +236,11 @@ static const config_var vars[] = {
         "calls made to fail on purpose (docs/faults.md)"),
     VAR("MGPU_CUDA_IPC_LEGACY", cuda_ipc_legacy, V_INT, 0, 1, -1, 0,
         "0 or 1", "share CUDA store objects through legacy cudaIpc handles"),
+    /* Read by the graph layer at each mgpu_graph_instantiate. */
+    ENV("MGPU_GRAPH_REPLAY", "devices",
+        "how graphs replay: a part per device where the backend can "
+        "(devices), runs of nodes joined by events (segments), or node by "
+        "node (nodes)"),
     /* The launcher's node-local rank and rank count (MGPU_DEVICES=local). */
     ENV("OMPI_COMM_WORLD_LOCAL_RANK", NULL, "Open MPI's node-local rank"),
     ENV("OMPI_COMM_WORLD_LOCAL_SIZE", NULL, "Open MPI's ranks on the node"),

@@ -48,19 +48,52 @@ typedef struct mgpu__exec {
   int tail_made[MGPU_MAX_DEVICES];
   mgpu_stream *last_stream; /* of the last launch, or NULL */
   int last_dev;             /* its device */
-  /* One part per device (parts.c), or NULL: node by node. After an
-   * update the parts are made again before the next launch (stale); the
-   * old ones are retired until the launches that use them are done. */
+  /* One part per device (parts.c), or NULL: then segments (segments.c),
+   * some of them backend parts, the rest node by node. After an update
+   * both are made again before the next launch (stale); the old ones are
+   * retired until the launches that use them are done. */
   mgpu__parts *parts;
+  mgpu__segs *segs;
   int parts_stale;
+  int replay; /* MGPU_GRAPH_REPLAY at instantiate: enum replay */
   struct retired_parts *retired;
   uint64_t launches; /* launches numbered so far */
 } mgpu__exec;
 
 typedef struct retired_parts {
   mgpu__parts *parts;
+  mgpu__segs *segs;
   struct retired_parts *next;
 } retired_parts;
+
+/* How a graph replays (MGPU_GRAPH_REPLAY): one part per device where its
+ * backend can, else segments; segments even where parts could be made;
+ * node by node. */
+enum replay { REPLAY_DEVICES, REPLAY_SEGMENTS, REPLAY_NODES };
+
+static int replay_mode(int *mode) {
+  static const char *const names[] = {"devices", "segments", "nodes"};
+  const char *v = mgpu__env("MGPU_GRAPH_REPLAY");
+  for (int i = 0; i < 3; i++)
+    if (v == NULL || strcmp(v, names[i]) == 0) return *mode = i, 0;
+  return mgpu__error(MGPU_EINVAL, "mgpu_graph_instantiate: "
+                     "MGPU_GRAPH_REPLAY='%s' (expected devices, segments or "
+                     "nodes)", v);
+}
+
+/* The parts of x's nodes or, where they cannot be made, its segments. */
+static int replay_build(const mgpu__exec *x, mgpu__parts **parts,
+                        mgpu__segs **segs) {
+  *parts = NULL;
+  *segs = NULL;
+  int rc = 0;
+  if (x->replay == REPLAY_DEVICES)
+    rc = mgpu__parts_build(x->nodes, x->n, x->order, parts);
+  if (rc == 0 && *parts == NULL)
+    rc = mgpu__segs_build(x->nodes, x->n, x->order,
+                          x->replay != REPLAY_NODES, segs);
+  return rc;
+}
 
 static const char *kind_name(mgpu__graph_op_kind k) {
   static const char *const names[] = {
@@ -164,6 +197,7 @@ static void retired_free(mgpu__exec *x) {
     retired_parts *r = x->retired;
     x->retired = r->next;
     mgpu__parts_free(r->parts);
+    mgpu__segs_free(r->segs);
     mgpu__free(r);
   }
 }
@@ -185,6 +219,7 @@ static int exec_free(mgpu__exec *x) {
   for (int i = 0; x->done != NULL && i < x->n; i++)
     if (x->done[i] != NULL) mgpu_event_destroy(x->done[i]);
   mgpu__parts_free(x->parts);
+  mgpu__segs_free(x->segs);
   retired_free(x);
   for (int i = 0; x->nodes != NULL && i < x->n; i++)
     mgpu__gnode_clear(&x->nodes[i]);
@@ -245,7 +280,8 @@ int mgpu_graph_instantiate(mgpu_graph *h, mgpu_graph_exec **out) {
   for (int i = 0; rc == 0 && i < g->n; i++, x->n++)
     rc = mgpu__gnode_copy(&x->nodes[i], &g->nodes[i]);
   if (rc == 0) rc = exec_build(x);
-  if (rc == 0) rc = mgpu__parts_build(x->nodes, x->n, x->order, &x->parts);
+  if (rc == 0) rc = replay_mode(&x->replay);
+  if (rc == 0) rc = replay_build(x, &x->parts, &x->segs);
   if (rc != 0) goto fail;
   x->handle = mgpu__handle_new(MGPU__H_GRAPH_EXEC, x);
   if (x->handle == 0) {
@@ -299,21 +335,20 @@ static int parts_refresh(mgpu__exec *x) {
   if (!x->parts_stale) return 0;
   retired_parts *r = mgpu__calloc(1, sizeof *r);
   mgpu__parts *parts;
+  mgpu__segs *segs;
   int rc = r == NULL ? mgpu__error(MGPU_ENOMEM, "mgpu_graph_launch: out of "
                                    "host memory")
-                     : mgpu__parts_build(x->nodes, x->n, x->order, &parts);
+                     : replay_build(x, &parts, &segs);
   if (rc != 0) {
     mgpu__free(r);
     return rc;
   }
-  if (x->parts != NULL) {
-    r->parts = x->parts;
-    r->next = x->retired;
-    x->retired = r;
-  } else {
-    mgpu__free(r);
-  }
+  r->parts = x->parts;
+  r->segs = x->segs;
+  r->next = x->retired;
+  x->retired = r;
   x->parts = parts;
+  x->segs = segs;
   x->parts_stale = 0;
   return 0;
 }
@@ -367,13 +402,27 @@ static int issue_end(mgpu__exec *x, mgpu_stream *stream, int sdev,
   return rc;
 }
 
+/* MGPU_EDEVLOST naming a lost device of x, else 0: a launch refuses it
+ * before anything is queued (the backend would refuse that device's work
+ * half-way through the launch). */
+static int lost_device(const mgpu__exec *x) {
+  for (int i = 0; i < x->ndevs; i++)
+    if (mgpu__device_is_lost(x->devs[i]))
+      return mgpu__error(MGPU_EDEVLOST, "mgpu_graph_launch: device %d was "
+                         "lost: nothing of the launch was queued",
+                         x->devs[i]);
+  return 0;
+}
+
 /* Queues one run (x->lock held, the handles checked). */
 static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
+  int rc = lost_device(x);
+  if (rc != 0) return rc;
   int joined = x->parts != NULL
                    ? mgpu__parts_joins(x->parts, sdev, x->streams) : 0;
   if (joined != 0) return joined > 0 ? issue_joined(x, stream, sdev) : joined;
-  int rc = event_of(&x->start[sdev], sdev);
+  rc = event_of(&x->start[sdev], sdev);
   if (rc == 0) rc = event_of(&x->end[sdev], sdev);
   if (rc == 0 && !x->tail_made[sdev]) {
     rc = mgpu__parts_tail_make(sdev, x->streams, x->devs, x->ndevs,
@@ -401,16 +450,8 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     for (int j = i; rc != 0 && j < x->ndevs; j++) /* it and the rest */
       mgpu__parts_cancel(x->parts, x->devs[j], launch);
   }
-  for (int k = 0; rc == 0 && x->parts == NULL && k < x->n; k++) {
-    int v = x->order[k];
-    const mgpu__gnode *n = &x->nodes[v];
-    mgpu_stream *st = on[n->op.dev];
-    for (int j = 0; rc == 0 && j < n->ndeps; j++)
-      if (x->nodes[n->deps[j]].op.dev != n->op.dev)
-        rc = mgpu_stream_wait_event(st, x->done[n->deps[j]]);
-    if (rc == 0) rc = mgpu__gnode_issue(n, st);
-    if (rc == 0 && x->done[v] != NULL) rc = mgpu_event_record(x->done[v], st);
-  }
+  if (rc == 0 && x->parts == NULL)
+    rc = mgpu__segs_issue(x->segs, x->nodes, on, x->done, launch);
   for (int i = 0; rc == 0 && i < x->ndevs; i++) {
     int dev = x->devs[i];
     if (dev == sdev) continue;

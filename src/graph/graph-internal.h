@@ -63,6 +63,14 @@ typedef struct mgpu__parts mgpu__parts;
  * node. */
 int mgpu__parts_build(const mgpu__gnode *nodes, int n, const int *order,
                       mgpu__parts **out);
+/* The part node of o (a node of a device with graph slots): 0, or -1
+ * when a part cannot run it in place. */
+struct mgpu__bgraph_node;
+int mgpu__parts_convert(const mgpu__graph_op *o, struct mgpu__bgraph_node *n);
+/* Queues a backend part of device dev (holding kernels kernel nodes, for
+ * the metrics) as launch number launch on stream. */
+int mgpu__parts_queue(int dev, void *part, int kernels, mgpu_stream *stream,
+                      uint64_t launch);
 /* Queues device dev's part of launch number launch on stream. */
 int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
                        uint64_t launch);
@@ -76,8 +84,8 @@ int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
 int mgpu__parts_joins(mgpu__parts *p, int sdev, mgpu_stream *const *streams);
 /* Queues launch number launch through sdev's joins: on stream, and each
  * other device's part on on[dev] (*tailed: what waits for the ends on
- * stream was queued). A lost device of the graph is MGPU_EDEVLOST before
- * anything is queued. */
+ * stream was queued). The caller checked that no device of the graph is
+ * lost. */
 int mgpu__parts_run(mgpu__parts *p, int sdev, mgpu_stream *stream,
                     mgpu_stream *const *on, uint64_t launch, int *tailed);
 /* The launch failed after what waits for the ends on its stream was
@@ -110,6 +118,26 @@ int mgpu__parts_tail_launch(int dev, void *tail, mgpu_stream *stream,
  * nothing from then on; the caller drops it and makes another. */
 void mgpu__parts_tail_cancel(int dev, void *tail);
 void mgpu__parts_tail_free(int dev, void *tail);
+
+/* The segments of an executable graph whose devices cannot each run one
+ * part (segments.c): runs of a device's nodes cut at edges between
+ * devices, issued in an order that queues every wait after its record. */
+typedef struct mgpu__segs mgpu__segs;
+/* Cuts nodes (issued in order) into segments; with_parts: a segment of
+ * two nodes or more is one backend part where its backend can make it,
+ * else every segment is issued node by node. 0 or a negative code. */
+int mgpu__segs_build(const mgpu__gnode *nodes, int n, const int *order,
+                     int with_parts, mgpu__segs **out);
+/* Queues launch number launch: each segment on on[its device], each of
+ * its nodes after waiting for done[u] of each node u of another device
+ * that the node waits for, and done[v] recorded after each node v that
+ * has one. */
+int mgpu__segs_issue(const mgpu__segs *s, const mgpu__gnode *nodes,
+                     mgpu_stream *const *on, mgpu_event *const *done,
+                     uint64_t launch);
+/* Frees the segments (each backend part lives on until its queued runs
+ * are done). */
+void mgpu__segs_free(mgpu__segs *s);
 
 /* Issues one node's call on stream (the public call it records). */
 int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);

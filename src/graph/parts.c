@@ -105,8 +105,7 @@ static int kernel_runs_on(const mgpu_kernel *k, int dev) {
   }
 }
 
-/* The part node of o (a node of device dev); -1: it cannot be one. */
-static int convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
+int mgpu__parts_convert(const mgpu__graph_op *o, mgpu__bgraph_node *n) {
   void *dst = NULL, *src = NULL;
   switch (o->kind) {
     case MGPU__GOP_EMPTY:
@@ -216,7 +215,7 @@ static int part_make(mgpu__parts *p, int dev, int caller,
     const mgpu__gnode *g = &nodes[p->order[k]];
     if (g->op.dev != dev) continue;
     mgpu__bgraph_node *b = &buf[m++];
-    if (convert(&g->op, b) != 0) rc = 1;
+    if (mgpu__parts_convert(&g->op, b) != 0) rc = 1;
     if (b->kind == MGPU__BG_LAUNCH && !caller) p->kernels[dev]++;
     b->node = p->order[k];
     b->signal = p->signal_of[p->order[k]];
@@ -327,9 +326,9 @@ void mgpu__parts_cancel(mgpu__parts *p, int dev, uint64_t launch) {
   d->ops->graph->cancel(d->bdev, p->part[dev], launch);
 }
 
-/* Queues part (device dev's, or its caller's form) of launch number
- * launch on s. */
-static int part_queue(mgpu__parts *p, int dev, void *part, mgpu__stream *s,
+/* Queues part (one of device dev's, holding kernels kernel nodes) of
+ * launch number launch on s. */
+static int part_queue(int dev, void *part, int kernels, mgpu__stream *s,
                       uint64_t launch) {
   mgpu__device *d = mgpu__device_get(dev);
   int pushed = 0;
@@ -339,19 +338,25 @@ static int part_queue(mgpu__parts *p, int dev, void *part, mgpu__stream *s,
   }
   int rc = d->ops->graph->launch(d->bdev, part, s->bstream, launch);
   mgpu__trace_tag_pop(pushed);
-  if (rc == 0 && p->kernels[dev] > 0)
-    mgpu__metric_add(dev, MGPU__M_kernels_launched, (uint64_t)p->kernels[dev]);
+  if (rc == 0 && kernels > 0)
+    mgpu__metric_add(dev, MGPU__M_kernels_launched, (uint64_t)kernels);
+  return rc;
+}
+
+int mgpu__parts_queue(int dev, void *part, int kernels, mgpu_stream *stream,
+                      uint64_t launch) {
+  mgpu__stream *s;
+  int rc = mgpu__stream_get(stream, &s);
+  if (rc != 0) return rc;
+  rc = part_queue(dev, part, kernels, s, launch);
+  mgpu__stream_put(s);
   return rc;
 }
 
 int mgpu__parts_launch(mgpu__parts *p, int dev, mgpu_stream *stream,
                        uint64_t launch) {
-  mgpu__stream *s;
-  int rc = mgpu__stream_get(stream, &s);
-  if (rc != 0) return rc;
-  rc = part_queue(p, dev, p->part[dev], s, launch);
-  mgpu__stream_put(s);
-  return rc;
+  return mgpu__parts_queue(dev, p->part[dev], p->kernels[dev], stream,
+                           launch);
 }
 
 int mgpu__parts_tail_make(int dev, mgpu_stream *const *streams,
@@ -475,15 +480,7 @@ static int joined_run(mgpu__parts *p, int sdev, mgpu__stream *s,
                       mgpu_stream *const *on, uint64_t launch, int *tailed) {
   mgpu__device *d = mgpu__device_get(sdev);
   void *own = p->caller[sdev];
-  /* The caller's part is queued first and waits for the others' ends: a
-   * lost device, whose part the backend would refuse, is refused before
-   * anything is queued. */
-  for (int i = 0; i < p->ndevs; i++)
-    if (mgpu__device_is_lost(p->devs[i]))
-      return mgpu__error(MGPU_EDEVLOST, "mgpu_graph_launch: device %d was "
-                         "lost: nothing of the launch was queued",
-                         p->devs[i]);
-  int rc = own != NULL ? part_queue(p, sdev, own, s, launch)
+  int rc = own != NULL ? part_queue(sdev, own, p->kernels[sdev], s, launch)
                        : d->ops->graph->launch(d->bdev, p->head[sdev],
                                                s->bstream, launch);
   *tailed = rc == 0 && own != NULL;

@@ -228,16 +228,16 @@ void mgpu__host_graph_run(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
         graph_wait_lost(d, s, n->node,
                         g->board->signal_device[n->waits[j]]);
     if (!lost || n->kind == MGPU__BG_CALLBACK) run_graph_node(d, s, n);
-    /* The part's span (all its slices) before its last post: the launching
-     * stream may be done once that is seen. */
-    if (o->u.graph.next == g->n - 1 && mgpu__trace_enabled())
-      mgpu__host_trace_op(s, o, o->u.graph.t0, mgpu__now_ns());
-    if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
     if (t0 != 0 && n->node >= 0) { /* not the joins with the launch */
       mgpu__trace_arg a[] = {MGPU__TARG_I("node", n->node)};
       mgpu__trace_span(d->id, s->track, names[n->kind], t0, mgpu__now_ns(),
                        a, 1);
     }
+    /* The part's span (all its slices, its last node's inside) before its
+     * last post: the launching stream may be done once that is seen. */
+    if (o->u.graph.next == g->n - 1 && mgpu__trace_enabled())
+      mgpu__host_trace_op(s, o, o->u.graph.t0, mgpu__now_ns());
+    if (n->signal >= 0) board_post(g->board, n->signal, posted + (lost != 0));
     o->u.graph.next++;
   }
   adopt_failures(d, s, g);

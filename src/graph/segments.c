@@ -1,0 +1,190 @@
+/* Segments: an executable graph replayed as runs of each device's nodes,
+ * joined by events, where one part per device (parts.c) cannot be made.
+ *
+ * A device's nodes, in the graph's issue order, are cut before each node
+ * that waits for a node of another device and after each node that one of
+ * another device waits for. A segment thus waits (for other devices'
+ * events) only at its first node and is waited on only after its last.
+ * Segments are issued in the order of their first nodes in the issue
+ * order: an edge from segment T to segment S (S's first node waits for
+ * T's last, or S follows T on one device) puts T's last node before S's
+ * first, so T's first comes first too, and every wait is queued after the
+ * record it waits for, as cudaStreamWaitEvent needs.
+ *
+ * A segment of two real nodes or more whose device has graph slots is run
+ * as one backend part without a board (one CUDA graph on the CUDA plugin),
+ * its waits and record queued around it on the device's stream as plain
+ * event calls; any other segment, and one its backend refuses with
+ * MGPU_ENOTSUP, is issued node by node. MGPU_GRAPH_REPLAY=nodes issues
+ * every segment node by node, which is how a graph replays on backends
+ * without graph slots.
+ */
+#include <string.h>
+
+#include "backend/graph.h"
+#include "graph/graph-internal.h"
+#include "util/fault.h"
+
+typedef struct segment {
+  int dev;
+  int first, n; /* its nodes: in nodes[first .. first + n) */
+  int kernels;  /* kernel nodes, counted when it runs as a part */
+  void *part;   /* the backend's, or NULL: node by node */
+} segment;
+
+struct mgpu__segs {
+  segment *seg;
+  int nseg;
+  int *nodes; /* by segment, its nodes in issue order */
+};
+
+/* 1 when node v of nodes waits for a node of another device. */
+static int waits_across(const mgpu__gnode *nodes, int v) {
+  for (int j = 0; j < nodes[v].ndeps; j++)
+    if (nodes[nodes[v].deps[j]].op.dev != nodes[v].op.dev) return 1;
+  return 0;
+}
+
+/* posted[v] = 1 where a node of another device waits for node v. */
+static void mark_posted(const mgpu__gnode *nodes, int n, char *posted) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < nodes[i].ndeps; j++) {
+      int d = nodes[i].deps[j];
+      if (nodes[d].op.dev != nodes[i].op.dev) posted[d] = 1;
+    }
+}
+
+/* Cuts the nodes into segments (seg_of[v]: node v's segment) and fills
+ * s->seg and s->nodes. */
+static void cut(mgpu__segs *s, const mgpu__gnode *nodes, int n,
+                const int *order, const char *posted, int *seg_of) {
+  int open[MGPU_MAX_DEVICES];
+  for (int d = 0; d < MGPU_MAX_DEVICES; d++) open[d] = -1;
+  for (int k = 0; k < n; k++) {
+    int v = order[k], dev = nodes[v].op.dev;
+    if (open[dev] >= 0 && waits_across(nodes, v)) open[dev] = -1;
+    if (open[dev] < 0) {
+      open[dev] = s->nseg++;
+      s->seg[open[dev]] = (segment){.dev = dev};
+    }
+    seg_of[v] = open[dev];
+    s->seg[open[dev]].n++;
+    if (posted[v]) open[dev] = -1;
+  }
+  for (int i = 0, at = 0; i < s->nseg; i++) {
+    s->seg[i].first = at;
+    at += s->seg[i].n;
+    s->seg[i].n = 0;
+  }
+  for (int k = 0; k < n; k++) {
+    segment *g = &s->seg[seg_of[order[k]]];
+    s->nodes[g->first + g->n++] = order[k];
+  }
+}
+
+/* Makes segment g's backend part, where its device has graph slots and
+ * can run every node in place: 0 (g->part NULL when it cannot), or a
+ * code other than MGPU_ENOTSUP. */
+static int segment_part(mgpu__segs *s, segment *g, const mgpu__gnode *nodes) {
+  mgpu__device *d = mgpu__device_get(g->dev);
+  if (g->n < 2 || d == NULL || d->ops->graph == NULL) return 0;
+  mgpu__bgraph_node *buf = mgpu__calloc((size_t)g->n, sizeof *buf);
+  if (buf == NULL)
+    return mgpu__error(MGPU_ENOMEM, "graph: out of host memory for a "
+                       "segment of %d nodes on device %d", g->n, g->dev);
+  int ok = 1;
+  for (int i = 0; ok && i < g->n; i++) {
+    int v = s->nodes[g->first + i];
+    ok = mgpu__parts_convert(&nodes[v].op, &buf[i]) == 0;
+    buf[i].node = v;
+    buf[i].signal = -1;
+    g->kernels += buf[i].kind == MGPU__BG_LAUNCH;
+  }
+  mgpu__bgraph_part part = {buf, g->n, NULL, NULL, 0};
+  int rc = ok ? d->ops->graph->create(d->bdev, &part, &g->part) : 0;
+  mgpu__free(buf);
+  if (rc != 0) g->part = NULL;
+  return rc == MGPU_ENOTSUP ? 0 : rc; /* refused: node by node */
+}
+
+int mgpu__segs_build(const mgpu__gnode *nodes, int n, const int *order,
+                     int with_parts, mgpu__segs **out) {
+  *out = NULL;
+  mgpu__segs *s = mgpu__calloc(1, sizeof *s);
+  char *posted = mgpu__calloc((size_t)n + 1, 1);
+  int *seg_of = mgpu__calloc((size_t)n + 1, sizeof *seg_of);
+  int rc = 0;
+  if (s != NULL) {
+    s->seg = mgpu__calloc((size_t)n + 1, sizeof *s->seg);
+    s->nodes = mgpu__calloc((size_t)n + 1, sizeof *s->nodes);
+  }
+  if (s == NULL || posted == NULL || seg_of == NULL || s->seg == NULL ||
+      s->nodes == NULL) {
+    rc = mgpu__error(MGPU_ENOMEM, "mgpu_graph_instantiate: out of host "
+                     "memory for the segments of %d nodes", n);
+  } else {
+    mark_posted(nodes, n, posted);
+    cut(s, nodes, n, order, posted, seg_of);
+    int parts = 0;
+    for (int i = 0; with_parts && rc == 0 && i < s->nseg; i++) {
+      rc = segment_part(s, &s->seg[i], nodes);
+      parts += s->seg[i].part != NULL;
+    }
+    mgpu__log(MGPU_LOG_DEBUG, "graph: %d nodes replay as %d segments, %d of "
+              "them backend parts", n, s->nseg, parts);
+  }
+  mgpu__free(seg_of);
+  mgpu__free(posted);
+  if (rc == 0) *out = s;
+  else mgpu__segs_free(s);
+  return rc;
+}
+
+void mgpu__segs_free(mgpu__segs *s) {
+  if (s == NULL) return;
+  for (int i = 0; s->seg != NULL && i < s->nseg; i++) {
+    mgpu__device *d = mgpu__device_get(s->seg[i].dev);
+    if (s->seg[i].part != NULL && d != NULL)
+      d->ops->graph->destroy(d->bdev, s->seg[i].part);
+  }
+  mgpu__free(s->seg);
+  mgpu__free(s->nodes);
+  mgpu__free(s);
+}
+
+/* Queues node v's waits for other devices' nodes on st. */
+static int wait_across(const mgpu__gnode *nodes, int v, mgpu_stream *st,
+                       mgpu_event *const *done) {
+  int rc = 0;
+  for (int j = 0; rc == 0 && j < nodes[v].ndeps; j++)
+    if (nodes[nodes[v].deps[j]].op.dev != nodes[v].op.dev)
+      rc = mgpu_stream_wait_event(st, done[nodes[v].deps[j]]);
+  return rc;
+}
+
+int mgpu__segs_issue(const mgpu__segs *s, const mgpu__gnode *nodes,
+                     mgpu_stream *const *on, mgpu_event *const *done,
+                     uint64_t launch) {
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < s->nseg; i++) {
+    const segment *g = &s->seg[i];
+    mgpu_stream *st = on[g->dev];
+    const int *v = &s->nodes[g->first];
+    if (g->part != NULL) {
+      /* Only its first node waits, only its last is waited on. */
+      rc = wait_across(nodes, v[0], st, done);
+      if (rc == 0)
+        rc = mgpu__parts_queue(g->dev, g->part, g->kernels, st, launch);
+      if (rc == 0 && done[v[g->n - 1]] != NULL)
+        rc = mgpu_event_record(done[v[g->n - 1]], st);
+      continue;
+    }
+    for (int k = 0; rc == 0 && k < g->n; k++) {
+      rc = wait_across(nodes, v[k], st, done);
+      if (rc == 0) rc = mgpu__gnode_issue(&nodes[v[k]], st);
+      if (rc == 0 && done[v[k]] != NULL)
+        rc = mgpu_event_record(done[v[k]], st);
+    }
+  }
+  return rc;
+}
