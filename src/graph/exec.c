@@ -15,9 +15,11 @@
  * elsewhere such a failure surfaces at the next launch (or at the
  * destroy), which finds it on that device's stream. Where every device
  * holds parts (parts.c), the start and end are signals of the parts'
- * board instead of events (issue_joined). Each node is issued through
- * the public call it records, so every backend replays graphs, node by
- * node; docs/graphs.md says what a backend with graph slots saves.
+ * board instead of events (issue_joined). Elsewhere the nodes go in
+ * segments (segments.c): runs of a device's nodes, each one backend part
+ * where its backend can make it, else each node issued through the public
+ * call it records, so every backend replays graphs; docs/graphs.md says
+ * what a backend with graph slots saves.
  */
 #include <stdio.h>
 #include <string.h>

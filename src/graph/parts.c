@@ -12,8 +12,8 @@
  * memories the devices reach directly (same device or direct peer path),
  * memset, the built-in kernels, host functions and empty nodes. Anything
  * else (event nodes, a staged copy, a device without graph slots, a part
- * its backend refuses with MGPU_ENOTSUP) leaves the graph to be issued node
- * by node (exec.c).
+ * its backend refuses with MGPU_ENOTSUP) leaves the graph to be issued in
+ * segments (segments.c).
  *
  * A backend may keep to parts without a board: it refuses (MGPU_ENOTSUP)
  * a part whose nodes wait for or post to other devices' nodes, a head or

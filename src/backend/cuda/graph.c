@@ -13,13 +13,17 @@
  * backends' posts): it refuses with MGPU_ENOTSUP a part whose nodes wait
  * for or post to another device's nodes, the head and tail of a launch's
  * joins, and a tail that would adopt other streams' failures. The graph
- * layer then replays such a graph node by node, and joins the parts it
+ * layer then replays such a graph in segments (src/graph/segments.c):
+ * runs of a device's nodes with no edge to another device inside, each a
+ * part here, joined by cudaEventRecord and cudaStreamWaitEvent queued in
+ * an order where each wait follows its record. It joins the parts it
  * accepts to the caller's stream with events (src/graph/parts.c), which
  * meet the wait for the launch's start and the post of its end that a
  * part holds as its first and last node: they are dropped here. A capture
  * or instantiation CUDA refuses (a copy from pageable memory, a memset of
  * memory a memset node cannot take) is MGPU_ENOTSUP too, so the graph
- * still runs, node by node; a sticky error or exhausted memory fails.
+ * still runs (that segment node by node); a sticky error or exhausted
+ * memory fails.
  */
 #include <stdio.h>
 #include <string.h>
