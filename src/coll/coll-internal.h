@@ -122,6 +122,27 @@ typedef struct mgpu__comm {
   mgpu__spin share_spin; /* the issuer's watch for the last share */
 } mgpu__comm;
 
+/* group.c */
+const char *mgpu__coll_kind_name(mgpu__coll_kind k);
+/* Checks the ranks of a complete operation against each other:
+ * MGPU_EMISMATCH naming the first field two ranks disagree on. */
+int mgpu__coll_check_consistent(mgpu__comm *c, mgpu__coll_op *op);
+/* How deep the calling thread is inside mgpu_group_begin. */
+int mgpu__coll_group_depth(void);
+
+/* record.c: a group whose streams capture a graph is recorded into it. */
+typedef struct mgpu__coll_recorded {
+  mgpu_comm *comm;
+  mgpu__comm *c; /* held by the caller */
+  int grank, rank;
+  const mgpu__coll_arg *arg; /* resolved: its stream held */
+} mgpu__coll_recorded;
+/* Records n resolved calls, all of whose streams capture, as one call of
+ * the graph (core/capture.h): 0, or a code with nothing recorded where the
+ * checks fail (a failure to record a later member leaves the graph with a
+ * call that mgpu_graph_instantiate refuses). */
+int mgpu__coll_record(const mgpu__coll_recorded *calls, int n);
+
 /* comm.c */
 /* With c->lock held: the communicator is aborted with code (its detail in
  * c->abort_detail): every pending operation of every rank fails with it,

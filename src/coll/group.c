@@ -68,7 +68,7 @@ static void group_key_make(void) {
               "inside a group leaks its calls");
 }
 
-static const char *kind_name(mgpu__coll_kind k) {
+const char *mgpu__coll_kind_name(mgpu__coll_kind k) {
   switch (k) {
     case MGPU__COLL_ALLREDUCE: return "allreduce";
     case MGPU__COLL_REDUCE: return "reduce";
@@ -189,7 +189,7 @@ static int check_layout(const char *what, int grank, int dev, size_t bytes,
  * in (the same unless the comm spans processes). */
 static int check_arg(mgpu__comm *c, int rank, mgpu__coll_arg *p,
                       int pinned) {
-  const char *what = kind_name(p->kind);
+  const char *what = mgpu__coll_kind_name(p->kind);
   int grank = c->first + rank;
   if (rank < 0 || rank >= c->n)
     return mgpu__error(MGPU_EINVAL, "%s: rank %d of a communicator of %d%s",
@@ -197,17 +197,13 @@ static int check_arg(mgpu__comm *c, int rank, mgpu__coll_arg *p,
                        c->has_remote ? " is not in this process" : "");
   int dev = c->devs[rank];
   int rc = 0;
-  if (!pinned)
-    rc = mgpu__stream_get(p->stream_h, &p->stream);
+  if (!pinned) /* a capturing stream records the group (record.c) */
+    rc = mgpu__stream_get_capturing(p->stream_h, &p->stream);
   else if ((p->stream = mgpu__handle_pinned((uintptr_t)p->stream_h,
                                             MGPU__H_STREAM, "stream",
                                             &rc)) == NULL)
     return rc;
   if (rc != 0) return rc;
-  if (mgpu__stream_capture(p->stream) != NULL)
-    return mgpu__error(MGPU_ENOTSUP, "%s rank %d: the stream of device %d is "
-                       "capturing a graph, and collectives cannot be "
-                       "recorded in one", what, grank, p->stream->dev);
   if (p->stream->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,
                        "%s rank %d: stream is on device %d, rank %d is device "
@@ -232,10 +228,9 @@ static int check_arg(mgpu__comm *c, int rank, mgpu__coll_arg *p,
   return check_layout(what, grank, dev, bytes, total, p, pinned);
 }
 
-/* Checks the ranks of a complete operation against each other. */
-static int check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
+int mgpu__coll_check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
   const mgpu__coll_arg *a = &op->arg[0];
-  const char *what = kind_name(a->kind);
+  const char *what = mgpu__coll_kind_name(a->kind);
   for (int r = 1; r < c->n; r++) {
     const mgpu__coll_arg *b = &op->arg[r];
     const char *field = NULL;
@@ -245,7 +240,7 @@ static int check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
                          "collective #%llu: rank 0 (device %d) called %s, "
                          "rank %d (device %d) called %s",
                          (unsigned long long)op->seq, c->devs[0], what, r,
-                         c->devs[r], kind_name(b->kind));
+                         c->devs[r], mgpu__coll_kind_name(b->kind));
     } else if (b->count != a->count) {
       field = "count", va = (long long)a->count, vb = (long long)b->count;
     } else if (b->dtype != a->dtype) {
@@ -346,7 +341,7 @@ static void lend_handles(const mgpu__comm *c, const mgpu__coll_op *op) {
 }
 
 static void issue(mgpu__comm *c, mgpu__coll_op *op) {
-  int rc = check_consistent(c, op);
+  int rc = mgpu__coll_check_consistent(c, op);
   int lost = rc == 0 ? lost_device(c) : -1;
   if (lost >= 0) /* it would run nothing there and read what was not made */
     rc = mgpu__error(MGPU_EDEVLOST, "collective #%llu: device %d was lost; "
@@ -529,7 +524,7 @@ static int collect_locked(mgpu__comm *c, group_call *g, uint64_t deadline,
 static int join_run(group_call *g, int k, int reserve_here) {
   mgpu__comm *c = g[0].held;
   int rc = 0;
-  mgpu__flight_record(c->devs[g->rank], kind_name(g->arg.kind),
+  mgpu__flight_record(c->devs[g->rank], mgpu__coll_kind_name(g->arg.kind),
                       g->arg.count * mgpu_dtype_size(g->arg.dtype),
                       (uintptr_t)g->arg.stream_h);
   mgpu__mutex_lock(&c->lock);
@@ -604,7 +599,7 @@ static int withdraw_if_freed(mgpu__comm *c, group_call *g, char *detail,
   if (detail != NULL)
     snprintf(detail, dlen, "%s #%llu rank %d (device %d): its %s was %s "
              "while it waited for the other ranks; it left the collective "
-             "and nothing was moved", kind_name(p->kind),
+             "and nothing was moved", mgpu__coll_kind_name(p->kind),
              (unsigned long long)op->seq, c->first + r, c->devs[r], what,
              gone);
   memset(&op->arg[r], 0, sizeof op->arg[r]);
@@ -718,6 +713,22 @@ static int collect_run(group_call *g, int k, uint64_t *start) {
   return first;
 }
 
+/* The resolved calls of a group whose streams capture, recorded into the
+ * graph (record.c). */
+static int record(const group_call *calls, int n) {
+  mgpu__coll_recorded rec[MGPU__GRAPH_CALL_MAX];
+  if (n > MGPU__GRAPH_CALL_MAX)
+    return mgpu__error(MGPU_ENOTSUP, "%s rank %d: a group of %d calls is "
+                       "recorded into a graph, and one holds %d at most",
+                       mgpu__coll_kind_name(calls[0].arg.kind),
+                       calls[0].grank, n, MGPU__GRAPH_CALL_MAX);
+  for (int i = 0; i < n; i++)
+    rec[i] = (mgpu__coll_recorded){calls[i].comm, calls[i].held,
+                                   calls[i].grank, calls[i].rank,
+                                   &calls[i].arg};
+  return mgpu__coll_record(rec, n);
+}
+
 /* Resolves every call (a handle freed since the call fails the whole group
  * before anything is joined), joins every call, then collects every result;
  * returns the first error. Consecutive calls on one communicator are joined
@@ -735,6 +746,15 @@ static int submit(group_call *calls, int n) {
       mgpu__handle_unpin(mark);
       return first;
     }
+  }
+  int capturing = 0;
+  for (int i = 0; i < n; i++)
+    capturing |= mgpu__stream_capture(calls[i].arg.stream) != NULL;
+  if (capturing) {
+    first = record(calls, n);
+    for (int k = 0; k < n; k++) unresolve(&calls[k]);
+    mgpu__handle_unpin(mark);
+    return first;
   }
   int one_comm = 1;
   for (int i = 1; i < n; i++) one_comm &= calls[i].comm == calls[0].comm;
@@ -861,6 +881,8 @@ static int call(mgpu_comm *comm, int grank, mgpu__coll_kind kind,
   }
   return rc;
 }
+
+int mgpu__coll_group_depth(void) { return group.depth; }
 
 int mgpu_group_begin(void) {
   group.depth++;

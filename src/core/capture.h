@@ -7,8 +7,13 @@
  * as one mgpu__graph_op and give it to mgpu__capture_record instead of the
  * backend when the stream captures. Every other call that takes a stream
  * looks it up with mgpu__stream_get, which refuses a capturing stream with
- * MGPU_ENOTSUP: a collective, a channel transfer or a synchronize on a
- * capturing stream fails before it changes anything.
+ * MGPU_ENOTSUP: a synchronize on a capturing stream fails before it
+ * changes anything.
+ *
+ * A layer beside the graph layer records its own calls as MGPU__GOP_CALL
+ * nodes (collectives: src/coll/record.c): one shared mgpu__graph_call
+ * whose members are nodes on their devices' streams, issued together by
+ * the call itself at each replay.
  *
  * The graph layer registers its recorder (mgpu__capture_hooks) from a
  * constructor, and counts the captures in progress in
@@ -35,8 +40,41 @@ typedef enum mgpu__graph_op_kind {
   MGPU__GOP_ELEMENTWISE,  /* mgpu_elementwise(dst, a, b) */
   MGPU__GOP_HOST,         /* mgpu_stream_add_callback */
   MGPU__GOP_EVENT_RECORD, /* mgpu_event_record */
-  MGPU__GOP_EVENT_WAIT    /* mgpu_stream_wait_event */
+  MGPU__GOP_EVENT_WAIT,   /* mgpu_stream_wait_event */
+  MGPU__GOP_CALL          /* member of a mgpu__graph_call */
 } mgpu__graph_op_kind;
+
+/* A call of another layer recorded into a graph (a collective's ranks):
+ * one node per member, on the member's device, all issued together by
+ * issue when a replay reaches the first of them. Every member's
+ * dependencies are those of all members (the graph layer merges them), so
+ * that issuing them together keeps each stream's order. Reference-counted
+ * by the layer that made it and by each node that names it; the last
+ * unref calls release. */
+typedef struct mgpu__graph_call mgpu__graph_call;
+#define MGPU__GRAPH_CALL_MAX 64 /* members of one call at most */
+struct mgpu__graph_call {
+  _Atomic int refs;
+  int nmembers;
+  const char *name; /* for details: "allreduce" */
+  /* Queues every member's call, member i on streams[i] (a stream of its
+   * device): 0 or a code, nothing queued on failure where it can tell. */
+  int (*issue)(mgpu__graph_call *c, mgpu_stream *const *streams);
+  /* 0 while every handle the call names is live, else the code, with a
+   * detail naming the member and the handle. */
+  int (*check)(const mgpu__graph_call *c);
+  void (*release)(mgpu__graph_call *c);
+};
+
+static inline void mgpu__graph_call_ref(mgpu__graph_call *c) {
+  atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+}
+
+static inline void mgpu__graph_call_unref(mgpu__graph_call *c) {
+  if (c != NULL &&
+      atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+    c->release(c);
+}
 
 typedef struct mgpu__graph_op {
   mgpu__graph_op_kind kind;
@@ -58,6 +96,8 @@ typedef struct mgpu__graph_op {
   void (*fn)(void *arg);
   void *arg;
   mgpu_event *event;
+  mgpu__graph_call *call; /* MGPU__GOP_CALL: the call, and which member */
+  int member;
 } mgpu__graph_op;
 
 typedef struct mgpu__capture_hooks {

@@ -101,7 +101,7 @@ static const char *kind_name(mgpu__graph_op_kind k) {
   static const char *const names[] = {
       "empty", "kernel", "copy", "htod copy", "dtoh copy", "memset", "fill",
       "scale", "axpy", "elementwise", "host function", "event record",
-      "event wait"};
+      "event wait", "recorded call"};
   return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }
 
@@ -122,6 +122,7 @@ static int node_check(const mgpu__gnode *n, int index, const char *what) {
     rc = mgpu__event_get(o->event, &e);
     mgpu__event_put(e);
   }
+  if (rc == 0 && o->kind == MGPU__GOP_CALL) rc = o->call->check(o->call);
   if (rc == 0 && mgpu__device_get(o->dev) == NULL)
     rc = mgpu__error(MGPU_ENODEV, "device %d is not open", o->dev);
   if (rc != 0) {
@@ -129,6 +130,75 @@ static int node_check(const mgpu__gnode *n, int index, const char *what) {
     snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
     rc = mgpu__error(rc, "%s: node %d (%s on device %d): %s", what, index,
                      kind_name(o->kind), o->dev, detail);
+  }
+  return rc;
+}
+
+/* The nodes of the recorded call of node i, by member, into members:
+ * 0, or MGPU_EINVAL when one is missing or there twice. */
+static int call_members(const mgpu__gnode *nodes, int n, int i,
+                        int *members) {
+  const mgpu__graph_call *call = nodes[i].op.call;
+  int nm = call->nmembers, found = 0;
+  for (int m = 0; m < nm; m++) members[m] = -1;
+  for (int v = 0; v < n; v++) {
+    if (nodes[v].op.kind != MGPU__GOP_CALL || nodes[v].op.call != call)
+      continue;
+    int m = nodes[v].op.member;
+    if (m < 0 || m >= nm || members[m] >= 0)
+      return mgpu__error(MGPU_EINVAL, "mgpu_graph_instantiate: nodes %d and "
+                         "%d are both member %d of one %s", m >= 0 && m < nm
+                         ? members[m] : -1, v, m, call->name);
+    members[m] = v;
+    found++;
+  }
+  if (found != nm)
+    return mgpu__error(MGPU_EINVAL, "mgpu_graph_instantiate: node %d is "
+                       "member %d of a %s of %d members, and %d of them are "
+                       "in the graph", i, nodes[i].op.member, call->name, nm,
+                       found);
+  return 0;
+}
+
+/* Gives every member of the recorded call of node i what any of them
+ * waits for, so that they can be issued together (segments.c). */
+static int call_merge(mgpu__gnode *nodes, int n, int i) {
+  const mgpu__graph_call *call = nodes[i].op.call;
+  int members[MGPU__GRAPH_CALL_MAX], *all = NULL, nall = 0, cap = 0;
+  int rc = call_members(nodes, n, i, members);
+  for (int m = 0; rc == 0 && m < call->nmembers; m++) {
+    const mgpu__gnode *g = &nodes[members[m]];
+    for (int j = 0; rc == 0 && j < g->ndeps; j++) {
+      int d = g->deps[j], dup = nodes[d].op.call == call &&
+                                nodes[d].op.kind == MGPU__GOP_CALL;
+      for (int k = 0; k < nall; k++) dup |= all[k] == d;
+      if (dup) continue;
+      rc = mgpu__graph_grow((void **)&all, &cap, nall + 1, sizeof *all, 8,
+                            "edges");
+      if (rc == 0) all[nall++] = d;
+    }
+  }
+  for (int m = 0; rc == 0 && m < call->nmembers; m++) {
+    mgpu__gnode *g = &nodes[members[m]];
+    rc = mgpu__graph_grow((void **)&g->deps, &g->deps_cap, nall,
+                          sizeof *g->deps, 4, "edges");
+    if (rc == 0 && nall > 0) memcpy(g->deps, all, (size_t)nall * sizeof *all);
+    if (rc == 0) g->ndeps = nall;
+  }
+  mgpu__free(all);
+  return rc;
+}
+
+/* call_merge for each recorded call of the nodes, once. */
+static int calls_merge(mgpu__gnode *nodes, int n) {
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < n; i++) {
+    if (nodes[i].op.kind != MGPU__GOP_CALL) continue;
+    int first = 1;
+    for (int v = 0; first && v < i; v++)
+      first = nodes[v].op.kind != MGPU__GOP_CALL ||
+              nodes[v].op.call != nodes[i].op.call;
+    if (first) rc = call_merge(nodes, n, i);
   }
   return rc;
 }
@@ -278,9 +348,11 @@ int mgpu_graph_instantiate(mgpu_graph *h, mgpu_graph_exec **out) {
                      "memory for %d nodes", g->n);
     goto fail;
   }
-  rc = sort(g, x->order);
   for (int i = 0; rc == 0 && i < g->n; i++, x->n++)
     rc = mgpu__gnode_copy(&x->nodes[i], &g->nodes[i]);
+  if (rc == 0) rc = calls_merge(x->nodes, x->n);
+  if (rc == 0)
+    rc = sort(&(mgpu__graph){.nodes = x->nodes, .n = x->n}, x->order);
   if (rc == 0) rc = exec_build(x);
   if (rc == 0) rc = replay_mode(&x->replay);
   if (rc == 0) rc = replay_build(x, &x->parts, &x->segs);

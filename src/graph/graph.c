@@ -17,6 +17,7 @@ mgpu__graph *mgpu__graph_new(void) {
 }
 
 void mgpu__gnode_clear(mgpu__gnode *n) {
+  if (n->op.kind == MGPU__GOP_CALL) mgpu__graph_call_unref(n->op.call);
   mgpu__free(n->args);
   mgpu__free(n->deps);
   memset(n, 0, sizeof *n);
@@ -71,12 +72,14 @@ int mgpu__gnode_copy(mgpu__gnode *dst, const mgpu__gnode *src) {
   int rc = mgpu__gnode_set_args(dst, src->op.args, src->op.args_size);
   if (rc == 0) rc = deps_reserve(dst, src->ndeps);
   if (rc != 0) {
+    dst->op.kind = MGPU__GOP_EMPTY; /* the call's reference was not taken */
     mgpu__gnode_clear(dst);
     return rc;
   }
   if (src->ndeps > 0)
     memcpy(dst->deps, src->deps, (size_t)src->ndeps * sizeof *dst->deps);
   dst->ndeps = src->ndeps;
+  if (dst->op.kind == MGPU__GOP_CALL) mgpu__graph_call_ref(dst->op.call);
   return 0;
 }
 
@@ -107,7 +110,9 @@ int mgpu__graph_append(mgpu__graph *g, const mgpu__graph_op *op,
     rc = deps_reserve(n, n->ndeps + 1);
     if (rc == 0) n->deps[n->ndeps++] = deps[i];
   }
+  if (rc == 0 && n->op.kind == MGPU__GOP_CALL) mgpu__graph_call_ref(n->op.call);
   if (rc != 0) {
+    n->op.kind = MGPU__GOP_EMPTY; /* the call's reference was not taken */
     mgpu__gnode_clear(n);
     return rc;
   }
@@ -429,6 +434,9 @@ int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *st) {
       return mgpu_event_record(o->event, st);
     case MGPU__GOP_EVENT_WAIT:
       return mgpu_stream_wait_event(st, o->event);
+    case MGPU__GOP_CALL: /* its members go together (segments.c) */
+      if (o->call->nmembers == 1) return o->call->issue(o->call, &st);
+      break;
   }
   return mgpu__error(MGPU_EINVAL, "graph: node of unknown kind %d",
                      (int)o->kind);

@@ -18,6 +18,14 @@
  * MGPU_ENOTSUP, is issued node by node. MGPU_GRAPH_REPLAY=nodes issues
  * every segment node by node, which is how a graph replays on backends
  * without graph slots.
+ *
+ * A member of a recorded call (MGPU__GOP_CALL: a collective's ranks) is a
+ * segment of its own. The first of a call's segments leads: it queues
+ * every member's waits on the member's stream, has the call issue all
+ * members together, and records the members' events; the others are
+ * skipped. Every member waits for what all of them wait for (exec.c), so
+ * nothing that follows a member comes before the last member in the
+ * issue order, and nothing a member waits for comes after the first.
  */
 #include <string.h>
 
@@ -30,6 +38,10 @@ typedef struct segment {
   int first, n; /* its nodes: in nodes[first .. first + n) */
   int kernels;  /* kernel nodes, counted when it runs as a part */
   void *part;   /* the backend's, or NULL: node by node */
+  /* A recorded call's member: the leader holds the call's member nodes
+   * (by member), the others NULL and follow (skipped). */
+  int *members;
+  int follows;
 } segment;
 
 struct mgpu__segs {
@@ -62,14 +74,15 @@ static void cut(mgpu__segs *s, const mgpu__gnode *nodes, int n,
   for (int d = 0; d < MGPU_MAX_DEVICES; d++) open[d] = -1;
   for (int k = 0; k < n; k++) {
     int v = order[k], dev = nodes[v].op.dev;
-    if (open[dev] >= 0 && waits_across(nodes, v)) open[dev] = -1;
+    int alone = nodes[v].op.kind == MGPU__GOP_CALL;
+    if (open[dev] >= 0 && (alone || waits_across(nodes, v))) open[dev] = -1;
     if (open[dev] < 0) {
       open[dev] = s->nseg++;
       s->seg[open[dev]] = (segment){.dev = dev};
     }
     seg_of[v] = open[dev];
     s->seg[open[dev]].n++;
-    if (posted[v]) open[dev] = -1;
+    if (posted[v] || alone) open[dev] = -1;
   }
   for (int i = 0, at = 0; i < s->nseg; i++) {
     s->seg[i].first = at;
@@ -107,6 +120,29 @@ static int segment_part(mgpu__segs *s, segment *g, const mgpu__gnode *nodes) {
   return rc == MGPU_ENOTSUP ? 0 : rc; /* refused: node by node */
 }
 
+/* The first segment of each recorded call leads it, with its members'
+ * nodes; the others follow. */
+static int calls_lead(mgpu__segs *s, const mgpu__gnode *nodes, int n) {
+  for (int i = 0; i < s->nseg; i++) {
+    segment *g = &s->seg[i];
+    const mgpu__graph_op *o = &nodes[s->nodes[g->first]].op;
+    if (o->kind != MGPU__GOP_CALL) continue;
+    for (int j = 0; j < i && !g->follows; j++)
+      g->follows = s->seg[j].n == 1 &&
+                   nodes[s->nodes[s->seg[j].first]].op.call == o->call;
+    if (g->follows) continue;
+    g->members = mgpu__calloc((size_t)o->call->nmembers, sizeof(int));
+    if (g->members == NULL)
+      return mgpu__error(MGPU_ENOMEM, "graph: out of host memory for a "
+                         "%s of %d members", o->call->name,
+                         o->call->nmembers);
+    for (int v = 0; v < n; v++)
+      if (nodes[v].op.kind == MGPU__GOP_CALL && nodes[v].op.call == o->call)
+        g->members[nodes[v].op.member] = v;
+  }
+  return 0;
+}
+
 int mgpu__segs_build(const mgpu__gnode *nodes, int n, const int *order,
                      int with_parts, mgpu__segs **out) {
   *out = NULL;
@@ -125,6 +161,7 @@ int mgpu__segs_build(const mgpu__gnode *nodes, int n, const int *order,
   } else {
     mark_posted(nodes, n, posted);
     cut(s, nodes, n, order, posted, seg_of);
+    rc = calls_lead(s, nodes, n);
     int parts = 0;
     for (int i = 0; with_parts && rc == 0 && i < s->nseg; i++) {
       rc = segment_part(s, &s->seg[i], nodes);
@@ -146,6 +183,7 @@ void mgpu__segs_free(mgpu__segs *s) {
     mgpu__device *d = mgpu__device_get(s->seg[i].dev);
     if (s->seg[i].part != NULL && d != NULL)
       d->ops->graph->destroy(d->bdev, s->seg[i].part);
+    mgpu__free(s->seg[i].members);
   }
   mgpu__free(s->seg);
   mgpu__free(s->nodes);
@@ -162,6 +200,25 @@ static int wait_across(const mgpu__gnode *nodes, int v, mgpu_stream *st,
   return rc;
 }
 
+/* Queues a recorded call led by segment g: each member's waits on its
+ * stream, the call, each member's record. */
+static int call_issue(const segment *g, const mgpu__gnode *nodes,
+                      mgpu_stream *const *on, mgpu_event *const *done) {
+  mgpu__graph_call *call = nodes[g->members[0]].op.call;
+  mgpu_stream *streams[MGPU__GRAPH_CALL_MAX];
+  int rc = 0;
+  for (int m = 0; rc == 0 && m < call->nmembers; m++) {
+    int v = g->members[m];
+    streams[m] = on[nodes[v].op.dev];
+    rc = wait_across(nodes, v, streams[m], done);
+  }
+  if (rc == 0) rc = call->issue(call, streams);
+  for (int m = 0; rc == 0 && m < call->nmembers; m++)
+    if (done[g->members[m]] != NULL)
+      rc = mgpu_event_record(done[g->members[m]], streams[m]);
+  return rc;
+}
+
 int mgpu__segs_issue(const mgpu__segs *s, const mgpu__gnode *nodes,
                      mgpu_stream *const *on, mgpu_event *const *done,
                      uint64_t launch) {
@@ -170,6 +227,11 @@ int mgpu__segs_issue(const mgpu__segs *s, const mgpu__gnode *nodes,
     const segment *g = &s->seg[i];
     mgpu_stream *st = on[g->dev];
     const int *v = &s->nodes[g->first];
+    if (g->follows) continue; /* issued by its call's leader */
+    if (g->members != NULL) {
+      rc = call_issue(g, nodes, on, done);
+      continue;
+    }
     if (g->part != NULL) {
       /* Only its first node waits, only its last is waited on. */
       rc = wait_across(nodes, v[0], st, done);
