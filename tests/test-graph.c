@@ -1426,6 +1426,76 @@ TEST_IMPL(capture_collectives) {
   return 0;
 }
 
+/* Channel sends and receives captured from one thread in the order that
+ * works live: x0 = i + 1 and a send of it (device 0), three times, each
+ * received into its third of y1 (device 1), on a channel of capacity 2:
+ * send 0, send 1, receive 0, send 2, receive 1, receive 2. Every launch
+ * moves the three messages again; a channel destroyed since is refused
+ * before anything is queued. */
+TEST_IMPL(capture_channels) {
+  int n = test_init();
+  if (n < 2) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  mgpu_channel *ch;
+  ASSERT_OK(mgpu_channel_create(0, 1, N * sizeof(float), 2, &ch));
+  mgpu_stream *s0, *s1;
+  mgpu_buffer *x0, *y1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, 1));
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&y1, 1, 3 * N * sizeof(float)));
+  mgpu_event *e0, *e1;
+  ASSERT_OK(mgpu_event_create(&e0, 0));
+  ASSERT_OK(mgpu_event_create(&e1, 1));
+  ASSERT_OK(mgpu_stream_begin_capture(s0));
+  ASSERT_OK(mgpu_event_record(e0, s0));
+  ASSERT_OK(mgpu_stream_wait_event(s1, e0));
+  const char *steps = "ssrsrr";
+  for (int i = 0, sent = 0, got = 0; steps[i] != '\0'; i++) {
+    if (steps[i] == 's') {
+      float v = (float)(++sent);
+      ASSERT_OK(mgpu_fill(s0, x0, 0, N, MGPU_FLOAT32, &v));
+      ASSERT_OK(mgpu_channel_send(ch, x0, 0, N * sizeof(float), s0));
+    } else {
+      size_t size = 7;
+      ASSERT_OK(mgpu_channel_recv(ch, y1, (size_t)got++ * N * sizeof(float),
+                                  &size, s1));
+      ASSERT_EQ(size, 7); /* a recorded receive tells no size */
+    }
+  }
+  ASSERT_OK(mgpu_event_record(e1, s1));
+  ASSERT_OK(mgpu_stream_wait_event(s0, e1));
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_stream_end_capture(s0, &g));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  float out[3 * N];
+  for (int launch = 0; launch < 4; launch++) {
+    float minus[3 * N];
+    for (int i = 0; i < 3 * N; i++) minus[i] = -1.0f;
+    ASSERT_OK(mgpu_memcpy_htod(y1, 0, minus, sizeof minus));
+    ASSERT_OK(mgpu_graph_launch(x, launch % 2 ? s1 : s0));
+    ASSERT_OK(mgpu_graph_exec_synchronize(x));
+    ASSERT_OK(mgpu_memcpy_dtoh(out, y1, 0, sizeof out));
+    for (int i = 0; i < 3 * N; i++) ASSERT(out[i] == (float)(i / N + 1));
+  }
+  ASSERT_OK(mgpu_channel_destroy(ch));
+  ASSERT_ERR(MGPU_EFREED, mgpu_graph_launch(x, s0));
+  ASSERT_DETAIL_HAS("recorded channel send of channel 0 -> 1");
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_event_destroy(e0));
+  ASSERT_OK(mgpu_event_destroy(e1));
+  ASSERT_OK(mgpu_free(x0));
+  ASSERT_OK(mgpu_free(y1));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_stream_destroy(s1));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(explicit_graph_across_devices)
 TEST_ENTRY(explicit_graph_node_by_node)
@@ -1446,4 +1516,5 @@ TEST_ENTRY(capture_host_copies_and_outside_events)
 TEST_ENTRY(capture_invalid)
 TEST_ENTRY(parts_refused_fall_back)
 TEST_ENTRY(capture_collectives)
+TEST_ENTRY(capture_channels)
 TEST_LIST_END

@@ -53,7 +53,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chan/chan-internal.h"
 #include "copy/copy-internal.h"
+#include "core/capture.h"
 #include "core/core-internal.h"
 #include "mgpu/chan.h"
 #include "mgpu/copy.h"
@@ -277,7 +279,8 @@ static int check_end(const mgpu__channel *ch, const char *what, int dev,
                      mgpu_stream *stream, mgpu__buf **b, mgpu__stream **s) {
   *s = NULL;
   int rc = mgpu__buf_get(buf, what, b);
-  if (rc == 0) rc = mgpu__stream_get(stream, s);
+  /* A capturing stream records the call (record.c). */
+  if (rc == 0) rc = mgpu__stream_get_capturing(stream, s);
   if (rc != 0) return rc;
   if ((*b)->dev != dev || (*s)->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,
@@ -680,6 +683,20 @@ static int side_enter(mgpu__channel *ch, int send, mgpu__buf *b,
   return rc;
 }
 
+/* A checked call on a capturing stream, recorded into its graph; gives
+ * back b and s. */
+static int recorded(const mgpu__channel *ch, int send, mgpu_buffer *buf,
+                    size_t offset, size_t size, int timeout_ms, mgpu__buf *b,
+                    mgpu__stream *s) {
+  mgpu__chan_call call = {(mgpu_channel *)ch->handle, ch->src_dev,
+                          ch->dst_dev, ch->capacity, send, buf, offset, size,
+                          timeout_ms};
+  int rc = mgpu__chan_record(&call, s);
+  mgpu__stream_put(s);
+  mgpu__buf_put(b);
+  return rc;
+}
+
 /* Queues (or, on the small path, does) the copy of message k into its
  * slot and the record of the slot's "filled" event. */
 static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
@@ -726,6 +743,8 @@ static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
                      "channel %d -> %d: message of %zu bytes (1 to %zu)",
                      ch->src_dev, ch->dst_dev, size, ch->msg_size);
   if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
+  if (mgpu__stream_capture(s) != NULL)
+    return recorded(ch, 1, (mgpu_buffer *)src, offset, size, timeout_ms, b, s);
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
   uint64_t k;
@@ -775,7 +794,11 @@ static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
    * offset, so a loop that advances its offset per message ends cleanly. */
   int rc = check_end(ch, "dst", ch->dst_dev, dst, 0, 0, stream, &b, &s);
   if (rc == 0) rc = mgpu__buf_check_writable(b, "mgpu_channel_recv dst");
+  if (rc == 0 && mgpu__stream_capture(s) != NULL)
+    rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size);
   if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
+  if (mgpu__stream_capture(s) != NULL)
+    return recorded(ch, 0, dst, offset, ch->msg_size, timeout_ms, b, s);
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
                       (uintptr_t)stream);

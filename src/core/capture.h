@@ -98,6 +98,13 @@ typedef struct mgpu__graph_op {
   mgpu_event *event;
   mgpu__graph_call *call; /* MGPU__GOP_CALL: the call, and which member */
   int member;
+  /* Pairs of a call (a channel's sends and receives: pair_key the
+   * channel): the j-th consumer (role 2) recorded in a capture follows the
+   * j-th producer (role 1) recorded there, and producer p follows consumer
+   * p - pair_depth (the channel's capacity), as a replay from one thread
+   * must issue them. Role 0: none. */
+  const void *pair_key;
+  int pair_role, pair_depth;
 } mgpu__graph_op;
 
 typedef struct mgpu__capture_hooks {

@@ -34,8 +34,16 @@ typedef struct capture_mark {
   node_set at;
 } capture_mark;
 
+/* The producers and consumers recorded for one pair key, in order. */
+typedef struct capture_pairs {
+  const void *key;
+  node_set producers, consumers;
+} capture_pairs;
+
 typedef struct capture {
   mgpu__graph *g;
+  capture_pairs *pairs;
+  int npairs, pairs_cap;
   capture_stream *streams; /* [0] is the origin */
   int nstreams, streams_cap;
   capture_mark *marks;
@@ -81,6 +89,11 @@ static void marks_end(const capture *c) {
 static void capture_free(capture *c) {
   for (int i = 0; i < c->nstreams; i++) mgpu__free(c->streams[i].tail.nodes);
   for (int i = 0; i < c->nmarks; i++) mgpu__free(c->marks[i].at.nodes);
+  for (int i = 0; i < c->npairs; i++) {
+    mgpu__free(c->pairs[i].producers.nodes);
+    mgpu__free(c->pairs[i].consumers.nodes);
+  }
+  mgpu__free(c->pairs);
   mgpu__free(c->streams);
   mgpu__free(c->marks);
   mgpu__graph_free(c->g);
@@ -133,6 +146,41 @@ static int mark_set(capture *c, uintptr_t event, const node_set *tail) {
   return set_union(&m->at, tail);
 }
 
+/* The pairs of key in c, made empty when new. */
+static int pairs_of(capture *c, const void *key, capture_pairs **out) {
+  for (int i = 0; i < c->npairs; i++)
+    if (c->pairs[i].key == key) return *out = &c->pairs[i], 0;
+  int rc = mgpu__graph_grow((void **)&c->pairs, &c->pairs_cap, c->npairs + 1,
+                            sizeof *c->pairs, 4, "paired calls");
+  if (rc != 0) return rc;
+  *out = &c->pairs[c->npairs++];
+  memset(*out, 0, sizeof **out);
+  (*out)->key = key;
+  return 0;
+}
+
+/* Appends op after deps and, where it is paired (mgpu__graph_op), after
+ * the producer or consumer it must follow; *node: its index. */
+static int append_paired(capture *c, const mgpu__graph_op *op,
+                         const node_set *deps, int *node) {
+  if (op->pair_role == 0)
+    return mgpu__graph_append(c->g, op, deps->nodes, deps->n, node);
+  capture_pairs *p = NULL;
+  node_set all = {0};
+  int rc = pairs_of(c, op->pair_key, &p);
+  if (rc != 0) return rc;
+  rc = set_union(&all, deps);
+  int j = op->pair_role == 1 ? p->producers.n - op->pair_depth
+                             : p->consumers.n;
+  const node_set *before = op->pair_role == 1 ? &p->consumers : &p->producers;
+  if (rc == 0 && j >= 0 && j < before->n) rc = set_add(&all, before->nodes[j]);
+  if (rc == 0) rc = mgpu__graph_append(c->g, op, all.nodes, all.n, node);
+  if (rc == 0)
+    rc = set_add(op->pair_role == 1 ? &p->producers : &p->consumers, *node);
+  mgpu__free(all.nodes);
+  return rc;
+}
+
 static int record_in(capture *c, capture_stream *cs, const mgpu__graph_op *op) {
   uintptr_t ev = (uintptr_t)op->event;
   if (op->kind == MGPU__GOP_EVENT_RECORD) return mark_set(c, ev, &cs->tail);
@@ -147,7 +195,7 @@ static int record_in(capture *c, capture_stream *cs, const mgpu__graph_op *op) {
     /* An event of work outside the capture: a wait node. */
   }
   int node;
-  int rc = mgpu__graph_append(c->g, op, cs->tail.nodes, cs->tail.n, &node);
+  int rc = append_paired(c, op, &cs->tail, &node);
   if (rc != 0) return rc;
   cs->tail.n = 0;
   return set_add(&cs->tail, node);
