@@ -119,7 +119,12 @@ MGPU_EXTERN int mgpu_graph_instantiate(mgpu_graph *graph,
  * mgpu_graph_exec_synchronize, by mgpu_graph_exec_destroy, or by a later
  * launch that finds them (before it queues anything). A failure while the
  * launch queues its nodes (a backend error) leaves the nodes queued before
- * it to run. A stream that is capturing is MGPU_ENOTSUP. */
+ * it to run. Refused before anything is queued: a handle a node names
+ * freed or destroyed since (buffers, events, a recorded collective's
+ * communicator, a recorded channel: MGPU_EFREED naming the node), a lost
+ * device of the graph (MGPU_EDEVLOST). A stream that is capturing is
+ * MGPU_ENOTSUP; a graph holding recorded collectives launched inside
+ * mgpu_group_begin/end is MGPU_EINVAL. */
 MGPU_EXTERN int mgpu_graph_launch(mgpu_graph_exec *exec, mgpu_stream *stream);
 /* Replace a kernel node's arguments for the launches that follow (args is
  * copied; args_size may differ from before). Launches already queued keep
@@ -152,13 +157,20 @@ MGPU_EXTERN int mgpu_graph_exec_destroy(mgpu_graph_exec *exec);
  * kernels (mgpu_launch and the built-in kernels), copies
  * (mgpu_memcpy_async, _htod_async, _dtoh_async), mgpu_memset_async, host
  * callbacks, event records and waits, and so stream barriers
- * (mgpu_stream_barrier_wait is records and waits). A stream that waits on an event
+ * (mgpu_stream_barrier_wait is records and waits), a group of
+ * collectives whose ranks' streams all capture (every rank of each
+ * communicator in the group, none spanning processes; replayed as a group
+ * of their own), and channel sends and receives (the j-th receive of a
+ * channel follows its j-th send; a recorded receive leaves *size as it
+ * was). A stream that waits on an event
  * recorded in the capture joins it (its later work is recorded too, after
  * the event's point), as on CUDA; it must rejoin the origin stream (an
  * event recorded on it that the origin waits for) before
  * mgpu_stream_end_capture. Calls that cannot be recorded on a capturing
- * stream (collectives, channels, 2-D copies, the stream-ordered
- * pool) fail with MGPU_ENOTSUP and queue nothing; a
+ * stream (2-D copies, the stream-ordered pool) fail with MGPU_ENOTSUP and
+ * queue nothing; a group of collectives that could not replay (ranks
+ * missing or disagreeing, streams not all capturing) fails its
+ * mgpu_group_end with MGPU_EINVAL or MGPU_EMISMATCH; a
  * synchronize or query of a capturing stream, of a device with one, or of
  * an event recorded in a capture, is MGPU_ENOTSUP naming the call. A
  * stream already capturing is MGPU_EINVAL. */
