@@ -1305,8 +1305,9 @@ TEST_IMPL(parts_refused_fall_back) {
   return 0;
 }
 
-/* Captures, on n devices: x[r] = r + 1, an all-reduce of x in place
- * (one group, every rank), y[r] = 2 * x[r] after it; the ranks' streams
+/* Captures, on n devices: x[r] = r + 1, an all-reduce of x in place and
+ * a broadcast of it from the last rank (one group, every rank), y[r] =
+ * 2 * x[r] after them; the ranks' streams
  * join the capture through an event and rejoin the origin. */
 static int capture_allreduce(int n, mgpu_stream **s, mgpu_buffer **x,
                              mgpu_buffer **y, mgpu_comm *comm,
@@ -1320,9 +1321,13 @@ static int capture_allreduce(int n, mgpu_stream **s, mgpu_buffer **x,
     float v = (float)(r + 1);
     ASSERT_OK(mgpu_fill(s[r], x[r], 0, N, MGPU_FLOAT32, &v));
   }
+  /* Two collectives in one group: each rank's stream holds two members. */
   ASSERT_OK(mgpu_group_begin());
   for (int r = 0; r < n; r++)
     ASSERT_OK(mgpu_allreduce(comm, r, x[r], x[r], N, MGPU_FLOAT32, MGPU_SUM,
+                             s[r]));
+  for (int r = 0; r < n; r++)
+    ASSERT_OK(mgpu_broadcast(comm, r, x[r], x[r], N, MGPU_FLOAT32, n - 1,
                              s[r]));
   ASSERT_OK(mgpu_group_end());
   for (int r = 0; r < n; r++) {
@@ -1389,6 +1394,7 @@ TEST_IMPL(capture_collectives) {
   long queued = host_ops_queued(s[0]);
   ASSERT_ERR(MGPU_EFREED, mgpu_graph_launch(e, s[0]));
   ASSERT_DETAIL_HAS("recorded allreduce, rank 0");
+  ASSERT_DETAIL_HAS("group of collectives");
   ASSERT_EQ(host_ops_queued(s[0]), queued);
   ASSERT_OK(mgpu_graph_exec_destroy(e));
   ASSERT_OK(mgpu_graph_destroy(g));

@@ -129,7 +129,9 @@ static int node_check(const mgpu__gnode *n, int index, const char *what) {
     char detail[256];
     snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
     rc = mgpu__error(rc, "%s: node %d (%s on device %d): %s", what, index,
-                     kind_name(o->kind), o->dev, detail);
+                     o->kind == MGPU__GOP_CALL ? o->call->name
+                                               : kind_name(o->kind),
+                     o->dev, detail);
   }
   return rc;
 }
