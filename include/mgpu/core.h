@@ -371,7 +371,9 @@ MGPU_EXTERN int mgpu_stream_wait_event(mgpu_stream *stream, mgpu_event *event);
 MGPU_EXTERN int mgpu_event_synchronize(mgpu_event *event);
 /* 0 when complete (or never recorded), MGPU_EAGAIN when pending. */
 MGPU_EXTERN int mgpu_event_query(mgpu_event *event);
-/* Milliseconds between two completed events. */
+/* Milliseconds between two completed events. MGPU_ENOTSUP, with a detail
+ * naming the device, for events of an OpenCL device recorded on a stream
+ * made without profiling (MGPU_OPENCL_BUSY=0, docs/opencl.md). */
 MGPU_EXTERN int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end,
                                       float *ms);
 
