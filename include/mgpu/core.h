@@ -125,10 +125,10 @@ typedef struct mgpu_config {
                                command queue with profiling on, for the
                                busy_ns metric, the copy times per path and
                                mgpu_event_elapsed_ms; 0 makes plain queues
-                               (a launch then does what a bare
-                               clEnqueueNDRangeKernel does) and counts
-                               none of those, unless a trace is recorded
-                               when the queue is made (docs/opencl.md).
+                               (cheaper launches), counts no busy time, and
+                               times no copies or events, but on streams
+                               made while a trace is recorded, which keep
+                               profiling for their spans (docs/opencl.md).
                                -1: env, default 1 */
 } mgpu_config;
 
