@@ -19,8 +19,11 @@
  *    bare OpenCL calls on the same device (bench-opencl.h): the empty
  *    kernel's clEnqueueNDRangeKernel in a burst, then one clFinish, each
  *    bare burst right after an mgpu one; once on a queue without
- *    profiling, once on one with it, as mgpu's queues have (busy time and
- *    traces read it), which shows what profiling costs the implementation.
+ *    profiling, once on one with it, as mgpu's queues have by default
+ *    (busy time and traces read it), which shows what profiling costs the
+ *    implementation. The baseline of the kind of mgpu's own queue (read
+ *    from it: plain under MGPU_OPENCL_BUSY=0) is named "like mgpu's
+ *    queue": that is the like-for-like ratio.
  *    Also the calling thread's CPU time per launch, mgpu's burst next to
  *    the bare one without profiling: on a shared machine the wall time
  *    swings with what else runs, the CPU time of the thread that launches
@@ -184,7 +187,7 @@ static bench_ocl *bare_open(mgpu_stream *s) {
  * (bare_out 0 when the bare baseline cannot be opened). OpenCL devices. */
 static int launch_sync_us(int dev, int iters, int reps, double *out,
                           double *bare_out) {
-  /* bare_out[1]: the same on a queue with profiling, as mgpu's are. */
+  /* bare_out[1]: the same on a queue with profiling (mgpu's default). */
   mgpu_stream *s = NULL;
   mgpu_buffer *one = NULL;
   bench_ocl *bare = NULL;
@@ -232,7 +235,8 @@ static int launch_sync_us(int dev, int iters, int reps, double *out,
  * burst, per item, on a queue without profiling (bare_out[0]) and with it
  * (bare_out[1]), and the calling thread's CPU time per item of mgpu's
  * burst (bare_out[2]) and of the bare one without profiling (bare_out[3]);
- * 0 when there is none. */
+ * 0 when there is none; bare_out[4]: 1 when mgpu's queue has profiling (a
+ * bare queue of the same kind is the like-for-like baseline), else 0. */
 static int burst_us(int dev, int cuda, int len, int graph, int iters,
                     int reps, double *out, double *bare_out) {
   mgpu_stream *s = NULL;
@@ -279,6 +283,7 @@ static int burst_us(int dev, int cuda, int len, int graph, int iters,
     bare_out[1] = ok ? bench_median(bp, reps) : 0;
     bare_out[2] = ok ? bench_median(cpu, reps) : 0;
     bare_out[3] = ok ? bench_median(bcpu, reps) : 0;
+    bare_out[4] = bare != NULL ? bench_ocl_native_profiling(bare) : 0;
   }
   bench_ocl_close(bare);
   if (x) mgpu_graph_exec_destroy(x);
@@ -377,13 +382,56 @@ static void report_handoffs(bench_report *r, int iters, int reps) {
   }
 }
 
+/* A baseline name, in buf: name, and where the bare queue is of the kind
+ * of mgpu's (profiling or plain, as MGPU_OPENCL_BUSY made it), a note that
+ * it is the like-for-like baseline. */
+static const char *bare_name(char *buf, size_t size, const char *name,
+                             int bare_profiling, int mgpu_profiling) {
+  snprintf(buf, size, "%s%s", name,
+           bare_profiling == mgpu_profiling
+               ? (mgpu_profiling ? " (like mgpu's queue: profiling)"
+                                 : " (like mgpu's queue: plain)")
+               : "");
+  return buf;
+}
+
+/* The bare OpenCL rows of device 0, next to mgpu's burst of l us a launch
+ * (bare: burst_us's bare_out), and the launch + synchronize latency. */
+static int report_bare(bench_report *r, int iters, int reps, double l,
+                       const double *bare) {
+  static const char burst[] = "launch empty kernel burst, device 0";
+  int prof = bare[4] != 0;
+  char n[96];
+  bench_report_add(r, burst, "per_launch", l, "us",
+                   bare_name(n, sizeof n, "bare clEnqueueNDRangeKernel "
+                             "burst + clFinish", 0, prof), bare[0]);
+  bench_report_add(r, burst, "per_launch", l, "us",
+                   bare_name(n, sizeof n, "the same bare burst, queue with "
+                             "profiling", 1, prof), bare[1]);
+  bench_report_add(r, burst, "cpu_per_launch", bare[2], "us",
+                   bare_name(n, sizeof n, "bare burst (plain queue), the "
+                             "launching thread's CPU time", 0, prof),
+                   bare[3]);
+  double ls = 0, bls[2] = {0, 0};
+  int rc = launch_sync_us(0, iters / 10 > 0 ? iters / 10 : 1, reps, &ls, bls);
+  if (rc != 0 || bls[0] <= 0) return rc;
+  static const char pair[] = "launch empty kernel + synchronize, device 0";
+  bench_report_add(r, pair, "latency", ls, "us",
+                   bare_name(n, sizeof n, "bare clEnqueueNDRangeKernel + "
+                             "clFinish", 0, prof), bls[0]);
+  bench_report_add(r, pair, "latency", ls, "us",
+                   bare_name(n, sizeof n, "the same bare pair, queue with "
+                             "profiling", 1, prof), bls[1]);
+  return 0;
+}
+
 /* The launch rows of device 0 (p its properties): bursts, the bare OpenCL
  * baselines where it is an OpenCL device, and the chain as a graph. */
 static int report_launches(bench_report *r, const mgpu_device_props *p,
                            int iters, int reps) {
   int cuda = p->backend_kind == MGPU_BACKEND_CUDA;
   double base_burst = handoff_burst_us(iters, reps);
-  double l = 0, by_op = 0, by_graph = 0, bare[4] = {0, 0, 0, 0};
+  double l = 0, by_op = 0, by_graph = 0, bare[5] = {0, 0, 0, 0, 0};
   int rc = burst_us(0, cuda, 1, 0, iters, reps, &l,
                     p->backend_kind == MGPU_BACKEND_OPENCL ? bare : NULL);
   if (rc == 0)
@@ -395,28 +443,8 @@ static int report_launches(bench_report *r, const mgpu_device_props *p,
                            : "launch empty kernel burst, device 0",
                    "per_launch", l, "us", "pthread hand-off burst",
                    base_burst);
-  if (bare[0] > 0) {
-    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
-                     l, "us", "bare clEnqueueNDRangeKernel burst + clFinish",
-                     bare[0]);
-    bench_report_add(r, "launch empty kernel burst, device 0", "per_launch",
-                     l, "us", "the same bare burst, queue with profiling",
-                     bare[1]);
-    bench_report_add(r, "launch empty kernel burst, device 0",
-                     "cpu_per_launch", bare[2], "us",
-                     "bare burst, the launching thread's CPU time", bare[3]);
-    double ls = 0, bls[2] = {0, 0};
-    rc = launch_sync_us(0, iters / 10 > 0 ? iters / 10 : 1, reps, &ls, bls);
-    if (rc != 0) return rc;
-    if (bls[0] > 0) {
-      bench_report_add(r, "launch empty kernel + synchronize, device 0",
-                       "latency", ls, "us",
-                       "bare clEnqueueNDRangeKernel + clFinish", bls[0]);
-      bench_report_add(r, "launch empty kernel + synchronize, device 0",
-                       "latency", ls, "us",
-                       "the same bare pair, queue with profiling", bls[1]);
-    }
-  }
+  if (bare[0] > 0 && (rc = report_bare(r, iters, reps, l, bare)) != 0)
+    return rc;
   char chain[96];
   snprintf(chain, sizeof chain, "graph of %d %s, device 0", CHAIN,
            cuda ? "fills(1 elem)" : "empty kernels");

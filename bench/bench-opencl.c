@@ -14,6 +14,10 @@ bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
   return NULL;
 }
 void bench_ocl_close(bench_ocl *o) { (void)o; }
+int bench_ocl_native_profiling(const bench_ocl *o) {
+  (void)o;
+  return 0;
+}
 int bench_ocl_launch_burst(bench_ocl *o, int iters, int profiled) {
   (void)o, (void)iters, (void)profiled;
   return -1;
@@ -53,12 +57,28 @@ struct bench_ocl {
   cl_context ctx; /* mgpu's, not retained */
   cl_device_id dev;
   cl_command_queue q;
-  cl_command_queue qp; /* with profiling on, as mgpu's queues are */
+  cl_command_queue qp; /* with profiling on, as mgpu's are by default */
+  int native_profiling;  /* mgpu's queue has profiling */
   cl_program prog;
   cl_kernel empty;
   cl_mem a, b; /* the copies' buffers (prepare), or NULL */
   size_t size;
 };
+
+/* The context, device and profiling of mgpu's queue mq, into o. */
+static cl_int native_info(bench_ocl *o, cl_command_queue mq) {
+  cl_int err = o->clGetCommandQueueInfo(mq, CL_QUEUE_CONTEXT, sizeof o->ctx,
+                                        &o->ctx, NULL);
+  if (err == CL_SUCCESS)
+    err = o->clGetCommandQueueInfo(mq, CL_QUEUE_DEVICE, sizeof o->dev,
+                                   &o->dev, NULL);
+  cl_command_queue_properties props = 0;
+  if (err == CL_SUCCESS)
+    err = o->clGetCommandQueueInfo(mq, CL_QUEUE_PROPERTIES, sizeof props,
+                                   &props, NULL);
+  o->native_profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
+  return err;
+}
 
 bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
   bench_ocl *o = calloc(1, sizeof *o);
@@ -82,13 +102,8 @@ bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size) {
   memcpy(&o->f, &p, sizeof p);
   BENCH_OCL_CALLS(LOAD)
 #undef LOAD
-  cl_command_queue mq = native_queue;
-  cl_int err = o->clGetCommandQueueInfo(mq, CL_QUEUE_CONTEXT, sizeof o->ctx,
-                                        &o->ctx, NULL);
+  cl_int err = native_info(o, native_queue);
   const char *step = "clGetCommandQueueInfo";
-  if (err == CL_SUCCESS)
-    err = o->clGetCommandQueueInfo(mq, CL_QUEUE_DEVICE, sizeof o->dev,
-                                   &o->dev, NULL);
   if (err == CL_SUCCESS) {
     step = "clCreateCommandQueueWithProperties";
     o->q = o->clCreateCommandQueueWithProperties(o->ctx, o->dev, NULL, &err);
@@ -133,6 +148,10 @@ void bench_ocl_close(bench_ocl *o) {
   if (o->qp != NULL) o->clReleaseCommandQueue(o->qp);
   dlclose(o->lib);
   free(o);
+}
+
+int bench_ocl_native_profiling(const bench_ocl *o) {
+  return o->native_profiling;
 }
 
 int bench_ocl_launch_burst(bench_ocl *o, int iters, int profiled) {

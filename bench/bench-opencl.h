@@ -16,13 +16,20 @@ typedef struct bench_ocl bench_ocl;
 
 /* Opens the loader and makes two plain in-order queues on the device and
  * context of native_queue, one without profiling and one with it (as
- * mgpu's own queues have it, for busy time and traces), the cl_command_queue of an mgpu
- * stream on an OpenCL device. Returns NULL, with the reason in why, when
+ * mgpu's own queues have it by default, for busy time and traces), the
+ * cl_command_queue of an mgpu stream on an OpenCL device, and reads whether
+ * that queue has profiling (bench_ocl_native_profiling). Returns NULL,
+ * with the reason in why, when
  * the loader or a call is missing or fails. The caller owns the result
  * (bench_ocl_close), and keeps mgpu initialized while it is open (the
  * context is mgpu's). */
 bench_ocl *bench_ocl_open(void *native_queue, char *why, size_t why_size);
 void bench_ocl_close(bench_ocl *o);
+
+/* 1 when the mgpu queue handed to bench_ocl_open has profiling on (the
+ * default), 0 when it is a plain queue (MGPU_OPENCL_BUSY=0): which of the
+ * two bare bursts is the like-for-like baseline. */
+int bench_ocl_native_profiling(const bench_ocl *o);
 
 /* One burst: iters bare clEnqueueNDRangeKernel calls of an empty kernel,
  * then one clFinish, on the queue without profiling (profiled 0) or the

@@ -15,7 +15,7 @@ typedef struct bench_row {
   char case_name[96];
   char metric[32];
   char unit[16];
-  char baseline_name[48];
+  char baseline_name[96];
   double value, baseline;
   int has_baseline;
   double noise; /* > 0: the figure is this noisy (bench_report_noise) */

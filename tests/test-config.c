@@ -22,6 +22,9 @@ static mgpu_config poisoned(size_t size) {
   cfg.cuda_green = 9;
   cfg.timeout_ms = -5;
   cfg.fault = "not a rule";
+  cfg.cuda_ipc_legacy = 9;
+  cfg.reserved = 12345;
+  cfg.opencl_busy = 9;
   return cfg;
 }
 
@@ -74,6 +77,37 @@ TEST_IMPL(older_header_sizes_take_defaults) {
   return 0;
 }
 
+/* The header before opencl_busy ended at cuda_ipc_legacy, an int, padded
+ * to the struct's alignment: a program built against it passes that size,
+ * and the bytes of its padding are not a value (here: poison). That size
+ * ends before opencl_busy, which takes its default. */
+TEST_IMPL(size_before_opencl_busy_takes_its_default) {
+  size_t legacy_end = offsetof(mgpu_config, cuda_ipc_legacy) + sizeof(int);
+  size_t old_size = (legacy_end + _Alignof(mgpu_config) - 1) /
+                    _Alignof(mgpu_config) * _Alignof(mgpu_config);
+  ASSERT(old_size <= offsetof(mgpu_config, opencl_busy));
+  ASSERT(sizeof(mgpu_config) > old_size);
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.size = old_size;
+  cfg.devices = "host:1";
+  memset((char *)&cfg + legacy_end, 0x5a, sizeof cfg - legacy_end);
+  unsetenv("MGPU_OPENCL_BUSY");
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_EQ(mgpu__config()->opencl_busy, 1);
+  ASSERT_OK(mgpu_shutdown());
+  /* The caller's own value, with the whole struct, is read and checked. */
+  cfg = (mgpu_config)MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "host:1";
+  cfg.opencl_busy = 0;
+  ASSERT_OK(mgpu_init(&cfg));
+  ASSERT_EQ(mgpu__config()->opencl_busy, 0);
+  ASSERT_OK(mgpu_shutdown());
+  cfg.opencl_busy = 2;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));
+  ASSERT_DETAIL_HAS("opencl_busy is 2");
+  return 0;
+}
+
 TEST_IMPL(sizes_that_cut_a_field_are_refused) {
   const size_t bad[] = {0, 3, sizeof(size_t) + 1,
                         offsetof(mgpu_config, host_mem) + 4,
@@ -96,5 +130,6 @@ TEST_IMPL(sizes_that_cut_a_field_are_refused) {
 
 TEST_LIST_BEGIN
 TEST_ENTRY(older_header_sizes_take_defaults)
+TEST_ENTRY(size_before_opencl_busy_takes_its_default)
 TEST_ENTRY(sizes_that_cut_a_field_are_refused)
 TEST_LIST_END

@@ -84,6 +84,7 @@ TEST_IMPL(config_from_environment) {
   ASSERT_OK(mgpu_shutdown());
   unsetenv("MGPU_STAGING_CHUNK");
   expect_bad_env("MGPU_CUDA_BUSY", "sometimes");
+  expect_bad_env("MGPU_OPENCL_BUSY", "2");
   expect_bad_env("MGPU_CUDA_GREEN", "2");
   /* A config field wins over the environment. */
   mgpu_config cfg = MGPU_CONFIG_INITIALIZER;

@@ -25,19 +25,24 @@
 #include "task.h"
 #include "util/fault.h"
 
-/* Initializes mgpu on devices (an MGPU_DEVICES string); returns the device
- * count, or 0 when the test must skip (no plugin, no OpenCL device). */
-static int ocl_init(const char *devices) {
+/* Initializes mgpu with cfg; returns the device count, or 0 when the test
+ * must skip (no plugin, no OpenCL device). */
+static int ocl_init_cfg(const mgpu_config *cfg) {
   setenv("POCL_DEVICES", "pthread pthread", 0);
-  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
-  cfg.devices = devices;
-  int rc = mgpu_init(&cfg);
+  int rc = mgpu_init(cfg);
   if (rc == MGPU_EPLUGIN || rc == MGPU_ENODEV) {
     printf("skipped: %s\n", mgpu_error_detail());
     return 0;
   }
   ASSERT_OK(rc);
   return mgpu_device_count();
+}
+
+/* Initializes mgpu on devices (an MGPU_DEVICES string), as ocl_init_cfg. */
+static int ocl_init(const char *devices) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = devices;
+  return ocl_init_cfg(&cfg);
 }
 
 #define OCL_INIT(n, devices)       \
@@ -842,6 +847,161 @@ TEST_IMPL(opencl_kernel_span_and_busy_time) {
   return 0;
 }
 
+/* 1 when the queue behind s has profiling on, 0 when not, -1 where the
+ * test cannot ask (built without the OpenCL headers). */
+static int queue_profiles(mgpu_stream *s) {
+#ifdef MGPU_TEST_OPENCL
+  cl_command_queue_properties props = 0;
+  ASSERT_EQ(clGetCommandQueueInfo(mgpu_stream_native(s), CL_QUEUE_PROPERTIES,
+                                  sizeof props, &props, NULL), CL_SUCCESS);
+  return (props & CL_QUEUE_PROFILING_ENABLE) != 0;
+#else
+  (void)s;
+  return -1;
+#endif
+}
+
+/* On device 0: vadd over N floats (z = 2x + y) between two events on a new
+ * stream, plus a device-to-device copy of z, all read back and checked;
+ * *busy: the device's busy_ns gained meanwhile, *copy_ns: its copy time
+ * per path gained (all paths); *profiles: queue_profiles of the stream.
+ * The events are left recorded in e[0] and e[1] (the caller's). */
+static int busy_run(mgpu_event *e[2], uint64_t *busy, uint64_t *copy_ns,
+                    int *profiles) {
+  enum { N = 4096 };
+  static float x[N], y[N], z[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = (float)i;
+    y[i] = (float)(3 * i + 1);
+  }
+  mgpu_stream *s;
+  mgpu_buffer *bx, *by, *bz, *bw;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  *profiles = queue_profiles(s);
+  ASSERT_OK(mgpu_malloc(&bx, 0, sizeof x));
+  ASSERT_OK(mgpu_malloc(&by, 0, sizeof y));
+  ASSERT_OK(mgpu_malloc(&bz, 0, sizeof z));
+  ASSERT_OK(mgpu_malloc(&bw, 0, sizeof z));
+  mgpu_metrics m0 = {.size = sizeof m0}, m1 = {.size = sizeof m1};
+  ASSERT_OK(mgpu_metrics_snapshot(&m0));
+  ASSERT_OK(mgpu_memcpy_htod_async(bx, 0, x, sizeof x, s));
+  ASSERT_OK(mgpu_memcpy_htod_async(by, 0, y, sizeof y, s));
+  ASSERT_OK(mgpu_memset_async(bz, 0, 0xff, sizeof z, s));
+  vadd_args a = {(uintptr_t)mgpu_buffer_ptr(bx), (uintptr_t)mgpu_buffer_ptr(by),
+                 (uintptr_t)mgpu_buffer_ptr(bz), N, 2.0f};
+  ASSERT_OK(mgpu_event_record(e[0], s));
+  for (int k = 0; k < 8; k++)
+    ASSERT_OK(mgpu_launch(s, &vadd, MGPU_DIM3(N / 64, 1, 1),
+                          MGPU_DIM3(64, 1, 1), &a, sizeof a));
+  ASSERT_OK(mgpu_event_record(e[1], s));
+  ASSERT_OK(mgpu_memcpy_async(bw, 0, bz, 0, sizeof z, s));
+  memset(z, 0, sizeof z);
+  ASSERT_OK(mgpu_memcpy_dtoh_async(z, bw, 0, sizeof z, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_OK(mgpu_metrics_snapshot(&m1));
+  for (int i = 0; i < N; i++) ASSERT(z[i] == 2.0f * x[i] + y[i]);
+  *busy = m1.dev[0].busy_ns - m0.dev[0].busy_ns;
+  *copy_ns = 0;
+  for (int p = 0; p < MGPU_METRIC_PATHS; p++)
+    *copy_ns += m1.dev[0].copy_ns[p] - m0.dev[0].copy_ns[p];
+  ASSERT_OK(mgpu_free(bx));
+  ASSERT_OK(mgpu_free(by));
+  ASSERT_OK(mgpu_free(bz));
+  ASSERT_OK(mgpu_free(bw));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  return 0;
+}
+
+/* MGPU_OPENCL_BUSY=0: plain queues; launches, fills and copies give the
+ * same results, no busy time or copy time is counted, and the elapsed time
+ * between two events is MGPU_ENOTSUP naming the device and the variable.
+ * With the default (the variable unset), the same run has profiling
+ * queues, counts busy time and gives elapsed times. */
+TEST_IMPL(opencl_busy_off_makes_plain_queues) {
+  setenv("MGPU_OPENCL_BUSY", "0", 1);
+  OCL_INIT(n, "opencl:0");
+  (void)n;
+  mgpu_event *e[2];
+  for (int round = 0; round < 2; round++) {
+    for (int k = 0; k < 2; k++) ASSERT_OK(mgpu_event_create(&e[k], 0));
+    uint64_t busy = 0, copy_ns = 0;
+    int profiles = -1;
+    ASSERT_OK(busy_run(e, &busy, &copy_ns, &profiles));
+    float ms = -1.0f;
+    if (round == 0) { /* MGPU_OPENCL_BUSY=0 */
+      ASSERT(profiles != 1);
+      ASSERT_EQ(busy, 0);
+      ASSERT_EQ(copy_ns, 0);
+      ASSERT_ERR(MGPU_ENOTSUP, mgpu_event_elapsed_ms(e[0], e[1], &ms));
+      ASSERT_DETAIL_HAS("opencl device 0");
+      ASSERT_DETAIL_HAS("MGPU_OPENCL_BUSY=0");
+      ASSERT(ms == -1.0f); /* nothing written */
+    } else { /* the default */
+      ASSERT(profiles != 0);
+      ASSERT(busy > 0);
+      ASSERT(copy_ns > 0);
+      ASSERT_OK(mgpu_event_elapsed_ms(e[0], e[1], &ms));
+      ASSERT(ms >= 0.0f);
+    }
+    for (int k = 0; k < 2; k++) ASSERT_OK(mgpu_event_destroy(e[k]));
+    ASSERT_OK(mgpu_shutdown());
+    if (round == 0) {
+      unsetenv("MGPU_OPENCL_BUSY");
+      ASSERT_EQ(ocl_init("opencl:0"), n);
+    }
+  }
+  return 0;
+}
+
+/* Kernel spans named "kernel vadd" in the trace file at path. */
+static int vadd_spans(const char *path) {
+  char err[256];
+  json *j = json_parse_file(path, err, sizeof err);
+  ASSERT(j != NULL);
+  const json *ev = json_get(j, "traceEvents");
+  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
+  int spans = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const char *ph = json_get_string(&ev->items[i], "ph");
+    const char *name = json_get_string(&ev->items[i], "name");
+    if (ph != NULL && name != NULL && strcmp(ph, "X") == 0 &&
+        strcmp(name, "kernel vadd") == 0)
+      spans++;
+  }
+  json_free(j);
+  return spans;
+}
+
+/* opencl_busy = 0 in the config with a trace recorded from mgpu_init: the
+ * queues keep profiling, so the trace has the kernels' spans and event
+ * times work, but no busy time is counted. */
+TEST_IMPL(opencl_busy_off_with_trace_keeps_spans) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/mgpu-test-opencl-%d-busy-off.json",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  cfg.devices = "opencl:0";
+  cfg.opencl_busy = 0;
+  cfg.trace = path;
+  if (ocl_init_cfg(&cfg) == 0) return TEST_SKIP;
+  mgpu_event *e[2];
+  for (int k = 0; k < 2; k++) ASSERT_OK(mgpu_event_create(&e[k], 0));
+  uint64_t busy = 1, copy_ns = 0;
+  int profiles = -1;
+  ASSERT_OK(busy_run(e, &busy, &copy_ns, &profiles));
+  ASSERT(profiles != 0);
+  ASSERT_EQ(busy, 0);
+  ASSERT(copy_ns > 0); /* copies are timed where the queue profiles */
+  float ms = -1.0f;
+  ASSERT_OK(mgpu_event_elapsed_ms(e[0], e[1], &ms));
+  ASSERT(ms >= 0.0f);
+  for (int k = 0; k < 2; k++) ASSERT_OK(mgpu_event_destroy(e[k]));
+  ASSERT_OK(mgpu_shutdown()); /* writes the trace */
+  ASSERT_EQ(vadd_spans(path), 8);
+  unlink(path);
+  return 0;
+}
+
 /* ---- lost devices, DLPack ---- */
 
 TEST_IMPL(opencl_lost_device_by_injection) {
@@ -967,6 +1127,8 @@ TEST_ENTRY(opencl_allreduce_every_type)
 TEST_ENTRY(opencl_wait_across_devices)
 TEST_ENTRY(opencl_copy_metrics_per_path)
 TEST_ENTRY(opencl_kernel_span_and_busy_time)
+TEST_ENTRY(opencl_busy_off_makes_plain_queues)
+TEST_ENTRY(opencl_busy_off_with_trace_keeps_spans)
 TEST_ENTRY(opencl_lost_device_by_injection)
 TEST_ENTRY(opencl_dlpack_device_memory_is_not_host)
 TEST_ENTRY(opencl_allocations_are_fault_sites)

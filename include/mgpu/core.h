@@ -114,6 +114,22 @@ typedef struct mgpu_config {
                                without them and for testing it), 0 uses
                                the descriptors where offered. -1: env,
                                default 0 */
+  int reserved;             /* unused, never read. Before opencl_busy the
+                               struct ended after cuda_ipc_legacy, padded
+                               to 8 bytes where pointers are 8: a program
+                               built then passes that size, whose padding
+                               is not a value; this field is that padding,
+                               so that such a size still ends before
+                               opencl_busy, which takes its default */
+  int opencl_busy;          /* MGPU_OPENCL_BUSY: 1 makes every OpenCL
+                               command queue with profiling on, for the
+                               busy_ns metric, the copy times per path and
+                               mgpu_event_elapsed_ms; 0 makes plain queues
+                               (cheaper launches), counts no busy time, and
+                               times no copies or events, but on streams
+                               made while a trace is recorded, which keep
+                               profiling for their spans (docs/opencl.md).
+                               -1: env, default 1 */
 } mgpu_config;
 
 #define MGPU_CONFIG_INITIALIZER                                              \
@@ -121,7 +137,8 @@ typedef struct mgpu_config {
     .log_level = -1, .host_workers = 0, .host_peer = -1,                    \
     .staging_chunk = 0, .staging_depth = 0, .plugin_path = NULL,            \
     .cuda_green = -1, .cuda_busy = -1, .trace = NULL, .metrics = NULL,     \
-    .timeout_ms = 0, .fault = NULL, .cuda_ipc_legacy = -1 }
+    .timeout_ms = 0, .fault = NULL, .cuda_ipc_legacy = -1,                 \
+    .reserved = 0, .opencl_busy = -1 }
 
 /* Opens the devices the configuration names. NULL: everything from the
  * environment. Returns MGPU_EALREADY if already initialized; after
@@ -354,7 +371,9 @@ MGPU_EXTERN int mgpu_stream_wait_event(mgpu_stream *stream, mgpu_event *event);
 MGPU_EXTERN int mgpu_event_synchronize(mgpu_event *event);
 /* 0 when complete (or never recorded), MGPU_EAGAIN when pending. */
 MGPU_EXTERN int mgpu_event_query(mgpu_event *event);
-/* Milliseconds between two completed events. */
+/* Milliseconds between two completed events. MGPU_ENOTSUP, with a detail
+ * naming the device, for events of an OpenCL device recorded on a stream
+ * made without profiling (MGPU_OPENCL_BUSY=0, docs/opencl.md). */
 MGPU_EXTERN int mgpu_event_elapsed_ms(mgpu_event *start, mgpu_event *end,
                                       float *ms);
 

@@ -236,6 +236,8 @@ static const config_var vars[] = {
         "calls made to fail on purpose (docs/faults.md)"),
     VAR("MGPU_CUDA_IPC_LEGACY", cuda_ipc_legacy, V_INT, 0, 1, -1, 0,
         "0 or 1", "share CUDA store objects through legacy cudaIpc handles"),
+    VAR("MGPU_OPENCL_BUSY", opencl_busy, V_INT, 0, 1, -1, 1, "0 or 1",
+        "OpenCL queues with profiling, for busy_ns and event times"),
     /* Read by the graph layer at each mgpu_graph_instantiate. */
     ENV("MGPU_GRAPH_REPLAY", "devices",
         "how graphs replay: a part per device where the backend can "
@@ -355,8 +357,14 @@ static int resolve_var(const config_var *v, mgpu_config *out) {
   return 0;
 }
 
-/* vars[] names every field of mgpu_config; cuda_ipc_legacy is the last. */
-_Static_assert((offsetof(mgpu_config, cuda_ipc_legacy) + sizeof(int) +
+/* vars[] names every field of mgpu_config but `reserved` (the padding that
+ * ended the struct before opencl_busy, never read); opencl_busy is the
+ * last. A field added after it must not sit in the padding that ends the
+ * struct now (4 bytes where pointers are 8): callers built against this
+ * header pass that padding as part of their size, so a size that ends
+ * there must still end before the new field, as `reserved` does for
+ * opencl_busy. */
+_Static_assert((offsetof(mgpu_config, opencl_busy) + sizeof(int) +
                 _Alignof(mgpu_config) - 1) / _Alignof(mgpu_config) *
                        _Alignof(mgpu_config) ==
                    sizeof(mgpu_config),

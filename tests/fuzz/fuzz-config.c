@@ -14,7 +14,7 @@
 static const char *const vars[] = {
     "MGPU_HOST_MEM",       "MGPU_LOG",          "MGPU_HOST_WORKERS",
     "MGPU_HOST_PEER",      "MGPU_STAGING_CHUNK", "MGPU_STAGING_DEPTH",
-    "MGPU_CUDA_GREEN",     "MGPU_CUDA_BUSY"};
+    "MGPU_CUDA_GREEN",     "MGPU_CUDA_BUSY",     "MGPU_OPENCL_BUSY"};
 #define NVARS (sizeof vars / sizeof *vars)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -87,5 +87,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              cfg.staging_depth <= MGPU_STAGING_DEPTH_MAX);
   FUZZ_CHECK(cfg.cuda_green == 0 || cfg.cuda_green == 1);
   FUZZ_CHECK(cfg.cuda_busy == 0 || cfg.cuda_busy == 1);
+  FUZZ_CHECK(cfg.opencl_busy == 0 || cfg.opencl_busy == 1);
   return 0;
 }

@@ -359,7 +359,7 @@ int mgpu__ocl_launch(mgpu__bdevice *d, mgpu__bstream *s, const mgpu_kernel *k,
   if (err == CL_SUCCESS) {
     step = "clEnqueueNDRangeKernel";
     char span[48] = "kernel"; /* named only for a trace: cheaper */
-    if (mgpu__ocl_env->obs->trace_enabled())
+    if (s->profiling && mgpu__ocl_env->obs->trace_enabled())
       snprintf(span, sizeof span, "kernel %s", name);
     err = enqueue_locked(s, sk->kernel, 3, global, local, span);
   } else {

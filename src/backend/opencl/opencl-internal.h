@@ -15,11 +15,12 @@
  * it (the host may touch them), pinned buffers are CL_MEM_ALLOC_HOST_PTR
  * buffers mapped once for their whole life.
  *
- * Streams are in-order command queues with profiling on; every command
- * queued keeps its event as the stream's last one (only that one: the one
- * before is released when the next is queued), which query and
- * synchronize read for errors, and the busy interval reads for busy time
- * (trace.c).
+ * Streams are in-order command queues, with profiling on unless
+ * MGPU_OPENCL_BUSY=0 turned it off (stream.c, mgpu__ocl_stream_create);
+ * every command queued keeps its event as the stream's last one (only that
+ * one: the one before is released when the next is queued), which query
+ * and synchronize read for errors, and the busy interval reads for busy
+ * time (trace.c).
  *
  * The plugin's locks and where they sit in the library's lock order:
  * docs/ARCHITECTURE.md, "Lock order". Nothing is called back into the
@@ -127,6 +128,13 @@ typedef struct mgpu__ocl_span mgpu__ocl_span;
 struct mgpu__bstream {
   cl_command_queue q;
   mgpu__bdevice *d;
+  /* Set at creation, read-only afterwards. profiling: q has
+   * CL_QUEUE_PROFILING_ENABLE (MGPU_OPENCL_BUSY=1, or a trace recorded
+   * when the stream was made): its commands may be timed (copies, spans,
+   * event times). busy: busy time is counted (MGPU_OPENCL_BUSY=1; implies
+   * profiling). */
+  int profiling;
+  int busy;
   pthread_mutex_t lock; /* orders enqueues with last; guards copies */
   cl_event last;        /* the newest command's event, or NULL */
   mgpu__ocl_timed_copy *copies; /* not yet handed to the metrics */
@@ -155,6 +163,7 @@ struct mgpu__bevent {
   pthread_mutex_t lock; /* guards ev */
   cl_event ev;          /* the marker of the last record, or NULL */
   cl_command_queue q;   /* the queue it was recorded on (compared only) */
+  int timed;            /* that queue has profiling (ev has times) */
 };
 
 /* ---- errors (opencl.c) ---- */
@@ -195,10 +204,11 @@ void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
                           size_t bytes);
 
 /* trace.c. op_timed: between enqueue_begin and enqueue_end, while a trace
- * is recorded, ev (queued: a kernel, copy or fill) becomes a span (the
- * core's tag, else name with bytes). busy_queued: s->lock held, ev queued
- * and about to become s->last: closes the open busy interval if s->last
- * completed, opens one at ev if none is open. busy_drop: s->lock held,
+ * is recorded and s has profiling, ev (queued: a kernel, copy or fill)
+ * becomes a span (the core's tag, else name with bytes). busy_queued:
+ * s->lock held, s->busy set, ev queued and about to become s->last: closes
+ * the open busy interval if s->last completed, opens one at ev if none is
+ * open. busy_drop: s->lock held,
  * ends the open interval uncounted. harvest: reads what completed; seen:
  * the stream's last event, which the caller saw complete without error
  * (the queue was idle then, so the clock may be measured and the busy

@@ -34,7 +34,7 @@ void mgpu__ocl_enqueue_begin(mgpu__bstream *s) { pthread_mutex_lock(&s->lock); }
 
 void mgpu__ocl_enqueue_end(mgpu__bstream *s, cl_int err, cl_event ev) {
   if (err == CL_SUCCESS && ev != NULL) {
-    mgpu__ocl_busy_queued(s, ev);
+    if (s->busy) mgpu__ocl_busy_queued(s, ev);
     /* Released while it may still be pending, as a bare burst leaves its
      * events to the implementation: whoever drops the last reference of a
      * completed event frees it. */
@@ -79,7 +79,9 @@ static void copies_harvest_locked(mgpu__bstream *s) {
 
 void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
                           size_t bytes) {
-  if (path < 0 || path >= MGPU_METRIC_PATHS || ev == NULL) return;
+  /* Without profiling the copy has no times: nothing to keep. */
+  if (!s->profiling || path < 0 || path >= MGPU_METRIC_PATHS || ev == NULL)
+    return;
   /* A stream that is never synchronized keeps a bounded list. */
   if (s->ncopies >= 256) copies_harvest_locked(s);
   mgpu__ocl_timed_copy *c = mgpu__malloc(sizeof *c);
@@ -93,10 +95,15 @@ void mgpu__ocl_copy_timed(mgpu__bstream *s, cl_event ev, int path,
   s->ncopies++;
 }
 
-static void copies_harvest(mgpu__bstream *s) {
+/* Reads the times of what completed (copies, spans, the busy interval;
+ * seen and done as for mgpu__ocl_trace_harvest). A queue without
+ * profiling has none: the stream's lock is not even taken. */
+static void times_harvest(mgpu__bstream *s, cl_event seen, uint64_t done) {
+  if (!s->profiling) return;
   pthread_mutex_lock(&s->lock);
   copies_harvest_locked(s);
   pthread_mutex_unlock(&s->lock);
+  mgpu__ocl_trace_harvest(s, seen, done);
 }
 
 /* A reference to the event in *slot (guarded by lock), or NULL. */
@@ -149,17 +156,29 @@ static int lost_rc(mgpu__bdevice *d) {
 
 /* ---- streams ---- */
 
+/* Streams have profiling on for busy time (MGPU_OPENCL_BUSY=1, the
+ * default). With MGPU_OPENCL_BUSY=0 a queue is plain, as a bare one: PoCL
+ * spends 5 to 20% more on a burst of launches on a profiling queue. A
+ * stream made while a trace is recorded (MGPU_TRACE from mgpu_init on: all
+ * of them) has profiling anyway, so that its commands become spans; busy
+ * time still is not counted, as MGPU_CUDA_BUSY=0 leaves the CUDA plugin's
+ * spans and drops its busy time. */
 int mgpu__ocl_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   *out = NULL;
   mgpu__bstream *s = mgpu__calloc(1, sizeof *s);
   if (s == NULL)
     return mgpu__error(MGPU_ENOMEM, "device %d: out of host "
                        "memory for an OpenCL command queue", d->id);
+  const mgpu_config *cfg = mgpu__ocl_env->config;
+  s->busy = cfg->opencl_busy != 0;
+  s->profiling = s->busy || cfg->trace != NULL ||
+                 mgpu__ocl_env->obs->trace_enabled();
   cl_queue_properties props[] = {CL_QUEUE_PROPERTIES,
                                  CL_QUEUE_PROFILING_ENABLE, 0};
   cl_int err = CL_SUCCESS;
   s->q = clCreateCommandQueueWithProperties(
-      d->phys->ctx, d->sub != NULL ? d->sub : d->phys->dev, props, &err);
+      d->phys->ctx, d->sub != NULL ? d->sub : d->phys->dev,
+      s->profiling ? props : NULL, &err);
   if (err != CL_SUCCESS) {
     mgpu__free(s);
     return mgpu__ocl_fail(d, err, "clCreateCommandQueueWithProperties");
@@ -195,10 +214,8 @@ int mgpu__ocl_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
     forget_last(s, ev);
     rc = mgpu__ocl_fail(d, err, "work on the stream failed");
   }
-  copies_harvest(s);
   /* Without an error every command queued before ev completed. */
-  mgpu__ocl_trace_harvest(s, rc == 0 ? ev : NULL,
-                          rc == 0 && ev != NULL ? seq : 0);
+  times_harvest(s, rc == 0 ? ev : NULL, rc == 0 && ev != NULL ? seq : 0);
   if (ev != NULL) clReleaseEvent(ev);
   if (rc == 0) rc = lost_rc(d);
   return rc;
@@ -217,8 +234,7 @@ int mgpu__ocl_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
   } else if (st != CL_COMPLETE) {
     rc = MGPU_EAGAIN;
   } else {
-    copies_harvest(s);
-    mgpu__ocl_trace_harvest(s, ev, seq); /* ev and all before it are done */
+    times_harvest(s, ev, seq); /* ev and all before it are done */
   }
   clReleaseEvent(ev);
   if (rc == 0) rc = lost_rc(d);
@@ -405,6 +421,7 @@ int mgpu__ocl_event_record(mgpu__bdevice *d, mgpu__bevent *e,
   cl_event old = e->ev;
   e->ev = ev;
   e->q = s->q;
+  e->timed = s->profiling;
   pthread_mutex_unlock(&e->lock);
   if (old != NULL) clReleaseEvent(old);
   return 0;
@@ -432,28 +449,53 @@ int mgpu__ocl_event_query(mgpu__bdevice *d, mgpu__bevent *e) {
   return st == CL_COMPLETE ? 0 : MGPU_EAGAIN;
 }
 
+/* A reference to e's marker, or NULL when never recorded; *timed: it was
+ * recorded on a queue with profiling. */
+static cl_event event_get_timed(mgpu__bevent *e, int *timed) {
+  pthread_mutex_lock(&e->lock);
+  cl_event ev = e->ev;
+  if (ev != NULL) clRetainEvent(ev);
+  *timed = e->timed;
+  pthread_mutex_unlock(&e->lock);
+  return ev;
+}
+
+/* Milliseconds from a's end to b's (both complete, both with times). */
+static int markers_elapsed(mgpu__bdevice *d, cl_event a, cl_event b,
+                           float *ms) {
+  cl_ulong ta = 0, tb = 0;
+  cl_int err = clGetEventProfilingInfo(a, CL_PROFILING_COMMAND_END, sizeof ta,
+                                       &ta, NULL);
+  if (err == CL_SUCCESS)
+    err = clGetEventProfilingInfo(b, CL_PROFILING_COMMAND_END, sizeof tb, &tb,
+                                  NULL);
+  if (err != CL_SUCCESS) return mgpu__ocl_fail(d, err, "clGetEventProfilingInfo");
+  *ms = (float)(((double)tb - (double)ta) / 1e6);
+  return 0;
+}
+
+/* A marker has times only on a queue with profiling; without, the honest
+ * answer is that there is no time to give, not a number. */
 int mgpu__ocl_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *start,
                                mgpu__bevent *end, float *ms) {
-  cl_event a = event_get(start), b = event_get(end);
+  int ta = 0, tb = 0;
+  cl_event a = event_get_timed(start, &ta), b = event_get_timed(end, &tb);
   int rc = 0;
   if (a == NULL || b == NULL) {
     rc = mgpu__error(MGPU_EINVAL, "device %d: elapsed time "
                      "between events of which one was never "
                      "recorded", d->id);
+  } else if (!ta || !tb) {
+    rc = mgpu__error(MGPU_ENOTSUP, "opencl device %d: elapsed time between "
+                     "events recorded on a stream without profiling: "
+                     "MGPU_OPENCL_BUSY=0 turned timing off on this device's "
+                     "streams (and no trace was recorded when the stream "
+                     "was made)", d->id);
   } else if (status_of(a) != CL_COMPLETE || status_of(b) != CL_COMPLETE) {
     rc = mgpu__error(MGPU_EAGAIN, "device %d: elapsed time "
                      "between events not both complete", d->id);
   } else {
-    cl_ulong ta = 0, tb = 0;
-    cl_int err = clGetEventProfilingInfo(a, CL_PROFILING_COMMAND_END,
-                                         sizeof ta, &ta, NULL);
-    if (err == CL_SUCCESS)
-      err = clGetEventProfilingInfo(b, CL_PROFILING_COMMAND_END, sizeof tb,
-                                    &tb, NULL);
-    if (err != CL_SUCCESS)
-      rc = mgpu__ocl_fail(d, err, "clGetEventProfilingInfo");
-    else
-      *ms = (float)(((double)tb - (double)ta) / 1e6);
+    rc = markers_elapsed(d, a, b, ms);
   }
   if (a != NULL) clReleaseEvent(a);
   if (b != NULL) clReleaseEvent(b);

@@ -2,8 +2,11 @@
  * and, while a trace is recorded, each command's own execution time as a
  * span.
  *
- * Every queue has profiling on, so every command's event carries its
- * CL_PROFILING_COMMAND_START and _END on the device's clock.
+ * A queue with profiling (every one by default) gives every command's
+ * event its CL_PROFILING_COMMAND_START and _END on the device's clock.
+ * MGPU_OPENCL_BUSY=0 makes plain queues (stream.c): busy time is then not
+ * counted at all (no interval is opened, no status asked per command), and
+ * only streams made while a trace is recorded have profiling and spans.
  *
  * Busy time is counted per interval, as the CUDA plugin does: the first
  * command queued on an idle stream opens one (its event is kept as
@@ -165,7 +168,8 @@ void mgpu__ocl_busy_drop(mgpu__bstream *s) {
 
 void mgpu__ocl_op_timed(mgpu__bstream *s, cl_event ev, const char *name,
                         size_t bytes) {
-  if (ev == NULL || !mgpu__ocl_env->obs->trace_enabled()) return;
+  if (!s->profiling || ev == NULL || !mgpu__ocl_env->obs->trace_enabled())
+    return;
   if (s->nspans >= MAX_PENDING) harvest_locked(s, 0, 0);
   mgpu__ocl_span *sp = s->spare_spans;
   if (sp != NULL)
