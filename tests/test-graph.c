@@ -1006,6 +1006,37 @@ TEST_IMPL(capture_invalid) {
     }                                                                       \
   } while (0)
 
+/* A capture of a collective and a channel message across two devices:
+ * x0 = 1, x1 = 2, an all-reduce of both (3), x0 = 2 * x0, sent into x1:
+ * both 6 once it ran. */
+static int sweep_collective(mgpu_stream *s0, mgpu_stream *s1, mgpu_event *e0,
+                            mgpu_event *e1, mgpu_buffer *x0, mgpu_buffer *x1,
+                            mgpu_comm **comm, mgpu_channel **ch,
+                            mgpu_graph **out) {
+  int devs[2] = {0, 1}, rc = 0;
+  float one = 1.0f, two = 2.0f;
+  SWEEP_STEP(mgpu_comm_create(devs, 2, comm));
+  SWEEP_STEP(mgpu_channel_create(0, 1, N * sizeof(float), 1, ch));
+  SWEEP_STEP(mgpu_stream_begin_capture(s0));
+  SWEEP_STEP(mgpu_event_record(e0, s0));
+  SWEEP_STEP(mgpu_stream_wait_event(s1, e0));
+  SWEEP_STEP(mgpu_fill(s0, x0, 0, N, MGPU_FLOAT32, &one));
+  SWEEP_STEP(mgpu_fill(s1, x1, 0, N, MGPU_FLOAT32, &two));
+  SWEEP_STEP(mgpu_group_begin());
+  int r0 = mgpu_allreduce(*comm, 0, x0, x0, N, MGPU_FLOAT32, MGPU_SUM, s0);
+  int r1 = mgpu_allreduce(*comm, 1, x1, x1, N, MGPU_FLOAT32, MGPU_SUM, s1);
+  int end = mgpu_group_end();
+  SWEEP_STEP(r0 != 0 ? r0 : r1 != 0 ? r1 : end);
+  SWEEP_STEP(mgpu_scale(s0, x0, 0, N, MGPU_FLOAT32, 2.0));
+  SWEEP_STEP(mgpu_channel_send(*ch, x0, 0, N * sizeof(float), s0));
+  SWEEP_STEP(mgpu_channel_recv(*ch, x1, 0, NULL, s1));
+  SWEEP_STEP(mgpu_event_record(e1, s1));
+  SWEEP_STEP(mgpu_stream_wait_event(s0, e1));
+  SWEEP_STEP(mgpu_stream_end_capture(s0, out));
+cleanup:
+  return rc;
+}
+
 static int sweep_workload(void) {
   mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
   cfg.devices = "host:2";
@@ -1014,8 +1045,10 @@ static int sweep_workload(void) {
   mgpu_buffer *x0 = NULL, *x1 = NULL;
   mgpu_stream *s0 = NULL, *s1 = NULL;
   mgpu_event *e0 = NULL, *e1 = NULL;
-  mgpu_graph *g = NULL, *c = NULL;
-  mgpu_graph_exec *xg = NULL, *xc = NULL;
+  mgpu_graph *g = NULL, *c = NULL, *cc = NULL;
+  mgpu_graph_exec *xg = NULL, *xc = NULL, *xcc = NULL;
+  mgpu_comm *comm = NULL;
+  mgpu_channel *ch = NULL;
   int calls = 0;
   float two = 2.0f, out[N];
   SWEEP_STEP(mgpu_malloc(&x0, 0, N * sizeof(float)));
@@ -1058,11 +1091,21 @@ static int sweep_workload(void) {
   SWEEP_STEP(mgpu_stream_synchronize(s0));
   SWEEP_STEP(mgpu_memcpy_dtoh(out, x1, 0, sizeof out));
   if (calls != 3 || out[0] != 0.0f) _exit(14);
+  SWEEP_STEP(sweep_collective(s0, s1, e0, e1, x0, x1, &comm, &ch, &cc));
+  SWEEP_STEP(mgpu_graph_instantiate(cc, &xcc));
+  SWEEP_STEP(mgpu_graph_launch(xcc, s1));
+  SWEEP_STEP(mgpu_graph_exec_synchronize(xcc));
+  SWEEP_STEP(mgpu_memcpy_dtoh(out, x1, 0, sizeof out));
+  if (out[0] != 6.0f || out[N - 1] != 6.0f) _exit(18);
 cleanup:
   if (s0 != NULL && mgpu_stream_is_capturing(s0) == 1) {
     mgpu_graph *dropped = NULL;
     if (mgpu_stream_end_capture(s0, &dropped) == 0) mgpu_graph_destroy(dropped);
   }
+  if (xcc != NULL) mgpu_graph_exec_destroy(xcc);
+  if (cc != NULL) mgpu_graph_destroy(cc);
+  if (comm != NULL) mgpu_comm_destroy(comm);
+  if (ch != NULL) mgpu_channel_destroy(ch);
   if (xc != NULL) mgpu_graph_exec_destroy(xc);
   if (xg != NULL) mgpu_graph_exec_destroy(xg);
   if (c != NULL) mgpu_graph_destroy(c);
