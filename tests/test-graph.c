@@ -1360,9 +1360,13 @@ static int capture_allreduce(int n, mgpu_stream **s, mgpu_buffer **x,
   ASSERT_OK(mgpu_stream_begin_capture(s[0]));
   ASSERT_OK(mgpu_event_record(start, s[0]));
   for (int r = 1; r < n; r++) ASSERT_OK(mgpu_stream_wait_event(s[r], start));
+  /* The last rank gets there by a longer way (x = (r + 1) / 8, doubled
+   * three times): each member must wait for all of them. */
   for (int r = 0; r < n; r++) {
-    float v = (float)(r + 1);
+    float v = (float)(r + 1) / (r == n - 1 ? 8.0f : 1.0f);
     ASSERT_OK(mgpu_fill(s[r], x[r], 0, N, MGPU_FLOAT32, &v));
+    for (int k = 0; r == n - 1 && k < 3; k++)
+      ASSERT_OK(mgpu_scale(s[r], x[r], 0, N, MGPU_FLOAT32, 2.0));
   }
   /* Two collectives in one group: each rank's stream holds two members. */
   ASSERT_OK(mgpu_group_begin());
@@ -1427,11 +1431,20 @@ TEST_IMPL(capture_collectives) {
       for (int i = 0; i < N; i++) ASSERT(out[i] == 2.0f * sum);
     }
   }
+  /* Inside a group: refused before anything is queued. */
+  ASSERT_OK(mgpu_stream_synchronize(s[0]));
+  long before[4];
+  for (int r = 0; r < n; r++) before[r] = host_ops_queued(s[r]);
   ASSERT_OK(mgpu_group_begin());
   ASSERT_ERR(MGPU_EINVAL, mgpu_graph_launch(e, s[0]));
   ASSERT_DETAIL_HAS("mgpu_group_begin");
   ASSERT_OK(mgpu_group_end());
-  ASSERT_OK(mgpu_stream_synchronize(s[0]));
+  for (int r = 0; r < n; r++) ASSERT_EQ(host_ops_queued(s[r]), before[r]);
+  ASSERT_OK(mgpu_graph_exec_synchronize(e));
+  for (int r = 0; r < n; r++) {
+    read_floats(x[r], out, N);
+    ASSERT(out[0] == sum); /* no fill ran again (it would leave r + 1) */
+  }
   /* The collective's communicator destroyed: refused, nothing queued. */
   ASSERT_OK(mgpu_comm_destroy(comm));
   long queued = host_ops_queued(s[0]);
@@ -1530,9 +1543,51 @@ TEST_IMPL(capture_channels) {
     ASSERT_OK(mgpu_memcpy_dtoh(out, y1, 0, sizeof out));
     for (int i = 0; i < 3 * N; i++) ASSERT(out[i] == (float)(i / N + 1));
   }
+  /* Another capture running meanwhile: its lock is asked by every event
+   * call of the launch, under the launch's and the channel's locks. */
+  mgpu_stream *other;
+  mgpu_graph *empty;
+  ASSERT_OK(mgpu_stream_create(&other, 0));
+  ASSERT_OK(mgpu_stream_begin_capture(other));
+  ASSERT_OK(mgpu_graph_launch(x, s0));
+  ASSERT_OK(mgpu_graph_exec_synchronize(x));
+  ASSERT_OK(mgpu_stream_end_capture(other, &empty));
+  ASSERT_OK(mgpu_graph_destroy(empty));
+  ASSERT_OK(mgpu_stream_destroy(other));
+  ASSERT_OK(mgpu_channel_close(ch));
+  ASSERT_ERR(MGPU_ECLOSED, mgpu_graph_launch(x, s0));
+  ASSERT_DETAIL_HAS("recorded channel send of channel 0 -> 1");
   ASSERT_OK(mgpu_channel_destroy(ch));
   ASSERT_ERR(MGPU_EFREED, mgpu_graph_launch(x, s0));
   ASSERT_DETAIL_HAS("recorded channel send of channel 0 -> 1");
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  /* Recorded the other way round (both receives first, as a second thread
+   * could): the receives still follow their sends in every replay, and
+   * the second send the first receive (capacity 1). */
+  ASSERT_OK(mgpu_channel_create(0, 1, N * sizeof(float), 1, &ch));
+  ASSERT_OK(mgpu_stream_begin_capture(s0));
+  ASSERT_OK(mgpu_event_record(e0, s0));
+  ASSERT_OK(mgpu_stream_wait_event(s1, e0));
+  for (int i = 0; i < 2; i++)
+    ASSERT_OK(mgpu_channel_recv(ch, y1, (size_t)i * N * sizeof(float), NULL,
+                                s1));
+  for (int i = 0; i < 2; i++) {
+    float v = (float)(10 + i);
+    ASSERT_OK(mgpu_fill(s0, x0, 0, N, MGPU_FLOAT32, &v));
+    ASSERT_OK(mgpu_channel_send(ch, x0, 0, N * sizeof(float), s0));
+  }
+  ASSERT_OK(mgpu_event_record(e1, s1));
+  ASSERT_OK(mgpu_stream_wait_event(s0, e1));
+  ASSERT_OK(mgpu_stream_end_capture(s0, &g));
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  for (int launch = 0; launch < 2; launch++) {
+    ASSERT_OK(mgpu_graph_launch(x, s0));
+    ASSERT_OK(mgpu_graph_exec_synchronize(x));
+    ASSERT_OK(mgpu_memcpy_dtoh(out, y1, 0, 2 * N * sizeof(float)));
+    for (int i = 0; i < 2 * N; i++) ASSERT(out[i] == (float)(10 + i / N));
+  }
+  ASSERT_OK(mgpu_channel_destroy(ch));
   ASSERT_OK(mgpu_graph_exec_destroy(x));
   ASSERT_OK(mgpu_graph_destroy(g));
   ASSERT_OK(mgpu_event_destroy(e0));

@@ -29,4 +29,9 @@ typedef struct mgpu__chan_call {
  * replay from one thread issues them in an order that cannot block. */
 int mgpu__chan_record(const mgpu__chan_call *call, mgpu__stream *s);
 
+/* (channel.c) 0 when a send (send 1) or receive could be issued on the
+ * channel now as far as its state goes: MGPU_EFREED once destroyed,
+ * MGPU_ECLOSED for a send once closed. */
+int mgpu__chan_check(mgpu_channel *h, int send);
+
 #endif /* MGPU_CHAN_INTERNAL_H */

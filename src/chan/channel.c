@@ -260,6 +260,17 @@ static void channels_shutdown(void) {
 }
 MGPU__ON_SHUTDOWN(channels_shutdown, MGPU__LAYER_WORK)
 
+int mgpu__chan_check(mgpu_channel *h, int send) {
+  mgpu__channel *ch;
+  int rc = chan_get(h, &ch);
+  if (rc != 0) return rc;
+  if (send && atomic_load(&ch->closed))
+    rc = mgpu__error(MGPU_ECLOSED, "channel %d -> %d: closed", ch->src_dev,
+                     ch->dst_dev);
+  chan_put(h);
+  return rc;
+}
+
 int mgpu_channel_close(mgpu_channel *chan) {
   mgpu__channel *ch;
   int rc = chan_get(chan, &ch);

@@ -28,13 +28,10 @@ static int rec_issue(mgpu__graph_call *base, mgpu_stream *const *streams) {
                                    streams[0], k->timeout_ms);
 }
 
-/* 0 while the channel and the buffer are live. */
+/* 0 while the channel (not closed, for a send) and the buffer are live. */
 static int rec_check(const mgpu__graph_call *base) {
   const mgpu__chan_call *k = &((const rec *)base)->call;
-  int rc = 0;
-  void *ch = mgpu__handle_get((uintptr_t)k->chan, MGPU__H_CHANNEL, "channel",
-                              &rc);
-  if (ch != NULL) mgpu__handle_put((uintptr_t)k->chan);
+  int rc = mgpu__chan_check(k->chan, k->send);
   mgpu__buf *b;
   if (rc == 0 && (rc = mgpu__buf_get(k->buf, k->send ? "src" : "dst", &b)) == 0)
     mgpu__buf_put(b);

@@ -137,10 +137,9 @@ typedef struct mgpu__coll_recorded {
   int grank, rank;
   const mgpu__coll_arg *arg; /* resolved: its stream held */
 } mgpu__coll_recorded;
-/* Records n resolved calls, all of whose streams capture, as one call of
- * the graph (core/capture.h): 0, or a code with nothing recorded where the
- * checks fail (a failure to record a later member leaves the graph with a
- * call that mgpu_graph_instantiate refuses). */
+/* Records n resolved calls (n at most MGPU__GRAPH_CALL_MAX, some of whose
+ * streams capture) as one call of the graph (core/capture.h): 0, or a
+ * code with nothing recorded. */
 int mgpu__coll_record(const mgpu__coll_recorded *calls, int n);
 
 /* comm.c */

@@ -64,26 +64,37 @@ static int rec_issue_one(const rec_call *k, mgpu_stream *s) {
  * before any of it runs, so a failure queues nothing. */
 static int rec_issue(mgpu__graph_call *base, mgpu_stream *const *streams) {
   rec *r = (rec *)base;
-  if (mgpu__coll_group_depth() > 0)
-    return mgpu__error(MGPU_EINVAL, "mgpu_graph_launch: the graph holds a "
-                       "%s, and a launch inside mgpu_group_begin/end would "
-                       "leave it for the group's end, after the launch's "
-                       "later work", base->name);
+  if (mgpu__coll_group_depth() > 0) /* rec_check refused it already */
+    return mgpu__error(MGPU_EINVAL, "mgpu_graph_launch: a recorded %s "
+                       "inside mgpu_group_begin/end", base->name);
   mgpu_group_begin();
   for (int i = 0; i < base->nmembers; i++)
     (void)rec_issue_one(&r->call[i], streams[i]); /* the end reports */
   return mgpu_group_end();
 }
 
-/* 0 while the communicators and buffers of the calls are live. */
+/* 0 while the calls can be issued: not inside a group, and their
+ * communicators (not aborted) and buffers live. */
 static int rec_check(const mgpu__graph_call *base) {
   const rec *r = (const rec *)base;
+  if (mgpu__coll_group_depth() > 0)
+    return mgpu__error(MGPU_EINVAL, "the graph holds a recorded %s, and a "
+                       "launch inside mgpu_group_begin/end would leave it "
+                       "for the group's end, after the launch's later work",
+                       base->name);
   for (int i = 0; i < base->nmembers; i++) {
     const rec_call *k = &r->call[i];
     mgpu__comm *c;
     mgpu__buf *b;
     int rc = mgpu__comm_get(k->comm, &c);
-    if (rc == 0) mgpu__comm_put(c);
+    if (rc == 0) {
+      mgpu__mutex_lock(&c->lock);
+      if (c->aborted != 0)
+        rc = mgpu__error(c->aborted, "its communicator was aborted: %s",
+                         c->abort_detail);
+      mgpu__mutex_unlock(&c->lock);
+      mgpu__comm_put(c);
+    }
     if (rc == 0 && k->send != NULL && (rc = mgpu__buf_get(k->send, "send",
                                                            &b)) == 0)
       mgpu__buf_put(b);
@@ -180,29 +191,41 @@ static int rec_make(const mgpu__coll_recorded *calls, int n, rec **out) {
   return 0;
 }
 
-int mgpu__coll_record(const mgpu__coll_recorded *calls, int n) {
-  void *capture = mgpu__stream_capture(calls[0].arg->stream);
-  for (int i = 0; i < n; i++)
-    if (mgpu__stream_capture(calls[i].arg->stream) != capture)
+/* Every call's stream captures the graph the first capturing one does. */
+static int check_same_capture(const mgpu__coll_recorded *calls, int n) {
+  int f = 0;
+  while (f < n - 1 && mgpu__stream_capture(calls[f].arg->stream) == NULL) f++;
+  void *capture = mgpu__stream_capture(calls[f].arg->stream);
+  for (int i = 0; i < n; i++) {
+    void *mine = mgpu__stream_capture(calls[i].arg->stream);
+    if (mine != capture)
       return mgpu__error(MGPU_EINVAL, "%s rank %d: its stream (device %d) "
                          "%s, and rank %d's (device %d) captures a graph: a "
                          "group is recorded into one graph whole, or run",
                          mgpu__coll_kind_name(calls[i].arg->kind),
                          calls[i].grank, calls[i].arg->stream->dev,
-                         mgpu__stream_capture(calls[i].arg->stream) == NULL
-                             ? "does not capture"
-                             : "captures another graph",
-                         calls[0].grank, calls[0].arg->stream->dev);
-  int rc = check_complete(calls, n);
+                         mine == NULL ? "does not capture"
+                                      : "captures another graph",
+                         calls[f].grank, calls[f].arg->stream->dev);
+  }
+  return 0;
+}
+
+int mgpu__coll_record(const mgpu__coll_recorded *calls, int n) {
+  int rc = check_same_capture(calls, n);
+  if (rc == 0) rc = check_complete(calls, n);
   if (rc == 0) rc = check_agree(calls, n);
   rec *r = NULL;
   if (rc == 0) rc = rec_make(calls, n, &r);
-  for (int i = 0; rc == 0 && i < n; i++) {
-    mgpu__graph_op op = {.kind = MGPU__GOP_CALL,
-                         .dev = calls[i].arg->stream->dev,
-                         .call = &r->base, .member = i};
-    rc = mgpu__capture_record(calls[i].arg->stream, &op);
+  if (rc != 0) return rc;
+  mgpu__stream *s[MGPU__GRAPH_CALL_MAX];
+  mgpu__graph_op ops[MGPU__GRAPH_CALL_MAX];
+  for (int i = 0; i < n; i++) {
+    s[i] = calls[i].arg->stream;
+    ops[i] = (mgpu__graph_op){.kind = MGPU__GOP_CALL, .dev = s[i]->dev,
+                              .call = &r->base, .member = i};
   }
-  if (r != NULL) mgpu__graph_call_unref(&r->base);
+  rc = mgpu__capture_record_all(s, ops, n); /* all members, or none */
+  mgpu__graph_call_unref(&r->base);
   return rc;
 }

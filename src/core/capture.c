@@ -18,13 +18,18 @@ int mgpu__stream_get_capturing(mgpu_stream *h, mgpu__stream **out) {
   return *out != NULL ? 0 : err;
 }
 
-int mgpu__capture_record(mgpu__stream *s, const mgpu__graph_op *op) {
+int mgpu__capture_record_all(mgpu__stream *const *s, const mgpu__graph_op *ops,
+                             int n) {
   const mgpu__capture_hooks *h =
       atomic_load_explicit(&hooks, memory_order_acquire);
   if (h == NULL)
     return mgpu__error(MGPU_ENOTSUP, "device %d: stream captures but no "
-                       "recorder is registered", s->dev);
-  return h->record(s, op);
+                       "recorder is registered", s[0]->dev);
+  return h->record(s, ops, n);
+}
+
+int mgpu__capture_record(mgpu__stream *s, const mgpu__graph_op *op) {
+  return mgpu__capture_record_all(&s, op, 1);
 }
 
 static const mgpu__capture_hooks *active_hooks(void) {

@@ -108,8 +108,9 @@ typedef struct mgpu__graph_op {
 } mgpu__graph_op;
 
 typedef struct mgpu__capture_hooks {
-  /* s captures: records op into s's capture (0 or a code; nothing queued). */
-  int (*record)(mgpu__stream *s, const mgpu__graph_op *op);
+  /* Every s[i] captures one graph: records ops[i] into it on s[i], for i
+   * from 0 to n, all or none (0 or a code; nothing queued). */
+  int (*record)(mgpu__stream *const *s, const mgpu__graph_op *ops, int n);
   /* s does not capture and waits for e: when e was last recorded inside a
    * capture, s joins it (later work on s is recorded after e's point) and
    * it returns 1; 0 when e is no capture's. */
@@ -139,6 +140,10 @@ int mgpu__stream_get_capturing(mgpu_stream *h, mgpu__stream **out);
 
 /* Hands op to the recorder (s captures). */
 int mgpu__capture_record(mgpu__stream *s, const mgpu__graph_op *op);
+/* Hands n ops to the recorder, ops[i] on s[i] (every s[i] captures the
+ * same graph: MGPU_EINVAL otherwise), recorded all or none. */
+int mgpu__capture_record_all(mgpu__stream *const *s, const mgpu__graph_op *ops,
+                             int n);
 /* While a capture is in progress: mgpu__capture_hooks' join, forget and
  * marked, else 0 / nothing. */
 int mgpu__capture_join(mgpu__stream *s, mgpu__event *e);

@@ -159,25 +159,37 @@ static int pairs_of(capture *c, const void *key, capture_pairs **out) {
   return 0;
 }
 
-/* Appends op after deps and, where it is paired (mgpu__graph_op), after
- * the producer or consumer it must follow; *node: its index. */
+/* Appends op after deps and, where it is paired (mgpu__graph_op), in
+ * order with its partners whichever was recorded first: consumer j after
+ * producer j, producer p after consumer p - depth. *node: its index. An
+ * order that cannot be met is a cycle, which mgpu_graph_instantiate
+ * names. */
 static int append_paired(capture *c, const mgpu__graph_op *op,
                          const node_set *deps, int *node) {
   if (op->pair_role == 0)
     return mgpu__graph_append(c->g, op, deps->nodes, deps->n, node);
   capture_pairs *p = NULL;
-  node_set all = {0};
   int rc = pairs_of(c, op->pair_key, &p);
   if (rc != 0) return rc;
-  rc = set_union(&all, deps);
-  int j = op->pair_role == 1 ? p->producers.n - op->pair_depth
-                             : p->consumers.n;
-  const node_set *before = op->pair_role == 1 ? &p->consumers : &p->producers;
-  if (rc == 0 && j >= 0 && j < before->n) rc = set_add(&all, before->nodes[j]);
+  int producer = op->pair_role == 1, d = op->pair_depth;
+  node_set *mine = producer ? &p->producers : &p->consumers;
+  const node_set *other = producer ? &p->consumers : &p->producers;
+  int k = mine->n; /* op is the k-th of its role */
+  int after = producer ? k - d : k, before = producer ? k : k + d;
+  /* Room first, so that nothing fails once the node is in the graph. */
+  rc = mgpu__graph_grow((void **)&mine->nodes, &mine->cap, k + 1,
+                        sizeof *mine->nodes, 4, "paired calls");
+  node_set all = {0};
+  if (rc == 0) rc = set_union(&all, deps);
+  if (rc == 0 && after >= 0 && after < other->n)
+    rc = set_add(&all, other->nodes[after]);
   if (rc == 0) rc = mgpu__graph_append(c->g, op, all.nodes, all.n, node);
-  if (rc == 0)
-    rc = set_add(op->pair_role == 1 ? &p->producers : &p->consumers, *node);
   mgpu__free(all.nodes);
+  if (rc != 0) return rc;
+  mine->nodes[mine->n++] = *node;
+  /* The partner that must follow op, recorded before it. */
+  if (before < other->n)
+    rc = mgpu__graph_edge_add(c->g, *node, other->nodes[before]);
   return rc;
 }
 
@@ -201,14 +213,41 @@ static int record_in(capture *c, capture_stream *cs, const mgpu__graph_op *op) {
   return set_add(&cs->tail, node);
 }
 
-static int hook_record(mgpu__stream *s, const mgpu__graph_op *op) {
+/* Undoes what a record of several ops did in c: the nodes from first on
+ * go, the streams' tails are as saved[i] (tails[i] of s[i]). Unpaired
+ * ops only (a recorded call's members). */
+static void record_undo(capture *c, mgpu__stream *const *s, int n, int first,
+                        node_set *saved) {
+  while (c->g->n > first) mgpu__gnode_clear(&c->g->nodes[--c->g->n]);
+  for (int i = n - 1; i >= 0; i--) { /* the first save of a stream wins */
+    capture_stream *cs = stream_of(c, s[i]);
+    cs->tail.n = 0;
+    (void)set_union(&cs->tail, &saved[i]); /* within its old capacity */
+  }
+}
+
+static int hook_record(mgpu__stream *const *s, const mgpu__graph_op *ops,
+                       int n) {
+  node_set saved[MGPU__GRAPH_CALL_MAX] = {{0}};
   mgpu__mutex_lock(&capture_lock);
-  capture *c = mgpu__stream_capture(s);
-  capture_stream *cs = c != NULL ? stream_of(c, s) : NULL;
-  int rc = cs != NULL ? record_in(c, cs, op)
-                      : mgpu__error(MGPU_EINVAL, "device %d: the capture of "
-                                    "this stream ended meanwhile", s->dev);
+  capture *c = mgpu__stream_capture(s[0]);
+  int rc = 0, first = c != NULL ? c->g->n : 0, nsaved = 0;
+  for (int i = 0; rc == 0 && i < n; i++) {
+    capture_stream *cs = mgpu__stream_capture(s[i]) == c && c != NULL
+                             ? stream_of(c, s[i]) : NULL;
+    if (cs == NULL)
+      rc = mgpu__error(MGPU_EINVAL, "device %d: the stream %s", s[i]->dev,
+                       c == NULL || mgpu__stream_capture(s[i]) == NULL
+                           ? "does not capture (its capture ended meanwhile)"
+                           : "captures another graph than the call's other "
+                             "streams");
+    if (rc == 0 && n > 1 && (rc = set_union(&saved[i], &cs->tail)) == 0)
+      nsaved++;
+    if (rc == 0) rc = record_in(c, cs, &ops[i]);
+  }
+  if (rc != 0 && n > 1 && c != NULL) record_undo(c, s, nsaved, first, saved);
   mgpu__mutex_unlock(&capture_lock);
+  for (int k = 0; k < n && n > 1; k++) mgpu__free(saved[k].nodes);
   return rc;
 }
 

@@ -122,7 +122,9 @@ static int node_check(const mgpu__gnode *n, int index, const char *what) {
     rc = mgpu__event_get(o->event, &e);
     mgpu__event_put(e);
   }
-  if (rc == 0 && o->kind == MGPU__GOP_CALL) rc = o->call->check(o->call);
+  /* A recorded call's check covers all its members: done at member 0. */
+  if (rc == 0 && o->kind == MGPU__GOP_CALL && o->member == 0)
+    rc = o->call->check(o->call);
   if (rc == 0 && mgpu__device_get(o->dev) == NULL)
     rc = mgpu__error(MGPU_ENODEV, "device %d is not open", o->dev);
   if (rc != 0) {

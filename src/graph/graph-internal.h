@@ -41,6 +41,9 @@ void mgpu__graph_free(mgpu__graph *g);
  * *node: its index. 0 or MGPU_ENOMEM, the graph unchanged on failure. */
 int mgpu__graph_append(mgpu__graph *g, const mgpu__graph_op *op,
                        const int *deps, int ndeps, int *node);
+/* Adds the edge from -> to (nothing when already there): 0 or
+ * MGPU_ENOMEM. */
+int mgpu__graph_edge_add(mgpu__graph *g, int from, int to);
 /* Gives g a handle; on failure frees it. */
 int mgpu__graph_publish(mgpu__graph *g, mgpu_graph **out);
 /* Copies node src into dst (arguments and edges included). */

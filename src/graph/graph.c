@@ -84,7 +84,7 @@ int mgpu__gnode_copy(mgpu__gnode *dst, const mgpu__gnode *src) {
 }
 
 /* Adds the edge from -> to (nothing when already there). */
-static int edge_add(mgpu__graph *g, int from, int to) {
+int mgpu__graph_edge_add(mgpu__graph *g, int from, int to) {
   mgpu__gnode *n = &g->nodes[to];
   for (int i = 0; i < n->ndeps; i++)
     if (n->deps[i] == from) return 0;
@@ -392,7 +392,7 @@ int mgpu_graph_add_dependency(mgpu_graph *h, mgpu_graph_node from,
     rc = mgpu__error(MGPU_EINVAL, "mgpu_graph_add_dependency: node %d cannot "
                      "depend on itself", from);
   else
-    rc = edge_add(g, from, to);
+    rc = mgpu__graph_edge_add(g, from, to);
   graph_put(g);
   return rc;
 }
@@ -436,7 +436,8 @@ int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *st) {
       return mgpu_stream_wait_event(st, o->event);
     case MGPU__GOP_CALL: /* its members go together (segments.c) */
       if (o->call->nmembers == 1) return o->call->issue(o->call, &st);
-      break;
+      return mgpu__error(MGPU_EINVAL, "graph: member %d of a recorded %s "
+                         "issued alone", o->member, o->call->name);
   }
   return mgpu__error(MGPU_EINVAL, "graph: node of unknown kind %d",
                      (int)o->kind);

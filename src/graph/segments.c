@@ -27,6 +27,7 @@
  * nothing that follows a member comes before the last member in the
  * issue order, and nothing a member waits for comes after the first.
  */
+#include <assert.h>
 #include <string.h>
 
 #include "backend/graph.h"
@@ -143,6 +144,36 @@ static int calls_lead(mgpu__segs *s, const mgpu__gnode *nodes, int n) {
   return 0;
 }
 
+#ifndef NDEBUG
+/* The segment that issues node v's segment: its call's leader for a
+ * follower, else its own. */
+static int issuer(const mgpu__segs *s, const mgpu__gnode *nodes,
+                  const int *seg_of, int v) {
+  int g = seg_of[v];
+  if (!s->seg[g].follows) return g;
+  for (int i = 0; i < g; i++)
+    if (s->seg[i].members != NULL &&
+        nodes[s->nodes[s->seg[i].first]].op.call == nodes[v].op.call)
+      return i;
+  return -1;
+}
+
+/* 1 when every node is issued after what it waits for: a node of another
+ * device in an earlier segment, one of its own device earlier in the same
+ * segment or before (checked in debug builds). */
+static int issue_order_ok(const mgpu__segs *s, const mgpu__gnode *nodes,
+                          int n, const int *seg_of) {
+  for (int v = 0; v < n; v++)
+    for (int j = 0; j < nodes[v].ndeps; j++) {
+      int u = nodes[v].deps[j];
+      int gu = issuer(s, nodes, seg_of, u), gv = issuer(s, nodes, seg_of, v);
+      int across = nodes[u].op.dev != nodes[v].op.dev;
+      if (gu < 0 || gv < 0 || gu > gv || (across && gu == gv)) return 0;
+    }
+  return 1;
+}
+#endif
+
 int mgpu__segs_build(const mgpu__gnode *nodes, int n, const int *order,
                      int with_parts, mgpu__segs **out) {
   *out = NULL;
@@ -162,6 +193,7 @@ int mgpu__segs_build(const mgpu__gnode *nodes, int n, const int *order,
     mark_posted(nodes, n, posted);
     cut(s, nodes, n, order, posted, seg_of);
     rc = calls_lead(s, nodes, n);
+    assert(rc != 0 || issue_order_ok(s, nodes, n, seg_of));
     int parts = 0;
     for (int i = 0; with_parts && rc == 0 && i < s->nseg; i++) {
       rc = segment_part(s, &s->seg[i], nodes);

@@ -17,7 +17,6 @@
   X(MGPU__LOCK_TOPO, "topo/topo.c measure_lock")                             \
   X(MGPU__LOCK_STORE_CONN, "store/client.c a connection's lock")             \
   X(MGPU__LOCK_STORE_REG, "store/client.c reg_lock")                         \
-  X(MGPU__LOCK_CAPTURE, "graph/capture.c capture_lock")                      \
   X(MGPU__LOCK_GRAPH_EXEC, "graph/exec.c an executable graph's lock")        \
   X(MGPU__LOCK_CHANNEL, "chan/channel.c a channel's lock")                   \
   X(MGPU__LOCK_COMM, "coll/comm.c a communicator's lock")                    \
@@ -46,6 +45,7 @@
   X(MGPU__LOCK_TRACE_CTL, "obs/trace-file.c ctl_lock")                       \
   X(MGPU__LOCK_TRACE_REG, "obs/trace.c reg_lock")                            \
   X(MGPU__LOCK_TRACE_NAMES, "obs/trace.c names_lock")                        \
+  X(MGPU__LOCK_CAPTURE, "graph/capture.c capture_lock")                      \
   X(MGPU__LOCK_FAULT_RULES, "util/fault.c rules_lock")
 
 typedef enum mgpu__lock_rank {
