@@ -6,7 +6,7 @@
  * stream in the capture. A replay issues the calls again, inside a group
  * of their own, on the streams the replay names: the ranks meet at once,
  * since the one thread brings all of them. A call alone (outside a group)
- * is recorded the same way when its communicator has one rank here.
+ * is recorded the same way when its communicator has a single rank.
  *
  * The record is refused, and nothing recorded, unless it can replay: every
  * rank of each communicator called the same number of times, the k-th
