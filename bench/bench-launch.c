@@ -397,17 +397,28 @@ static const char *bare_name(char *buf, size_t size, const char *name,
 
 /* The bare OpenCL rows of device 0, next to mgpu's burst of l us a launch
  * (bare: burst_us's bare_out), and the launch + synchronize latency. */
+/* Two rows of case what: value next to the bare figures on a plain queue
+ * (plain, named plain_name) and on a profiling one (prof_name); prof: mgpu's
+ * own queue profiles, which bare_name marks. */
+static void add_bare_pair(bench_report *r, const char *what,
+                          const char *metric, double value,
+                          const char *plain_name, double plain,
+                          const char *prof_name, double profiled, int prof) {
+  char n[96];
+  bench_report_add(r, what, metric, value, "us",
+                   bare_name(n, sizeof n, plain_name, 0, prof), plain);
+  bench_report_add(r, what, metric, value, "us",
+                   bare_name(n, sizeof n, prof_name, 1, prof), profiled);
+}
+
 static int report_bare(bench_report *r, int iters, int reps, double l,
                        const double *bare) {
   static const char burst[] = "launch empty kernel burst, device 0";
   int prof = bare[4] != 0;
   char n[96];
-  bench_report_add(r, burst, "per_launch", l, "us",
-                   bare_name(n, sizeof n, "bare clEnqueueNDRangeKernel "
-                             "burst + clFinish", 0, prof), bare[0]);
-  bench_report_add(r, burst, "per_launch", l, "us",
-                   bare_name(n, sizeof n, "the same bare burst, queue with "
-                             "profiling", 1, prof), bare[1]);
+  add_bare_pair(r, burst, "per_launch", l,
+                "bare clEnqueueNDRangeKernel burst + clFinish", bare[0],
+                "the same bare burst, queue with profiling", bare[1], prof);
   bench_report_add(r, burst, "cpu_per_launch", bare[2], "us",
                    bare_name(n, sizeof n, "bare burst (plain queue), the "
                              "launching thread's CPU time", 0, prof),
@@ -415,13 +426,9 @@ static int report_bare(bench_report *r, int iters, int reps, double l,
   double ls = 0, bls[2] = {0, 0};
   int rc = launch_sync_us(0, iters / 10 > 0 ? iters / 10 : 1, reps, &ls, bls);
   if (rc != 0 || bls[0] <= 0) return rc;
-  static const char pair[] = "launch empty kernel + synchronize, device 0";
-  bench_report_add(r, pair, "latency", ls, "us",
-                   bare_name(n, sizeof n, "bare clEnqueueNDRangeKernel + "
-                             "clFinish", 0, prof), bls[0]);
-  bench_report_add(r, pair, "latency", ls, "us",
-                   bare_name(n, sizeof n, "the same bare pair, queue with "
-                             "profiling", 1, prof), bls[1]);
+  add_bare_pair(r, "launch empty kernel + synchronize, device 0", "latency",
+                ls, "bare clEnqueueNDRangeKernel + clFinish", bls[0],
+                "the same bare pair, queue with profiling", bls[1], prof);
   return 0;
 }
 

@@ -789,6 +789,30 @@ TEST_IMPL(opencl_split_on_sub_devices) {
 
 /* ---- busy time and traces ---- */
 
+/* Kernel spans named "kernel vadd" in the trace file at path, each on
+ * device 0's track with a start and a length. */
+static int vadd_spans(const char *path) {
+  char err[256];
+  json *j = json_parse_file(path, err, sizeof err);
+  ASSERT(j != NULL);
+  const json *ev = json_get(j, "traceEvents");
+  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
+  int spans = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const json *e = &ev->items[i];
+    const char *ph = json_get_string(e, "ph"), *name = json_get_string(e, "name");
+    if (ph == NULL || name == NULL || strcmp(ph, "X") != 0 ||
+        strcmp(name, "kernel vadd") != 0)
+      continue;
+    ASSERT_EQ((int)json_get_number(e, "pid", -1), 0);
+    ASSERT(json_get_number(e, "dur", 0) > 0);
+    ASSERT(json_get_number(e, "ts", -1) >= 0);
+    spans++;
+  }
+  json_free(j);
+  return spans;
+}
+
 /* A kernel's profiling times become a span of the trace, on the device's
  * track, and the device's busy time. */
 TEST_IMPL(opencl_kernel_span_and_busy_time) {
@@ -820,25 +844,7 @@ TEST_IMPL(opencl_kernel_span_and_busy_time) {
   ASSERT_OK(mgpu_metrics_snapshot(&m1));
   ASSERT(m1.dev[0].busy_ns > m0.dev[0].busy_ns);
 
-  char err[256];
-  json *j = json_parse_file(path, err, sizeof err);
-  ASSERT(j != NULL);
-  const json *ev = json_get(j, "traceEvents");
-  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
-  int spans = 0;
-  for (size_t i = 0; i < ev->n; i++) {
-    const json *e = &ev->items[i];
-    const char *ph = json_get_string(e, "ph"), *name = json_get_string(e, "name");
-    if (ph == NULL || name == NULL || strcmp(ph, "X") != 0 ||
-        strcmp(name, "kernel vadd") != 0)
-      continue;
-    ASSERT_EQ((int)json_get_number(e, "pid", -1), 0);
-    ASSERT(json_get_number(e, "dur", 0) > 0);
-    ASSERT(json_get_number(e, "ts", -1) >= 0);
-    spans++;
-  }
-  ASSERT_EQ(spans, 1);
-  json_free(j);
+  ASSERT_EQ(vadd_spans(path), 1);
   unlink(path);
   ASSERT_OK(mgpu_free(bx));
   ASSERT_OK(mgpu_free(bz));
@@ -951,25 +957,6 @@ TEST_IMPL(opencl_busy_off_makes_plain_queues) {
     }
   }
   return 0;
-}
-
-/* Kernel spans named "kernel vadd" in the trace file at path. */
-static int vadd_spans(const char *path) {
-  char err[256];
-  json *j = json_parse_file(path, err, sizeof err);
-  ASSERT(j != NULL);
-  const json *ev = json_get(j, "traceEvents");
-  ASSERT(ev != NULL && ev->type == JSON_ARRAY);
-  int spans = 0;
-  for (size_t i = 0; i < ev->n; i++) {
-    const char *ph = json_get_string(&ev->items[i], "ph");
-    const char *name = json_get_string(&ev->items[i], "name");
-    if (ph != NULL && name != NULL && strcmp(ph, "X") == 0 &&
-        strcmp(name, "kernel vadd") == 0)
-      spans++;
-  }
-  json_free(j);
-  return spans;
 }
 
 /* opencl_busy = 0 in the config with a trace recorded from mgpu_init: the
