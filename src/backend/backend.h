@@ -27,9 +27,9 @@
 #include "backend/ipc.h"
 #include "mgpu/core.h"
 
-#define MGPU__BACKEND_ABI 7
+#define MGPU__BACKEND_ABI 8
 /* The plugin's entry is named after the ABI it serves
- * (mgpu_backend_plugin_v7): MGPU__PLUGIN_ENTRY_FN is the identifier a plugin
+ * (mgpu_backend_plugin_v8): MGPU__PLUGIN_ENTRY_FN is the identifier a plugin
  * defines, MGPU__PLUGIN_ENTRY the name the loader looks up. A plugin of
  * another ABI exports another name, which the loader finds and names. */
 #define MGPU__PLUGIN_ENTRY_OF(abi) MGPU__PLUGIN_ENTRY_OF_(abi)
