@@ -380,7 +380,12 @@ cdef class Array:
         and shape (any device), or anything NumPy can read (host data) of
         the same shape whose values convert under NumPy's "same_kind" rule.
         TypeError / ValueError naming both otherwise, before any byte moves;
-        ReadOnlyError into read-only memory."""
+        ReadOnlyError into read-only memory. With a stream the copy is
+        queued on it (a stream of either device, for an Array); from host
+        data the call then waits for it (the host data may go once it
+        returns), except on a stream capturing a graph, where the copy is
+        recorded and the graph keeps the host data (each launch copies it
+        as it is then)."""
         cdef const unsigned char[::1] view
         cdef size_t n
         cdef int rc
@@ -393,7 +398,9 @@ cdef class Array:
             return self
         host = _host_data("copy_from", src, self.dtype, self.shape)
         n = host.nbytes
-        if n:
+        if n and stream is not None:
+            _htod_on(self, host, _on_stream("copy_from", self, stream))
+        elif n:
             view = host.reshape(-1).view(_np.uint8)
             with nogil:
                 rc = mgpu_memcpy_htod(self.buf, 0, &view[0], n)
@@ -870,6 +877,34 @@ cdef _disjoint(str what, object an, Array a, object bn, Array b):
     raise _fail(MGPU_EOVERLAP, "%s: %s and %s overlap ([%#x, %#x) and [%#x, "
                 "%#x)): views of one buffer; the same array twice is in "
                 "place" % (what, _arg(an), _arg(bn), pa, pa + na, pb, pb + nb))
+
+
+cdef Stream _on_stream(str what, Array a, object stream):
+    """The stream a transfer of a goes on: the package's stream of a's
+    device, or stream (an mgpu.Stream)."""
+    if stream is None:
+        return _default_stream(a.device)
+    if not isinstance(stream, Stream):
+        raise TypeError("%s: stream is %s, not mgpu.Stream" %
+                        (what, type(stream).__name__))
+    return <Stream>stream
+
+
+cdef _htod_on(Array a, object host, Stream s):
+    """Queues the copy of host (C-contiguous, a's dtype and size) into a on
+    s, and waits for it; on a capturing stream records it instead, the
+    graph keeping host (_graph.pxi), so that each launch reads it."""
+    cdef const unsigned char[::1] view = host.reshape(-1).view(_np.uint8)
+    cdef size_t n = host.nbytes
+    cdef int rc
+    cdef bint captured = mgpu_stream_is_capturing(s.s) == 1
+    with nogil:
+        rc = mgpu_memcpy_htod_async(a.buf, 0, &view[0], n, s.s)
+    _check(rc)
+    if captured:
+        _captured_calls.append(host)
+    else:
+        _stream_wait(s.s)
 
 
 def _host_data(str what, data, dt, tuple shape):

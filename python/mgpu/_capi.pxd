@@ -109,6 +109,7 @@ cdef extern from "mgpu.h" nogil:
         MGPU_MAX
 
     int mgpu_memcpy_htod(mgpu_buffer *dst, size_t dst_offset, const void *host, size_t size)
+    int mgpu_memcpy_htod_async(mgpu_buffer *dst, size_t dst_offset, const void *host, size_t size, mgpu_stream *stream)
     int mgpu_memcpy_dtoh(void *host, const mgpu_buffer *src, size_t src_offset, size_t size)
     int mgpu_memcpy(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src, size_t src_offset, size_t size)
     int mgpu_memcpy_async(mgpu_buffer *dst, size_t dst_offset, const mgpu_buffer *src, size_t src_offset, size_t size, mgpu_stream *stream)

@@ -33,26 +33,36 @@ cdef class Channel:
                             (what, _dtype_name(a.dtype),
                              _dtype_name(self.dtype)))
 
-    def send(self, Array a not None, nbytes=None):
-        """Sends the array's first nbytes (default: all) bytes."""
+    def send(self, Array a not None, nbytes=None, stream=None):
+        """Sends the array's first nbytes (default: all) bytes. With stream
+        (an mgpu.Stream of the source device) the copy is ordered on it and
+        the call returns once the message is queued, or recorded when the
+        stream captures a graph; without, on the package's stream, once it
+        has moved."""
         cdef size_t n = a.nbytes if nbytes is None else _index(nbytes, "nbytes")
         self._typed("send", a)
         if self.dtype is not None and n % a.dtype.itemsize:
             raise ValueError("send: %d bytes are not whole elements of %s" %
                              (n, _dtype_name(a.dtype)))
-        cdef Stream s = _default_stream(a.device)
-        self._move(a, n, s, True)
+        self._move(a, n, _on_stream("send", a, stream), True, stream is None)
 
-    def recv(self, Array a not None):
+    def recv(self, Array a not None, stream=None):
         """Receives the next message into the array; returns its size in
-        bytes."""
+        bytes. With stream (an mgpu.Stream of the destination device), as
+        send says; a receive recorded into a graph returns None (each
+        launch receives a message of its own)."""
         self._typed("recv", a)
         _writable("recv", "a", a)
-        return self._move(a, 0, _default_stream(a.device), False)
+        cdef Stream s = _on_stream("recv", a, stream)
+        n = self._move(a, 0, s, False, stream is None)
+        if stream is not None and mgpu_stream_is_capturing(s.s) == 1:
+            return None
+        return n
 
-    cdef size_t _move(self, Array a, size_t n, Stream s, bint send) except? 0:
+    cdef size_t _move(self, Array a, size_t n, Stream s, bint send,
+                      bint wait) except? 0:
         """One send (n bytes) or receive (returns its size) on stream s, and
-        the wait for it. On the main thread the wait for room or a message
+        (wait) the wait for it. On the main thread the wait for room or a message
         goes in slices, with the signal handlers run between them (Ctrl-C
         ends it; a slice that times out has moved nothing), within the
         library's own limit (MGPU_TIMEOUT)."""
@@ -79,7 +89,8 @@ cdef class Channel:
                 "for %d ms" % step, "for %d ms" % limit, 1)
             raise ERRORS[MGPU_ETIMEDOUT]("MGPU_ETIMEDOUT: " + detail, detail)
         _check(rc)
-        _stream_wait(s.s)
+        if wait:
+            _stream_wait(s.s)
         return n
 
     def close(self):

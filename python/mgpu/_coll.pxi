@@ -118,13 +118,30 @@ cdef class Comm:
         return arrays
 
     cdef _run(self, int which, list send, list recv, size_t count,
-              mgpu_dtype dt, mgpu_op op, int root):
+              mgpu_dtype dt, mgpu_op op, int root, object streams=None):
+        """The collective over every rank in one group: on the package's
+        streams, waited for; or on streams (one per rank), not waited for
+        (recorded when they capture a graph)."""
         cdef int n = len(self.devices), r, rc = 0, rc2, f = self.first_rank
         cdef mgpu_buffer *sb[64]
         cdef mgpu_buffer *rb[64]
+        cdef mgpu_stream *given[64]
         cdef mgpu_stream **ss = self.ss
+        cdef bint wait = streams is None
         if self.c == NULL:
             raise ValueError("the communicator was closed")
+        if streams is not None:
+            what = ("allreduce", "broadcast", "allgather", "reduce_scatter")[which]
+            streams = list(streams)
+            if len(streams) != n:
+                raise ValueError("%s: %d streams for %d ranks" %
+                                 (what, len(streams), n))
+            for r in range(n):
+                if not isinstance(streams[r], Stream):
+                    raise TypeError("%s: streams[%d] is %s, not mgpu.Stream" %
+                                    (what, r, type(streams[r]).__name__))
+                given[r] = (<Stream>streams[r]).s
+            ss = given
         for r in range(n):
             sb[r] = (<Array>send[r]).buf
             rb[r] = (<Array>recv[r]).buf
@@ -144,17 +161,26 @@ cdef class Comm:
             rc2 = mgpu_group_end()
             if rc == 0:
                 rc = rc2
-            for r in range(n):
+            for r in range(n if wait else 0):
                 rc2 = mgpu_stream_synchronize(ss[r])
                 if rc == 0:
                     rc = rc2
         _check(rc)
 
-    def allreduce(self, arrays, out=None, op="sum"):
+    def allreduce(self, arrays, out=None, op="sum", streams=None):
         """Every rank's out = op over every rank's array (in place when out
         is None). Every array and out has arrays[0]'s dtype and shape
         (TypeError / ValueError naming the two otherwise, before any byte
-        moves). Returns out."""
+        moves). Returns out.
+
+        streams (every collective takes it): one mgpu.Stream per rank, on
+        the rank's device. The collective is then ordered on them, after
+        what is queued there, and the call returns without waiting for it
+        (synchronize them, or wait for an event recorded there); when they
+        capture a graph (mgpu.capture, the other ranks' streams joined
+        through events), the collective is recorded into it and every
+        launch runs it again. Without streams, the package's streams, and
+        the call returns once the data has moved."""
         send = self._arrays(arrays, "allreduce")
         recv = send if out is None else self._arrays(out, "allreduce")
         mop = _OPS.get(op)
@@ -165,10 +191,10 @@ cdef class Comm:
             _pairs("allreduce", send, recv, 0, 1)
         _all_writable("allreduce", recv, "arrays" if out is None else "out")
         a = <Array>send[0]
-        self._run(0, send, recv, a.count, _mgpu_dtype(a), mop, 0)
+        self._run(0, send, recv, a.count, _mgpu_dtype(a), mop, 0, streams)
         return recv
 
-    def broadcast(self, arrays, root=0):
+    def broadcast(self, arrays, root=0, streams=None):
         """Every rank's array = root's (in place; all of one dtype and
         shape, all writable, root's too). Returns arrays."""
         arrs = self._arrays(arrays, "broadcast")
@@ -176,10 +202,10 @@ cdef class Comm:
         _agree("broadcast", arrs, "arrays")
         _all_writable("broadcast", arrs, "arrays")  # root's too: in place
         a = <Array>arrs[0]
-        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM, rt)
+        self._run(1, arrs, arrs, a.size, _mgpu_dtype(a), MGPU_SUM, rt, streams)
         return arrs
 
-    def allgather(self, arrays, out):
+    def allgather(self, arrays, out, streams=None):
         """out[r] (n times the elements, the same dtype) = every rank's
         array (all of one dtype and shape), in rank order. Returns out."""
         send = self._arrays(arrays, "allgather")
@@ -188,10 +214,10 @@ cdef class Comm:
         _pairs("allgather", send, recv, 1, self.nranks)
         _all_writable("allgather", recv, "out")
         a = <Array>send[0]
-        self._run(2, send, recv, a.size, _mgpu_dtype(a), MGPU_SUM, 0)
+        self._run(2, send, recv, a.size, _mgpu_dtype(a), MGPU_SUM, 0, streams)
         return recv
 
-    def reduce_scatter(self, arrays, out, op="sum"):
+    def reduce_scatter(self, arrays, out, op="sum", streams=None):
         """Rank r's out = op over every rank's elements [r*k, (r+1)*k) with
         k = out[r].size (every out of one dtype and shape, every array of
         that dtype and n times k elements). Returns out."""
@@ -203,7 +229,7 @@ cdef class Comm:
         _pairs("reduce_scatter", send, recv, 2, self.nranks)
         _all_writable("reduce_scatter", recv, "out")
         a = <Array>recv[0]
-        self._run(3, send, recv, a.size, _mgpu_dtype(a), _OPS[op], 0)
+        self._run(3, send, recv, a.size, _mgpu_dtype(a), _OPS[op], 0, streams)
         return recv
 
 
@@ -222,22 +248,23 @@ cdef Comm _comm_of(list arrays):
     return <Comm>c
 
 
-def allreduce(arrays, out=None, op="sum"):
+def allreduce(arrays, out=None, op="sum", streams=None):
     """All-reduce over a list of per-device arrays (rank r: arrays[r]'s
-    device), through a communicator kept for that list of devices."""
+    device), through a communicator kept for that list of devices
+    (streams: see Comm.allreduce)."""
     if not isinstance(arrays, list):
         if isinstance(arrays, Array):
             raise TypeError("allreduce: pass a list of arrays, one per rank")
         arrays = list(arrays)
-    return _comm_of(arrays).allreduce(arrays, out, op)
+    return _comm_of(arrays).allreduce(arrays, out, op, streams)
 
 
-def broadcast(arrays, root=0):
+def broadcast(arrays, root=0, streams=None):
     """Broadcast over a list of per-device arrays (see Comm.broadcast)."""
     arrays = list(arrays)
     for a in arrays:
         if not isinstance(a, Array):
             raise TypeError("broadcast: expected mgpu.Array, got %s" % type(a).__name__)
-    return _comm_of(arrays).broadcast(arrays, root)
+    return _comm_of(arrays).broadcast(arrays, root, streams)
 
 

@@ -67,7 +67,7 @@ cdef class Comm:
 
     cdef list _arrays(self, object arrays, str what)
     cdef _run(self, int which, list send, list recv, size_t count,
-              mgpu_dtype dt, mgpu_op op, int root)
+              mgpu_dtype dt, mgpu_op op, int root, object streams=*)
 
 
 # _pool.pxi
