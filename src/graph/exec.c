@@ -164,8 +164,23 @@ static int call_members(const mgpu__gnode *nodes, int n, int i,
   return 0;
 }
 
-/* Gives every member of the recorded call of node i what any of them
- * waits for, so that they can be issued together (segments.c). */
+/* Appends to g's edges each of all[0 .. nall) it lacks. */
+static int deps_add(mgpu__gnode *g, const int *all, int nall) {
+  for (int k = 0; k < nall; k++) {
+    int have = 0;
+    for (int j = 0; j < g->ndeps; j++) have |= g->deps[j] == all[k];
+    if (have) continue;
+    int rc = mgpu__graph_grow((void **)&g->deps, &g->deps_cap, g->ndeps + 1,
+                              sizeof *g->deps, 4, "edges");
+    if (rc != 0) return rc;
+    g->deps[g->ndeps++] = all[k];
+  }
+  return 0;
+}
+
+/* Gives every member of the recorded call of node i, after its own edges
+ * (nown), what any other member waits for, so that they can be issued
+ * together (segments.c). */
 static int call_merge(mgpu__gnode *nodes, int n, int i) {
   const mgpu__graph_call *call = nodes[i].op.call;
   int members[MGPU__GRAPH_CALL_MAX], *all = NULL, nall = 0, cap = 0;
@@ -184,10 +199,8 @@ static int call_merge(mgpu__gnode *nodes, int n, int i) {
   }
   for (int m = 0; rc == 0 && m < call->nmembers; m++) {
     mgpu__gnode *g = &nodes[members[m]];
-    rc = mgpu__graph_grow((void **)&g->deps, &g->deps_cap, nall,
-                          sizeof *g->deps, 4, "edges");
-    if (rc == 0 && nall > 0) memcpy(g->deps, all, (size_t)nall * sizeof *all);
-    if (rc == 0) g->ndeps = nall;
+    g->nown = g->ndeps;
+    rc = deps_add(g, all, nall);
   }
   mgpu__free(all);
   return rc;
@@ -316,7 +329,8 @@ static int exec_build(mgpu__exec *x) {
       rc = mgpu_stream_create(&x->streams[dev], dev);
       if (rc == 0) x->devs[x->ndevs++] = dev;
     }
-    for (int j = 0; rc == 0 && j < x->nodes[i].ndeps; j++) {
+    /* Events for the edges a replay waits for. */
+    for (int j = 0; rc == 0 && j < mgpu__gnode_waited(&x->nodes[i]); j++) {
       int d = x->nodes[i].deps[j];
       int ddev = x->nodes[d].op.dev;
       if (ddev != dev && x->done[d] == NULL)

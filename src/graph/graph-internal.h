@@ -21,7 +21,17 @@ typedef struct mgpu__gnode {
   void *args;        /* the node's own copy of a kernel's arguments */
   int *deps;         /* nodes this one waits for, no repeats */
   int ndeps, deps_cap;
+  /* A recorded call's member in an executable graph: deps[0 .. nown) are
+   * its own, the rest what the other members wait for (merged, so that the
+   * members can be issued together; the call meets its ranks by itself,
+   * so a replay waits only for the own ones). */
+  int nown;
 } mgpu__gnode;
+
+/* How many of n's edges a replay waits for (mgpu__gnode.nown). */
+static inline int mgpu__gnode_waited(const mgpu__gnode *n) {
+  return n->op.kind == MGPU__GOP_CALL ? n->nown : n->ndeps;
+}
 
 typedef struct mgpu__graph {
   uintptr_t handle;

@@ -79,6 +79,7 @@ int mgpu__gnode_copy(mgpu__gnode *dst, const mgpu__gnode *src) {
   if (src->ndeps > 0)
     memcpy(dst->deps, src->deps, (size_t)src->ndeps * sizeof *dst->deps);
   dst->ndeps = src->ndeps;
+  dst->nown = src->nown;
   if (dst->op.kind == MGPU__GOP_CALL) mgpu__graph_call_ref(dst->op.call);
   return 0;
 }

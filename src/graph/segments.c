@@ -222,13 +222,17 @@ void mgpu__segs_free(mgpu__segs *s) {
   mgpu__free(s);
 }
 
-/* Queues node v's waits for other devices' nodes on st. */
+/* Queues node v's waits for other devices' nodes on st (its own edges:
+ * mgpu__gnode_waited; none for a member of its own call, issued with it). */
 static int wait_across(const mgpu__gnode *nodes, int v, mgpu_stream *st,
                        mgpu_event *const *done) {
   int rc = 0;
-  for (int j = 0; rc == 0 && j < nodes[v].ndeps; j++)
-    if (nodes[nodes[v].deps[j]].op.dev != nodes[v].op.dev)
+  for (int j = 0; rc == 0 && j < mgpu__gnode_waited(&nodes[v]); j++) {
+    const mgpu__gnode *u = &nodes[nodes[v].deps[j]];
+    if (u->op.dev != nodes[v].op.dev &&
+        !(u->op.kind == MGPU__GOP_CALL && u->op.call == nodes[v].op.call))
       rc = mgpu_stream_wait_event(st, done[nodes[v].deps[j]]);
+  }
   return rc;
 }
 
