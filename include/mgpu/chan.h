@@ -16,6 +16,13 @@
  *
  * Threads: any number of threads may send and receive on one channel;
  * messages keep the order of the send calls.
+ *
+ * On a stream that captures a graph (mgpu_stream_begin_capture), a send or
+ * receive is checked and recorded instead of run; every launch of the
+ * graph issues it again, waiting for room or a message as the call does.
+ * Within one capture the j-th receive of a channel is ordered after its
+ * j-th send, and send p after receive p - capacity; a recorded receive
+ * leaves *size as it was (docs/graphs.md).
  */
 #ifndef MGPU_CHAN_H
 #define MGPU_CHAN_H

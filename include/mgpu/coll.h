@@ -210,7 +210,15 @@ MGPU_EXTERN int mgpu_comm_create_remote(const int *devs, int n,
  * before any of it runs. From there to the completion they are held: a
  * free on another thread waits for the collective, except while a call
  * still waits for the other ranks: then it leaves its operation and
- * returns MGPU_EFREED (mgpu_free, mgpu/core.h, has the rule). */
+ * returns MGPU_EFREED (mgpu_free, mgpu/core.h, has the rule).
+ * When the calls' streams capture a graph (mgpu_stream_begin_capture),
+ * mgpu_group_end records the group into it instead of running it, every
+ * launch running it again: every stream must capture the same graph and
+ * every rank of each communicator be called as often (MGPU_EINVAL), the
+ * ranks agree (MGPU_EMISMATCH), no communicator span processes
+ * (MGPU_ENOTSUP); nothing is recorded otherwise (docs/graphs.md). A call
+ * outside a group on a capturing stream is recorded when its communicator
+ * has a single rank. */
 MGPU_EXTERN int mgpu_group_begin(void);
 MGPU_EXTERN int mgpu_group_end(void);
 

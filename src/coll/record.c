@@ -162,6 +162,12 @@ static int check_agree(const mgpu__coll_recorded *calls, int n) {
         op->arg[calls[j].rank] = *calls[j].arg;
     rc = mgpu__coll_check_consistent(c, op);
     mgpu__free(op);
+    if (rc != 0) {
+      char detail[MGPU__COLL_DETAIL];
+      snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+      rc = mgpu__error(rc, "recording a group into a graph: %s (#%d: the "
+                       "ranks' call %d in the group)", detail, k, k + 1);
+    }
   }
   return rc;
 }
