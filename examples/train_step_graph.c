@@ -9,7 +9,7 @@
  * call per rank), axpy. The weights after STEPS launches are checked
  * against the closed form on the host, w0 (1 - lr C / n)^STEPS with C the
  * sum of the c_d; the same steps issued op by op are timed beside it
- * (after one untimed run of each). */
+ * (after one untimed run of each). Usage: train_step_graph [STEPS]. */
 #include <math.h>
 #include <mgpu.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #include "check.h"
 
 #define LEN 4096
-#define STEPS 200
+#define STEPS 200 /* unless the first argument says how many */
 #define LR 0.5
 
 typedef struct step {
@@ -116,13 +116,18 @@ static void teardown(step *st) {
   free(st->done);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  int steps = argc > 1 ? atoi(argv[1]) : STEPS;
+  if (steps < 1) {
+    fprintf(stderr, "usage: train_step_graph [STEPS >= 1]\n");
+    return 2;
+  }
   CHECK(mgpu_init(NULL));
   step st;
   setup(&st);
   double c = 0;
   for (int d = 0; d < st.n; d++) c += 0.01 * (d + 1);
-  double want = pow(1.0 - LR * c / st.n, STEPS);
+  double want = pow(1.0 - LR * c / st.n, steps);
 
   mgpu_graph *graph;
   mgpu_graph_exec *exec;
@@ -136,21 +141,21 @@ int main(void) {
   CHECK(mgpu_stream_synchronize(st.s[0]));
   weights(&st, 1, 0);
   double t0 = now_s();
-  for (int k = 0; k < STEPS; k++) CHECK(mgpu_graph_launch(exec, st.s[0]));
+  for (int k = 0; k < steps; k++) CHECK(mgpu_graph_launch(exec, st.s[0]));
   CHECK(mgpu_stream_synchronize(st.s[0]));
-  double t_graph = (now_s() - t0) / STEPS;
+  double t_graph = (now_s() - t0) / steps;
   int ok_graph = weights(&st, 0, want);
 
   weights(&st, 1, 0);
   t0 = now_s();
-  for (int k = 0; k < STEPS; k++) queue_step(&st);
+  for (int k = 0; k < steps; k++) queue_step(&st);
   CHECK(mgpu_stream_synchronize(st.s[0]));
-  double t_ops = (now_s() - t0) / STEPS;
+  double t_ops = (now_s() - t0) / steps;
   int ok_ops = weights(&st, 0, want);
 
   printf("train_step_graph: %d devices, %d steps of %d weights: graph of "
          "%d nodes %s, op by op %s (w = %.6f); %.1f us a step as a graph, "
-         "%.1f us op by op\n", st.n, STEPS, LEN,
+         "%.1f us op by op\n", st.n, steps, LEN,
          mgpu_graph_node_count(graph), ok_graph ? "ok" : "WRONG",
          ok_ops ? "ok" : "WRONG", want, t_graph * 1e6, t_ops * 1e6);
   CHECK(mgpu_graph_exec_destroy(exec));

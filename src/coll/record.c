@@ -154,8 +154,9 @@ static int check_agree(const mgpu__coll_recorded *calls, int n) {
     mgpu__coll_op *op = mgpu__calloc(1, sizeof *op + (size_t)c->n *
                                                         sizeof op->arg[0]);
     if (op == NULL)
-      return mgpu__error(MGPU_ENOMEM, "graph: out of host memory to record "
-                         "a collective");
+      return mgpu__error(MGPU_ENOMEM, "graph: out of host memory to check "
+                         "a recorded %s of %d ranks",
+                         mgpu__coll_kind_name(calls[i].arg->kind), c->n);
     op->seq = (uint64_t)k;
     for (int j = 0; j < n; j++)
       if (calls[j].c == c && seen[calls[j].rank]++ == k)

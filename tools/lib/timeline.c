@@ -42,6 +42,8 @@ static const kind kinds[] = {
     {"run_on_device", "host function", 0xda8bc3},
     {"alloc", "alloc/free", 0xbcbd22},
     {"free", "alloc/free", 0xbcbd22},
+    /* The 1 ns mark a steal arrow starts in (src/sched/task.c). */
+    {"stolen", "task stolen", 0xd62728},
 };
 enum { NKINDS = sizeof kinds / sizeof kinds[0] };
 static const rgb_t other_color = 0x64b5cd;

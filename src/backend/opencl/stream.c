@@ -106,15 +106,6 @@ static void times_harvest(mgpu__bstream *s, cl_event seen, uint64_t done) {
   mgpu__ocl_trace_harvest(s, seen, done);
 }
 
-/* A reference to the event in *slot (guarded by lock), or NULL. */
-static cl_event event_ref(pthread_mutex_t *lock, cl_event *slot) {
-  pthread_mutex_lock(lock);
-  cl_event ev = *slot;
-  if (ev != NULL) clRetainEvent(ev);
-  pthread_mutex_unlock(lock);
-  return ev;
-}
-
 /* A reference to s's last event, or NULL; *seq: the number of the newest
  * timed entry queued before it (trace.c). */
 static cl_event last_event(mgpu__bstream *s, uint64_t *seq) {
@@ -403,9 +394,9 @@ void mgpu__ocl_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
 }
 
 /* A reference to e's marker, or NULL when never recorded. */
-static cl_event event_get(mgpu__bevent *e) {
-  return event_ref(&e->lock, &e->ev);
-}
+
+/* A reference to e's marker, or NULL when never recorded (below). */
+static cl_event event_get(mgpu__bevent *e);
 
 int mgpu__ocl_event_record(mgpu__bdevice *d, mgpu__bevent *e,
                            mgpu__bstream *s) {
@@ -458,6 +449,11 @@ static cl_event event_get_timed(mgpu__bevent *e, int *timed) {
   *timed = e->timed;
   pthread_mutex_unlock(&e->lock);
   return ev;
+}
+
+static cl_event event_get(mgpu__bevent *e) {
+  int timed;
+  return event_get_timed(e, &timed);
 }
 
 /* Milliseconds from a's end to b's (both complete, both with times). */
