@@ -16,8 +16,8 @@
  * after the wait it must satisfy was queued, because of the counts above.
  *
  * Lifetime: a send or receive holds the channel's handle, and its buffer's
- * and stream's, from its lookup to its return (so a free of the source
- * waits for a send that waits for room). Destroy closes the handle, wakes
+ * and stream's, from its lookup to its return (pinned together: chan_refs;
+ * so a free of the source waits for a send that waits for room). Destroy closes the handle, wakes
  * the calls inside (they return MGPU_EFREED) and waits for them to leave.
  *
  * Small path: when the end's stream is idle and the slot is ready (its
@@ -90,9 +90,13 @@ typedef struct mgpu__channel {
   _Atomic int destroyed;    /* set under lock by destroy: the calls inside
                                leave */
   uint64_t sent_ns, received_ns; /* under lock: see side_leave */
-  /* Each side's state on a cache line of its own, written by that side
-   * and read by the other (lines written by both would move between the
-   * two threads' cores at every message):
+  /* Each side's state on two lines of its own (128 bytes apart: a core
+   * fetches lines in pairs), written by that side only. The first holds
+   * what the other side never reads (the turn and the wait); the second
+   * what it reads (the count, parked, the CPU), written once a message and
+   * the CPU only when it changes: a line that the other side watches
+   * costs a miss at every write to it, and lines written by both would
+   * move between the two threads' cores at every message.
    *  - the turn (1: a sender, or a receiver, is inside), taken by compare
    *    and swap, so that senders keep the order of their calls and one
    *    receiver takes each message;
@@ -106,19 +110,21 @@ typedef struct mgpu__channel {
    *    waits for room and one receiver for a message, the turns let no
    *    second one in), and the CPU of its last call, a relaxed hint for
    *    the other side's wait. */
-  char pad0[64];
+  char pad0[128];
   _Atomic int send_turn;
+  mgpu__spin send_spin;
+  char pad1[128];
   _Atomic uint64_t sent;
   _Atomic int send_parked;
-  mgpu__spin send_spin;
   _Atomic int send_cpu; /* -1: none yet */
-  char pad1[64];
+  char pad2[128];
   _Atomic int recv_turn;
+  mgpu__spin recv_spin;
+  char pad3[128];
   _Atomic uint64_t received;
   _Atomic int recv_parked;
-  mgpu__spin recv_spin;
   _Atomic int recv_cpu; /* -1: none yet */
-  char pad2[64];
+  char pad4[128];
 } mgpu__channel;
 
 static void chan_free(mgpu__channel *ch) {
@@ -283,23 +289,69 @@ int mgpu_channel_close(mgpu_channel *chan) {
   return 0;
 }
 
-/* Checks a buffer and stream pair of one end; both stay held (also on
- * failure: *b and *s are NULL or held) until the caller puts them. */
-static int check_end(const mgpu__channel *ch, const char *what, int dev,
-                     const mgpu_buffer *buf, size_t offset, size_t size,
-                     mgpu_stream *stream, mgpu__buf **b, mgpu__stream **s) {
-  *s = NULL;
-  int rc = mgpu__buf_get(buf, what, b);
-  /* A capturing stream records the call (record.c). */
-  if (rc == 0) rc = mgpu__stream_get_capturing(stream, s);
-  if (rc != 0) return rc;
-  if ((*b)->dev != dev || (*s)->dev != dev)
+/* What one send or receive holds from its lookup to its return: the
+ * channel, the call's buffer and its stream (a capturing stream too: the
+ * call is then recorded, record.c). Pinned together where the thread's pin
+ * record has room (mark >= 0): one exchange on a line of the calling
+ * thread's own, where a use of each is a compare-and-swap on the handle's
+ * slot word, and the channel's is written by the other end's thread too,
+ * so that each call would move that line between the two threads' cores.
+ * Held one by one otherwise (mark -1). */
+typedef struct chan_refs {
+  int mark;
+  mgpu__channel *ch;
+  mgpu__buf *b;
+  mgpu__stream *s;
+} chan_refs;
+
+/* Looks the three handles up (what names the buffer argument). On failure
+ * too the caller gives back what was taken with refs_put. */
+static int refs_take(chan_refs *r, mgpu_channel *chan,
+                     const mgpu_buffer *buf, const char *what,
+                     mgpu_stream *stream) {
+  uintptr_t h[3] = {(uintptr_t)chan, (uintptr_t)buf, (uintptr_t)stream};
+  int rc = 0;
+  r->ch = NULL;
+  r->b = NULL;
+  r->s = NULL;
+  if ((r->mark = mgpu__handle_pin(h, 3)) < 0) {
+    rc = chan_get(chan, &r->ch);
+    if (rc == 0) rc = mgpu__buf_get(buf, what, &r->b);
+    if (rc == 0) rc = mgpu__stream_get_capturing(stream, &r->s);
+    return rc;
+  }
+  if ((r->ch = mgpu__handle_pinned(h[0], MGPU__H_CHANNEL, "channel",
+                                   &rc)) != NULL &&
+      (r->b = mgpu__handle_pinned(h[1], MGPU__H_BUFFER, what, &rc)) != NULL)
+    r->s = mgpu__handle_pinned(h[2], MGPU__H_STREAM, "stream", &rc);
+  return rc;
+}
+
+static void refs_put(chan_refs *r) {
+  if (r->mark >= 0) {
+    mgpu__handle_unpin(r->mark);
+  } else {
+    mgpu__stream_put(r->s);
+    mgpu__buf_put(r->b);
+    if (r->ch != NULL) mgpu__handle_put(r->ch->handle);
+  }
+  r->mark = -1;
+  r->ch = NULL;
+  r->b = NULL;
+  r->s = NULL;
+}
+
+/* Checks the buffer and stream of one end (dev). */
+static int check_end(const chan_refs *r, const char *what, int dev,
+                     size_t offset, size_t size) {
+  const mgpu__channel *ch = r->ch;
+  if (r->b->dev != dev || r->s->dev != dev)
     return mgpu__error(MGPU_EWRONGDEV,
                        "channel %d -> %d: %s buffer on device %d and stream on "
                        "device %d; this end is device %d",
-                       ch->src_dev, ch->dst_dev, what, (*b)->dev, (*s)->dev,
+                       ch->src_dev, ch->dst_dev, what, r->b->dev, r->s->dev,
                        dev);
-  return mgpu__buf_check_range(*b, what, offset, size);
+  return mgpu__buf_check_range(r->b, what, offset, size);
 }
 
 /* The error of a call woken by close or destroy. */
@@ -311,10 +363,10 @@ static int ended(const mgpu__channel *ch, int destroyed, const char *how) {
                      ch->dst_dev, how);
 }
 
-static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
+static int channel_send(const chan_refs *r, const mgpu_buffer *src,
                         size_t offset, size_t size, mgpu_stream *stream,
                         int timeout_ms);
-static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
+static int channel_recv(const chan_refs *r, mgpu_buffer *dst, size_t offset,
                         size_t *size, mgpu_stream *stream, int timeout_ms);
 
 /* A copy was queued but the event that publishes it could not be recorded:
@@ -459,8 +511,10 @@ static int side_enter_fast(mgpu__channel *ch, int send, uint64_t *k) {
  * mgpu__spin_pair_answered), or a call waiting for the turn. */
 static void side_leave(mgpu__channel *ch, int send, int published) {
   if (published) {
-    atomic_store_explicit(send ? &ch->send_cpu : &ch->recv_cpu,
-                          mgpu__cpu_now(), memory_order_relaxed);
+    _Atomic int *cpu = send ? &ch->send_cpu : &ch->recv_cpu;
+    int now = mgpu__cpu_now();
+    if (atomic_load_explicit(cpu, memory_order_relaxed) != now)
+      atomic_store_explicit(cpu, now, memory_order_relaxed);
     atomic_fetch_add(send ? &ch->sent : &ch->received, 1);
   }
   atomic_store(send ? &ch->send_turn : &ch->recv_turn, 0);
@@ -481,6 +535,14 @@ static char *inline_slot(const mgpu__channel *ch, const mgpu__buf *user,
   if (user->kind != MGPU_MEM_DEVICE || ch->slots_b->kind != MGPU_MEM_DEVICE)
     return NULL;
   return (char *)ch->slots_b->ptr + slot_off;
+}
+
+/* Stores v into a slot word that the other side reads, only when it
+ * changes: storing the same value again would still take the line out of
+ * the reader's cache, a miss for each side at every message. */
+static void store_changed(_Atomic int *w, int v) {
+  if (atomic_load_explicit(w, memory_order_relaxed) != v)
+    atomic_store_explicit(w, v, memory_order_relaxed);
 }
 
 /* Whether the other side's copy of a slot is done: at once when it ran on
@@ -578,11 +640,10 @@ int mgpu_channel_send(mgpu_channel *chan, const mgpu_buffer *src,
 int mgpu_channel_send_timeout(mgpu_channel *chan, const mgpu_buffer *src,
                               size_t offset, size_t size, mgpu_stream *stream,
                               int timeout_ms) {
-  mgpu__channel *ch;
-  int rc = chan_get(chan, &ch);
-  if (rc != 0) return rc;
-  rc = channel_send(ch, src, offset, size, stream, timeout_ms);
-  chan_put(chan);
+  chan_refs r;
+  int rc = refs_take(&r, chan, src, "src", stream);
+  if (rc == 0) rc = channel_send(&r, src, offset, size, stream, timeout_ms);
+  refs_put(&r);
   return rc;
 }
 
@@ -594,25 +655,18 @@ int mgpu_channel_recv(mgpu_channel *chan, mgpu_buffer *dst, size_t offset,
 int mgpu_channel_recv_timeout(mgpu_channel *chan, mgpu_buffer *dst,
                               size_t offset, size_t *size,
                               mgpu_stream *stream, int timeout_ms) {
-  mgpu__channel *ch;
-  int rc = chan_get(chan, &ch);
-  if (rc != 0) return rc;
-  rc = channel_recv(ch, dst, offset, size, stream, timeout_ms);
-  chan_put(chan);
+  chan_refs r;
+  int rc = refs_take(&r, chan, dst, "dst", stream);
+  if (rc == 0) rc = channel_recv(&r, dst, offset, size, stream, timeout_ms);
+  refs_put(&r);
   return rc;
 }
 
-/* Ends the checks of a send or receive: the timeout too, and on failure
- * gives back what check_end held. */
-static int check_timeout(const mgpu__channel *ch, int rc, int timeout_ms,
-                         mgpu__buf *b, mgpu__stream *s) {
+/* Ends the checks of a send or receive: the timeout too. */
+static int check_timeout(const mgpu__channel *ch, int rc, int timeout_ms) {
   if (rc == 0 && timeout_ms < -1)
     rc = mgpu__error(MGPU_EINVAL, "channel %d -> %d: timeout %d ms",
                      ch->src_dev, ch->dst_dev, timeout_ms);
-  if (rc != 0) {
-    mgpu__stream_put(s);
-    mgpu__buf_put(b);
-  }
   return rc;
 }
 
@@ -666,10 +720,9 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
 /* Watches for room (a sender) or a message (a receiver) a while, then
  * takes the side's turn: without the lock where the watch saw it ready
  * (side_enter_fast), else by turn_take and the wait of side_wait. On
- * failure gives back the turn and what check_end held. */
-static int side_enter(mgpu__channel *ch, int send, mgpu__buf *b,
-                      mgpu__stream *s, const mgpu_buffer *buf,
-                      int timeout_ms, uint64_t *k) {
+ * failure gives back the turn. */
+static int side_enter(mgpu__channel *ch, int send, const mgpu__buf *b,
+                      const mgpu_buffer *buf, int timeout_ms, uint64_t *k) {
   uint64_t since;
   if (mgpu__spin_pair_until(send ? &ch->send_spin : &ch->recv_spin,
                             send ? has_room : has_message, ch,
@@ -689,23 +742,17 @@ static int side_enter(mgpu__channel *ch, int send, mgpu__buf *b,
     if (rc == 0) return 0;
     turn_give(ch, send ? &ch->send_turn : &ch->recv_turn);
   }
-  mgpu__stream_put(s);
-  mgpu__buf_put(b);
   return rc;
 }
 
-/* A checked call on a capturing stream, recorded into its graph; gives
- * back b and s. */
-static int recorded(const mgpu__channel *ch, int send, mgpu_buffer *buf,
-                    size_t offset, size_t size, int timeout_ms, mgpu__buf *b,
-                    mgpu__stream *s) {
+/* A checked call on a capturing stream, recorded into its graph. */
+static int recorded(const chan_refs *r, int send, mgpu_buffer *buf,
+                    size_t offset, size_t size, int timeout_ms) {
+  const mgpu__channel *ch = r->ch;
   mgpu__chan_call call = {(mgpu_channel *)ch->handle, ch->src_dev,
                           ch->dst_dev, ch->capacity, send, buf, offset, size,
                           timeout_ms};
-  int rc = mgpu__chan_record(&call, s);
-  mgpu__stream_put(s);
-  mgpu__buf_put(b);
-  return rc;
+  return mgpu__chan_record(&call, r->s);
 }
 
 /* Queues (or, on the small path, does) the copy of message k into its
@@ -732,39 +779,34 @@ static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
       rc = mgpu_event_record(sl->filled, stream);
       if (rc != 0) settle(stream, rc, "sent");
     }
-    if (rc == 0) atomic_store_explicit(&sl->filled_queued, 1,
-                                       memory_order_relaxed);
+    if (rc == 0) store_changed(&sl->filled_queued, 1);
   } else {
-    atomic_store_explicit(&sl->filled_queued, 0, memory_order_relaxed);
+    store_changed(&sl->filled_queued, 0);
   }
   mgpu__trace_tag_pop(pushed);
-  if (rc == 0) sl->size = size;
+  if (rc == 0 && sl->size != size) sl->size = size; /* as store_changed */
   return rc;
 }
 
-static int channel_send(mgpu__channel *ch, const mgpu_buffer *src,
+static int channel_send(const chan_refs *r, const mgpu_buffer *src,
                         size_t offset, size_t size, mgpu_stream *stream,
                         int timeout_ms) {
-  mgpu__buf *b = NULL;
-  mgpu__stream *s = NULL;
-  int rc = check_end(ch, "src", ch->src_dev, src, offset, size, stream, &b,
-                     &s);
+  mgpu__channel *ch = r->ch;
+  int rc = check_end(r, "src", ch->src_dev, offset, size);
   if (rc == 0 && (size == 0 || size > ch->msg_size))
     rc = mgpu__error(MGPU_ERANGE,
                      "channel %d -> %d: message of %zu bytes (1 to %zu)",
                      ch->src_dev, ch->dst_dev, size, ch->msg_size);
-  if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
-  if (mgpu__stream_capture(s) != NULL)
-    return recorded(ch, 1, (mgpu_buffer *)src, offset, size, timeout_ms, b, s);
+  if ((rc = check_timeout(ch, rc, timeout_ms)) != 0) return rc;
+  if (mgpu__stream_capture(r->s) != NULL)
+    return recorded(r, 1, (mgpu_buffer *)src, offset, size, timeout_ms);
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
   uint64_t k;
-  if ((rc = side_enter(ch, 1, b, s, src, timeout_ms, &k)) != 0) return rc;
-  rc = send_copy(ch, k, b, offset, size, s, stream);
+  if ((rc = side_enter(ch, 1, r->b, src, timeout_ms, &k)) != 0) return rc;
+  rc = send_copy(ch, k, r->b, offset, size, r->s, stream);
   side_leave(ch, 1, rc == 0);
   if (rc == 0) mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
-  mgpu__stream_put(s);
-  mgpu__buf_put(b);
   return rc;
 }
 
@@ -787,44 +829,40 @@ static int recv_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
       rc = mgpu_event_record(sl->consumed, stream);
       if (rc != 0) settle(stream, rc, "taken");
     }
-    if (rc == 0) atomic_store_explicit(&sl->consumed_queued, 1,
-                                       memory_order_relaxed);
+    if (rc == 0) store_changed(&sl->consumed_queued, 1);
   } else {
-    atomic_store_explicit(&sl->consumed_queued, 0, memory_order_relaxed);
+    store_changed(&sl->consumed_queued, 0);
   }
   mgpu__trace_tag_pop(pushed);
   return rc;
 }
 
-static int channel_recv(mgpu__channel *ch, mgpu_buffer *dst, size_t offset,
+static int channel_recv(const chan_refs *r, mgpu_buffer *dst, size_t offset,
                         size_t *size, mgpu_stream *stream, int timeout_ms) {
-  mgpu__buf *b = NULL;
-  mgpu__stream *s = NULL;
+  mgpu__channel *ch = r->ch;
   /* The range of dst is checked once a message is there: the call that
    * finds the channel closed and drained is MGPU_ECLOSED whatever its
    * offset, so a loop that advances its offset per message ends cleanly. */
-  int rc = check_end(ch, "dst", ch->dst_dev, dst, 0, 0, stream, &b, &s);
-  if (rc == 0) rc = mgpu__buf_check_writable(b, "mgpu_channel_recv dst");
-  if (rc == 0 && mgpu__stream_capture(s) != NULL)
-    rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size);
-  if ((rc = check_timeout(ch, rc, timeout_ms, b, s)) != 0) return rc;
-  if (mgpu__stream_capture(s) != NULL)
-    return recorded(ch, 0, dst, offset, ch->msg_size, timeout_ms, b, s);
+  int rc = check_end(r, "dst", ch->dst_dev, 0, 0);
+  if (rc == 0) rc = mgpu__buf_check_writable(r->b, "mgpu_channel_recv dst");
+  if (rc == 0 && mgpu__stream_capture(r->s) != NULL)
+    rc = mgpu__buf_check_range(r->b, "dst", offset, ch->msg_size);
+  if ((rc = check_timeout(ch, rc, timeout_ms)) != 0) return rc;
+  if (mgpu__stream_capture(r->s) != NULL)
+    return recorded(r, 0, dst, offset, ch->msg_size, timeout_ms);
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
                       (uintptr_t)stream);
   uint64_t k;
-  if ((rc = side_enter(ch, 0, b, s, dst, timeout_ms, &k)) != 0) return rc;
+  if ((rc = side_enter(ch, 0, r->b, dst, timeout_ms, &k)) != 0) return rc;
   size_t n = 0;
   /* A bad range leaves the message in place for the next call. */
-  rc = mgpu__buf_check_range(b, "dst", offset, ch->msg_size);
-  if (rc == 0) rc = recv_copy(ch, k, b, offset, &n, s, stream);
+  rc = mgpu__buf_check_range(r->b, "dst", offset, ch->msg_size);
+  if (rc == 0) rc = recv_copy(ch, k, r->b, offset, &n, r->s, stream);
   side_leave(ch, 0, rc == 0);
   if (rc == 0) {
     mgpu__metric_add(ch->dst_dev, MGPU__M_chan_msgs_received, 1);
     if (size != NULL) *size = n;
   }
-  mgpu__stream_put(s);
-  mgpu__buf_put(b);
   return rc;
 }

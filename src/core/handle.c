@@ -45,6 +45,7 @@
  * and read after a lookup's CAS (acquire). */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/core-internal.h"
 #include "util/fault.h"
@@ -59,8 +60,12 @@
 #define ST_LIVE (1ull << 31)     /* holds an object */
 #define ST_GEN(st) ((uint32_t)((st) >> 32) & GEN_MASK)
 
+/* A slot is a cache line of its own: every use writes its state word (a
+ * compare-and-swap, and a subtraction to put it back), and two handles
+ * used by two threads (each its own stream, say) sharing a line would
+ * move it between their cores at every call. */
 typedef struct slot {
-  _Atomic uint64_t state;
+  _Alignas(64) _Atomic uint64_t state;
   void *obj;
   _Atomic uint8_t type; /* mgpu__htype of the live object */
   uint32_t next_free; /* table_lock */
@@ -109,8 +114,9 @@ uintptr_t mgpu__handle_new(mgpu__htype type, void *obj) {
     if (n == CHUNK_SLOTS * MAX_CHUNKS) goto out;
     if (atomic_load_explicit(&chunks[n / CHUNK_SLOTS],
                              memory_order_relaxed) == NULL) {
-      slot *c = mgpu__calloc(CHUNK_SLOTS, sizeof(slot));
+      slot *c = mgpu__aligned_alloc(64, CHUNK_SLOTS * sizeof(slot));
       if (c == NULL) goto out;
+      memset(c, 0, CHUNK_SLOTS * sizeof(slot));
       atomic_store_explicit(&chunks[n / CHUNK_SLOTS], c, memory_order_release);
     }
     i = n;

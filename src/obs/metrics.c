@@ -10,8 +10,12 @@
 #include "util/thread.h"
 
 /* One device's counters; written by any thread with relaxed atomics. */
+/* Each device's counters start on a line pair of their own: the threads
+ * that work for two devices add to them at every operation, and a line
+ * shared by the end of one device's and the start of the next one's would
+ * move between their cores. */
 typedef struct obs_device {
-  _Atomic uint64_t counters[MGPU__M_COUNT];
+  _Alignas(128) _Atomic uint64_t counters[MGPU__M_COUNT];
   _Atomic uint64_t mem_in_use;
   _Atomic uint64_t mem_peak;
   _Atomic uint64_t pool_cached;
