@@ -1,7 +1,11 @@
 /* Failure injection and the allocation seam: see fault.h.
  *
  * Each kind of site has an atomic counter that every call bumps, armed or
- * not. With no rule set that is all a site costs. With rules set, a site
+ * not, once a spec was first set (counting; before, a site reads that flag
+ * and nothing else: the counters are words that every thread would write,
+ * and a line that moves between cores at every backend call costs a
+ * program that never injects a fault). With no rule set that is all a site
+ * costs. With rules set, a site
  * takes one mutex to match them (rules hold their own counters for
  * per-operation and per-device matching): rules are only set by tests and by
  * MGPU_FAULT, where correctness matters and speed does not. */
@@ -42,6 +46,7 @@ static mgpu__mutex rules_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_FAULT_RULES);
 static fault_rule rules[MGPU__FAULT_MAX_RULES];
 static int rule_count;
 static atomic_int armed;
+static atomic_int counting; /* set by the first mgpu__fault_set */
 static _Atomic uint64_t calls[MGPU__FAULT_KINDS];
 static _Atomic uint64_t fired[MGPU__FAULT_KINDS];
 
@@ -180,6 +185,7 @@ int mgpu__fault_set(const char *spec, char *why, size_t why_size) {
     atomic_store_explicit(&fired[k], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&armed, n > 0, memory_order_release);
+  atomic_store_explicit(&counting, 1, memory_order_relaxed);
   mgpu__mutex_unlock(&rules_lock);
   return rc;
 }
@@ -197,6 +203,7 @@ static int nth_matches(fault_rule *r, uint64_t count) {
 }
 
 int mgpu__fault_hit(mgpu__fault_kind kind, const char *op) {
+  if (!atomic_load_explicit(&counting, memory_order_relaxed)) return 0;
   uint64_t call =
       atomic_fetch_add_explicit(&calls[kind], 1, memory_order_relaxed) + 1;
   if (!atomic_load_explicit(&armed, memory_order_acquire)) return 0;

@@ -18,9 +18,11 @@
  *   device:2@after:100  device 2 is lost after its 100th operation
  *
  * Several rules are separated by commas. The spec comes from MGPU_FAULT
- * (read once at init) or from mgpu__fault_set (tests). Counting is always on
- * and costs one relaxed atomic add per site, so a sweep can first run a
- * workload with no rule, read the count of sites, then fail each in turn.
+ * (read once at init) or from mgpu__fault_set (tests). Counting starts with
+ * the first mgpu__fault_set (a clearing one too) and then costs one relaxed
+ * atomic add per site, so a sweep can first run a workload with no rule,
+ * read the count of sites, then fail each in turn; before it a site reads
+ * one flag.
  *
  * Threads: every function may be called from any thread at any time. The
  * counters and the rules are atomics; a spec set while other threads are at
