@@ -1,14 +1,22 @@
 /* Host barriers and stream barriers.
  *
- * The host barrier counts arrivals per generation: the last thread to arrive
- * starts a new generation and wakes the others, who leave when they see the
- * generation move on: first by watching it (mgpu__spin_wait_change; of two
- * parties the pair wait on the other rank, mgpu__spin_pair_until), so
- * threads that arrive close together pass without a wake-up and without
- * taking the lock again, then asleep on the condition variable. A thread
- * whose wait runs out withdraws its arrival, so
- * the barrier stays consistent and reusable, and names the devices whose
- * threads never came. A barrier that includes a lost device cannot
+ * The host barrier counts arrivals per generation in one word (state: the
+ * generation in the high half, the count in the low), changed by
+ * compare-and-swap: no lock on the way in, so two threads arriving together
+ * do not meet at a mutex (which sent them to the kernel at most rounds). The
+ * last thread to arrive starts a new generation; the others leave when they
+ * see the generation move on: first by watching it (mgpu__spin_until; of
+ * two parties the pair wait on the other rank, mgpu__spin_pair_until), so
+ * threads that arrive close together pass without a wake-up, then asleep
+ * on the condition variable. A sleeper counts itself in sleepers under the
+ * lock before it looks at the generation, and the last arrival reads
+ * sleepers after its compare-and-swap (both sequentially consistent), so
+ * either the sleeper sees the new generation or the last arrival sees the
+ * sleeper and wakes it under the lock. A thread whose wait runs out
+ * withdraws its arrival (a compare-and-swap that fails if the generation
+ * ended meanwhile: then the wait succeeded), so the barrier stays
+ * consistent and reusable, and names the devices whose threads never
+ * came. A barrier that includes a lost device cannot
  * complete: its waiters (woken by the device-lost hook, lost.c) and later
  * callers withdraw and fail with MGPU_EDEVLOST naming the device.
  *
@@ -27,25 +35,43 @@ typedef struct mgpu__barrier {
   uintptr_t handle;
   int n;
   int devs[MGPU_MAX_DEVICES];
-  /* lock guards every field below. */
+  /* lock and cond: the sleep of a waiter whose watch ran out. */
   mgpu__mutex lock;
   mgpu__cond cond;
-  uint64_t generation;
-  int count;                              /* arrived in this generation */
-  unsigned char arrived[MGPU_MAX_DEVICES]; /* by rank, this generation */
-  int destroyed; /* set by destroy: the threads waiting leave, EFREED */
-  /* A thread waits as this rank: set under lock; cleared under lock, or
-   * without it by the waiter whose watch saw its generation end. */
-  _Atomic unsigned char waiting[MGPU_MAX_DEVICES];
-  /* The generation's low bits, written under lock, watched without it. */
-  _Atomic int gen_word;
+  _Atomic int sleepers;  /* waiters on cond or about to be (under lock) */
+  _Atomic int destroyed; /* set under lock by destroy: waiters leave, EFREED */
+  /* A call of the rank is inside: set by its arrival (an exchange, so a
+   * second call as the same rank is refused), cleared by that call as it
+   * leaves, withdrawn or not. While a generation is open, the ranks not
+   * inside are those that have not arrived (named by a timeout). A line
+   * each: two ranks' flags on one would move it between their cores at
+   * every call. */
+  struct {
+    _Alignas(64) _Atomic unsigned char v;
+  } inside[MGPU_MAX_DEVICES];
   mgpu__spin spin;
   /* Two parties: each rank's watch is a pair wait on the other rank
    * (mgpu__spin_pair_until), which publishes the CPU it arrived on (a
    * hint, relaxed). */
   mgpu__spin pair_spin[2];
   _Atomic int cpu[2];
+  /* On lines of its own, every arrival writes it: the generation (high 32
+   * bits) and the ranks arrived in it (low 32 bits). A generation ends
+   * only once each waiter arrived, so a waiter sees it move on at most
+   * once: 32 bits are enough to tell. */
+  char pad0[128];
+  _Atomic uint64_t state;
+  char pad1[128];
+  /* The generation again, stored by the last arrival after its
+   * compare-and-swap: what waiters watch. Watching state itself would
+   * keep pulling the line that the next arrival must take to write, and
+   * its compare-and-swap would wait for it. */
+  _Atomic uint32_t gen_word;
+  char pad2[128];
 } mgpu__barrier;
+
+#define GEN_OF(st) ((uint32_t)((st) >> 32))
+#define COUNT_OF(st) ((uint32_t)(st))
 
 int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
   if (barrier == NULL) return mgpu__error(MGPU_EINVAL, "barrier: NULL output");
@@ -58,8 +84,9 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
     int rc = mgpu__device_check(devs[r], &d);
     if (rc != 0) return rc;
   }
-  mgpu__barrier *b = mgpu__calloc(1, sizeof *b);
+  mgpu__barrier *b = mgpu__aligned_alloc(_Alignof(mgpu__barrier), sizeof *b);
   if (b == NULL) return mgpu__error(MGPU_ENOMEM, "barrier: out of memory");
+  memset(b, 0, sizeof *b);
   b->n = n;
   memcpy(b->devs, devs, (size_t)n * sizeof *devs);
   atomic_store(&b->cpu[0], -1);
@@ -81,7 +108,7 @@ int mgpu_barrier_create(const int *devs, int n, mgpu_barrier **barrier) {
 /* The rest of a destroy, once the handle h is closed. */
 static void barrier_free(mgpu__barrier *b, uintptr_t h) {
   mgpu__mutex_lock(&b->lock);
-  b->destroyed = 1;
+  atomic_store(&b->destroyed, 1);
   mgpu__cond_broadcast(&b->cond);
   mgpu__mutex_unlock(&b->lock);
   mgpu__handle_retire(h);
@@ -102,14 +129,15 @@ int mgpu_barrier_destroy(mgpu_barrier *barrier) {
 }
 
 /* Names the devices that have not arrived (the caller excepted), then
- * their last operations. Called with b->lock held. */
+ * their last operations. */
 static void missing_list(const mgpu__barrier *b, int self, char *out,
                          size_t size) {
   size_t len = 0;
   int missing[MGPU_MAX_DEVICES], n = 0;
   out[0] = '\0';
   for (int r = 0; r < b->n && len + 16 < size; r++)
-    if (!b->arrived[r] && r != self) {
+    if (!atomic_load_explicit(&b->inside[r].v, memory_order_relaxed) &&
+        r != self) {
       len += (size_t)snprintf(out + len, size - len, "%s%d (rank %d)",
                               len ? ", " : "", b->devs[r], r);
       missing[n++] = b->devs[r];
@@ -120,7 +148,7 @@ static void missing_list(const mgpu__barrier *b, int self, char *out,
 }
 
 /* The first rank whose device was lost, or -1: the barrier cannot complete
- * (a lost device's thread stops calling). Called with b->lock held. */
+ * (a lost device's thread stops calling). */
 static int lost_rank(const mgpu__barrier *b) {
   for (int r = 0; r < b->n; r++)
     if (mgpu__device_is_lost(b->devs[r])) return r;
@@ -149,78 +177,141 @@ int mgpu_barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
 
 static int barrier_wait(mgpu_barrier *barrier, int rank, int timeout_ms) {
   int err = 0;
+  /* A pin: the handle's slot word, which a use would write, is read by
+   * every rank's call (see the pins in core/handle.c). */
+  uintptr_t h = (uintptr_t)barrier;
+  int mark = mgpu__handle_pin(&h, 1);
   mgpu__barrier *b =
-      mgpu__handle_get((uintptr_t)barrier, MGPU__H_BARRIER, "barrier", &err);
-  if (b == NULL) return err;
-  int rc = barrier_wait_on(b, rank, timeout_ms);
-  mgpu__handle_put((uintptr_t)barrier);
+      mark >= 0
+          ? mgpu__handle_pinned(h, MGPU__H_BARRIER, "barrier", &err)
+          : mgpu__handle_get(h, MGPU__H_BARRIER, "barrier", &err);
+  int rc = b != NULL ? barrier_wait_on(b, rank, timeout_ms) : err;
+  if (mark >= 0)
+    mgpu__handle_unpin(mark);
+  else if (b != NULL)
+    mgpu__handle_put(h);
   return rc;
 }
 
-/* Rank's arrival, under b->lock (taken and given back here): < 0 an
- * error, 1 when it was the last rank and released the others, 0 when it
- * must wait for generation *gen to end (marked waiting). */
-static int barrier_arrive(mgpu__barrier *b, int rank, uint64_t *gen) {
+/* Wakes the sleepers after the generation moved on, if there are any. */
+static void wake_sleepers(mgpu__barrier *b) {
+  if (atomic_load(&b->sleepers) == 0) return; /* after the CAS: see top */
   mgpu__mutex_lock(&b->lock);
-  if (b->destroyed) {
-    mgpu__mutex_unlock(&b->lock);
+  mgpu__cond_broadcast(&b->cond);
+  mgpu__mutex_unlock(&b->lock);
+}
+
+/* Rank's arrival: < 0 an error, 1 when it was the last rank and released
+ * the others, 0 when it must wait for generation *gen to end (inside). */
+static int barrier_arrive(mgpu__barrier *b, int rank, uint32_t *gen) {
+  if (atomic_load(&b->destroyed))
     return mgpu__error(MGPU_EFREED, "barrier: destroyed during the call");
-  }
-  if (b->waiting[rank] || b->arrived[rank]) {
-    mgpu__mutex_unlock(&b->lock);
+  if (atomic_exchange(&b->inside[rank].v, 1))
     return mgpu__error(MGPU_EINVAL,
                        "barrier: rank %d (device %d) is already waiting",
                        rank, b->devs[rank]);
-  }
   int lost = lost_rank(b);
   if (lost >= 0) {
-    mgpu__mutex_unlock(&b->lock);
+    atomic_store(&b->inside[rank].v, 0);
     return lost_error(b, rank, lost);
   }
-  b->arrived[rank] = 1;
-  if (b->n == 2)
-    atomic_store_explicit(&b->cpu[rank], mgpu__cpu_now(),
-                          memory_order_relaxed);
-  if (++b->count == b->n) {
-    b->generation++;
-    atomic_store_explicit(&b->gen_word, (int)(b->generation & 0x7fffffff),
-                          memory_order_release);
-    b->count = 0;
-    memset(b->arrived, 0, sizeof b->arrived);
-    mgpu__cond_broadcast(&b->cond);
-    mgpu__mutex_unlock(&b->lock);
+  int cpu = b->n == 2 ? mgpu__cpu_now() : -1; /* stored when it moved */
+  if (cpu != -1 &&
+      atomic_load_explicit(&b->cpu[rank], memory_order_relaxed) != cpu)
+    atomic_store_explicit(&b->cpu[rank], cpu, memory_order_relaxed);
+  uint64_t st = atomic_load(&b->state), next;
+  do {
+    next = COUNT_OF(st) + 1 == (uint32_t)b->n
+               ? (uint64_t)(GEN_OF(st) + 1) << 32
+               : st + 1;
+  } while (!atomic_compare_exchange_weak(&b->state, &st, next));
+  if (COUNT_OF(next) == 0) {
+    atomic_store_explicit(&b->gen_word, GEN_OF(next), memory_order_release);
+    atomic_store(&b->inside[rank].v, 0);
+    wake_sleepers(b);
     return 1;
   }
-  *gen = b->generation;
-  b->waiting[rank] = 1;
-  mgpu__mutex_unlock(&b->lock);
+  *gen = GEN_OF(st);
   return 0;
+}
+
+/* Takes back rank's arrival in generation gen: 1 when it did, 0 when the
+ * generation ended meanwhile (the wait succeeded). */
+static int barrier_withdraw(mgpu__barrier *b, uint32_t gen) {
+  uint64_t st = atomic_load(&b->state);
+  do {
+    if (GEN_OF(st) != gen) return 0;
+  } while (!atomic_compare_exchange_weak(&b->state, &st, st - 1));
+  return 1;
+}
+
+typedef struct gen_watch {
+  const mgpu__barrier *b;
+  uint32_t gen;
+} gen_watch;
+
+/* The watch, on gen_word (state moved on before it). */
+static int gen_ended(const void *p) {
+  const gen_watch *w = p;
+  return atomic_load_explicit(&w->b->gen_word, memory_order_acquire) !=
+         w->gen;
+}
+
+/* The same on state itself, for the sleep's look (after its count of
+ * sleepers: see the top) and a withdrawal's. */
+static int gen_ended_state(const mgpu__barrier *b, uint32_t gen) {
+  return GEN_OF(atomic_load(&b->state)) != gen;
 }
 
 /* Watches the generation a while before sleeping; 1 when it moved on.
  * Of two parties the partner is the other rank (a pair wait); of more,
  * any of them may come last. *since: for mgpu__spin_pair_woke after a
  * park (0: none). */
-static int barrier_watch(mgpu__barrier *b, int rank, uint64_t gen,
+static int barrier_watch(mgpu__barrier *b, int rank, uint32_t gen,
                          uint64_t *since) {
-  int old = (int)(gen & 0x7fffffff);
+  gen_watch w = {b, gen};
   *since = 0;
-  if (b->n != 2) return mgpu__spin_wait_change(&b->spin, &b->gen_word, old);
-  return mgpu__spin_pair_wait_change(&b->pair_spin[rank], &b->gen_word, old,
-                                     &b->cpu[1 - rank], since);
+  if (b->n != 2) return mgpu__spin_until(&b->spin, gen_ended, &w);
+  return mgpu__spin_pair_until(&b->pair_spin[rank], gen_ended, &w,
+                               &b->cpu[1 - rank], 0, since);
 }
 
 /* With more parties than CPUs, whether a watch that ran out should give
  * way to the sleep below: generation gen ended, the barrier was destroyed,
  * a device was lost or the deadline passed (the sleep's loop then says
  * which). */
-static int barrier_must_sleep(mgpu__barrier *b, uint64_t gen,
+static int barrier_must_sleep(mgpu__barrier *b, uint32_t gen,
                               uint64_t deadline) {
-  mgpu__mutex_lock(&b->lock);
-  int stop = b->generation != gen || b->destroyed || lost_rank(b) >= 0 ||
-             (deadline != 0 && mgpu__now_ns() >= deadline);
-  mgpu__mutex_unlock(&b->lock);
-  return stop;
+  return gen_ended_state(b, gen) || atomic_load(&b->destroyed) ||
+         lost_rank(b) >= 0 ||
+         (deadline != 0 && mgpu__now_ns() >= deadline);
+}
+
+/* The sleep of a wait whose watch ran out, under b->lock: until
+ * generation gen ends, by its deadline, a destroy or a lost device. */
+static int barrier_sleep_locked(mgpu__barrier *b, int rank, uint32_t gen,
+                                uint64_t deadline, int timeout_ms) {
+  int lost;
+  while (!gen_ended_state(b, gen)) {
+    if (atomic_load(&b->destroyed))
+      return mgpu__error(MGPU_EFREED, "barrier: rank %d (device %d): the "
+                         "barrier was destroyed while it waited",
+                         rank, b->devs[rank]);
+    if ((lost = lost_rank(b)) >= 0 && barrier_withdraw(b, gen))
+      return lost_error(b, rank, lost);
+    if (mgpu__cond_timedwait(&b->cond, &b->lock,
+                             mgpu__coll_wait_until(deadline)) != 0 &&
+        deadline != 0 && mgpu__now_ns() >= deadline &&
+        barrier_withdraw(b, gen)) {
+      char missing[900];
+      missing_list(b, rank, missing, sizeof missing);
+      return mgpu__error(MGPU_ETIMEDOUT,
+                         "barrier: rank %d (device %d) waited %d ms; device(s) "
+                         "%s",
+                         rank, b->devs[rank], timeout_ms, missing);
+    }
+  }
+  return 0;
 }
 
 /* Waits, after barrier_arrive, for generation gen to end: by its deadline,
@@ -229,57 +320,23 @@ static int barrier_must_sleep(mgpu__barrier *b, uint64_t gen,
  * threads watch as there are CPUs), as MPI ranks poll when oversubscribed:
  * the last to arrive is then most likely a thread waiting for a CPU, and a
  * sleep would add a wake-up (tens of microseconds) to every barrier. */
-static int barrier_sleep(mgpu__barrier *b, int rank, uint64_t gen,
+static int barrier_sleep(mgpu__barrier *b, int rank, uint32_t gen,
                          int timeout_ms) {
-  int rc = 0, lost;
   /* A destroy meanwhile is seen by the loop below once the watch ends (it
-   * is bounded). A watch that saw the generation end leaves without the
-   * lock: the generation only moves on once every rank arrived. */
+   * is bounded). */
   uint64_t since;
-  if (barrier_watch(b, rank, gen, &since)) {
-    atomic_store_explicit(&b->waiting[rank], 0, memory_order_relaxed);
-    return 0;
-  }
+  if (barrier_watch(b, rank, gen, &since)) return 0;
   uint64_t deadline = mgpu__deadline(timeout_ms);
   if (b->n > mgpu__cpus())
     while (!barrier_must_sleep(b, gen, deadline))
-      if (barrier_watch(b, rank, gen, &since)) {
-        atomic_store_explicit(&b->waiting[rank], 0, memory_order_relaxed);
-        return 0;
-      }
+      if (barrier_watch(b, rank, gen, &since)) return 0;
   mgpu__coll_waiter waiter;
   mgpu__mutex_lock(&b->lock);
+  atomic_fetch_add(&b->sleepers, 1); /* before the look: see the top */
   mgpu__coll_wait_begin(&waiter, &b->cond); /* a lost device wakes it */
-  while (b->generation == gen) {
-    if (b->destroyed) {
-      rc = mgpu__error(MGPU_EFREED, "barrier: rank %d (device %d): the "
-                       "barrier was destroyed while it waited",
-                       rank, b->devs[rank]);
-      break;
-    }
-    if ((lost = lost_rank(b)) >= 0) {
-      b->arrived[rank] = 0; /* withdrawn, as after a timeout */
-      b->count--;
-      rc = lost_error(b, rank, lost);
-      break;
-    }
-    if (mgpu__cond_timedwait(&b->cond, &b->lock,
-                             mgpu__coll_wait_until(deadline)) != 0 &&
-        deadline != 0 && mgpu__now_ns() >= deadline &&
-        b->generation == gen) {
-      char missing[900];
-      missing_list(b, rank, missing, sizeof missing);
-      b->arrived[rank] = 0;
-      b->count--;
-      rc = mgpu__error(MGPU_ETIMEDOUT,
-                       "barrier: rank %d (device %d) waited %d ms; device(s) "
-                       "%s",
-                       rank, b->devs[rank], timeout_ms, missing);
-      break;
-    }
-  }
+  int rc = barrier_sleep_locked(b, rank, gen, deadline, timeout_ms);
   mgpu__coll_wait_end(&waiter);
-  b->waiting[rank] = 0;
+  atomic_fetch_sub(&b->sleepers, 1);
   mgpu__mutex_unlock(&b->lock);
   if (b->n == 2 && rc == 0) mgpu__spin_pair_woke(&b->pair_spin[rank], since);
   return rc;
@@ -293,10 +350,12 @@ static int barrier_wait_on(mgpu__barrier *b, int rank, int timeout_ms) {
     return mgpu__error(MGPU_EINVAL, "barrier: timeout %d ms", timeout_ms);
   timeout_ms = mgpu__timeout_ms(timeout_ms);
   mgpu__flight_record(b->devs[rank], "barrier_wait", 0, 0);
-  uint64_t gen = 0;
+  uint32_t gen = 0;
   int rc = barrier_arrive(b, rank, &gen);
   if (rc != 0) return rc < 0 ? rc : 0;
-  return barrier_sleep(b, rank, gen, timeout_ms);
+  rc = barrier_sleep(b, rank, gen, timeout_ms);
+  atomic_store(&b->inside[rank].v, 0);
+  return rc;
 }
 
 /* ---- stream barriers ---- */

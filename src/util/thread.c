@@ -256,12 +256,6 @@ int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word,
   return mgpu__spin_until(site, changed, &a);
 }
 
-int mgpu__spin_pair_wait_change(mgpu__spin *site, const _Atomic int *word,
-                                int old, const _Atomic int *partner_cpu,
-                                uint64_t *since) {
-  change_arg a = {word, old};
-  return mgpu__spin_pair_until(site, changed, &a, partner_cpu, 0, since);
-}
 
 void mgpu__cpu_busy(int busy) {
   busy = busy != 0;

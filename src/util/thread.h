@@ -215,10 +215,6 @@ int mgpu__thread_leave_cpu(int cpu);
 
 /* The same, for *word to differ from old. */
 int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word, int old);
-/* mgpu__spin_pair_until for *word to differ from old. */
-int mgpu__spin_pair_wait_change(mgpu__spin *site, const _Atomic int *word,
-                                int old, const _Atomic int *partner_cpu,
-                                uint64_t *since);
 
 /* The same, for a flag that becomes nonzero. */
 static inline int mgpu__spin_wait(mgpu__spin *site, const _Atomic int *flag) {
