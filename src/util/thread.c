@@ -257,12 +257,61 @@ int mgpu__spin_wait_change(mgpu__spin *site, const _Atomic int *word,
 }
 
 
+/* Busy threads by the CPU each last saw itself on (mgpu__cpu_spread), and
+ * where the calling thread is counted (-1: nowhere). */
+#define SPREAD_CPUS 1024
+#define SPREAD_EVERY_NS 1000000u
+static _Atomic int busy_on[SPREAD_CPUS];
+static _Thread_local int busy_cpu = -1;
+static _Thread_local unsigned spread_calls;
+static _Thread_local uint64_t spread_next_ns;
+
+static void busy_count_move(int to) {
+  if (to >= SPREAD_CPUS) to = -1;
+  if (to == busy_cpu) return;
+  if (busy_cpu >= 0)
+    atomic_fetch_sub_explicit(&busy_on[busy_cpu], 1, memory_order_relaxed);
+  busy_cpu = to;
+  if (to >= 0) atomic_fetch_add_explicit(&busy_on[to], 1, memory_order_relaxed);
+}
+
 void mgpu__cpu_busy(int busy) {
   busy = busy != 0;
   if (busy == busy_self) return;
   busy_self = busy;
   atomic_fetch_add_explicit(&busy_threads, busy ? 1 : -1,
                             memory_order_relaxed);
+  busy_count_move(busy ? mgpu__cpu_now() : -1);
+}
+
+/* Whether one of the process's CPUs has at most most busy threads. */
+static int cpu_with_at_most(int most) {
+#if defined(__linux__) && defined(CPU_COUNT)
+  cpu_set_t set;
+  if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0)
+    return 0;
+  for (int c = 0; c < SPREAD_CPUS && c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set) &&
+        atomic_load_explicit(&busy_on[c], memory_order_relaxed) <= most)
+      return 1;
+#else
+  (void)most;
+#endif
+  return 0;
+}
+
+void mgpu__cpu_spread(void) {
+  if (!busy_self || (++spread_calls & 15u) != 0) return;
+  uint64_t now = mgpu__now_coarse_ns();
+  if (now < spread_next_ns) return;
+  spread_next_ns = now + SPREAD_EVERY_NS;
+  int c = mgpu__cpu_now();
+  if (c < 0 || c >= SPREAD_CPUS) return;
+  busy_count_move(c);
+  int here = atomic_load_explicit(&busy_on[c], memory_order_relaxed);
+  if (here >= 2 && cpu_with_at_most(here - 2) &&
+      mgpu__thread_leave_cpu(c) == 0)
+    busy_count_move(mgpu__cpu_now());
 }
 
 int mgpu__cpus(void) { return cpu_count(); }

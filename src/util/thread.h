@@ -153,6 +153,15 @@ typedef struct mgpu__spin {
  * it needs. A spin of a busy thread counts it as spinning only. Cheap when
  * the state does not change (a thread-local test). */
 void mgpu__cpu_busy(int busy);
+/* Called by a busy thread as it takes each piece of work: at most once a
+ * millisecond (and every 16th call) it looks whether its CPU runs at least
+ * two busy threads more than another CPU of the process does, and then
+ * moves itself off it (mgpu__thread_leave_cpu: the scheduler picks where;
+ * nothing stays pinned). The scheduler's balancing leaves threads that
+ * sleep and wake often, each busy less than all the time, three on one CPU
+ * and one on the other for hundreds of milliseconds: host devices' workers
+ * replaying a graph on an oversubscribed machine ran half as fast so. */
+void mgpu__cpu_spread(void);
 /* 1 when the threads marked busy are at least the process's CPUs: a
  * thread woken now would wait for a CPU. */
 int mgpu__cpus_all_busy(void);

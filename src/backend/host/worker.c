@@ -425,6 +425,7 @@ void *mgpu__host_worker_main(void *arg) {
     s->running = 1;
     mgpu__mutex_unlock(&d->lock);
     mgpu__cpu_busy(1);
+    mgpu__cpu_spread();
     if (!skip) run_op(d, s, o);
     mgpu__mutex_lock(&d->lock);
     s->running = 0;
