@@ -134,6 +134,11 @@ static void leave_object(mgpu_store_object *obj) {
 
 /* ---- the wire ---- */
 
+/* How long a request watches for its reply before it sleeps
+ * (mgpu__store_poll): the daemon answers most requests within tens of
+ * microseconds. */
+#define REPLY_WATCH_US 200u
+
 static int poll_one(int fd, short events, int timeout_ms) {
   struct pollfd p = {fd, events, 0};
   for (;;) {
@@ -170,7 +175,8 @@ static int send_all(int sock, const void *buf, size_t len,
 static int recv_all(int sock, uint8_t *buf, size_t len, int *fd,
                     int timeout_ms) {
   while (len > 0) {
-    if (poll_one(sock, POLLIN, timeout_ms) <= 0) {
+    struct pollfd p = {sock, POLLIN, 0};
+    if (mgpu__store_poll(&p, 1, timeout_ms, REPLY_WATCH_US) <= 0) {
       errno = ETIMEDOUT;
       return -1;
     }

@@ -4,6 +4,9 @@
  * alone; its fuzz target is tests/fuzz/fuzz-store-proto.c. */
 #include "store/proto.h"
 
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 
 #include "mgpu/error.h"
 #include "util/fault.h"
+#include "util/thread.h"
 
 /* ---- decoding ---------------------------------------------------------- */
 
@@ -429,4 +433,26 @@ void mgpu__store_wbuf_consume(mgpu__store_wbuf *w, size_t n) {
 void mgpu__store_wbuf_free(mgpu__store_wbuf *w) {
   mgpu__free(w->data);
   memset(w, 0, sizeof *w);
+}
+
+/* ---- waiting ---- */
+
+int mgpu__store_poll(struct pollfd *p, unsigned long n, int timeout_ms,
+                     unsigned watch_us) {
+  uint64_t start = mgpu__now_ns(), watch_ns = (uint64_t)watch_us * 1000u;
+  for (;;) {
+    int r = poll(p, (nfds_t)n, 0);
+    if (r != 0 && !(r < 0 && errno == EINTR)) return r;
+    if (mgpu__now_ns() - start >= watch_ns) break;
+    sched_yield();
+  }
+  int left = timeout_ms;
+  if (timeout_ms > 0) {
+    uint64_t spent_ms = (mgpu__now_ns() - start) / 1000000u;
+    left = spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
+  }
+  for (;;) {
+    int r = poll(p, (nfds_t)n, left);
+    if (!(r < 0 && errno == EINTR)) return r;
+  }
 }

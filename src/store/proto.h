@@ -106,6 +106,17 @@ typedef struct mgpu__store_msg {
   mgpu__store_devent *devices;          /* HELLO, STATS (malloc'ed) */
 } mgpu__store_msg;
 
+/* poll() that first watches: for up to watch_us it polls without blocking,
+ * yielding the CPU between looks, then blocks for the rest of timeout_ms
+ * (-1: for ever). A peer on another CPU that answers within the watch is
+ * seen without a sleep and the wake-up after it, which on a machine whose
+ * idle CPUs halt (a virtual machine's) took 30-40 us each way of every
+ * request; a peer on this CPU runs in the yields. Returns what poll does
+ * (EINTR is retried). */
+struct pollfd;
+int mgpu__store_poll(struct pollfd *p, unsigned long n, int timeout_ms,
+                     unsigned watch_us);
+
 /* Checks a header: magic, version, type, length. On success *payload_len is
  * the payload length still to read. Returns 0 or MGPU_EINVAL with a reason
  * in why (unknown version: the reason says so). */

@@ -1042,6 +1042,10 @@ static int serve_open(mgpu_store_server_config cfg) {
   return 0;
 }
 
+/* How long the daemon watches for a client's next request before it
+ * sleeps (mgpu__store_poll), after a round that read one. */
+#define NEXT_REQUEST_WATCH_US 100u
+
 /* Polls the listening socket, the wake pipe and every client until a
  * stop is requested or poll fails. */
 static int serve_loop(void) {
@@ -1050,6 +1054,7 @@ static int serve_loop(void) {
   int rc = (pfd == NULL || owner == NULL)
                ? mgpu__error(MGPU_ENOMEM, "out of host memory")
                : 0;
+  int active = 0; /* the last round read a request */
   while (rc == 0 && !stop_requested) {
     int n = 0;
     pfd[n] = (struct pollfd){S.listen_fd, POLLIN, 0};
@@ -1061,13 +1066,18 @@ static int serve_loop(void) {
       if (c->out.len > 0) pfd[n].events |= POLLOUT;
       owner[n++] = c;
     }
-    if (poll(pfd, (nfds_t)n, -1) < 0) {
-      if (errno == EINTR) continue;
+    /* After a request, watch for the client's next one a while (a
+     * sequence of requests comes microseconds apart) rather than sleep and
+     * be woken for each. */
+    if (mgpu__store_poll(pfd, (unsigned long)n, -1,
+                         active ? NEXT_REQUEST_WATCH_US : 0) < 0) {
       rc = mgpu__error(MGPU_EIO, "poll: %s", strerror(errno));
       break;
     }
+    active = 0;
     for (int i = 2; i < n; i++) {
       conn *c = owner[i];
+      active |= (pfd[i].revents & POLLIN) != 0;
       char why[320] = "";
       int bad = 0;
       if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,8 +224,14 @@ void mgpu__host_ipc_unimport(struct mgpu__bdevice *d, void *ptr) {
   mgpu__free(gone);
 }
 
-/* FNV-1a of the machine id (else the host name): stable per machine. */
-void mgpu__host_uuid(int ordinal, char *out, size_t n) {
+/* FNV-1a of the machine id (else the host name): stable per machine, so
+ * read once per process. Every device property query names the device by
+ * it, and the store looks a device up by name at each object it maps:
+ * reading the file each time cost three open/read/close a request. */
+static pthread_once_t machine_once = PTHREAD_ONCE_INIT;
+static uint32_t machine_hash;
+
+static void machine_hash_read(void) {
   char id[128] = "";
   FILE *f = fopen("/etc/machine-id", "r");
   if (f != NULL) {
@@ -235,5 +242,10 @@ void mgpu__host_uuid(int ordinal, char *out, size_t n) {
   uint32_t h = 2166136261u;
   for (const char *c = id; *c != '\0' && *c != '\n'; c++)
     h = (h ^ (uint8_t)*c) * 16777619u;
-  snprintf(out, n, "host-%08x-%d", h, ordinal);
+  machine_hash = h;
+}
+
+void mgpu__host_uuid(int ordinal, char *out, size_t n) {
+  pthread_once(&machine_once, machine_hash_read);
+  snprintf(out, n, "host-%08x-%d", machine_hash, ordinal);
 }
