@@ -6,8 +6,9 @@
  * For 2 and 4 devices (as many as are open) and grids of 256^2, 1024^2
  * and 4096^2 (64^2 and 256^2 with --quick), per iteration: the step
  * captured once as a graph and replayed, and the same step issued op by op,
- * timed alternately in the same process; then bench/peers/mpi_jacobi, the
- * same problem on as many MPI ranks under mpirun (and a timeout), each rank
+ * timed alternately in the same process, half of the batches before and
+ * half after bench/peers/mpi_jacobi's run of the same size: the same
+ * problem on as many MPI ranks under mpirun (and a timeout), each rank
  * sweeping its slab and trading halo rows with MPI_Sendrecv. The ratio is
  * mgpu / MPI (below 1: mgpu is faster). Both first run 20 iterations from
  * the initial grid and compare the sums of the squares of the grid's cells,
@@ -60,14 +61,14 @@ static int checksum(int ndev, int n, int iters, int graph, double *sum) {
   return rc;
 }
 
-/* Median microseconds per iteration, by graph (out[0]) and op by op
- * (out[1]), batches of the two alternating in the order ABBA. */
-static int time_both(int ndev, int n, int iters, int reps, double *out) {
+/* Microseconds per iteration of reps batches by graph (graph_us) and op
+ * by op (op_us), batches of the two alternating in the order ABBA. */
+static int time_both(int ndev, int n, int iters, int reps, double *graph_us,
+                     double *op_us) {
   jacobi j;
   mgpu_graph *g = NULL;
   mgpu_graph_exec *x = NULL;
-  double *v = malloc(2 * (size_t)reps * sizeof *v);
-  int rc = v == NULL ? MGPU_ENOMEM : jacobi_init(&j, ndev, n, n);
+  int rc = jacobi_init(&j, ndev, n, n);
   if (rc == 0) rc = jacobi_capture(&j, &g);
   if (rc == 0) rc = mgpu_graph_instantiate(g, &x);
   for (int r = -1; r < reps && rc == 0; r++) { /* -1: warm-up */
@@ -80,17 +81,13 @@ static int time_both(int ndev, int n, int iters, int reps, double *out) {
       else
         rc = jacobi_run(&j, iters);
       if (rc == 0) rc = jacobi_sync(&j);
-      if (r >= 0) v[(1 - by_graph) * reps + r] = (bench_now() - t0) / iters * 1e6;
+      if (r >= 0)
+        (by_graph ? graph_us : op_us)[r] = (bench_now() - t0) / iters * 1e6;
     }
-  }
-  if (rc == 0) {
-    out[0] = bench_median(v, reps);
-    out[1] = bench_median(v + reps, reps);
   }
   if (x != NULL) mgpu_graph_exec_destroy(x);
   if (g != NULL) mgpu_graph_destroy(g);
-  if (v != NULL) jacobi_free(&j);
-  free(v);
+  jacobi_free(&j);
   return rc;
 }
 
@@ -130,47 +127,71 @@ static int run_mpi(int ndev, const int *sizes, int nsizes, int reps,
   return 0;
 }
 
+/* The checks of one size: the graph's grid and op by op's agree. */
+static int check_size(int ndev, int n, double *by_graph) {
+  double by_op;
+  int rc = checksum(ndev, n, CHECK_ITERS, 1, by_graph);
+  if (rc == 0) rc = checksum(ndev, n, CHECK_ITERS, 0, &by_op);
+  if (rc != 0) return mgpu_cmd_fail("bench jacobi", rc);
+  if (*by_graph != by_op) {
+    fprintf(stderr, "mgpu bench jacobi: %dx%d on %d devices: the graph's "
+            "grid (sum of squares %.17g) differs from op by op's (%.17g)\n",
+            n, n, ndev, *by_graph, by_op);
+    return 1;
+  }
+  return 0;
+}
+
+/* One size on ndev devices: mgpu's batches in two halves with the MPI
+ * peer's run of the same size between them (ABA), so that a drift of the
+ * machine over the seconds of a run weighs on both sides alike; mine[0]
+ * and mine[1] the medians by graph and op by op, *mpi_us the peer's (0
+ * when it did not run: why says why). */
+static int time_size(int ndev, int n, const bench_opts *o, double *mine,
+                     double *mpi_us, double by_graph, char *why,
+                     size_t wlen) {
+  int reps = o->reps, first = (reps + 1) / 2, iters = jacobi_batch(n, o->quick);
+  double *v = malloc(2 * (size_t)reps * sizeof *v), mpi_sum = 0;
+  if (v == NULL) return mgpu_cmd_fail("bench jacobi", MGPU_ENOMEM);
+  int rc = time_both(ndev, n, iters, first, v, v + reps);
+  int have_mpi = rc == 0 && run_mpi(ndev, &n, 1, reps, o->quick, mpi_us,
+                                    &mpi_sum, why, wlen) == 0;
+  if (rc == 0 && reps > first)
+    rc = time_both(ndev, n, iters, reps - first, v + first, v + reps + first);
+  if (rc == 0) {
+    mine[0] = bench_median(v, reps);
+    mine[1] = bench_median(v + reps, reps);
+  }
+  free(v);
+  if (rc != 0) return mgpu_cmd_fail("bench jacobi", rc);
+  if (!have_mpi) *mpi_us = 0;
+  if (have_mpi && fabs(mpi_sum - by_graph) > 1e-9 * fabs(by_graph)) {
+    fprintf(stderr, "mgpu bench jacobi: %dx%d: MPI's grid after %d sweeps "
+            "(sum of squares %.17g) differs from mgpu's (%.17g)\n",
+            n, n, CHECK_ITERS, mpi_sum, by_graph);
+    return 1;
+  }
+  return 0;
+}
+
 /* One device count: mgpu's figures, the MPI peer's, the checks. */
 static int one_count(int ndev, const int *sizes, int nsizes,
                      const bench_opts *o, bench_report *r) {
-  double mine[MAX_SIZES][2], mpi_us[MAX_SIZES], mpi_sum[MAX_SIZES];
-  double by_graph[MAX_SIZES], by_op[MAX_SIZES];
-  int rc = 0;
-  for (int k = 0; k < nsizes && rc == 0; k++) {
-    rc = checksum(ndev, sizes[k], CHECK_ITERS, 1, &by_graph[k]);
-    if (rc == 0) rc = checksum(ndev, sizes[k], CHECK_ITERS, 0, &by_op[k]);
-    if (rc == 0 && by_graph[k] != by_op[k]) {
-      fprintf(stderr, "mgpu bench jacobi: %dx%d on %d devices: the graph's "
-              "grid (sum of squares %.17g) differs from op by op's (%.17g)\n",
-              sizes[k], sizes[k], ndev, by_graph[k], by_op[k]);
-      return 1;
-    }
-    if (rc == 0)
-      rc = time_both(ndev, sizes[k], jacobi_batch(sizes[k], o->quick),
-                     o->reps, mine[k]);
-  }
-  if (rc != 0) return mgpu_cmd_fail("bench jacobi", rc);
-  char why[PATH_MAX + 128] = "";
-  int have_mpi = run_mpi(ndev, sizes, nsizes, o->reps, o->quick, mpi_us,
-                         mpi_sum, why, sizeof why) == 0;
   for (int k = 0; k < nsizes; k++) {
-    char name[96];
-    double base = have_mpi ? mpi_us[k] : 0;
-    if (have_mpi && fabs(mpi_sum[k] - by_graph[k]) >
-                        1e-9 * fabs(by_graph[k])) {
-      fprintf(stderr, "mgpu bench jacobi: %dx%d: MPI's grid after %d sweeps "
-              "(sum of squares %.17g) differs from mgpu's (%.17g)\n",
-              sizes[k], sizes[k], CHECK_ITERS, mpi_sum[k], by_graph[k]);
-      return 1;
-    }
+    double by_graph = 0, mine[2] = {0, 0}, mpi_us = 0;
+    char why[PATH_MAX + 128] = "", name[96];
+    int rc = check_size(ndev, sizes[k], &by_graph);
+    if (rc == 0)
+      rc = time_size(ndev, sizes[k], o, mine, &mpi_us, by_graph, why,
+                     sizeof why);
+    if (rc != 0) return rc;
+    const char *base = mpi_us > 0 ? "MPI ranks, MPI_Sendrecv halos" : why;
     snprintf(name, sizeof name, "jacobi %dx%d, %d devices, graph", sizes[k],
              sizes[k], ndev);
-    bench_report_add(r, name, "per_iter", mine[k][0], "us",
-                     have_mpi ? "MPI ranks, MPI_Sendrecv halos" : why, base);
+    bench_report_add(r, name, "per_iter", mine[0], "us", base, mpi_us);
     snprintf(name, sizeof name, "jacobi %dx%d, %d devices, op by op",
              sizes[k], sizes[k], ndev);
-    bench_report_add(r, name, "per_iter", mine[k][1], "us",
-                     have_mpi ? "MPI ranks, MPI_Sendrecv halos" : why, base);
+    bench_report_add(r, name, "per_iter", mine[1], "us", base, mpi_us);
   }
   return 0;
 }
