@@ -1,8 +1,8 @@
 /* mgpu bench trace: what recording a trace costs.
  *
  * Every figure is measured with tracing off and on in the same run,
- * alternating (off, on, off, on ...) so that drift of the machine hits both
- * alike; each is the median of the repetitions after a warm-up, and the
+ * alternating in the order ABBA (off, on, on, off ...) so that drift of the
+ * machine hits both alike and neither always runs right after the other; each is the median of the repetitions after a warm-up, and the
  * time to write the file at mgpu_trace_stop is outside the timing.
  *
  * 1. One span recorded by mgpu_trace_span from one thread (the recorder's
@@ -143,7 +143,8 @@ int mgpu_bench_trace(int argc, char **argv) {
 
   /* 1. The recorder alone. */
   for (int r = -1; r < reps && rc == 0; r++)
-    for (int on = 0; on <= 1 && rc == 0; on++) {
+    for (int k = 0, on; k <= 1 && rc == 0; k++) {
+      on = k ^ (r & 1); /* ABBA: neither side always goes first */
       if ((rc = trace_begin(on)) != 0) break;
       double ns = spans_ns();
       rc = trace_end(on, NULL);
@@ -160,7 +161,8 @@ int mgpu_bench_trace(int argc, char **argv) {
   if ((rc = mgpu_pool_create(&pool, &po)) != 0) goto out;
   double events = 0;
   for (int r = -1; r < reps && rc == 0; r++)
-    for (int on = 0; on <= 1 && rc == 0; on++) {
+    for (int k = 0, on; k <= 1 && rc == 0; k++) {
+      on = k ^ (r & 1); /* ABBA: neither side always goes first */
       double ns = 0, ev = 0;
       if ((rc = trace_begin(on)) != 0) break;
       int trc = tasks_ns(pool, &ns);
@@ -201,7 +203,8 @@ int mgpu_bench_trace(int argc, char **argv) {
   memset(&st, 0, sizeof st);
   if ((rc = reduce_open(&st)) == 0) {
     for (int r = -1; r < reps && rc == 0; r++)
-      for (int on = 0; on <= 1 && rc == 0; on++) {
+      for (int k = 0, on; k <= 1 && rc == 0; k++) {
+        on = k ^ (r & 1); /* ABBA: neither side always goes first */
         double ms = 0;
         if ((rc = trace_begin(on)) != 0) break;
         int arc = allreduce_ms(&st, &ms);
