@@ -1600,6 +1600,90 @@ TEST_IMPL(capture_channels) {
   return 0;
 }
 
+/* Captures, on streams s[0] and s[1], a group of an all-reduce and a
+ * broadcast over devices 0 and 1: four nodes, the group's members in the
+ * order recorded (all-reduce rank 0, rank 1, broadcast rank 0, rank 1). */
+static int capture_group_of_two(mgpu_stream **s, mgpu_buffer **x,
+                                mgpu_comm *comm, mgpu_graph **out) {
+  mgpu_event *ev[2];
+  ASSERT_OK(mgpu_event_create(&ev[0], 0));
+  ASSERT_OK(mgpu_event_create(&ev[1], 1));
+  ASSERT_OK(mgpu_stream_begin_capture(s[0]));
+  ASSERT_OK(mgpu_event_record(ev[0], s[0]));
+  ASSERT_OK(mgpu_stream_wait_event(s[1], ev[0]));
+  ASSERT_OK(mgpu_group_begin());
+  for (int r = 0; r < 2; r++)
+    ASSERT_OK(mgpu_allreduce(comm, r, x[r], x[r], N, MGPU_FLOAT32, MGPU_SUM,
+                             s[r]));
+  for (int r = 0; r < 2; r++)
+    ASSERT_OK(mgpu_broadcast(comm, r, x[r], x[r], N, MGPU_FLOAT32, 1, s[r]));
+  ASSERT_OK(mgpu_group_end());
+  ASSERT_OK(mgpu_event_record(ev[1], s[1]));
+  ASSERT_OK(mgpu_stream_wait_event(s[0], ev[1]));
+  ASSERT_OK(mgpu_stream_end_capture(s[0], out));
+  ASSERT_EQ(mgpu_graph_node_count(*out), 4);
+  ASSERT_OK(mgpu_event_destroy(ev[0]));
+  ASSERT_OK(mgpu_event_destroy(ev[1]));
+  return 0;
+}
+
+/* An edge between two members of one recorded group: kept where it is the
+ * order of one device's stream (the group issues its calls in the order
+ * recorded), refused at instantiate otherwise, naming both nodes (the
+ * members are issued together: such an edge was dropped without a word,
+ * or reported as a cycle). */
+TEST_IMPL(capture_group_member_edges) {
+  int n = test_init();
+  if (n < 2) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  int devs[2] = {0, 1};
+  mgpu_comm *comm;
+  ASSERT_OK(mgpu_comm_create(devs, 2, &comm));
+  mgpu_stream *s[2];
+  mgpu_buffer *x[2];
+  for (int r = 0; r < 2; r++) {
+    ASSERT_OK(mgpu_stream_create(&s[r], r));
+    ASSERT_OK(mgpu_malloc(&x[r], r, N * sizeof(float)));
+  }
+  /* {from, to, kept}: 0 -> 2 and 1 -> 3 are each device's stream order. */
+  const int edges[][3] = {{0, 2, 1}, {1, 3, 1}, {3, 0, 0}, {1, 0, 0},
+                          {2, 0, 0}, {0, 3, 0}};
+  for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++) {
+    mgpu_graph *g;
+    mgpu_graph_exec *e;
+    ASSERT_OK(capture_group_of_two(s, x, comm, &g));
+    ASSERT_OK(mgpu_graph_add_dependency(g, edges[k][0], edges[k][1]));
+    if (edges[k][2]) {
+      float v = 2.0f, out[N];
+      write_floats(x[1], v, N);
+      write_floats(x[0], 1.0f, N);
+      ASSERT_OK(mgpu_graph_instantiate(g, &e));
+      ASSERT_OK(mgpu_graph_launch(e, s[0]));
+      ASSERT_OK(mgpu_graph_exec_synchronize(e));
+      read_floats(x[0], out, N);
+      ASSERT(out[0] == 3.0f && out[N - 1] == 3.0f); /* broadcast of the sum */
+      ASSERT_OK(mgpu_graph_exec_destroy(e));
+    } else {
+      ASSERT_ERR(MGPU_EINVAL, mgpu_graph_instantiate(g, &e));
+      char want[64];
+      snprintf(want, sizeof want, "node %d (member %d", edges[k][1],
+               edges[k][1]);
+      ASSERT_DETAIL_HAS(want);
+      ASSERT_DETAIL_HAS("only the order of one device's stream");
+    }
+    ASSERT_OK(mgpu_graph_destroy(g));
+  }
+  for (int r = 0; r < 2; r++) {
+    ASSERT_OK(mgpu_free(x[r]));
+    ASSERT_OK(mgpu_stream_destroy(s[r]));
+  }
+  ASSERT_OK(mgpu_comm_destroy(comm));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(explicit_graph_across_devices)
 TEST_ENTRY(explicit_graph_node_by_node)
@@ -1621,4 +1705,5 @@ TEST_ENTRY(capture_invalid)
 TEST_ENTRY(parts_refused_fall_back)
 TEST_ENTRY(capture_collectives)
 TEST_ENTRY(capture_channels)
+TEST_ENTRY(capture_group_member_edges)
 TEST_LIST_END

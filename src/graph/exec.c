@@ -178,6 +178,23 @@ static int deps_add(mgpu__gnode *g, const int *all, int nall) {
   return 0;
 }
 
+/* An edge between two members of one recorded call: kept by the call
+ * itself where it is the order of one device's stream (an earlier member
+ * on the same device: the call issues its members in the order they were
+ * recorded), else refused, since the members are issued together. Node v
+ * depends on node d. */
+static int member_edge(const mgpu__gnode *nodes, int v, int d) {
+  const mgpu__graph_op *a = &nodes[d].op, *b = &nodes[v].op;
+  if (a->dev == b->dev && a->member < b->member) return 0;
+  return mgpu__error(MGPU_EINVAL, "mgpu_graph_instantiate: node %d (member "
+                     "%d of a %s, device %d) depends on node %d (member %d, "
+                     "device %d) of the same %s, whose members are issued "
+                     "together in the order they were recorded: only the "
+                     "order of one device's stream holds between them", v,
+                     b->member, b->call->name, b->dev, d, a->member, a->dev,
+                     a->call->name);
+}
+
 /* Gives every member of the recorded call of node i, after its own edges
  * (nown), what any other member waits for, so that they can be issued
  * together (segments.c). */
@@ -190,6 +207,7 @@ static int call_merge(mgpu__gnode *nodes, int n, int i) {
     for (int j = 0; rc == 0 && j < g->ndeps; j++) {
       int d = g->deps[j], dup = nodes[d].op.call == call &&
                                 nodes[d].op.kind == MGPU__GOP_CALL;
+      if (dup && (rc = member_edge(nodes, members[m], d)) != 0) break;
       for (int k = 0; k < nall; k++) dup |= all[k] == d;
       if (dup) continue;
       rc = mgpu__graph_grow((void **)&all, &cap, nall + 1, sizeof *all, 8,
