@@ -154,8 +154,15 @@ static int time_size(int ndev, int n, const bench_opts *o, double *mine,
   double *v = malloc(2 * (size_t)reps * sizeof *v), mpi_sum = 0;
   if (v == NULL) return mgpu_cmd_fail("bench jacobi", MGPU_ENOMEM);
   int rc = time_both(ndev, n, iters, first, v, v + reps);
-  int have_mpi = rc == 0 && run_mpi(ndev, &n, 1, reps, o->quick, mpi_us,
-                                    &mpi_sum, why, wlen) == 0;
+  /* A peer that failed (why is set) is not run again for the next size:
+   * each try could wait out its timeout. */
+  int have_mpi = rc == 0 && why[0] == '\0' &&
+                 run_mpi(ndev, &n, 1, reps, o->quick, mpi_us, &mpi_sum, why,
+                         wlen) == 0;
+  if (have_mpi && *mpi_us <= 0) {
+    snprintf(why, wlen, "the MPI peer printed no figure for %dx%d", n, n);
+    have_mpi = 0;
+  }
   if (rc == 0 && reps > first)
     rc = time_both(ndev, n, iters, reps - first, v + first, v + reps + first);
   if (rc == 0) {
@@ -177,9 +184,10 @@ static int time_size(int ndev, int n, const bench_opts *o, double *mine,
 /* One device count: mgpu's figures, the MPI peer's, the checks. */
 static int one_count(int ndev, const int *sizes, int nsizes,
                      const bench_opts *o, bench_report *r) {
+  char why[PATH_MAX + 128] = ""; /* why the MPI peer did not run */
   for (int k = 0; k < nsizes; k++) {
     double by_graph = 0, mine[2] = {0, 0}, mpi_us = 0;
-    char why[PATH_MAX + 128] = "", name[96];
+    char name[96];
     int rc = check_size(ndev, sizes[k], &by_graph);
     if (rc == 0)
       rc = time_size(ndev, sizes[k], o, mine, &mpi_us, by_graph, why,

@@ -62,10 +62,15 @@ typedef struct mgpu__barrier {
   char pad0[128];
   _Atomic uint64_t state;
   char pad1[128];
-  /* The generation again, stored by the last arrival after its
+  /* The generation again, raised by the last arrival after its
    * compare-and-swap: what waiters watch. Watching state itself would
    * keep pulling the line that the next arrival must take to write, and
-   * its compare-and-swap would wait for it. */
+   * its compare-and-swap would wait for it. It lags state for a moment,
+   * and a waiter may leave by state meanwhile (its sleep, or its look
+   * between watches) and arrive again: so it only moves forward
+   * (raise_gen_word), and a waiter compares it to its generation as a
+   * wrapping count (gen_ended), never for equality, or a late raiser
+   * would let waiters of a later generation pass early. */
   _Atomic uint32_t gen_word;
   char pad2[128];
 } mgpu__barrier;
@@ -201,6 +206,17 @@ static void wake_sleepers(mgpu__barrier *b) {
   mgpu__mutex_unlock(&b->lock);
 }
 
+/* Raises gen_word to g unless it is already there or beyond (counts
+ * compared as wrapping 32-bit ones: see gen_word). */
+static void raise_gen_word(mgpu__barrier *b, uint32_t g) {
+  uint32_t cur = atomic_load_explicit(&b->gen_word, memory_order_relaxed);
+  while ((int32_t)(g - cur) > 0 &&
+         !atomic_compare_exchange_weak_explicit(&b->gen_word, &cur, g,
+                                                memory_order_release,
+                                                memory_order_relaxed))
+    continue;
+}
+
 /* Rank's arrival: < 0 an error, 1 when it was the last rank and released
  * the others, 0 when it must wait for generation *gen to end (inside). */
 static int barrier_arrive(mgpu__barrier *b, int rank, uint32_t *gen) {
@@ -226,7 +242,7 @@ static int barrier_arrive(mgpu__barrier *b, int rank, uint32_t *gen) {
                : st + 1;
   } while (!atomic_compare_exchange_weak(&b->state, &st, next));
   if (COUNT_OF(next) == 0) {
-    atomic_store_explicit(&b->gen_word, GEN_OF(next), memory_order_release);
+    raise_gen_word(b, GEN_OF(next));
     atomic_store(&b->inside[rank].v, 0);
     wake_sleepers(b);
     return 1;
@@ -250,11 +266,13 @@ typedef struct gen_watch {
   uint32_t gen;
 } gen_watch;
 
-/* The watch, on gen_word (state moved on before it). */
+/* The watch, on gen_word (state moved on before it): past the waiter's
+ * generation. */
 static int gen_ended(const void *p) {
   const gen_watch *w = p;
-  return atomic_load_explicit(&w->b->gen_word, memory_order_acquire) !=
-         w->gen;
+  return (int32_t)(atomic_load_explicit(&w->b->gen_word,
+                                        memory_order_acquire) -
+                   w->gen) > 0;
 }
 
 /* The same on state itself, for the sleep's look (after its count of

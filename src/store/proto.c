@@ -440,6 +440,7 @@ void mgpu__store_wbuf_free(mgpu__store_wbuf *w) {
 int mgpu__store_poll(struct pollfd *p, unsigned long n, int timeout_ms,
                      unsigned watch_us) {
   uint64_t start = mgpu__now_ns(), watch_ns = (uint64_t)watch_us * 1000u;
+  if (timeout_ms == 0) watch_ns = 0; /* a look, not a wait */
   for (;;) {
     int r = poll(p, (nfds_t)n, 0);
     if (r != 0 && !(r < 0 && errno == EINTR)) return r;

@@ -184,8 +184,8 @@ int mgpu__fault_set(const char *spec, char *why, size_t why_size) {
     atomic_store_explicit(&calls[k], 0, memory_order_relaxed);
     atomic_store_explicit(&fired[k], 0, memory_order_relaxed);
   }
-  atomic_store_explicit(&armed, n > 0, memory_order_release);
   atomic_store_explicit(&counting, 1, memory_order_relaxed);
+  atomic_store_explicit(&armed, n > 0, memory_order_release);
   mgpu__mutex_unlock(&rules_lock);
   return rc;
 }
