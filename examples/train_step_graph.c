@@ -64,6 +64,11 @@ static void queue_step(const step *st) {
  * relative after the steps (reset 0: just compares). */
 static int weights(const step *st, int reset, double want) {
   float *h = malloc(LEN * sizeof *h);
+  if (h == NULL) {
+    fprintf(stderr, "train_step_graph: out of host memory for %d weights\n",
+            LEN);
+    exit(1);
+  }
   int ok = 1;
   for (int d = 0; d < st->n; d++) {
     if (reset) {

@@ -19,7 +19,9 @@
  *
  * Pins are the cheap form of a use for a thread that looks up several
  * handles at once and gives them all back together (a collective's
- * communicator, stream and buffers). The thread writes the handles into its
+ * communicator, stream and buffers; a channel call's channel, buffer and
+ * stream; a barrier wait's barrier, whose slot word both parties would
+ * otherwise write). The thread writes the handles into its
  * own pin record (plain stores to its own cache lines), publishes them with
  * one exchange of the record's count, then checks each slot's state: no
  * compare-and-swap on the slots' shared words, one exchange per batch

@@ -1,4 +1,6 @@
 /* The store daemon: one thread, one poll loop, every socket non-blocking.
+ * After a round that read a request the loop watches (mgpu__store_poll)
+ * before it sleeps, since a client's next request is microseconds away.
  *
  * A client can only harm itself: its bytes are framed and decoded with every
  * field checked (proto.c), and a malformed message, an unknown version or a

@@ -150,8 +150,10 @@ typedef struct mgpu__spin {
  * the process's count that mgpu__spin_until weighs: a thread that runs
  * work on a library thread (a host device's worker) says so when it takes
  * work and when it runs out, so that idle watchers do not pause on a core
- * it needs. A spin of a busy thread counts it as spinning only. Cheap when
- * the state does not change (a thread-local test). */
+ * it needs. A spin of a busy thread counts it as spinning only. A busy
+ * thread is also counted on the CPU it became busy on, for
+ * mgpu__cpu_spread. Cheap when the state does not change (a thread-local
+ * test). */
 void mgpu__cpu_busy(int busy);
 /* Called by a busy thread as it takes each piece of work: at most once a
  * millisecond (and every 16th call) it looks whether its CPU runs at least

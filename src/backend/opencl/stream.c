@@ -393,8 +393,6 @@ void mgpu__ocl_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   mgpu__free(e);
 }
 
-/* A reference to e's marker, or NULL when never recorded. */
-
 /* A reference to e's marker, or NULL when never recorded (below). */
 static cl_event event_get(mgpu__bevent *e);
 
