@@ -64,15 +64,34 @@
 typedef struct slot {
   mgpu_event *filled;   /* on the source device */
   mgpu_event *consumed; /* on the destination device */
-  size_t size;          /* bytes of the message in it (written by the sender
-                           before it publishes the message) */
-  /* Whether the slot's message was copied in (filled_queued) or its last
-   * message copied out (consumed_queued) by queued operations, whose event
-   * the other side must then ask; 0 after a copy on the small path, which
-   * records no event (it was done when published). Each is written by its
-   * side before it publishes the count that the other side reads first. */
-  _Atomic int filled_queued, consumed_queued;
+  /* Whether the slot's last message was copied out by queued operations,
+   * whose event the sender must then ask before it writes the slot again;
+   * 0 after a copy on the small path, which records no event (it was done
+   * when the receiver published). Written by the receiver (only when it
+   * changes: the sender reads it) before it publishes its count. */
+  _Atomic int consumed_queued;
 } slot;
+
+/* What the receiver of a slot's message reads first, on a line of its
+ * own, written by the sender only: the message's number, its size, how it
+ * was copied in and, up to CELL_BYTES, the message itself. A receiver
+ * watches the seq of the cell of its next message; so a small message
+ * crosses from the sender's core to the receiver's as one line, where a
+ * count on one line and the bytes on another took two (and the count's
+ * line a third move, to be written again). */
+#define CELL_BYTES 48
+typedef struct cell {
+  _Atomic uint64_t seq; /* k + 1 once message k is published (release) */
+  uint32_t size;        /* bytes of message k */
+  /* 1: copied into the slot by queued operations (the receiver waits for
+   * the slot's "filled" event); 0: done when published. */
+  uint8_t queued;
+  /* 1: the bytes are in payload (a small-path send of at most CELL_BYTES),
+   * not in the slot. */
+  uint8_t in_cell;
+  unsigned char payload[CELL_BYTES];
+} cell;
+_Static_assert(sizeof(cell) == 64, "a cell is one line");
 
 typedef struct mgpu__channel {
   uintptr_t handle;
@@ -82,6 +101,7 @@ typedef struct mgpu__channel {
   mgpu_buffer *slots_buf;
   mgpu__buf *slots_b; /* slots_buf resolved: the channel owns it */
   slot *slots;
+  cell *cells; /* one a slot, 64-byte aligned */
 
   mgpu__mutex lock;
   mgpu__cond cond;
@@ -92,16 +112,20 @@ typedef struct mgpu__channel {
   uint64_t sent_ns, received_ns; /* under lock: see side_leave */
   /* Each side's state on two lines of its own (128 bytes apart: a core
    * fetches lines in pairs), written by that side only. The first holds
-   * what the other side never reads (the turn and the wait); the second
-   * what it reads (the count, parked, the CPU), written once a message and
-   * the CPU only when it changes: a line that the other side watches
-   * costs a miss at every write to it, and lines written by both would
-   * move between the two threads' cores at every message.
+   * what the other side never reads (the turn, the wait, the senders'
+   * count); the second what it reads (the receivers' count, parked, the
+   * CPU), the count written once a message, the rest only when it
+   * changes: a line that the other side watches costs a miss at every
+   * write to it, and lines written by both would move between the two
+   * threads' cores at every message.
    *  - the turn (1: a sender, or a receiver, is inside), taken by compare
    *    and swap, so that senders keep the order of their calls and one
    *    receiver takes each message;
-   *  - the count of messages published by senders (sent) or taken by
-   *    receivers (received), added to with the turn held;
+   *  - the count of messages published by senders (sent: receivers read
+   *    the cells instead) or taken by receivers (received), moved with the
+   *    turn held; sent is stored after the message's cell, so a receiver
+   *    may take message k before sent says k + 1, but no sender reads it
+   *    before the publisher gives the turn back;
    *  - whether a call of the side sleeps on cond (parked; set under lock
    *    before it checks what it waits for, so a side that publishes and
    *    then finds it clear needs no wake-up: both sequentially
@@ -113,8 +137,8 @@ typedef struct mgpu__channel {
   char pad0[128];
   _Atomic int send_turn;
   mgpu__spin send_spin;
-  char pad1[128];
   _Atomic uint64_t sent;
+  char pad1[128];
   _Atomic int send_parked;
   _Atomic int send_cpu; /* -1: none yet */
   char pad2[128];
@@ -135,6 +159,7 @@ static void chan_free(mgpu__channel *ch) {
     }
     mgpu__free(ch->slots);
   }
+  mgpu__free(ch->cells);
   if (ch->slots_buf != NULL) mgpu_free(ch->slots_buf);
   mgpu__free(ch);
 }
@@ -185,7 +210,10 @@ int mgpu_channel_create(int src_dev, int dst_dev, size_t msg_size,
   if (rc != 0) goto fail;
   mgpu__buf_put(ch->slots_b); /* only the channel frees it */
   ch->slots = mgpu__calloc((size_t)capacity, sizeof *ch->slots);
-  if (ch->slots == NULL) {
+  ch->cells = mgpu__aligned_alloc(64, (size_t)capacity * sizeof *ch->cells);
+  if (ch->cells != NULL)
+    memset(ch->cells, 0, (size_t)capacity * sizeof *ch->cells);
+  if (ch->slots == NULL || ch->cells == NULL) {
     rc = mgpu__error(MGPU_ENOMEM, "channel %d -> %d: out of host memory for "
                      "%d slots", src_dev, dst_dev, capacity);
     goto fail;
@@ -470,21 +498,33 @@ static int has_room(const void *p) {
              (uint64_t)ch->capacity;
 }
 
+/* The cell of message k. */
+static cell *cell_of(const mgpu__channel *ch, uint64_t k) {
+  return &ch->cells[k % (uint64_t)ch->capacity];
+}
+
+/* Whether the receivers' next message is published (acquire: its cell and
+ * slot are then filled as the sender left them). */
+static int message_there(const mgpu__channel *ch) {
+  uint64_t k = atomic_load_explicit(&ch->received, memory_order_relaxed);
+  return atomic_load_explicit(&cell_of(ch, k)->seq, memory_order_acquire) ==
+         k + 1;
+}
+
 static int has_message(const void *p) {
   const mgpu__channel *ch = p;
   return atomic_load_explicit(&ch->closed, memory_order_acquire) ||
          atomic_load_explicit(&ch->destroyed, memory_order_acquire) ||
-         atomic_load_explicit(&ch->received, memory_order_acquire) !=
-             atomic_load_explicit(&ch->sent, memory_order_acquire);
+         message_there(ch);
 }
 
 /* Whether a side must wait: a sender while every slot holds a message not
- * yet received, a receiver while nothing is sent. The counts move only
- * with a side's turn held: with the turn, a blocked side stays blocked
- * until the other side publishes. */
+ * yet received, a receiver while its next message is not published. The
+ * counts move only with a side's turn held: with the turn, a blocked side
+ * stays blocked until the other side publishes. */
 static int side_blocked(const mgpu__channel *ch, int send) {
   return send ? ch->sent - ch->received == (uint64_t)ch->capacity
-              : ch->received == ch->sent;
+              : !message_there(ch);
 }
 
 /* The way in without the lock, for a side whose watch saw room (a sender)
@@ -504,18 +544,25 @@ static int side_enter_fast(mgpu__channel *ch, int send, uint64_t *k) {
   return 1;
 }
 
-/* The way out of a side: when published, the side's count goes up by one
- * (with its CPU, a hint for the other side's watch); then the turn is given
- * back. The lock is taken only to wake a sleeper: the other side parked
- * (told, under the lock, when this side published:
+/* The way out of a side, for message k: when published, a sender stores
+ * k + 1 into the message's cell and then into sent, a receiver into
+ * received (with its CPU, a hint for the other side's watch); then the
+ * turn is given back. The lock is taken only to wake a sleeper: the other
+ * side parked (told, under the lock, when this side published:
  * mgpu__spin_pair_answered), or a call waiting for the turn. */
-static void side_leave(mgpu__channel *ch, int send, int published) {
+static void side_leave(mgpu__channel *ch, int send, int published,
+                       uint64_t k) {
   if (published) {
     _Atomic int *cpu = send ? &ch->send_cpu : &ch->recv_cpu;
     int now = mgpu__cpu_now();
     if (atomic_load_explicit(cpu, memory_order_relaxed) != now)
       atomic_store_explicit(cpu, now, memory_order_relaxed);
-    atomic_fetch_add(send ? &ch->sent : &ch->received, 1);
+    if (send) {
+      atomic_store(&cell_of(ch, k)->seq, k + 1);
+      atomic_store_explicit(&ch->sent, k + 1, memory_order_relaxed);
+    } else {
+      atomic_store(&ch->received, k + 1);
+    }
   }
   atomic_store(send ? &ch->send_turn : &ch->recv_turn, 0);
   int other_parked =
@@ -579,8 +626,10 @@ static int copy_by_hand(mgpu__stream *s, void *dst, const void *src,
   return 1;
 }
 
-/* The small path of a send; 1 when it ran, 0 when the queued path must. */
-static int send_inline(mgpu__channel *ch, slot *sl, uint64_t k,
+/* The small path of a send; 1 when it ran, 0 when the queued path must.
+ * A message of at most CELL_BYTES goes into its cell (c->in_cell), a
+ * larger one into its slot. */
+static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
                        size_t slot_off, const mgpu__buf *b, size_t offset,
                        size_t size, mgpu__stream *s) {
   char *dst = inline_slot(ch, b, slot_off);
@@ -595,19 +644,23 @@ static int send_inline(mgpu__channel *ch, slot *sl, uint64_t k,
       (k >= (uint64_t)ch->capacity &&
        !slot_done(&sl->consumed_queued, sl->consumed)))
     return 0;
-  return copy_by_hand(s, dst, (const char *)b->ptr + offset, size,
-                      ch->src_dev, MGPU__M_bytes_peer_direct,
-                      MGPU__M_copies_peer_direct);
+  c->in_cell = size <= CELL_BYTES;
+  return copy_by_hand(s, c->in_cell ? (char *)c->payload : dst,
+                      (const char *)b->ptr + offset, size, ch->src_dev,
+                      MGPU__M_bytes_peer_direct, MGPU__M_copies_peer_direct);
 }
 
-/* The small path of a receive; 1 when it ran, 0 when the queued path must. */
-static int recv_inline(mgpu__channel *ch, slot *sl, size_t slot_off,
-                       const mgpu__buf *b, size_t offset, size_t n,
+/* The small path of a receive of c's message; 1 when it ran, 0 when the
+ * queued path must. */
+static int recv_inline(mgpu__channel *ch, slot *sl, const cell *c,
+                       size_t slot_off, const mgpu__buf *b, size_t offset,
                        mgpu__stream *s) {
   char *src = inline_slot(ch, b, slot_off);
-  if (src == NULL || !slot_done(&sl->filled_queued, sl->filled)) return 0;
-  return copy_by_hand(s, (char *)b->ptr + offset, src, n, ch->dst_dev,
-                      MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
+  if (src == NULL || (c->queued && mgpu_event_query(sl->filled) != 0))
+    return 0;
+  return copy_by_hand(s, (char *)b->ptr + offset,
+                      c->in_cell ? (const char *)c->payload : src, c->size,
+                      ch->dst_dev, MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
 }
 
 /* While tracing, the copies of message k are spans named name, and the
@@ -762,11 +815,14 @@ static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
                      mgpu_stream *stream) {
   int rc = 0;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
+  cell *c = cell_of(ch, k);
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
   /* While tracing, the queued operations are what the trace shows. */
   int pushed = trace_tag("chan.send", ch, k, size);
+  c->queued = 0;
   if (pushed || mgpu__trace_enabled() ||
-      !send_inline(ch, sl, k, slot_off, b, offset, size, s)) {
+      !send_inline(ch, sl, c, k, slot_off, b, offset, size, s)) {
+    c->in_cell = 0;
     /* From the second round on, the slot's previous message must be
      * copied out first. */
     if (k >= (uint64_t)ch->capacity)
@@ -779,12 +835,10 @@ static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
       rc = mgpu_event_record(sl->filled, stream);
       if (rc != 0) settle(stream, rc, "sent");
     }
-    if (rc == 0) store_changed(&sl->filled_queued, 1);
-  } else {
-    store_changed(&sl->filled_queued, 0);
+    c->queued = 1;
   }
   mgpu__trace_tag_pop(pushed);
-  if (rc == 0 && sl->size != size) sl->size = size; /* as store_changed */
+  c->size = (uint32_t)size;
   return rc;
 }
 
@@ -805,7 +859,7 @@ static int channel_send(const chan_refs *r, const mgpu_buffer *src,
   uint64_t k;
   if ((rc = side_enter(ch, 1, r->b, src, timeout_ms, &k)) != 0) return rc;
   rc = send_copy(ch, k, r->b, offset, size, r->s, stream);
-  side_leave(ch, 1, rc == 0);
+  side_leave(ch, 1, rc == 0, k);
   if (rc == 0) mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
   return rc;
 }
@@ -817,11 +871,17 @@ static int recv_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
                      mgpu_stream *stream) {
   int rc = 0;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
+  const cell *c = cell_of(ch, k);
   size_t slot_off = (size_t)(k % (uint64_t)ch->capacity) * ch->msg_size;
-  *n = sl->size;
+  *n = c->size;
   int pushed = trace_tag("chan.recv", ch, k, *n);
   if (pushed || mgpu__trace_enabled() ||
-      !recv_inline(ch, sl, slot_off, b, offset, *n, s)) {
+      !recv_inline(ch, sl, c, slot_off, b, offset, s)) {
+    /* The queued copy reads the slot: a message in its cell goes there
+     * first (the sender wrote it there only once the slot's previous
+     * message was out of it). */
+    if (c->in_cell)
+      memcpy((char *)ch->slots_b->ptr + slot_off, c->payload, *n);
     rc = mgpu_stream_wait_event(stream, sl->filled);
     if (rc == 0)
       rc = mgpu__copy_async(b, offset, ch->slots_b, slot_off, *n, s);
@@ -859,7 +919,7 @@ static int channel_recv(const chan_refs *r, mgpu_buffer *dst, size_t offset,
   /* A bad range leaves the message in place for the next call. */
   rc = mgpu__buf_check_range(r->b, "dst", offset, ch->msg_size);
   if (rc == 0) rc = recv_copy(ch, k, r->b, offset, &n, r->s, stream);
-  side_leave(ch, 0, rc == 0);
+  side_leave(ch, 0, rc == 0, k);
   if (rc == 0) {
     mgpu__metric_add(ch->dst_dev, MGPU__M_chan_msgs_received, 1);
     if (size != NULL) *size = n;
