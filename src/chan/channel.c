@@ -17,8 +17,16 @@
  *
  * Lifetime: a send or receive holds the channel's handle, and its buffer's
  * and stream's, from its lookup to its return (pinned together: chan_refs;
- * so a free of the source waits for a send that waits for room). Destroy closes the handle, wakes
- * the calls inside (they return MGPU_EFREED) and waits for them to leave.
+ * so a free of the source waits for a send that waits for room). Destroy
+ * closes the handle, wakes the calls inside (they return MGPU_EFREED) and
+ * waits for them to leave.
+ *
+ * Publishing: message k is published by a store of k + 1 into its slot's
+ * cell (a line of its own, with the message's size and how it was copied
+ * in), which receivers watch; the bytes of a small-path message of at most
+ * CELL_BYTES ride in the cell too, so that the receiver's core fetches one
+ * line per message. Receivers publish their count (received), which
+ * senders watch for room.
  *
  * Small path: when the end's stream is idle and the slot is ready (its
  * previous message taken out, for a send; this message's copy in done, for
@@ -27,13 +35,16 @@
  * the stream (mgpu__stream_claim): in the same stream order as the queued
  * wait, copy and record, without handing anything to a worker. It records
  * no event: the copy is done before the message is published, so the other
- * side needs none. Each slot says whether its last copy in (filled_queued)
- * and copy out (consumed_queued) were queued; only then does the other side
- * ask the event (a queued wait on an event that such a copy did not record
- * waits for an earlier message's, which is no less safe). It is taken only
- * for device buffers of host devices on a direct path (a pair with peer
- * access turned off keeps its host-staged copy); the metrics count the
- * copy as the copy layer would.
+ * side needs none. The cell says whether the copy in was queued, and each
+ * slot whether its last copy out was (consumed_queued); only then does the
+ * other side ask the event (a queued wait on an event that such a copy did
+ * not record waits for an earlier message's, which is no less safe). A
+ * receive that must queue its copy of a message carried in the cell first
+ * puts the bytes into the slot (free: the sender wrote the cell only once
+ * the slot's last copy out was done). The small path is taken only for
+ * device buffers of host devices on a direct path or within one device (a
+ * pair with peer access turned off keeps its host-staged copy); the
+ * metrics count the copy as the copy layer would.
  *
  * Locking: a turn serializes senders (messages keep the order of the send
  * calls), another receivers (send_turn, recv_turn: flags taken by compare
@@ -45,10 +56,11 @@
  * side_leave); the lock is taken only to sleep on cond (turn_take,
  * side_wait), to wake a sleeper, and by close and destroy. A sleeper says
  * so (turn_waiters, send_parked, recv_parked) under the lock before it
- * checks what it waits for; a publisher changes the count or turn first,
- * then reads those: sequentially consistent on both sides, so one of the
- * two sees the other, and a wake-up, sent under the lock, cannot fall
- * between a sleeper's check and its sleep. */
+ * checks what it waits for; a publisher stores the cell or count and the
+ * turn first, then reads those: a sequentially consistent fence (or
+ * read-modify-write) between the store and the load on both sides, so one
+ * of the two sees the other, and a wake-up, sent under the lock, cannot
+ * fall between a sleeper's check and its sleep. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -558,13 +570,19 @@ static void side_leave(mgpu__channel *ch, int send, int published,
     if (atomic_load_explicit(cpu, memory_order_relaxed) != now)
       atomic_store_explicit(cpu, now, memory_order_relaxed);
     if (send) {
-      atomic_store(&cell_of(ch, k)->seq, k + 1);
+      atomic_store_explicit(&cell_of(ch, k)->seq, k + 1, memory_order_release);
       atomic_store_explicit(&ch->sent, k + 1, memory_order_relaxed);
     } else {
-      atomic_store(&ch->received, k + 1);
+      atomic_store_explicit(&ch->received, k + 1, memory_order_release);
     }
   }
-  atomic_store(send ? &ch->send_turn : &ch->recv_turn, 0);
+  atomic_store_explicit(send ? &ch->send_turn : &ch->recv_turn, 0,
+                        memory_order_release);
+  /* One fence orders both stores before both loads below (a sleeper and
+   * a call waiting for the turn each fence between their store and their
+   * check: side_wait, turn_take), where a sequentially consistent store
+   * each was two locked instructions on the way out of every call. */
+  atomic_thread_fence(memory_order_seq_cst);
   int other_parked =
       published && atomic_load(send ? &ch->recv_parked : &ch->send_parked);
   if (!other_parked && atomic_load(&ch->turn_waiters) == 0) return;
@@ -640,14 +658,18 @@ static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
     return 0;
   }
   /* From the second round on, the slot's previous message must be out. */
-  if (path != MGPU_PATH_DIRECT ||
+  if ((path != MGPU_PATH_DIRECT && path != MGPU_PATH_DEVICE) ||
       (k >= (uint64_t)ch->capacity &&
        !slot_done(&sl->consumed_queued, sl->consumed)))
     return 0;
   c->in_cell = size <= CELL_BYTES;
+  /* Counted as the copy layer counts the path. */
+  int direct = path == MGPU_PATH_DIRECT;
   return copy_by_hand(s, c->in_cell ? (char *)c->payload : dst,
                       (const char *)b->ptr + offset, size, ch->src_dev,
-                      MGPU__M_bytes_peer_direct, MGPU__M_copies_peer_direct);
+                      direct ? MGPU__M_bytes_peer_direct : MGPU__M_bytes_d2d,
+                      direct ? MGPU__M_copies_peer_direct
+                             : MGPU__M_copies_d2d);
 }
 
 /* The small path of a receive of c's message; 1 when it ran, 0 when the
@@ -737,8 +759,10 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
   mgpu__mutex_lock(&ch->lock);
   int late = 0, parked = 0, freed = 0;
   /* Said before the first check: a publisher that misses it changed the
-   * count before the check below reads it. */
+   * count before the check below reads it (the fence pairs with
+   * side_leave's). */
   atomic_store(parked_flag, 1);
+  atomic_thread_fence(memory_order_seq_cst);
   /* Room comes from the receiver: it never comes from a lost device. A
    * lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. A

@@ -1,11 +1,13 @@
 /* Per-device counters (see obs.h). The list of counters is MGPU_METRICS_MAP,
  * so the public struct and the recorder share one definition. */
+#include <pthread.h>
 #include <string.h>
 
 #include "mgpu/module.h"
 #include "obs/flight.h"
 #include "obs/obs.h"
 #include "obs/trace.h"
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/thread.h"
 
@@ -24,6 +26,85 @@ typedef struct obs_device {
 } obs_device;
 
 static obs_device obs_dev[MGPU_MAX_DEVICES];
+
+/* The counters a thread adds to: its own block, which only it writes (a
+ * relaxed load and store, where an atomic add on the device's counter is
+ * a locked instruction, and a channel call, say, adds three times). A
+ * counter's value is its device's counter (a thread without a block, a
+ * reader's pointer, threads that ended) plus every block's, less the base
+ * taken at the last reset. Blocks are linked in tc_list under tc_lock;
+ * at its thread's exit a block is added into the devices' counters and
+ * freed (tc_thread_exit), under tc_lock too, so that a sum sees it once. */
+typedef struct thread_counts {
+  struct thread_counts *next; /* tc_list, under tc_lock */
+  _Atomic uint64_t c[MGPU_MAX_DEVICES][MGPU__M_COUNT];
+} thread_counts;
+
+static mgpu__mutex tc_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_METRICS_REG);
+static thread_counts *tc_list;              /* tc_lock */
+static uint64_t tc_base[MGPU_MAX_DEVICES][MGPU__M_COUNT]; /* tc_lock */
+static pthread_key_t tc_key;
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
+static int tc_key_ok;
+/* The calling thread's block; NULL before its first add, or for good
+ * (tc_none) when memory or the key was short: it then adds atomically. */
+static _Thread_local thread_counts *tc_mine;
+static _Thread_local int tc_none;
+/* Counters that a reader polls through mgpu__metric_counter (the task
+ * pool's busy_ns): added to the device's counter itself from then on. */
+static _Atomic unsigned char polled[MGPU__M_COUNT];
+
+static void tc_thread_exit(void *arg) {
+  thread_counts *t = arg;
+  mgpu__mutex_lock(&tc_lock);
+  for (thread_counts **p = &tc_list; *p != NULL; p = &(*p)->next)
+    if (*p == t) {
+      *p = t->next;
+      break;
+    }
+  for (int d = 0; d < MGPU_MAX_DEVICES; d++)
+    for (int m = 0; m < MGPU__M_COUNT; m++) {
+      uint64_t v = atomic_load_explicit(&t->c[d][m], memory_order_relaxed);
+      if (v != 0)
+        atomic_fetch_add_explicit(&obs_dev[d].counters[m], v,
+                                  memory_order_relaxed);
+    }
+  mgpu__mutex_unlock(&tc_lock);
+  mgpu__free(t);
+}
+
+static void tc_key_make(void) {
+  tc_key_ok = pthread_key_create(&tc_key, tc_thread_exit) == 0;
+}
+
+/* The calling thread's block, made at its first add; NULL: none. */
+static thread_counts *tc_get(void) {
+  if (tc_mine != NULL || tc_none) return tc_mine;
+  pthread_once(&tc_once, tc_key_make);
+  thread_counts *t = tc_key_ok ? mgpu__calloc(1, sizeof *t) : NULL;
+  if (t != NULL && pthread_setspecific(tc_key, t) != 0) {
+    mgpu__free(t);
+    t = NULL;
+  }
+  if (t == NULL) {
+    tc_none = 1;
+    return NULL;
+  }
+  mgpu__mutex_lock(&tc_lock);
+  t->next = tc_list;
+  tc_list = t;
+  mgpu__mutex_unlock(&tc_lock);
+  return tc_mine = t;
+}
+
+/* Counter m of device dev as it reads now, with tc_lock held. */
+static uint64_t counter_sum(int dev, int m) {
+  uint64_t v = atomic_load_explicit(&obs_dev[dev].counters[m],
+                                    memory_order_relaxed);
+  for (const thread_counts *t = tc_list; t != NULL; t = t->next)
+    v += atomic_load_explicit(&t->c[dev][m], memory_order_relaxed);
+  return v;
+}
 /* Devices recorded; 0 while closed. Set by mgpu_init and mgpu_shutdown. */
 static _Atomic int obs_ndevices;
 /* When the wall clock of utilization started: open or the last reset. */
@@ -37,10 +118,12 @@ static obs_device *device_at(int dev) {
 }
 
 static void reset_counters(int n) {
+  mgpu__mutex_lock(&tc_lock);
+  for (int i = 0; i < n; i++)
+    for (int m = 0; m < MGPU__M_COUNT; m++) tc_base[i][m] = counter_sum(i, m);
+  mgpu__mutex_unlock(&tc_lock);
   for (int i = 0; i < n; i++) {
     obs_device *d = &obs_dev[i];
-    for (int m = 0; m < MGPU__M_COUNT; m++)
-      atomic_store_explicit(&d->counters[m], 0, memory_order_relaxed);
     for (int k = 0; k < MGPU_METRIC_PATHS; k++) {
       atomic_store_explicit(&d->copy_ns[k], 0, memory_order_relaxed);
       atomic_store_explicit(&d->copy_bytes[k], 0, memory_order_relaxed);
@@ -70,8 +153,16 @@ void mgpu__obs_close(void) {
 
 void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value) {
   obs_device *d = device_at(dev);
-  if (d != NULL)
+  if (d == NULL) return;
+  thread_counts *t = NULL;
+  if (!atomic_load_explicit(&polled[m], memory_order_relaxed)) t = tc_get();
+  if (t == NULL) {
     atomic_fetch_add_explicit(&d->counters[m], value, memory_order_relaxed);
+    return;
+  }
+  _Atomic uint64_t *c = &t->c[dev][m];
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) +
+                               value, memory_order_relaxed);
 }
 
 int mgpu_module_metric_add(int dev, const char *name, uint64_t value) {
@@ -90,6 +181,7 @@ int mgpu_module_metric_add(int dev, const char *name, uint64_t value) {
 }
 
 _Atomic uint64_t *mgpu__metric_counter(int dev, enum mgpu__metric m) {
+  atomic_store(&polled[m], 1);
   obs_device *d = device_at(dev);
   return d != NULL ? &d->counters[m] : NULL;
 }
@@ -180,14 +272,18 @@ int mgpu_metrics_snapshot(mgpu_metrics *out) {
   out->size = sizeof *out;
   out->ndevices = n;
   uint64_t busy[MGPU_MAX_DEVICES];
+  uint64_t counts[MGPU_MAX_DEVICES][MGPU__M_COUNT];
+  mgpu__mutex_lock(&tc_lock);
+  for (int i = 0; i < n; i++)
+    for (int m = 0; m < MGPU__M_COUNT; m++)
+      counts[i][m] = counter_sum(i, m) - tc_base[i][m];
+  mgpu__mutex_unlock(&tc_lock);
   for (int i = 0; i < n; i++) {
     obs_device *d = &obs_dev[i];
     mgpu_device_metrics *m = &out->dev[i];
     m->mem_in_use = atomic_load_explicit(&d->mem_in_use, memory_order_relaxed);
     m->mem_peak = atomic_load_explicit(&d->mem_peak, memory_order_relaxed);
-#define MGPU__METRIC_COPY(name, doc)                                 \
-  m->name = atomic_load_explicit(&d->counters[MGPU__M_##name],      \
-                                 memory_order_relaxed);
+#define MGPU__METRIC_COPY(name, doc) m->name = counts[i][MGPU__M_##name];
     MGPU_METRICS_MAP(MGPU__METRIC_COPY)
 #undef MGPU__METRIC_COPY
     m->mem_pool_cached =

@@ -7,7 +7,9 @@
  * device number; the core opens it for n devices at mgpu_init and closes it
  * at mgpu_shutdown, and a record for a device outside [0, n) is dropped.
  *
- * Threads: counters and gauges are relaxed atomics written by any thread;
+ * Threads: a counter is added to by any thread, into a block of the
+ * thread's own (a relaxed load and store, no locked instruction), and read
+ * as the sum of the blocks (metrics.c); gauges are relaxed atomics;
  * obs_open and obs_close are called by mgpu_init and mgpu_shutdown only,
  * which the core serializes. Recording never steers the runtime.
  */
@@ -34,7 +36,10 @@ void mgpu__obs_close(void);
 /* Adds value to counter m of device dev. */
 void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value);
 /* The counter itself, for a reader that polls it (the task pool watches
- * busy_ns); NULL when dev is out of range. */
+ * busy_ns); NULL when dev is out of range. From the first call on, every
+ * add to counter m (of any device) goes to that shared counter, which is
+ * otherwise one part of the sum: threads add to blocks of their own. The
+ * reader takes differences of it; its value is not the metric's. */
 _Atomic uint64_t *mgpu__metric_counter(int dev, enum mgpu__metric m);
 /* Memory of device dev that counts against its budget grew (delta > 0) or
  * shrank; keeps the mem_in_use gauge and its peak. */

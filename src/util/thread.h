@@ -46,6 +46,7 @@
   X(MGPU__LOCK_TRACE_REG, "obs/trace.c reg_lock")                            \
   X(MGPU__LOCK_TRACE_NAMES, "obs/trace.c names_lock")                        \
   X(MGPU__LOCK_CAPTURE, "graph/capture.c capture_lock")                      \
+  X(MGPU__LOCK_METRICS_REG, "obs/metrics.c tc_lock")                         \
   X(MGPU__LOCK_FAULT_RULES, "util/fault.c rules_lock")
 
 typedef enum mgpu__lock_rank {

@@ -162,8 +162,10 @@ static void adopt_failures(mgpu__bdevice *d, mgpu__bstream *s,
     char detail[sizeof a->error_detail];
     mgpu__mutex_lock(&a->dev->lock);
     int err = a->error;
-    memcpy(detail, a->error_detail, sizeof detail);
-    a->error = 0;
+    if (err != 0) {
+      memcpy(detail, a->error_detail, sizeof detail);
+      a->error = 0;
+    }
     mgpu__mutex_unlock(&a->dev->lock);
     if (err == 0) continue;
     mgpu__mutex_lock(&d->lock);

@@ -128,7 +128,9 @@ struct mgpu__bstream {
   int queued;               /* on the ready list */
   int running;              /* a worker runs its head */
   int parked;               /* waiting on an event */
-  int error;                /* first asynchronous error, 0 if none */
+  /* First asynchronous error, 0 if none: written under dev->lock, read
+   * without it by synchronize's look at an idle stream. */
+  _Atomic int error;
   char error_detail[320];   /* its detail */
   /* The lost device (its id + 1) whose loss the stream's work since its
    * last synchronize depends on: its own, or one whose event it waited for.
@@ -141,7 +143,9 @@ struct mgpu__bstream {
    * registered), so that a worker wakes them when it is reached, not at
    * every finished operation (a synchronize behind a queue of graph
    * launches woke at each of their operations). */
-  uint64_t nqueued;
+  _Atomic uint64_t nqueued;   /* written under dev->lock (a load and a
+                                 store); synchronize reads both counts
+                                 without it */
   _Atomic uint64_t nfinished; /* written under dev->lock; synchronize
                                  watches it without the lock */
   uint64_t sync_at;
@@ -203,6 +207,8 @@ void mgpu__host_ready_push(mgpu__bdevice *d, mgpu__bstream *s);
 void mgpu__host_enqueue(mgpu__bstream *s, op *o);
 op *mgpu__host_op_new(op_kind kind);
 int mgpu__host_op_nomem(mgpu__bdevice *d);
+/* stream.c: counts one more operation queued on s (d->lock held). */
+void mgpu__host_count_queued(mgpu__bstream *s);
 
 /* worker.c: what the workers run (mgpu__host_worker_main is each one's
  * thread). op_free releases an operation that ran or was never queued;

@@ -27,7 +27,7 @@ void mgpu__host_enqueue(mgpu__bstream *s, op *o) {
   if (s->tail) s->tail->next = o;
   else s->head = o;
   s->tail = o;
-  s->nqueued++;
+  mgpu__host_count_queued(s);
   if (!s->queued && !s->running && !s->parked) mgpu__host_ready_push(d, s);
   mgpu__mutex_unlock(&d->lock);
 }

@@ -19,9 +19,24 @@ int mgpu__host_stream_create(mgpu__bdevice *d, mgpu__bstream **out) {
   return 0;
 }
 
+void mgpu__host_count_queued(mgpu__bstream *s) {
+  atomic_store_explicit(
+      &s->nqueued, atomic_load_explicit(&s->nqueued, memory_order_relaxed) + 1,
+      memory_order_release);
+}
+
 int mgpu__host_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
+  /* A stream whose work is done, without an error to hand over, is seen
+   * without the device's lock: the caller's queued operations are in
+   * nqueued (its own stores, or ordered before the call), and nfinished
+   * is raised after each one ran (acquire: what it wrote is seen). */
+  uint64_t target = atomic_load_explicit(&s->nqueued, memory_order_acquire);
+  if (atomic_load_explicit(&s->nfinished, memory_order_acquire) >= target &&
+      atomic_load_explicit(&s->error, memory_order_relaxed) == 0 &&
+      atomic_load_explicit(&s->lost_from, memory_order_relaxed) == 0)
+    return 0;
   mgpu__mutex_lock(&d->lock);
-  uint64_t target = s->nqueued;
+  target = s->nqueued;
   if (s->nfinished < target) {
     /* Watch first: work that ends soon is seen without a wake-up. */
     counter_target t = {&s->nfinished, target};
@@ -82,7 +97,7 @@ int mgpu__host_stream_claim(mgpu__bdevice *d, mgpu__bstream *s) {
   int idle = s->head == NULL && !s->running && !s->queued && !s->parked;
   if (idle) {
     s->running = 1;
-    s->nqueued++;
+    mgpu__host_count_queued(s);
   }
   mgpu__mutex_unlock(&d->lock);
   return idle;
