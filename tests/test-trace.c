@@ -8,6 +8,7 @@
 
 #include "util/thread.h"
 #include "image.h"
+#include "mgpu/module.h"
 #include "json.h"
 #include "obs/trace.h"
 #include "task.h"
@@ -703,6 +704,66 @@ TEST_IMPL(metrics_table_and_reset) {
   return 0;
 }
 
+/* Counters are kept per thread and summed: what threads added is counted
+ * while they run and after they ended, a reset starts every thread's
+ * count again at 0, and so does a new mgpu_init. */
+typedef struct adder {
+  int n;
+  pthread_barrier_t *added, *leave; /* NULL: no waits */
+} adder;
+
+static void *add_coll_ops(void *p) {
+  adder *a = p;
+  for (int i = 0; i < a->n; i++)
+    ASSERT_OK(mgpu_module_metric_add(0, "coll_ops", 1));
+  if (a->added != NULL) {
+    pthread_barrier_wait(a->added);
+    pthread_barrier_wait(a->leave);
+    ASSERT_OK(mgpu_module_metric_add(0, "coll_ops", 1));
+  }
+  return NULL;
+}
+
+static uint64_t coll_ops_now(void) {
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  return m.dev[0].coll_ops;
+}
+
+TEST_IMPL(metrics_sum_threads) {
+  test_init();
+  ASSERT_OK(mgpu_metrics_reset());
+  ASSERT_EQ(coll_ops_now(), 0);
+  pthread_t t[4];
+  adder ended = {1000, NULL, NULL};
+  for (int i = 0; i < 4; i++)
+    ASSERT(pthread_create(&t[i], NULL, add_coll_ops, &ended) == 0);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  ASSERT_OK(mgpu_module_metric_add(0, "coll_ops", 7));
+  ASSERT_EQ(coll_ops_now(), 4007);
+  /* A thread that still runs: its count is read, reset, and counted again
+   * after the reset. */
+  pthread_barrier_t added, leave;
+  pthread_barrier_init(&added, NULL, 2);
+  pthread_barrier_init(&leave, NULL, 2);
+  adder live = {5, &added, &leave};
+  pthread_t l;
+  ASSERT(pthread_create(&l, NULL, add_coll_ops, &live) == 0);
+  pthread_barrier_wait(&added);
+  ASSERT_EQ(coll_ops_now(), 4012);
+  ASSERT_OK(mgpu_metrics_reset());
+  ASSERT_EQ(coll_ops_now(), 0);
+  pthread_barrier_wait(&leave);
+  pthread_join(l, NULL);
+  ASSERT_EQ(coll_ops_now(), 1);
+  pthread_barrier_destroy(&added);
+  pthread_barrier_destroy(&leave);
+  ASSERT_OK(mgpu_shutdown());
+  test_init();
+  ASSERT_EQ(coll_ops_now(), 0);
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(json_reader)
 TEST_ENTRY(recorder_writes_chrome_json)
@@ -712,4 +773,5 @@ TEST_ENTRY(timeline_png)
 TEST_ENTRY(timeline_svg_and_errors)
 TEST_ENTRY(trace_of_every_layer)
 TEST_ENTRY(metrics_table_and_reset)
+TEST_ENTRY(metrics_sum_threads)
 TEST_LIST_END
