@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "task.h"
+#include "util/fault.h"
 
 #define ROUNDS 300
 
@@ -46,6 +47,56 @@ TEST_IMPL(host_rounds) {
   for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
   free(arrivals);
   ASSERT_OK(mgpu_barrier_destroy(b));
+  return 0;
+}
+
+/* The last arrival of a round ends its generation, then raises the word
+ * the waiters watch. A waiter can leave through the generation meanwhile
+ * (its sleep looks there) and arrive in the next round: it must then wait
+ * for that round, though the word still shows the one before (a first
+ * version passed at once there; a raise that came late could also move
+ * the word back). A stall of 300 us in that window (fault rule
+ * "stall:barrier_release") makes it happen in most rounds: nobody may
+ * leave a round before everybody arrived in it, with 2 and with all the
+ * devices' parties. */
+#define LATE_ROUNDS 60
+
+typedef struct late_release_arg {
+  mgpu_barrier *b;
+  int rank, n;
+  atomic_int *arrivals; /* [round] */
+} late_release_arg;
+
+static void *late_release_thread(void *p) {
+  late_release_arg *a = p;
+  for (int round = 0; round < LATE_ROUNDS; round++) {
+    atomic_fetch_add(&a->arrivals[round], 1);
+    ASSERT_OK(mgpu_barrier_wait(a->b, a->rank, 10000));
+    ASSERT_EQ(atomic_load(&a->arrivals[round]), a->n);
+  }
+  return NULL;
+}
+
+TEST_IMPL(late_release) {
+  int ndev = test_init();
+  if (ndev < 2) return TEST_SKIP;
+  ASSERT_OK(mgpu__fault_set("stall:barrier_release@us:300", NULL, 0));
+  for (int n = 2; n <= (ndev < 4 ? ndev : 4); n += 2) {
+    int devs[4] = {0, 1, 2, 3};
+    mgpu_barrier *b;
+    ASSERT_OK(mgpu_barrier_create(devs, n, &b));
+    atomic_int *arrivals = calloc(LATE_ROUNDS, sizeof *arrivals);
+    pthread_t t[4];
+    late_release_arg args[4];
+    for (int r = 0; r < n; r++) {
+      args[r] = (late_release_arg){b, r, n, arrivals};
+      ASSERT(pthread_create(&t[r], NULL, late_release_thread, &args[r]) == 0);
+    }
+    for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
+    free(arrivals);
+    ASSERT_OK(mgpu_barrier_destroy(b));
+  }
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
   return 0;
 }
 
@@ -264,6 +315,7 @@ TEST_IMPL(stream_rounds) {
 TEST_LIST_BEGIN
 TEST_ENTRY(host_rounds)
 TEST_ENTRY(host_two_parties)
+TEST_ENTRY(late_release)
 TEST_ENTRY(timeout)
 TEST_ENTRY(errors)
 TEST_ENTRY(stream_rounds)

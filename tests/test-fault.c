@@ -16,7 +16,8 @@ TEST_IMPL(fault_spec_syntax) {
   const char *good[] = {"", "alloc:1", "alloc:17+", "backend:3",
                         "backend:memcpy:3", "backend:memcpy:3+", "thread:2",
                         "seed:42@p:0.01", "seed:0@p:1", "device:2@after:100",
-                        "device:0@after:0", "alloc:5,thread:1,backend:launch:2"};
+                        "device:0@after:0", "alloc:5,thread:1,backend:launch:2",
+                        "stall:barrier_release@us:300", "stall:x@us:0"};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     if (mgpu__fault_set(good[i], why, sizeof why) != 0) {
       fprintf(stderr, "rejected \"%s\": %s\n", good[i], why);
@@ -31,7 +32,9 @@ TEST_IMPL(fault_spec_syntax) {
                        "seed:1@p:-0.1", "seed:1@p:nan", "seed:x@p:0.1",
                        "device:2", "device:2@after:", "device:x@after:1",
                        "device:99999@after:1", "disk:1", "alloc:1,", ",alloc:1",
-                       "alloc:1,,thread:1", "backend:an_operation_name_too_long:1"};
+                       "alloc:1,,thread:1", "backend:an_operation_name_too_long:1",
+                       "stall:", "stall:x", "stall:x@us:", "stall:X@us:1",
+                       "stall:@us:1", "stall:x@us:1000001", "stall:x@ms:1"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     ASSERT_OK(mgpu__fault_set("alloc:1", NULL, 0));
     if (mgpu__fault_set(bad[i], why, sizeof why) != MGPU_EINVAL) {

@@ -242,6 +242,9 @@ static int barrier_arrive(mgpu__barrier *b, int rank, uint32_t *gen) {
                : st + 1;
   } while (!atomic_compare_exchange_weak(&b->state, &st, next));
   if (COUNT_OF(next) == 0) {
+    /* The window in which a waiter that leaves through state may arrive
+     * again before gen_word moves (test barrier.late_release). */
+    mgpu__fault_stall("barrier_release");
     raise_gen_word(b, GEN_OF(next));
     atomic_store(&b->inside[rank].v, 0);
     wake_sleepers(b);

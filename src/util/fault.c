@@ -18,22 +18,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mgpu/error.h"
 
-typedef enum rule_type { RULE_NTH, RULE_RANDOM, RULE_DEVICE } rule_type;
+typedef enum rule_type {
+  RULE_NTH,
+  RULE_RANDOM,
+  RULE_DEVICE,
+  RULE_STALL
+} rule_type;
 
 typedef struct fault_rule {
   rule_type type;
   mgpu__fault_kind kind;        /* RULE_NTH */
-  char op[MGPU__FAULT_OP_MAX];  /* RULE_NTH on backend: "" matches every op */
+  char op[MGPU__FAULT_OP_MAX];  /* RULE_NTH on backend: "" matches every op;
+                                   RULE_STALL: the stall point */
   uint64_t nth;                 /* RULE_NTH: the call that fails (from 1) */
   int from_on;                  /* RULE_NTH: that call and every later one */
   int lose;                     /* RULE_NTH on backend ("=devlost"): the
                                    failure is a lost device */
   uint64_t seed, threshold;     /* RULE_RANDOM: fails when hash < threshold */
   int device;                   /* RULE_DEVICE */
-  uint64_t after;               /* RULE_DEVICE: operations before the loss */
+  uint64_t after;               /* RULE_DEVICE: operations before the loss;
+                                   RULE_STALL: microseconds of each stall */
   uint64_t matched;             /* calls this rule has seen (under rules_lock) */
 } fault_rule;
 
@@ -113,11 +121,34 @@ static int parse_device(const char *s, const char *end, fault_rule *r) {
   return 0;
 }
 
+/* A name of [a-z0-9_] in [s, end), copied into op. */
+static int parse_name(const char *s, const char *end, char *op, size_t size) {
+  size_t len = (size_t)(end - s);
+  if (len == 0 || len >= size) return -1;
+  for (const char *c = s; c < end; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+      return -1;
+  memcpy(op, s, len);
+  return 0;
+}
+
+/* "stall:NAME@us:U", U at most a second. */
+static int parse_stall(const char *s, const char *end, fault_rule *r) {
+  const char *at = memchr(s, '@', (size_t)(end - s));
+  if (at == NULL || parse_name(s + 6, at, r->op, sizeof r->op) != 0) return -1;
+  if (end - at < 5 || strncmp(at, "@us:", 4) != 0) return -1;
+  if (parse_count(at + 4, end, 0, &r->after) != 0 || r->after > 1000000)
+    return -1;
+  r->type = RULE_STALL;
+  return 0;
+}
+
 static int parse_rule(const char *s, const char *end, fault_rule *r) {
   memset(r, 0, sizeof *r);
   size_t len = (size_t)(end - s);
   if (len > 5 && strncmp(s, "seed:", 5) == 0) return parse_random(s, end, r);
   if (len > 7 && strncmp(s, "device:", 7) == 0) return parse_device(s, end, r);
+  if (len > 6 && strncmp(s, "stall:", 6) == 0) return parse_stall(s, end, r);
   r->type = RULE_NTH;
   if (len > 6 && strncmp(s, "alloc:", 6) == 0) {
     r->kind = MGPU__FAULT_ALLOC;
@@ -139,12 +170,7 @@ static int parse_rule(const char *s, const char *end, fault_rule *r) {
     }
     const char *colon = memchr(rest, ':', (size_t)(end - rest));
     if (colon == NULL) return parse_nth(rest, end, r); /* any operation */
-    size_t op_len = (size_t)(colon - rest);
-    if (op_len == 0 || op_len >= sizeof r->op) return -1;
-    for (const char *c = rest; c < colon; c++)
-      if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
-        return -1;
-    memcpy(r->op, rest, op_len);
+    if (parse_name(rest, colon, r->op, sizeof r->op) != 0) return -1;
     return parse_nth(colon + 1, end, r);
   }
   return -1;
@@ -166,8 +192,8 @@ int mgpu__fault_set(const char *spec, char *why, size_t why_size) {
     if (parse_rule(s, end, &parsed[n]) != 0) {
       say(why, why_size,
           "rule \"%.*s\" is not alloc:N[+], backend:[OP:]N[+][=devlost], "
-          "thread:N[+], "
-          "seed:S@p:P (0 <= P <= 1) or device:D@after:K",
+          "thread:N[+], seed:S@p:P (0 <= P <= 1), device:D@after:K "
+          "or stall:NAME@us:U (U <= 1000000)",
           (int)(end - s > 64 ? 64 : end - s), s);
       rc = MGPU_EINVAL;
       break;
@@ -241,6 +267,19 @@ int mgpu__fault_device_op(int dev) {
   }
   mgpu__mutex_unlock(&rules_lock);
   return lost;
+}
+
+void mgpu__fault_stall(const char *name) {
+  if (!atomic_load_explicit(&armed, memory_order_acquire)) return;
+  uint64_t us = 0;
+  mgpu__mutex_lock(&rules_lock);
+  for (int i = 0; i < rule_count; i++)
+    if (rules[i].type == RULE_STALL && strcmp(rules[i].op, name) == 0)
+      us = rules[i].after;
+  mgpu__mutex_unlock(&rules_lock);
+  if (us == 0) return;
+  struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) continue;
 }
 
 uint64_t mgpu__fault_calls(mgpu__fault_kind kind) {

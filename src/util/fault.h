@@ -16,6 +16,11 @@
  *   seed:S@p:0.01       every site fails with probability 0.01, drawn from
  *                       seed S (the same seed fails the same calls)
  *   device:2@after:100  device 2 is lost after its 100th operation
+ *   stall:barrier_release@us:300
+ *                       every pass at the stall point of that name sleeps
+ *                       300 us: a window between two steps of a protocol
+ *                       widened, so that a test sees what another thread
+ *                       can do in it (the points: mgpu__fault_stall calls)
  *
  * Several rules are separated by commas. The spec comes from MGPU_FAULT
  * (read once at init) or from mgpu__fault_set (tests). Counting starts with
@@ -68,6 +73,11 @@ uint64_t mgpu__fault_fired(mgpu__fault_kind kind);
  * rule says the device is lost from this operation on (the K+1th and later),
  * else 0. */
 int mgpu__fault_device_op(int dev);
+
+/* A stall point named name (a static string of [a-z0-9_]): sleeps as a
+ * "stall:name@us:U" rule says, else returns at once (one load when no rule
+ * is set). */
+void mgpu__fault_stall(const char *name);
 
 /* "alloc", "backend" or "thread". */
 const char *mgpu__fault_kind_name(mgpu__fault_kind kind);
