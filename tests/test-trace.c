@@ -724,6 +724,22 @@ static void *add_coll_ops(void *p) {
   return NULL;
 }
 
+/* A destructor of a key made after mgpu_init runs after the metrics' own
+ * at thread exit; what it counts is still counted. */
+static pthread_key_t late_key;
+
+static void late_destructor(void *p) {
+  (void)p;
+  ASSERT_OK(mgpu_module_metric_add(0, "coll_ops", 100));
+}
+
+static void *add_then_exit(void *p) {
+  (void)p;
+  ASSERT_OK(mgpu_module_metric_add(0, "coll_ops", 1));
+  pthread_setspecific(late_key, &late_key);
+  return NULL;
+}
+
 static uint64_t coll_ops_now(void) {
   mgpu_metrics m = {.size = sizeof m};
   ASSERT_OK(mgpu_metrics_snapshot(&m));
@@ -758,6 +774,11 @@ TEST_IMPL(metrics_sum_threads) {
   ASSERT_EQ(coll_ops_now(), 1);
   pthread_barrier_destroy(&added);
   pthread_barrier_destroy(&leave);
+  ASSERT(pthread_key_create(&late_key, late_destructor) == 0);
+  ASSERT(pthread_create(&l, NULL, add_then_exit, NULL) == 0);
+  pthread_join(l, NULL);
+  ASSERT_EQ(coll_ops_now(), 102);
+  pthread_key_delete(late_key);
   ASSERT_OK(mgpu_shutdown());
   test_init();
   ASSERT_EQ(coll_ops_now(), 0);

@@ -91,10 +91,10 @@ typedef struct slot {
  * crosses from the sender's core to the receiver's as one line, where a
  * count on one line and the bytes on another took two (and the count's
  * line a third move, to be written again). */
-#define CELL_BYTES 48
+#define CELL_BYTES 46
 typedef struct cell {
   _Atomic uint64_t seq; /* k + 1 once message k is published (release) */
-  uint32_t size;        /* bytes of message k */
+  uint64_t size;        /* bytes of message k */
   /* 1: copied into the slot by queued operations (the receiver waits for
    * the slot's "filled" event); 0: done when published. */
   uint8_t queued;
@@ -195,7 +195,8 @@ static int create_check(int src_dev, int dst_dev, size_t msg_size,
                        "channel %d -> %d: message size %zu and capacity %d "
                        "must both be at least 1",
                        src_dev, dst_dev, msg_size, capacity);
-  if (msg_size > SIZE_MAX / (size_t)capacity)
+  if (msg_size > SIZE_MAX / (size_t)capacity ||
+      (size_t)capacity > SIZE_MAX / sizeof(cell))
     return mgpu__error(MGPU_ERANGE, "channel %d -> %d: %d slots of %zu bytes",
                        src_dev, dst_dev, capacity, msg_size);
   return 0;
@@ -862,7 +863,7 @@ static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
     c->queued = 1;
   }
   mgpu__trace_tag_pop(pushed);
-  c->size = (uint32_t)size;
+  c->size = size;
   return rc;
 }
 

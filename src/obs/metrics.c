@@ -56,6 +56,10 @@ static _Atomic unsigned char polled[MGPU__M_COUNT];
 
 static void tc_thread_exit(void *arg) {
   thread_counts *t = arg;
+  /* A destructor of another key that runs later on this thread and counts
+   * adds to the shared counters. */
+  tc_mine = NULL;
+  tc_none = 1;
   mgpu__mutex_lock(&tc_lock);
   for (thread_counts **p = &tc_list; *p != NULL; p = &(*p)->next)
     if (*p == t) {
@@ -73,8 +77,17 @@ static void tc_thread_exit(void *arg) {
   mgpu__free(t);
 }
 
+/* A child forked while another thread held tc_lock would wait for it for
+ * ever: the child takes it afresh (the list may then miss a block that a
+ * thread was adding or folding at the fork; the counts of the child are
+ * its own business). */
+static void tc_forked_child(void) {
+  mgpu__mutex_init(&tc_lock, MGPU__LOCK_METRICS_REG);
+}
+
 static void tc_key_make(void) {
   tc_key_ok = pthread_key_create(&tc_key, tc_thread_exit) == 0;
+  pthread_atfork(NULL, NULL, tc_forked_child);
 }
 
 /* The calling thread's block, made at its first add; NULL: none. */
@@ -137,6 +150,7 @@ static void reset_counters(int n) {
 }
 
 void mgpu__obs_open(int ndevices) {
+  pthread_once(&tc_once, tc_key_make);
   if (ndevices > MGPU_MAX_DEVICES) ndevices = MGPU_MAX_DEVICES;
   for (int i = 0; i < ndevices; i++) {
     atomic_store_explicit(&obs_dev[i].mem_in_use, 0, memory_order_relaxed);
