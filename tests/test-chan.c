@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "task.h"
+#include "util/fault.h"
 
 
 /* The next device of dev's backend after dev (dev itself if alone). */
@@ -513,6 +514,60 @@ TEST_IMPL(peer_disabled) {
   return 0;
 }
 
+/* A send that took its turn before a close publishes its message after
+ * it: the receive gets that message, not MGPU_ECLOSED (which stranded a
+ * message whose send returned 0), and only the next one is MGPU_ECLOSED.
+ * The stall point chan_send_inside holds the sender inside for 200 ms. */
+typedef struct inside_send {
+  mgpu_channel *ch;
+  mgpu_buffer *src;
+  mgpu_stream *s;
+  int rc;
+} inside_send;
+
+static void *send_inside(void *p) {
+  inside_send *a = p;
+  a->rc = mgpu_channel_send(a->ch, a->src, 0, sizeof(int64_t), a->s);
+  if (a->rc == 0) a->rc = mgpu_stream_synchronize(a->s);
+  return NULL;
+}
+
+TEST_IMPL(close_while_sending) {
+  test_init();
+  int a = 0, b = peer_of(0);
+  inside_send arg = {NULL, NULL, NULL, -1};
+  mgpu_stream *sb;
+  mgpu_buffer *dst;
+  ASSERT_OK(mgpu_channel_create(a, b, sizeof(int64_t), 1, &arg.ch));
+  ASSERT_OK(mgpu_stream_create(&arg.s, a));
+  ASSERT_OK(mgpu_stream_create(&sb, b));
+  ASSERT_OK(mgpu_malloc(&arg.src, a, sizeof(int64_t)));
+  ASSERT_OK(mgpu_malloc(&dst, b, sizeof(int64_t)));
+  int64_t v = 42, got = 0;
+  ASSERT_OK(mgpu_memcpy_htod(arg.src, 0, &v, sizeof v));
+  ASSERT_OK(mgpu__fault_set("stall:chan_send_inside@us:200000", NULL, 0));
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, send_inside, &arg) == 0);
+  while (mgpu__fault_stalls() == 0) usleep(1000);
+  ASSERT_OK(mgpu_channel_close(arg.ch));
+  size_t len = 0;
+  ASSERT_OK(mgpu_channel_recv(arg.ch, dst, 0, &len, sb));
+  ASSERT_EQ(len, sizeof v);
+  pthread_join(t, NULL);
+  ASSERT_OK(arg.rc);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(mgpu_stream_synchronize(sb));
+  ASSERT_OK(mgpu_memcpy_dtoh(&got, dst, 0, sizeof got));
+  ASSERT_EQ(got, 42);
+  ASSERT_ERR(MGPU_ECLOSED, mgpu_channel_recv(arg.ch, dst, 0, &len, sb));
+  ASSERT_OK(mgpu_channel_destroy(arg.ch));
+  ASSERT_OK(mgpu_free(arg.src));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_stream_destroy(arg.s));
+  ASSERT_OK(mgpu_stream_destroy(sb));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(basic)
 TEST_ENTRY(peer_disabled)
@@ -523,4 +578,5 @@ TEST_ENTRY(close_wakes_receiver)
 TEST_ENTRY(errors)
 TEST_ENTRY(stress)
 TEST_ENTRY(recv_loop_ends_closed)
+TEST_ENTRY(close_while_sending)
 TEST_LIST_END

@@ -12,7 +12,9 @@
  *
  * mgpu_channel_close ends the stream of messages: later sends return
  * MGPU_ECLOSED, and receives return MGPU_ECLOSED once every message sent
- * before the close has been received.
+ * before the close has been received. A send that had room when the close
+ * came (it returns 0) counts as sent before it: a receive waits for its
+ * message rather than return MGPU_ECLOSED.
  *
  * Threads: any number of threads may send and receive on one channel;
  * messages keep the order of the send calls.

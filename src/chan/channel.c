@@ -494,7 +494,9 @@ static int turn_take(mgpu__channel *ch, _Atomic int *turn, int peer,
 /* Gives the turn back and wakes the calls waiting for it, if any. */
 static void turn_give(mgpu__channel *ch, _Atomic int *turn) {
   atomic_store(turn, 0);
-  if (atomic_load(&ch->turn_waiters) > 0) {
+  /* A receiver of a closed channel waits for the sender inside (side_wait):
+   * wake it too. */
+  if (atomic_load(&ch->turn_waiters) > 0 || atomic_load(&ch->recv_parked)) {
     mgpu__mutex_lock(&ch->lock);
     mgpu__cond_broadcast(&ch->cond);
     mgpu__mutex_unlock(&ch->lock);
@@ -584,8 +586,10 @@ static void side_leave(mgpu__channel *ch, int send, int published,
    * check: side_wait, turn_take), where a sequentially consistent store
    * each was two locked instructions on the way out of every call. */
   atomic_thread_fence(memory_order_seq_cst);
-  int other_parked =
-      published && atomic_load(send ? &ch->recv_parked : &ch->send_parked);
+  /* A sender that gives up wakes a receiver too: one of a closed channel
+   * waits for the sender inside (sender_inside). */
+  int other_parked = (published || send) &&
+                     atomic_load(send ? &ch->recv_parked : &ch->send_parked);
   if (!other_parked && atomic_load(&ch->turn_waiters) == 0) return;
   mgpu__mutex_lock(&ch->lock);
   if (other_parked) *(send ? &ch->sent_ns : &ch->received_ns) = mgpu__now_ns();
@@ -746,6 +750,16 @@ static int check_timeout(const mgpu__channel *ch, int rc, int timeout_ms) {
   return rc;
 }
 
+/* For a receiver (send 0): whether a sender holds its turn. A send that
+ * took its turn before a close publishes its message after it: the
+ * receiver waits for it rather than call the channel drained, which would
+ * strand a message whose send returned 0. Its turn taken after the close,
+ * a sender gives it back without publishing (side_enter_fast), and its
+ * turn_give wakes the receiver. */
+static int sender_inside(const mgpu__channel *ch, int send) {
+  return !send && atomic_load(&ch->send_turn) != 0;
+}
+
 /* The one wait of both sides, holding the side's turn, after the watch
  * of side_enter (since: what it wrote, for mgpu__spin_pair_answered): a
  * sender for room, a receiver for a message (buf, whose resolved end is b,
@@ -769,15 +783,16 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
    * copied: the receive fails rather than hand over such a message. A
    * free of the call's buffer gives up the wait (see freed_while_waiting). */
   int lost = !send && mgpu__device_is_lost(ch->src_dev) ? ch->src_dev : -1;
-  while (!ch->closed && !ch->destroyed && side_blocked(ch, send) &&
-         lost < 0 && !late && !(freed = mgpu__handle_closing(b->handle))) {
+  while ((!ch->closed || sender_inside(ch, send)) && !ch->destroyed &&
+         side_blocked(ch, send) && lost < 0 && !late &&
+         !(freed = mgpu__handle_closing(b->handle))) {
     parked = 1;
     lost = wait_on(ch, other, deadline, &late);
   }
   atomic_store(parked_flag, 0);
   int blocked = side_blocked(ch, send);
   int closed = ch->closed, destroyed = ch->destroyed;
-  int open = blocked && !closed && !destroyed;
+  int open = blocked && (!closed || sender_inside(ch, send)) && !destroyed;
   *k = send ? ch->sent : ch->received;
   uint64_t answered = send ? ch->received_ns : ch->sent_ns;
   mgpu__mutex_unlock(&ch->lock);
@@ -883,6 +898,7 @@ static int channel_send(const chan_refs *r, const mgpu_buffer *src,
   mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
   uint64_t k;
   if ((rc = side_enter(ch, 1, r->b, src, timeout_ms, &k)) != 0) return rc;
+  mgpu__fault_stall("chan_send_inside"); /* test chan.close_while_sending */
   rc = send_copy(ch, k, r->b, offset, size, r->s, stream);
   side_leave(ch, 1, rc == 0, k);
   if (rc == 0) mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);

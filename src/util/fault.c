@@ -57,6 +57,7 @@ static atomic_int armed;
 static atomic_int counting; /* set by the first mgpu__fault_set */
 static _Atomic uint64_t calls[MGPU__FAULT_KINDS];
 static _Atomic uint64_t fired[MGPU__FAULT_KINDS];
+static _Atomic uint64_t stalls;
 
 static void say(char *why, size_t why_size, const char *fmt, ...) {
   if (why == NULL || why_size == 0) return;
@@ -210,6 +211,7 @@ int mgpu__fault_set(const char *spec, char *why, size_t why_size) {
     atomic_store_explicit(&calls[k], 0, memory_order_relaxed);
     atomic_store_explicit(&fired[k], 0, memory_order_relaxed);
   }
+  atomic_store(&stalls, 0);
   atomic_store_explicit(&counting, 1, memory_order_relaxed);
   atomic_store_explicit(&armed, n > 0, memory_order_release);
   mgpu__mutex_unlock(&rules_lock);
@@ -278,9 +280,12 @@ void mgpu__fault_stall(const char *name) {
       us = rules[i].after;
   mgpu__mutex_unlock(&rules_lock);
   if (us == 0) return;
+  atomic_fetch_add(&stalls, 1);
   struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) continue;
 }
+
+uint64_t mgpu__fault_stalls(void) { return atomic_load(&stalls); }
 
 uint64_t mgpu__fault_calls(mgpu__fault_kind kind) {
   return atomic_load_explicit(&calls[kind], memory_order_relaxed);

@@ -78,6 +78,9 @@ int mgpu__fault_device_op(int dev);
  * "stall:name@us:U" rule says, else returns at once (one load when no rule
  * is set). */
 void mgpu__fault_stall(const char *name);
+/* Stalls begun since the last mgpu__fault_set (counted before each
+ * sleeps: a test waits for it to know a thread is in the window). */
+uint64_t mgpu__fault_stalls(void);
 
 /* "alloc", "backend" or "thread". */
 const char *mgpu__fault_kind_name(mgpu__fault_kind kind);
