@@ -585,7 +585,7 @@ static void side_leave(mgpu__channel *ch, int send, int published,
    * a call waiting for the turn each fence between their store and their
    * check: side_wait, turn_take), where a sequentially consistent store
    * each was two locked instructions on the way out of every call. */
-  atomic_thread_fence(memory_order_seq_cst);
+  mgpu__fence_seq_cst();
   /* A sender that gives up wakes a receiver too: one of a closed channel
    * waits for the sender inside (sender_inside). */
   int other_parked = (published || send) &&
@@ -777,7 +777,7 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
    * count before the check below reads it (the fence pairs with
    * side_leave's). */
   atomic_store(parked_flag, 1);
-  atomic_thread_fence(memory_order_seq_cst);
+  mgpu__fence_seq_cst();
   /* Room comes from the receiver: it never comes from a lost device. A
    * lost source sends nothing more, and what it sent may not have been
    * copied: the receive fails rather than hand over such a message. A

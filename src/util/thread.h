@@ -4,6 +4,7 @@
 #define MGPU_UTIL_THREAD_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* The library's one lock order (docs/ARCHITECTURE.md, "Lock order", the
@@ -217,6 +218,28 @@ void mgpu__spin_pair_answered(mgpu__spin *site, uint64_t since,
  * own CPU yields at once rather than pausing, since the partner can only
  * run once the waiter gives the CPU up. */
 int mgpu__cpu_now(void);
+
+/* A sequentially consistent fence, for a store-then-load handshake
+ * (Dekker) between two threads. ThreadSanitizer does not model fences
+ * (GCC refuses them under it with -Werror=tsan): there a sequentially
+ * consistent read-modify-write of a word on the caller's stack stands in,
+ * the same full barrier on the hardware; TSan checks the handshake's
+ * words, which are atomics, for races. */
+#if defined(__SANITIZE_THREAD__)
+#define MGPU__TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MGPU__TSAN 1
+#endif
+#endif
+static inline void mgpu__fence_seq_cst(void) {
+#ifdef MGPU__TSAN
+  _Atomic int word = 0;
+  atomic_fetch_add(&word, 0);
+#else
+  atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
 
 /* Moves the calling thread off CPU cpu (to another of the CPUs it may run
  * on) and gives it back the same set of CPUs: for a thread that finds its
