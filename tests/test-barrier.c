@@ -30,11 +30,9 @@ static void *bar_thread(void *p) {
   return NULL;
 }
 
-TEST_IMPL(host_rounds) {
-  int ndev = test_init();
-  int n = ndev < 8 ? ndev : 8;
-  int devs[8];
-  for (int i = 0; i < n; i++) devs[i] = i;
+/* n parties (devices 0 to n - 1, n <= 8), a thread each, ROUNDS rounds. */
+static void run_rounds(int n) {
+  int devs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   mgpu_barrier *b;
   ASSERT_OK(mgpu_barrier_create(devs, n, &b));
   atomic_int *arrivals = calloc(ROUNDS, sizeof *arrivals);
@@ -47,6 +45,11 @@ TEST_IMPL(host_rounds) {
   for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
   free(arrivals);
   ASSERT_OK(mgpu_barrier_destroy(b));
+}
+
+TEST_IMPL(host_rounds) {
+  int ndev = test_init();
+  run_rounds(ndev < 8 ? ndev : 8);
   return 0;
 }
 
@@ -59,43 +62,11 @@ TEST_IMPL(host_rounds) {
  * "stall:barrier_release") makes it happen in most rounds: nobody may
  * leave a round before everybody arrived in it, with 2 and with all the
  * devices' parties. */
-#define LATE_ROUNDS 60
-
-typedef struct late_release_arg {
-  mgpu_barrier *b;
-  int rank, n;
-  atomic_int *arrivals; /* [round] */
-} late_release_arg;
-
-static void *late_release_thread(void *p) {
-  late_release_arg *a = p;
-  for (int round = 0; round < LATE_ROUNDS; round++) {
-    atomic_fetch_add(&a->arrivals[round], 1);
-    ASSERT_OK(mgpu_barrier_wait(a->b, a->rank, 10000));
-    ASSERT_EQ(atomic_load(&a->arrivals[round]), a->n);
-  }
-  return NULL;
-}
-
 TEST_IMPL(late_release) {
   int ndev = test_init();
   if (ndev < 2) return TEST_SKIP;
   ASSERT_OK(mgpu__fault_set("stall:barrier_release@us:300", NULL, 0));
-  for (int n = 2; n <= (ndev < 4 ? ndev : 4); n += 2) {
-    int devs[4] = {0, 1, 2, 3};
-    mgpu_barrier *b;
-    ASSERT_OK(mgpu_barrier_create(devs, n, &b));
-    atomic_int *arrivals = calloc(LATE_ROUNDS, sizeof *arrivals);
-    pthread_t t[4];
-    late_release_arg args[4];
-    for (int r = 0; r < n; r++) {
-      args[r] = (late_release_arg){b, r, n, arrivals};
-      ASSERT(pthread_create(&t[r], NULL, late_release_thread, &args[r]) == 0);
-    }
-    for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
-    free(arrivals);
-    ASSERT_OK(mgpu_barrier_destroy(b));
-  }
+  for (int n = 2; n <= (ndev < 4 ? ndev : 4); n += 2) run_rounds(n);
   ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
   return 0;
 }

@@ -518,24 +518,10 @@ TEST_IMPL(peer_disabled) {
  * it: the receive gets that message, not MGPU_ECLOSED (which stranded a
  * message whose send returned 0), and only the next one is MGPU_ECLOSED.
  * The stall point chan_send_inside holds the sender inside for 200 ms. */
-typedef struct inside_send {
-  mgpu_channel *ch;
-  mgpu_buffer *src;
-  mgpu_stream *s;
-  int rc;
-} inside_send;
-
-static void *send_inside(void *p) {
-  inside_send *a = p;
-  a->rc = mgpu_channel_send(a->ch, a->src, 0, sizeof(int64_t), a->s);
-  if (a->rc == 0) a->rc = mgpu_stream_synchronize(a->s);
-  return NULL;
-}
-
 TEST_IMPL(close_while_sending) {
   test_init();
   int a = 0, b = peer_of(0);
-  inside_send arg = {NULL, NULL, NULL, -1};
+  blocked_send arg = {NULL, NULL, NULL, 0, -1};
   mgpu_stream *sb;
   mgpu_buffer *dst;
   ASSERT_OK(mgpu_channel_create(a, b, sizeof(int64_t), 1, &arg.ch));
@@ -547,7 +533,7 @@ TEST_IMPL(close_while_sending) {
   ASSERT_OK(mgpu_memcpy_htod(arg.src, 0, &v, sizeof v));
   ASSERT_OK(mgpu__fault_set("stall:chan_send_inside@us:200000", NULL, 0));
   pthread_t t;
-  ASSERT(pthread_create(&t, NULL, send_inside, &arg) == 0);
+  ASSERT(pthread_create(&t, NULL, send_one, &arg) == 0);
   while (mgpu__fault_stalls() == 0) usleep(1000);
   ASSERT_OK(mgpu_channel_close(arg.ch));
   size_t len = 0;
@@ -555,6 +541,7 @@ TEST_IMPL(close_while_sending) {
   ASSERT_EQ(len, sizeof v);
   pthread_join(t, NULL);
   ASSERT_OK(arg.rc);
+  ASSERT_OK(mgpu_stream_synchronize(arg.s));
   ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
   ASSERT_OK(mgpu_stream_synchronize(sb));
   ASSERT_OK(mgpu_memcpy_dtoh(&got, dst, 0, sizeof got));
