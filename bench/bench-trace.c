@@ -2,8 +2,9 @@
  *
  * Every figure is measured with tracing off and on in the same run,
  * alternating in the order ABBA (off, on, on, off ...) so that drift of the
- * machine hits both alike and neither always runs right after the other; each is the median of the repetitions after a warm-up, and the
- * time to write the file at mgpu_trace_stop is outside the timing.
+ * machine hits both alike and neither always runs right after the other;
+ * each is the median of the repetitions after a warm-up, and the time to
+ * write the file at mgpu_trace_stop is outside the timing.
  *
  * 1. One span recorded by mgpu_trace_span from one thread (the recorder's
  *    own cost: a name copy, a few stores, a release), next to the same call

@@ -140,8 +140,8 @@ typedef struct mgpu__channel {
    *    before the publisher gives the turn back;
    *  - whether a call of the side sleeps on cond (parked; set under lock
    *    before it checks what it waits for, so a side that publishes and
-   *    then finds it clear needs no wake-up: both sequentially
-   *    consistent);
+   *    then finds it clear needs no wake-up: a sequentially consistent
+   *    fence between the store and the load on both sides);
    *  - the side's wait, a pair wait (mgpu__spin_pair_until: one sender
    *    waits for room and one receiver for a message, the turns let no
    *    second one in), and the CPU of its last call, a relaxed hint for

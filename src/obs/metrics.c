@@ -31,10 +31,12 @@ static obs_device obs_dev[MGPU_MAX_DEVICES];
  * relaxed load and store, where an atomic add on the device's counter is
  * a locked instruction, and a channel call, say, adds three times). A
  * counter's value is its device's counter (a thread without a block, a
- * reader's pointer, threads that ended) plus every block's, less the base
- * taken at the last reset. Blocks are linked in tc_list under tc_lock;
- * at its thread's exit a block is added into the devices' counters and
- * freed (tc_thread_exit), under tc_lock too, so that a sum sees it once. */
+ * polled counter) plus every block's plus what ended threads left
+ * (tc_retired), less the base taken at the last reset. Blocks are linked
+ * in tc_list under tc_lock; at its thread's exit a block is added into
+ * tc_retired and freed (tc_thread_exit), under tc_lock too, so that a sum
+ * sees it once, and a reader polling the device's counter (which takes
+ * differences of it) does not see it jump. */
 typedef struct thread_counts {
   struct thread_counts *next; /* tc_list, under tc_lock */
   _Atomic uint64_t c[MGPU_MAX_DEVICES][MGPU__M_COUNT];
@@ -42,7 +44,8 @@ typedef struct thread_counts {
 
 static mgpu__mutex tc_lock = MGPU__MUTEX_INITIALIZER(MGPU__LOCK_METRICS_REG);
 static thread_counts *tc_list;              /* tc_lock */
-static uint64_t tc_base[MGPU_MAX_DEVICES][MGPU__M_COUNT]; /* tc_lock */
+static uint64_t tc_base[MGPU_MAX_DEVICES][MGPU__M_COUNT];    /* tc_lock */
+static uint64_t tc_retired[MGPU_MAX_DEVICES][MGPU__M_COUNT]; /* tc_lock */
 static pthread_key_t tc_key;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
 static int tc_key_ok;
@@ -67,12 +70,9 @@ static void tc_thread_exit(void *arg) {
       break;
     }
   for (int d = 0; d < MGPU_MAX_DEVICES; d++)
-    for (int m = 0; m < MGPU__M_COUNT; m++) {
-      uint64_t v = atomic_load_explicit(&t->c[d][m], memory_order_relaxed);
-      if (v != 0)
-        atomic_fetch_add_explicit(&obs_dev[d].counters[m], v,
-                                  memory_order_relaxed);
-    }
+    for (int m = 0; m < MGPU__M_COUNT; m++)
+      tc_retired[d][m] +=
+          atomic_load_explicit(&t->c[d][m], memory_order_relaxed);
   mgpu__mutex_unlock(&tc_lock);
   mgpu__free(t);
 }
@@ -113,7 +113,8 @@ static thread_counts *tc_get(void) {
 /* Counter m of device dev as it reads now, with tc_lock held. */
 static uint64_t counter_sum(int dev, int m) {
   uint64_t v = atomic_load_explicit(&obs_dev[dev].counters[m],
-                                    memory_order_relaxed);
+                                    memory_order_relaxed) +
+               tc_retired[dev][m];
   for (const thread_counts *t = tc_list; t != NULL; t = t->next)
     v += atomic_load_explicit(&t->c[dev][m], memory_order_relaxed);
   return v;

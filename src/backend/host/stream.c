@@ -80,10 +80,11 @@ int mgpu__host_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__mutex_lock(&d->lock);
   int busy = s->head != NULL || s->running;
   int rc = busy ? MGPU_EAGAIN : s->error;
-  if (!busy) {
-    s->error = 0;
+  /* Cleared only when set: error is an atomic that synchronize reads
+   * without the lock, and a store to it is a locked instruction. */
+  if (!busy && rc != 0) s->error = 0;
+  if (!busy && atomic_load_explicit(&s->lost_from, memory_order_relaxed))
     atomic_store_explicit(&s->lost_from, 0, memory_order_relaxed);
-  }
   mgpu__mutex_unlock(&d->lock);
   return rc;
 }
