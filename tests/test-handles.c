@@ -11,6 +11,7 @@
 #include "coll/coll-internal.h"
 #include "core/core-internal.h"
 #include "task.h"
+#include "util/fault.h"
 
 #define ROUNDS 200
 
@@ -785,12 +786,15 @@ TEST_IMPL(channel_send_behind_another_ends) {
   mgpu_buffer *ahead;
   ASSERT_OK(mgpu_malloc(&ahead, 0, 64));
   ASSERT_OK(mgpu_channel_send(f.ch, f.first, 0, 64, f.ss)); /* now full */
-  /* The send ahead waits for room with no limit. */
+  /* The send ahead waits for room with no limit, holding the senders'
+   * turn: the stall point chan_wait (1 us) says when it got there, where
+   * a look at its pin alone let the send behind win the turn at times. */
+  ASSERT_OK(mgpu__fault_set("stall:chan_wait@us:1", NULL, 0));
   chan_call a = {f.ch, ahead, f.ss, -1, -1, ""};
   pthread_t ta;
   ASSERT(pthread_create(&ta, NULL, send_one, &a) == 0);
-  while (mgpu__handle_users((uintptr_t)ahead, MGPU__H_BUFFER) < 1)
-    usleep(100);
+  while (mgpu__fault_stalls() < 1) usleep(100);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
   /* Behind it: its own timeout ends the wait. */
   chan_call b = {f.ch, NULL, f.ss, 50, -1, ""};
   ASSERT_OK(mgpu_malloc(&b.buf, 0, 64));

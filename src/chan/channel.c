@@ -771,6 +771,9 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
   int other = send ? ch->dst_dev : ch->src_dev;
   mgpu__spin *spin = send ? &ch->send_spin : &ch->recv_spin;
   _Atomic int *parked_flag = send ? &ch->send_parked : &ch->recv_parked;
+  /* A call here holds its side's turn (test
+   * handles.channel_send_behind_another_ends waits for that). */
+  mgpu__fault_stall("chan_wait");
   mgpu__mutex_lock(&ch->lock);
   int late = 0, parked = 0, freed = 0;
   /* Said before the first check: a publisher that misses it changed the
