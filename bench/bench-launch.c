@@ -40,16 +40,35 @@
  *    synchronizing its stream after its pair of calls (so the bytes have
  *    landed), next to the two-thread ping-pongs moving the same bytes
  *    (bench_pingpong_bytes_us: a copy into a shared buffer and out of it,
- *    each way).
+ *    each way), and next to MPI's ping-pong of the same sizes between two
+ *    local ranks (bench/peers/mpi_pingpong --raw, MPI_Send and MPI_Recv,
+ *    run by this command under a timeout after the channel rows): Open
+ *    MPI's under mpirun and, where mpicc.mpich was found at configure
+ *    time, MPICH's (mpi_pingpong_mpich) under mpiexec.mpich; the issue's
+ *    goal is set against the faster of the two. Without one, its rows are
+ *    missing and a line on stderr says why.
  *
  * Figures are medians of --reps runs after a warm-up, in microseconds.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bench-opencl.h"
 #include "bench.h"
+#include "cmd.h"
+
+#ifdef MGPU_PEER_MPI_PINGPONG
+#define PEER_BUILT 1
+#else
+#define PEER_BUILT 0
+#endif
+#ifdef MGPU_PEER_MPI_PINGPONG_MPICH
+#define PEER_MPICH_BUILT 1
+#else
+#define PEER_MPICH_BUILT 0
+#endif
 
 /* ---- the baseline: a bare pthread hand-off ---- */
 
@@ -460,23 +479,81 @@ static int report_launches(bench_report *r, const mgpu_device_props *p,
   return 0;
 }
 
-/* The channel round trips between devices 0 and 1 (or 0 and 0). */
+/* The MPI ping-pong peers: Open MPI's (built against the MPI CMake found)
+ * and MPICH's (built with mpicc.mpich where installed beside it). */
+static const struct mpi_peer {
+  mgpu_cmd_mpi mpi;
+  const char *helper, *name;
+  int built;
+} mpi_peers[] = {
+    {MGPU_CMD_OPEN_MPI, "mpi_pingpong", "Open MPI", PEER_BUILT},
+    {MGPU_CMD_MPICH, "mpi_pingpong_mpich", "MPICH", PEER_MPICH_BUILT},
+};
+
+/* An MPI's ping-pong of 8 B and 4 KiB between two local ranks (the peer
+ * under its launcher): seconds per round trip in secs[0..2). 0, or -1 with
+ * why filled in. */
+static int run_mpi_pingpong(const struct mpi_peer *mp, int iters, int reps,
+                            double secs[2], char *why, size_t wlen) {
+  char peer[PATH_MAX];
+  secs[0] = secs[1] = 0;
+  if (!mgpu_cmd_mpi_peer_of(mp->mpi, mp->helper, mp->built, peer,
+                            sizeof peer, why, wlen))
+    return -1;
+  char args[128];
+  snprintf(args, sizeof args, "--raw --reps %d --iters %d --bytes 8 "
+           "--bytes 4096", reps, iters);
+  FILE *f = mgpu_cmd_mpirun_of(mp->mpi, 2, 120, peer, args);
+  if (f == NULL) {
+    snprintf(why, wlen, "cannot start its launcher");
+    return -1;
+  }
+  int bytes;
+  double t;
+  while (fscanf(f, "%d %lf", &bytes, &t) == 2)
+    if (bytes == 8 || bytes == 4096) secs[bytes == 4096] = t;
+  int st = pclose(f);
+  if (st != 0 || secs[0] <= 0 || secs[1] <= 0) {
+    snprintf(why, wlen, "its launcher exited with status %d", st);
+    return -1;
+  }
+  return 0;
+}
+
+/* The channel round trips between devices 0 and 1 (or 0 and 0), then each
+ * MPI's ping-pong of the same sizes. */
 static int report_channels(bench_report *r, int iters, int reps) {
   int peer = mgpu_device_count() > 1 ? 1 : 0;
   static const size_t sizes[] = {8, 4096};
+  char name[2][96];
+  double ch[2] = {0, 0}, mpi[2];
   for (int k = 0; k < 2; k++) {
     double spin = bench_pingpong_bytes_us(1, sizes[k], iters, reps);
     double cv = bench_pingpong_bytes_us(0, sizes[k], iters, reps);
-    double ch = 0;
-    int rc = channel_rtt_us(0, peer, sizes[k], iters, reps, &ch);
+    int rc = channel_rtt_us(0, peer, sizes[k], iters, reps, &ch[k]);
     if (rc != 0) return rc;
-    char name[96];
-    snprintf(name, sizeof name, "channel round trip %zu B, devices 0 and %d",
-             sizes[k], peer);
-    bench_report_add(r, name, "latency", ch, "us",
+    snprintf(name[k], sizeof name[k],
+             "channel round trip %zu B, devices 0 and %d", sizes[k], peer);
+    bench_report_add(r, name[k], "latency", ch[k], "us",
                      "spinning ping-pong, same bytes", spin);
-    bench_report_add(r, name, "latency", ch, "us",
+    bench_report_add(r, name[k], "latency", ch[k], "us",
                      "mutex+cond ping-pong, same bytes", cv);
+  }
+  for (size_t m = 0; m < sizeof mpi_peers / sizeof mpi_peers[0]; m++) {
+    const struct mpi_peer *mp = &mpi_peers[m];
+    char why[PATH_MAX + 128] = "";
+    if (run_mpi_pingpong(mp, iters, reps, mpi, why, sizeof why) != 0) {
+      fprintf(stderr, "mgpu bench launch: no %s ping-pong baseline: %s\n",
+              mp->name, why);
+      continue;
+    }
+    for (int k = 0; k < 2; k++) {
+      char base[64];
+      snprintf(base, sizeof base, "%s ping-pong, same bytes, 2 ranks",
+               mp->name);
+      bench_report_add(r, name[k], "latency", ch[k], "us", base,
+                       mpi[k] * 1e6);
+    }
   }
   return 0;
 }

@@ -46,4 +46,15 @@ int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
 FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
                       const char *args);
 
+/* The MPIs a peer may be built against: Open MPI (the one CMake found, run
+ * with mpirun) and MPICH (a second build of a peer with mpicc.mpich, where
+ * installed beside it, run with mpiexec.mpich). */
+typedef enum mgpu_cmd_mpi { MGPU_CMD_OPEN_MPI, MGPU_CMD_MPICH } mgpu_cmd_mpi;
+
+/* mgpu_cmd_mpi_peer and mgpu_cmd_mpirun for the peer of a given MPI. */
+int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
+                         char *out, size_t len, char *why, size_t wlen);
+FILE *mgpu_cmd_mpirun_of(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
+                         const char *peer, const char *args);
+
 #endif /* MGPU_TOOLS_CMD_H */

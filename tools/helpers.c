@@ -24,29 +24,61 @@ int mgpu_cmd_helper_path(const char *name, char *out, size_t len) {
   return access(out, X_OK) == 0;
 }
 
-int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
-                      char *why, size_t wlen) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    snprintf(why, wlen, "mpirun not found");
+/* The launcher of each MPI a peer may be built against: what it needs in
+ * the environment, and the command that starts n ranks. */
+static const char *const launcher_env[] = {
+    [MGPU_CMD_OPEN_MPI] = "OMPI_ALLOW_RUN_AS_ROOT=1 "
+                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+    [MGPU_CMD_MPICH] = "",
+};
+static const char *const launchers[] = {
+    [MGPU_CMD_OPEN_MPI] = "mpirun --oversubscribe --bind-to none -np",
+    [MGPU_CMD_MPICH] = "mpiexec.mpich -n",
+};
+static const char *const launcher_names[] = {
+    [MGPU_CMD_OPEN_MPI] = "mpirun",
+    [MGPU_CMD_MPICH] = "mpiexec.mpich",
+};
+
+int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
+                         char *out, size_t len, char *why, size_t wlen) {
+  char probe[96];
+  snprintf(probe, sizeof probe, "command -v %s >/dev/null 2>&1",
+           launcher_names[mpi]);
+  if (system(probe) != 0) {
+    snprintf(why, wlen, "%s not found", launcher_names[mpi]);
     return 0;
   }
   if (mgpu_cmd_helper_path(name, out, len)) return 1;
   if (built)
     snprintf(why, wlen, "%s is missing (it is built and installed with this "
              "command)", out);
+  else if (mpi == MGPU_CMD_MPICH)
+    snprintf(why, wlen, "%s was not built: CMake found no mpicc.mpich when "
+             "mgpu was configured", name);
   else
     snprintf(why, wlen, "%s was not built: CMake found no MPI C library when "
              "mgpu was configured", name);
   return 0;
 }
 
-FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
-                      const char *args) {
+int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
+                      char *why, size_t wlen) {
+  return mgpu_cmd_mpi_peer_of(MGPU_CMD_OPEN_MPI, name, built, out, len, why,
+                              wlen);
+}
+
+FILE *mgpu_cmd_mpirun_of(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
+                         const char *peer, const char *args) {
   char cmd[PATH_MAX + 1024];
-  int n = snprintf(cmd, sizeof cmd,
-                   "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                   "timeout %d mpirun --oversubscribe --bind-to none -np %d "
-                   "'%s' %s", timeout_s, ranks, peer, args);
+  int n = snprintf(cmd, sizeof cmd, "%s timeout %d %s %d '%s' %s",
+                   launcher_env[mpi], timeout_s, launchers[mpi], ranks, peer,
+                   args);
   if (n < 0 || (size_t)n >= sizeof cmd) return NULL;
   return popen(cmd, "r");
+}
+
+FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
+                      const char *args) {
+  return mgpu_cmd_mpirun_of(MGPU_CMD_OPEN_MPI, ranks, timeout_s, peer, args);
 }
