@@ -2,12 +2,14 @@
  * are open, at most 4), 8 B to 256 MiB per device in powers of 4 (as
  * nccl-tests -b 8 -e 256M -f 4 does, and 256 MiB itself; --quick: 8 B,
  * 4 KiB, 64 KiB, 1 MiB; --sizes 8,128K,...: those; --devices 2: those
- * device counts), next to Open MPI's MPI_Allreduce on as many local ranks
- * over the same sizes in the same run.
+ * device counts), next to MPI_Allreduce on as many local ranks over the
+ * same sizes in the same run: Open MPI's and, where mpicc.mpich was found
+ * at configure time, MPICH's (a row for each).
  *
  * Figures per size, as nccl-tests defines them: algbw = size / time and
- * busbw = algbw * 2 (n - 1) / n. The baseline of busbw is Open MPI's busbw:
- * bench/peers/mpi_allreduce, run under mpirun (and a timeout) by this
+ * busbw = algbw * 2 (n - 1) / n. The baseline of busbw is each MPI's busbw:
+ * bench/peers/mpi_allreduce, run under mpirun (MPICH's build,
+ * mpi_allreduce_mpich, under mpiexec.mpich; each under a timeout) by this
  * command when both are present, right after mgpu's sweep on the same
  * number of ranks; without them the row carries no baseline and a line says
  * why. On host devices memory is the limit, so each size from 64 KiB also
@@ -38,6 +40,12 @@
 #else
 #define PEER_BUILT 0
 #endif
+#ifdef MGPU_PEER_MPI_ALLREDUCE_MPICH
+#define PEER_MPICH_BUILT 1
+#else
+#define PEER_MPICH_BUILT 0
+#endif
+#define NMPI 2 /* Open MPI, MPICH: mgpu_cmd_mpi */
 
 #define MAXDEV 4
 #define MAXSIZES 16
@@ -106,14 +114,18 @@ static void size_name(size_t bytes, char *out, size_t len) {
     snprintf(out, len, "%zuB", bytes);
 }
 
-/* Runs Open MPI's MPI_Allreduce on n local ranks over the sizes; secs[i]
+/* Runs MPI mpi's MPI_Allreduce on n local ranks over the sizes; secs[i]
  * gets the median seconds of size i (0 where none came back). Returns 0, or
  * -1 with why filled in. */
-static int run_mpi(int n, const size_t *sizes, int nsizes, int reps,
-                   int quick, double *secs, char *why, size_t wlen) {
+static int run_mpi(mgpu_cmd_mpi mpi, int n, const size_t *sizes, int nsizes,
+                   int reps, int quick, double *secs, char *why,
+                   size_t wlen) {
   char peer[PATH_MAX];
   for (int i = 0; i < nsizes; i++) secs[i] = 0;
-  if (!mgpu_cmd_mpi_peer("mpi_allreduce", PEER_BUILT, peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer_of(mpi, "mpi_allreduce",
+                            mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT
+                                                  : PEER_BUILT,
+                            peer, sizeof peer, why, wlen))
     return -1;
   char args[512];
   int len = snprintf(args, sizeof args, "--raw --reps %d%s --sizes ", reps,
@@ -121,9 +133,9 @@ static int run_mpi(int n, const size_t *sizes, int nsizes, int reps,
   for (int i = 0; i < nsizes && len < (int)sizeof args - 24; i++)
     len += snprintf(args + len, sizeof args - (size_t)len, "%s%zu",
                     i ? "," : "", sizes[i]);
-  FILE *f = mgpu_cmd_mpirun(n, quick ? 60 : 900, peer, args);
+  FILE *f = mgpu_cmd_mpirun_of(mpi, n, quick ? 60 : 900, peer, args);
   if (f == NULL) {
-    snprintf(why, wlen, "cannot start mpirun");
+    snprintf(why, wlen, "cannot start its launcher");
     return -1;
   }
   size_t b;
@@ -133,10 +145,34 @@ static int run_mpi(int n, const size_t *sizes, int nsizes, int reps,
       if (sizes[i] == b) secs[i] = t;
   int st = pclose(f);
   if (st != 0) {
-    snprintf(why, wlen, "mpirun exited with status %d", st);
+    snprintf(why, wlen, "its launcher exited with status %d", st);
     return -1;
   }
   return 0;
+}
+
+/* The busbw and time rows of one size (t seconds, bytes per device) next
+ * to each MPI that ran it (mpi[m] seconds, 0 where it did not); with no
+ * MPI, rows without a baseline. */
+static void report_size(bench_report *rep, const char *name, size_t bytes,
+                        double t, double factor, const double mpi[NMPI]) {
+  double busbw = (double)bytes / t / 1e9 * factor;
+  int any = 0;
+  for (int m = 0; m < NMPI; m++) {
+    if (mpi[m] <= 0) continue;
+    char base[64];
+    const char *who = mgpu_cmd_mpi_name((mgpu_cmd_mpi)m);
+    snprintf(base, sizeof base, "%s busbw", who);
+    bench_report_add(rep, name, "busbw", busbw, "GB/s", base,
+                     (double)bytes / mpi[m] / 1e9 * factor);
+    snprintf(base, sizeof base, "%s time", who);
+    bench_report_add(rep, name, "time", t * 1e6, "us", base, mpi[m] * 1e6);
+    any = 1;
+  }
+  if (!any) {
+    bench_report_add(rep, name, "busbw", busbw, "GB/s", NULL, 0);
+    bench_report_add(rep, name, "time", t * 1e6, "us", NULL, 0);
+  }
 }
 
 static int sweep(int n, const size_t *sizes, int nsizes, const bench_opts *o,
@@ -179,12 +215,15 @@ static int sweep(int n, const size_t *sizes, int nsizes, const bench_opts *o,
   mgpu_comm_destroy(st.comm);
   if (rc != 0) return fail("allreduce", rc);
 
-  /* Open MPI on as many ranks, the same sizes, now. */
-  double mpi[MAXSIZES];
-  char why[PATH_MAX + 128] = "";
-  if (run_mpi(n, sizes, nsizes, o->reps, o->quick, mpi, why, sizeof why) != 0)
-    fprintf(stderr, "bench allreduce: no Open MPI baseline on %d ranks: %s\n",
-            n, why);
+  /* Each MPI on as many ranks, the same sizes, now. */
+  double mpi[NMPI][MAXSIZES];
+  for (int m = 0; m < NMPI; m++) {
+    char why[PATH_MAX + 128] = "";
+    if (run_mpi((mgpu_cmd_mpi)m, n, sizes, nsizes, o->reps, o->quick, mpi[m],
+                why, sizeof why) != 0)
+      fprintf(stderr, "bench allreduce: no %s baseline on %d ranks: %s\n",
+              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), n, why);
+  }
 
   double dn = n, factor = n > 1 ? 2.0 * (dn - 1) / dn : 1.0;
   for (int i = 0; i < nsizes; i++) {
@@ -193,15 +232,8 @@ static int sweep(int n, const size_t *sizes, int nsizes, const bench_opts *o,
     size_name(bytes, sz, sizeof sz);
     double algbw = (double)bytes / t[i] / 1e9;
     snprintf(name, sizeof name, "allreduce %s, %d dev", sz, n);
-    if (mpi[i] > 0) {
-      bench_report_add(rep, name, "busbw", algbw * factor, "GB/s",
-                       "Open MPI busbw", (double)bytes / mpi[i] / 1e9 * factor);
-      bench_report_add(rep, name, "time", t[i] * 1e6, "us", "Open MPI time",
-                       mpi[i] * 1e6);
-    } else {
-      bench_report_add(rep, name, "busbw", algbw * factor, "GB/s", NULL, 0);
-      bench_report_add(rep, name, "time", t[i] * 1e6, "us", NULL, 0);
-    }
+    report_size(rep, name, bytes, t[i], factor,
+                (const double[NMPI]){mpi[0][i], mpi[1][i]});
     if (bytes >= (64u << 10)) {
       int iters = batch_iters(bytes, o->quick);
       double memcpy_rw =

@@ -3,11 +3,12 @@
  * next to what the same threads or processes would otherwise use, measured
  * in the same run:
  *  - pthread_barrier_wait among as many threads;
- *  - Open MPI's MPI_Barrier among as many local ranks
- *    (bench/peers/mpi_barrier --raw, run by this command under mpirun and a
- *    timeout right after mgpu's figure, as bench allreduce runs its peer;
- *    without them the row has no such baseline and a line on stderr says
- *    why).
+ *  - MPI_Barrier among as many local ranks (bench/peers/mpi_barrier
+ *    --raw, run by this command under a timeout right after mgpu's figure,
+ *    as bench allreduce runs its peer): Open MPI's under mpirun and, where
+ *    mpicc.mpich was found at configure time, MPICH's (mpi_barrier_mpich)
+ *    under mpiexec.mpich; without them the row has no such baseline and a
+ *    line on stderr says why).
  * Each repetition times a batch of back-to-back barriers on every thread;
  * the figure is rank 0's time per barrier, median of --reps repetitions
  * after a warm-up, in microseconds. */
@@ -23,6 +24,11 @@
 #define PEER_BUILT 1
 #else
 #define PEER_BUILT 0
+#endif
+#ifdef MGPU_PEER_MPI_BARRIER_MPICH
+#define PEER_MPICH_BUILT 1
+#else
+#define PEER_MPICH_BUILT 0
 #endif
 
 #define MAXRANKS 4
@@ -95,20 +101,22 @@ static int barrier_us(int n, int mgpu, int iters, int reps, double *out) {
   return v == NULL && rc == 0 ? MGPU_ENOMEM : rc;
 }
 
-/* MPI_Barrier on n local ranks (the peer under mpirun): seconds per
- * barrier in *secs. 0, or -1 with why filled in. */
-static int run_mpi(int n, int iters, int reps, double *secs, char *why,
-                   size_t wlen) {
+/* MPI_Barrier on n local ranks (the peer of MPI mpi under its launcher):
+ * seconds per barrier in *secs. 0, or -1 with why filled in. */
+static int run_mpi(mgpu_cmd_mpi mpi, int n, int iters, int reps,
+                   double *secs, char *why, size_t wlen) {
   char peer[PATH_MAX];
   *secs = 0;
-  if (!mgpu_cmd_mpi_peer("mpi_barrier", PEER_BUILT, peer, sizeof peer, why,
-                         wlen))
+  if (!mgpu_cmd_mpi_peer_of(mpi, "mpi_barrier",
+                            mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT
+                                                  : PEER_BUILT,
+                            peer, sizeof peer, why, wlen))
     return -1;
   char args[128];
   snprintf(args, sizeof args, "--raw --reps %d --iters %d", reps, iters);
-  FILE *f = mgpu_cmd_mpirun(n, 120, peer, args);
+  FILE *f = mgpu_cmd_mpirun_of(mpi, n, 120, peer, args);
   if (f == NULL) {
-    snprintf(why, wlen, "cannot start mpirun");
+    snprintf(why, wlen, "cannot start its launcher");
     return -1;
   }
   int ranks;
@@ -117,10 +125,28 @@ static int run_mpi(int n, int iters, int reps, double *secs, char *why,
     if (ranks == n) *secs = t;
   int st = pclose(f);
   if (st != 0 || *secs <= 0) {
-    snprintf(why, wlen, "mpirun exited with status %d", st);
+    snprintf(why, wlen, "its launcher exited with status %d", st);
     return -1;
   }
   return 0;
+}
+
+/* The rows of each MPI's MPI_Barrier on n ranks next to mgpu's figure
+ * (mine); a line on stderr for an MPI whose peer did not run. */
+static void report_mpi(bench_report *r, const char *name, int n, int iters,
+                       int reps, double mine) {
+  for (int m = MGPU_CMD_OPEN_MPI; m <= MGPU_CMD_MPICH; m++) {
+    char why[PATH_MAX + 128] = "", base[64];
+    double mpi = 0;
+    if (run_mpi((mgpu_cmd_mpi)m, n, iters, reps, &mpi, why, sizeof why) != 0) {
+      fprintf(stderr, "bench barrier: no %s baseline on %d ranks: %s\n",
+              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), n, why);
+      continue;
+    }
+    snprintf(base, sizeof base, "%s MPI_Barrier",
+             mgpu_cmd_mpi_name((mgpu_cmd_mpi)m));
+    bench_report_add(r, name, "latency", mine, "us", base, mpi * 1e6);
+  }
 }
 
 int mgpu_bench_barrier(int argc, char **argv) {
@@ -139,7 +165,7 @@ int mgpu_bench_barrier(int argc, char **argv) {
   int ndev = mgpu_device_count();
   bench_report *r = bench_report_new("barrier");
   for (int n = 2; n <= MAXRANKS && n <= ndev; n *= 2) {
-    double mine = 0, pth = 0, mpi = 0;
+    double mine = 0, pth = 0;
     rc = barrier_us(n, 1, iters, o.reps, &mine);
     if (rc == 0) rc = barrier_us(n, 0, iters, o.reps, &pth);
     if (rc != 0) {
@@ -148,17 +174,11 @@ int mgpu_bench_barrier(int argc, char **argv) {
       bench_report_finish(r, o.json);
       return 1;
     }
-    char why[PATH_MAX + 128] = "";
-    if (run_mpi(n, iters, o.reps, &mpi, why, sizeof why) != 0)
-      fprintf(stderr, "bench barrier: no Open MPI baseline on %d ranks: %s\n",
-              n, why);
     char name[64];
     snprintf(name, sizeof name, "host barrier, %d parties", n);
     bench_report_add(r, name, "latency", mine, "us", "pthread_barrier_wait",
                      pth);
-    if (mpi > 0)
-      bench_report_add(r, name, "latency", mine, "us", "Open MPI MPI_Barrier",
-                       mpi * 1e6);
+    report_mpi(r, name, n, iters, o.reps, mine);
   }
   if (ndev < 2)
     fprintf(stderr, "bench barrier: one device open: a barrier of one party "

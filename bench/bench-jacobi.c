@@ -7,12 +7,14 @@
  * and 4096^2 (64^2 and 256^2 with --quick), per iteration: the step
  * captured once as a graph and replayed, and the same step issued op by op,
  * timed alternately in the same process, half of the batches before and
- * half after bench/peers/mpi_jacobi's run of the same size: the same
- * problem on as many MPI ranks under mpirun (and a timeout), each rank
- * sweeping its slab and trading halo rows with MPI_Sendrecv. The ratio is
- * mgpu / MPI (below 1: mgpu is faster). Both first run 20 iterations from
+ * half after bench/peers/mpi_jacobi's runs of the same size: the same
+ * problem on as many MPI ranks (Open MPI's under mpirun and, where
+ * mpicc.mpich was found at configure time, MPICH's under mpiexec.mpich,
+ * each under a timeout), each rank sweeping its slab and trading halo rows
+ * with MPI_Sendrecv. The ratio is mgpu / MPI (below 1: mgpu is faster),
+ * a row for each MPI. All first run 20 iterations from
  * the initial grid and compare the sums of the squares of the grid's cells,
- * which must agree: the two do the same arithmetic.
+ * which must agree: they do the same arithmetic.
  *
  * Each figure is the median of reps batches after a warm-up; a batch is
  * about 2^26 cell updates (10 to 1000 iterations). */
@@ -32,8 +34,18 @@
 #else
 #define PEER_BUILT 0
 #endif
+#ifdef MGPU_PEER_MPI_JACOBI_MPICH
+#define PEER_MPICH_BUILT 1
+#else
+#define PEER_MPICH_BUILT 0
+#endif
 
-enum { CHECK_ITERS = 20, MAX_SIZES = 3 };
+enum { CHECK_ITERS = 20, MAX_SIZES = 3, NMPI = 2 };
+
+/* Why each MPI's peer (Open MPI's, MPICH's) did not run: empty while it
+ * does. A peer that failed is not run again for the next size: each try
+ * could wait out its timeout. */
+typedef char mpi_why[NMPI][PATH_MAX + 128];
 
 /* The sum of the squares of the interior rows' cells after iters
  * iterations (by graph or op by op) from the initial grid. */
@@ -91,14 +103,18 @@ static int time_both(int ndev, int n, int iters, int reps, double *graph_us,
   return rc;
 }
 
-/* bench/peers/mpi_jacobi on ndev ranks over the sizes: us[k] per sweep
- * and sum[k] after CHECK_ITERS sweeps (us[k] 0 where none came back).
- * Returns 0, or -1 with why filled in. */
-static int run_mpi(int ndev, const int *sizes, int nsizes, int reps,
-                   int quick, double *us, double *sum, char *why, size_t wlen) {
+/* bench/peers/mpi_jacobi of MPI mpi on ndev ranks over the sizes: us[k]
+ * per sweep and sum[k] after CHECK_ITERS sweeps (us[k] 0 where none came
+ * back). Returns 0, or -1 with why filled in. */
+static int run_mpi(mgpu_cmd_mpi mpi, int ndev, const int *sizes, int nsizes,
+                   int reps, int quick, double *us, double *sum, char *why,
+                   size_t wlen) {
   char peer[PATH_MAX];
   for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
-  if (!mgpu_cmd_mpi_peer("mpi_jacobi", PEER_BUILT, peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer_of(mpi, "mpi_jacobi",
+                            mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT
+                                                  : PEER_BUILT,
+                            peer, sizeof peer, why, wlen))
     return -1;
   char args[256];
   int len = snprintf(args, sizeof args, "--raw --reps %d --check %d%s --sizes ",
@@ -106,9 +122,9 @@ static int run_mpi(int ndev, const int *sizes, int nsizes, int reps,
   for (int k = 0; k < nsizes && len < (int)sizeof args - 16; k++)
     len += snprintf(args + len, sizeof args - (size_t)len, "%s%d",
                     k ? "," : "", sizes[k]);
-  FILE *f = mgpu_cmd_mpirun(ndev, quick ? 120 : 1200, peer, args);
+  FILE *f = mgpu_cmd_mpirun_of(mpi, ndev, quick ? 120 : 1200, peer, args);
   if (f == NULL) {
-    snprintf(why, wlen, "cannot start mpirun");
+    snprintf(why, wlen, "cannot start its launcher");
     return -1;
   }
   int n;
@@ -121,8 +137,37 @@ static int run_mpi(int ndev, const int *sizes, int nsizes, int reps,
       }
   int st = pclose(f);
   if (st != 0) {
-    snprintf(why, wlen, "mpirun exited with status %d", st);
+    snprintf(why, wlen, "its launcher exited with status %d", st);
     return -1;
+  }
+  return 0;
+}
+
+/* Each MPI's peer on ndev ranks for size n, where it has not failed
+ * before: mpi_us[m] per sweep (0 where it did not run: why[m] says why),
+ * its grid checked against mgpu's (by_graph). 0, or 1 when a grid
+ * differs. */
+static int run_mpis(int ndev, int n, const bench_opts *o, double by_graph,
+                    double mpi_us[NMPI], mpi_why why) {
+  for (int m = 0; m < NMPI; m++) {
+    double sum = 0;
+    mpi_us[m] = 0;
+    if (why[m][0] != '\0' ||
+        run_mpi((mgpu_cmd_mpi)m, ndev, &n, 1, o->reps, o->quick, &mpi_us[m],
+                &sum, why[m], sizeof why[m]) != 0)
+      continue;
+    if (mpi_us[m] <= 0) {
+      snprintf(why[m], sizeof why[m], "the MPI peer printed no figure for "
+               "%dx%d", n, n);
+      continue;
+    }
+    if (fabs(sum - by_graph) > 1e-9 * fabs(by_graph)) {
+      fprintf(stderr, "mgpu bench jacobi: %dx%d: %s's grid after %d sweeps "
+              "(sum of squares %.17g) differs from mgpu's (%.17g)\n", n, n,
+              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), CHECK_ITERS, sum,
+              by_graph);
+      return 1;
+    }
   }
   return 0;
 }
@@ -143,27 +188,18 @@ static int check_size(int ndev, int n, double *by_graph) {
 }
 
 /* One size on ndev devices: mgpu's batches in two halves with the MPI
- * peer's run of the same size between them (ABA), so that a drift of the
+ * peers' runs of the same size between them (ABA), so that a drift of the
  * machine over the seconds of a run weighs on both sides alike; mine[0]
- * and mine[1] the medians by graph and op by op, *mpi_us the peer's (0
- * when it did not run: why says why). */
+ * and mine[1] the medians by graph and op by op, mpi_us[m] each peer's (0
+ * when it did not run: why[m] says why). */
 static int time_size(int ndev, int n, const bench_opts *o, double *mine,
-                     double *mpi_us, double by_graph, char *why,
-                     size_t wlen) {
+                     double mpi_us[NMPI], double by_graph, mpi_why why) {
   int reps = o->reps, first = (reps + 1) / 2, iters = jacobi_batch(n, o->quick);
-  double *v = malloc(2 * (size_t)reps * sizeof *v), mpi_sum = 0;
+  double *v = malloc(2 * (size_t)reps * sizeof *v);
   if (v == NULL) return mgpu_cmd_fail("bench jacobi", MGPU_ENOMEM);
   int rc = time_both(ndev, n, iters, first, v, v + reps);
-  /* A peer that failed (why is set) is not run again for the next size:
-   * each try could wait out its timeout. */
-  int have_mpi = rc == 0 && why[0] == '\0' &&
-                 run_mpi(ndev, &n, 1, reps, o->quick, mpi_us, &mpi_sum, why,
-                         wlen) == 0;
-  if (have_mpi && *mpi_us <= 0) {
-    snprintf(why, wlen, "the MPI peer printed no figure for %dx%d", n, n);
-    have_mpi = 0;
-  }
-  if (rc == 0 && reps > first)
+  int differs = rc == 0 && run_mpis(ndev, n, o, by_graph, mpi_us, why);
+  if (rc == 0 && !differs && reps > first)
     rc = time_both(ndev, n, iters, reps - first, v + first, v + reps + first);
   if (rc == 0) {
     mine[0] = bench_median(v, reps);
@@ -171,36 +207,39 @@ static int time_size(int ndev, int n, const bench_opts *o, double *mine,
   }
   free(v);
   if (rc != 0) return mgpu_cmd_fail("bench jacobi", rc);
-  if (!have_mpi) *mpi_us = 0;
-  if (have_mpi && fabs(mpi_sum - by_graph) > 1e-9 * fabs(by_graph)) {
-    fprintf(stderr, "mgpu bench jacobi: %dx%d: MPI's grid after %d sweeps "
-            "(sum of squares %.17g) differs from mgpu's (%.17g)\n",
-            n, n, CHECK_ITERS, mpi_sum, by_graph);
-    return 1;
-  }
-  return 0;
+  return differs;
 }
 
-/* One device count: mgpu's figures, the MPI peer's, the checks. */
+/* One device count: mgpu's figures, the MPI peers', the checks. */
 static int one_count(int ndev, const int *sizes, int nsizes,
                      const bench_opts *o, bench_report *r) {
-  char why[PATH_MAX + 128] = ""; /* why the MPI peer did not run */
+  mpi_why why = {"", ""};
   for (int k = 0; k < nsizes; k++) {
-    double by_graph = 0, mine[2] = {0, 0}, mpi_us = 0;
-    char name[96];
+    double by_graph = 0, mine[2] = {0, 0}, mpi_us[NMPI] = {0, 0};
     int rc = check_size(ndev, sizes[k], &by_graph);
     if (rc == 0)
-      rc = time_size(ndev, sizes[k], o, mine, &mpi_us, by_graph, why,
-                     sizeof why);
+      rc = time_size(ndev, sizes[k], o, mine, mpi_us, by_graph, why);
     if (rc != 0) return rc;
-    const char *base = mpi_us > 0 ? "MPI ranks, MPI_Sendrecv halos" : why;
-    snprintf(name, sizeof name, "jacobi %dx%d, %d devices, graph", sizes[k],
-             sizes[k], ndev);
-    bench_report_add(r, name, "per_iter", mine[0], "us", base, mpi_us);
-    snprintf(name, sizeof name, "jacobi %dx%d, %d devices, op by op",
-             sizes[k], sizes[k], ndev);
-    bench_report_add(r, name, "per_iter", mine[1], "us", base, mpi_us);
+    for (int how = 0; how < 2; how++) {
+      char name[96], base[64];
+      snprintf(name, sizeof name, "jacobi %dx%d, %d devices, %s", sizes[k],
+               sizes[k], ndev, how == 0 ? "graph" : "op by op");
+      for (int m = 0; m < NMPI; m++) {
+        if (mpi_us[m] <= 0) continue;
+        snprintf(base, sizeof base, "%s ranks, MPI_Sendrecv halos",
+                 mgpu_cmd_mpi_name((mgpu_cmd_mpi)m));
+        bench_report_add(r, name, "per_iter", mine[how], "us", base,
+                         mpi_us[m]);
+      }
+      /* No MPI ran: the row's baseline says why Open MPI's did not. */
+      if (mpi_us[0] <= 0 && mpi_us[1] <= 0)
+        bench_report_add(r, name, "per_iter", mine[how], "us", why[0], 0);
+    }
   }
+  for (int m = 0; m < NMPI; m++)
+    if (why[m][0] != '\0')
+      fprintf(stderr, "mgpu bench jacobi: no %s baseline on %d ranks: %s\n",
+              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), ndev, why[m]);
   return 0;
 }
 

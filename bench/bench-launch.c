@@ -483,11 +483,10 @@ static int report_launches(bench_report *r, const mgpu_device_props *p,
  * and MPICH's (built with mpicc.mpich where installed beside it). */
 static const struct mpi_peer {
   mgpu_cmd_mpi mpi;
-  const char *helper, *name;
   int built;
 } mpi_peers[] = {
-    {MGPU_CMD_OPEN_MPI, "mpi_pingpong", "Open MPI", PEER_BUILT},
-    {MGPU_CMD_MPICH, "mpi_pingpong_mpich", "MPICH", PEER_MPICH_BUILT},
+    {MGPU_CMD_OPEN_MPI, PEER_BUILT},
+    {MGPU_CMD_MPICH, PEER_MPICH_BUILT},
 };
 
 /* An MPI's ping-pong of 8 B and 4 KiB between two local ranks (the peer
@@ -497,7 +496,7 @@ static int run_mpi_pingpong(const struct mpi_peer *mp, int iters, int reps,
                             double secs[2], char *why, size_t wlen) {
   char peer[PATH_MAX];
   secs[0] = secs[1] = 0;
-  if (!mgpu_cmd_mpi_peer_of(mp->mpi, mp->helper, mp->built, peer,
+  if (!mgpu_cmd_mpi_peer_of(mp->mpi, "mpi_pingpong", mp->built, peer,
                             sizeof peer, why, wlen))
     return -1;
   char args[128];
@@ -544,13 +543,13 @@ static int report_channels(bench_report *r, int iters, int reps) {
     char why[PATH_MAX + 128] = "";
     if (run_mpi_pingpong(mp, iters, reps, mpi, why, sizeof why) != 0) {
       fprintf(stderr, "mgpu bench launch: no %s ping-pong baseline: %s\n",
-              mp->name, why);
+              mgpu_cmd_mpi_name(mp->mpi), why);
       continue;
     }
     for (int k = 0; k < 2; k++) {
       char base[64];
       snprintf(base, sizeof base, "%s ping-pong, same bytes, 2 ranks",
-               mp->name);
+               mgpu_cmd_mpi_name(mp->mpi));
       bench_report_add(r, name[k], "latency", ch[k], "us", base,
                        mpi[k] * 1e6);
     }

@@ -2,7 +2,9 @@
 # mgpu bench allreduce --quick: the one JSON shape, every figure positive,
 # every size on 2 devices, the traffic rows next to their memcpy baseline,
 # the busbw rows next to Open MPI's when the peer was built and mpirun is
-# present; and the Open MPI peer's own output in the same shape. A command
+# present, and next to MPICH's when its build of the peer was made and
+# mpiexec.mpich is present (a row each); and the Open MPI peer's own output
+# in the same shape. A command
 # whose helpers are not beside it says that they are missing, not that MPI
 # was not found.
 set -euo pipefail
@@ -28,17 +30,31 @@ for r in rows:
         assert r["baseline"]["name"].startswith("memcpy"), r
         assert r["baseline"]["value"] > 0 and r["ratio"] > 0, r
     if r["metric"] == "busbw" and sys.argv[1] == "mgpu" and sys.argv[2] == "1":
-        assert r["baseline"]["name"] == "Open MPI busbw", r
+        assert r["baseline"]["name"] in ("Open MPI busbw", "MPICH busbw"), r
         assert r["baseline"]["value"] > 0 and r["ratio"] > 0, r
+if sys.argv[1] == "mgpu":
+    for size in ("8B", "4KiB", "64KiB", "1MiB"):
+        names = {r["baseline"]["name"] for r in rows
+                 if r["case"] == "allreduce " + size + suffix and
+                 r["metric"] == "busbw" and "baseline" in r}
+        want = {"Open MPI busbw"} if sys.argv[2] == "1" else set()
+        if sys.argv[3] == "1":
+            want.add("MPICH busbw")
+        assert want <= names, (size, want - names)
 '
 sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
 have_mpi=0
+have_mpich=0
 if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce" ] &&
    command -v mpirun >/dev/null; then
   have_mpi=1
 fi
+if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce_mpich" ] &&
+   command -v mpiexec.mpich >/dev/null; then
+  have_mpich=1
+fi
 MGPU_DEVICES=host:2 "$mgpu" bench allreduce --quick --json |
-  python3 -c "$check" mgpu "$have_mpi" ||
+  python3 -c "$check" mgpu "$have_mpi" "$have_mpich" ||
   fail "mgpu bench allreduce --quick --json"
 MGPU_DEVICES=host:3 "$mgpu" bench allreduce --quick >/dev/null ||
   fail "mgpu bench allreduce --quick (table)"
@@ -48,7 +64,7 @@ MGPU_DEVICES=host:3 "$mgpu" bench allreduce --quick >/dev/null ||
 if [ "$have_mpi" = 1 ]; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 \
     mpirun --oversubscribe -np 2 "$build/libexec/mgpu/mpi_allreduce" --quick --json |
-    python3 -c "$check" mpi 0 || fail "mpi_allreduce --quick --json"
+    python3 -c "$check" mpi 0 0 || fail "mpi_allreduce --quick --json"
 fi
 
 # The command copied away from its helpers (its RUNPATH still finds libmgpu).
@@ -60,7 +76,7 @@ if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce" ] &&
   cp "$mgpu" "$tmp/bin/mgpu"
   MGPU_DEVICES=host:2 "$tmp/bin/mgpu" bench allreduce --quick --devices 2 --sizes 8 \
     >/dev/null 2>"$tmp/err" || fail "mgpu bench allreduce away from its helpers"
-  grep -q "mpi_allreduce is missing" "$tmp/err" && ! grep -q "no MPI" "$tmp/err" ||
+  grep -q "mpi_allreduce is missing" "$tmp/err" && ! grep -q "found no MPI" "$tmp/err" ||
     fail "away from its helpers, the reason given: $(cat "$tmp/err")"
 fi
 echo "bench-allreduce: ok"

@@ -2,7 +2,8 @@
 # mgpu bench barrier --quick: the one JSON shape, a row for 2 parties (and
 # 4 where four devices are open) next to pthread_barrier_wait, each figure
 # positive, and next to Open MPI's MPI_Barrier when the peer was built and
-# mpirun is present; the peer's own raw line. One device: no row, a line
+# mpirun is present (and MPICH's when its build of the peer was made and
+# mpiexec.mpich is present); the peer's own raw line. One device: no row, a line
 # that says why.
 set -euo pipefail
 mgpu=$1
@@ -16,6 +17,7 @@ assert doc["bench"] == "barrier", doc
 rows = doc["results"]
 want = int(sys.argv[1])
 have_mpi = sys.argv[2] == "1"
+have_mpich = sys.argv[3] == "1"
 for n in (2, 4)[:want]:
     case = "host barrier, %d parties" % n
     mine = [r for r in rows if r["case"] == case]
@@ -23,20 +25,27 @@ for n in (2, 4)[:want]:
     assert "pthread_barrier_wait" in names, (case, rows)
     if have_mpi:
         assert "Open MPI MPI_Barrier" in names, (case, rows)
+    if have_mpich:
+        assert "MPICH MPI_Barrier" in names, (case, rows)
 for r in rows:
     assert r["value"] > 0 and r["unit"] == "us", r
     assert r["baseline"]["value"] > 0 and r["ratio"] > 0, r
 '
 sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
 have_mpi=0
+have_mpich=0
 if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_barrier" ] &&
    command -v mpirun >/dev/null; then
   have_mpi=1
 fi
+if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_barrier_mpich" ] &&
+   command -v mpiexec.mpich >/dev/null; then
+  have_mpich=1
+fi
 MGPU_DEVICES=host:2 timeout 300 "$mgpu" bench barrier --quick --json |
-  python3 -c "$check" 1 "$have_mpi" || fail "bench barrier on 2 devices"
+  python3 -c "$check" 1 "$have_mpi" "$have_mpich" || fail "bench barrier on 2 devices"
 MGPU_DEVICES=host:4 timeout 300 "$mgpu" bench barrier --quick --json |
-  python3 -c "$check" 2 "$have_mpi" || fail "bench barrier on 4 devices"
+  python3 -c "$check" 2 "$have_mpi" "$have_mpich" || fail "bench barrier on 4 devices"
 err=$(MGPU_DEVICES=host:1 timeout 60 "$mgpu" bench barrier --quick 2>&1 >/dev/null)
 grep -q "one device open" <<<"$err" || fail "one device: $err"
 

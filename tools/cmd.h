@@ -51,7 +51,12 @@ FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
  * installed beside it, run with mpiexec.mpich). */
 typedef enum mgpu_cmd_mpi { MGPU_CMD_OPEN_MPI, MGPU_CMD_MPICH } mgpu_cmd_mpi;
 
-/* mgpu_cmd_mpi_peer and mgpu_cmd_mpirun for the peer of a given MPI. */
+/* "Open MPI" or "MPICH", for the rows of a benchmark. */
+const char *mgpu_cmd_mpi_name(mgpu_cmd_mpi mpi);
+
+/* mgpu_cmd_mpi_peer and mgpu_cmd_mpirun for the peer of a given MPI: the
+ * helper name (MPICH's is name_mpich), and its launcher (mpirun or
+ * mpiexec.mpich, under timeout). */
 int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
                          char *out, size_t len, char *why, size_t wlen);
 FILE *mgpu_cmd_mpirun_of(mgpu_cmd_mpi mpi, int ranks, int timeout_s,

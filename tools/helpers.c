@@ -39,6 +39,12 @@ static const char *const launcher_names[] = {
     [MGPU_CMD_OPEN_MPI] = "mpirun",
     [MGPU_CMD_MPICH] = "mpiexec.mpich",
 };
+static const char *const mpi_names[] = {
+    [MGPU_CMD_OPEN_MPI] = "Open MPI",
+    [MGPU_CMD_MPICH] = "MPICH",
+};
+
+const char *mgpu_cmd_mpi_name(mgpu_cmd_mpi mpi) { return mpi_names[mpi]; }
 
 int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
                          char *out, size_t len, char *why, size_t wlen) {
@@ -49,13 +55,16 @@ int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
     snprintf(why, wlen, "%s not found", launcher_names[mpi]);
     return 0;
   }
-  if (mgpu_cmd_helper_path(name, out, len)) return 1;
+  char helper[128];
+  snprintf(helper, sizeof helper, "%s%s", name,
+           mpi == MGPU_CMD_MPICH ? "_mpich" : "");
+  if (mgpu_cmd_helper_path(helper, out, len)) return 1;
   if (built)
     snprintf(why, wlen, "%s is missing (it is built and installed with this "
              "command)", out);
   else if (mpi == MGPU_CMD_MPICH)
-    snprintf(why, wlen, "%s was not built: CMake found no mpicc.mpich when "
-             "mgpu was configured", name);
+    snprintf(why, wlen, "%s was not built: CMake found no mpicc.mpich beside "
+             "another MPI when mgpu was configured", helper);
   else
     snprintf(why, wlen, "%s was not built: CMake found no MPI C library when "
              "mgpu was configured", name);

@@ -9,6 +9,8 @@
 #   mpirun --allow-run-as-root --oversubscribe -np N build/libexec/mgpu/mpi_jacobi
 #   mpirun --allow-run-as-root --oversubscribe -np N build/libexec/mgpu/mpi_barrier
 #   mpirun --allow-run-as-root --oversubscribe -np 2 build/libexec/mgpu/mpi_pingpong
+# and their MPICH builds (below) with
+#   mpiexec.mpich -n N build/libexec/mgpu/mpi_barrier_mpich
 find_package(MPI QUIET COMPONENTS C)
 if(MPI_C_FOUND)
   add_executable(mpi_allreduce ${CMAKE_SOURCE_DIR}/bench/peers/mpi_allreduce.c)
@@ -21,24 +23,31 @@ if(MPI_C_FOUND)
   target_link_libraries(mpi_pingpong PRIVATE MPI::MPI_C)
 endif()
 
-# The ping-pong once more against MPICH where its compiler wrapper is
-# installed beside the MPI found above (Debian's mpicc.mpich), so that the
-# channel rows of `mgpu bench launch` stand next to the faster of the two
-# MPIs: it runs this one with mpiexec.mpich. Built with the wrapper itself
-# (CMake finds one MPI per build); not where the MPI found is MPICH.
+# The same peers once more against MPICH where its compiler wrapper is
+# installed beside the MPI found above (Debian's mpicc.mpich), as
+# <name>_mpich, so that each figure compared with MPI stands next to both
+# MPIs: the command runs these with mpiexec.mpich. Built with the wrapper
+# itself (CMake finds one MPI per build); not where the MPI found is MPICH.
 find_program(MGPU_MPICC_MPICH mpicc.mpich)
 mark_as_advanced(MGPU_MPICC_MPICH)
-if(MGPU_MPICC_MPICH AND NOT MPI_C_COMPILER MATCHES "mpich" AND
-   NOT MPI_C_LIBRARIES MATCHES "mpich")
-  set(_mgpu_pp_mpich ${MGPU_HELPER_OUTPUT_DIRECTORY}/mpi_pingpong_mpich)
-  add_custom_command(OUTPUT ${_mgpu_pp_mpich}
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${MGPU_HELPER_OUTPUT_DIRECTORY}
-    COMMAND ${MGPU_MPICC_MPICH} -O2 -o ${_mgpu_pp_mpich}
-            ${CMAKE_SOURCE_DIR}/bench/peers/mpi_pingpong.c
-    DEPENDS ${CMAKE_SOURCE_DIR}/bench/peers/mpi_pingpong.c
-            ${CMAKE_SOURCE_DIR}/bench/peers/median.h
-    VERBATIM)
-  add_custom_target(mpi_pingpong_mpich ALL DEPENDS ${_mgpu_pp_mpich})
-  install(PROGRAMS ${_mgpu_pp_mpich} DESTINATION ${MGPU_INSTALL_HELPERDIR})
-  target_compile_definitions(mgpu_tool PRIVATE MGPU_PEER_MPI_PINGPONG_MPICH=1)
+if(NOT MGPU_MPICC_MPICH)
+  set(MGPU_MPICH_NOTE "OFF (no mpicc.mpich: the benchmarks compare with one MPI)")
+elseif(MPI_C_COMPILER MATCHES "mpich" OR MPI_C_LIBRARIES MATCHES "mpich")
+  set(MGPU_MPICH_NOTE "OFF (the MPI found is MPICH: its peers are the ones above)")
+else()
+  set(MGPU_MPICH_NOTE "ON (${MGPU_MPICC_MPICH}: MPICH baselines of bench allreduce, barrier, jacobi and launch)")
+  foreach(_peer mpi_allreduce mpi_barrier mpi_jacobi mpi_pingpong)
+    set(_out ${MGPU_HELPER_OUTPUT_DIRECTORY}/${_peer}_mpich)
+    file(GLOB _deps ${CMAKE_SOURCE_DIR}/bench/peers/*.h)
+    add_custom_command(OUTPUT ${_out}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${MGPU_HELPER_OUTPUT_DIRECTORY}
+      COMMAND ${MGPU_MPICC_MPICH} -O2 -o ${_out}
+              ${CMAKE_SOURCE_DIR}/bench/peers/${_peer}.c -lm
+      DEPENDS ${CMAKE_SOURCE_DIR}/bench/peers/${_peer}.c ${_deps}
+      VERBATIM)
+    add_custom_target(${_peer}_mpich ALL DEPENDS ${_out})
+    install(PROGRAMS ${_out} DESTINATION ${MGPU_INSTALL_HELPERDIR})
+    string(TOUPPER ${_peer} _up)
+    target_compile_definitions(mgpu_tool PRIVATE MGPU_PEER_${_up}_MPICH=1)
+  endforeach()
 endif()
