@@ -122,10 +122,9 @@ static int run_mpi(mgpu_cmd_mpi mpi, int n, const size_t *sizes, int nsizes,
                    size_t wlen) {
   char peer[PATH_MAX];
   for (int i = 0; i < nsizes; i++) secs[i] = 0;
-  if (!mgpu_cmd_mpi_peer_of(mpi, "mpi_allreduce",
-                            mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT
-                                                  : PEER_BUILT,
-                            peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mpi, "mpi_allreduce",
+                         mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT : PEER_BUILT,
+                         n, peer, sizeof peer, why, wlen))
     return -1;
   char args[512];
   int len = snprintf(args, sizeof args, "--raw --reps %d%s --sizes ", reps,
@@ -133,7 +132,7 @@ static int run_mpi(mgpu_cmd_mpi mpi, int n, const size_t *sizes, int nsizes,
   for (int i = 0; i < nsizes && len < (int)sizeof args - 24; i++)
     len += snprintf(args + len, sizeof args - (size_t)len, "%s%zu",
                     i ? "," : "", sizes[i]);
-  FILE *f = mgpu_cmd_mpirun_of(mpi, n, quick ? 60 : 900, peer, args);
+  FILE *f = mgpu_cmd_mpirun(mpi, n, quick ? 60 : 900, peer, args);
   if (f == NULL) {
     snprintf(why, wlen, "cannot start its launcher");
     return -1;

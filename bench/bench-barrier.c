@@ -107,14 +107,13 @@ static int run_mpi(mgpu_cmd_mpi mpi, int n, int iters, int reps,
                    double *secs, char *why, size_t wlen) {
   char peer[PATH_MAX];
   *secs = 0;
-  if (!mgpu_cmd_mpi_peer_of(mpi, "mpi_barrier",
-                            mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT
-                                                  : PEER_BUILT,
-                            peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mpi, "mpi_barrier",
+                         mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT : PEER_BUILT,
+                         n, peer, sizeof peer, why, wlen))
     return -1;
   char args[128];
   snprintf(args, sizeof args, "--raw --reps %d --iters %d", reps, iters);
-  FILE *f = mgpu_cmd_mpirun_of(mpi, n, 120, peer, args);
+  FILE *f = mgpu_cmd_mpirun(mpi, n, 120, peer, args);
   if (f == NULL) {
     snprintf(why, wlen, "cannot start its launcher");
     return -1;

@@ -111,10 +111,9 @@ static int run_mpi(mgpu_cmd_mpi mpi, int ndev, const int *sizes, int nsizes,
                    size_t wlen) {
   char peer[PATH_MAX];
   for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
-  if (!mgpu_cmd_mpi_peer_of(mpi, "mpi_jacobi",
-                            mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT
-                                                  : PEER_BUILT,
-                            peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mpi, "mpi_jacobi",
+                         mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT : PEER_BUILT,
+                         ndev, peer, sizeof peer, why, wlen))
     return -1;
   char args[256];
   int len = snprintf(args, sizeof args, "--raw --reps %d --check %d%s --sizes ",
@@ -122,7 +121,7 @@ static int run_mpi(mgpu_cmd_mpi mpi, int ndev, const int *sizes, int nsizes,
   for (int k = 0; k < nsizes && len < (int)sizeof args - 16; k++)
     len += snprintf(args + len, sizeof args - (size_t)len, "%s%d",
                     k ? "," : "", sizes[k]);
-  FILE *f = mgpu_cmd_mpirun_of(mpi, ndev, quick ? 120 : 1200, peer, args);
+  FILE *f = mgpu_cmd_mpirun(mpi, ndev, quick ? 120 : 1200, peer, args);
   if (f == NULL) {
     snprintf(why, wlen, "cannot start its launcher");
     return -1;

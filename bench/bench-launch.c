@@ -496,13 +496,13 @@ static int run_mpi_pingpong(const struct mpi_peer *mp, int iters, int reps,
                             double secs[2], char *why, size_t wlen) {
   char peer[PATH_MAX];
   secs[0] = secs[1] = 0;
-  if (!mgpu_cmd_mpi_peer_of(mp->mpi, "mpi_pingpong", mp->built, peer,
-                            sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mp->mpi, "mpi_pingpong", mp->built, 2, peer,
+                         sizeof peer, why, wlen))
     return -1;
   char args[128];
   snprintf(args, sizeof args, "--raw --reps %d --iters %d --bytes 8 "
            "--bytes 4096", reps, iters);
-  FILE *f = mgpu_cmd_mpirun_of(mp->mpi, 2, 120, peer, args);
+  FILE *f = mgpu_cmd_mpirun(mp->mpi, 2, 120, peer, args);
   if (f == NULL) {
     snprintf(why, wlen, "cannot start its launcher");
     return -1;

@@ -34,18 +34,6 @@ int mgpu_cmd_init(void);
  * that was looked at, for the message). */
 int mgpu_cmd_helper_path(const char *name, char *out, size_t len);
 
-/* An MPI peer program (a helper named name) and mpirun to run it: 1 with
- * its path in out when both are there, else 0 with why filled in (built:
- * whether the build made the peer, so that why says missing or not built). */
-int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
-                      char *why, size_t wlen);
-
-/* Starts peer on `ranks` local MPI ranks (mpirun --oversubscribe, allowed
- * as root, ended after timeout_s seconds) with args, for reading its
- * standard output; the caller pcloses it. NULL when it cannot start. */
-FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
-                      const char *args);
-
 /* The MPIs a peer may be built against: Open MPI (the one CMake found, run
  * with mpirun) and MPICH (a second build of a peer with mpicc.mpich, where
  * installed beside it, run with mpiexec.mpich). */
@@ -54,12 +42,21 @@ typedef enum mgpu_cmd_mpi { MGPU_CMD_OPEN_MPI, MGPU_CMD_MPICH } mgpu_cmd_mpi;
 /* "Open MPI" or "MPICH", for the rows of a benchmark. */
 const char *mgpu_cmd_mpi_name(mgpu_cmd_mpi mpi);
 
-/* mgpu_cmd_mpi_peer and mgpu_cmd_mpirun for the peer of a given MPI: the
- * helper name (MPICH's is name_mpich), and its launcher (mpirun or
- * mpiexec.mpich, under timeout). */
-int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
-                         char *out, size_t len, char *why, size_t wlen);
-FILE *mgpu_cmd_mpirun_of(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
-                         const char *peer, const char *args);
+/* The peer program of MPI mpi (the helper named name, MPICH's name_mpich)
+ * and its launcher, to run it on `ranks` ranks: 1 with its path in out
+ * when both are there, else 0 with why filled in (built: whether the build
+ * made the peer, so that why says missing or not built). MPICH's ranks
+ * poll without yielding: it is not run on more ranks than CPUs, where a
+ * step takes milliseconds. */
+int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
+                      int ranks, char *out, size_t len, char *why,
+                      size_t wlen);
+
+/* Starts peer on `ranks` local ranks of MPI mpi (mpirun --oversubscribe,
+ * allowed as root; mpiexec.mpich), ended after timeout_s seconds, with
+ * args, for reading its standard output; the caller pcloses it. NULL when
+ * it cannot start. */
+FILE *mgpu_cmd_mpirun(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
+                      const char *peer, const char *args);
 
 #endif /* MGPU_TOOLS_CMD_H */

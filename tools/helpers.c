@@ -46,8 +46,15 @@ static const char *const mpi_names[] = {
 
 const char *mgpu_cmd_mpi_name(mgpu_cmd_mpi mpi) { return mpi_names[mpi]; }
 
-int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
-                         char *out, size_t len, char *why, size_t wlen) {
+int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
+                      int ranks, char *out, size_t len, char *why,
+                      size_t wlen) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (mpi == MGPU_CMD_MPICH && cpus > 0 && ranks > cpus) {
+    snprintf(why, wlen, "not run: MPICH's ranks poll without yielding, and "
+             "%d ranks on %ld CPUs take milliseconds a step", ranks, cpus);
+    return 0;
+  }
   char probe[96];
   snprintf(probe, sizeof probe, "command -v %s >/dev/null 2>&1",
            launcher_names[mpi]);
@@ -71,23 +78,12 @@ int mgpu_cmd_mpi_peer_of(mgpu_cmd_mpi mpi, const char *name, int built,
   return 0;
 }
 
-int mgpu_cmd_mpi_peer(const char *name, int built, char *out, size_t len,
-                      char *why, size_t wlen) {
-  return mgpu_cmd_mpi_peer_of(MGPU_CMD_OPEN_MPI, name, built, out, len, why,
-                              wlen);
-}
-
-FILE *mgpu_cmd_mpirun_of(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
-                         const char *peer, const char *args) {
+FILE *mgpu_cmd_mpirun(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
+                      const char *peer, const char *args) {
   char cmd[PATH_MAX + 1024];
   int n = snprintf(cmd, sizeof cmd, "%s timeout %d %s %d '%s' %s",
                    launcher_env[mpi], timeout_s, launchers[mpi], ranks, peer,
                    args);
   if (n < 0 || (size_t)n >= sizeof cmd) return NULL;
   return popen(cmd, "r");
-}
-
-FILE *mgpu_cmd_mpirun(int ranks, int timeout_s, const char *peer,
-                      const char *args) {
-  return mgpu_cmd_mpirun_of(MGPU_CMD_OPEN_MPI, ranks, timeout_s, peer, args);
 }
