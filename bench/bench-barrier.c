@@ -122,12 +122,9 @@ static int run_mpi(mgpu_cmd_mpi mpi, int n, int iters, int reps,
   double t;
   while (fscanf(f, "%d %lf", &ranks, &t) == 2)
     if (ranks == n) *secs = t;
-  int st = pclose(f);
-  if (st != 0 || *secs <= 0) {
-    snprintf(why, wlen, "its launcher exited with status %d", st);
-    return -1;
-  }
-  return 0;
+  if (mgpu_cmd_mpi_close(f, *secs > 0, why, wlen) == 0) return 0;
+  *secs = 0;
+  return -1;
 }
 
 /* The rows of each MPI's MPI_Barrier on n ranks next to mgpu's figure

@@ -511,12 +511,10 @@ static int run_mpi_pingpong(const struct mpi_peer *mp, int iters, int reps,
   double t;
   while (fscanf(f, "%d %lf", &bytes, &t) == 2)
     if (bytes == 8 || bytes == 4096) secs[bytes == 4096] = t;
-  int st = pclose(f);
-  if (st != 0 || secs[0] <= 0 || secs[1] <= 0) {
-    snprintf(why, wlen, "its launcher exited with status %d", st);
-    return -1;
-  }
-  return 0;
+  if (mgpu_cmd_mpi_close(f, secs[0] > 0 && secs[1] > 0, why, wlen) == 0)
+    return 0;
+  secs[0] = secs[1] = 0;
+  return -1;
 }
 
 /* The channel round trips between devices 0 and 1 (or 0 and 0), then each

@@ -2,8 +2,8 @@
 # mgpu bench allreduce --quick: the one JSON shape, every figure positive,
 # every size on 2 devices, the traffic rows next to their memcpy baseline,
 # the busbw rows next to Open MPI's when the peer was built and mpirun is
-# present, and next to MPICH's when its build of the peer was made and
-# mpiexec.mpich is present (a row each); and the Open MPI peer's own output
+# present, and next to MPICH's when its build of the peer was made,
+# mpiexec.mpich is present and the 2 ranks have as many CPUs (a row each); and the Open MPI peer's own output
 # in the same shape. A command
 # whose helpers are not beside it says that they are missing, not that MPI
 # was not found.
@@ -38,21 +38,12 @@ if sys.argv[1] == "mgpu":
                  if r["case"] == "allreduce " + size + suffix and
                  r["metric"] == "busbw" and "baseline" in r}
         want = {"Open MPI busbw"} if sys.argv[2] == "1" else set()
-        if sys.argv[3] == "1" and 2 <= os.cpu_count():
+        if sys.argv[3] == "1" and 2 <= len(os.sched_getaffinity(0)):
             want.add("MPICH busbw")
         assert want <= names, (size, want - names)
 '
-sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
-have_mpi=0
-have_mpich=0
-if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce" ] &&
-   command -v mpirun >/dev/null; then
-  have_mpi=1
-fi
-if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce_mpich" ] &&
-   command -v mpiexec.mpich >/dev/null; then
-  have_mpich=1
-fi
+. "$2/tests/mpi-peers.bash"
+mpi_peers mpi_allreduce
 MGPU_DEVICES=host:2 "$mgpu" bench allreduce --quick --json |
   python3 -c "$check" mgpu "$have_mpi" "$have_mpich" ||
   fail "mgpu bench allreduce --quick --json"
@@ -68,8 +59,7 @@ if [ "$have_mpi" = 1 ]; then
 fi
 
 # The command copied away from its helpers (its RUNPATH still finds libmgpu).
-if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_allreduce" ] &&
-   command -v mpirun >/dev/null; then
+if [ "$have_mpi" = 1 ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   mkdir "$tmp/bin"

@@ -2,8 +2,8 @@
 # mgpu bench barrier --quick: the one JSON shape, a row for 2 parties (and
 # 4 where four devices are open) next to pthread_barrier_wait, each figure
 # positive, and next to Open MPI's MPI_Barrier when the peer was built and
-# mpirun is present (and MPICH's when its build of the peer was made and
-# mpiexec.mpich is present); the peer's own raw line. One device: no row, a line
+# mpirun is present (and MPICH's when its build of the peer was made,
+# mpiexec.mpich is present and there are as many CPUs as ranks); the peer's own raw line. One device: no row, a line
 # that says why.
 set -euo pipefail
 mgpu=$1
@@ -26,23 +26,14 @@ for n in (2, 4)[:want]:
     if have_mpi:
         assert "Open MPI MPI_Barrier" in names, (case, rows)
     # MPICH is not run on more ranks than CPUs (its ranks poll).
-    if have_mpich and n <= os.cpu_count():
+    if have_mpich and n <= len(os.sched_getaffinity(0)):
         assert "MPICH MPI_Barrier" in names, (case, rows)
 for r in rows:
     assert r["value"] > 0 and r["unit"] == "us", r
     assert r["baseline"]["value"] > 0 and r["ratio"] > 0, r
 '
-sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
-have_mpi=0
-have_mpich=0
-if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_barrier" ] &&
-   command -v mpirun >/dev/null; then
-  have_mpi=1
-fi
-if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_barrier_mpich" ] &&
-   command -v mpiexec.mpich >/dev/null; then
-  have_mpich=1
-fi
+. "$2/tests/mpi-peers.bash"
+mpi_peers mpi_barrier
 MGPU_DEVICES=host:2 timeout 300 "$mgpu" bench barrier --quick --json |
   python3 -c "$check" 1 "$have_mpi" "$have_mpich" || fail "bench barrier on 2 devices"
 MGPU_DEVICES=host:4 timeout 300 "$mgpu" bench barrier --quick --json |

@@ -10,17 +10,8 @@ set -euo pipefail
 mgpu=$1
 build=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
-sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
-have_mpi=0
-have_mpich=0
-if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_jacobi" ] &&
-   command -v mpirun >/dev/null; then
-  have_mpi=1
-fi
-if [ -z "$sanitized" ] && [ -x "$build/libexec/mgpu/mpi_jacobi_mpich" ] &&
-   command -v mpiexec.mpich >/dev/null; then
-  have_mpich=1
-fi
+. "$2/tests/mpi-peers.bash"
+mpi_peers mpi_jacobi
 out=$(MGPU_DEVICES=host:4 timeout 600 "$mgpu" bench jacobi --quick --json) ||
   fail "bench jacobi --quick --json exited non-zero"
 echo "$out" | python3 -c '
@@ -35,7 +26,7 @@ for ndev in (2, 4):
     if sys.argv[1] == "1":
         want.add("Open MPI ranks, MPI_Sendrecv halos")
     # MPICH is not run on more ranks than CPUs (its ranks poll).
-    if sys.argv[2] == "1" and ndev <= os.cpu_count():
+    if sys.argv[2] == "1" and ndev <= len(os.sched_getaffinity(0)):
         want.add("MPICH ranks, MPI_Sendrecv halos")
     for n in (64, 256):
         for how in ("graph", "op by op"):

@@ -68,6 +68,9 @@ echo "install: NEEDED entries of $checked files ok"
 # Open MPI is not sanitizer-clean (it leaks at finalize): MPI programs run in
 # plain builds only.
 sanitized=$(grep -E '^MGPU_SANITIZE:STRING=.+' "$build/CMakeCache.txt" || true)
+# A build against MPICH runs its peers as MPICH's, under their plain names:
+# the MPI rows are asserted in builds against Open MPI.
+mpich_main=$(grep -E '^MGPU_MPI_H_IS_MPICH:INTERNAL=1' "$build/CMakeCache.txt" || true)
 
 # The Python package: each extension finds the libmgpu libraries it links
 # beside it through an $ORIGIN RUNPATH, one file each (a wheel holds no
@@ -154,6 +157,11 @@ echo "install: every installed program starts without LD_LIBRARY_PATH"
 if has mpi && [ -z "$sanitized" ]; then
   [ -x "$tmp/prefix/libexec/mgpu/mgpu-bench-mpi" ] || fail "mgpu-bench-mpi not installed"
   [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] || fail "mpi_allreduce not installed"
+  for peer in mpi_allreduce mpi_barrier mpi_jacobi mpi_pingpong; do
+    if [ -x "$build/libexec/mgpu/${peer}_mpich" ]; then
+      [ -x "$tmp/prefix/libexec/mgpu/${peer}_mpich" ] || fail "${peer}_mpich not installed"
+    fi
+  done
   (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
      timeout 240 "$tmp/prefix/bin/mgpu" bench mpi --quick --reps 1 --json) |
     python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["bench"] == "mpi" and r["results"], r' ||
@@ -162,7 +170,7 @@ if has mpi && [ -z "$sanitized" ]; then
 fi
 # The installed command finds its installed baselines: Open MPI's next to
 # `bench allreduce` (where mpirun is there), StarPU's next to `bench sched`.
-if [ -z "$sanitized" ] && [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] &&
+if [ -z "$sanitized$mpich_main" ] && [ -x "$tmp/prefix/libexec/mgpu/mpi_allreduce" ] &&
    command -v mpirun >/dev/null; then
   (unset LD_LIBRARY_PATH; MGPU_DEVICES=host:2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
      "$tmp/prefix/bin/mgpu" bench allreduce --quick --reps 1 --devices 2 --sizes 8 --json) |

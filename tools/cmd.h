@@ -34,9 +34,11 @@ int mgpu_cmd_init(void);
  * that was looked at, for the message). */
 int mgpu_cmd_helper_path(const char *name, char *out, size_t len);
 
-/* The MPIs a peer may be built against: Open MPI (the one CMake found, run
- * with mpirun) and MPICH (a second build of a peer with mpicc.mpich, where
- * installed beside it, run with mpiexec.mpich). */
+/* The MPIs a peer may be built against: Open MPI (run with mpirun) and
+ * MPICH (run with mpiexec.mpich). The MPI CMake found builds the peers
+ * named name; where that is Open MPI and mpicc.mpich is installed beside
+ * it, each is built again against MPICH as name_mpich; where it is MPICH,
+ * its peers are MPICH's and Open MPI has none. */
 typedef enum mgpu_cmd_mpi { MGPU_CMD_OPEN_MPI, MGPU_CMD_MPICH } mgpu_cmd_mpi;
 
 /* "Open MPI" or "MPICH", for the rows of a benchmark. */
@@ -58,5 +60,11 @@ int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
  * it cannot start. */
 FILE *mgpu_cmd_mpirun(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
                       const char *peer, const char *args);
+
+/* Ends a peer started by mgpu_cmd_mpirun (figures: whether the caller read
+ * the figures it wanted): 0 when it exited 0 with them, else -1 with why
+ * filled in (timed out, exited with a status, ended by a signal, printed
+ * no figure). The caller then drops whatever figures it read. */
+int mgpu_cmd_mpi_close(FILE *f, int figures, char *why, size_t wlen);
 
 #endif /* MGPU_TOOLS_CMD_H */

@@ -5,10 +5,20 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cmd.h"
+
+/* Whether the MPI CMake found (the one the peers named name are built
+ * against) is MPICH: then they run under mpiexec.mpich. */
+#ifdef MGPU_MAIN_MPI_IS_MPICH
+#define MAIN_IS_MPICH 1
+#else
+#define MAIN_IS_MPICH 0
+#endif
 
 int mgpu_cmd_helper_path(const char *name, char *out, size_t len) {
   char self[PATH_MAX];
@@ -49,10 +59,14 @@ const char *mgpu_cmd_mpi_name(mgpu_cmd_mpi mpi) { return mpi_names[mpi]; }
 int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
                       int ranks, char *out, size_t len, char *why,
                       size_t wlen) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  /* The CPUs this process may run on (a cpuset or taskset counts), which
+   * the peer's ranks inherit. */
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : 0;
   if (mpi == MGPU_CMD_MPICH && cpus > 0 && ranks > cpus) {
     snprintf(why, wlen, "not run: MPICH's ranks poll without yielding, and "
-             "%d ranks on %ld CPUs take milliseconds a step", ranks, cpus);
+             "%d ranks on %d CPUs take milliseconds a step", ranks, cpus);
     return 0;
   }
   char probe[96];
@@ -64,9 +78,13 @@ int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
   }
   char helper[128];
   snprintf(helper, sizeof helper, "%s%s", name,
-           mpi == MGPU_CMD_MPICH ? "_mpich" : "");
-  if (mgpu_cmd_helper_path(helper, out, len)) return 1;
-  if (built)
+           mpi == MGPU_CMD_MPICH && !MAIN_IS_MPICH ? "_mpich" : "");
+  if (mpi == MGPU_CMD_OPEN_MPI && MAIN_IS_MPICH)
+    snprintf(why, wlen, "%s was not built against it: the MPI CMake found "
+             "when mgpu was configured is MPICH", name);
+  else if (mgpu_cmd_helper_path(helper, out, len))
+    return 1;
+  else if (built)
     snprintf(why, wlen, "%s is missing (it is built and installed with this "
              "command)", out);
   else if (mpi == MGPU_CMD_MPICH)
@@ -81,9 +99,30 @@ int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
 FILE *mgpu_cmd_mpirun(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
                       const char *peer, const char *args) {
   char cmd[PATH_MAX + 1024];
-  int n = snprintf(cmd, sizeof cmd, "%s timeout %d %s %d '%s' %s",
+  /* Standard input from /dev/null: timeout puts the launcher in a process
+   * group of its own, where MPICH's, which forwards its input, would be
+   * stopped reading a terminal. */
+  int n = snprintf(cmd, sizeof cmd, "%s timeout %d %s %d '%s' %s </dev/null",
                    launcher_env[mpi], timeout_s, launchers[mpi], ranks, peer,
                    args);
   if (n < 0 || (size_t)n >= sizeof cmd) return NULL;
   return popen(cmd, "r");
+}
+
+int mgpu_cmd_mpi_close(FILE *f, int figures, char *why, size_t wlen) {
+  int st = pclose(f);
+  if (st == -1)
+    snprintf(why, wlen, "its launcher could not be waited for");
+  else if (WIFEXITED(st) && WEXITSTATUS(st) == 124)
+    snprintf(why, wlen, "its launcher ran out of time");
+  else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
+    snprintf(why, wlen, "its launcher exited with status %d",
+             WEXITSTATUS(st));
+  else if (WIFSIGNALED(st))
+    snprintf(why, wlen, "its launcher was ended by signal %d", WTERMSIG(st));
+  else if (!figures)
+    snprintf(why, wlen, "the peer printed no figure");
+  else
+    return 0;
+  return -1;
 }

@@ -1,4 +1,5 @@
-/* Open MPI's MPI_Allreduce, the peer of `mgpu bench allreduce`: float sums
+/* MPI_Allreduce (Open MPI's, or MPICH's in its _mpich build), the peer of
+ * `mgpu bench allreduce`: float sums
  * across the ranks of one machine, 8 B to 256 MiB per rank in powers of 4
  * (--quick: a few sizes; --sizes B,B,...: those sizes in bytes), printed in
  * the JSON shape of mgpu's benchmarks, or with --raw as one line
@@ -18,6 +19,15 @@
 #include <string.h>
 
 #include "median.h"
+
+#if defined(OPEN_MPI)
+#define PEER_MPI "openmpi", "Open MPI"
+#elif defined(MPICH_VERSION)
+#define PEER_MPI "mpich", "MPICH"
+#else
+#define PEER_MPI "mpi", "MPI"
+#endif
+static const char *const peer_mpi[2] = {PEER_MPI}; /* JSON, text */
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -63,10 +73,10 @@ int main(int argc, char **argv) {
   double factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
   if (rank == 0 && !raw) {
     if (json)
-      printf("{\"bench\": \"allreduce\", \"backend\": \"openmpi\", "
-             "\"devices\": %d,\n \"results\": [", n);
+      printf("{\"bench\": \"allreduce\", \"backend\": \"%s\", "
+             "\"devices\": %d,\n \"results\": [", peer_mpi[0], n);
     else
-      printf("bench allreduce: Open MPI MPI_Allreduce, %d ranks\n", n);
+      printf("bench allreduce: %s MPI_Allreduce, %d ranks\n", peer_mpi[1], n);
   }
   int first = 1;
   for (int s = 0; s < nsizes; s++) {

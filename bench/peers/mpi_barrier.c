@@ -1,4 +1,5 @@
-/* Open MPI's MPI_Barrier, the peer of `mgpu bench barrier`: the time per
+/* MPI_Barrier (Open MPI's, or MPICH's in its _mpich build), the peer of
+ * `mgpu bench barrier`: the time per
  * barrier across the ranks of one machine, printed as one line, or with
  * --raw as "ranks seconds" (what `mgpu bench barrier` reads when it runs
  * this program beside itself).

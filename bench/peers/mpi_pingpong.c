@@ -1,5 +1,5 @@
-/* Open MPI's ping-pong, the MPI peer of the channel rows of
- * `mgpu bench launch`: rank 0 sends a message with MPI_Send, rank 1
+/* MPI's ping-pong (Open MPI's, or MPICH's in its _mpich build), the MPI
+ * peer of the channel rows of `mgpu bench launch`: rank 0 sends a message with MPI_Send, rank 1
  * receives it with MPI_Recv and sends it back; the figure is the round
  * trip, printed as one line per size, or with --raw as "bytes seconds"
  * (what `mgpu bench launch` reads when it runs this program beside
