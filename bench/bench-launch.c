@@ -479,8 +479,8 @@ static int report_launches(bench_report *r, const mgpu_device_props *p,
   return 0;
 }
 
-/* The MPI ping-pong peers: Open MPI's (built against the MPI CMake found)
- * and MPICH's (built with mpicc.mpich where installed beside it). */
+/* The MPI ping-pong peers, Open MPI's and MPICH's, and whether the build
+ * made each (tools/cmd.h, mgpu_cmd_mpi). */
 static const struct mpi_peer {
   mgpu_cmd_mpi mpi;
   int built;
