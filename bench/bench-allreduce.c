@@ -35,16 +35,6 @@
 #include "bench.h"
 #include "cmd.h"
 
-#ifdef MGPU_PEER_MPI_ALLREDUCE
-#define PEER_BUILT 1
-#else
-#define PEER_BUILT 0
-#endif
-#ifdef MGPU_PEER_MPI_ALLREDUCE_MPICH
-#define PEER_MPICH_BUILT 1
-#else
-#define PEER_MPICH_BUILT 0
-#endif
 #define NMPI 2 /* Open MPI, MPICH: mgpu_cmd_mpi */
 
 #define MAXDEV 4
@@ -122,9 +112,7 @@ static int run_mpi(mgpu_cmd_mpi mpi, int n, const size_t *sizes, int nsizes,
                    size_t wlen) {
   char peer[PATH_MAX];
   for (int i = 0; i < nsizes; i++) secs[i] = 0;
-  if (!mgpu_cmd_mpi_peer(mpi, "mpi_allreduce",
-                         mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT : PEER_BUILT,
-                         n, peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mpi, "mpi_allreduce", n, peer, sizeof peer, why, wlen))
     return -1;
   char args[512];
   int len = snprintf(args, sizeof args, "--raw --reps %d%s --sizes ", reps,

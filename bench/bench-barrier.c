@@ -20,16 +20,6 @@
 #include "bench.h"
 #include "cmd.h"
 
-#ifdef MGPU_PEER_MPI_BARRIER
-#define PEER_BUILT 1
-#else
-#define PEER_BUILT 0
-#endif
-#ifdef MGPU_PEER_MPI_BARRIER_MPICH
-#define PEER_MPICH_BUILT 1
-#else
-#define PEER_MPICH_BUILT 0
-#endif
 
 #define MAXRANKS 4
 
@@ -107,9 +97,7 @@ static int run_mpi(mgpu_cmd_mpi mpi, int n, int iters, int reps,
                    double *secs, char *why, size_t wlen) {
   char peer[PATH_MAX];
   *secs = 0;
-  if (!mgpu_cmd_mpi_peer(mpi, "mpi_barrier",
-                         mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT : PEER_BUILT,
-                         n, peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mpi, "mpi_barrier", n, peer, sizeof peer, why, wlen))
     return -1;
   char args[128];
   snprintf(args, sizeof args, "--raw --reps %d --iters %d", reps, iters);

@@ -29,16 +29,6 @@
 #include "peers/jacobi-batch.h"
 #include "cmd.h"
 
-#ifdef MGPU_PEER_MPI_JACOBI
-#define PEER_BUILT 1
-#else
-#define PEER_BUILT 0
-#endif
-#ifdef MGPU_PEER_MPI_JACOBI_MPICH
-#define PEER_MPICH_BUILT 1
-#else
-#define PEER_MPICH_BUILT 0
-#endif
 
 enum { CHECK_ITERS = 20, MAX_SIZES = 3, NMPI = 2 };
 
@@ -111,9 +101,7 @@ static int run_mpi(mgpu_cmd_mpi mpi, int ndev, const int *sizes, int nsizes,
                    size_t wlen) {
   char peer[PATH_MAX];
   for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
-  if (!mgpu_cmd_mpi_peer(mpi, "mpi_jacobi",
-                         mpi == MGPU_CMD_MPICH ? PEER_MPICH_BUILT : PEER_BUILT,
-                         ndev, peer, sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mpi, "mpi_jacobi", ndev, peer, sizeof peer, why, wlen))
     return -1;
   char args[256];
   int len = snprintf(args, sizeof args, "--raw --reps %d --check %d%s --sizes ",

@@ -59,16 +59,6 @@
 #include "bench.h"
 #include "cmd.h"
 
-#ifdef MGPU_PEER_MPI_PINGPONG
-#define PEER_BUILT 1
-#else
-#define PEER_BUILT 0
-#endif
-#ifdef MGPU_PEER_MPI_PINGPONG_MPICH
-#define PEER_MPICH_BUILT 1
-#else
-#define PEER_MPICH_BUILT 0
-#endif
 
 /* ---- the baseline: a bare pthread hand-off ---- */
 
@@ -479,30 +469,20 @@ static int report_launches(bench_report *r, const mgpu_device_props *p,
   return 0;
 }
 
-/* The MPI ping-pong peers, Open MPI's and MPICH's, and whether the build
- * made each (tools/cmd.h, mgpu_cmd_mpi). */
-static const struct mpi_peer {
-  mgpu_cmd_mpi mpi;
-  int built;
-} mpi_peers[] = {
-    {MGPU_CMD_OPEN_MPI, PEER_BUILT},
-    {MGPU_CMD_MPICH, PEER_MPICH_BUILT},
-};
-
 /* An MPI's ping-pong of 8 B and 4 KiB between two local ranks (the peer
  * under its launcher): seconds per round trip in secs[0..2). 0, or -1 with
  * why filled in. */
-static int run_mpi_pingpong(const struct mpi_peer *mp, int iters, int reps,
+static int run_mpi_pingpong(mgpu_cmd_mpi mpi, int iters, int reps,
                             double secs[2], char *why, size_t wlen) {
   char peer[PATH_MAX];
   secs[0] = secs[1] = 0;
-  if (!mgpu_cmd_mpi_peer(mp->mpi, "mpi_pingpong", mp->built, 2, peer,
-                         sizeof peer, why, wlen))
+  if (!mgpu_cmd_mpi_peer(mpi, "mpi_pingpong", 2, peer, sizeof peer, why,
+                         wlen))
     return -1;
   char args[128];
   snprintf(args, sizeof args, "--raw --reps %d --iters %d --bytes 8 "
            "--bytes 4096", reps, iters);
-  FILE *f = mgpu_cmd_mpirun(mp->mpi, 2, 120, peer, args);
+  FILE *f = mgpu_cmd_mpirun(mpi, 2, 120, peer, args);
   if (f == NULL) {
     snprintf(why, wlen, "cannot start its launcher");
     return -1;
@@ -536,18 +516,18 @@ static int report_channels(bench_report *r, int iters, int reps) {
     bench_report_add(r, name[k], "latency", ch[k], "us",
                      "mutex+cond ping-pong, same bytes", cv);
   }
-  for (size_t m = 0; m < sizeof mpi_peers / sizeof mpi_peers[0]; m++) {
-    const struct mpi_peer *mp = &mpi_peers[m];
+  for (int m = MGPU_CMD_OPEN_MPI; m <= MGPU_CMD_MPICH; m++) {
     char why[PATH_MAX + 128] = "";
-    if (run_mpi_pingpong(mp, iters, reps, mpi, why, sizeof why) != 0) {
+    if (run_mpi_pingpong((mgpu_cmd_mpi)m, iters, reps, mpi, why,
+                         sizeof why) != 0) {
       fprintf(stderr, "mgpu bench launch: no %s ping-pong baseline: %s\n",
-              mgpu_cmd_mpi_name(mp->mpi), why);
+              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), why);
       continue;
     }
     for (int k = 0; k < 2; k++) {
       char base[64];
       snprintf(base, sizeof base, "%s ping-pong, same bytes, 2 ranks",
-               mgpu_cmd_mpi_name(mp->mpi));
+               mgpu_cmd_mpi_name((mgpu_cmd_mpi)m));
       bench_report_add(r, name[k], "latency", ch[k], "us", base,
                        mpi[k] * 1e6);
     }

@@ -91,14 +91,13 @@ static void starpu_eager(int quick, int reps, double out[3]) {
   out[0] = out[1] = out[2] = 0;
   char peer[PATH_MAX];
   if (!mgpu_cmd_helper_path("starpu_sched", peer, sizeof peer)) {
-#ifdef MGPU_PEER_STARPU_SCHED
-    fprintf(stderr, "mgpu bench sched: no StarPU baseline: %s is missing (it "
-            "is built and installed with this command)\n", peer);
-#else
-    fprintf(stderr, "mgpu bench sched: no StarPU baseline: starpu_sched was "
-            "not built (pkg-config found no starpu-1.3 when mgpu was "
-            "configured)\n");
-#endif
+    if (mgpu_cmd_helper_built("starpu_sched"))
+      fprintf(stderr, "mgpu bench sched: no StarPU baseline: %s is missing "
+              "(it is built and installed with this command)\n", peer);
+    else
+      fprintf(stderr, "mgpu bench sched: no StarPU baseline: starpu_sched "
+              "was not built (pkg-config found no starpu-1.3 when mgpu was "
+              "configured)\n");
     return;
   }
   char cmd[PATH_MAX + 128];

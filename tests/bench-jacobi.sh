@@ -3,9 +3,10 @@
 # Jacobi step on 2 and 4 devices for each size, every figure positive, next
 # to the MPI peer's figure when the peer was built and mpirun is present,
 # and to MPICH's build of it when that was made and mpiexec.mpich is
-# present, on no more ranks than CPUs (a row each; the command has checked that each MPI grid and
-# mgpu's agree after 20 iterations, else it fails); without any, a
-# baseline that says why.
+# present, on no more ranks than CPUs (a row each; the command has checked
+# that each MPI grid and mgpu's agree after 20 iterations, else it fails);
+# without any, a baseline that says why; no figure from a peer that failed
+# after printing its figures.
 set -euo pipefail
 mgpu=$1
 build=$3
@@ -41,4 +42,15 @@ for ndev in (2, 4):
             assert want <= names, (want - names, mine)
 assert len(rows) == 8, sorted(rows)
 ' "$have_mpi" "$have_mpich" || { echo "$out"; fail "bench jacobi --quick --json"; }
+# A peer that prints its figures and then fails gives no baseline.
+if [ "$have_mpi" = 1 ]; then
+  failing_peer mpi_jacobi '64 1e-06 0\n256 1e-06 0' \
+    "no Open MPI baseline on 2 ranks: its launcher exited with status" \
+    bench jacobi --quick --reps 1
+  python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+assert rows and not [r for r in rows if r["baseline"]["value"]], rows
+' "$stand_in/out" || fail "a failing peer still gave a baseline"
+fi
 echo "ok bench jacobi (Open MPI peer: $have_mpi, MPICH peer: $have_mpich)"

@@ -4,8 +4,9 @@
 # bytes, and next to each MPI's ping-pong whose peer was built and whose
 # launcher is present (Open MPI under mpirun, MPICH under mpiexec.mpich on
 # at least 2 CPUs);
-# every figure positive; the peers' own raw lines. One device: the channel
-# rows are between device 0 and itself.
+# every figure positive; the peers' own raw lines; no row from a peer that
+# failed after printing figures. One device: the channel rows are between
+# device 0 and itself.
 set -euo pipefail
 mgpu=$1
 build=$3
@@ -55,5 +56,16 @@ if [ "$have_mpich" = 1 ]; then
   out=$(timeout 120 mpiexec.mpich -n 2 "$build/libexec/mgpu/mpi_pingpong_mpich" \
     --raw --reps 3 --iters 200)
   raw_ok "$out" || fail "mpi_pingpong_mpich --raw: '$out'"
+fi
+# A peer that prints its figures and then fails gives no baseline.
+if [ "$have_mpi" = 1 ]; then
+  failing_peer mpi_pingpong '8 1e-06\n4096 2e-06' \
+    "no Open MPI ping-pong baseline: its launcher exited with status" \
+    bench launch --quick --reps 1
+  python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+assert not [r for r in rows if r["baseline"]["name"].startswith("Open MPI")], rows
+' "$stand_in/out" || fail "a failing peer still gave a baseline"
 fi
 echo "bench-launch: ok"

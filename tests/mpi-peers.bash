@@ -1,4 +1,4 @@
-# Sourced by the bench-*.sh tests (not a test itself): which MPI peers of
+# Sourced by the bench-*.sh tests (not a test itself). Which MPI peers of
 # the mgpu command a test may expect rows of. `mpi_peers NAME` sets
 #  - have_mpi: 1 when Open MPI's peer NAME was built and mpirun is there;
 #  - have_mpich: 1 when MPICH's build of it (NAME_mpich) was made and
@@ -22,4 +22,26 @@ mpi_peers() {
     have_mpich=1
   fi
   return 0
+}
+
+# `failing_peer NAME LINES MESSAGE ARG...`: runs `mgpu ARG... --json` on
+# host:2 from a copy of the command ($mgpu) in a folder of its own (its
+# RUNPATH still finds libmgpu, at $stand_in/bin/mgpu), beside a stand-in
+# helper NAME that prints LINES and exits 3: a peer that fails after
+# printing its figures. The command must succeed and say MESSAGE on
+# stderr; its JSON is left in $stand_in/out for the caller's checks. The
+# folder goes at the script's exit.
+failing_peer() {
+  stand_in=$(mktemp -d)
+  trap 'rm -rf "$stand_in"' EXIT
+  mkdir -p "$stand_in/bin" "$stand_in/libexec/mgpu"
+  cp "$mgpu" "$stand_in/bin/mgpu"
+  local peer="$stand_in/libexec/mgpu/$1" message=$3
+  printf '#!/bin/sh\nprintf "%s\\n"\nexit 3\n' "$2" >"$peer"
+  chmod +x "$peer"
+  shift 3
+  MGPU_DEVICES=host:2 timeout 300 "$stand_in/bin/mgpu" "$@" --json \
+    >"$stand_in/out" 2>"$stand_in/err" || fail "mgpu $* with a failing peer"
+  grep -q "$message" "$stand_in/err" ||
+    fail "mgpu $* with a failing peer, the reason given: $(cat "$stand_in/err")"
 }

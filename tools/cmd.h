@@ -34,6 +34,10 @@ int mgpu_cmd_init(void);
  * that was looked at, for the message). */
 int mgpu_cmd_helper_path(const char *name, char *out, size_t len);
 
+/* Whether this build made helper name (CMake's list MGPU_BUILT_HELPERS):
+ * a missing one is then said to be missing, not "not built". */
+int mgpu_cmd_helper_built(const char *name);
+
 /* The MPIs a peer may be built against: Open MPI (run with mpirun) and
  * MPICH (run with mpiexec.mpich). The MPI CMake found builds the peers
  * named name; where that is Open MPI and mpicc.mpich is installed beside
@@ -46,17 +50,15 @@ const char *mgpu_cmd_mpi_name(mgpu_cmd_mpi mpi);
 
 /* The peer program of MPI mpi (the helper named name, MPICH's name_mpich)
  * and its launcher, to run it on `ranks` ranks: 1 with its path in out
- * when both are there, else 0 with why filled in (built: whether the build
- * made the peer, so that why says missing or not built). MPICH's ranks
- * poll without yielding: it is not run on more ranks than CPUs, where a
- * step takes milliseconds. */
-int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
-                      int ranks, char *out, size_t len, char *why,
-                      size_t wlen);
+ * when both are there, else 0 with why filled in (missing, not built, no
+ * launcher). MPICH's ranks poll without yielding: it is not run on more
+ * ranks than CPUs, where a step takes milliseconds. */
+int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int ranks,
+                      char *out, size_t len, char *why, size_t wlen);
 
 /* Starts peer on `ranks` local ranks of MPI mpi (mpirun --oversubscribe,
- * allowed as root; mpiexec.mpich), ended after timeout_s seconds, with
- * args, for reading its standard output; the caller pcloses it. NULL when
+ * allowed as root; mpiexec.mpich), ended after timeout_s seconds (killed
+ * 10 s later if it is still there), with args, for reading its standard output; the caller pcloses it. NULL when
  * it cannot start. */
 FILE *mgpu_cmd_mpirun(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
                       const char *peer, const char *args);

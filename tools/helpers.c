@@ -20,6 +20,17 @@
 #define MAIN_IS_MPICH 0
 #endif
 
+#ifndef MGPU_BUILT_HELPERS
+#define MGPU_BUILT_HELPERS ","
+#endif
+
+int mgpu_cmd_helper_built(const char *name) {
+  char item[160];
+  int n = snprintf(item, sizeof item, ",%s,", name);
+  return n > 0 && (size_t)n < sizeof item &&
+         strstr(MGPU_BUILT_HELPERS, item) != NULL;
+}
+
 int mgpu_cmd_helper_path(const char *name, char *out, size_t len) {
   char self[PATH_MAX];
   ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -56,9 +67,8 @@ static const char *const mpi_names[] = {
 
 const char *mgpu_cmd_mpi_name(mgpu_cmd_mpi mpi) { return mpi_names[mpi]; }
 
-int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
-                      int ranks, char *out, size_t len, char *why,
-                      size_t wlen) {
+int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int ranks,
+                      char *out, size_t len, char *why, size_t wlen) {
   /* The CPUs this process may run on (a cpuset or taskset counts), which
    * the peer's ranks inherit. */
   cpu_set_t set;
@@ -84,7 +94,7 @@ int mgpu_cmd_mpi_peer(mgpu_cmd_mpi mpi, const char *name, int built,
              "when mgpu was configured is MPICH", name);
   else if (mgpu_cmd_helper_path(helper, out, len))
     return 1;
-  else if (built)
+  else if (mgpu_cmd_helper_built(helper))
     snprintf(why, wlen, "%s is missing (it is built and installed with this "
              "command)", out);
   else if (mpi == MGPU_CMD_MPICH)
@@ -101,8 +111,11 @@ FILE *mgpu_cmd_mpirun(mgpu_cmd_mpi mpi, int ranks, int timeout_s,
   char cmd[PATH_MAX + 1024];
   /* Standard input from /dev/null: timeout puts the launcher in a process
    * group of its own, where MPICH's, which forwards its input, would be
-   * stopped reading a terminal. */
-  int n = snprintf(cmd, sizeof cmd, "%s timeout %d %s %d '%s' %s </dev/null",
+   * stopped reading a terminal. A launcher that outlives the timeout's
+   * SIGTERM by 10 s is killed, so that the caller's read of its output
+   * ends. */
+  int n = snprintf(cmd, sizeof cmd,
+                   "%s timeout -k 10 %d %s %d '%s' %s </dev/null",
                    launcher_env[mpi], timeout_s, launchers[mpi], ranks, peer,
                    args);
   if (n < 0 || (size_t)n >= sizeof cmd) return NULL;
