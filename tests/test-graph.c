@@ -12,6 +12,7 @@
 #include "backend/graph.h"
 #include "backend/host/host-internal.h"
 #include "core/core-internal.h"
+#include "graph/graph-internal.h"
 #include "json.h"
 #include "task.h"
 #include "util/fault.h"
@@ -274,6 +275,77 @@ TEST_IMPL(exec_update_kernel_and_copy) {
   }
   ASSERT_OK(mgpu_graph_exec_destroy(x));
   ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
+/* A gate the host node of each launch passes once opened reaches its
+ * run's number (at most 10 s), then counts the run done. */
+typedef struct gate {
+  int runs, opened, done;
+} gate;
+
+static void gate_pass(void *arg) {
+  gate *t = arg;
+  int k = __atomic_add_fetch(&t->runs, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < 100000 && __atomic_load_n(&t->opened,
+                                                 __ATOMIC_SEQ_CST) < k; i++)
+    usleep(100);
+}
+
+static void gate_done(void *arg) {
+  __atomic_add_fetch(&((gate *)arg)->done, 1, __ATOMIC_SEQ_CST);
+}
+
+/* An update retires the parts the queued launches still run; each set is
+ * freed once the launches that used it are done, not only once every
+ * launch is: a loop of updates and launches running ahead of its device
+ * keeps only the sets in use. */
+TEST_IMPL(updates_free_parts_of_done_launches) {
+  test_init();
+  SKIP_UNLESS_KERNEL_RUNS(&affine, 0);
+  mgpu_buffer *a;
+  ASSERT_OK(mgpu_malloc(&a, 0, N * sizeof(float)));
+  write_floats(a, 0.0f, N);
+  gate t = {0, 0, 0};
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_graph_create(&g));
+  affine_args args = {mgpu_buffer_ptr(a), N, 1.0f, 1.0f};
+  mgpu_graph_node h, k;
+  ASSERT_OK(mgpu_graph_add_host(g, 0, NULL, 0, gate_pass, &t, &h));
+  ASSERT_OK(mgpu_graph_add_kernel(g, 0, &h, 1, &affine, MGPU_DIM3(1, 1, 1),
+                                  MGPU_DIM3(1, 1, 1), &args, sizeof args, &k));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, &k, 1, gate_done, &t, NULL));
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  mgpu_stream *s;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  for (int i = 0; i < 10; i++) {
+    ASSERT_OK(mgpu_graph_exec_update_kernel(x, k, &args, sizeof args));
+    ASSERT_OK(mgpu_graph_launch(x, s));
+  }
+  ASSERT(mgpu__graph_exec_retired(x) >= 9); /* launches 1 to 9 held */
+  __atomic_store_n(&t.opened, 9, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < 100000 && __atomic_load_n(&t.done, __ATOMIC_SEQ_CST) < 9;
+       i++)
+    usleep(100);
+  ASSERT_EQ(__atomic_load_n(&t.done, __ATOMIC_SEQ_CST), 9);
+  /* Launch 10 still waits at its gate: the next update keeps its set
+   * only. */
+  ASSERT_OK(mgpu_graph_exec_update_kernel(x, k, &args, sizeof args));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_EQ(mgpu__graph_exec_retired(x), 1);
+  __atomic_store_n(&t.opened, 11, __ATOMIC_SEQ_CST);
+  ASSERT_OK(mgpu_graph_exec_synchronize(x));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(t.done, 11);
+  float out[N];
+  read_floats(a, out, N);
+  for (int i = 0; i < N; i++) ASSERT(out[i] == 11.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_free(a));
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
@@ -1689,6 +1761,7 @@ TEST_ENTRY(explicit_graph_across_devices)
 TEST_ENTRY(explicit_graph_node_by_node)
 TEST_ENTRY(launches_from_other_streams_run_in_order)
 TEST_ENTRY(exec_update_kernel_and_copy)
+TEST_ENTRY(updates_free_parts_of_done_launches)
 TEST_ENTRY(graph_errors)
 TEST_ENTRY(fault_inside_replay)
 TEST_ENTRY(destroy_while_launched)

@@ -60,11 +60,16 @@ typedef struct mgpu__exec {
   int replay; /* MGPU_GRAPH_REPLAY at instantiate: enum replay */
   struct retired_parts *retired;
   uint64_t launches; /* launches numbered so far */
+  /* The launch in progress queued something (issue_failed). */
+  int queued;
 } mgpu__exec;
 
 typedef struct retired_parts {
   mgpu__parts *parts;
   mgpu__segs *segs;
+  /* Recorded on the last launch's stream when these were replaced: once
+   * it is done, so are the launches that used them (NULL: none did). */
+  mgpu_event *done;
   struct retired_parts *next;
 } retired_parts;
 
@@ -299,13 +304,25 @@ out:
   return rc;
 }
 
-static void retired_free(mgpu__exec *x) {
-  while (x->retired != NULL) {
-    retired_parts *r = x->retired;
-    x->retired = r->next;
-    mgpu__parts_free(r->parts);
-    mgpu__segs_free(r->segs);
-    mgpu__free(r);
+static void retired_drop(retired_parts *r) {
+  mgpu__parts_free(r->parts);
+  mgpu__segs_free(r->segs);
+  if (r->done != NULL) mgpu_event_destroy(r->done);
+  mgpu__free(r);
+}
+
+/* Frees the retired parts whose launches are done (all: every launch is
+ * done, as in exec_free). An event that fails (its device lost) is done
+ * too: what it waited for will not run. */
+static void retired_free(mgpu__exec *x, int all) {
+  for (retired_parts **at = &x->retired; *at != NULL;) {
+    retired_parts *r = *at;
+    if (!all && r->done != NULL && mgpu_event_query(r->done) == MGPU_EAGAIN) {
+      at = &r->next;
+      continue;
+    }
+    *at = r->next;
+    retired_drop(r);
   }
 }
 
@@ -327,7 +344,7 @@ static int exec_free(mgpu__exec *x) {
     if (x->done[i] != NULL) mgpu_event_destroy(x->done[i]);
   mgpu__parts_free(x->parts);
   mgpu__segs_free(x->segs);
-  retired_free(x);
+  retired_free(x, 1);
   for (int i = 0; x->nodes != NULL && i < x->n; i++)
     mgpu__gnode_clear(&x->nodes[i]);
   mgpu__free(x->nodes);
@@ -437,11 +454,12 @@ static int earlier_failure(mgpu__exec *x) {
 }
 
 /* Makes the parts again after an update; the old ones are freed once the
- * last launch is done (x->lock held). */
+ * launches that used them are done (x->lock held): each set retired has
+ * an event of its own recorded after the last launch, so a loop of
+ * updates and launches that runs ahead of its devices keeps only the sets
+ * still in use. */
 static int parts_refresh(mgpu__exec *x) {
-  if (x->retired != NULL && x->last_stream != NULL &&
-      mgpu_event_query(x->end[x->last_dev]) == 0)
-    retired_free(x);
+  if (x->retired != NULL) retired_free(x, 0);
   if (!x->parts_stale) return 0;
   retired_parts *r = mgpu__calloc(1, sizeof *r);
   mgpu__parts *parts;
@@ -452,6 +470,16 @@ static int parts_refresh(mgpu__exec *x) {
   if (rc != 0) {
     mgpu__free(r);
     return rc;
+  }
+  if (x->last_stream != NULL &&
+      (mgpu_event_create(&r->done, x->last_dev) != 0 ||
+       mgpu_event_record(r->done, x->last_stream) != 0)) {
+    /* No event (the stream of the last launch is gone, or memory is
+     * short): the end of that launch, which follows every earlier one. */
+    mgpu_event_synchronize(x->end[x->last_dev]);
+    retired_free(x, 1);
+    if (r->done != NULL) mgpu_event_destroy(r->done);
+    r->done = NULL;
   }
   r->parts = x->parts;
   r->segs = x->segs;
@@ -474,10 +502,13 @@ static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev) {
     on[dev] = dev == sdev ? stream : x->streams[dev];
     x->used[dev] |= dev != sdev;
   }
-  if (rc == 0 && x->last_stream != NULL && x->last_stream != stream)
-    rc = mgpu_stream_wait_event(stream, x->end[x->last_dev]);
-  if (rc == 0)
+  if (rc == 0 && x->last_stream != NULL && x->last_stream != stream &&
+      (rc = mgpu_stream_wait_event(stream, x->end[x->last_dev])) == 0)
+    x->queued = 1;
+  if (rc == 0) {
     rc = mgpu__parts_run(x->parts, sdev, stream, on, ++x->launches, &tailed);
+    x->queued = 1; /* some parts may be queued when it fails */
+  }
   if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
   if (rc != 0 && tailed) mgpu__parts_drop_tail(x->parts, sdev);
   if (rc == 0) {
@@ -547,9 +578,11 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   }
   /* Launches of one graph run one after another, also from streams of
    * different devices. */
-  if (rc == 0 && x->last_stream != NULL && x->last_stream != stream)
-    rc = mgpu_stream_wait_event(stream, x->end[x->last_dev]);
-  if (rc == 0) rc = mgpu_event_record(x->start[sdev], stream);
+  if (rc == 0 && x->last_stream != NULL && x->last_stream != stream &&
+      (rc = mgpu_stream_wait_event(stream, x->end[x->last_dev])) == 0)
+    x->queued = 1;
+  if (rc == 0 && (rc = mgpu_event_record(x->start[sdev], stream)) == 0)
+    x->queued = 1;
   for (int i = 0; rc == 0 && i < x->ndevs; i++)
     if (x->devs[i] != sdev)
       rc = mgpu_stream_wait_event(on[x->devs[i]], x->start[sdev]);
@@ -571,6 +604,22 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   return rc != 0 ? rc : issue_end(x, stream, sdev, launch);
 }
 
+/* A launch that failed may have queued part of its work: the end event
+ * recorded after it on the caller's stream, so that the next launch, a
+ * synchronize and the destroy wait for that work too, as for a launch
+ * that went through (the failure's detail is kept). */
+static void issue_failed(mgpu__exec *x, mgpu_stream *stream, int sdev,
+                         int rc) {
+  if (!x->queued || x->end[sdev] == NULL) return;
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
+  if (mgpu_event_record(x->end[sdev], stream) == 0) {
+    x->last_stream = stream;
+    x->last_dev = sdev;
+  }
+  mgpu__error(rc, "%s", detail);
+}
+
 int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {
   mgpu__exec *x;
   mgpu__stream *s = NULL;
@@ -590,7 +639,9 @@ int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {
     rc = node_check(&x->nodes[i], i, "mgpu_graph_launch");
   if (rc == 0) rc = earlier_failure(x);
   if (rc == 0) rc = parts_refresh(x);
-  if (rc == 0) rc = issue(x, stream, s->dev);
+  x->queued = 0;
+  if (rc == 0 && (rc = issue(x, stream, s->dev)) != 0)
+    issue_failed(x, stream, s->dev, rc);
   mgpu__mutex_unlock(&x->lock);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_graph_launches, 1);
   if (t0 != 0) {
@@ -664,6 +715,17 @@ int mgpu_graph_exec_update_copy(mgpu_graph_exec *h, mgpu_graph_node node,
   mgpu__mutex_unlock(&x->lock);
   mgpu__handle_put(x->handle);
   return rc;
+}
+
+int mgpu__graph_exec_retired(mgpu_graph_exec *h) {
+  mgpu__exec *x;
+  int rc = exec_get(h, &x), n = 0;
+  if (rc != 0) return rc;
+  mgpu__mutex_lock(&x->lock);
+  for (retired_parts *r = x->retired; r != NULL; r = r->next) n++;
+  mgpu__mutex_unlock(&x->lock);
+  mgpu__handle_put(x->handle);
+  return n;
 }
 
 int mgpu_graph_exec_synchronize(mgpu_graph_exec *h) {

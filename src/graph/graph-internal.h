@@ -155,4 +155,9 @@ void mgpu__segs_free(mgpu__segs *s);
 /* Issues one node's call on stream (the public call it records). */
 int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);
 
+/* For tests: how many sets of parts an update of h retired and its
+ * launches still hold (freed once the launches that used them are done),
+ * or a negative code. */
+int mgpu__graph_exec_retired(mgpu_graph_exec *h);
+
 #endif /* MGPU_GRAPH_INTERNAL_H */

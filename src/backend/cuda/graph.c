@@ -6,8 +6,9 @@
  * kernels, cudaMemcpyAsync and cudaMemsetAsync, cudaLaunchHostFunc), in the
  * part's order, and instantiates what was captured: a linear chain of CUDA
  * graph nodes. A launch is then one cudaGraphLaunch on the launching
- * stream. Captured kernel nodes hold their own copy of the arguments, so
- * nothing of the part is kept but the executable graph.
+ * stream. Captured kernel nodes hold their own copy of the arguments, and
+ * the graph holds its host functions' (a CUDA user object), so nothing of
+ * the part is kept but the executable graph.
  *
  * The plugin has no board (its waits would have to be met by other
  * backends' posts): it refuses with MGPU_ENOTSUP a part whose nodes wait
@@ -26,6 +27,7 @@
  * memory fails.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/graph.h"
@@ -33,10 +35,15 @@
 
 typedef struct cuda_graph {
   cudaGraphExec_t exec;
-  /* The part's host functions, run by every replay through
-   * mgpu__cuda_callback_named (by node; NULL when it has none). */
-  mgpu__cuda_callback *calls;
 } cuda_graph;
+
+/* 1 when part has a host function node. */
+static int has_callback(const mgpu__bgraph_part *part) {
+  for (int i = 0; i < part->n; i++)
+    if (part->nodes[i].node >= 0 && part->nodes[i].kind == MGPU__BG_CALLBACK)
+      return 1;
+  return 0;
+}
 
 /* MGPU_ENOTSUP with why in the detail (and the log): the graph layer
  * issues the part node by node instead. */
@@ -126,8 +133,31 @@ static cudaError_t capture_node(const mgpu__bgraph_node *n, cudaStream_t cs,
   return cudaErrorInvalidValue;
 }
 
+/* Hands calls (a host function node's argument, by node) to graph: a
+ * user object that CUDA frees with libc's free once graph, every
+ * executable made from it and their runs are gone (a run still in flight
+ * when the part is destroyed reads it). On failure calls is freed. */
+static cudaError_t calls_to_graph(cudaGraph_t graph, mgpu__cuda_callback *calls,
+                                  const char **what) {
+  cudaUserObject_t o;
+  *what = "cudaUserObjectCreate";
+  /* free, not a function of this plugin: the destructor may run on a
+   * thread of the driver after the plugin is unloaded. */
+  cudaError_t err = cudaUserObjectCreate(&o, calls, free, 1,
+                                         cudaUserObjectNoDestructorSync);
+  if (err != cudaSuccess) {
+    mgpu__free(calls);
+    return err;
+  }
+  *what = "cudaGraphRetainUserObject";
+  err = cudaGraphRetainUserObject(graph, o, 1, cudaGraphUserObjectMove);
+  if (err != cudaSuccess) cudaUserObjectRelease(o, 1); /* frees calls */
+  return err;
+}
+
 /* Captures part's nodes on a private stream and instantiates them into
- * *exec (d's context current). *node: the node that failed, or -1. */
+ * *exec (d's context current). calls (NULL: part has no host function)
+ * goes to the graph, or is freed. *node: the node that failed, or -1. */
 static cudaError_t capture_part(mgpu__bdevice *d,
                                 const mgpu__bgraph_part *part,
                                 cudaGraphExec_t *exec,
@@ -137,13 +167,17 @@ static cudaError_t capture_part(mgpu__bdevice *d,
   cudaGraph_t graph = NULL;
   *node = -1;
   cudaError_t err = mgpu__cuda_native_stream_create(d, &cs, what);
-  if (err != cudaSuccess) return err;
+  if (err != cudaSuccess) {
+    mgpu__free(calls);
+    return err;
+  }
   *what = "cudaStreamBeginCapture";
   err = cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal);
   if (err == cudaSuccess) {
     for (int i = 0; err == cudaSuccess && i < part->n; i++) {
       if (part->nodes[i].node < 0) continue;
-      err = capture_node(&part->nodes[i], cs, &calls[i], what);
+      err = capture_node(&part->nodes[i], cs,
+                         calls != NULL ? &calls[i] : NULL, what);
       if (err != cudaSuccess) *node = part->nodes[i].node;
     }
     /* The capture ends whatever happened, so that the stream can go. */
@@ -152,6 +186,16 @@ static cudaError_t capture_part(mgpu__bdevice *d,
       err = end;
       *what = "cudaStreamEndCapture";
     }
+  }
+  if (graph != NULL && calls != NULL) {
+    const char *held_what = "";
+    cudaError_t held = calls_to_graph(graph, calls, &held_what);
+    if (err == cudaSuccess && held != cudaSuccess) {
+      err = held;
+      *what = held_what;
+    }
+  } else {
+    mgpu__free(calls); /* no graph was made to run them */
   }
   if (err == cudaSuccess) {
     *what = "cudaGraphInstantiate";
@@ -177,21 +221,24 @@ int mgpu__cuda_graph_create(mgpu__bdevice *d, const mgpu__bgraph_part *part,
   int node = -1;
   cudaError_t err = cudaSuccess;
   int rc = part_check(d, part);
-  if (rc == 0 && part->n > 0 &&
-      (g->calls = mgpu__calloc((size_t)part->n, sizeof *g->calls)) == NULL)
+  mgpu__cuda_callback *calls = NULL;
+  if (rc == 0 && has_callback(part) &&
+      (calls = mgpu__calloc((size_t)part->n, sizeof *calls)) == NULL)
     rc = mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for a "
                      "graph part", d->id);
-  if (rc == 0) err = capture_part(d, part, &g->exec, g->calls, &what, &node);
+  if (rc == 0) err = capture_part(d, part, &g->exec, calls, &what, &node);
   mgpu__cuda_leave(&sc);
   if (rc == 0 && err == cudaSuccess) {
     *out = g;
     return 0;
   }
-  mgpu__free(g->calls);
   mgpu__free(g);
   if (rc != 0) return rc;
   char call[96];
-  snprintf(call, sizeof call, "capturing graph node %d (%s)", node, what);
+  if (node >= 0)
+    snprintf(call, sizeof call, "capturing graph node %d (%s)", node, what);
+  else
+    snprintf(call, sizeof call, "making a graph part (%s)", what);
   rc = mgpu__cuda_fail(d->id, err, call);
   if (rc == MGPU_EDEVLOST || rc == MGPU_ENOMEM) return rc;
   /* CUDA cannot hold this work in a graph: the part runs node by node. */
@@ -214,8 +261,9 @@ void mgpu__cuda_graph_cancel(mgpu__bdevice *d, void *graph, uint64_t launch) {
   (void)launch;
 }
 
-/* CUDA frees an executable graph still running once its runs are done;
- * the graph layer destroys a part only after them anyway. */
+/* CUDA frees an executable graph still running once its runs are done,
+ * and the host functions' arguments with it (calls_to_graph); the graph
+ * layer destroys a part only after them but on its error paths. */
 void mgpu__cuda_graph_destroy(mgpu__bdevice *d, void *graph) {
   cuda_graph *g = graph;
   if (g == NULL) return;
@@ -224,6 +272,5 @@ void mgpu__cuda_graph_destroy(mgpu__bdevice *d, void *graph) {
   cudaGraphExecDestroy(g->exec);
   (void)cudaGetLastError();
   mgpu__cuda_leave(&sc);
-  mgpu__free(g->calls);
   mgpu__free(g);
 }

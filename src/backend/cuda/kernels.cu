@@ -115,6 +115,9 @@ unsigned blocks_for(size_t n) {
 
 template <typename T>
 cudaError_t run(const mgpu__builtin *k, T value, cudaStream_t s) {
+  /* The launch's own error only (read below with cudaGetLastError): not
+   * one an earlier call on this thread left behind. */
+  (void)cudaGetLastError();
   unsigned g = blocks_for(k->count);
   T *dst = (T *)k->dst;
   const T *a = (const T *)k->a, *b = (const T *)k->b;

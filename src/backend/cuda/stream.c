@@ -38,8 +38,13 @@ static void busy_close(mgpu__bstream *s) {
 /* Before an op: closes a finished interval, opens one if none is open. */
 static void busy_before(mgpu__bstream *s) {
   if (!mgpu__cuda_busy_time) return;
-  if (s->busy_open && cudaEventQuery(s->busy_end) == cudaSuccess)
-    busy_close(s);
+  if (s->busy_open) {
+    cudaError_t q = cudaEventQuery(s->busy_end);
+    if (q == cudaSuccess)
+      busy_close(s);
+    else if (q != cudaErrorNotReady) /* not left for the next call to read */
+      (void)cudaGetLastError();
+  }
   if (!s->busy_open) {
     if (cudaEventRecord(s->busy_start, s->s) == cudaSuccess)
       s->busy_open = 1;
@@ -73,10 +78,26 @@ cudaError_t mgpu__cuda_native_stream_create(mgpu__bdevice *d,
   }
   CUstream cs = NULL;
   *what = "cuGreenCtxStreamCreate";
-  if (mgpu__cuda_drv.green_ctx_stream_create(&cs, d->green,
-                                             CU_STREAM_NON_BLOCKING, 0) !=
-      CUDA_SUCCESS)
-    return cudaErrorUnknown;
+  CUresult r = mgpu__cuda_drv.green_ctx_stream_create(
+      &cs, d->green, CU_STREAM_NON_BLOCKING, 0);
+  /* The runtime's code for what the caller tells apart: exhausted memory
+   * (MGPU_ENOMEM) and the errors that lose the device. */
+  switch (r) {
+    case CUDA_SUCCESS:
+      break;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return cudaErrorMemoryAllocation;
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      return cudaErrorIllegalAddress;
+    case CUDA_ERROR_LAUNCH_FAILED:
+      return cudaErrorLaunchFailure;
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+      return cudaErrorECCUncorrectable;
+    case CUDA_ERROR_DEINITIALIZED:
+      return cudaErrorCudartUnloading;
+    default:
+      return cudaErrorUnknown;
+  }
   *out = (cudaStream_t)cs;
   return cudaSuccess;
 }
