@@ -672,22 +672,25 @@ TEST_IMPL(errors) {
   ASSERT_OK(mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, MGPU_SUM, w.s[0]));
   ASSERT_OK(mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 11, MGPU_FLOAT32, MGPU_SUM, w.s[1]));
   ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
-  ASSERT_DETAIL_HAS("count");
+  ASSERT_DETAIL_HAS("has count 10, rank 1");
+  ASSERT_DETAIL_HAS("has count 11");
   ASSERT_OK(mgpu_group_begin());
   ASSERT_OK(mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, MGPU_SUM, w.s[0]));
   ASSERT_OK(mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 10, MGPU_INT32, MGPU_SUM, w.s[1]));
   ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
-  ASSERT_DETAIL_HAS("type");
+  ASSERT_DETAIL_HAS("has dtype float32, rank 1");
+  ASSERT_DETAIL_HAS("has dtype int32");
   ASSERT_OK(mgpu_group_begin());
   ASSERT_OK(mgpu_allreduce(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, MGPU_SUM, w.s[0]));
   ASSERT_OK(mgpu_allreduce(w.comm, 1, w.a[1], w.b[1], 10, MGPU_FLOAT32, MGPU_MAX, w.s[1]));
   ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
-  ASSERT_DETAIL_HAS("op");
+  ASSERT_DETAIL_HAS("has op sum, rank 1");
+  ASSERT_DETAIL_HAS("has op max");
   ASSERT_OK(mgpu_group_begin());
   ASSERT_OK(mgpu_broadcast(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, 0, w.s[0]));
   ASSERT_OK(mgpu_broadcast(w.comm, 1, w.a[1], w.b[1], 10, MGPU_FLOAT32, 1, w.s[1]));
   ASSERT_ERR(MGPU_EMISMATCH, mgpu_group_end());
-  ASSERT_DETAIL_HAS("root");
+  ASSERT_DETAIL_HAS("has root 0, rank 1 (device");
   ASSERT_OK(mgpu_group_begin());
   ASSERT_OK(mgpu_broadcast(w.comm, 0, w.a[0], w.b[0], 10, MGPU_FLOAT32, 0, w.s[0]));
   ASSERT_OK(mgpu_allgather(w.comm, 1, w.a[1], w.b[1], 5, MGPU_FLOAT32, w.s[1]));
@@ -907,6 +910,57 @@ static void mixed_one(mgpu_comm *comm, int n, const int *devs,
   free(h);
 }
 
+static void sleep_50ms_cb(void *arg) {
+  (void)arg;
+  usleep(50000);
+}
+
+/* mgpu_comm_destroy waits for the collectives queued on the ranks' streams
+ * before it frees what they use, also while another stream of a rank's
+ * device captures a graph (it used to fail with MGPU_ENOTSUP after it had
+ * already retired the handle and freed the rest). */
+TEST_IMPL(destroy_while_a_device_captures) {
+  test_init();
+  int devs[2];
+  int n = test_same_backend(devs, 2);
+  if (n < 2) return TEST_SKIP;
+  world w;
+  world_open(&w, devs, n, 1024, NULL);
+  for (int r = 0; r < n; r++) {
+    float *h = (float *)w.host;
+    for (int i = 0; i < 1024; i++) h[i] = (float)(r + 1);
+    ASSERT_OK(mgpu_memcpy_htod(w.a[r], 0, h, 1024 * sizeof(float)));
+    ASSERT_OK(mgpu_stream_add_callback(w.s[r], sleep_50ms_cb, NULL));
+  }
+  ASSERT_OK(mgpu_group_begin());
+  for (int r = 0; r < n; r++)
+    ASSERT_OK(mgpu_allreduce(w.comm, r, w.a[r], w.b[r], 1024, MGPU_FLOAT32,
+                             MGPU_SUM, w.s[r]));
+  ASSERT_OK(mgpu_group_end());
+  mgpu_stream *cap;
+  ASSERT_OK(mgpu_stream_create(&cap, devs[0]));
+  ASSERT_OK(mgpu_stream_begin_capture(cap));
+  ASSERT_OK(mgpu_comm_destroy(w.comm));
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_stream_query(w.s[r])); /* done before the destroy ended */
+    float *h = (float *)w.host;
+    ASSERT_OK(mgpu_memcpy_dtoh(h, w.b[r], 0, 1024 * sizeof(float)));
+    for (int i = 0; i < 1024; i++) ASSERT_EQ(h[i], 3.0f);
+  }
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_stream_end_capture(cap, &g));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_stream_destroy(cap));
+  for (int r = 0; r < n; r++) {
+    ASSERT_OK(mgpu_stream_destroy(w.s[r]));
+    ASSERT_OK(mgpu_free(w.a[r]));
+    ASSERT_OK(mgpu_free(w.b[r]));
+    free(w.in[r]);
+  }
+  free(w.host);
+  return 0;
+}
+
 TEST_IMPL(mixed_in_place) {
   test_init();
   int devs[4];
@@ -947,4 +1001,5 @@ TEST_ENTRY(errors)
 TEST_ENTRY(provider_and_metrics)
 TEST_ENTRY(reduce_to_host)
 TEST_ENTRY(mixed_in_place)
+TEST_ENTRY(destroy_while_a_device_captures)
 TEST_LIST_END

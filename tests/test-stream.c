@@ -399,6 +399,89 @@ static void slow_cb(void *arg) {
   a->done = 1;
 }
 
+/* mgpu_free waits for the work queued on its device (as cudaFree), also
+ * while another stream of the device captures a graph: a free that went
+ * on at once left a kernel writing into memory given back. */
+TEST_IMPL(free_waits_while_device_captures) {
+  test_init();
+  mgpu_stream *work, *cap;
+  mgpu_buffer *b;
+  ASSERT_OK(mgpu_stream_create(&work, 0));
+  ASSERT_OK(mgpu_stream_create(&cap, 0));
+  ASSERT_OK(mgpu_malloc(&b, 0, 1 << 16));
+  slow_arg held = {100, 0};
+  ASSERT_OK(mgpu_memset_async(b, 0, 7, 1 << 16, work));
+  ASSERT_OK(mgpu_stream_add_callback(work, slow_cb, &held));
+  ASSERT_OK(mgpu_memset_async(b, 0, 9, 1 << 16, work));
+  ASSERT_OK(mgpu_stream_begin_capture(cap));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_EQ(held.done, 1);
+  ASSERT_OK(mgpu_stream_query(work)); /* done: nothing queued is left */
+  /* The public synchronize of the device is still refused. */
+  ASSERT_ERR(MGPU_ENOTSUP, mgpu_device_synchronize(0));
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_stream_end_capture(cap, &g));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_stream_destroy(cap));
+  ASSERT_OK(mgpu_stream_destroy(work));
+  return 0;
+}
+
+static void failing_host(const mgpu_kernel_ctx *ctx, const void *argp) {
+  (void)argp;
+  mgpu_kernel_fail(ctx, MGPU_EINVAL, "bad input");
+}
+static const mgpu_kernel failing = {"failing", failing_host, NULL, NULL};
+
+/* A failure of work on a stream is reported by that stream's next
+ * synchronize (or query, destroy, device synchronize), once, even when
+ * mgpu_free of another buffer of the device waited for the work first:
+ * the free used to take the error and drop it, and the stream then said
+ * all went well. */
+TEST_IMPL(free_keeps_stream_error_for_its_stream) {
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  mgpu_stream *s;
+  mgpu_buffer *b;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  /* Reported by the stream's synchronize, then by its query. */
+  for (int round = 0; round < 3; round++) {
+    ASSERT_OK(mgpu_malloc(&b, 0, 64));
+    ASSERT_OK(mgpu_launch(s, &failing, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                          NULL, 0));
+    ASSERT_OK(mgpu_free(b));
+    int rc = round == 0   ? mgpu_stream_synchronize(s)
+             : round == 1 ? mgpu_stream_query(s)
+                          : mgpu_device_synchronize(0);
+    ASSERT_EQ(rc, MGPU_EINVAL);
+    ASSERT_DETAIL_HAS("kernel 'failing' failed");
+    ASSERT_DETAIL_HAS("bad input");
+    ASSERT_OK(mgpu_stream_synchronize(s)); /* once */
+  }
+  /* An error kept, then a later one: the first is reported first, and
+   * the later by the next report. */
+  ASSERT_OK(mgpu_malloc(&b, 0, 64));
+  ASSERT_OK(mgpu_launch(s, &failing, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                        NULL, 0));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_OK(mgpu_launch(s, &failing, MGPU_DIM3(2, 1, 1), MGPU_DIM3(1, 1, 1),
+                        NULL, 0));
+  ASSERT_EQ(mgpu_stream_synchronize(s), MGPU_EINVAL);
+  ASSERT_DETAIL_HAS("block (0, 0, 0)");
+  ASSERT_EQ(mgpu_stream_synchronize(s), MGPU_EINVAL);
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  /* Kept, and reported by the stream's destroy. */
+  ASSERT_OK(mgpu_malloc(&b, 0, 64));
+  ASSERT_OK(mgpu_launch(s, &failing, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                        NULL, 0));
+  ASSERT_OK(mgpu_free(b));
+  ASSERT_EQ(mgpu_stream_destroy(s), MGPU_EINVAL);
+  ASSERT_DETAIL_HAS("bad input");
+  return 0;
+}
+
 /* An event may be destroyed while operations that use it are still queued
  * (as in CUDA): a record queued before a later one that already completed,
  * and a wait queued on another stream. Destroying it must not free it under
@@ -608,6 +691,8 @@ TEST_ENTRY(builtin_kernels_every_type)
 TEST_ENTRY(builtin_integer_saturates)
 TEST_ENTRY(integer_sum_and_product_wrap)
 TEST_ENTRY(device_synchronize_waits_for_every_stream)
+TEST_ENTRY(free_waits_while_device_captures)
+TEST_ENTRY(free_keeps_stream_error_for_its_stream)
 TEST_ENTRY(synchronize_does_not_wait_for_later_work)
 TEST_ENTRY(shutdown_releases_open_handles)
 TEST_LIST_END

@@ -231,7 +231,9 @@ MGPU_EXTERN int mgpu_set_device(int dev);
 MGPU_EXTERN int mgpu_get_device(int *dev);
 
 /* Waits until all work on every stream of the device has finished. Returns
- * the first asynchronous error of those streams, if any. */
+ * the first asynchronous error of those streams, if any (and clears every
+ * stream's). MGPU_ENOTSUP while a stream of the device captures a graph,
+ * waiting for nothing. */
 MGPU_EXTERN int mgpu_device_synchronize(int dev);
 
 /* A function run on a device's own host thread, with that device current.
@@ -283,7 +285,11 @@ MGPU_EXTERN int mgpu_malloc_host(mgpu_buffer **buf, int dev, size_t size);
 MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
 
 /* Frees a buffer after the work already queued on its device has finished
- * (as cudaFree does). A second free returns MGPU_EFREED, and so does any
+ * (as cudaFree does), also while a stream of the device captures a graph
+ * (what the capture recorded is not queued work; a launch of a graph that
+ * recorded the buffer is MGPU_EFREED). An asynchronous error of that work
+ * is not the free's: it stays for its stream's next synchronize, query,
+ * destroy or mgpu_device_synchronize. A second free returns MGPU_EFREED, and so does any
  * call that starts on the buffer once the free has begun. Calls already
  * inside the buffer on other threads follow one rule, so that every wait
  * ends and no free waits for a party that may never come (the thread that
@@ -349,7 +355,10 @@ MGPU_EXTERN int mgpu_stream_create(mgpu_stream **stream, int dev);
  * inside it on other threads finish first. */
 MGPU_EXTERN int mgpu_stream_destroy(mgpu_stream *stream);
 /* Waits for all work queued so far; returns the stream's first asynchronous
- * error (and clears it). */
+ * error (and clears it): one reported once, by this call, mgpu_stream_query,
+ * mgpu_stream_destroy or mgpu_device_synchronize, whichever comes first;
+ * waits inside other calls (mgpu_free, mgpu_comm_destroy) keep it for
+ * them. */
 MGPU_EXTERN int mgpu_stream_synchronize(mgpu_stream *stream);
 /* 0 when all work queued so far is done, MGPU_EAGAIN while some is pending,
  * or the stream's asynchronous error. */

@@ -255,7 +255,7 @@ cdef class Array:
     def _in_place(self, stream, bint versioned, bint copied):
         """The capsule over the array itself, ordered after its work."""
         if self.dl_type == 1:
-            self._sync()
+            self._sync("__dlpack__")
         elif stream != -1:
             # The consumer's stream (None: the legacy default one) waits for
             # the array's queued work on the device, not the host.
@@ -296,7 +296,7 @@ cdef class Array:
         if self.dl_type != 1:
             raise AttributeError("__array_interface__: the array is in device "
                                  "memory (use __cuda_array_interface__)")
-        self._sync()
+        self._sync("__array_interface__")
         return {"shape": self.shape, "typestr": _typestr(self.dtype),
                 "data": (<uintptr_t>self.ptr, self.readonly), "strides": None,
                 "version": 3}
@@ -322,22 +322,33 @@ cdef class Array:
                 "data": (<uintptr_t>self.ptr, self.readonly), "strides": None,
                 "version": 3, "stream": native if native > 2 else None}
 
-    def _sync(self):
+    def _sync(self, str what="Array"):
+        """Waits on the host for the work queued on the array's device.
+        what names the caller's call in an error: a freed array (or one of
+        an earlier session, after a new init) is FreedError; after
+        mgpu.shutdown the memory stays where it is and nothing is waited
+        for."""
         cdef int rc = 0, d = self.device
-        if mgpu_is_initialized() and mgpu_buffer_device(self.buf) == d:
-            with nogil:
-                rc = mgpu_device_synchronize(d)
-            _check(rc)
-            self.pending = None
-        else:
+        if not mgpu_is_initialized():
+            return
+        if mgpu_buffer_device(self.buf) != d:
             mgpu_error_clear()
+            raise ERRORS[MGPU_EFREED](
+                "MGPU_EFREED: %s: the array was freed (Array.free, or a "
+                "new mgpu.init since it was made)" % what,
+                "%s: the array was freed" % what)
+        with nogil:
+            rc = mgpu_device_synchronize(d)
+        if rc < 0:
+            raise _error_in(rc, what)
+        self.pending = None
 
     # -- host views and copies
     def numpy(self, copy=False):
         """The array as a NumPy array: a view of host memory (no copy), or
         a copy for device memory (or when copy=True)."""
         if self.dl_type == 1 and not copy:
-            self._sync()
+            self._sync("Array.numpy")
             out = _np.asarray(self)
             # A type string says only raw bits of bfloat16: the view gets
             # the array's own dtype (ml_dtypes.bfloat16 where installed).
@@ -412,6 +423,7 @@ cdef class Array:
         v = _as_values(_np.asarray(value), self.dtype)
         _writable("fill", "the array", self)
         if self.dl_type == 1:
+            self._sync("Array.fill")
             self.numpy()[...] = v
         else:
             self.copy_from(_np.full(self.shape, v, self.dtype))

@@ -90,6 +90,19 @@ cdef object _error(int rc):
     return e
 
 
+cdef object _error_in(int rc, str what):
+    """_error(rc) with what (the Python call the user made) in front of
+    the detail, which names the C call that failed inside it."""
+    detail = "%s: %s" % (what, mgpu_error_detail().decode("utf-8", "replace"))
+    cls = ERRORS.get(rc, Error)
+    name = mgpu_err_name(rc).decode()
+    e = cls("%s: %s" % (name, detail), detail)
+    if cls is Error:
+        e.code = rc
+        e.name = name
+    return e
+
+
 cdef int _check(int rc) except -1:
     if rc < 0:
         raise _error(rc)

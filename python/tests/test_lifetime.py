@@ -65,6 +65,27 @@ def test_free_while_exported(mg):
     assert x.tolist() == [7] * 8
     with pytest.raises(mgpu.FreedError):
         a.copy_to(0)
+    # Host views and exports made after the free are refused too (they
+    # read and wrote the memory as if the array were live), naming the
+    # call; the export made before stays valid.
+    for name, call in [("Array.fill", lambda: a.fill(1)),
+                       ("Array.numpy", lambda: a.numpy()),
+                       ("__array_interface__", lambda: np.asarray(a)),
+                       ("__dlpack__", lambda: np.from_dlpack(a))]:
+        with pytest.raises(mgpu.FreedError, match=name):
+            call()
+    assert x.tolist() == [7] * 8
+
+
+def test_host_wait_inside_capture_names_the_call(mg):
+    dev = host_device(0)
+    a = mgpu.zeros(8, "float32", device=dev)
+    s = mgpu.Stream(dev)
+    with pytest.raises(mgpu.NotSupportedError, match="Array.fill: .*capturing"):
+        with mgpu.capture(s):
+            a.fill(1)
+    a.fill(2)  # the capture is over
+    assert a.numpy().tolist() == [2] * 8
 
 
 def test_shutdown_with_live_arrays_and_exports():

@@ -314,7 +314,7 @@ static int comm_free(mgpu__comm *c) {
   for (int r = 0; r < c->n; r++) {
     /* Work in flight on the user's streams may still use the pooled events
      * and scratch buffers: wait for each rank's device. */
-    int src = mgpu_device_synchronize(c->devs[r]);
+    int src = mgpu__device_drain(c->devs[r]);
     if (src != 0 && first == 0) first = src;
     for (int i = 0; i < c->nevents[r]; i++) mgpu_event_destroy(c->events[r][i]);
     mgpu__free(c->events[r]);

@@ -234,7 +234,7 @@ int mgpu__coll_check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
   for (int r = 1; r < c->n; r++) {
     const mgpu__coll_arg *b = &op->arg[r];
     const char *field = NULL;
-    long long va = 0, vb = 0;
+    char va[32] = "", vb[32] = "";
     if (b->kind != a->kind) {
       return mgpu__error(MGPU_EMISMATCH,
                          "collective #%llu: rank 0 (device %d) called %s, "
@@ -242,18 +242,26 @@ int mgpu__coll_check_consistent(mgpu__comm *c, mgpu__coll_op *op) {
                          (unsigned long long)op->seq, c->devs[0], what, r,
                          c->devs[r], mgpu__coll_kind_name(b->kind));
     } else if (b->count != a->count) {
-      field = "count", va = (long long)a->count, vb = (long long)b->count;
+      field = "count";
+      snprintf(va, sizeof va, "%zu", a->count);
+      snprintf(vb, sizeof vb, "%zu", b->count);
     } else if (b->dtype != a->dtype) {
-      field = "type", va = a->dtype, vb = b->dtype;
+      field = "dtype";
+      snprintf(va, sizeof va, "%s", mgpu_dtype_name(a->dtype));
+      snprintf(vb, sizeof vb, "%s", mgpu_dtype_name(b->dtype));
     } else if (is_reduction(a->kind) && b->op != a->op) {
-      field = "op", va = a->op, vb = b->op;
+      field = "op";
+      snprintf(va, sizeof va, "%s", mgpu_op_name(a->op));
+      snprintf(vb, sizeof vb, "%s", mgpu_op_name(b->op));
     } else if (has_root(a->kind) && b->root != a->root) {
-      field = "root", va = a->root, vb = b->root;
+      field = "root";
+      snprintf(va, sizeof va, "%d", a->root);
+      snprintf(vb, sizeof vb, "%d", b->root);
     }
     if (field != NULL)
       return mgpu__error(MGPU_EMISMATCH,
-                         "%s #%llu: rank 0 (device %d) has %s %lld, rank %d "
-                         "(device %d) has %s %lld",
+                         "%s #%llu: rank 0 (device %d) has %s %s, rank %d "
+                         "(device %d) has %s %s",
                          what, (unsigned long long)op->seq, c->devs[0], field,
                          va, r, c->devs[r], field, vb);
   }

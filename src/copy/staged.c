@@ -338,11 +338,10 @@ static int bounce_take(copy_op *op, mgpu__device *owner, size_t size, int n) {
 
 /* Error path: waits until the streams the copy touched are idle, then gives
  * everything back. */
-static void abandon_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
-                       mgpu__device *hd, mgpu__bstream *h) {
+static void abandon_op(copy_op *op, mgpu__stream *s, mgpu__device *hd,
+                       mgpu__bstream *h) {
   if (h != NULL) hd->ops->stream_synchronize(hd->bdev, h);
-  int rc = xd->ops->stream_synchronize(xd->bdev, s->bstream);
-  (void)rc; /* the stream's own error stays the caller's next report */
+  mgpu__stream_wait_keep(s); /* its error stays the caller's next report */
   release_op(op);
 }
 
@@ -369,7 +368,7 @@ static int finish_op(copy_op *op, mgpu__device *xd, mgpu__stream *s,
                      mgpu__device *hd, mgpu__bstream *h) {
   int rc = xd->ops->event_record(xd->bdev, op->events[0].ev, s->bstream);
   if (rc != 0) {
-    abandon_op(op, xd, s, hd, h);
+    abandon_op(op, s, hd, h);
     return rc;
   }
   mgpu__mutex_lock(&staging_lock);
@@ -540,7 +539,7 @@ int mgpu__copy_staged(mgpu__device *dd, void *dst, mgpu__device *sd,
   if (rc == 0 && on_src) /* later work on s waits for the last piece */
     rc = sd->ops->stream_wait_event(sd->bdev, s->bstream, dd->bdev, p.drained[last]);
   if (rc != 0) {
-    abandon_op(op, xd, s, hd, h);
+    abandon_op(op, s, hd, h);
     return complete_or_fail(rc, dd, dst, sd, src, size);
   }
   rc = finish_op(op, xd, s, hd, h);

@@ -351,6 +351,14 @@ typedef struct mgpu__stream {
   /* The capture the stream records into, or NULL (core/capture.h): written
    * by the graph layer under its capture lock, read by the entry points. */
   _Atomic(void *) capture;
+  /* An asynchronous error of the stream's work that an internal wait
+   * (mgpu__stream_wait_keep: mgpu_free, a communicator's destroy, an
+   * abandoned copy) took from the backend, kept for the stream's next
+   * synchronize, query, destroy or device synchronize, which reports it
+   * once; 0: none. Written under the device's streams_lock; held_err is
+   * read without it first. held_detail: its detail (allocated, or NULL). */
+  _Atomic int held_err;
+  char *held_detail;
 } mgpu__stream;
 
 typedef struct mgpu__event {
@@ -403,6 +411,16 @@ void mgpu__stream_unlock_idle(mgpu__stream *s);
 
 /* Borrow an internal stream of the device for a synchronous call; give it
  * back with mgpu__spare_put (after synchronizing it). */
+/* Waits for the work queued on every stream of dev, as
+ * mgpu_device_synchronize, but also while a stream of dev captures a graph
+ * (the captured calls are not queued): for what frees memory or handles
+ * that queued work may still use (mgpu_free, a communicator's destroy).
+ * The first error of a stream, or 0. */
+int mgpu__device_drain(int dev);
+/* Waits for the work queued on s; an asynchronous error the backend
+ * reports is kept for the caller's next report of s (held_err), not lost
+ * by a wait that is not the caller's. */
+void mgpu__stream_wait_keep(mgpu__stream *s);
 int mgpu__spare_get(int dev, mgpu__stream **out);
 void mgpu__spare_put(mgpu__stream *s);
 void mgpu__spare_drain(mgpu__device *d);

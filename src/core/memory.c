@@ -408,8 +408,10 @@ static void detach_freed_exported(void) {
 /* mgpu_free once the handle is closed: waits for the work queued on the
  * device, then gives the memory back, or leaves it to the last export. */
 static int free_buffer(mgpu__buf *b) {
-  /* As cudaFree does: work already queued may still use the memory. */
-  mgpu_device_synchronize(b->dev);
+  /* As cudaFree does: work already queued may still use the memory (also
+   * while a stream of the device captures a graph; a launch of a graph
+   * that recorded the buffer then finds it freed). */
+  mgpu__device_drain(b->dev);
   if (defer_while_exported(b, 0)) return 0;
   return buf_release(b);
 }
@@ -602,7 +604,7 @@ static int free_async_queue(mgpu__buf *b, mgpu__stream *s) {
     mempool_block *blk = mgpu__calloc(1, sizeof *blk);
     if (blk == NULL) {
       /* The handle is gone already: give the memory back synchronously. */
-      d->ops->stream_synchronize(d->bdev, s->bstream);
+      mgpu__stream_wait_keep(s);
       buf_release_memory(d, b);
       mgpu__stream_put(s);
       return mgpu__error(MGPU_ENOMEM, "device %d: out of host memory for "
@@ -619,13 +621,13 @@ static int free_async_queue(mgpu__buf *b, mgpu__stream *s) {
     rc = d->ops->host_callback(d->bdev, s->bstream, mempool_return_cb, blk);
     if (rc != 0) {
       /* Not queued: synchronize instead, then the block is ready. */
-      d->ops->stream_synchronize(d->bdev, s->bstream);
+      mgpu__stream_wait_keep(s);
       mempool_return_cb(blk);
     }
   } else {
     rc = d->ops->mempool->free_async(d->bdev, s->bstream, b->ptr);
     if (rc != 0) {
-      d->ops->stream_synchronize(d->bdev, s->bstream);
+      mgpu__stream_wait_keep(s);
       rc = d->ops->mempool->free_async(d->bdev, s->bstream, b->ptr);
     }
     unreserve(d, b->alloc_size, b->kind);

@@ -6,7 +6,9 @@
  * mgpu_shutdown can reach all of them. Spare streams serve the synchronous
  * calls (mgpu_memcpy_htod ...), a few per device, lent one caller at a time.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/capture.h"
 #include "core/core-internal.h"
@@ -50,7 +52,57 @@ static int stream_new(mgpu__device *d, mgpu__stream **out) {
 static void stream_free(mgpu__device *d, mgpu__stream *s) {
   list_remove(d, s);
   d->ops->stream_destroy(d->bdev, s->bstream);
+  mgpu__free(s->held_detail);
   mgpu__free(s);
+}
+
+/* ---- errors kept by internal waits ---- */
+
+/* Keeps err (detail: its text) for s's next report, unless one is kept
+ * already (the earlier one is reported first; the later is dropped, as a
+ * stream reports its first failure). */
+static void held_keep(mgpu__device *d, mgpu__stream *s, int err,
+                      const char *detail) {
+  size_t n = strlen(detail) + 1;
+  char *copy = mgpu__malloc(n);
+  if (copy != NULL) memcpy(copy, detail, n);
+  mgpu__mutex_lock(&d->streams_lock);
+  if (atomic_load_explicit(&s->held_err, memory_order_relaxed) == 0) {
+    s->held_detail = copy;
+    copy = NULL;
+    atomic_store_explicit(&s->held_err, err, memory_order_relaxed);
+  }
+  mgpu__mutex_unlock(&d->streams_lock);
+  mgpu__free(copy);
+}
+
+/* What a report of s returns, given rc from the backend: an error kept
+ * for s comes first (its detail becomes the thread's), and a later error
+ * in rc is kept in its place for the next report. */
+static int held_report(mgpu__device *d, mgpu__stream *s, int rc) {
+  if (atomic_load_explicit(&s->held_err, memory_order_relaxed) == 0)
+    return rc;
+  char later[512] = "";
+  if (rc != 0 && rc != MGPU_EAGAIN)
+    snprintf(later, sizeof later, "%s", mgpu_error_detail());
+  mgpu__mutex_lock(&d->streams_lock);
+  int err = atomic_load_explicit(&s->held_err, memory_order_relaxed);
+  char *detail = s->held_detail;
+  atomic_store_explicit(&s->held_err, 0, memory_order_relaxed);
+  s->held_detail = NULL;
+  mgpu__mutex_unlock(&d->streams_lock);
+  if (err == 0) return rc; /* another report took it */
+  if (rc != 0 && rc != MGPU_EAGAIN) held_keep(d, s, rc, later);
+  mgpu__error(err, "%s", detail != NULL ? detail : "an operation queued "
+              "earlier on the stream failed");
+  mgpu__free(detail);
+  return err;
+}
+
+void mgpu__stream_wait_keep(mgpu__stream *s) {
+  mgpu__device *d = mgpu__device_get(s->dev);
+  int rc = d->ops->stream_synchronize(d->bdev, s->bstream);
+  if (rc != 0) held_keep(d, s, rc, mgpu_error_detail());
 }
 
 static int stream_create_in(mgpu_stream **out, int dev) {
@@ -119,7 +171,7 @@ static int stream_destroy_in(mgpu_stream *h) {
   s = mgpu__handle_release((uintptr_t)h, MGPU__H_STREAM, "stream", &err);
   if (s == NULL) return err;
   mgpu__device *d = mgpu__device_get(s->dev);
-  int rc = d->ops->stream_synchronize(d->bdev, s->bstream);
+  int rc = held_report(d, s, d->ops->stream_synchronize(d->bdev, s->bstream));
   stream_free(d, s);
   return rc;
 }
@@ -145,7 +197,7 @@ int mgpu_stream_synchronize(mgpu_stream *h) {
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
-  rc = d->ops->stream_synchronize(d->bdev, s->bstream);
+  rc = held_report(d, s, d->ops->stream_synchronize(d->bdev, s->bstream));
   if (t0 != 0) trace_wait("wait stream", s->dev, t0);
   mgpu__stream_put(s);
   return rc;
@@ -157,7 +209,7 @@ int mgpu_stream_query(mgpu_stream *h) {
   if (rc == 0) rc = refuse_capturing(&s, "mgpu_stream_query");
   if (rc != 0) return rc;
   mgpu__device *d = mgpu__device_get(s->dev);
-  rc = d->ops->stream_query(d->bdev, s->bstream);
+  rc = held_report(d, s, d->ops->stream_query(d->bdev, s->bstream));
   mgpu__stream_put(s);
   return rc;
 }
@@ -219,7 +271,13 @@ int mgpu_stream_order_native(mgpu_stream *h, void *native) {
   return rc;
 }
 
-static int device_synchronize_in(int dev) {
+/* Waits for the work queued on every stream of dev. refuse (the public
+ * call): a stream of dev capturing a graph is MGPU_ENOTSUP (as CUDA
+ * refuses a synchronize during a capture), and the first error of a
+ * stream is returned; else (a drain) a capturing stream is waited on like
+ * the others (what it recorded since the capture began is not queued
+ * work), and each stream's error is kept for its own next report. */
+static int device_synchronize_in(int dev, int refuse) {
   mgpu__device *d;
   int rc = mgpu__device_check(dev, &d);
   if (rc != 0) return rc;
@@ -230,7 +288,7 @@ static int device_synchronize_in(int dev) {
    * it): the stream waited on is pinned instead (syncs), which keeps it
    * and its link to the next on the list. */
   mgpu__mutex_lock(&d->streams_lock);
-  if (atomic_load(&mgpu__captures_active) > 0)
+  if (refuse && atomic_load(&mgpu__captures_active) > 0)
     for (mgpu__stream *c = d->streams; c != NULL; c = c->next)
       if (mgpu__stream_capture(c) != NULL) {
         mgpu__mutex_unlock(&d->streams_lock);
@@ -241,8 +299,11 @@ static int device_synchronize_in(int dev) {
   if (s != NULL) s->syncs++;
   while (s != NULL) {
     mgpu__mutex_unlock(&d->streams_lock);
+    /* A drain keeps each stream's error for the stream's own report. */
     int r = d->ops->stream_synchronize(d->bdev, s->bstream);
-    if (rc == 0) rc = r;
+    if (!refuse && r != 0) held_keep(d, s, r, mgpu_error_detail());
+    else if (refuse) r = held_report(d, s, r);
+    if (refuse && rc == 0) rc = r;
     mgpu__mutex_lock(&d->streams_lock);
     mgpu__stream *next = s->next;
     if (next != NULL) next->syncs++;
@@ -257,10 +318,12 @@ static int device_synchronize_in(int dev) {
 int mgpu_device_synchronize(int dev) {
   int rc = mgpu__lib_enter("mgpu_device_synchronize");
   if (rc != 0) return rc;
-  rc = device_synchronize_in(dev);
+  rc = device_synchronize_in(dev, 1);
   mgpu__lib_leave();
   return rc;
 }
+
+int mgpu__device_drain(int dev) { return device_synchronize_in(dev, 0); }
 
 /* ---- spare streams ---- */
 
