@@ -62,6 +62,10 @@ set +e
 [ $rc -eq 1 ] && grep -q ".svg" "$out/err" || fail "bad picture name should exit 1 (got $rc)"
 "$mgpu" trace view >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "no arguments should exit 2 (got $rc)"
-MGPU_DEVICES=host:2 "$mgpu" demo mandelbrot --tile 7 >/dev/null 2>&1; rc=$?
+MGPU_DEVICES=host:2 "$mgpu" demo mandelbrot --tile 7 >/dev/null 2>"$out/err"; rc=$?
 [ $rc -eq 2 ] || fail "a bad tile size should exit 2 (got $rc)"
+grep -q -- "--tile: from 16 to 1024" "$out/err" || fail "no reason for the bad tile: $(cat "$out/err")"
+MGPU_DEVICES=host:2 "$mgpu" demo mandelbrot --size 1x1 >/dev/null 2>"$out/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--size: width and height from 16" "$out/err" ||
+  fail "no reason for the bad size (rc $rc): $(cat "$out/err")"
 echo ok

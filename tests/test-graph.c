@@ -363,10 +363,12 @@ TEST_IMPL(graph_errors) {
   ASSERT_OK(mgpu_buffer_wrap(&ro, 0, MGPU_MEM_DEVICE, wrapped, sizeof wrapped,
                              MGPU_BUFFER_READONLY, NULL, NULL));
   mgpu_graph_node a, c;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_add_empty(g, 0, (int[]){0}, 1, NULL));
+  ASSERT_DETAIL_HAS("dependency 0 is node 0, and the graph has no nodes");
   ASSERT_OK(mgpu_graph_add_memset(g, NULL, 0, b, 0, 0, 256, &a));
   ASSERT_ERR(MGPU_EINVAL, mgpu_graph_add_memset(g, (int[]){3}, 1, b, 0, 0, 8,
                                                 NULL));
-  ASSERT_DETAIL_HAS("dependency 0 is node 3");
+  ASSERT_DETAIL_HAS("dependency 0 is node 3, and the graph has nodes 0 to 0");
   ASSERT_ERR(MGPU_ERANGE, mgpu_graph_add_memset(g, NULL, 0, b, 200, 0, 100,
                                                 NULL));
   ASSERT_ERR(MGPU_EREADONLY, mgpu_graph_add_copy(g, NULL, 0, ro, 0, b, 0, 8,

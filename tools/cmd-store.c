@@ -127,6 +127,14 @@ static int cmd_stat(mgpu_store *st, int json) {
 
 static int cmd_put(mgpu_store *st, const char *file, const char *name,
                    int dev, int json) {
+  if (name != NULL && name[0] != '\0' &&
+      strspn(name, "0123456789") == strlen(name)) {
+    /* get and rm would read it as an id: the object could not be named. */
+    fprintf(stderr, "mgpu store put: name '%s' is digits only, which get "
+            "and rm read as an object id: give a name with another "
+            "character\n", name);
+    return 2;
+  }
   FILE *f = fopen(file, "rb");
   if (f == NULL) {
     fprintf(stderr, "mgpu store put: %s: %s\n", file, strerror(errno));

@@ -245,7 +245,13 @@ static int pictures(demo *d, const char *dir, char *pic, char *devpic,
                     size_t size) {
   image img, dimg;
   int w = d->o.width, h = d->o.height;
-  if (image_init(&img, w, h, 0) != 0 || image_init(&dimg, w, h, 0) != 0) {
+  /* The devices' picture has its key in a band below the picture (it
+   * covered most of a small one in a corner), at least the key's width. */
+  int ndev = mgpu_device_count();
+  int rows = ndev < 32 ? ndev : 32, key_w = 260, key_h = 24 * rows + 36;
+  int dw = w > key_w ? w : key_w;
+  if (image_init(&img, w, h, 0) != 0 ||
+      image_init(&dimg, dw, h + key_h, 0) != 0) {
     fprintf(stderr, "mgpu demo mandelbrot: out of memory for the pictures\n");
     return 1;
   }
@@ -267,17 +273,17 @@ static int pictures(demo *d, const char *dir, char *pic, char *devpic,
       image_rect(&dimg, x, y, 1, 1, dc);
     }
   }
-  /* A key in the corner: one swatch per device. */
-  int ndev = mgpu_device_count();
-  int rows = ndev < 32 ? ndev : 32;
-  image_rect(&dimg, 4, 4, 300, 24 * rows + 36, 0x000000);
+  /* The key: one swatch per device. */
+  image_rect(&dimg, 0, h, dw, key_h, 0x000000);
+  if (dw > w) image_rect(&dimg, w, 0, dw - w, h, 0x000000);
   for (int i = 0; i < rows; i++) {
     char label[32];
     snprintf(label, sizeof label, "device %d", i);
-    image_rect(&dimg, 12, 12 + 24 * i, 16, 16, device_tint[i % 8]);
-    image_text(&dimg, 36, 13 + 24 * i, label, 0xffffff, 2);
+    image_rect(&dimg, 12, h + 8 + 24 * i, 16, 16, device_tint[i % 8]);
+    image_text(&dimg, 36, h + 9 + 24 * i, label, 0xffffff, 2);
   }
-  image_text(&dimg, 12, 14 + 24 * rows, "dashed edge: stolen", 0xffffff, 2);
+  image_text(&dimg, 12, h + 10 + 24 * rows, "dashed edge: stolen", 0xffffff,
+             2);
   int rc = save(&img, dir, "mandelbrot", pic, size) ||
            save(&dimg, dir, "mandelbrot-devices", devpic, size);
   image_free(&img);
@@ -295,12 +301,19 @@ static int usage(void) {
   return 2;
 }
 
+/* Says what is wrong with the command line, for usage() to follow. */
+static int bad(const char *what) {
+  fprintf(stderr, "mgpu demo mandelbrot: %s\n", what);
+  return -1;
+}
+
 static int parse(int argc, char **argv, options *o) {
   *o = (options){1600, 1200, 1000, 64, ".", 1};
   for (int i = 2; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--size") == 0 && v != NULL) {
-      if (sscanf(v, "%dx%d", &o->width, &o->height) != 2) return -1;
+      if (sscanf(v, "%dx%d", &o->width, &o->height) != 2)
+        return bad("--size takes WIDTHxHEIGHT, as 1600x1200");
       i++;
     } else if (strcmp(argv[i], "--iters") == 0 && v != NULL) {
       o->iters = atoi(v);
@@ -314,12 +327,20 @@ static int parse(int argc, char **argv, options *o) {
     } else if (strcmp(argv[i], "--no-check") == 0) {
       o->check = 0;
     } else {
-      return -1;
+      char what[160];
+      snprintf(what, sizeof what, "unknown option or missing value: %s",
+               argv[i]);
+      return bad(what);
     }
   }
-  if (o->width < 16 || o->height < 16 || o->width > 16384 || o->height > 16384 ||
-      o->iters < 1 || o->iters > 65535 || o->tile < 16 || o->tile > 1024)
-    return -1;
+  if (o->width < 16 || o->height < 16 || o->width > 16384 || o->height > 16384)
+    return bad("--size: width and height from 16 to 16384");
+  if (o->iters < 1 || o->iters > 65535)
+    return bad("--iters: from 1 to 65535");
+  if (o->tile < 16 || o->tile > 1024) return bad("--tile: from 16 to 1024");
+  /* A tile larger than the picture is the picture. */
+  int side = o->width > o->height ? o->width : o->height;
+  if (o->tile > side) o->tile = side;
   return 0;
 }
 

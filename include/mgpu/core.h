@@ -198,7 +198,8 @@ typedef struct mgpu_device_props {
   int cc_major, cc_minor;  /* compute capability; 0.0 on host devices */
   int multiprocessors;     /* SMs (or the SM partition); worker threads on
                               host devices */
-  int numa_node;           /* -1 when unknown */
+  int numa_node;           /* the NUMA node (where a host device is placed,
+                              the node of a GPU's PCI bus); -1 when unknown */
   int peer_capable;        /* 1 if direct peer copies to some other open
                               device are possible */
   char pci_bus_id[32];     /* "0000:19:00.0", "" on host devices */

@@ -154,7 +154,8 @@ int mgpu__parse_devices(const char *spec, mgpu__devspec_entry *out, int max,
       return mgpu__error(MGPU_EINVAL,
                          "MGPU_DEVICES='%s': bad token '%s' (expected host:N, "
                          "cuda, cuda:K, cuda:K/S, opencl, opencl:K, "
-                         "opencl:K/S or local)", spec, tok);
+                         "opencl:K/S or local; N and S from 1 to %d, K from 0 "
+                         "to 1023)", spec, tok, MGPU_MAX_DEVICES);
     (*n)++;
     if (comma == NULL) return 0;
     p = comma + 1;

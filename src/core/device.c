@@ -690,5 +690,11 @@ static int get_props(mgpu__device *d, int dev, mgpu_device_props *p) {
   }
   if (d->ops->caps.mem_model == MGPU__MEM_MODEL_HOST)
     p->peer_capable = mgpu__ndevices() > 1 && mgpu__config()->host_peer;
+  /* The node the topology reports (mgpu__device_numa_node): where a host
+   * device is placed, or the node of a GPU's PCI bus. */
+  if (p->numa_node < 0 && d->ops->caps.mem_model == MGPU__MEM_MODEL_HOST)
+    p->numa_node = mgpu__device_numa_node(d);
+  else if (p->numa_node < 0 && p->pci_bus_id[0] != '\0')
+    p->numa_node = mgpu__numa_node_of_bus_id(p->pci_bus_id);
   return 0;
 }

@@ -657,9 +657,10 @@ int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {
 /* The node of an update: in range and of the kind. */
 static int update_node(mgpu__exec *x, int node, mgpu__graph_op_kind kind,
                        const char *what) {
+  char nodes[48];
   if (node < 0 || node >= x->n)
-    return mgpu__error(MGPU_EINVAL, "%s: node %d, and the graph has nodes 0 "
-                       "to %d", what, node, x->n - 1);
+    return mgpu__error(MGPU_EINVAL, "%s: node %d, and the graph has %s", what,
+                       node, mgpu__graph_nodes_text(x->n, nodes, sizeof nodes));
   if (x->nodes[node].op.kind != kind)
     return mgpu__error(MGPU_EINVAL, "%s: node %d is a %s node, not a %s "
                        "node", what, node, kind_name(x->nodes[node].op.kind),

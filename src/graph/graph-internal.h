@@ -12,6 +12,8 @@
 #ifndef MGPU_GRAPH_INTERNAL_H
 #define MGPU_GRAPH_INTERNAL_H
 
+#include <stdio.h>
+
 #include "core/capture.h"
 #include "core/core-internal.h"
 #include "mgpu/graph.h"
@@ -154,6 +156,15 @@ void mgpu__segs_free(mgpu__segs *s);
 
 /* Issues one node's call on stream (the public call it records). */
 int mgpu__gnode_issue(const mgpu__gnode *n, mgpu_stream *stream);
+
+/* "nodes 0 to N-1", or "no nodes", for a detail naming a node out of a
+ * graph of n nodes. */
+static inline const char *mgpu__graph_nodes_text(int n, char *buf,
+                                                 size_t size) {
+  if (n <= 0) return "no nodes";
+  snprintf(buf, size, "nodes 0 to %d", n - 1);
+  return buf;
+}
 
 /* For tests: how many sets of parts an update of h retired and its
  * launches still hold (freed once the launches that used them are done),

@@ -211,10 +211,12 @@ static int add(mgpu_graph *h, const mgpu_graph_node *deps, int ndeps,
   if (ndeps < 0 || (ndeps > 0 && deps == NULL))
     rc = mgpu__error(MGPU_EINVAL, "%s: %d dependencies at %p", what, ndeps,
                      (const void *)deps);
+  char nodes[48];
   for (int i = 0; rc == 0 && i < ndeps; i++)
     if (deps[i] < 0 || deps[i] >= g->n)
       rc = mgpu__error(MGPU_EINVAL, "%s: dependency %d is node %d, and the "
-                       "graph has nodes 0 to %d", what, i, deps[i], g->n - 1);
+                       "graph has %s", what, i, deps[i],
+                       mgpu__graph_nodes_text(g->n, nodes, sizeof nodes));
   if (rc == 0) rc = mgpu__graph_append(g, op, deps, ndeps, node);
   graph_put(g);
   return rc;
@@ -386,9 +388,11 @@ int mgpu_graph_add_dependency(mgpu_graph *h, mgpu_graph_node from,
   mgpu__graph *g;
   int rc = graph_get(h, &g);
   if (rc != 0) return rc;
+  char nodes[48];
   if (from < 0 || from >= g->n || to < 0 || to >= g->n)
     rc = mgpu__error(MGPU_EINVAL, "mgpu_graph_add_dependency: edge %d -> %d, "
-                     "and the graph has nodes 0 to %d", from, to, g->n - 1);
+                     "and the graph has %s", from, to,
+                     mgpu__graph_nodes_text(g->n, nodes, sizeof nodes));
   else if (from == to)
     rc = mgpu__error(MGPU_EINVAL, "mgpu_graph_add_dependency: node %d cannot "
                      "depend on itself", from);

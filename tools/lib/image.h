@@ -20,7 +20,8 @@ void image_free(image *img);
 void image_rect(image *img, int x, int y, int w, int h, rgb_t c);
 void image_line(image *img, int x0, int y0, int x1, int y1, rgb_t c);
 /* Text with its top-left corner at (x, y); scale 1 is 6x8 pixels per
- * character cell. Returns the width drawn. */
+ * character cell, and the letters that go below the line (g, j, p, q, y)
+ * one more row below it. Returns the width drawn. */
 int image_text(image *img, int x, int y, const char *s, rgb_t c, int scale);
 /* The width of s in pixels at scale. */
 int text_width(const char *s, int scale);

@@ -44,6 +44,13 @@ static const kind kinds[] = {
     {"free", "alloc/free", 0xbcbd22},
     /* The 1 ns mark a steal arrow starts in (src/sched/task.c). */
     {"stolen", "task stolen", 0xd62728},
+    /* A graph launch's part, and its nodes inside it (docs/graphs.md). */
+    {"graph kernel", "kernel", 0x4c72b0},
+    {"graph builtin", "kernel", 0x4c72b0},
+    {"graph copy", "copy (other)", 0x8ebf9f},
+    {"graph memset", "memset", 0x7fb3d5},
+    {"graph callback", "host function", 0xda8bc3},
+    {"graph", "graph launch", 0x17becf},
 };
 enum { NKINDS = sizeof kinds / sizeof kinds[0] };
 static const rgb_t other_color = 0x64b5cd;
@@ -52,7 +59,7 @@ static const rgb_t counter_color = 0xb0a060;
 static int kind_of(const char *name) {
   for (int i = 0; i < NKINDS; i++)
     if (strncmp(name, kinds[i].prefix, strlen(kinds[i].prefix)) == 0) return i;
-  if (strstr(name, "wait") != NULL) return 12;
+  if (strstr(name, "wait") != NULL) return 12; /* kinds[12]: wait */
   return -1;
 }
 
