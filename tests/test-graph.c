@@ -350,6 +350,56 @@ TEST_IMPL(updates_free_parts_of_done_launches) {
   return 0;
 }
 
+/* A captured graph's nodes are numbered in the order their calls were
+ * recorded, over the capture's streams; records and waits inside it are
+ * edges, not nodes (graph.h, mgpu_stream_end_capture). */
+TEST_IMPL(captured_nodes_numbered_in_record_order) {
+  int n = test_init();
+  int d1 = n > 1 ? 1 : 0;
+  SKIP_UNLESS_KERNEL_RUNS(&affine, d1);
+  mgpu_buffer *a, *b;
+  ASSERT_OK(mgpu_malloc(&a, 0, N * sizeof(float)));
+  ASSERT_OK(mgpu_malloc(&b, d1, N * sizeof(float)));
+  mgpu_stream *s0, *s1;
+  mgpu_event *e0, *e1;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_stream_create(&s1, d1));
+  ASSERT_OK(mgpu_event_create(&e0, 0));
+  ASSERT_OK(mgpu_event_create(&e1, d1));
+  int calls = 0;
+  affine_args args = {mgpu_buffer_ptr(b), N, 2.0f, 1.0f};
+  ASSERT_OK(mgpu_stream_begin_capture(s0));
+  ASSERT_OK(mgpu_memset_async(a, 0, 0, N * sizeof(float), s0)); /* node 0 */
+  ASSERT_OK(mgpu_event_record(e0, s0));
+  ASSERT_OK(mgpu_stream_wait_event(s1, e0));
+  ASSERT_OK(mgpu_launch(s1, &affine, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                        &args, sizeof args)); /* node 1 */
+  ASSERT_OK(mgpu_event_record(e1, s1));
+  ASSERT_OK(mgpu_stream_wait_event(s0, e1));
+  ASSERT_OK(mgpu_stream_add_callback(s0, count_cb, &calls)); /* node 2 */
+  mgpu_graph *g;
+  ASSERT_OK(mgpu_stream_end_capture(s0, &g));
+  ASSERT_EQ(mgpu_graph_node_count(g), 3);
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_ERR(MGPU_EINVAL, mgpu_graph_exec_update_kernel(x, 0, &args,
+                                                        sizeof args));
+  ASSERT_DETAIL_HAS("node 0 is a memset node");
+  args.add = 3.0f;
+  ASSERT_OK(mgpu_graph_exec_update_kernel(x, 1, &args, sizeof args));
+  write_floats(b, 1.0f, N);
+  ASSERT_OK(mgpu_graph_launch(x, s0));
+  ASSERT_OK(mgpu_stream_synchronize(s0));
+  float out[N];
+  read_floats(b, out, N);
+  ASSERT(out[0] == 5.0f); /* 1 * 2 + 3: the updated arguments */
+  ASSERT_EQ(calls, 1);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 TEST_IMPL(graph_errors) {
   test_init();
   mgpu_graph *g;
@@ -1764,6 +1814,7 @@ TEST_ENTRY(explicit_graph_node_by_node)
 TEST_ENTRY(launches_from_other_streams_run_in_order)
 TEST_ENTRY(exec_update_kernel_and_copy)
 TEST_ENTRY(updates_free_parts_of_done_launches)
+TEST_ENTRY(captured_nodes_numbered_in_record_order)
 TEST_ENTRY(graph_errors)
 TEST_ENTRY(fault_inside_replay)
 TEST_ENTRY(destroy_while_launched)

@@ -176,7 +176,14 @@ MGPU_EXTERN int mgpu_graph_exec_destroy(mgpu_graph_exec *exec);
  * stream already capturing is MGPU_EINVAL. */
 MGPU_EXTERN int mgpu_stream_begin_capture(mgpu_stream *stream);
 /* Ends the capture begun on stream and returns the graph (owned by the
- * caller) in *graph. Every stream that joined leaves the capture. A joined
+ * caller) in *graph. Its nodes are numbered (mgpu_graph_node, for
+ * mgpu_graph_exec_update_kernel and _update_copy) in the order their calls
+ * were recorded, over every stream of the capture, from 0: one node per
+ * kernel, copy, memset, host callback, channel send or receive, wait for
+ * an event recorded outside the capture, and rank of a recorded
+ * collective; event records and waits inside the capture (and so stream
+ * barriers) are edges, not nodes. Every stream that joined leaves the
+ * capture. A joined
  * stream whose work does not lead back into the origin stream makes it
  * fail with MGPU_EINVAL naming that stream's device (and the graph is
  * dropped), as does a stream that is not the origin of a capture. */
