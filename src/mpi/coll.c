@@ -29,9 +29,14 @@ enum { V_KIND, V_COUNT, V_DTYPE, V_OP, V_ROOT, V_STATUS, V_PATH, V_CHUNK,
  * (-1 otherwise). */
 
 /* Sends mine to every other rank of comm and receives theirs into all,
- * waiting no longer than the deadline; a rank that never comes is named. */
+ * waiting no longer than the deadline; a rank that never comes is named.
+ * At the deadline the requests left are cancelled and freed, but MPI may
+ * still read mine and write all (a send is delivered, a cancel may fail):
+ * *kept becomes 1 and the caller must not free them; and the module takes
+ * no further calls, since the ranks that were late would pair this call
+ * with the next ones of the others (wrong results returned as success). */
 static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
-                    long long *all, MPI_Request *reqs) {
+                    long long *all, MPI_Request *reqs, int *kept) {
   int rc = 0;
   for (int r = 0; r < n && rc == 0; r++) {
     if (r == me) continue;
@@ -83,9 +88,16 @@ static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
     }
     for (int r = n; r < 2 * n; r++)
       if (reqs[r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[r]);
+    *kept = 1;
+    mgpu__mpi.failed = 1;
+    snprintf(mgpu__mpi.failed_detail, sizeof mgpu__mpi.failed_detail,
+             "the argument check of %s did not complete within %d ms; "
+             "rank(s) that did not come: %s", kind_name[mine[V_KIND]],
+             mgpu__mpi.timeout_ms, missing);
     rc = mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
-                     "arrive within %d ms", mgpu__mpi.rank,
-                     kind_name[mine[V_KIND]], missing,
+                     "arrive within %d ms; the module takes no further "
+                     "calls (the program should call MPI_Abort)",
+                     mgpu__mpi.rank, kind_name[mine[V_KIND]], missing,
                      mgpu__mpi.timeout_ms);
   }
   return rc;
@@ -187,7 +199,9 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   /* The local detail is kept: a refused rank reports its own reason. */
   char local_detail[512];
   snprintf(local_detail, sizeof local_detail, "%s", mgpu_error_detail());
-  long long *all = mgpu_module_calloc((size_t)n * V_LEN, sizeof *all);
+  /* all holds every rank's values, then (at V_LEN * n) mine as sent: both
+   * outlive the call when MPI keeps them (exchange's kept). */
+  long long *all = mgpu_module_calloc((size_t)(n + 1) * V_LEN, sizeof *all);
   MPI_Request *reqs = mgpu_module_calloc((size_t)n * 2, sizeof *reqs);
   if (all == NULL || reqs == NULL) {
     mgpu_module_free(all);
@@ -203,7 +217,10 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   }
   for (int r = 0; r < 2 * n; r++) reqs[r] = MPI_REQUEST_NULL;
   memcpy(all + (size_t)me * V_LEN, mine, V_LEN * sizeof *all);
-  int rc = exchange(comm, n, me, mine, all, reqs);
+  long long *sent = all + (size_t)n * V_LEN;
+  memcpy(sent, mine, V_LEN * sizeof *all);
+  int kept = 0;
+  int rc = exchange(comm, n, me, sent, all, reqs, &kept);
   if (rc == 0 && local_rc != 0) {
     rc = local_rc;
     mgpu__error(local_rc, "%s", local_detail);
@@ -212,7 +229,7 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   for (int r = 0; rc == 0 && r < n; r++)
     if (all[(size_t)r * V_LEN + V_PATH] > *path)
       *path = (int)all[(size_t)r * V_LEN + V_PATH];
-  mgpu_module_free(all);
+  if (!kept) mgpu_module_free(all); /* else MPI may still use it */
   mgpu_module_free(reqs);
   return rc;
 }

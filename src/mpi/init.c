@@ -139,9 +139,8 @@ int mgpu__mpi_usable(const char *what) {
   int rc = mgpu__mpi_ready(what);
   if (rc != 0 || !mgpu__mpi.failed) return rc;
   return mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: an earlier call "
-                     "failed in its data phase (%s); the program "
-                     "should call MPI_Abort", mgpu__mpi.rank, what,
-                     mgpu__mpi.failed_detail);
+                     "timed out (%s); the program should call MPI_Abort",
+                     mgpu__mpi.rank, what, mgpu__mpi.failed_detail);
 }
 
 /* ---- types and operators ---- */

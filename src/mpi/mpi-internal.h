@@ -104,9 +104,11 @@ typedef struct mpi_state {
                              devices) */
   int timeout_ms;
   size_t chunk;           /* bytes per bounce region */
-  int failed;             /* a data step timed out: MPI may still hold a
-                             request on the module's or the caller's
-                             buffers; every later call is refused */
+  int failed;             /* a data step or an argument check timed out:
+                             MPI may still hold a request on the module's
+                             or the caller's buffers, and late ranks would
+                             pair that call with later ones; every later
+                             call is refused */
   char failed_detail[384];
   uint64_t exchanges;     /* argument exchanges with other ranks made */
   MPI_Op half_ops[2][4];  /* [FLOAT16, BFLOAT16][op] */

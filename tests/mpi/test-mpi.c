@@ -596,21 +596,57 @@ static void run_bad_input(void) {
 static void run_missing_rank(void) {
   mgpu_buffer *b = make(0, 64);
   int last = nranks - 1;
+  MPI_Comm present; /* every rank but the last */
+  MPI_Comm_split(MPI_COMM_WORLD, rank != last, rank, &present);
+  char want[64];
+  if (rank == 0) {
+    /* a receive from a rank that never sends */
+    EXPECT_RC(mgpu_mpi_recv(b, 0, 4, MGPU_FLOAT32, last, 2, MPI_COMM_WORLD,
+                            NULL), MGPU_ETIMEDOUT);
+    snprintf(want, sizeof want, "rank %d did not answer", last);
+    if (!strstr(mgpu_error_detail(), want))
+      FAIL("detail: %s", mgpu_error_detail());
+  }
   if (rank != last) {
+    MPI_Barrier(present);
     EXPECT_RC(mgpu_mpi_allreduce(b, 0, b, 0, 4, MGPU_FLOAT32, MGPU_SUM,
                                  MPI_COMM_WORLD, NULL), MGPU_ETIMEDOUT);
-    char want[32];
     snprintf(want, sizeof want, "rank(s) %d", last);
     if (!strstr(mgpu_error_detail(), want))
       FAIL("detail does not name rank %d: %s", last, mgpu_error_detail());
-    if (rank == 0) {
-      /* a receive from a rank that never sends */
-      EXPECT_RC(mgpu_mpi_recv(b, 0, 4, MGPU_FLOAT32, last, 2, MPI_COMM_WORLD,
-                              NULL), MGPU_ETIMEDOUT);
-      snprintf(want, sizeof want, "rank %d did not answer", last);
-      if (!strstr(mgpu_error_detail(), want))
-        FAIL("detail: %s", mgpu_error_detail());
+    /* Refused from then on: the missing rank, were it to come, would meet
+     * this call with its first. */
+    EXPECT_RC(mgpu_mpi_allreduce(b, 0, b, 0, 4, MGPU_FLOAT32, MGPU_SUM,
+                                 MPI_COMM_WORLD, NULL), MGPU_ETIMEDOUT);
+    if (!strstr(mgpu_error_detail(), "an earlier call timed out"))
+      FAIL("detail: %s", mgpu_error_detail());
+  }
+  MPI_Comm_free(&present);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(mgpu_free(b));
+}
+
+/* A rank that comes after the others timed out: before, the others' next
+ * call met its first, and every rank returned success with the other
+ * call's data (sums of the wrong terms). Now the others refuse every later
+ * call, and the late rank's call times out in its turn. */
+static void run_late_rank(void) {
+  int last = nranks - 1;
+  mgpu_buffer *b = make(0, 64);
+  float h[4];
+  for (int k = 0; k < 3; k++) {
+    for (int i = 0; i < 4; i++) h[i] = (float)((k + 1) * (rank + 1));
+    upload(b, h, sizeof h);
+    if (rank == last && k == 0) usleep(1500 * 1000); /* past the timeout */
+    int rc = mgpu_mpi_allreduce(b, 0, b, 0, 4, MGPU_FLOAT32, MGPU_SUM,
+                                MPI_COMM_WORLD, NULL);
+    if (rc == 0) {
+      float *got = download(b, sizeof h);
+      FAIL("call %d returned success (%g) after a rank timed out", k,
+           (double)got[0]);
     }
+    EXPECT_RC(rc, MGPU_ETIMEDOUT);
+    if (rank == last) break; /* its own call 0 timed out */
   }
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(mgpu_free(b));
@@ -1143,6 +1179,8 @@ int main(int argc, char **argv) {
     run_bad_input();
   } else if (strcmp(name, "missing_rank") == 0) {
     run_missing_rank();
+  } else if (strcmp(name, "late_rank") == 0) {
+    run_late_rank();
   } else if (strcmp(name, "chunk_mismatch") == 0) {
     run_chunk_mismatch();
   } else if (strcmp(name, "rank_fails") == 0) {
