@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "task.h"
 
@@ -427,6 +428,96 @@ TEST_IMPL(free_waits_while_device_captures) {
   return 0;
 }
 
+static void sleep_300ms_host(const mgpu_kernel_ctx *ctx, const void *argp) {
+  (void)ctx;
+  (void)argp;
+  struct timespec ts = {0, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+static const mgpu_kernel sleep_300ms = {"sleep_300ms", sleep_300ms_host, NULL,
+                                        NULL};
+
+/* A wait takes the record it captured, not a later one: an event recorded
+ * on a slow stream, waited for, then recorded again on an idle stream.
+ * The second record completes first; the wait passed then (it compared
+ * with the highest number completed) and read the slow stream's output
+ * before it was written, as CUDA's cudaStreamWaitEvent does not. */
+TEST_IMPL(wait_takes_its_own_record) {
+  test_init();
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  mgpu_stream *slow, *idle, *reader;
+  mgpu_event *e;
+  mgpu_buffer *x, *y;
+  ASSERT_OK(mgpu_stream_create(&slow, 0));
+  ASSERT_OK(mgpu_stream_create(&idle, 0));
+  ASSERT_OK(mgpu_stream_create(&reader, 0));
+  ASSERT_OK(mgpu_event_create(&e, 0));
+  ASSERT_OK(mgpu_malloc(&x, 0, 4));
+  ASSERT_OK(mgpu_malloc(&y, 0, 4));
+  float zero = 0, one = 1, out = -1;
+  ASSERT_OK(mgpu_fill(slow, x, 0, 1, MGPU_FLOAT32, &zero));
+  ASSERT_OK(mgpu_fill(slow, y, 0, 1, MGPU_FLOAT32, &zero));
+  ASSERT_OK(mgpu_stream_synchronize(slow));
+  ASSERT_OK(mgpu_launch(slow, &sleep_300ms, MGPU_DIM3(1, 1, 1),
+                        MGPU_DIM3(1, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_fill(slow, x, 0, 1, MGPU_FLOAT32, &one));
+  ASSERT_OK(mgpu_event_record(e, slow));
+  ASSERT_OK(mgpu_stream_wait_event(reader, e));
+  ASSERT_OK(mgpu_memcpy_async(y, 0, x, 0, 4, reader));
+  ASSERT_OK(mgpu_event_record(e, idle)); /* done long before the first */
+  ASSERT_OK(mgpu_stream_synchronize(reader));
+  ASSERT_OK(mgpu_memcpy_dtoh(&out, y, 0, 4));
+  ASSERT(out == 1.0f);
+  ASSERT_OK(mgpu_event_query(e));
+  ASSERT_OK(mgpu_event_destroy(e));
+  ASSERT_OK(mgpu_stream_destroy(slow));
+  ASSERT_OK(mgpu_stream_destroy(idle));
+  ASSERT_OK(mgpu_stream_destroy(reader));
+  ASSERT_OK(mgpu_free(x));
+  ASSERT_OK(mgpu_free(y));
+  return 0;
+}
+
+typedef struct rec_wait {
+  mgpu_stream *s;
+  mgpu_event *e;
+} rec_wait;
+
+static void *record_many(void *arg) {
+  rec_wait *r = arg;
+  for (int i = 0; i < 20000; i++) ASSERT_OK(mgpu_event_record(r->e, r->s));
+  return NULL;
+}
+
+static void *wait_many(void *arg) {
+  rec_wait *r = arg;
+  for (int i = 0; i < 20000; i++) ASSERT_OK(mgpu_stream_wait_event(r->s, r->e));
+  return NULL;
+}
+
+/* Records and waits of one event on one stream from two threads: a wait
+ * that took the number of a record whose operation was not queued yet
+ * was queued ahead of it, and the stream waited for ever (3 runs of 3). */
+TEST_IMPL(record_and_wait_from_two_threads_end) {
+  test_init();
+  rec_wait r;
+  ASSERT_OK(mgpu_stream_create(&r.s, 0));
+  ASSERT_OK(mgpu_event_create(&r.e, 0));
+  alarm(120); /* a hang fails here, not at ctest's limit */
+  pthread_t t[2];
+  ASSERT(pthread_create(&t[0], NULL, record_many, &r) == 0);
+  ASSERT(pthread_create(&t[1], NULL, wait_many, &r) == 0);
+  pthread_join(t[0], NULL);
+  pthread_join(t[1], NULL);
+  ASSERT_OK(mgpu_stream_synchronize(r.s));
+  ASSERT_OK(mgpu_event_destroy(r.e));
+  ASSERT_OK(mgpu_stream_destroy(r.s));
+  alarm(0);
+  return 0;
+}
+
 static void failing_host(const mgpu_kernel_ctx *ctx, const void *argp) {
   (void)argp;
   mgpu_kernel_fail(ctx, MGPU_EINVAL, "bad input");
@@ -693,6 +784,8 @@ TEST_ENTRY(integer_sum_and_product_wrap)
 TEST_ENTRY(device_synchronize_waits_for_every_stream)
 TEST_ENTRY(free_waits_while_device_captures)
 TEST_ENTRY(free_keeps_stream_error_for_its_stream)
+TEST_ENTRY(wait_takes_its_own_record)
+TEST_ENTRY(record_and_wait_from_two_threads_end)
 TEST_ENTRY(synchronize_does_not_wait_for_later_work)
 TEST_ENTRY(shutdown_releases_open_handles)
 TEST_LIST_END

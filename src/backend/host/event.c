@@ -1,6 +1,7 @@
 /* The host backend's events: a record takes a new sequence number at call
  * time and queues the operation that completes it; a wait captures the
- * latest number and parks its stream on the event if reached early. */
+ * latest number and parks its stream on the event until that record is
+ * done (host-internal.h: records complete out of order). */
 #include <stdatomic.h>
 
 #include "backend/host/host-internal.h"
@@ -24,7 +25,7 @@ void mgpu__host_event_destroy(mgpu__bdevice *d, mgpu__bevent *e) {
   /* A pending record completes first, and a queued wait passes: their
    * operations still point at the event. */
   mgpu__mutex_lock(&e->lock);
-  while (e->completed < e->recorded || e->ops > 0)
+  while (e->pending != NULL || e->recording > 0 || e->ops > 0)
     mgpu__cond_wait(&e->done, &e->lock);
   mgpu__mutex_unlock(&e->lock);
   mgpu__cond_destroy(&e->done);
@@ -36,20 +37,41 @@ int mgpu__host_event_record(mgpu__bdevice *d, mgpu__bevent *e,
                             mgpu__bstream *s) {
   op *o = mgpu__host_op_new(OP_RECORD);
   if (o == NULL) return mgpu__host_op_nomem(d);
+  o->u.event.event = e;
   mgpu__mutex_lock(&e->lock);
   o->u.event.seq = ++e->recorded;
+  o->u.event.pending_next = NULL;
+  if (e->pending_tail != NULL) e->pending_tail->u.event.pending_next = o;
+  else e->pending = o;
+  e->pending_tail = o;
   e->ops++;
+  e->recording++;
   mgpu__mutex_unlock(&e->lock);
-  o->u.event.event = e;
+  /* Queued outside the event's lock (a device's lock comes first), so a
+   * wait meanwhile holds back until it is (recording). */
   mgpu__host_enqueue(s, o);
+  mgpu__mutex_lock(&e->lock);
+  if (--e->recording == 0) mgpu__cond_broadcast(&e->done);
+  mgpu__mutex_unlock(&e->lock);
   return 0;
+}
+
+int mgpu__host_event_done(const mgpu__bevent *e, uint64_t seq) {
+  if (seq <= atomic_load_explicit(&e->completed, memory_order_relaxed))
+    return 1;
+  for (const op *p = e->pending; p != NULL && p->u.event.seq <= seq;
+       p = p->u.event.pending_next)
+    if (p->u.event.seq == seq) return 0;
+  return 1;
 }
 
 int mgpu__host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
   (void)d;
   mgpu__mutex_lock(&e->lock);
+  while (e->recording > 0) mgpu__cond_wait(&e->done, &e->lock);
   uint64_t target = e->recorded;
-  while (e->completed < target) mgpu__cond_wait(&e->done, &e->lock);
+  while (!mgpu__host_event_done(e, target))
+    mgpu__cond_wait(&e->done, &e->lock);
   int lost_by = e->lost_by;
   mgpu__mutex_unlock(&e->lock);
   if (atomic_load_explicit(&e->dev->lost, memory_order_acquire))
@@ -66,7 +88,7 @@ int mgpu__host_event_synchronize(mgpu__bdevice *d, mgpu__bevent *e) {
 int mgpu__host_event_query(mgpu__bdevice *d, mgpu__bevent *e) {
   (void)d;
   mgpu__mutex_lock(&e->lock);
-  int rc = e->completed < e->recorded ? MGPU_EAGAIN : 0;
+  int rc = mgpu__host_event_done(e, e->recorded) ? 0 : MGPU_EAGAIN;
   mgpu__mutex_unlock(&e->lock);
   return rc;
 }
@@ -76,12 +98,12 @@ int mgpu__host_event_elapsed_ms(mgpu__bdevice *d, mgpu__bevent *a,
   uint64_t ta = 0, tb = 0;
   int pending = 0, never = 0;
   mgpu__mutex_lock(&a->lock);
-  pending |= a->completed < a->recorded;
+  pending |= !mgpu__host_event_done(a, a->recorded);
   never |= a->recorded == 0;
   ta = a->time_ns;
   mgpu__mutex_unlock(&a->lock);
   mgpu__mutex_lock(&b->lock);
-  pending |= b->completed < b->recorded;
+  pending |= !mgpu__host_event_done(b, b->recorded);
   never |= b->recorded == 0;
   tb = b->time_ns;
   mgpu__mutex_unlock(&b->lock);
@@ -99,8 +121,9 @@ int mgpu__host_stream_wait_event(mgpu__bdevice *d, mgpu__bstream *s,
                                  mgpu__bdevice *ed, mgpu__bevent *e) {
   (void)ed;
   mgpu__mutex_lock(&e->lock);
+  while (e->recording > 0) mgpu__cond_wait(&e->done, &e->lock);
   uint64_t seq = e->recorded;
-  int done = e->completed >= seq;
+  int done = mgpu__host_event_done(e, seq);
   mgpu__mutex_unlock(&e->lock);
   /* Nothing to wait for; while tracing the wait is queued all the same,
    * so that its arrow is drawn in order on the worker. */

@@ -75,6 +75,10 @@ typedef struct op {
       mgpu__bevent *event;
       uint64_t seq;
       int watched; /* a wait: a worker watched the event once already */
+      /* A record: the next record of the event not yet completed, in the
+       * order of their numbers (the event's pending list, under its
+       * lock). */
+      struct op *pending_next;
     } event;
     struct {
       host_graph *graph;
@@ -95,10 +99,29 @@ struct mgpu__bevent {
   mgpu__mutex lock;
   mgpu__cond done;
   uint64_t recorded;  /* sequence number of the latest record call */
-  /* Highest sequence number completed; written under lock, also read
-   * without it by a wait that watches it (worker.c). */
+  /* Records are completed in the order their streams run them, not in the
+   * order of their numbers (two streams): a wait for record k waits for
+   * that record only, as cudaStreamWaitEvent waits for the record it
+   * captured, not for a later one that completed first, and not for an
+   * earlier one either.
+   *  - pending: the records not completed yet, by number (their ops,
+   *    linked through u.event.pending_next); record k is done when it is
+   *    not on the list (mgpu__host_event_done);
+   *  - completed: every record up to it is done (the first pending's
+   *    number - 1, or recorded); written under lock, also read without it
+   *    by a wait that watches it (worker.c), which may so see a record
+   *    done late, never early;
+   *  - top: the highest number completed, whose time and place time_ns
+   *    and recorded_at keep. */
+  struct op *pending, *pending_tail;
   _Atomic uint64_t completed;
-  uint64_t time_ns;   /* when `completed` was reached */
+  uint64_t top;
+  /* A record call between taking its number and queuing its operation:
+   * a wait takes the event's state only when none is (a wait that took a
+   * number whose record was not queued yet, on the same stream, was
+   * queued ahead of it and waited for ever). */
+  int recording;
+  uint64_t time_ns;   /* when `top` was completed */
   mgpu__trace_point recorded_at; /* where and when, for the trace's arrows */
   mgpu__bstream *waiters; /* streams parked on this event */
   /* The work before the latest completion depended on a device that was
@@ -214,6 +237,8 @@ void mgpu__host_count_queued(mgpu__bstream *s);
  * thread). op_free releases an operation that ran or was never queued;
  * lose_locked marks d lost (d->lock held). */
 void mgpu__host_unpark(mgpu__bstream *w);
+/* e->lock held: whether record seq of e is done (0 never recorded: done). */
+int mgpu__host_event_done(const mgpu__bevent *e, uint64_t seq);
 /* The span of operation o that ran from t0 to t1 on s (and the arrow of a
  * wait before it). */
 void mgpu__host_trace_op(mgpu__bstream *s, const op *o, uint64_t t0,

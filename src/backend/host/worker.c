@@ -75,8 +75,25 @@ static void complete_event(mgpu__bevent *e, uint64_t seq, mgpu__bstream *s) {
   if (lost_by == 0 && atomic_load_explicit(&s->dev->lost, memory_order_acquire))
     lost_by = s->dev->id + 1;
   mgpu__mutex_lock(&e->lock);
-  if (seq > e->completed) {
-    e->completed = seq;
+  /* Off the pending list (the op is e's pending record seq). */
+  op **at = &e->pending;
+  while (*at != NULL && (*at)->u.event.seq != seq)
+    at = &(*at)->u.event.pending_next;
+  if (*at != NULL) {
+    op *done = *at;
+    *at = done->u.event.pending_next;
+    if (e->pending_tail == done) {
+      e->pending_tail = NULL;
+      for (op *p = e->pending; p != NULL; p = p->u.event.pending_next)
+        e->pending_tail = p;
+    }
+  }
+  atomic_store_explicit(&e->completed,
+                        e->pending != NULL ? e->pending->u.event.seq - 1
+                                           : e->recorded,
+                        memory_order_release);
+  if (seq > e->top) {
+    e->top = seq;
     e->lost_by = lost_by;
     e->time_ns = mgpu__now_ns();
     /* The work before the record is the span that ended last. */
@@ -280,7 +297,7 @@ static int must_park(mgpu__bstream *s, op *o) {
   mgpu__bevent *e = o->u.event.event;
   int park = 0;
   mgpu__mutex_lock(&e->lock);
-  if (e->completed < o->u.event.seq) {
+  if (!mgpu__host_event_done(e, o->u.event.seq)) {
     s->parked = 1;
     s->wait_next = e->waiters;
     e->waiters = s;
