@@ -480,6 +480,36 @@ TEST_IMPL(wait_takes_its_own_record) {
   return 0;
 }
 
+/* mgpu_free waits for the work queued on every device's streams: a copy
+ * into a buffer of device 1 queued on a stream of device 0 (behind a slow
+ * kernel) wrote into memory already given back when the free waited for
+ * device 1 only; so did a fill of device 1's unified memory from device
+ * 0's stream. */
+TEST_IMPL(free_waits_for_other_devices_streams) {
+  int n = test_init();
+  if (n < 2) return TEST_SKIP;
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(0, &p));
+  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  mgpu_stream *s0;
+  mgpu_buffer *src, *dst, *u;
+  ASSERT_OK(mgpu_stream_create(&s0, 0));
+  ASSERT_OK(mgpu_malloc(&src, 0, 4096));
+  ASSERT_OK(mgpu_malloc(&dst, 1, 4096));
+  ASSERT_OK(mgpu_malloc_unified(&u, 1, 4096));
+  ASSERT_OK(mgpu_launch(s0, &sleep_300ms, MGPU_DIM3(1, 1, 1),
+                        MGPU_DIM3(1, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_memcpy_async(dst, 0, src, 0, 4096, s0));
+  float one = 1;
+  ASSERT_OK(mgpu_fill(s0, u, 0, 1024, MGPU_FLOAT32, &one));
+  ASSERT_OK(mgpu_free(dst));
+  ASSERT_OK(mgpu_stream_query(s0)); /* the free waited for it all */
+  ASSERT_OK(mgpu_free(u));
+  ASSERT_OK(mgpu_stream_destroy(s0));
+  ASSERT_OK(mgpu_free(src));
+  return 0;
+}
+
 typedef struct rec_wait {
   mgpu_stream *s;
   mgpu_event *e;
@@ -499,7 +529,8 @@ static void *wait_many(void *arg) {
 
 /* Records and waits of one event on one stream from two threads: a wait
  * that took the number of a record whose operation was not queued yet
- * was queued ahead of it, and the stream waited for ever (3 runs of 3). */
+ * was queued ahead of it, and the stream waited for ever (3 runs of 3,
+ * 20000 of each). */
 TEST_IMPL(record_and_wait_from_two_threads_end) {
   test_init();
   rec_wait r;
@@ -785,6 +816,7 @@ TEST_ENTRY(device_synchronize_waits_for_every_stream)
 TEST_ENTRY(free_waits_while_device_captures)
 TEST_ENTRY(free_keeps_stream_error_for_its_stream)
 TEST_ENTRY(wait_takes_its_own_record)
+TEST_ENTRY(free_waits_for_other_devices_streams)
 TEST_ENTRY(record_and_wait_from_two_threads_end)
 TEST_ENTRY(synchronize_does_not_wait_for_later_work)
 TEST_ENTRY(shutdown_releases_open_handles)

@@ -285,8 +285,9 @@ MGPU_EXTERN int mgpu_malloc(mgpu_buffer **buf, int dev, size_t size);
 MGPU_EXTERN int mgpu_malloc_host(mgpu_buffer **buf, int dev, size_t size);
 MGPU_EXTERN int mgpu_malloc_unified(mgpu_buffer **buf, int dev, size_t size);
 
-/* Frees a buffer after the work already queued on its device has finished
- * (as cudaFree does), also while a stream of the device captures a graph
+/* Frees a buffer after the work already queued has finished (as cudaFree
+ * does), on every device's streams (a copy between devices runs on a
+ * stream of either one), also while a stream captures a graph
  * (what the capture recorded is not queued work; a launch of a graph that
  * recorded the buffer is MGPU_EFREED). An asynchronous error of that work
  * is not the free's: it stays for its stream's next synchronize, query,

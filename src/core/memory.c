@@ -409,9 +409,11 @@ static void detach_freed_exported(void) {
  * device, then gives the memory back, or leaves it to the last export. */
 static int free_buffer(mgpu__buf *b) {
   /* As cudaFree does: work already queued may still use the memory (also
-   * while a stream of the device captures a graph; a launch of a graph
-   * that recorded the buffer then finds it freed). */
-  mgpu__device_drain(b->dev);
+   * while a stream captures a graph; a launch of a graph that recorded the
+   * buffer then finds it freed), on a stream of any device: a copy to or
+   * from another device runs on either device's stream, and pinned or
+   * unified memory is used from every device. */
+  for (int dev = 0; dev < mgpu__ndevices(); dev++) mgpu__device_drain(dev);
   if (defer_while_exported(b, 0)) return 0;
   return buf_release(b);
 }
