@@ -402,6 +402,9 @@ static int post(int is_send, const mgpu_buffer *buf, size_t offset,
   r->dev = view.device;
   r->path = path;
   r->hdr_req = r->ack_req = MPI_REQUEST_NULL;
+  /* Not 0 (calloc): a cancel at the deadline looks at every slot, also
+   * those never used (MPI_Cancel of a request 0 aborts the job). */
+  for (int s = 0; s < MPI_STAGE_SLOTS; s++) r->slot_req[s] = MPI_REQUEST_NULL;
   if (path == MPI_PATH_STAGED &&
       (rc = mgpu__mpi_staging(r->dev, &r->staging)) != 0) {
     mgpu_module_free(r);

@@ -754,6 +754,30 @@ static void run_rank_fails(void) {
   fail_on_rank1("alloc:12+", 3001, MGPU_ENOMEM, -1);
 }
 
+/* A staged send whose first copy to its bounce buffer fails, after the
+ * hand-shake: the receiver times out in the data phase naming the sender
+ * (its bounce slots never used were cancelled too, as requests 0, and
+ * MPI aborted the job); the sender returns its own failure. */
+static void run_sender_fails_staged(void) {
+  if (nranks != 2 || !device0_is_host()) return;
+  mgpu_buffer *b = make(0, 4096);
+  char why[256];
+  if (rank == 0) {
+    if (mgpu__fault_set("backend:memcpy_async:1", why, sizeof why) != 0)
+      FAIL("MGPU_FAULT: %s", why);
+    EXPECT_RC(mgpu_mpi_send(b, 0, 1000, MGPU_FLOAT32, 1, 3, MPI_COMM_WORLD,
+                            NULL), MGPU_EBACKEND);
+    mgpu__fault_set("", why, sizeof why);
+  } else {
+    EXPECT_RC(mgpu_mpi_recv(b, 0, 1000, MGPU_FLOAT32, 0, 3, MPI_COMM_WORLD,
+                            NULL), MGPU_ETIMEDOUT);
+    snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+    expect_detail("rank 0 did not come for the data");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(mgpu_free(b));
+}
+
 /* The module allocates through libmgpu's allocator, a fault site
  * (mgpu_module_calloc): rank 1's first allocation in an all-reduce of host
  * memory is the argument check's. Its failure fails the call on every
@@ -786,7 +810,7 @@ static void run_rank_dies(void) {
   snprintf(want, sizeof want, "did not come: %d", last);
   expect_detail(want);
   EXPECT_RC(try_allreduce(64, &found, NULL), MGPU_ETIMEDOUT);
-  expect_detail("an earlier call failed");
+  expect_detail("an earlier call timed out");
   printf("rank %d: ok: %s\n", rank, want);
   fflush(stdout);
   _exit(0); /* MPI_Finalize would wait for the dead rank */
@@ -810,7 +834,7 @@ static void run_peer_dies(void) {
     EXPECT_RC(mgpu_mpi_recv(b, 0, 4096, MGPU_FLOAT32, 1, 3, MPI_COMM_WORLD,
                             NULL), MGPU_ETIMEDOUT);
     snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
-    expect_detail("an earlier call failed");
+    expect_detail("an earlier call timed out");
     printf("rank 0: ok\n");
     fflush(stdout);
   }
@@ -1185,6 +1209,8 @@ int main(int argc, char **argv) {
     run_chunk_mismatch();
   } else if (strcmp(name, "rank_fails") == 0) {
     run_rank_fails();
+  } else if (strcmp(name, "sender_fails_staged") == 0) {
+    run_sender_fails_staged();
   } else if (strcmp(name, "module_alloc") == 0) {
     run_module_alloc();
   } else if (strcmp(name, "comm_lost") == 0) {
