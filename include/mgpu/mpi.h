@@ -167,7 +167,10 @@ typedef struct mgpu_mpi_request mgpu_mpi_request;
 /* Non-blocking forms: they check their arguments, post the exchange and
  * return a request the caller owns until mgpu_mpi_wait, which must be
  * called exactly once per request. The buffer must stay allocated and
- * unchanged (send) or untouched (recv) until then. */
+ * unchanged (send) or untouched (recv) until then. A buffer freed before
+ * its data moved makes the wait MGPU_EFREED (the peer's call then times
+ * out); its memory stays in place while MPI holds it, so a free never
+ * lets MPI read or write memory given back. */
 MGPU_EXTERN int mgpu_mpi_isend(const mgpu_buffer *buf, size_t offset,
                                size_t count, mgpu_dtype dtype, int dest,
                                int tag, MPI_Comm comm, mgpu_stream *stream,

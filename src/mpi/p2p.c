@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgpu/interop.h"
 #include "mpi/mpi-internal.h"
 
 enum { R_QUEUED, R_HANDSHAKE, R_WAIT_SLOTS, R_DATA, R_DONE };
@@ -41,6 +42,11 @@ struct mgpu_mpi_request {
   /* data phase */
   size_t piece, npieces, next_post, next_mpi, done_pieces;
   MPI_Request *data_reqs;     /* host path: one per piece */
+  /* Host path: a reference on the buffer's memory (an export,
+   * mgpu_buffer_dlpack) while MPI holds it, so that an mgpu_free before
+   * the wait leaves it in place; dropped by the wait, kept when the module
+   * failed (MPI may still write it). */
+  DLManagedTensorVersioned *pin;
   mpi_staging *staging;       /* staged */
   int slot_state[MPI_STAGE_SLOTS];
   size_t slot_piece[MPI_STAGE_SLOTS];
@@ -123,6 +129,13 @@ static int start_data(mgpu_mpi_request *r) {
   r->state = R_DATA;
   r->deadline = mgpu__mpi_deadline();
   if (r->path == MPI_PATH_STAGED) return 0;
+  DLDataType byte = {kDLUInt, 8, 1};
+  int rc = mgpu_buffer_dlpack((mgpu_buffer *)r->view.handle, 0, byte, 0,
+                              NULL, NULL, &r->pin);
+  if (rc != 0) /* freed since the post: nothing moved */
+    return mgpu__error(rc, "rank %d: %s rank %d tag %d: the buffer was "
+                       "freed before its data moved (%s)", mgpu__mpi.rank,
+                       dir(r), r->peer, r->tag, mgpu_err_name(rc));
   r->data_reqs = mgpu_module_malloc((r->npieces ? r->npieces : 1) *
                                     sizeof *r->data_reqs);
   if (r->data_reqs == NULL)
@@ -457,6 +470,7 @@ int mgpu_mpi_wait(mgpu_mpi_request *req) {
   } else if (!req->is_send && req->path == MPI_PATH_STAGED) {
     rc = mgpu_stream_synchronize(mgpu__mpi.staging[req->dev].h2d);
   }
+  if (req->pin != NULL && !mgpu__mpi.failed) req->pin->deleter(req->pin);
   mgpu_module_free(req->data_reqs);
   mgpu_module_free(req);
   return rc;

@@ -778,6 +778,29 @@ static void run_sender_fails_staged(void) {
   CHECK(mgpu_free(b));
 }
 
+/* A send's buffer freed between mgpu_mpi_isend and the wait, host path:
+ * MPI read the freed memory (a crash in MPI_Isend); now the wait returns
+ * MGPU_EFREED naming it, and the receiver times out. */
+static void run_freed_before_wait(void) {
+  if (nranks != 2 || !device0_is_host()) return;
+  mgpu_buffer *b = make(0, 1 << 20);
+  mgpu_mpi_request *rq;
+  if (rank == 0) {
+    CHECK(mgpu_mpi_isend(b, 0, 65536, MGPU_FLOAT32, 1, 7, MPI_COMM_WORLD,
+                         NULL, &rq));
+    CHECK(mgpu_free(b));
+    EXPECT_RC(mgpu_mpi_wait(rq), MGPU_EFREED);
+    snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
+    expect_detail("the buffer was freed before its data moved");
+  } else {
+    CHECK(mgpu_mpi_irecv(b, 0, 65536, MGPU_FLOAT32, 0, 7, MPI_COMM_WORLD,
+                         NULL, &rq));
+    EXPECT_RC(mgpu_mpi_wait(rq), MGPU_ETIMEDOUT);
+    CHECK(mgpu_free(b));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* The module allocates through libmgpu's allocator, a fault site
  * (mgpu_module_calloc): rank 1's first allocation in an all-reduce of host
  * memory is the argument check's. Its failure fails the call on every
@@ -1211,6 +1234,8 @@ int main(int argc, char **argv) {
     run_rank_fails();
   } else if (strcmp(name, "sender_fails_staged") == 0) {
     run_sender_fails_staged();
+  } else if (strcmp(name, "freed_before_wait") == 0) {
+    run_freed_before_wait();
   } else if (strcmp(name, "module_alloc") == 0) {
     run_module_alloc();
   } else if (strcmp(name, "comm_lost") == 0) {
