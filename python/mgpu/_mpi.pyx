@@ -209,6 +209,8 @@ def mpi_finalize():
         return
     reqs = _mpi["requests"]
     for r in list(reqs):
+        if (<MPIRequest>r).r == NULL:
+            continue  # waited on already (the object is still alive)
         try:
             (<MPIRequest>r).wait()
         except Error:
