@@ -163,7 +163,7 @@ static int compare(int n, const long long *mine, const long long *all) {
                        kind_name[mine[V_KIND]], r,
                        v[V_KIND] > 0 && v[V_KIND] <= C_GATHER
                                  ? kind_name[v[V_KIND]] : "?");
-    else
+    else if (mine[V_OP] >= 0) /* a reduction */
       rc = mgpu__error(
           MGPU_EMISMATCH, "rank %d: %s: count %lld, dtype %s, op %s, root "
           "%lld here but count %lld, dtype %s, op %s, root %lld on rank %d",
@@ -172,6 +172,14 @@ static int compare(int n, const long long *mine, const long long *all) {
           mgpu_op_name((mgpu_op)mine[V_OP]), mine[V_ROOT], v[V_COUNT],
           mgpu__mpi_dtype_name((mgpu_dtype)v[V_DTYPE]),
           mgpu_op_name((mgpu_op)v[V_OP]), v[V_ROOT], r);
+    else
+      rc = mgpu__error(
+          MGPU_EMISMATCH, "rank %d: %s: count %lld, dtype %s, root %lld here "
+          "but count %lld, dtype %s, root %lld on rank %d", mgpu__mpi.rank,
+          kind_name[mine[V_KIND]], mine[V_COUNT],
+          mgpu__mpi_dtype_name((mgpu_dtype)mine[V_DTYPE]), mine[V_ROOT],
+          v[V_COUNT], mgpu__mpi_dtype_name((mgpu_dtype)v[V_DTYPE]),
+          v[V_ROOT], r);
   }
   for (int r = 0; rc == 0 && r < n; r++) {
     const long long *v = all + (size_t)r * V_LEN;

@@ -359,10 +359,13 @@ static int read_env(mpi_env *env) {
       mgpu_module_parse_int(v, 0, 1, &mgpu__mpi.force_stage))
     return mgpu__error(MGPU_EINVAL, "MGPU_MPI_STAGE: bad value '%s' "
                        "(expected 0 or 1)", v ? v : "");
+  /* 0 would fail every call that waits for another rank at all. */
   if ((v = mgpu_module_getenv("MGPU_MPI_TIMEOUT_MS")) == NULL ||
-      mgpu_module_parse_int(v, -1, INT_MAX / 2, &mgpu__mpi.timeout_ms))
+      mgpu_module_parse_int(v, -1, INT_MAX / 2, &mgpu__mpi.timeout_ms) ||
+      mgpu__mpi.timeout_ms == 0)
     return mgpu__error(MGPU_EINVAL, "MGPU_MPI_TIMEOUT_MS: bad value '%s' "
-                       "(expected milliseconds, -1 for none)", v ? v : "");
+                       "(expected milliseconds from 1, or -1 for none)",
+                       v ? v : "");
   if ((v = mgpu_module_getenv("MGPU_MPI_CHUNK")) == NULL ||
       mgpu_module_parse_size(v, &mgpu__mpi.chunk) || mgpu__mpi.chunk < 4096 ||
       mgpu__mpi.chunk > ((size_t)1 << 30))

@@ -522,6 +522,10 @@ static void run_bad_input(void) {
     EXPECT_RC(mgpu_mpi_bcast(buf, 0, n, MGPU_FLOAT32, rank == last ? 1 : 0,
                              MPI_COMM_WORLD, NULL),
               MGPU_EMISMATCH);
+    /* a broadcast has no op to name */
+    if (!strstr(mgpu_error_detail(), "root") ||
+        strstr(mgpu_error_detail(), "op "))
+      FAIL("detail: %s", mgpu_error_detail());
     if (rank == last)
       rc = mgpu_mpi_bcast(buf, 0, n, MGPU_FLOAT32, 0, MPI_COMM_WORLD, NULL);
     else
@@ -1204,6 +1208,12 @@ int main(int argc, char **argv) {
       FAIL("bad MGPU_MPI_CUDA_AWARE: %s (%s)", mgpu_err_name(rc), mgpu_error_detail());
     EXPECT_RC(mgpu_mpi_allreduce(NULL, 0, NULL, 0, 1, MGPU_FLOAT32, MGPU_SUM,
                                  MPI_COMM_WORLD, NULL), MGPU_ENOINIT);
+    /* A timeout of 0 would fail every call that waits for another rank. */
+    setenv("MGPU_MPI_CUDA_AWARE", "auto", 1);
+    setenv("MGPU_MPI_TIMEOUT_MS", "0", 1);
+    rc = mgpu_mpi_init(MPI_COMM_WORLD, NULL);
+    if (rc != MGPU_EINVAL || !strstr(mgpu_error_detail(), "MGPU_MPI_TIMEOUT_MS"))
+      FAIL("MGPU_MPI_TIMEOUT_MS=0: %s (%s)", mgpu_err_name(rc), mgpu_error_detail());
     MPI_Finalize();
     return 0;
   }
