@@ -214,8 +214,25 @@ HALF_OP(bf16_prod, mgpu__bf16_to_float, mgpu__float_to_bf16, PROD_OF)
 HALF_OP(bf16_min, mgpu__bf16_to_float, mgpu__float_to_bf16, MIN_OF)
 HALF_OP(bf16_max, mgpu__bf16_to_float, mgpu__float_to_bf16, MAX_OF)
 
-/* The MPI reductions of float16 and bfloat16 (mgpu__mpi.half_ops). */
-static int half_ops_create(void) {
+/* Sums and products of 8- and 16-bit integers modulo 2^8 or 2^16, as C
+ * and NumPy wrap them: the same bits for signed and unsigned (two's
+ * complement), computed unsigned (no overflow in C). */
+#define WRAP_OP(name, T, OP)                                               \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *type) { \
+    (void)type;                                                            \
+    const T *a = in;                                                       \
+    T *b = inout;                                                          \
+    for (int i = 0; i < *len; i++)                                         \
+      b[i] = (T)OP((unsigned)b[i], (unsigned)a[i]);                        \
+  }
+WRAP_OP(u8_sum, uint8_t, SUM_OF)
+WRAP_OP(u8_prod, uint8_t, PROD_OF)
+WRAP_OP(u16_sum, uint16_t, SUM_OF)
+WRAP_OP(u16_prod, uint16_t, PROD_OF)
+
+/* The MPI reductions of float16 and bfloat16 (mgpu__mpi.half_ops), and
+ * under Open MPI those of narrow integers (narrow_ops). */
+static int user_ops_create(void) {
   MPI_User_function *fns[2][4] = {
       {f16_sum, f16_prod, f16_min, f16_max},
       {bf16_sum, bf16_prod, bf16_min, bf16_max}};
@@ -224,14 +241,28 @@ static int half_ops_create(void) {
       int rc = MPI_Op_create(fns[t][o], 1, &mgpu__mpi.half_ops[t][o]);
       if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Op_create");
     }
+#ifdef OMPI_MAJOR_VERSION
+  MPI_User_function *narrow[2][2] = {{u8_sum, u8_prod}, {u16_sum, u16_prod}};
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 2; o++) {
+      int rc = MPI_Op_create(narrow[t][o], 1, &mgpu__mpi.narrow_ops[t][o]);
+      if (rc != MPI_SUCCESS) return mgpu__mpi_err(rc, "MPI_Op_create");
+    }
+#else
+  (void)u8_sum, (void)u8_prod, (void)u16_sum, (void)u16_prod;
+#endif
   return 0;
 }
 
-static void half_ops_free(void) {
+static void user_ops_free(void) {
   for (int t = 0; t < 2; t++)
     for (int o = 0; o < 4; o++)
       if (mgpu__mpi.half_ops[t][o] != MPI_OP_NULL)
         MPI_Op_free(&mgpu__mpi.half_ops[t][o]);
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 2; o++)
+      if (mgpu__mpi.narrow_ops[t][o] != MPI_OP_NULL)
+        MPI_Op_free(&mgpu__mpi.narrow_ops[t][o]);
 }
 
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
@@ -252,6 +283,14 @@ int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
                                  : "bytes are moved, never reduced");
   if (dtype == MGPU_MPI_BOOL) {
     *mop = op == MGPU_MIN ? MPI_LAND : MPI_LOR;
+    return 0;
+  }
+  int narrow = dtype == MGPU_MPI_INT8 || dtype == MGPU_MPI_UINT8   ? 0
+               : dtype == MGPU_MPI_INT16 || dtype == MGPU_MPI_UINT16 ? 1
+                                                                     : -1;
+  if (narrow >= 0 && (op == MGPU_SUM || op == MGPU_PROD) &&
+      mgpu__mpi.narrow_ops[narrow][op == MGPU_PROD] != MPI_OP_NULL) {
+    *mop = mgpu__mpi.narrow_ops[narrow][op == MGPU_PROD];
     return 0;
   }
   switch (op) {
@@ -649,6 +688,8 @@ int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
   memset(&mgpu__mpi, 0, sizeof mgpu__mpi);
   for (int t = 0; t < 2; t++)
     for (int o = 0; o < 4; o++) mgpu__mpi.half_ops[t][o] = MPI_OP_NULL;
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 2; o++) mgpu__mpi.narrow_ops[t][o] = MPI_OP_NULL;
   mgpu__mpi.world = MPI_COMM_NULL;
   mpi_env env;
   mgpu_config conf;
@@ -665,7 +706,7 @@ int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
     goto fail;
   number_devices();
   choose_path(&env, spec, node_devices);
-  if ((rc = half_ops_create()) != 0) {
+  if ((rc = user_ops_create()) != 0) {
     mgpu_shutdown();
     goto fail;
   }
@@ -674,7 +715,7 @@ int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg) {
   return 0;
 
 fail:
-  half_ops_free();
+  user_ops_free();
   MPI_Comm_free(&mgpu__mpi.world);
   return rc;
 }
@@ -683,7 +724,7 @@ int mgpu_mpi_finalize(void) {
   if (!mgpu__mpi.initialized) return 0;
   /* After a data step timed out MPI may still write the bounce buffers. */
   if (!mgpu__mpi.failed) mgpu__mpi_staging_free_all();
-  half_ops_free();
+  user_ops_free();
   int rc = mgpu_shutdown();
   int fin = 0;
   MPI_Finalized(&fin);

@@ -112,6 +112,10 @@ typedef struct mpi_state {
   char failed_detail[384];
   uint64_t exchanges;     /* argument exchanges with other ranks made */
   MPI_Op half_ops[2][4];  /* [FLOAT16, BFLOAT16][op] */
+  /* [8-bit, 16-bit integers][sum, prod], wrapping: Open MPI's built-in
+   * MPI_SUM of MPI_INT8_T .. MPI_UINT16_T saturates in its AVX code on
+   * 16 elements or more (open-mpi/ompi#8045); MPI_OP_NULL elsewhere. */
+  MPI_Op narrow_ops[2][2];
   mpi_staging staging[MGPU_MAX_DEVICES];
   mgpu_mpi_stats stats;
 } mpi_state;

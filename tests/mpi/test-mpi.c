@@ -288,7 +288,47 @@ static void test_movers(int dev, mgpu_dtype t, size_t n, int in_place) {
   free(all);
 }
 
+/* Sums and products of 8- and 16-bit integers wrap as in C and NumPy
+ * (Open MPI's own MPI_SUM saturated them on 16 elements or more: 200 + 201
+ * gave 255 as a uint8). */
+static void check_narrow_wrap(void) {
+  static const mgpu_dtype narrow[] = {MGPU_MPI_INT8, MGPU_MPI_UINT8,
+                                      MGPU_MPI_INT16, MGPU_MPI_UINT16};
+  enum { N = 40 };
+  for (size_t t = 0; t < 4; t++)
+    for (int prod = 0; prod < 2; prod++) {
+      size_t es = t < 2 ? 1 : 2;
+      mgpu_buffer *b = make(0, N * es);
+      unsigned char h[N * 2];
+      /* every rank gives 200 + rank (8-bit) or 60000 + rank (16-bit) */
+      unsigned mine = es == 1 ? 200u + (unsigned)rank : 60000u + (unsigned)rank;
+      unsigned want = prod ? 1u : 0u;
+      for (int r = 0; r < nranks; r++) {
+        unsigned v = es == 1 ? 200u + (unsigned)r : 60000u + (unsigned)r;
+        want = prod ? want * v : want + v;
+        want &= es == 1 ? 0xffu : 0xffffu;
+      }
+      for (size_t i = 0; i < N; i++) memcpy(h + i * es, &mine, es); /* LE */
+      upload(b, h, N * es);
+      CHECK(mgpu_mpi_allreduce(b, 0, b, 0, N, narrow[t],
+                               prod ? MGPU_PROD : MGPU_SUM, MPI_COMM_WORLD,
+                               NULL));
+      unsigned char *got = download(b, N * es);
+      for (size_t i = 0; i < N; i++) {
+        unsigned v = 0;
+        memcpy(&v, got + i * es, es);
+        if (v != want)
+          FAIL("%s %s of %d ranks: element %zu is %u, want %u",
+               t == 0 ? "int8" : t == 1 ? "uint8" : t == 2 ? "int16" : "uint16",
+               prod ? "prod" : "sum", nranks, i, v, want);
+      }
+      free(got);
+      CHECK(mgpu_free(b));
+    }
+}
+
 static void run_coll(void) {
+  check_narrow_wrap();
   /* odd counts; 3001 elements cross several 4 KiB bounce chunks */
   static const size_t counts[] = {1, 7, 3001};
   int ndev = mgpu_device_count();
