@@ -240,6 +240,12 @@ static int record_device(int dev, void *arg) {
   return 40 + dev;
 }
 
+static int fail_bare(int dev, void *arg) {
+  (void)dev;
+  (void)arg;
+  return MGPU_EIO;
+}
+
 TEST_IMPL(run_on_device_sync) {
   int n = test_init();
   ASSERT_OK(mgpu_set_device(0));
@@ -258,6 +264,15 @@ TEST_IMPL(run_on_device_sync) {
   ASSERT_EQ(dev, 0); /* the caller's current device is untouched */
   ASSERT_ERR(MGPU_ENODEV, mgpu_run_on_device(n, record_device, NULL));
   ASSERT_ERR(MGPU_EINVAL, mgpu_run_on_device(0, NULL, NULL));
+  /* A function that fails without a detail: the caller gets one naming
+   * the device, not its own last detail (of the ENODEV above). */
+  ASSERT_ERR(MGPU_EIO, mgpu_run_on_device(n - 1, fail_bare, NULL));
+  ASSERT_DETAIL_HAS("the function returned MGPU_EIO without a detail");
+  mgpu_work *w;
+  ASSERT_OK(mgpu_run_on_device_async(n - 1, fail_bare, NULL, &w));
+  ASSERT_ERR(MGPU_ENODEV, mgpu_run_on_device(n, record_device, NULL));
+  ASSERT_ERR(MGPU_EIO, mgpu_work_wait(w));
+  ASSERT_DETAIL_HAS("without a detail");
   return 0;
 }
 

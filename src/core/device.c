@@ -119,8 +119,14 @@ static int run_here(mgpu__device *d, mgpu_device_fn fn, void *arg,
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   mgpu_error_clear();
   int result = fn(d->id, arg);
-  /* The failure's detail was written on this thread: hand it over. */
-  if (result < 0) snprintf(detail, size, "%s", mgpu_error_detail());
+  /* The failure's detail was written on this thread: hand it over; a
+   * function that failed without one gets one (else the caller's thread
+   * kept the detail of its own last failure, about something else). */
+  if (result < 0 && mgpu_error_detail()[0] != '\0')
+    snprintf(detail, size, "%s", mgpu_error_detail());
+  else if (result < 0)
+    snprintf(detail, size, "device %d: the function returned %s without a "
+             "detail", d->id, mgpu_err_name(result));
   if (t0 != 0) mgpu__trace_thread_span("run_on_device", t0, mgpu__now_ns(), NULL, 0);
   return result;
 }
