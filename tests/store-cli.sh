@@ -34,6 +34,11 @@ id=$(timeout 30 "$mgpu" store --socket "$sock" put "$dir/in.bin" --name data --d
 [ "$id" -ge 1 ]
 timeout 30 "$mgpu" store --socket "$sock" put "$dir/in.bin" --name data 2>"$dir/err" && exit 1
 grep -q MGPU_EEXIST "$dir/err"
+# A capacity that is not a size is refused with a reason (a negative one
+# wrapped to 16 EiB before).
+rc=0
+timeout 30 "$mgpu" store serve --socket "$dir/other.sock" --capacity -5 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] && grep -q -- "--capacity -5: expected a size" "$dir/err"
 # A name of digits only would read as an id in get and rm: refused.
 rc=0
 timeout 30 "$mgpu" store --socket "$sock" put "$dir/in.bin" --name 123 2>"$dir/err" || rc=$?

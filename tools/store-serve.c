@@ -10,19 +10,6 @@
 #include "mgpu/module.h"
 #include "mgpu/store.h"
 
-static size_t parse_size(const char *s) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s) return 0;
-  switch (*end) {
-    case 'K': case 'k': v <<= 10; end++; break;
-    case 'M': case 'm': v <<= 20; end++; break;
-    case 'G': case 'g': v <<= 30; end++; break;
-    default: break;
-  }
-  return *end == '\0' ? (size_t)v : 0;
-}
-
 static int usage(const char *cmd) {
   fprintf(stderr, "usage: %s [--socket PATH] [--capacity SIZE] "
                   "[--allow-group GROUP]\n", cmd);
@@ -35,8 +22,13 @@ int mgpu_store_serve_main(int argc, char **argv) {
     if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
       cfg.path = argv[++i];
     } else if (strcmp(argv[i], "--capacity") == 0 && i + 1 < argc) {
-      cfg.capacity = parse_size(argv[++i]);
-      if (cfg.capacity == 0) return usage(argv[0]);
+      /* Read as MGPU_STORE_CAPACITY is (512M, 2G, 1T). */
+      const char *v = argv[++i];
+      if (mgpu_module_parse_size(v, &cfg.capacity) != 0 || cfg.capacity == 0) {
+        fprintf(stderr, "%s: --capacity %s: expected a size of at least one "
+                "byte (512M, 2G, 1T)\n", argv[0], v);
+        return 2;
+      }
     } else if (strcmp(argv[i], "--allow-group") == 0 && i + 1 < argc) {
       const char *g = argv[++i];
       struct group *gr = getgrnam(g);
@@ -49,6 +41,8 @@ int mgpu_store_serve_main(int argc, char **argv) {
       }
       cfg.allow_gid = gid;
     } else {
+      fprintf(stderr, "%s: unknown option or missing value: %s\n", argv[0],
+              argv[i]);
       return usage(argv[0]);
     }
   }
