@@ -311,6 +311,11 @@ static int reader_main(store_env *env, void *arg) {
   ASSERT(obj_check(obj, a->seed));
   ASSERT_ERR(MGPU_EREADONLY, mgpu_memcpy_htod(mgpu_store_object_buffer(obj),
                                               0, "x", 1));
+  /* The object's buffer is the object's: mgpu_free refuses it (it returned
+   * 0 and left the object with a dead buffer). */
+  ASSERT_ERR(MGPU_EINVAL, mgpu_free(mgpu_store_object_buffer(obj)));
+  ASSERT_DETAIL_HAS("belongs to a store object");
+  ASSERT(obj_check(obj, a->seed));
   /* A write into the mapping is refused by the hardware: try it in a
    * grandchild, which must die of SIGSEGV (host memory only). */
   if (!on_host_device(obj)) goto done;

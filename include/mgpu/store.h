@@ -151,7 +151,7 @@ MGPU_EXTERN void *mgpu_store_object_ptr(const mgpu_store_object *obj);
 /* The object as an mgpu_buffer of its device, usable by every mgpu call
  * (copies, kernels, collectives); read-only once got or sealed: writes into
  * it are MGPU_EREADONLY. NULL when the object has no local device. Owned by
- * the object: freed by mgpu_store_release, never by mgpu_free. */
+ * the object: freed by mgpu_store_release; mgpu_free of it is MGPU_EINVAL. */
 MGPU_EXTERN mgpu_buffer *mgpu_store_object_buffer(const mgpu_store_object *obj);
 
 /* ---- host mirror (vineyard's CUDABufferMirror) ------------------------ */

@@ -335,6 +335,9 @@ typedef struct mgpu__buf {
    * does not free it; release (may be NULL) is called instead. */
   int wrapped;
   _Atomic int readonly; /* writes refused with MGPU_EREADONLY */
+  /* Freed only by the object that owns it (a store object's buffer:
+   * mgpu__buffer_set_owned); mgpu_free refuses it meanwhile. */
+  _Atomic int owned;
   mgpu_buffer_release_fn release;
   void *release_arg;
 } mgpu__buf;
@@ -385,6 +388,9 @@ void mgpu__event_put(mgpu__event *e);
 int mgpu__buf_check_writable(const mgpu__buf *b, const char *what);
 /* Makes a buffer read-only from now on (a store object once sealed). */
 int mgpu__buffer_set_readonly(mgpu_buffer *h);
+/* Marks a buffer as another object's (owned 1: mgpu_free refuses it with
+ * MGPU_EINVAL naming it) or gives it back (0) before that object frees it. */
+int mgpu__buffer_set_owned(mgpu_buffer *h, int owned);
 /* Checks that [offset, offset+size) lies in the buffer. */
 int mgpu__buf_check_range(const mgpu__buf *b, const char *what, size_t offset,
                           size_t size);

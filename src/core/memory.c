@@ -224,6 +224,15 @@ int mgpu__buffer_set_readonly(mgpu_buffer *h) {
   return 0;
 }
 
+int mgpu__buffer_set_owned(mgpu_buffer *h, int owned) {
+  mgpu__buf *b;
+  int rc = mgpu__buf_get(h, "set owned", &b);
+  if (rc != 0) return rc;
+  atomic_store(&b->owned, owned != 0);
+  mgpu__buf_put(b);
+  return 0;
+}
+
 int mgpu__buf_check_writable(const mgpu__buf *b, const char *what) {
   if (!b->readonly) return 0;
   return mgpu__error(MGPU_EREADONLY, "%s: buffer %p of device %d is "
@@ -275,6 +284,14 @@ static int free_buffer(mgpu__buf *b);
 static int free_in(mgpu_buffer *h) {
   uint64_t t0 = mgpu__trace_enabled() ? mgpu__now_ns() : 0;
   mgpu__buf *b;
+  if (mgpu_is_initialized() && mgpu__buf_get(h, "mgpu_free", &b) == 0) {
+    int owned = atomic_load(&b->owned), dev = b->dev;
+    mgpu__buf_put(b);
+    if (owned)
+      return mgpu__error(MGPU_EINVAL, "mgpu_free: buffer %p of device %d "
+                         "belongs to a store object: mgpu_store_release "
+                         "frees it", (void *)h, dev);
+  }
   int rc = buf_close(h, "mgpu_free", &b);
   if (rc != 0) return rc;
   int dev = b->dev;

@@ -491,7 +491,10 @@ int mgpu_store_connect(mgpu_store **out, const char *path) {
 static void object_unmap(mgpu_store_object *o) {
   /* mgpu_free waits for the work queued on the device, which may still
    * read the mapping. After mgpu_shutdown the handles are stale: fine. */
-  if (o->buffer != NULL) mgpu_free(o->buffer);
+  if (o->buffer != NULL) {
+    mgpu__buffer_set_owned(o->buffer, 0);
+    mgpu_free(o->buffer);
+  }
   if (o->mirror_buf != NULL) mgpu_free(o->mirror_buf);
   else mgpu__free(o->mirror);
   mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
@@ -596,6 +599,7 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
                              : MGPU_MEM_PINNED;
     rc = mgpu_buffer_wrap(&o->buffer, o->dev, kind, o->ptr, o->size,
                           writable ? 0 : MGPU_BUFFER_READONLY, NULL, NULL);
+    if (rc == 0) mgpu__buffer_set_owned(o->buffer, 1); /* not mgpu_free's */
     if (rc != 0) {
       mgpu__store_mem_unimport(o->dev, &o->mem, o->ptr);
       mgpu__free(o);
