@@ -822,8 +822,12 @@ static int private_dir(const char *path) {
   if (slash == NULL) return 0;
   *slash = '\0';
   if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-    return mgpu__error(MGPU_EACCES, "cannot create the store directory %s: "
-                       "%s", dir, strerror(errno));
+    /* A missing parent (XDG_RUNTIME_DIR naming a folder that is not there)
+     * is not a matter of permission. */
+    return mgpu__error(errno == ENOENT || errno == ENOTDIR ? MGPU_ENOENT
+                                                           : MGPU_EACCES,
+                       "cannot create the store directory %s: %s", dir,
+                       strerror(errno));
   struct stat st;
   if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
     return mgpu__error(MGPU_EACCES, "the store directory %s is not a "
