@@ -91,9 +91,11 @@ extern "C" {
  * mgpu_init's error. */
 MGPU_EXTERN int mgpu_mpi_init(MPI_Comm comm, const mgpu_config *cfg);
 
-/* Frees the bounce buffers, the module's communicators and operators, then
- * calls mgpu_shutdown. Does not call MPI_Finalize. Safe when not
- * initialized. Every rank should call it. */
+/* Completes the requests still open (as mgpu_mpi_wait; a later wait on one
+ * is MGPU_EBADHANDLE), frees the bounce buffers, the module's communicators
+ * and operators, then calls mgpu_shutdown. Returns the first failure of
+ * those requests or of the shutdown. Does not call MPI_Finalize. Safe when
+ * not initialized. Every rank should call it. */
 MGPU_EXTERN int mgpu_mpi_finalize(void);
 
 /* What mgpu_mpi_init decided for the calling rank. */

@@ -722,10 +722,20 @@ fail:
 
 int mgpu_mpi_finalize(void) {
   if (!mgpu__mpi.initialized) return 0;
+  /* Requests never waited for hold buffers and MPI requests: completed
+   * first (each ends by the timeout), or a later wait would run after
+   * their buffers were freed by the shutdown. */
+  char detail[512] = "";
+  int req_rc = mgpu__mpi_requests_finish();
+  if (req_rc != 0)
+    snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
   /* After a data step timed out MPI may still write the bounce buffers. */
   if (!mgpu__mpi.failed) mgpu__mpi_staging_free_all();
   user_ops_free();
   int rc = mgpu_shutdown();
+  if (rc == 0 && req_rc != 0)
+    rc = mgpu__error(req_rc, "mgpu_mpi_finalize: a request still open "
+                     "failed: %s", detail);
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) MPI_Comm_free(&mgpu__mpi.world);

@@ -159,6 +159,9 @@ void mgpu__mpi_count(int dev, int path, size_t bytes);
 int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what);
 /* mgpu__mpi_ready, and MGPU_ETIMEDOUT once a data step has timed out. */
 int mgpu__mpi_usable(const char *what);
+/* Completes every request still outstanding, as mgpu_mpi_wait would, and
+ * frees it (mgpu_mpi_finalize); the first failure, or 0. */
+int mgpu__mpi_requests_finish(void);
 /* Takes part in the argument exchange of the collective the other ranks
  * of comm are starting, as a rank that refused it with code (dev: the
  * device lost, with MGPU_EDEVLOST): they fail with code naming this rank

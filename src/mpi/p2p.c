@@ -476,6 +476,15 @@ int mgpu_mpi_wait(mgpu_mpi_request *req) {
   return rc;
 }
 
+int mgpu__mpi_requests_finish(void) {
+  int first = 0;
+  while (outstanding != NULL) {
+    int rc = mgpu_mpi_wait(outstanding);
+    if (first == 0) first = rc;
+  }
+  return first;
+}
+
 int mgpu_mpi_send(const mgpu_buffer *buf, size_t offset, size_t count,
                   mgpu_dtype dtype, int dest, int tag, MPI_Comm comm,
                   mgpu_stream *stream) {

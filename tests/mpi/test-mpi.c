@@ -845,6 +845,24 @@ static void run_freed_before_wait(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Requests never waited for: mgpu_mpi_finalize completes them before
+ * its shutdown frees their buffers (it left them listed, and a later wait
+ * ran on freed buffers); a wait after it is MGPU_EBADHANDLE. */
+static void run_finalize_open_requests(void) {
+  if (nranks != 2) return;
+  mgpu_buffer *b = make(0, 4096);
+  mgpu_mpi_request *rq;
+  if (rank == 0)
+    CHECK(mgpu_mpi_isend(b, 0, 1024, MGPU_FLOAT32, 1, 4, MPI_COMM_WORLD, NULL,
+                         &rq));
+  else
+    CHECK(mgpu_mpi_irecv(b, 0, 1024, MGPU_FLOAT32, 0, 4, MPI_COMM_WORLD, NULL,
+                         &rq));
+  CHECK(mgpu_mpi_finalize());
+  EXPECT_RC(mgpu_mpi_wait(rq), MGPU_EBADHANDLE);
+  CHECK(mgpu_mpi_init(MPI_COMM_WORLD, NULL));
+}
+
 /* The module allocates through libmgpu's allocator, a fault site
  * (mgpu_module_calloc): rank 1's first allocation in an all-reduce of host
  * memory is the argument check's. Its failure fails the call on every
@@ -1286,6 +1304,8 @@ int main(int argc, char **argv) {
     run_sender_fails_staged();
   } else if (strcmp(name, "freed_before_wait") == 0) {
     run_freed_before_wait();
+  } else if (strcmp(name, "finalize_open_requests") == 0) {
+    run_finalize_open_requests();
   } else if (strcmp(name, "module_alloc") == 0) {
     run_module_alloc();
   } else if (strcmp(name, "comm_lost") == 0) {
