@@ -403,10 +403,11 @@ static int check_sides(const coll_args *a, int me, const coll_sides *sd,
                        "on one device", me, kind_name[a->kind], sv->device,
                        rv->device);
   *path = spath > rpath ? spath : rpath;
-  /* MPI's own reductions cannot run the module's half-precision operators
-   * on device memory. */
+  /* The module's own operators (half precision; narrow integers' sums and
+   * products under Open MPI, init.c) run on the host: not on device
+   * memory. */
   if (*path == MPI_PATH_DIRECT && a->has_op &&
-      (a->dtype == MGPU_FLOAT16 || a->dtype == MGPU_BFLOAT16))
+      mgpu__mpi_op_on_host(a->dtype, a->op))
     *path = MPI_PATH_STAGED;
   return 0;
 }

@@ -265,6 +265,21 @@ static void user_ops_free(void) {
         MPI_Op_free(&mgpu__mpi.narrow_ops[t][o]);
 }
 
+int mgpu__mpi_op_on_host(mgpu_dtype dtype, mgpu_op op) {
+  MPI_Op mop;
+  if (mgpu__mpi_op(dtype, op, &mop) != 0) {
+    mgpu_error_clear();
+    return 0;
+  }
+  for (int t = 0; t < 2; t++) {
+    for (int o = 0; o < 4; o++)
+      if (mop == mgpu__mpi.half_ops[t][o]) return 1;
+    for (int o = 0; o < 2; o++)
+      if (mop == mgpu__mpi.narrow_ops[t][o] && mop != MPI_OP_NULL) return 1;
+  }
+  return 0;
+}
+
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
   if ((int)op < 0 || op > MGPU_MAX)
     return mgpu__error(MGPU_EINVAL, "rank %d: unknown op %d",

@@ -135,6 +135,9 @@ int mgpu__mpi_type(mgpu_dtype dtype, MPI_Datatype *type);
  * mgpu_dtype_size's and mgpu_dtype_name's. */
 size_t mgpu__mpi_dtype_size(mgpu_dtype dtype);
 const char *mgpu__mpi_dtype_name(mgpu_dtype dtype);
+/* 1 when the MPI_Op of dtype and op is one of the module's own, which
+ * runs on the host (never given device memory). */
+int mgpu__mpi_op_on_host(mgpu_dtype dtype, mgpu_op op);
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop);
 
 /* Checks a buffer range (what names the argument in the detail): handle,
