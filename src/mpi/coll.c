@@ -28,6 +28,39 @@ enum { V_KIND, V_COUNT, V_DTYPE, V_OP, V_ROOT, V_STATUS, V_PATH, V_CHUNK,
 /* V_DEV: with a V_STATUS of MGPU_EDEVLOST, the rank's device that was lost
  * (-1 otherwise). */
 
+/* exchange's deadline passed: the requests left are cancelled and freed
+ * (MPI may still use their buffers), the module fails, and the ranks not
+ * heard from are named. */
+static int exchange_timed_out(int n, int me, const long long *mine,
+                              MPI_Request *reqs) {
+  char missing[256];
+  size_t len = 0;
+  missing[0] = '\0';
+  for (int r = 0; r < n; r++) {
+    if (r == me || reqs[r] == MPI_REQUEST_NULL) continue;
+    int got = 0;
+    MPI_Test(&reqs[r], &got, MPI_STATUS_IGNORE);
+    if (got) continue;
+    if (len < sizeof missing)
+      len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
+                              len ? ", " : "", r);
+    MPI_Cancel(&reqs[r]);
+    MPI_Request_free(&reqs[r]);
+  }
+  for (int r = n; r < 2 * n; r++)
+    if (reqs[r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[r]);
+  mgpu__mpi.failed = 1;
+  snprintf(mgpu__mpi.failed_detail, sizeof mgpu__mpi.failed_detail,
+           "the argument check of %s did not complete within %d ms; "
+           "rank(s) that did not come: %s", kind_name[mine[V_KIND]],
+           mgpu__mpi.timeout_ms, missing);
+  return mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
+                     "arrive within %d ms; the module takes no further "
+                     "calls (the program should call MPI_Abort)",
+                     mgpu__mpi.rank, kind_name[mine[V_KIND]], missing,
+                     mgpu__mpi.timeout_ms);
+}
+
 /* Sends mine to every other rank of comm and receives theirs into all,
  * waiting no longer than the deadline; a rank that never comes is named.
  * At the deadline the requests left are cancelled and freed, but MPI may
@@ -72,33 +105,8 @@ static int exchange(MPI_Comm comm, int n, int me, const long long *mine,
     sched_yield();
   }
   if (rc == 0 && pending) {
-    char missing[256];
-    size_t len = 0;
-    missing[0] = '\0';
-    for (int r = 0; r < n; r++) {
-      if (r == me || reqs[r] == MPI_REQUEST_NULL) continue;
-      int got = 0;
-      MPI_Test(&reqs[r], &got, MPI_STATUS_IGNORE);
-      if (got) continue;
-      if (len < sizeof missing)
-        len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
-                                len ? ", " : "", r);
-      MPI_Cancel(&reqs[r]);
-      MPI_Request_free(&reqs[r]);
-    }
-    for (int r = n; r < 2 * n; r++)
-      if (reqs[r] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[r]);
     *kept = 1;
-    mgpu__mpi.failed = 1;
-    snprintf(mgpu__mpi.failed_detail, sizeof mgpu__mpi.failed_detail,
-             "the argument check of %s did not complete within %d ms; "
-             "rank(s) that did not come: %s", kind_name[mine[V_KIND]],
-             mgpu__mpi.timeout_ms, missing);
-    rc = mgpu__error(MGPU_ETIMEDOUT, "rank %d: %s: rank(s) %s did not "
-                     "arrive within %d ms; the module takes no further "
-                     "calls (the program should call MPI_Abort)",
-                     mgpu__mpi.rank, kind_name[mine[V_KIND]], missing,
-                     mgpu__mpi.timeout_ms);
+    rc = exchange_timed_out(n, me, mine, reqs);
   }
   return rc;
 }
