@@ -101,6 +101,14 @@ static inline int test_init(void) {
   return n;
 }
 
+/* 1 when device dev is a host device (the tests that look inside the host
+ * backend, or time its workers, skip elsewhere). */
+static inline int test_device_is_host(int dev) {
+  mgpu_device_props p = {.size = sizeof p};
+  ASSERT_OK(mgpu_device_get_props(dev, &p));
+  return p.backend_kind == MGPU_BACKEND_HOST;
+}
+
 /* The devices of device 0's backend, in order, at most max of them:
  * collectives, channels and stream barriers span devices of one backend. */
 static inline int test_same_backend(int *out, int max) {

@@ -386,9 +386,7 @@ static const mgpu_kernel failing_kernel = {"failing", fail_in_block_2, NULL, NUL
 TEST_IMPL(fault_host_kernel_fails) {
   ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
   test_init();
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   mgpu_stream *s;
   ASSERT_OK(mgpu_stream_create(&s, 0));
   static int ran[5];

@@ -260,9 +260,7 @@ static const mgpu_kernel big_kernel = {"big", big_host, NULL, NULL};
 
 TEST_IMPL(kernel_tasks) {
   int ndev = test_init();
-  mgpu_device_props props = {.size = sizeof props};
-  ASSERT_OK(mgpu_device_get_props(0, &props));
-  if (props.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   mgpu_pool *p = make_pool(MGPU_SCHED_WS, MGPU_POOL_WAIT);
   for (int d = 0; d < ndev; d++) {
     mgpu_buffer *buf;
@@ -329,9 +327,7 @@ static const mgpu_kernel nap_kernel = {"nap", nap_host, NULL, NULL};
  * the host backend counts the kernel it runs as busy too. */
 TEST_IMPL(busy_time_counted_once) {
   test_init();
-  mgpu_device_props props = {.size = sizeof props};
-  ASSERT_OK(mgpu_device_get_props(0, &props));
-  if (props.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   int dev0 = 0;
   mgpu_pool_opts o = MGPU_POOL_OPTS_INITIALIZER;
   o.ndevices = 1;

@@ -63,9 +63,7 @@ static void meet_cb(void *arg) {
 
 TEST_IMPL(streams_of_one_device_run_concurrently) {
   test_init();
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   /* Two callbacks that each wait for the other: only two streams running at
    * once can finish them. */
   rendezvous r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
@@ -444,9 +442,7 @@ static const mgpu_kernel sleep_300ms = {"sleep_300ms", sleep_300ms_host, NULL,
  * before it was written, as CUDA's cudaStreamWaitEvent does not. */
 TEST_IMPL(wait_takes_its_own_record) {
   test_init();
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   mgpu_stream *slow, *idle, *reader;
   mgpu_event *e;
   mgpu_buffer *x, *y;
@@ -488,9 +484,7 @@ TEST_IMPL(wait_takes_its_own_record) {
 TEST_IMPL(free_waits_for_other_devices_streams) {
   int n = test_init();
   if (n < 2) return TEST_SKIP;
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   mgpu_stream *s0;
   mgpu_buffer *src, *dst, *u;
   ASSERT_OK(mgpu_stream_create(&s0, 0));
@@ -562,9 +556,7 @@ static const mgpu_kernel failing = {"failing", failing_host, NULL, NULL};
  * all went well. */
 TEST_IMPL(free_keeps_stream_error_for_its_stream) {
   test_init();
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   mgpu_stream *s;
   mgpu_buffer *b;
   ASSERT_OK(mgpu_stream_create(&s, 0));
@@ -610,9 +602,7 @@ TEST_IMPL(free_keeps_stream_error_for_its_stream) {
  * them; on host devices destroy waits until they have run. */
 TEST_IMPL(event_destroy_with_queued_record_and_wait) {
   int n = test_init();
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   mgpu_stream *s1, *s2, *s3;
   mgpu_event *e;
   ASSERT_OK(mgpu_stream_create(&s1, 0));
@@ -684,9 +674,7 @@ static void *feed_main(void *arg) {
  * dry: another thread that keeps the stream busy must not hold it up. */
 TEST_IMPL(synchronize_does_not_wait_for_later_work) {
   test_init();
-  mgpu_device_props p = {.size = sizeof p};
-  ASSERT_OK(mgpu_device_get_props(0, &p));
-  if (p.backend_kind != MGPU_BACKEND_HOST) return TEST_SKIP;
+  if (!test_device_is_host(0)) return TEST_SKIP;
   feeder f = {NULL, 0, 0, 0};
   ASSERT_OK(mgpu_stream_create(&f.s, 0));
   pthread_t t;
