@@ -245,7 +245,8 @@ static int check_all(MPI_Comm comm, const long long *mine, int local_rc,
   for (int r = 0; rc == 0 && r < n; r++)
     if (all[(size_t)r * V_LEN + V_PATH] > *path)
       *path = (int)all[(size_t)r * V_LEN + V_PATH];
-  if (!kept) mgpu_module_free(all); /* else MPI may still use it */
+  if (!kept) mgpu_module_free(all);
+  else mgpu__mpi_keep(all); /* MPI may still use it */
   mgpu_module_free(reqs);
   return rc;
 }

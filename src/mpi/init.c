@@ -135,6 +135,16 @@ int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what) {
                      mgpu__mpi.failed_detail);
 }
 
+/* What mgpu__mpi_keep holds: not in mgpu__mpi, which finalize clears.
+ * Past the first 64, the memory stays all the same, unlisted. */
+static void *kept[64];
+static int nkept;
+
+void mgpu__mpi_keep(void *p) {
+  if (p != NULL && nkept < (int)(sizeof kept / sizeof kept[0]))
+    kept[nkept++] = p;
+}
+
 int mgpu__mpi_usable(const char *what) {
   int rc = mgpu__mpi_ready(what);
   if (rc != 0 || !mgpu__mpi.failed) return rc;

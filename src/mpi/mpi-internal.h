@@ -162,6 +162,10 @@ void mgpu__mpi_count(int dev, int path, size_t bytes);
 int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what);
 /* mgpu__mpi_ready, and MGPU_ETIMEDOUT once a data step has timed out. */
 int mgpu__mpi_usable(const char *what);
+/* Keeps p for the life of the process: memory MPI may still read or write
+ * after a call gave up on it (requests left with MPI at a deadline), never
+ * freed, and reachable from here (not a leak to a leak checker). */
+void mgpu__mpi_keep(void *p);
 /* Completes every request still outstanding, as mgpu_mpi_wait would, and
  * frees it (mgpu_mpi_finalize); the first failure, or 0. */
 int mgpu__mpi_requests_finish(void);

@@ -471,6 +471,7 @@ int mgpu_mpi_wait(mgpu_mpi_request *req) {
     rc = mgpu_stream_synchronize(mgpu__mpi.staging[req->dev].h2d);
   }
   if (req->pin != NULL && !mgpu__mpi.failed) req->pin->deleter(req->pin);
+  else if (req->pin != NULL) mgpu__mpi_keep(req->pin); /* MPI may use it */
   mgpu_module_free(req->data_reqs);
   mgpu_module_free(req);
   return rc;
