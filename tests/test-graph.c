@@ -330,11 +330,12 @@ TEST_IMPL(updates_free_parts_of_done_launches) {
        i++)
     usleep(100);
   ASSERT_EQ(__atomic_load_n(&t.done, __ATOMIC_SEQ_CST), 9);
-  /* Launch 10 still waits at its gate: the next update keeps its set
-   * only. */
+  /* Launch 10 still waits at its gate: the next update keeps its set,
+   * and at most launch 9's (whose end event may trail its last node on
+   * some backends, OpenCL's), not the ten sets it kept before. */
   ASSERT_OK(mgpu_graph_exec_update_kernel(x, k, &args, sizeof args));
   ASSERT_OK(mgpu_graph_launch(x, s));
-  ASSERT_EQ(mgpu__graph_exec_retired(x), 1);
+  ASSERT(mgpu__graph_exec_retired(x) <= 2);
   __atomic_store_n(&t.opened, 11, __ATOMIC_SEQ_CST);
   ASSERT_OK(mgpu_graph_exec_synchronize(x));
   ASSERT_OK(mgpu_stream_synchronize(s));
