@@ -108,6 +108,20 @@ TEST_IMPL(size_before_opencl_busy_takes_its_default) {
   return 0;
 }
 
+/* A device count past the limit says the limit (it said only "bad
+ * token"). */
+TEST_IMPL(device_count_past_the_limit_names_it) {
+  mgpu_config cfg = MGPU_CONFIG_INITIALIZER;
+  char many[32];
+  snprintf(many, sizeof many, "host:%d", MGPU_MAX_DEVICES + 1);
+  cfg.devices = many;
+  ASSERT_ERR(MGPU_EINVAL, mgpu_init(&cfg));
+  char limit[48];
+  snprintf(limit, sizeof limit, "N and S from 1 to %d", MGPU_MAX_DEVICES);
+  ASSERT_DETAIL_HAS(limit);
+  return 0;
+}
+
 TEST_IMPL(sizes_that_cut_a_field_are_refused) {
   const size_t bad[] = {0, 3, sizeof(size_t) + 1,
                         offsetof(mgpu_config, host_mem) + 4,
@@ -132,4 +146,5 @@ TEST_LIST_BEGIN
 TEST_ENTRY(older_header_sizes_take_defaults)
 TEST_ENTRY(size_before_opencl_busy_takes_its_default)
 TEST_ENTRY(sizes_that_cut_a_field_are_refused)
+TEST_ENTRY(device_count_past_the_limit_names_it)
 TEST_LIST_END

@@ -11,7 +11,8 @@
  * calls all succeeded must have correct results (a swallowed failure must
  * not change them). Crashes, hangs and (under ASan) leaks fail the sweep and
  * name the site. The count of sites is printed, so it cannot shrink
- * silently. MGPU_SWEEP_STRIDE=k tries every k-th site only (local runs). */
+ * silently. MGPU_SWEEP_STRIDE=k tries every k-th site only (local runs,
+ * and .ci/run's TSan pass). */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -22,6 +22,11 @@ static void check_matrix(const mgpu_topo *t) {
   ASSERT(t->numa_nodes >= 1);
   for (int a = 0; a < t->ndevices; a++) {
     ASSERT(t->numa_node[a] >= -1 && t->numa_node[a] < t->numa_nodes);
+    /* The properties say the node the topology says (mgpu devices said -1
+     * for host devices where mgpu topo said 0). */
+    mgpu_device_props p = {.size = sizeof p};
+    ASSERT_OK(mgpu_device_get_props(a, &p));
+    ASSERT_EQ(p.numa_node, t->numa_node[a]);
     for (int b = 0; b < t->ndevices; b++) {
       const mgpu_link *l = MGPU_TOPO_LINK(t, a, b);
       int yes = -1;

@@ -330,6 +330,10 @@ TEST_IMPL(timeline_png) {
   ASSERT(timeline_kind_color("kernel") != timeline_kind_color("copy.peer"));
   ASSERT(timeline_kind_color("copy.peer") != timeline_kind_color("copy.staged"));
   ASSERT(timeline_kind_color("task") != timeline_kind_color("coll.allreduce"));
+  /* A graph launch has a colour of its own; its nodes take their kind's. */
+  ASSERT(timeline_kind_color("graph launch") != timeline_kind_color("other"));
+  ASSERT(timeline_kind_color("graph launch") != timeline_kind_color("kernel"));
+  ASSERT_EQ(timeline_kind_color("graph kernel"), timeline_kind_color("kernel"));
   /* Outside the spans: no span colour. */
   rgb_t gap = image_get(&img, column(&info, 450), ym);
   ASSERT(gap != timeline_kind_color("kernel") && gap != timeline_kind_color("copy.peer"));

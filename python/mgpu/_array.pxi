@@ -332,15 +332,15 @@ cdef class Array:
         if not mgpu_is_initialized():
             return
         if mgpu_buffer_device(self.buf) != d:
-            mgpu_error_clear()
-            raise ERRORS[MGPU_EFREED](
-                "MGPU_EFREED: %s: the array was freed (Array.free, or a "
-                "new mgpu.init since it was made)" % what,
-                "%s: the array was freed" % what)
+            # The accessor's own detail names the handle; the call and the
+            # array's device go in front of it.
+            raise _error(MGPU_EFREED, "%s: the array of device %d was freed "
+                         "(Array.free, or a new mgpu.init since it was made)"
+                         % (what, d))
         with nogil:
             rc = mgpu_device_synchronize(d)
         if rc < 0:
-            raise _error_in(rc, what)
+            raise _error(rc, what)
         self.pending = None
 
     # -- host views and copies

@@ -76,27 +76,18 @@ def _make_errors():
 globals().update(_make_errors())
 
 
-cdef object _error(int rc):
-    """The exception for code rc, carrying the calling thread's detail."""
+cdef object _error(int rc, str what=None):
+    """The exception for code rc, carrying the calling thread's detail;
+    what (the Python call the user made) goes in front of it, the detail
+    naming the C call that failed inside that one."""
     detail = mgpu_error_detail().decode("utf-8", "replace")
+    if what is not None:
+        detail = "%s: %s" % (what, detail)
     cls = ERRORS.get(rc, Error)
     name = mgpu_err_name(rc).decode()
     msg = "%s: %s" % (name, detail) if detail else "%s (%s)" % (
         name, mgpu_strerror(rc).decode())
     e = cls(msg, detail)
-    if cls is Error:
-        e.code = rc
-        e.name = name
-    return e
-
-
-cdef object _error_in(int rc, str what):
-    """_error(rc) with what (the Python call the user made) in front of
-    the detail, which names the C call that failed inside it."""
-    detail = "%s: %s" % (what, mgpu_error_detail().decode("utf-8", "replace"))
-    cls = ERRORS.get(rc, Error)
-    name = mgpu_err_name(rc).decode()
-    e = cls("%s: %s" % (name, detail), detail)
     if cls is Error:
         e.code = rc
         e.name = name

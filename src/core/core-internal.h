@@ -415,18 +415,19 @@ void mgpu__stream_release(mgpu__stream *s);
 int mgpu__stream_lock_idle(mgpu__stream *s);
 void mgpu__stream_unlock_idle(mgpu__stream *s);
 
-/* Borrow an internal stream of the device for a synchronous call; give it
- * back with mgpu__spare_put (after synchronizing it). */
 /* Waits for the work queued on every stream of dev, as
  * mgpu_device_synchronize, but also while a stream of dev captures a graph
  * (the captured calls are not queued): for what frees memory or handles
  * that queued work may still use (mgpu_free, a communicator's destroy).
- * The first error of a stream, or 0. */
+ * The streams' errors are kept for their own reports (held_err): 0, or
+ * the code of a dev that is not open. */
 int mgpu__device_drain(int dev);
 /* Waits for the work queued on s; an asynchronous error the backend
  * reports is kept for the caller's next report of s (held_err), not lost
  * by a wait that is not the caller's. */
 void mgpu__stream_wait_keep(mgpu__stream *s);
+/* Borrow an internal stream of the device for a synchronous call; give it
+ * back with mgpu__spare_put (after synchronizing it). */
 int mgpu__spare_get(int dev, mgpu__stream **out);
 void mgpu__spare_put(mgpu__stream *s);
 void mgpu__spare_drain(mgpu__device *d);

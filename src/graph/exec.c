@@ -60,8 +60,6 @@ typedef struct mgpu__exec {
   int replay; /* MGPU_GRAPH_REPLAY at instantiate: enum replay */
   struct retired_parts *retired;
   uint64_t launches; /* launches numbered so far */
-  /* The launch in progress queued something (issue_failed). */
-  int queued;
 } mgpu__exec;
 
 typedef struct retired_parts {
@@ -494,7 +492,8 @@ static int parts_refresh(mgpu__exec *x) {
 /* Queues one run as parts joined to stream through their board (x->lock
  * held, the handles checked, x->parts joins sdev): no event between the
  * caller's stream and the parts, whose waits spin before they park. */
-static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev) {
+static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev,
+                        int *queued) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
   int rc = event_of(&x->end[sdev], sdev), tailed = 0;
   for (int i = 0; i < x->ndevs; i++) {
@@ -504,10 +503,10 @@ static int issue_joined(mgpu__exec *x, mgpu_stream *stream, int sdev) {
   }
   if (rc == 0 && x->last_stream != NULL && x->last_stream != stream &&
       (rc = mgpu_stream_wait_event(stream, x->end[x->last_dev])) == 0)
-    x->queued = 1;
+    *queued = 1;
   if (rc == 0) {
     rc = mgpu__parts_run(x->parts, sdev, stream, on, ++x->launches, &tailed);
-    x->queued = 1; /* some parts may be queued when it fails */
+    *queued = 1; /* some parts may be queued when it fails */
   }
   if (rc == 0) rc = mgpu_event_record(x->end[sdev], stream);
   if (rc != 0 && tailed) mgpu__parts_drop_tail(x->parts, sdev);
@@ -555,14 +554,16 @@ static int lost_device(const mgpu__exec *x) {
   return 0;
 }
 
-/* Queues one run (x->lock held, the handles checked). */
-static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
+/* Queues one run (x->lock held, the handles checked); *queued becomes 1
+ * once something of it was queued (issue_failed). */
+static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev, int *queued) {
   mgpu_stream *on[MGPU_MAX_DEVICES];
   int rc = lost_device(x);
   if (rc != 0) return rc;
   int joined = x->parts != NULL
                    ? mgpu__parts_joins(x->parts, sdev, x->streams) : 0;
-  if (joined != 0) return joined > 0 ? issue_joined(x, stream, sdev) : joined;
+  if (joined != 0)
+    return joined > 0 ? issue_joined(x, stream, sdev, queued) : joined;
   rc = event_of(&x->start[sdev], sdev);
   if (rc == 0) rc = event_of(&x->end[sdev], sdev);
   if (rc == 0 && !x->tail_made[sdev]) {
@@ -580,9 +581,9 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
    * different devices. */
   if (rc == 0 && x->last_stream != NULL && x->last_stream != stream &&
       (rc = mgpu_stream_wait_event(stream, x->end[x->last_dev])) == 0)
-    x->queued = 1;
+    *queued = 1;
   if (rc == 0 && (rc = mgpu_event_record(x->start[sdev], stream)) == 0)
-    x->queued = 1;
+    *queued = 1;
   for (int i = 0; rc == 0 && i < x->ndevs; i++)
     if (x->devs[i] != sdev)
       rc = mgpu_stream_wait_event(on[x->devs[i]], x->start[sdev]);
@@ -610,7 +611,7 @@ static int issue(mgpu__exec *x, mgpu_stream *stream, int sdev) {
  * that went through (the failure's detail is kept). */
 static void issue_failed(mgpu__exec *x, mgpu_stream *stream, int sdev,
                          int rc) {
-  if (!x->queued || x->end[sdev] == NULL) return;
+  if (x->end[sdev] == NULL) return;
   char detail[512];
   snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
   if (mgpu_event_record(x->end[sdev], stream) == 0) {
@@ -639,8 +640,8 @@ int mgpu_graph_launch(mgpu_graph_exec *h, mgpu_stream *stream) {
     rc = node_check(&x->nodes[i], i, "mgpu_graph_launch");
   if (rc == 0) rc = earlier_failure(x);
   if (rc == 0) rc = parts_refresh(x);
-  x->queued = 0;
-  if (rc == 0 && (rc = issue(x, stream, s->dev)) != 0)
+  int queued = 0;
+  if (rc == 0 && (rc = issue(x, stream, s->dev, &queued)) != 0 && queued)
     issue_failed(x, stream, s->dev, rc);
   mgpu__mutex_unlock(&x->lock);
   if (rc == 0) mgpu__metric_add(s->dev, MGPU__M_graph_launches, 1);

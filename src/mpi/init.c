@@ -275,19 +275,19 @@ static void user_ops_free(void) {
         MPI_Op_free(&mgpu__mpi.narrow_ops[t][o]);
 }
 
+/* The module's own MPI_Op for a sum or product of narrow integers, or
+ * MPI_OP_NULL (MPI's own is right: another type or op, or not Open MPI). */
+static MPI_Op narrow_op(mgpu_dtype dtype, mgpu_op op) {
+  int t = dtype == MGPU_MPI_INT8 || dtype == MGPU_MPI_UINT8     ? 0
+          : dtype == MGPU_MPI_INT16 || dtype == MGPU_MPI_UINT16 ? 1
+                                                                : -1;
+  if (t < 0 || (op != MGPU_SUM && op != MGPU_PROD)) return MPI_OP_NULL;
+  return mgpu__mpi.narrow_ops[t][op == MGPU_PROD];
+}
+
 int mgpu__mpi_op_on_host(mgpu_dtype dtype, mgpu_op op) {
-  MPI_Op mop;
-  if (mgpu__mpi_op(dtype, op, &mop) != 0) {
-    mgpu_error_clear();
-    return 0;
-  }
-  for (int t = 0; t < 2; t++) {
-    for (int o = 0; o < 4; o++)
-      if (mop == mgpu__mpi.half_ops[t][o]) return 1;
-    for (int o = 0; o < 2; o++)
-      if (mop == mgpu__mpi.narrow_ops[t][o] && mop != MPI_OP_NULL) return 1;
-  }
-  return 0;
+  return dtype == MGPU_FLOAT16 || dtype == MGPU_BFLOAT16 ||
+         narrow_op(dtype, op) != MPI_OP_NULL;
 }
 
 int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
@@ -310,14 +310,7 @@ int mgpu__mpi_op(mgpu_dtype dtype, mgpu_op op, MPI_Op *mop) {
     *mop = op == MGPU_MIN ? MPI_LAND : MPI_LOR;
     return 0;
   }
-  int narrow = dtype == MGPU_MPI_INT8 || dtype == MGPU_MPI_UINT8   ? 0
-               : dtype == MGPU_MPI_INT16 || dtype == MGPU_MPI_UINT16 ? 1
-                                                                     : -1;
-  if (narrow >= 0 && (op == MGPU_SUM || op == MGPU_PROD) &&
-      mgpu__mpi.narrow_ops[narrow][op == MGPU_PROD] != MPI_OP_NULL) {
-    *mop = mgpu__mpi.narrow_ops[narrow][op == MGPU_PROD];
-    return 0;
-  }
+  if ((*mop = narrow_op(dtype, op)) != MPI_OP_NULL) return 0;
   switch (op) {
     case MGPU_SUM: *mop = MPI_SUM; break;
     case MGPU_PROD: *mop = MPI_PROD; break;

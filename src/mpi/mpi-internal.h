@@ -160,7 +160,8 @@ void mgpu__mpi_count(int dev, int path, size_t bytes);
  * the ranks that did not come (a roll call among the ranks of comm), and
  * the module refuses every later call (mgpu__mpi_usable). */
 int mgpu__mpi_wait_coll(MPI_Request *req, MPI_Comm comm, const char *what);
-/* mgpu__mpi_ready, and MGPU_ETIMEDOUT once a data step has timed out. */
+/* mgpu__mpi_ready, and MGPU_ETIMEDOUT once a data step or an argument
+ * check has timed out (mgpu__mpi.failed). */
 int mgpu__mpi_usable(const char *what);
 /* Keeps p for the life of the process: memory MPI may still read or write
  * after a call gave up on it (requests left with MPI at a deadline), never

@@ -133,9 +133,11 @@ static int start_data(mgpu_mpi_request *r) {
   int rc = mgpu_buffer_dlpack((mgpu_buffer *)r->view.handle, 0, byte, 0,
                               NULL, NULL, &r->pin);
   if (rc != 0) /* freed since the post: nothing moved */
-    return mgpu__error(rc, "rank %d: %s rank %d tag %d: the buffer was "
-                       "freed before its data moved (%s)", mgpu__mpi.rank,
-                       dir(r), r->peer, r->tag, mgpu_err_name(rc));
+    return mgpu__error(rc, "rank %d: %s rank %d tag %d: buffer %p of "
+                       "device %d (%zu bytes at offset %zu) was freed before "
+                       "its data moved (%s)", mgpu__mpi.rank, dir(r),
+                       r->peer, r->tag, (const void *)r->view.handle, r->dev,
+                       r->bytes, r->offset, mgpu_err_name(rc));
   r->data_reqs = mgpu_module_malloc((r->npieces ? r->npieces : 1) *
                                     sizeof *r->data_reqs);
   if (r->data_reqs == NULL)

@@ -835,7 +835,8 @@ static void run_freed_before_wait(void) {
     CHECK(mgpu_free(b));
     EXPECT_RC(mgpu_mpi_wait(rq), MGPU_EFREED);
     snprintf(last_detail, sizeof last_detail, "%s", mgpu_error_detail());
-    expect_detail("the buffer was freed before its data moved");
+    expect_detail("(262144 bytes at offset 0) was freed before its data "
+                  "moved");
   } else {
     CHECK(mgpu_mpi_irecv(b, 0, 65536, MGPU_FLOAT32, 0, 7, MPI_COMM_WORLD,
                          NULL, &rq));

@@ -142,7 +142,8 @@ static cudaError_t calls_to_graph(cudaGraph_t graph, mgpu__cuda_callback *calls,
   cudaUserObject_t o;
   *what = "cudaUserObjectCreate";
   /* free, not a function of this plugin: the destructor may run on a
-   * thread of the driver after the plugin is unloaded. */
+   * thread of the driver after the plugin is unloaded (calls came from
+   * mgpu__calloc, which is calloc behind its fault site). */
   cudaError_t err = cudaUserObjectCreate(&o, calls, free, 1,
                                          cudaUserObjectNoDestructorSync);
   if (err != cudaSuccess) {
