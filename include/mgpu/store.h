@@ -143,7 +143,10 @@ MGPU_EXTERN int mgpu_store_delete_by_name(mgpu_store *store, const char *name,
 MGPU_EXTERN uint64_t mgpu_store_object_id(const mgpu_store_object *obj);
 MGPU_EXTERN size_t mgpu_store_object_size(const mgpu_store_object *obj);
 /* This process's mgpu device holding the object, or -1 when mgpu is not
- * initialized or has no device of the object's UUID open. */
+ * initialized or has no device of the object's UUID open. The store names a
+ * device by its GPU, which the parts of a split GPU (cuda:0/4) share: a
+ * created object is on the device its create named, a got one on the
+ * first open device of its GPU. */
 MGPU_EXTERN int mgpu_store_object_device(const mgpu_store_object *obj);
 /* The mapping: a host address on host devices, a device address on CUDA
  * devices. Read-only once sealed (writes fault). */

@@ -571,9 +571,22 @@ static int object_import(mgpu_store_object *o, const mgpu__store_objdesc *d,
   return rc;
 }
 
+/* The device of this process an object of the device named uuid lives on:
+ * want (the device a create asked for) where it is that device, else the
+ * first device with that uuid (the parts of a split GPU share their GPU's),
+ * -1 where this process has none or mgpu is not initialized. */
+static int object_device(const char *uuid, int want) {
+  if (!mgpu_is_initialized()) return -1;
+  char u[64];
+  if (want >= 0 && mgpu__store_device_uuid(want, u, sizeof u) == 0 &&
+      strcmp(u, uuid) == 0)
+    return want;
+  return mgpu__store_device_of_uuid(uuid);
+}
+
 /* Maps what a CREATE or GET reply describes and lists the object. */
 static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
-                      int writable, mgpu_store_object **out) {
+                      int writable, int want, mgpu_store_object **out) {
   mgpu_store_object *o = mgpu__calloc(1, sizeof *o);
   if (o == NULL) {
     if (fd >= 0) close(fd); /* the object_import below would have */
@@ -583,10 +596,21 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
   o->id = d->id;
   o->size = d->size;
   o->writable = writable;
-  o->dev = mgpu_is_initialized() ? mgpu__store_device_of_uuid(d->uuid) : -1;
+  o->dev = object_device(d->uuid, want);
   int rc = object_import(o, d, fd, writable);
   if (rc != 0) {
     mgpu__free(o);
+    /* A disconnect meanwhile dropped the daemon's reference, and memory
+     * shared without a driver count (legacy CUDA IPC) may be gone before
+     * it was mapped: the call failed for the disconnect. */
+    if (atomic_load(&st->closing)) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", mgpu_error_detail());
+      return mgpu__error(MGPU_ESTORE, "store connection to %s was closed by "
+                         "mgpu_store_disconnect during the call (mapping "
+                         "object %llu failed: %s)", st->path,
+                         (unsigned long long)d->id, why);
+    }
     return rc;
   }
   /* On a device of this process the object is a buffer like any other,
@@ -643,17 +667,18 @@ static void drop_remote(mgpu_store *st, uint64_t id, int created) {
 }
 
 /* Sends the CREATE or GET request in w (freed here), maps the object its
- * reply describes, and gives the daemon its reference back when mapping
- * fails. st->lock held. */
+ * reply describes (on device want, where that is its device: a create's),
+ * and gives the daemon its reference back when mapping fails. st->lock
+ * held. */
 static int request_object(mgpu_store *st, mgpu__store_wbuf *w, int writable,
-                          mgpu_store_object **obj) {
+                          int want, mgpu_store_object **obj) {
   mgpu__store_msg m;
   int fd = -1;
   int rc = end(w);
   if (rc == 0) rc = roundtrip(st, w, &m, &fd);
   mgpu__store_wbuf_free(w);
   if (rc != 0) return rc;
-  rc = object_map(st, &m.obj, fd, writable, obj);
+  rc = object_map(st, &m.obj, fd, writable, want, obj);
   if (rc != 0) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s", mgpu_error_detail());
@@ -701,7 +726,7 @@ static int create_in(mgpu_store *st, int dev, size_t size, const char *name,
   mgpu__store_put_str(&w, uuid, MGPU__STORE_UUID_MAX);
   mgpu__store_put_u64(&w, size);
   mgpu__store_put_str(&w, name, MGPU__STORE_NAME_MAX);
-  rc = request_object(st, &w, 1, obj);
+  rc = request_object(st, &w, 1, dev, obj);
   mgpu__mutex_unlock(&st->lock);
   return rc;
 }
@@ -725,7 +750,7 @@ static int get_in(mgpu_store *st, uint64_t id, const char *name,
   mgpu__store_wbuf w;
   begin(st, &w, MGPU__SM_GET);
   put_key(&w, id, name);
-  rc = request_object(st, &w, 0, obj);
+  rc = request_object(st, &w, 0, -1, obj);
   mgpu__mutex_unlock(&st->lock);
   return rc;
 }

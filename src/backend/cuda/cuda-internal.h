@@ -104,6 +104,11 @@ struct mgpu__bstream {
   cudaEvent_t clock_ref;
   /* Timed operations not yet harvested, and spare event pairs (lock). */
   mgpu__cuda_span *spans, *spans_tail, *spare_spans;
+  /* Set (atomically, by whichever thread's wait saw it first) once a wait
+   * on the stream has reported its GPU's sticky error: CUDA returns that
+   * error from every later call, the stream reports it once, as a host
+   * stream reports a loss. */
+  int loss_reported;
 };
 
 /* trace.c: wraps one operation queued on s (s->lock held): an NVTX range

@@ -156,11 +156,24 @@ void mgpu__cuda_stream_destroy(mgpu__bdevice *d, mgpu__bstream *s) {
   mgpu__free(s);
 }
 
+/* A wait's failure: a sticky error (the device lost) is reported by the
+ * first wait on the stream only; later waits have nothing left to wait for
+ * (new work is refused), so a stream of a lost device can still be
+ * destroyed without an error, as on the host backend. */
+static int wait_failed(mgpu__bdevice *d, mgpu__bstream *s, cudaError_t err,
+                       const char *what) {
+  int rc = mgpu__cuda_fail(d->id, err, what);
+  if (rc == MGPU_EDEVLOST &&
+      __atomic_exchange_n(&s->loss_reported, 1, __ATOMIC_ACQ_REL))
+    return 0;
+  return rc;
+}
+
 int mgpu__cuda_stream_synchronize(mgpu__bdevice *d, mgpu__bstream *s) {
   cudaError_t err = cudaStreamSynchronize(s->s);
   if (err != cudaSuccess)
-    return mgpu__cuda_fail(d->id, err, "work on the stream failed "
-                           "(cudaStreamSynchronize)");
+    return wait_failed(d, s, err, "work on the stream failed "
+                       "(cudaStreamSynchronize)");
   busy_harvest(s);
   mgpu__cuda_trace_harvest(s);
   return 0;
@@ -173,8 +186,8 @@ int mgpu__cuda_stream_query(mgpu__bdevice *d, mgpu__bstream *s) {
     return MGPU_EAGAIN;
   }
   if (err != cudaSuccess)
-    return mgpu__cuda_fail(d->id, err, "work on the stream failed "
-                           "(cudaStreamQuery)");
+    return wait_failed(d, s, err, "work on the stream failed "
+                       "(cudaStreamQuery)");
   busy_harvest(s);
   mgpu__cuda_trace_harvest(s);
   return 0;
