@@ -10,8 +10,10 @@
  * mgpu_mpi_irecv (tag = the global device index). Rank 0 then computes the
  * whole image again on its device 0 alone and compares every pixel.
  *
- * The kernel has a host variant only: on CUDA devices a real program would
- * add the __global__ variant (mgpu_kernel.cuda_fn).
+ * The kernel's CUDA variant is compiled by nvcc into libmgpu-demo-cuda.so
+ * (tools/cuda/mpi_mandel.cu) and found at run time (demo_cuda.h), so that
+ * this file stays plain C; a program of your own would link its __global__
+ * function and name it in mgpu_kernel.cuda_fn.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include <mgpu.h>
 #include <mgpu/mpi.h>
 
+#include "demo_cuda.h"
 #include "mpi_check.h"
 
 #define W 397
@@ -28,29 +31,28 @@
 
 struct mandel_args {
   int32_t *pixels; /* rows [row0, row0 + gridDim.x) of the image */
-  int row0;
+  int row0, width, height, iters;
 };
 
 /* One block per row. */
 static void mandel_host(const mgpu_kernel_ctx *ctx, const void *p) {
   const struct mandel_args *a = p;
   int row = a->row0 + (int)ctx->block_idx.x;
-  double ci = -1.2 + 2.4 * row / (H - 1);
-  for (int x = 0; x < W; x++) {
-    double cr = -2.2 + 3.2 * x / (W - 1), zr = 0, zi = 0;
+  double ci = -1.2 + 2.4 * row / (a->height - 1);
+  for (int x = 0; x < a->width; x++) {
+    double cr = -2.2 + 3.2 * x / (a->width - 1), zr = 0, zi = 0;
     int it = 0;
-    while (it < MAXITER && zr * zr + zi * zi <= 4.0) {
+    while (it < a->iters && zr * zr + zi * zi <= 4.0) {
       double t = zr * zr - zi * zi + cr;
       zi = 2 * zr * zi + ci;
       zr = t;
       it++;
     }
-    a->pixels[(size_t)ctx->block_idx.x * W + (size_t)x] = it;
+    a->pixels[(size_t)ctx->block_idx.x * (size_t)a->width + (size_t)x] = it;
   }
 }
 
-static const mgpu_kernel mandel = {.name = "mandelbrot",
-                                   .host_fn = mandel_host};
+static mgpu_kernel mandel = {.name = "mandelbrot", .host_fn = mandel_host};
 
 /* Rows [first(g), first(g + 1)) belong to global device g of T. */
 static int first_row(int g, int t) { return (int)((long)H * g / t); }
@@ -59,14 +61,16 @@ static void compute(mgpu_buffer *buf, int dev, int row0, int rows) {
   if (rows == 0) return;
   mgpu_stream *s;
   CHECK(mgpu_stream_create(&s, dev));
-  struct mandel_args a = {mgpu_buffer_ptr(buf), row0};
+  struct mandel_args a = {mgpu_buffer_ptr(buf), row0, W, H, MAXITER};
+  /* One block a row; a host device runs each block's row in one call. */
   CHECK(mgpu_launch(s, &mandel, MGPU_DIM3((unsigned)rows, 1, 1),
-                    MGPU_DIM3(1, 1, 1), &a, sizeof a));
+                    MGPU_DIM3(128, 1, 1), &a, sizeof a));
   CHECK(mgpu_stream_destroy(s)); /* waits for the kernel */
 }
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  mandel.cuda_fn = demo_cuda_fn("mgpu_example_mpi_mandel_cuda_fn");
   CHECK(mgpu_mpi_init(MPI_COMM_WORLD, NULL));
   mgpu_mpi_info info;
   memset(&info, 0, sizeof info);

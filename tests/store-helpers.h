@@ -111,12 +111,19 @@ static inline pid_t store_daemon_exec(store_env *env, size_t capacity) {
   return pid;
 }
 
-/* Connects, retrying while the daemon starts (up to 10 s). */
+/* Connects, retrying while env->daemon starts: until it answers, exits,
+ * or 60 s have passed. A daemon on GPUs starts as slowly as the driver
+ * opens them: over 10 s on an H100 while other processes opened it too. */
 static inline int store_connect_wait(store_env *env, mgpu_store **st) {
   int rc = MGPU_ESTORE;
-  for (int i = 0; i < 2000; i++) {
+  for (int i = 0; i < 12000; i++) {
     rc = mgpu_store_connect(st, env->path);
     if (rc != MGPU_ESTORE) return rc;
+    siginfo_t info = {0};
+    if (env->daemon > 0 &&
+        waitid(P_PID, (id_t)env->daemon, &info,
+               WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0)
+      return rc; /* it exited: left for the caller to reap */
     store_sleep_ms(5);
   }
   return rc;

@@ -9,11 +9,14 @@
 #ifndef MGPU_TEST_TASK_H
 #define MGPU_TEST_TASK_H
 
+#include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mgpu.h"
 
@@ -103,6 +106,31 @@ static inline int test_init(void) {
 
 /* 1 when device dev is a host device (the tests that look inside the host
  * backend, or time its workers, skip elsewhere). */
+/* A symbol of libmgpu-cuda-testkern.so (the CUDA test kernels, built by
+ * nvcc beside the plugin; tests/cuda-testkern.cu), opened once per process
+ * from the test binary's ../lib, so that tests stay plain C. NULL, with a
+ * message, where the library or the symbol is missing. */
+static inline const void *test_testkern_sym(const char *name) {
+  static void *tk;
+  if (tk == NULL) {
+    char exe[PATH_MAX], path[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    snprintf(path, sizeof path, "%s/../lib/libmgpu-cuda-testkern.so", exe);
+    tk = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (tk == NULL) {
+      fprintf(stderr, "cannot open %s: %s\n", path, dlerror());
+      return NULL;
+    }
+  }
+  const void *p = dlsym(tk, name);
+  if (p == NULL) fprintf(stderr, "libmgpu-cuda-testkern.so lacks %s\n", name);
+  return p;
+}
+
 static inline int test_device_is_host(int dev) {
   mgpu_device_props p = {.size = sizeof p};
   ASSERT_OK(mgpu_device_get_props(dev, &p));

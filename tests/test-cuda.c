@@ -7,7 +7,6 @@
  * The paths without a GPU (MGPU_DEVICES=cuda failing with the CUDA error
  * named, unset falling back to host) are tested by tests/cuda-fallback.sh.
  */
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +15,9 @@
 #include "core/core-internal.h"
 #include "task.h"
 
-/* The test kernel library, opened once per test process. */
-static void *tk;
-
 static const void *tk_sym(const char *name) {
-  const void *p = dlsym(tk, name);
-  if (p == NULL) {
-    fprintf(stderr, "libmgpu-cuda-testkern.so lacks %s\n", name);
-    abort();
-  }
+  const void *p = test_testkern_sym(name);
+  if (p == NULL) abort();
   return p;
 }
 
@@ -51,21 +44,7 @@ static int cuda_init(void) {
     if (p.backend_kind != MGPU_BACKEND_CUDA) break;
   }
   if (n == 0) return 0;
-  if (tk == NULL) {
-    char exe[PATH_MAX], path[PATH_MAX + 64];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return 0;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
-    snprintf(path, sizeof path, "%s/../lib/libmgpu-cuda-testkern.so", exe);
-    tk = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (tk == NULL) {
-      fprintf(stderr, "cannot open %s: %s\n", path, dlerror());
-      return 0;
-    }
-  }
-  return n;
+  return test_testkern_sym("tk_empty_kernel") != NULL ? n : 0;
 }
 
 #define CUDA_INIT(n)                   \

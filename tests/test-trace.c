@@ -490,10 +490,22 @@ TEST_IMPL(trace_of_every_layer) {
     ASSERT_OK(mgpu_stream_create(&s[d], d));
     ASSERT_OK(mgpu_malloc(&a[d], d, N * sizeof(float)));
   }
-  /* Kernels, copies of every path, memset, callback. */
-  const mgpu_kernel k = {"tiny", tiny_kernel, NULL, NULL};
+  /* Kernels, copies of every path, memset, callback. On CUDA devices the
+   * kernel is the test library's empty one (one int argument), named tiny
+   * here as on host devices. */
+  mgpu_kernel k = {"tiny", tiny_kernel, NULL, NULL};
+  mgpu_device_props p1 = {.size = sizeof p1};
+  ASSERT_OK(mgpu_device_get_props(1, &p1));
+  if (p0.backend_kind == MGPU_BACKEND_CUDA ||
+      p1.backend_kind == MGPU_BACKEND_CUDA) {
+    const mgpu_kernel *e = test_testkern_sym("tk_empty_kernel");
+    ASSERT(e != NULL);
+    k.cuda_fn = e->cuda_fn;
+  }
+  int unused = 0;
   ASSERT_OK(mgpu_memcpy_htod_async(a[0], 0, host, sizeof host, s[0]));
-  ASSERT_OK(mgpu_launch(s[0], &k, MGPU_DIM3(2, 1, 1), MGPU_DIM3(32, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_launch(s[0], &k, MGPU_DIM3(2, 1, 1), MGPU_DIM3(32, 1, 1),
+                        &unused, sizeof unused));
   ASSERT_OK(mgpu_memset_async(a[0], 0, 0, sizeof host, s[0]));
   ASSERT_OK(mgpu_scale(s[0], a[0], 0, N, MGPU_FLOAT32, 2.0));
   ASSERT_OK(mgpu_stream_add_callback(s[0], noop_callback, NULL));
@@ -505,10 +517,12 @@ TEST_IMPL(trace_of_every_layer) {
   /* An event recorded on device 0 that device 1's stream waits for. */
   mgpu_event *ev;
   ASSERT_OK(mgpu_event_create(&ev, 0));
-  ASSERT_OK(mgpu_launch(s[0], &k, MGPU_DIM3(64, 1, 1), MGPU_DIM3(1, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_launch(s[0], &k, MGPU_DIM3(64, 1, 1), MGPU_DIM3(1, 1, 1),
+                        &unused, sizeof unused));
   ASSERT_OK(mgpu_event_record(ev, s[0]));
   ASSERT_OK(mgpu_stream_wait_event(s[1], ev));
-  ASSERT_OK(mgpu_launch(s[1], &k, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1), NULL, 0));
+  ASSERT_OK(mgpu_launch(s[1], &k, MGPU_DIM3(1, 1, 1), MGPU_DIM3(1, 1, 1),
+                        &unused, sizeof unused));
   for (int d = 0; d < 2; d++) ASSERT_OK(mgpu_stream_synchronize(s[d]));
   ASSERT_OK(mgpu_event_destroy(ev));
   ASSERT_OK(mgpu_run_on_device(1, noop_on_device, NULL));
