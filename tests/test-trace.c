@@ -580,7 +580,13 @@ TEST_IMPL(trace_of_every_layer) {
   ASSERT(m.dev[0].copy_ns[MGPU_METRIC_PATH_H2D] > 0);
   ASSERT_EQ(m.dev[0].copy_bytes[MGPU_METRIC_PATH_H2D], sizeof host);
   ASSERT(m.dev[0].copy_gbps[MGPU_METRIC_PATH_H2D] > 0);
-  ASSERT(m.dev[0].copy_bytes[MGPU_METRIC_PATH_PEER_DIRECT] >= sizeof host);
+  /* The direct copy: a device copy where devices 0 and 1 are parts of one
+   * GPU (cuda:0/4), a peer copy elsewhere. */
+  mgpu_copy_path direct;
+  ASSERT_OK(mgpu_copy_path_get(0, 1, &direct));
+  ASSERT(m.dev[0].copy_bytes[direct == MGPU_PATH_DEVICE
+                                 ? MGPU_METRIC_PATH_D2D
+                                 : MGPU_METRIC_PATH_PEER_DIRECT] >= sizeof host);
   /* The staged copy's halves: device to host on 0, host to device on 1. */
   ASSERT(m.dev[0].copy_bytes[MGPU_METRIC_PATH_PEER_STAGED] >= sizeof host);
   ASSERT(m.dev[1].copy_bytes[MGPU_METRIC_PATH_PEER_STAGED] >= sizeof host);
