@@ -584,6 +584,20 @@ static int object_device(const char *uuid, int want) {
   return mgpu__store_device_of_uuid(uuid);
 }
 
+/* What a call returns when mapping object id failed with rc: a disconnect
+ * that began meanwhile dropped the daemon's reference, and memory shared
+ * without a driver count (legacy CUDA IPC) may be gone before it was
+ * mapped, so the call failed for the disconnect. */
+static int import_failed(mgpu_store *st, uint64_t id, int rc) {
+  if (!atomic_load(&st->closing)) return rc;
+  char why[256];
+  snprintf(why, sizeof why, "%s", mgpu_error_detail());
+  return mgpu__error(MGPU_ESTORE, "store connection to %s was closed by "
+                     "mgpu_store_disconnect during the call (mapping object "
+                     "%llu failed: %s)", st->path, (unsigned long long)id,
+                     why);
+}
+
 /* Maps what a CREATE or GET reply describes and lists the object. */
 static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
                       int writable, int want, mgpu_store_object **out) {
@@ -600,18 +614,7 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
   int rc = object_import(o, d, fd, writable);
   if (rc != 0) {
     mgpu__free(o);
-    /* A disconnect meanwhile dropped the daemon's reference, and memory
-     * shared without a driver count (legacy CUDA IPC) may be gone before
-     * it was mapped: the call failed for the disconnect. */
-    if (atomic_load(&st->closing)) {
-      char why[256];
-      snprintf(why, sizeof why, "%s", mgpu_error_detail());
-      return mgpu__error(MGPU_ESTORE, "store connection to %s was closed by "
-                         "mgpu_store_disconnect during the call (mapping "
-                         "object %llu failed: %s)", st->path,
-                         (unsigned long long)d->id, why);
-    }
-    return rc;
+    return import_failed(st, d->id, rc);
   }
   /* On a device of this process the object is a buffer like any other,
    * read-only unless this process created it and has not sealed it. Host
