@@ -66,15 +66,15 @@ static int store_dev(int k) {
   return k % n;
 }
 
-/* Whether devices a and b are one GPU (parts of a split one): the store
- * names a device by its GPU, so they share a capacity, and an object got
- * back lands on the first of them. */
+/* Whether the store takes devices a and b for one (the parts of a split
+ * GPU, cuda:0/4, share its UUID): they share a capacity, and an object got
+ * back lands on the first of them. A device without a UUID (OpenCL) is
+ * named by its ordinal too (src/store/mem.c), so it is never another's. */
 static int same_gpu(int a, int b) {
   mgpu_device_props pa = {.size = sizeof pa}, pb = {.size = sizeof pb};
   ASSERT_OK(mgpu_device_get_props(a, &pa));
   ASSERT_OK(mgpu_device_get_props(b, &pb));
-  return pa.backend_kind != MGPU_BACKEND_HOST && a != b &&
-         strcmp(pa.uuid, pb.uuid) == 0;
+  return a != b && pa.uuid[0] != '\0' && strcmp(pa.uuid, pb.uuid) == 0;
 }
 
 /* The device an object of device k's GPU is got on: the first of them. */
