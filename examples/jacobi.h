@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "demo_cuda.h"
+#include "jacobi-sweep.h"
 
 typedef struct jacobi {
   int ndev, nx, ny;
@@ -42,12 +43,7 @@ static void jacobi_host(const mgpu_kernel_ctx *ctx, const void *argp) {
   int per = (a->rows + (int)ctx->grid_dim.x - 1) / (int)ctx->grid_dim.x;
   int lo = 1 + (int)ctx->block_idx.x * per, hi = lo + per;
   if (hi > a->rows + 1) hi = a->rows + 1;
-  for (int r = lo; r < hi; r++)
-    for (int c = 1; c < a->nx - 1; c++) {
-      const float *p = a->in + (size_t)r * a->nx + c;
-      a->out[(size_t)r * a->nx + c] =
-          0.25f * (p[-a->nx] + p[a->nx] + p[-1] + p[1]);
-    }
+  jacobi_sweep(a->in, a->out, a->nx, lo, hi);
 }
 
 /* The same kernel in OpenCL C, for OpenCL devices (pointers as ulong). */
@@ -80,11 +76,7 @@ static inline void jacobi_reference(float *grid, int nx, int ny, int iters) {
   float *next = malloc((size_t)nx * ny * sizeof *next);
   memcpy(next, grid, (size_t)nx * ny * sizeof *next);
   for (int it = 0; it < iters; it++) {
-    for (int r = 1; r < ny - 1; r++)
-      for (int c = 1; c < nx - 1; c++) {
-        const float *p = grid + (size_t)r * nx + c;
-        next[(size_t)r * nx + c] = 0.25f * (p[-nx] + p[nx] + p[-1] + p[1]);
-      }
+    jacobi_sweep(grid, next, nx, 1, ny - 1);
     memcpy(grid, next, (size_t)nx * ny * sizeof *next);
   }
   free(next);

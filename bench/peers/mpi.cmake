@@ -53,6 +53,7 @@ elseif(NOT MGPU_MPICC_MPICH)
 else()
   set(MGPU_MPICH_NOTE "ON (${MGPU_MPICC_MPICH}: MPICH baselines of bench allreduce, barrier, jacobi and launch)")
   file(GLOB _deps ${CMAKE_SOURCE_DIR}/bench/peers/*.h)
+  list(APPEND _deps ${CMAKE_SOURCE_DIR}/examples/jacobi-sweep.h)
   foreach(_peer mpi_allreduce mpi_barrier mpi_jacobi mpi_pingpong)
     set(_out ${MGPU_HELPER_OUTPUT_DIRECTORY}/${_peer}_mpich)
     add_custom_command(OUTPUT ${_out}
