@@ -1362,6 +1362,77 @@ TEST_IMPL(disconnect_during_calls) {
   return 0;
 }
 
+/* ---- a mapping cut off by a disconnect ---- */
+
+typedef struct get_call {
+  mgpu_store *st;
+  uint64_t id;
+  int rc;
+  char detail[512]; /* the failed call's detail */
+} get_call;
+
+static void *get_call_main(void *arg) {
+  get_call *c = arg;
+  mgpu_store_object *o = NULL;
+  c->rc = mgpu_store_get(c->st, c->id, &o);
+  if (c->rc == 0) mgpu_store_release(o);
+  else snprintf(c->detail, sizeof c->detail, "%s", mgpu_error_detail());
+  return NULL;
+}
+
+/* A get whose mapping fails while a disconnect of its connection is under
+ * way fails for the disconnect: MGPU_ESTORE naming it and the mapping's
+ * own failure (so does a get over legacy CUDA IPC whose memory the
+ * disconnect let go before it was mapped). Without a disconnect, the
+ * mapping's own error comes back. Nothing stays at the daemon. */
+TEST_IMPL(import_cut_by_disconnect) {
+  store_env env;
+  store_env_init(&env);
+  store_daemon_start(&env, 0);
+  test_init();
+  mgpu_store *st;
+  mgpu_store_object *o, *g;
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  ASSERT_OK(mgpu_store_create(st, 0, 4096, "cut", &o));
+  ASSERT_OK(mgpu_store_seal(o));
+  uint64_t id = mgpu_store_object_id(o);
+  ASSERT_OK(mgpu__fault_set("backend:ipc_import:1", NULL, 0));
+  int rc = mgpu_store_get(st, id, &g);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  if (rc != MGPU_EBACKEND ||
+      strstr(mgpu_error_detail(), "ipc_import") == NULL) {
+    fprintf(stderr, "get with a failed mapping: %s: %s\n", mgpu_err_name(rc),
+            mgpu_error_detail());
+    abort();
+  }
+  /* The get waits between its reply and its mapping; the disconnect comes
+   * in that window and waits for the get. */
+  get_call c = {st, id, 0, ""};
+  ASSERT_OK(mgpu__fault_set("stall:store_import@us:300000,"
+                            "backend:ipc_import:1", NULL, 0));
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, get_call_main, &c) == 0);
+  while (mgpu__fault_stalls() == 0) store_sleep_ms(1);
+  ASSERT_OK(mgpu_store_disconnect(st));
+  ASSERT(pthread_join(t, NULL) == 0);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  if (c.rc != MGPU_ESTORE ||
+      strstr(c.detail, "closed by mgpu_store_disconnect during the call "
+                       "(mapping object") == NULL ||
+      strstr(c.detail, "ipc_import") == NULL) {
+    fprintf(stderr, "get cut by a disconnect: %s: %s\n", mgpu_err_name(c.rc),
+            c.detail);
+    abort();
+  }
+  ASSERT_OK(mgpu_store_connect(&st, env.path));
+  ASSERT_OK(mgpu_store_delete_by_name(st, "cut", NULL));
+  ASSERT_OK(mgpu_store_disconnect(st));
+  store_expect_counts(&env, 0, 0);
+  store_daemon_stop(&env);
+  store_env_cleanup(&env);
+  return 0;
+}
+
 /* ---- a client that never reads its replies ---- */
 
 /* The descriptors open in process pid; with memfd_only, only its
@@ -1768,6 +1839,7 @@ TEST_ENTRY(object_buffers)
 TEST_ENTRY(sealed_memory_immutable)
 TEST_ENTRY(racing_daemons)
 TEST_ENTRY(disconnect_during_calls)
+TEST_ENTRY(import_cut_by_disconnect)
 TEST_ENTRY(unread_replies_bounded)
 TEST_ENTRY(descriptors_exhausted)
 TEST_ENTRY(nothing_left_behind)

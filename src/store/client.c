@@ -611,6 +611,9 @@ static int object_map(mgpu_store *st, const mgpu__store_objdesc *d, int fd,
   o->size = d->size;
   o->writable = writable;
   o->dev = object_device(d->uuid, want);
+  /* A window between the reply and the mapping, for a test's disconnect
+   * (store.import_cut_by_disconnect). */
+  mgpu__fault_stall("store_import");
   int rc = object_import(o, d, fd, writable);
   if (rc != 0) {
     mgpu__free(o);

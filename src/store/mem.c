@@ -19,6 +19,7 @@
 
 #include "core/core-internal.h"
 #include "store/store-internal.h"
+#include "util/fault.h"
 
 /* FNV-1a of text. */
 static uint32_t name_hash(const char *text) {
@@ -130,8 +131,15 @@ int mgpu__store_mem_seal(int dev, void *alloc, const mgpu__ipc_mem *m) {
 
 int mgpu__store_mem_import(int dev, const mgpu__ipc_mem *m, int writable,
                            void **ptr) {
-  if (m->kind == MGPU__IPC_MEMFD)
+  if (m->kind == MGPU__IPC_MEMFD) {
+    /* A fault site (backend:ipc_import): the mapping of a store object's
+     * host memory, which no fallible backend entry stands in front of. */
+    if (mgpu__fault_hit(MGPU__FAULT_BACKEND, "ipc_import"))
+      return mgpu__error(MGPU_EBACKEND, "object %llu: mapping its shared "
+                         "memory failed (injected fault ipc_import)",
+                         (unsigned long long)m->key[1]);
     return mgpu__host_ipc_import(NULL, m, writable, ptr);
+  }
   mgpu__device *d;
   const mgpu__backend_ops *ops = ipc_ops(dev, &d);
   if (ops == NULL) return MGPU_ENOTSUP;
