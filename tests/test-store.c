@@ -133,6 +133,20 @@ static size_t encode_sample(mgpu__store_wbuf *w, int which) {
   return w->len;
 }
 
+/* The start of most tests here: a fresh folder, a daemon on the devices'
+ * memory, mgpu initialized. */
+static void store_up(store_env *env) {
+  store_env_init(env);
+  store_daemon_start(env, 0);
+  test_init();
+}
+
+/* Their end: the daemon stops cleanly, the folder goes. */
+static void store_down(store_env *env) {
+  store_daemon_stop(env);
+  store_env_cleanup(env);
+}
+
 /* The import map both backends keep their imports in: one mapping per
  * key, found by any address inside it, gone with its last reference. */
 TEST_IMPL(import_map_counts_references) {
@@ -378,8 +392,7 @@ TEST_IMPL(share_two_processes) {
   ASSERT_EQ(deferred, 0);
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -445,16 +458,13 @@ TEST_IMPL(lifetimes) {
   ASSERT_OK(mgpu_store_disconnect(b));
   ASSERT_ERR(MGPU_EBADHANDLE, mgpu_store_disconnect(b));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
 TEST_IMPL(mirror) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   mgpu_store *st;
   ASSERT_OK(mgpu_store_connect(&st, env.path));
   mgpu_store_object *o, *g;
@@ -482,8 +492,7 @@ TEST_IMPL(mirror) {
   ASSERT_OK(mgpu_store_delete_by_name(st, "m", NULL));
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -562,8 +571,7 @@ TEST_IMPL(opencl_objects_in_host_memory) {
   ASSERT_OK(mgpu_store_disconnect(a));
   ASSERT_OK(mgpu_store_disconnect(b));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   ASSERT_OK(mgpu_shutdown());
   return 0;
 }
@@ -605,8 +613,7 @@ TEST_IMPL(capacity_evicts_lru) {
   ASSERT_EQ(s.devices[0].in_use, 800 * 1024);
   ASSERT_OK(mgpu_store_disconnect(st)); /* aborts "c" and x, drops "a" */
   store_expect_counts(&env, 1, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -659,8 +666,7 @@ TEST_IMPL(eight_clients) {
   }
   for (int i = 0; i < 8; i++) ASSERT_CHILD_OK(pids[i], 240000);
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -749,8 +755,7 @@ TEST_IMPL(kill_clients) {
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
   ASSERT(store_log_has(&env, "disconnected"));
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -758,9 +763,7 @@ TEST_IMPL(kill_clients) {
 
 TEST_IMPL(daemon_restart) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   mgpu_store *st;
   mgpu_store_object *o, *g, *x;
   ASSERT_OK(mgpu_store_connect(&st, env.path));
@@ -837,8 +840,7 @@ TEST_IMPL(other_user_refused) {
   ASSERT_CHILD_OK(store_spawn(stranger_main, &env, NULL), 30000);
   ASSERT(store_log_has(&env, "refused client"));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -875,9 +877,7 @@ static void expect_closed(store_env *env, const void *bytes, size_t n,
 
 TEST_IMPL(malformed_messages) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   /* A good client holds an object throughout: nothing below may harm it. */
   mgpu_store *good;
   mgpu_store_object *o;
@@ -925,8 +925,7 @@ TEST_IMPL(malformed_messages) {
   ASSERT_OK(mgpu_store_delete_by_name(good, "good", NULL));
   ASSERT_OK(mgpu_store_disconnect(good));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1079,8 +1078,7 @@ TEST_IMPL(object_buffers) {
   ASSERT_OK(mgpu_store_disconnect(a));
   ASSERT_OK(mgpu_store_disconnect(b)); /* releases g */
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1192,9 +1190,7 @@ static int writer_main(store_env *env, void *arg) {
 
 TEST_IMPL(sealed_memory_immutable) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   mgpu_store *st;
   mgpu_store_object *o, *g;
   ASSERT_OK(mgpu_store_connect(&st, env.path));
@@ -1230,8 +1226,7 @@ TEST_IMPL(sealed_memory_immutable) {
   ASSERT_OK(mgpu_store_delete_by_name(st, "sealed", NULL));
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1315,9 +1310,7 @@ static void *busy_thread_main(void *arg) {
 
 TEST_IMPL(disconnect_during_calls) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   for (int round = 0; round < 5; round++) {
     mgpu_store *st;
     ASSERT_OK(mgpu_store_connect(&st, env.path));
@@ -1357,8 +1350,7 @@ TEST_IMPL(disconnect_during_calls) {
   mgpu_store_list_free(e);
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1387,9 +1379,7 @@ static void *get_call_main(void *arg) {
  * mapping's own error comes back. Nothing stays at the daemon. */
 TEST_IMPL(import_cut_by_disconnect) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   mgpu_store *st;
   mgpu_store_object *o, *g;
   ASSERT_OK(mgpu_store_connect(&st, env.path));
@@ -1428,8 +1418,7 @@ TEST_IMPL(import_cut_by_disconnect) {
   ASSERT_OK(mgpu_store_delete_by_name(st, "cut", NULL));
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1461,9 +1450,7 @@ static int count_fds(pid_t pid, int memfd_only) {
 
 TEST_IMPL(unread_replies_bounded) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   int fds_before = count_fds(env.daemon, 0);
   mgpu_store *good;
   mgpu_store_object *o, *g;
@@ -1510,8 +1497,7 @@ TEST_IMPL(unread_replies_bounded) {
   ASSERT_OK(mgpu_store_delete_by_name(good, "x", NULL));
   ASSERT_OK(mgpu_store_disconnect(good));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1576,8 +1562,7 @@ TEST_IMPL(nothing_left_behind) {
   }
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1615,8 +1600,7 @@ TEST_IMPL(create_never_fits) {
   ASSERT_OK(mgpu_store_release(x));
   ASSERT_OK(mgpu_store_disconnect(st));
   store_expect_counts(&env, 1, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1624,9 +1608,7 @@ TEST_IMPL(create_never_fits) {
 
 TEST_IMPL(seal_after_delete) {
   store_env env;
-  store_env_init(&env);
-  store_daemon_start(&env, 0);
-  test_init();
+  store_up(&env);
   mgpu_store *a, *b;
   mgpu_store_object *o;
   ASSERT_OK(mgpu_store_connect(&a, env.path));
@@ -1639,8 +1621,7 @@ TEST_IMPL(seal_after_delete) {
   ASSERT_OK(mgpu_store_disconnect(a));
   ASSERT_OK(mgpu_store_disconnect(b));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1771,8 +1752,7 @@ TEST_IMPL(socket_refused_is_eacces) {
   ASSERT(chmod(env.dir, 0755) == 0);
   ASSERT_CHILD_OK(store_spawn(refused_by_fs_main, &env, NULL), 30000);
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
@@ -1815,8 +1795,7 @@ TEST_IMPL(descriptors_exhausted) {
   for (int i = 0; i < n; i++) ASSERT_OK(mgpu_store_disconnect(st[i]));
   ASSERT_OK(mgpu_store_disconnect(first));
   store_expect_counts(&env, 0, 0);
-  store_daemon_stop(&env);
-  store_env_cleanup(&env);
+  store_down(&env);
   return 0;
 }
 
