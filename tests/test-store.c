@@ -1402,7 +1402,15 @@ TEST_IMPL(import_cut_by_disconnect) {
                             "backend:ipc_import:1", NULL, 0));
   pthread_t t;
   ASSERT(pthread_create(&t, NULL, get_call_main, &c) == 0);
-  while (mgpu__fault_stalls() == 0) store_sleep_ms(1);
+  /* Bounded: a get that failed before its mapping never stalls. */
+  for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++)
+    store_sleep_ms(1);
+  if (mgpu__fault_stalls() == 0) {
+    pthread_join(t, NULL);
+    fprintf(stderr, "the get never reached its mapping: %s: %s\n",
+            mgpu_err_name(c.rc), c.detail);
+    abort();
+  }
   ASSERT_OK(mgpu_store_disconnect(st));
   ASSERT(pthread_join(t, NULL) == 0);
   ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));

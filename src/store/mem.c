@@ -135,9 +135,10 @@ int mgpu__store_mem_import(int dev, const mgpu__ipc_mem *m, int writable,
     /* A fault site (backend:ipc_import): the mapping of a store object's
      * host memory, which no fallible backend entry stands in front of. */
     if (mgpu__fault_hit(MGPU__FAULT_BACKEND, "ipc_import"))
-      return mgpu__error(MGPU_EBACKEND, "object %llu: mapping its shared "
-                         "memory failed (injected fault ipc_import)",
-                         (unsigned long long)m->key[1]);
+      return mgpu__error(MGPU_EBACKEND, "object %llu: mapping its %zu "
+                         "bytes of shared memory failed (injected fault "
+                         "ipc_import)", (unsigned long long)m->key[1],
+                         m->map_size);
     return mgpu__host_ipc_import(NULL, m, writable, ptr);
   }
   mgpu__device *d;
