@@ -5,7 +5,8 @@
  * halos with mgpu_memcpy_async on its own stream, and joins the streams
  * with a stream barrier. The same step is issued op by op (jacobi_run) or
  * captured once into a graph of two iterations (jacobi_capture) and
- * replayed. Used by examples/jacobi.c and `mgpu bench graph`.
+ * replayed. Used by examples/jacobi.c, `mgpu bench graph` and `mgpu bench
+ * jacobi`; the host kernel sweeps with jacobi-sweep.h, as the MPI peer does.
  *
  * The grid has nx columns and ny rows; its first row is held at 1, the
  * other edges at 0. Functions return 0 or an MGPU_E... code. */
