@@ -321,18 +321,21 @@ int mgpu__cpus_all_busy(void) {
          cpu_count();
 }
 
-int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
-                     const void *arg) {
+/* Spins as mgpu__spin_until and mgpu__spin_until_busy say; busy_waited:
+ * the thread it waits for is among those counted busy. */
+static int spin(mgpu__spin *site, int (*ready)(const void *arg),
+                const void *arg, int busy_waited) {
   if (ready(arg)) return 1;
   unsigned budget = atomic_load_explicit(&site->budget_ns, memory_order_relaxed);
   if (budget == 0) budget = SPIN_DEFAULT_NS;
   int cpus = cpu_count();
   /* Pausing keeps the core: only while another one is left for the thread
-   * this one waits for, after those that spin and those that work. */
+   * this one waits for, after those that spin and those that work; or,
+   * where that thread is one of those that work, none has to be left. */
   int others_busy =
       atomic_load_explicit(&busy_threads, memory_order_relaxed) - busy_self;
   int pause = atomic_fetch_add_explicit(&spinners, 1, memory_order_relaxed) +
-                  1 + others_busy < cpus;
+                  1 + others_busy < cpus + (busy_waited && others_busy > 0);
   uint64_t deadline = mgpu__now_ns() + budget;
   int seen = 0;
   for (unsigned i = 1;; i++) {
@@ -354,6 +357,16 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
   if (budget > SPIN_MAX_NS) budget = SPIN_MAX_NS;
   atomic_store_explicit(&site->budget_ns, budget, memory_order_relaxed);
   return seen;
+}
+
+int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
+                     const void *arg) {
+  return spin(site, ready, arg, 0);
+}
+
+int mgpu__spin_until_busy(mgpu__spin *site, int (*ready)(const void *arg),
+                          const void *arg) {
+  return spin(site, ready, arg, 1);
 }
 
 int mgpu__thread_leave_cpu(int cpu) {

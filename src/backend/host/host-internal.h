@@ -246,7 +246,16 @@ void mgpu__host_trace_op(mgpu__bstream *s, const op *o, uint64_t t0,
 /* s->dev->lock held, an operation of s just finished: wakes the threads in
  * synchronize once the count one of them waits for is reached. */
 void mgpu__host_sync_wake(mgpu__bdevice *d, mgpu__bstream *s);
-void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o);
+/* A kernel launch as run_launch runs it: a stream's operation or a graph's
+ * node (name: the kernel's, for a failure's detail). */
+typedef struct mgpu__host_kernel_run {
+  void (*fn)(const mgpu_kernel_ctx *, const void *);
+  mgpu_dim3 grid, block;
+  const void *args;
+  const char *name;
+} mgpu__host_kernel_run;
+void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s,
+                           const mgpu__host_kernel_run *l);
 void mgpu__host_op_free(op *o);
 void mgpu__host_lose_locked(mgpu__bdevice *d, const char *why);
 /* d->lock held, d lost: s fails with MGPU_EDEVLOST naming d (unless it

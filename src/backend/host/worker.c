@@ -136,10 +136,11 @@ int mgpu_kernel_fail(const mgpu_kernel_ctx *ctx, int code, const char *detail) {
 /* Runs every block, in order, until one reports a failure: that ends the
  * launch, and the stream's next synchronize returns it (a GPU kernel's
  * trap ends the same way). */
-void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
+void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s,
+                           const mgpu__host_kernel_run *l) {
   mgpu_kernel_ctx ctx;
-  ctx.grid_dim = o->u.launch.grid;
-  ctx.block_dim = o->u.launch.block;
+  ctx.grid_dim = l->grid;
+  ctx.block_dim = l->block;
   ctx.device = d->id;
   launch_failure failure = {0, ""};
   running_launch = &failure;
@@ -147,7 +148,7 @@ void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
     for (unsigned y = 0; y < ctx.grid_dim.y && !failure.code; y++)
       for (unsigned x = 0; x < ctx.grid_dim.x && !failure.code; x++) {
         ctx.block_idx = MGPU_DIM3(x, y, z);
-        o->u.launch.fn(&ctx, o->u.launch.args);
+        l->fn(&ctx, l->args);
       }
   running_launch = NULL;
   if (failure.code == 0) return;
@@ -156,7 +157,7 @@ void mgpu__host_run_launch(mgpu__bdevice *d, mgpu__bstream *s, const op *o) {
     s->error = failure.code;
     snprintf(s->error_detail, sizeof s->error_detail,
              "host device %d: kernel '%s' failed in block (%u, %u, %u): %s",
-             d->id, o->u.launch.name, ctx.block_idx.x, ctx.block_idx.y,
+             d->id, l->name, ctx.block_idx.x, ctx.block_idx.y,
              ctx.block_idx.z, failure.detail);
   }
   mgpu__mutex_unlock(&d->lock);
@@ -247,7 +248,12 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       memset(o->u.memset.dst, o->u.memset.value, o->u.memset.size);
       break;
     case OP_LAUNCH:
-      mgpu__host_run_launch(d, s, o);
+      mgpu__host_run_launch(d, s,
+                            &(mgpu__host_kernel_run){o->u.launch.fn,
+                                                 o->u.launch.grid,
+                                                 o->u.launch.block,
+                                                 o->u.launch.args,
+                                                 o->u.launch.name});
       break;
     case OP_BUILTIN:
       mgpu__host_builtin_run(&o->u.builtin);
