@@ -6,23 +6,32 @@
  * For 2 and 4 devices (as many as are open) and grids of 256^2, 1024^2
  * and 4096^2 (64^2 and 256^2 with --quick), per iteration: the step
  * captured once as a graph and replayed, and the same step issued op by op,
- * timed alternately in the same process, half of the batches before and
- * half after bench/peers/mpi_jacobi's runs of the same size: the same
- * problem on as many MPI ranks (Open MPI's under mpirun and, where
- * mpicc.mpich was found at configure time, MPICH's under mpiexec.mpich,
- * each under a timeout), each rank sweeping its slab and trading halo rows
- * with MPI_Sendrecv. The ratio is mgpu / MPI (below 1: mgpu is faster),
- * a row for each MPI. All first run 20 iterations from
- * the initial grid and compare the sums of the squares of the grid's cells,
- * which must agree: they do the same arithmetic.
+ * next to bench/peers/mpi_jacobi: the same problem on as many MPI ranks
+ * (Open MPI's under mpirun and, where mpicc.mpich was found at configure
+ * time, MPICH's under mpiexec.mpich, each under a timeout), each rank
+ * sweeping its slab and trading halo rows with MPI_Sendrecv. The ratio is
+ * mgpu / MPI (below 1: mgpu is faster), a row for each MPI. All first run
+ * 20 iterations from the initial grid and compare the sums of the squares
+ * of the grid's cells, which must agree: they do the same arithmetic.
  *
- * Each figure is the median of reps batches after a warm-up; a batch is
- * about 2^26 cell updates (10 to 1000 iterations). */
+ * The sides take turns batch by batch, in the same seconds: the peers are
+ * started once a size with --gate, their ranks asleep in a read of a FIFO
+ * between batches, and each round runs a batch by graph and one op by op
+ * (in the order ABBA over the rounds), then one of each MPI (the two in
+ * turn first). The speed of this kind of machine drifts by a third within
+ * a minute; with half of mgpu's batches before the peers' runs and half
+ * after, single runs of the ratio swung by 10-20 %. Each figure is the
+ * median of reps batches after a warm-up round; a batch is about 2^26
+ * cell updates (10 to 1000 iterations). */
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../examples/jacobi.h"
 #include "bench.h"
@@ -63,94 +72,145 @@ static int checksum(int ndev, int n, int iters, int graph, double *sum) {
   return rc;
 }
 
-/* Microseconds per iteration of reps batches by graph (graph_us) and op
- * by op (op_us), batches of the two alternating in the order ABBA. */
-static int time_both(int ndev, int n, int iters, int reps, double *graph_us,
-                     double *op_us) {
-  jacobi j;
-  mgpu_graph *g = NULL;
-  mgpu_graph_exec *x = NULL;
-  int rc = jacobi_init(&j, ndev, n, n);
-  if (rc == 0) rc = jacobi_capture(&j, &g);
-  if (rc == 0) rc = mgpu_graph_instantiate(g, &x);
-  for (int r = -1; r < reps && rc == 0; r++) { /* -1: warm-up */
-    for (int side = 0; side < 2 && rc == 0; side++) {
-      int by_graph = side == (r & 1); /* ABBA: neither always goes first */
-      double t0 = bench_now();
-      if (by_graph)
-        for (int it = 0; it < iters && rc == 0; it += 2)
-          rc = mgpu_graph_launch(x, j.s[0]);
-      else
-        rc = jacobi_run(&j, iters);
-      if (rc == 0) rc = jacobi_sync(&j);
-      if (r >= 0)
-        (by_graph ? graph_us : op_us)[r] = (bench_now() - t0) / iters * 1e6;
-    }
-  }
-  if (x != NULL) mgpu_graph_exec_destroy(x);
-  if (g != NULL) mgpu_graph_destroy(g);
-  jacobi_free(&j);
+/* A peer started with --gate (bench/peers/mpi_jacobi.c): its output, the
+ * write ends of its ranks' FIFOs, their folder, and the grid's checksum it
+ * printed when ready. */
+typedef struct gate {
+  FILE *out;
+  int fd[MGPU_MAX_DEVICES], nfd, ranks;
+  char dir[64];
+  double sum;
+} gate;
+
+/* Sends c to every rank of g: 0, or -1 when one is gone. */
+static int gate_send(gate *g, char c) {
+  int rc = 0;
+  for (int r = 0; r < g->nfd; r++)
+    if (write(g->fd[r], &c, 1) != 1) rc = -1;
   return rc;
 }
 
-/* bench/peers/mpi_jacobi of MPI mpi on ndev ranks over the sizes: us[k]
- * per sweep and sum[k] after CHECK_ITERS sweeps (us[k] 0 where none came
- * back). Returns 0, or -1 with why filled in. */
-static int run_mpi(mgpu_cmd_mpi mpi, int ndev, const int *sizes, int nsizes,
-                   int reps, int quick, double *us, double *sum, char *why,
-                   size_t wlen) {
-  char peer[PATH_MAX];
-  for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
-  if (!mgpu_cmd_mpi_peer(mpi, "mpi_jacobi", ndev, peer, sizeof peer, why, wlen))
+/* Removes g's FIFOs and their folder. */
+static void gate_unlink(gate *g) {
+  char path[96];
+  for (int r = 0; r < g->ranks; r++) {
+    snprintf(path, sizeof path, "%s/go.%d", g->dir, r);
+    unlink(path);
+  }
+  rmdir(g->dir);
+}
+
+/* Ends g's peer ('q' to its ranks): 0 when it exited well after printing
+ * what the caller wanted (figures), else -1 with why filled in
+ * (mgpu_cmd_mpi_close). */
+static int gate_end(gate *g, int figures, char *why, size_t wlen) {
+  gate_send(g, 'q');
+  for (int r = 0; r < g->nfd; r++) close(g->fd[r]);
+  int rc = mgpu_cmd_mpi_close(g->out, figures, why, wlen);
+  gate_unlink(g);
+  return rc;
+}
+
+/* Starts MPI m's peer on ndev ranks for size n, gated, and waits until it
+ * is ready: 0, or -1 with why filled in. */
+static int gate_start(mgpu_cmd_mpi m, int ndev, int n, const bench_opts *o,
+                      gate *g, char *why, size_t wlen) {
+  char peer[PATH_MAX], path[96], args[160], line[128];
+  memset(g, 0, sizeof *g);
+  if (!mgpu_cmd_mpi_peer(m, "mpi_jacobi", ndev, peer, sizeof peer, why, wlen))
     return -1;
-  char args[256];
-  int len = snprintf(args, sizeof args, "--raw --reps %d --check %d%s --sizes ",
-                     reps, CHECK_ITERS, quick ? " --quick" : "");
-  for (int k = 0; k < nsizes && len < (int)sizeof args - 16; k++)
-    len += snprintf(args + len, sizeof args - (size_t)len, "%s%d",
-                    k ? "," : "", sizes[k]);
-  FILE *f = mgpu_cmd_mpirun(mpi, ndev, quick ? 120 : 1200, peer, args);
-  if (f == NULL) {
-    snprintf(why, wlen, "cannot start its launcher");
+  snprintf(g->dir, sizeof g->dir, "/tmp/mgpu-jacobi-XXXXXX");
+  if (mkdtemp(g->dir) == NULL) {
+    snprintf(why, wlen, "cannot make a folder for its FIFOs");
     return -1;
   }
-  int n, got = 1;
-  double t, s;
-  while (fscanf(f, "%d %lf %lf", &n, &t, &s) == 3)
-    for (int k = 0; k < nsizes; k++)
-      if (sizes[k] == n) {
-        us[k] = t * 1e6;
-        sum[k] = s;
-      }
-  for (int k = 0; k < nsizes; k++) got = got && us[k] > 0;
-  if (mgpu_cmd_mpi_close(f, got, why, wlen) == 0) return 0;
-  /* A peer that failed (timed out, say) gives no figure, not some. */
-  for (int k = 0; k < nsizes; k++) us[k] = sum[k] = 0;
+  for (; g->ranks < ndev; g->ranks++) {
+    snprintf(path, sizeof path, "%s/go.%d", g->dir, g->ranks);
+    if (mkfifo(path, 0600) != 0) break;
+  }
+  snprintf(args, sizeof args, "--gate %s --check %d --sizes %d%s", g->dir,
+           CHECK_ITERS, n, o->quick ? " --quick" : "");
+  if (g->ranks == ndev)
+    g->out = mgpu_cmd_mpirun(m, ndev, o->quick ? 120 : 1200, peer, args);
+  if (g->out == NULL) {
+    snprintf(why, wlen, "cannot start its launcher");
+    gate_unlink(g);
+    return -1;
+  }
+  /* "ready" comes once every rank has its FIFO open: each open below
+   * finds a reader, unless the peer is not the one expected or died. */
+  int ok = fgets(line, sizeof line, g->out) != NULL &&
+           sscanf(line, "ready %lf", &g->sum) == 1;
+  while (ok && g->nfd < ndev) {
+    snprintf(path, sizeof path, "%s/go.%d", g->dir, g->nfd);
+    int fd = open(path, O_WRONLY | O_NONBLOCK);
+    ok = fd >= 0;
+    if (ok) g->fd[g->nfd++] = fd;
+  }
+  if (ok) return 0;
+  gate_end(g, 0, why, wlen);
   return -1;
 }
 
-/* Each MPI's peer on ndev ranks for size n, where it has not failed
- * before: mpi_us[m] per sweep (0 where it did not run: why[m] says why),
- * its grid checked against mgpu's (by_graph). 0, or 1 when a grid
- * differs. */
-static int run_mpis(int ndev, int n, const bench_opts *o, double by_graph,
-                    double mpi_us[NMPI], mpi_why why) {
-  for (int m = 0; m < NMPI; m++) {
-    double sum = 0;
-    mpi_us[m] = 0;
-    if (why[m][0] != '\0' ||
-        run_mpi((mgpu_cmd_mpi)m, ndev, &n, 1, o->reps, o->quick, &mpi_us[m],
-                &sum, why[m], sizeof why[m]) != 0)
-      continue;
-    if (fabs(sum - by_graph) > 1e-9 * fabs(by_graph)) {
-      fprintf(stderr, "mgpu bench jacobi: %dx%d: %s's grid after %d sweeps "
-              "(sum of squares %.17g) differs from mgpu's (%.17g)\n", n, n,
-              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), CHECK_ITERS, sum,
-              by_graph);
-      return 1;
+/* One batch of g's peer: its seconds per sweep, in microseconds, into
+ * *us; -1 when it is gone. */
+static int gate_batch(gate *g, double *us) {
+  char line[128];
+  double t;
+  if (gate_send(g, 'r') != 0 || fgets(line, sizeof line, g->out) == NULL ||
+      sscanf(line, "%lf", &t) != 1 || t <= 0)
+    return -1;
+  *us = t * 1e6;
+  return 0;
+}
+
+/* mgpu's batch: iters iterations by graph (x) or op by op, in
+ * microseconds per iteration into *us. */
+static int mgpu_batch(jacobi *j, mgpu_graph_exec *x, int iters, int by_graph,
+                      double *us) {
+  int rc = 0;
+  double t0 = bench_now();
+  if (by_graph)
+    for (int it = 0; it < iters && rc == 0; it += 2)
+      rc = mgpu_graph_launch(x, j->s[0]);
+  else
+    rc = jacobi_run(j, iters);
+  if (rc == 0) rc = jacobi_sync(j);
+  *us = (bench_now() - t0) / iters * 1e6;
+  return rc;
+}
+
+/* The timed rounds of one size, a warm-up first: in each, a batch by graph
+ * and one op by op (in the order ABBA over the rounds), then one of each
+ * live MPI peer (the two in turn first). v holds reps figures a side
+ * (graph, op by op, then each MPI); live[m] drops to 0 for a peer that
+ * stopped answering. */
+static int rounds(int ndev, int n, int reps, int quick, gate *g, int *live,
+                  double *v) {
+  jacobi j;
+  mgpu_graph *graph = NULL;
+  mgpu_graph_exec *x = NULL;
+  int iters = jacobi_batch(n, quick);
+  int rc = jacobi_init(&j, ndev, n, n);
+  if (rc == 0) rc = jacobi_capture(&j, &graph);
+  if (rc == 0) rc = mgpu_graph_instantiate(graph, &x);
+  for (int r = -1; r < reps && rc == 0; r++) {
+    double us = 0;
+    for (int side = 0; side < 2 && rc == 0; side++) {
+      int by_graph = side == (r & 1);
+      rc = mgpu_batch(&j, x, iters, by_graph, &us);
+      if (r >= 0) v[(by_graph ? 0 : 1) * reps + r] = us;
+    }
+    for (int k = 0; k < NMPI && rc == 0; k++) {
+      int m = r & 1 ? NMPI - 1 - k : k;
+      if (live[m] && gate_batch(&g[m], &us) != 0) live[m] = 0;
+      if (live[m] && r >= 0) v[(2 + m) * reps + r] = us;
     }
   }
-  return 0;
+  if (x != NULL) mgpu_graph_exec_destroy(x);
+  if (graph != NULL) mgpu_graph_destroy(graph);
+  jacobi_free(&j);
+  return rc;
 }
 
 /* The checks of one size: the graph's grid and op by op's agree. */
@@ -168,20 +228,40 @@ static int check_size(int ndev, int n, double *by_graph) {
   return 0;
 }
 
-/* One size on ndev devices: mgpu's batches in two halves with the MPI
- * peers' runs of the same size between them (ABA), so that a drift of the
- * machine over the seconds of a run weighs on both sides alike; mine[0]
+/* One size on ndev devices: each MPI's peer started once, gated, then
+ * rounds of mgpu's batches and the peers' in turn, so that a drift of the
+ * machine over the seconds of a run weighs on every side alike; mine[0]
  * and mine[1] the medians by graph and op by op, mpi_us[m] each peer's (0
- * when it did not run: why[m] says why). */
+ * when it did not run: why[m] says why). 0; 1 when a peer's grid differs
+ * from mgpu's (by_graph); else the command's failure. */
 static int time_size(int ndev, int n, const bench_opts *o, double *mine,
                      double mpi_us[NMPI], double by_graph, mpi_why why) {
-  int reps = o->reps, first = (reps + 1) / 2, iters = jacobi_batch(n, o->quick);
-  double *v = malloc(2 * (size_t)reps * sizeof *v);
+  int reps = o->reps, live[NMPI], started[NMPI], differs = 0;
+  gate g[NMPI];
+  double *v = malloc((size_t)(2 + NMPI) * (size_t)reps * sizeof *v);
   if (v == NULL) return mgpu_cmd_fail("bench jacobi", MGPU_ENOMEM);
-  int rc = time_both(ndev, n, iters, first, v, v + reps);
-  int differs = rc == 0 && run_mpis(ndev, n, o, by_graph, mpi_us, why);
-  if (rc == 0 && !differs && reps > first)
-    rc = time_both(ndev, n, iters, reps - first, v + first, v + reps + first);
+  void (*pipe_was)(int) = signal(SIGPIPE, SIG_IGN); /* a rank that died */
+  for (int m = 0; m < NMPI; m++) {
+    mpi_us[m] = 0;
+    started[m] = live[m] =
+        why[m][0] == '\0' && gate_start((mgpu_cmd_mpi)m, ndev, n, o, &g[m],
+                                        why[m], sizeof why[m]) == 0;
+  }
+  int rc = rounds(ndev, n, reps, o->quick, g, live, v);
+  for (int m = 0; m < NMPI; m++) {
+    /* A peer that failed gives no figure, not some. */
+    if (!started[m] || gate_end(&g[m], live[m], why[m], sizeof why[m]) != 0)
+      continue;
+    if (fabs(g[m].sum - by_graph) > 1e-9 * fabs(by_graph)) {
+      fprintf(stderr, "mgpu bench jacobi: %dx%d: %s's grid after %d sweeps "
+              "(sum of squares %.17g) differs from mgpu's (%.17g)\n", n, n,
+              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), CHECK_ITERS, g[m].sum,
+              by_graph);
+      differs = 1;
+    }
+    mpi_us[m] = bench_median(v + (2 + m) * reps, reps);
+  }
+  signal(SIGPIPE, pipe_was);
   if (rc == 0 && !differs) {
     mine[0] = bench_median(v, reps);
     mine[1] = bench_median(v + reps, reps);

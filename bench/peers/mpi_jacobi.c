@@ -8,7 +8,7 @@
  * compute the same floats with the same machine code, aligned alike.
  *
  *   mpirun --oversubscribe -np 2 ./mpi_jacobi [--quick] [--reps N]
- *          [--sizes 256,1024,4096] [--check K] [--raw]
+ *          [--sizes 256,1024,4096] [--check K] [--raw] [--gate DIR]
  *
  * Each repetition times a batch of sweeps between two barriers; a
  * repetition's time is the slowest rank's, the figure the median over
@@ -16,11 +16,22 @@
  * from the initial grid and prints the sum of the squares of the grid's
  * cells (what `mgpu bench jacobi` compares with its own grid after K
  * iterations, so that both are seen to do the same work). With --raw, one
- * line per size: "n seconds-per-sweep checksum". */
+ * line per size: "n seconds-per-sweep checksum".
+ *
+ * With --gate DIR (one size), the ranks run a batch at a time when told,
+ * so that `mgpu bench jacobi` can time its own batches and the peers'
+ * alternately, each side over the same seconds of a machine whose speed
+ * drifts: rank r reads commands from the FIFO DIR/go.r (opened read-write,
+ * so that it blocks in read() without polling until a command comes, and
+ * never sees an end of file), 'r' running one batch and 'q' ending; rank 0
+ * prints "ready checksum" once every rank has its FIFO open, then the
+ * slowest rank's seconds per sweep of each batch, a line each. */
+#include <fcntl.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../examples/jacobi-sweep.h"
 #include "jacobi-batch.h"
@@ -80,18 +91,58 @@ static double checksum(const slab *s) {
   return all;
 }
 
+/* One timed batch of iters sweeps: the slowest rank's seconds per sweep
+ * (rank 0 gets it). */
+static double batch(slab *s, int iters) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int it = 0; it < iters; it++) sweep(s);
+  double mine = (MPI_Wtime() - t0) / iters, slowest = 0;
+  MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  return slowest;
+}
+
+/* --gate: batches of iters sweeps of s as DIR/go.<rank> says (see the
+ * top of the file). */
+static void serve(slab *s, int iters, const char *dir, int rank,
+                  double sum) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/go.%d", dir, rank);
+  int fd = open(path, O_RDWR);
+  if (fd < 0) {
+    fprintf(stderr, "mpi_jacobi: rank %d: cannot open %s\n", rank, path);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    printf("ready %.17g\n", sum);
+    fflush(stdout);
+  }
+  char c;
+  while (read(fd, &c, 1) == 1 && c == 'r') {
+    double t = batch(s, iters);
+    if (rank == 0) {
+      printf("%.9g\n", t);
+      fflush(stdout);
+    }
+  }
+  close(fd);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int quick = 0, reps = 0, raw = 0, check = 0;
+  const char *gate = NULL;
   int sizes[8] = {256, 1024, 4096}, nsizes = 3;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--raw") == 0) raw = 1;
     else if (strcmp(argv[i], "--quick") == 0) quick = 1;
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
     else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) check = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--gate") == 0 && i + 1 < argc) gate = argv[++i];
     else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
       nsizes = 0;
       for (char *p = argv[++i]; *p != '\0' && nsizes < 8;) {
@@ -106,6 +157,17 @@ int main(int argc, char **argv) {
   if (reps < 1) reps = quick ? 3 : 7;
   double *t = malloc((size_t)reps * sizeof *t);
   if (t == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (gate != NULL) {
+    slab s;
+    slab_init(&s, sizes[0], rank, size);
+    for (int it = 0; it < check; it++) sweep(&s);
+    serve(&s, jacobi_batch(sizes[0], quick), gate, rank, checksum(&s));
+    free(s.a);
+    free(s.anew);
+    free(t);
+    MPI_Finalize();
+    return 0;
+  }
   if (rank == 0 && !raw)
     printf("bench jacobi: MPI, %d ranks (median per sweep)\n", size);
   for (int k = 0; k < nsizes; k++) {
@@ -115,11 +177,7 @@ int main(int argc, char **argv) {
     double sum = checksum(&s);
     int iters = jacobi_batch(sizes[k], quick);
     for (int rep = -1; rep < reps; rep++) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = MPI_Wtime();
-      for (int it = 0; it < iters; it++) sweep(&s);
-      double mine = (MPI_Wtime() - t0) / iters, slowest;
-      MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      double slowest = batch(&s, iters);
       if (rep >= 0) t[rep] = slowest;
     }
     free(s.a);
