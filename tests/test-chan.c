@@ -534,7 +534,14 @@ TEST_IMPL(close_while_sending) {
   ASSERT_OK(mgpu__fault_set("stall:chan_send_inside@us:200000", NULL, 0));
   pthread_t t;
   ASSERT(pthread_create(&t, NULL, send_one, &arg) == 0);
-  while (mgpu__fault_stalls() == 0) usleep(1000);
+  /* Bounded: a send that failed before it went inside never stalls. */
+  for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
+  if (mgpu__fault_stalls() == 0) {
+    pthread_join(t, NULL);
+    fprintf(stderr, "the send never went inside the channel: it returned "
+            "%s\n", mgpu_err_name(arg.rc));
+    abort();
+  }
   ASSERT_OK(mgpu_channel_close(arg.ch));
   size_t len = 0;
   ASSERT_OK(mgpu_channel_recv(arg.ch, dst, 0, &len, sb));
