@@ -184,4 +184,23 @@ static inline void test_gate_open(test_gate *g) {
   pthread_mutex_unlock(&g->lock);
 }
 
+/* The fault sites a sweep tries: every stride-th from first
+ * (MGPU_SWEEP_STRIDE=k, default 1, and MGPU_SWEEP_OFFSET=o, the o-th of
+ * each k: first = 1 + o % k), so that a pass that tries a share of the
+ * sites can try another share at the next run (.ci/run takes o from the
+ * commit). Printed, to repeat a run. */
+static inline void test_sweep_sites(const char *what, uint64_t *first,
+                                    uint64_t *stride) {
+  const char *k = getenv("MGPU_SWEEP_STRIDE");
+  const char *o = getenv("MGPU_SWEEP_OFFSET");
+  *stride = k != NULL ? strtoull(k, NULL, 10) : 1;
+  if (*stride == 0) *stride = 1;
+  *first = 1 + (o != NULL ? strtoull(o, NULL, 10) : 0) % *stride;
+  if (*stride > 1)
+    printf("%s: one site in %llu, from site %llu (MGPU_SWEEP_STRIDE=%llu "
+           "MGPU_SWEEP_OFFSET=%llu)\n", what, (unsigned long long)*stride,
+           (unsigned long long)*first, (unsigned long long)*stride,
+           (unsigned long long)(*first - 1));
+}
+
 #endif /* MGPU_TEST_TASK_H */

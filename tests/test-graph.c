@@ -1316,13 +1316,15 @@ TEST_IMPL(fault_sweep) {
          (unsigned long long)sites[0], (unsigned long long)sites[1]);
   int bad = 0;
   char spec[64];
-  for (uint64_t k = 1; k <= sites[0]; k++)
+  uint64_t first, stride;
+  test_sweep_sites("graph sweep", &first, &stride);
+  for (uint64_t k = first; k <= sites[0]; k += stride)
     for (int later = 0; later < 2; later++) {
       snprintf(spec, sizeof spec, "alloc:%llu%s", (unsigned long long)k,
                later ? "+" : "");
       bad += sweep_run(spec, NULL) != 0;
     }
-  for (uint64_t k = 1; k <= sites[1]; k++)
+  for (uint64_t k = first; k <= sites[1]; k += stride)
     for (int lose = 0; lose < 2; lose++) {
       snprintf(spec, sizeof spec, "backend:%llu%s", (unsigned long long)k,
                lose ? "=devlost" : "");

@@ -11,8 +11,8 @@
  * calls all succeeded must have correct results (a swallowed failure must
  * not change them). Crashes, hangs and (under ASan) leaks fail the sweep and
  * name the site. The count of sites is printed, so it cannot shrink
- * silently. MGPU_SWEEP_STRIDE=k tries every k-th site only (local runs,
- * and .ci/run's TSan pass). */
+ * silently. MGPU_SWEEP_STRIDE=k tries every k-th site only, from the
+ * MGPU_SWEEP_OFFSET-th (local runs, and .ci/run's sanitizer passes). */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -536,14 +536,13 @@ static int sweep(mgpu__fault_kind kind, const char *rule, const char *suffix) {
          mgpu__fault_kind_name(kind), (unsigned long long)counts[0],
          (unsigned long long)counts[1], (unsigned long long)counts[2]);
   ASSERT(total > 0);
-  const char *stride_env = getenv("MGPU_SWEEP_STRIDE");
-  uint64_t stride = stride_env ? strtoull(stride_env, NULL, 10) : 1;
-  if (stride == 0) stride = 1;
+  uint64_t first, stride;
+  test_sweep_sites("sweep", &first, &stride);
   int bad = 0;
   uint64_t runs = 0;
   double slowest = 0;
   char slowest_spec[64] = "";
-  for (uint64_t n = 1; n <= total; n += stride) {
+  for (uint64_t n = first; n <= total; n += stride) {
     char spec[64];
     snprintf(spec, sizeof spec, "%s:%llu%s", rule, (unsigned long long)n,
              suffix);
