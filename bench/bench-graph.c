@@ -22,13 +22,7 @@
  * launches of x. */
 static int jacobi_time(jacobi *j, mgpu_graph_exec *x, int iters, double *us) {
   double t0 = bench_now();
-  int rc = 0;
-  if (x != NULL)
-    for (int it = 0; it < iters && rc == 0; it += 2)
-      rc = mgpu_graph_launch(x, j->s[0]);
-  else
-    rc = jacobi_run(j, iters);
-  if (rc == 0) rc = jacobi_sync(j);
+  int rc = jacobi_iterate(j, x, iters);
   *us = (bench_now() - t0) / iters * 1e6;
   return rc;
 }

@@ -56,9 +56,7 @@ static int checksum(int ndev, int n, int iters, int graph, double *sum) {
   int rc = grid == NULL ? MGPU_ENOMEM : jacobi_init(&j, ndev, n, n);
   if (rc == 0 && graph) rc = jacobi_capture(&j, &g);
   if (rc == 0 && graph) rc = mgpu_graph_instantiate(g, &x);
-  for (int it = 0; it < iters && rc == 0; it += 2)
-    rc = graph ? mgpu_graph_launch(x, j.s[0]) : jacobi_run(&j, 2);
-  if (rc == 0) rc = jacobi_sync(&j);
+  if (rc == 0) rc = jacobi_iterate(&j, x, iters);
   if (rc == 0) rc = jacobi_gather(&j, grid);
   if (rc == 0) {
     *sum = 0;
@@ -164,18 +162,11 @@ static int gate_batch(gate *g, double *us) {
   return 0;
 }
 
-/* mgpu's batch: iters iterations by graph (x) or op by op, in
- * microseconds per iteration into *us. */
-static int mgpu_batch(jacobi *j, mgpu_graph_exec *x, int iters, int by_graph,
-                      double *us) {
-  int rc = 0;
+/* mgpu's batch: iters iterations as launches of x or, with x NULL, op by
+ * op, in microseconds per iteration into *us. */
+static int mgpu_batch(jacobi *j, mgpu_graph_exec *x, int iters, double *us) {
   double t0 = bench_now();
-  if (by_graph)
-    for (int it = 0; it < iters && rc == 0; it += 2)
-      rc = mgpu_graph_launch(x, j->s[0]);
-  else
-    rc = jacobi_run(j, iters);
-  if (rc == 0) rc = jacobi_sync(j);
+  int rc = jacobi_iterate(j, x, iters);
   *us = (bench_now() - t0) / iters * 1e6;
   return rc;
 }
@@ -198,7 +189,7 @@ static int rounds(int ndev, int n, int reps, int quick, gate *g, int *live,
     double us = 0;
     for (int side = 0; side < 2 && rc == 0; side++) {
       int by_graph = side == (r & 1);
-      rc = mgpu_batch(&j, x, iters, by_graph, &us);
+      rc = mgpu_batch(&j, by_graph ? x : NULL, iters, &us);
       if (r >= 0) v[(by_graph ? 0 : 1) * reps + r] = us;
     }
     for (int k = 0; k < NMPI && rc == 0; k++) {

@@ -194,6 +194,18 @@ static inline int jacobi_sync(jacobi *j) {
   return rc;
 }
 
+/* iters iterations (an even number) as launches of x, a graph of
+ * jacobi_capture, or op by op where x is NULL; then waits for them. */
+static inline int jacobi_iterate(jacobi *j, mgpu_graph_exec *x, int iters) {
+  int rc = 0;
+  if (x != NULL)
+    for (int it = 0; it < iters && rc == 0; it += 2)
+      rc = mgpu_graph_launch(x, j->s[0]);
+  else
+    rc = jacobi_run(j, iters);
+  return rc == 0 ? jacobi_sync(j) : rc;
+}
+
 /* The grid (nx * ny floats) from the devices' a slabs. */
 static inline int jacobi_gather(jacobi *j, float *grid) {
   int rc = 0;
