@@ -907,6 +907,71 @@ TEST_IMPL(launch_is_one_operation_per_device) {
   return 0;
 }
 
+/* What the launches' host node on device 1 saw in x0[0], launch by launch
+ * (next_launch_waits_for_work_between). */
+typedef struct seen_values {
+  const float *src;
+  float seen[4];
+  int n;
+} seen_values;
+
+static void see_value(void *arg) {
+  seen_values *v = arg;
+  if (v->n < 4) v->seen[v->n++] = v->src[0];
+}
+
+static void sleep_20ms(void *arg) {
+  (void)arg;
+  usleep(20000);
+}
+
+static void slow_write_seven(void *arg) {
+  usleep(50000);
+  *(float *)arg = 7.0f;
+}
+
+/* Two launches from a stream of device 0 with a host function between
+ * them on that stream, which writes x0[0] after 50 ms: device 1's part of
+ * the second launch (a host node that reads x0[0], waiting for nothing in
+ * the graph) must not begin before it, although the first launch's end is
+ * followed, on its stream, by the second launch's part (the start of a
+ * launch is posted early only where nothing but event records is between,
+ * src/backend/host/graph.c). Device 0's part sleeps 20 ms, so that all of
+ * it is queued before the first launch ends. */
+TEST_IMPL(next_launch_waits_for_work_between) {
+  int n = test_init();
+  if (n < 2 || !test_device_is_host(0) || !test_device_is_host(1)) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
+  mgpu_stream *s;
+  mgpu_buffer *x0;
+  ASSERT_OK(mgpu_stream_create(&s, 0));
+  ASSERT_OK(mgpu_malloc(&x0, 0, N * sizeof(float)));
+  write_floats(x0, 0.0f, N);
+  float *px0 = mgpu_buffer_ptr(x0);
+  seen_values v = {px0, {0}, 0};
+  mgpu_graph *g;
+  mgpu_graph_exec *x;
+  ASSERT_OK(mgpu_graph_create(&g));
+  ASSERT_OK(mgpu_graph_add_host(g, 0, NULL, 0, sleep_20ms, NULL, NULL));
+  ASSERT_OK(mgpu_graph_add_host(g, 1, NULL, 0, see_value, &v, NULL));
+  ASSERT_OK(mgpu_graph_instantiate(g, &x));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_add_callback(s, slow_write_seven, px0));
+  ASSERT_OK(mgpu_graph_launch(x, s));
+  ASSERT_OK(mgpu_stream_synchronize(s));
+  ASSERT_EQ(v.n, 2);
+  ASSERT(v.seen[0] == 0.0f);
+  ASSERT(v.seen[1] == 7.0f);
+  ASSERT_OK(mgpu_graph_exec_destroy(x));
+  ASSERT_OK(mgpu_graph_destroy(g));
+  ASSERT_OK(mgpu_free(x0));
+  ASSERT_OK(mgpu_stream_destroy(s));
+  ASSERT_OK(mgpu_shutdown());
+  return 0;
+}
+
 /* Capture across devices: s0 (device 0) fills x0 and records e0; s1
  * (device 1) waits for e0 and so joins the capture, copies x0 into x1,
  * scales it, runs a host callback and records e1, which s0 waits for
@@ -1827,6 +1892,7 @@ TEST_ENTRY(graph_errors)
 TEST_ENTRY(fault_inside_replay)
 TEST_ENTRY(destroy_while_launched)
 TEST_ENTRY(launch_is_one_operation_per_device)
+TEST_ENTRY(next_launch_waits_for_work_between)
 TEST_ENTRY(failure_on_other_device_reaches_launching_stream)
 TEST_ENTRY(wait_on_event_of_ended_capture_refused)
 TEST_ENTRY(device_lost_during_replay)
