@@ -23,6 +23,7 @@
  * after, single runs of the ratio swung by 10-20 %. Each figure is the
  * median of reps batches after a warm-up round; a batch is about 2^26
  * cell updates (10 to 1000 iterations). */
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -124,12 +125,18 @@ static int gate_start(mgpu_cmd_mpi m, int ndev, int n, const bench_opts *o,
   }
   for (; g->ranks < ndev; g->ranks++) {
     snprintf(path, sizeof path, "%s/go.%d", g->dir, g->ranks);
-    if (mkfifo(path, 0600) != 0) break;
+    if (mkfifo(path, 0600) != 0) {
+      snprintf(why, wlen, "cannot make the FIFO %s for rank %d: %s", path,
+               g->ranks, strerror(errno));
+      gate_unlink(g);
+      return -1;
+    }
   }
   snprintf(args, sizeof args, "--gate %s --check %d --sizes %d%s", g->dir,
            CHECK_ITERS, n, o->quick ? " --quick" : "");
-  if (g->ranks == ndev)
-    g->out = mgpu_cmd_mpirun(m, ndev, o->quick ? 120 : 1200, peer, args);
+  /* The peer lives for one size, seconds; a rank that hangs (its batch
+   * line never comes) holds the bench until this timeout ends it. */
+  g->out = mgpu_cmd_mpirun(m, ndev, o->quick ? 120 : 300, peer, args);
   if (g->out == NULL) {
     snprintf(why, wlen, "cannot start its launcher");
     gate_unlink(g);

@@ -12,7 +12,7 @@
  * not change them). Crashes, hangs and (under ASan) leaks fail the sweep and
  * name the site. The count of sites is printed, so it cannot shrink
  * silently. MGPU_SWEEP_STRIDE=k tries every k-th site only, from the
- * MGPU_SWEEP_OFFSET-th (local runs, and .ci/run's sanitizer passes). */
+ * MGPU_SWEEP_OFFSET-th (local runs, and .ci/run's TSan pass). */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -180,9 +180,10 @@ int mgpu__spin_until(mgpu__spin *site, int (*ready)(const void *arg),
  * host device's worker running another device's part of a graph): since
  * that thread holds one of the CPUs counted, the spin pauses while the
  * busy threads and the spinners, this one included, are at most the
- * CPUs, where mgpu__spin_until would yield; a yield costs each look at
- * ready a system call, and the thread that spins saw the other's post
- * 0.5-0.8 us late instead of 0.12-0.16 (2 host devices on 2 CPUs). */
+ * CPUs (and another thread is busy at all), where mgpu__spin_until would
+ * yield; a yield costs each look at ready a system call, and the thread
+ * that spins saw the other's post 0.5-0.8 us late instead of 0.12-0.3
+ * (2 host devices on 2 CPUs). */
 int mgpu__spin_until_busy(mgpu__spin *site, int (*ready)(const void *arg),
                           const void *arg);
 

@@ -248,12 +248,9 @@ static void run_op(mgpu__bdevice *d, mgpu__bstream *s, op *o) {
       memset(o->u.memset.dst, o->u.memset.value, o->u.memset.size);
       break;
     case OP_LAUNCH:
-      mgpu__host_run_launch(d, s,
-                            &(mgpu__host_kernel_run){o->u.launch.fn,
-                                                 o->u.launch.grid,
-                                                 o->u.launch.block,
-                                                 o->u.launch.args,
-                                                 o->u.launch.name});
+      mgpu__host_run_launch(d, s, &(mgpu__host_kernel_run){
+          o->u.launch.fn, o->u.launch.grid, o->u.launch.block,
+          o->u.launch.args, o->u.launch.name});
       break;
     case OP_BUILTIN:
       mgpu__host_builtin_run(&o->u.builtin);
