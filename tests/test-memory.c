@@ -49,6 +49,32 @@ TEST_IMPL(alloc_errors) {
   return 0;
 }
 
+/* A host device's blocks start at multiples of 256 bytes, and consecutive
+ * large ones at different offsets modulo 4 KiB (a kernel reading one and
+ * writing the other would otherwise have its loads alias its stores). */
+TEST_IMPL(host_blocks_aligned_and_staggered) {
+  test_init();
+  if (!test_device_is_host(0)) return 0;
+  enum { LARGE = 4, SMALL = 3 };
+  const size_t big = (size_t)3 << 20;
+  mgpu_buffer *b[LARGE + SMALL];
+  uintptr_t at[LARGE + SMALL];
+  for (int k = 0; k < LARGE + SMALL; k++) {
+    size_t size = k < LARGE ? big : (size_t)(1 + 100 * k);
+    ASSERT_OK(mgpu_malloc(&b[k], 0, size));
+    unsigned char *p = mgpu_buffer_ptr(b[k]);
+    at[k] = (uintptr_t)p;
+    ASSERT_EQ(at[k] % 256, 0);
+    memset(p, k, size); /* the whole block is there */
+    ASSERT_EQ(p[size - 1], k);
+  }
+  for (int i = 0; i < LARGE; i++)
+    for (int j = i + 1; j < LARGE; j++)
+      ASSERT(at[i] % 4096 != at[j] % 4096);
+  for (int k = 0; k < LARGE + SMALL; k++) ASSERT_OK(mgpu_free(b[k]));
+  return 0;
+}
+
 TEST_IMPL(budget_enforced_and_earlier_buffers_intact) {
   init_budget("host:2", 1u << 20);
   mgpu_buffer *a, *b, *c;
@@ -336,6 +362,7 @@ TEST_IMPL(metrics_count_copies_and_memory) {
 TEST_LIST_BEGIN
 TEST_ENTRY(alloc_kinds_and_accessors)
 TEST_ENTRY(alloc_errors)
+TEST_ENTRY(host_blocks_aligned_and_staggered)
 TEST_ENTRY(budget_enforced_and_earlier_buffers_intact)
 TEST_ENTRY(double_free_and_use_after_free)
 TEST_ENTRY(freed_before_shutdown_stays_freed_after_reinit)
