@@ -288,7 +288,7 @@ int mgpu_bench_allreduce(int argc, char **argv) {
       args[nargs++] = argv[i];
     }
   }
-  if (bench_parse(nargs, args, usage, &o, rest, &nrest) != 0) return 2;
+  if (bench_parse(nargs, args, usage, &o, rest, BENCH_CAP(rest), &nrest) != 0) return 2;
   if (nrest != 0) {
     fprintf(stderr, "unexpected argument %s\nusage: %s\n", rest[0], usage);
     return 2;

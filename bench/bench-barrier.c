@@ -139,7 +139,7 @@ int mgpu_bench_barrier(int argc, char **argv) {
   bench_opts o;
   char *rest[8];
   int nrest = 0;
-  int rc = bench_parse(argc, argv, usage, &o, rest, &nrest);
+  int rc = bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest);
   if (rc != 0) return rc;
   if (nrest > 0) {
     fprintf(stderr, "usage: %s\n", usage);

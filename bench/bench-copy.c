@@ -178,9 +178,9 @@ static int device_figures(copy_ctx *c, int dev, bench_report *r, int reps) {
 int mgpu_bench_copy(int argc, char **argv) {
   static const char usage[] = "mgpu bench copy [--json] [--quick] [--reps N] [SIZE]";
   bench_opts o;
-  char *rest[4];
+  char *rest[1];
   int nrest = 0;
-  if (argc > 6 || bench_parse(argc, argv, usage, &o, rest, &nrest) != 0)
+  if (bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest) != 0)
     return 2;
   copy_ctx c = {.size = (size_t)(o.quick ? 8 : 64) << 20};
   if (nrest > 1 || (nrest == 1 && (c.size = bench_parse_size(rest[0])) == 0)) {

@@ -75,7 +75,7 @@ int mgpu_bench_graph(int argc, char **argv) {
   bench_opts o;
   char *rest[8];
   int nrest = 0;
-  int rc = bench_parse(argc, argv, usage, &o, rest, &nrest);
+  int rc = bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest);
   if (rc != 0) return rc;
   int ndev = nrest > 0 ? atoi(rest[0]) : 2;
   if (nrest > 1 || ndev < 1) {

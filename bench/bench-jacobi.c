@@ -1,10 +1,11 @@
 /* mgpu bench jacobi: the multi-device Jacobi step of examples/jacobi.h next
  * to the same solver on MPI ranks.
  *
- *   mgpu bench jacobi [--json] [--quick] [--reps N]
+ *   mgpu bench jacobi [--json] [--quick] [--reps N] [SIZE ...]
  *
  * For 2 and 4 devices (as many as are open) and grids of 256^2, 1024^2
- * and 4096^2 (64^2 and 256^2 with --quick), per iteration: the step
+ * and 4096^2 (64^2 and 256^2 with --quick; up to three SIZEs given, those
+ * sides), per iteration: the step
  * captured once as a graph and replayed, and the same step issued op by op,
  * next to bench/peers/mpi_jacobi: the same problem on as many MPI ranks
  * (Open MPI's under mpirun and, where mpicc.mpich was found at configure
@@ -303,19 +304,28 @@ static int one_count(int ndev, const int *sizes, int nsizes,
 }
 
 int mgpu_bench_jacobi(int argc, char **argv) {
-  static const char usage[] = "mgpu bench jacobi [--json] [--quick] [--reps N]";
+  static const char usage[] =
+      "mgpu bench jacobi [--json] [--quick] [--reps N] [SIZE ...]";
   bench_opts o;
-  char *rest[2];
+  char *rest[MAX_SIZES];
   int nrest = 0;
-  int rc = bench_parse(argc, argv, usage, &o, rest, &nrest);
+  int rc = bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest);
   if (rc != 0) return rc;
-  if (nrest != 0) {
-    fprintf(stderr, "usage: %s\n", usage);
-    return 2;
-  }
   static const int full[MAX_SIZES] = {256, 1024, 4096}, quick[] = {64, 256};
-  const int *sizes = o.quick ? quick : full;
-  int nsizes = o.quick ? 2 : MAX_SIZES, open = mgpu_device_count();
+  int given[MAX_SIZES];
+  for (int k = 0; k < nrest; k++) { /* SIZE: the grid's side, 8..16384 */
+    char *end;
+    long v = strtol(rest[k], &end, 10);
+    if (end == rest[k] || *end != '\0' || v < 8 || v > 16384) {
+      fprintf(stderr, "mgpu bench jacobi: a grid's side is 8 to 16384, not "
+              "'%s'\nusage: %s\n", rest[k], usage);
+      return 2;
+    }
+    given[k] = (int)v;
+  }
+  const int *sizes = nrest > 0 ? given : o.quick ? quick : full;
+  int nsizes = nrest > 0 ? nrest : o.quick ? 2 : MAX_SIZES;
+  int open = mgpu_device_count();
   bench_report *r = bench_report_new("jacobi");
   for (int ndev = 2; ndev <= 4 && ndev <= open && rc == 0; ndev += 2)
     rc = one_count(ndev, sizes, nsizes, &o, r);

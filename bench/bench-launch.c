@@ -540,7 +540,7 @@ int mgpu_bench_launch(int argc, char **argv) {
   char *rest[8];
   int nrest = 0;
   int rc = bench_parse(argc, argv, "mgpu bench launch [--json] [--quick] "
-                       "[--reps N]", &o, rest, &nrest);
+                       "[--reps N]", &o, rest, BENCH_CAP(rest), &nrest);
   if (rc != 0) return rc;
   if (nrest > 0) {
     fprintf(stderr, "usage: mgpu bench launch [--json] [--quick] [--reps N]\n");

@@ -86,7 +86,7 @@ int mgpu_bench_mpi(int argc, char **argv) {
   char *rest[8];
   int nrest = 0;
   int prc = bench_parse(argc, argv, "mgpu bench mpi [--json] [--quick] [--reps N]",
-                        &o, rest, &nrest);
+                        &o, rest, BENCH_CAP(rest), &nrest);
   if (prc != 0) return prc;
   /* The module opens this rank's share of the devices itself. */
   int inited = 0;

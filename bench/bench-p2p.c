@@ -214,13 +214,10 @@ static void teardown(p2p_ctx *c) {
 int mgpu_bench_p2p(int argc, char **argv) {
   static const char usage[] = "mgpu bench p2p [--json] [--quick] [--reps N] [SIZE]";
   bench_opts o;
-  char *rest[4];
+  char *rest[1];
   int nrest = 0;
-  if (argc > 6 || bench_parse(argc, argv, usage, &o, rest, &nrest) != 0 ||
-      nrest > 1) {
-    if (nrest > 1) fprintf(stderr, "usage: %s\n", usage);
+  if (bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest) != 0)
     return 2;
-  }
   p2p_ctx *c = calloc(1, sizeof *c);
   if (c == NULL) return 1;
   c->n = mgpu_device_count();

@@ -118,7 +118,7 @@ int mgpu_bench_sched(int argc, char **argv) {
   char *rest[8];
   int nrest;
   if (bench_parse(argc, argv, "mgpu bench sched [--json] [--quick] [--reps N]",
-                  &opts, rest, &nrest) != 0)
+                  &opts, rest, BENCH_CAP(rest), &nrest) != 0)
     return 2;
   int ndev = mgpu_device_count();
   if (ndev < 1) return 1;

@@ -315,12 +315,9 @@ static void stop(store_bench *b) {
 int mgpu_bench_store(int argc, char **argv) {
   static const char usage[] = "mgpu bench store [--json] [--quick] [--reps N]";
   bench_opts o;
-  char *rest[2];
+  char *rest[1];
   int nrest = 0;
-  if (bench_parse(argc, argv, usage, &o, rest, &nrest) != 0 || nrest != 0) {
-    if (nrest != 0) fprintf(stderr, "usage: %s\n", usage);
-    return 2;
-  }
+  if (bench_parse(argc, argv, usage, &o, rest, 0, &nrest) != 0) return 2;
   store_bench b = {.echo_fd = -1, .memfd = -1};
   if (start_daemon(&b) != 0 || start_echo(&b) != 0) {
     stop(&b);

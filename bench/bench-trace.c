@@ -125,7 +125,7 @@ int mgpu_bench_trace(int argc, char **argv) {
   char *rest[8];
   int nrest;
   if (bench_parse(argc, argv, "mgpu bench trace [--json] [--quick] [--reps N]",
-                  &o, rest, &nrest) != 0)
+                  &o, rest, BENCH_CAP(rest), &nrest) != 0)
     return 2;
   if (mgpu_trace_active()) {
     fprintf(stderr, "mgpu bench trace: a trace is already being recorded "

@@ -28,7 +28,7 @@ struct bench_report {
 };
 
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *opts,
-                char **rest, int *nrest) {
+                char **rest, int maxrest, int *nrest) {
   memset(opts, 0, sizeof *opts);
   *nrest = 0;
   for (int i = 1; i < argc; i++) {
@@ -45,8 +45,11 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *opts,
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
       fprintf(stderr, "unknown option %s\nusage: %s\n", argv[i], usage);
       return 2;
-    } else {
+    } else if (*nrest < maxrest) {
       rest[(*nrest)++] = argv[i];
+    } else {
+      fprintf(stderr, "unexpected argument %s\nusage: %s\n", argv[i], usage);
+      return 2;
     }
   }
   if (opts->reps == 0) opts->reps = opts->quick ? 3 : 7;

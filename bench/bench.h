@@ -21,9 +21,13 @@ typedef struct bench_opts {
 } bench_opts;
 
 /* Parses --json, --quick and --reps N; other arguments are left for the
- * benchmark in rest[0..*nrest). Returns 0 or 2 (bad argument, usage printed). */
+ * benchmark in rest[0..*nrest), which holds at most maxrest of them.
+ * Returns 0 or 2 (bad argument or too many, usage printed). */
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *opts,
-                char **rest, int *nrest);
+                char **rest, int maxrest, int *nrest);
+
+/* The capacity of an array of arguments, for bench_parse. */
+#define BENCH_CAP(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* "64M", "4K", "1G", "4096" in bytes; 0 for anything else. */
 size_t bench_parse_size(const char *s);

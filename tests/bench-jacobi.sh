@@ -42,6 +42,24 @@ for ndev in (2, 4):
             assert want <= names, (want - names, mine)
 assert len(rows) == 8, sorted(rows)
 ' "$have_mpi" "$have_mpich" || { echo "$out"; fail "bench jacobi --quick --json"; }
+# Sides given: only those grids; a side out of range is refused.
+out=$(MGPU_DEVICES=host:2 timeout 300 "$mgpu" bench jacobi --quick --json \
+      --reps 1 48) || fail "bench jacobi --quick 48 exited non-zero"
+echo "$out" | python3 -c '
+import json, sys
+cases = {r["case"] for r in json.load(sys.stdin)["results"]}
+assert cases == {"jacobi 48x48, 2 devices, graph",
+                 "jacobi 48x48, 2 devices, op by op"}, cases
+' || { echo "$out"; fail "bench jacobi 48 ran other sizes"; }
+for bad in 5 20000 12x 1,2; do
+  rc=0
+  err=$("$mgpu" bench jacobi "$bad" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" = 2 ] && [[ "$err" == *"not '$bad'"* ]] ||
+    fail "bench jacobi $bad: status $rc, '$err'"
+done
+rc=0
+"$mgpu" bench jacobi 64 128 256 512 >/dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "bench jacobi with four sizes: status $rc"
 # A peer that says it is ready and then fails (it never opens its FIFO, so
 # no batch is run) gives no baseline.
 if [ "$have_mpi" = 1 ]; then

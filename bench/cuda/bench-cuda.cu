@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
   char *rest[4];
   int nrest = 0;
   if (bench_parse(argc, argv, "mgpu-bench-cuda [--json] [--quick] [--reps N]",
-                  &o, rest, &nrest) != 0 || nrest > 0)
+                  &o, rest, BENCH_CAP(rest), &nrest) != 0 || nrest > 0)
     return 2;
   CHECK(mgpu_init(NULL));
   mgpu_device_props p;
