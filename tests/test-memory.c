@@ -50,17 +50,19 @@ TEST_IMPL(alloc_errors) {
 }
 
 /* A host device's blocks start at multiples of 256 bytes, and consecutive
- * large ones at different offsets modulo 4 KiB (a kernel reading one and
- * writing the other would otherwise have its loads alias its stores). */
+ * ones of 64 KiB or more at different offsets modulo 4 KiB (a kernel
+ * reading one and writing the other would otherwise have its loads alias
+ * its stores). */
 TEST_IMPL(host_blocks_aligned_and_staggered) {
   test_init();
   if (!test_device_is_host(0)) return 0;
   enum { LARGE = 4, SMALL = 3 };
-  const size_t big = (size_t)3 << 20;
+  const size_t big = (size_t)3 << 20; /* also offered huge pages */
   mgpu_buffer *b[LARGE + SMALL];
   uintptr_t at[LARGE + SMALL];
   for (int k = 0; k < LARGE + SMALL; k++) {
-    size_t size = k < LARGE ? big : (size_t)(1 + 100 * k);
+    size_t size = k < LARGE ? (k % 2 ? big : (size_t)100 << 10)
+                            : (size_t)(1 + 100 * k);
     ASSERT_OK(mgpu_malloc(&b[k], 0, size));
     unsigned char *p = mgpu_buffer_ptr(b[k]);
     at[k] = (uintptr_t)p;

@@ -13,22 +13,28 @@
 
 /* Where each allocation starts. Every block begins at a multiple of 256
  * bytes (what cudaMalloc promises), after a header that holds the address
- * to free; a small one 256 bytes into its allocation.
+ * to free; a small one (under 64 KiB) 256 bytes into its allocation.
  *
- * A large block (2 MiB or more) is 2 MiB-aligned and offered to transparent
- * huge pages, since first touch of 4 KiB pages is the slowest part of a
- * fresh buffer here; and it starts at one of 15 offsets from 256 to 3840
- * bytes into its first page, a different one for each of 15 allocations in
- * turn (the next colour). Blocks that all began on a page boundary would
- * put element i of every buffer at the same address modulo 4 KiB: a kernel
- * reading one buffer and writing another (out[i] = f(in[i - n .. i + n]))
- * then has its loads match the low 12 bits of stores still in flight, which
- * a CPU must treat as a possible dependency (4 KiB aliasing), and both fall
- * into the same cache sets. The 5-point Jacobi sweep of two 1024-row slabs
- * on two host devices ran 2-3 % faster with staggered buffers than with
- * aligned ones (docs/PERF.md). The colours go in an order that keeps the
- * first few far apart: 2048, 1024, 3072, 512, ... */
+ * A block of 64 KiB or more starts at one of 15 offsets from 256 to 3840
+ * bytes into a page, a different one for each of 15 such allocations in
+ * turn (the next colour). Blocks that all began at the same place in a
+ * page (the C library puts every block of this size at 16 bytes past a
+ * page boundary) would put element i of every buffer at the same address
+ * modulo 4 KiB: a kernel reading one buffer and writing another (out[i] =
+ * f(in[i - n .. i + n])) then has its loads match the low 12 bits of
+ * stores still in flight, which a CPU must treat as a possible dependency
+ * (4 KiB aliasing), and both fall into the same cache sets. The 5-point
+ * Jacobi sweep of two 1024-row slabs on two host devices ran 2-3 % faster
+ * with staggered buffers than with aligned ones (docs/PERF.md). The
+ * colours go in an order that keeps the first few far apart: 2048, 1024,
+ * 3072, 512, ...
+ *
+ * A large block (2 MiB or more) is also 2 MiB-aligned and offered to
+ * transparent huge pages, since first touch of 4 KiB pages is the slowest
+ * part of a fresh buffer here. */
 #define HOST_HUGE ((size_t)2 << 20)
+#define HOST_COLOURED ((size_t)64 << 10)
+#define HOST_PAGE ((size_t)4096)
 #define HOST_HEAD ((size_t)256)
 #define HOST_COLOURS 15
 
@@ -43,9 +49,9 @@ static size_t next_colour(void) {
 int mgpu__host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
                          void **ptr) {
   (void)kind;
-  int large = size >= HOST_HUGE;
-  size_t align = large ? HOST_HUGE : HOST_HEAD;
-  size_t extra = large ? (size_t)4096 : HOST_HEAD;
+  int large = size >= HOST_HUGE, coloured = size >= HOST_COLOURED;
+  size_t align = large ? HOST_HUGE : coloured ? HOST_PAGE : HOST_HEAD;
+  size_t extra = coloured ? HOST_PAGE : HOST_HEAD;
   /* NULL also when the round-up to align wraps past zero (pinned memory
    * has no budget in front of it). */
   void *p = size <= SIZE_MAX - extra ? mgpu__aligned_alloc(align, size + extra)
@@ -58,7 +64,7 @@ int mgpu__host_mem_alloc(mgpu__bdevice *d, mgpu_mem_kind kind, size_t size,
     madvise(p, (size + extra + HOST_HUGE - 1) / HOST_HUGE * HOST_HUGE,
             MADV_HUGEPAGE);
 #endif
-  char *block = (char *)p + (large ? next_colour() : HOST_HEAD);
+  char *block = (char *)p + (coloured ? next_colour() : HOST_HEAD);
   ((void **)block)[-1] = p;
   *ptr = block;
   return 0;
