@@ -269,7 +269,7 @@ int mgpu_bench_allreduce(int argc, char **argv) {
       "             in powers of 4 and 256 MiB (--quick: 8, 4K, 64K, 1M)\n"
       "  --devices  device counts to sweep; default 2,4 (those open)";
   bench_opts o;
-  char *rest[8], *args[16];
+  char *args[16];
   int nrest, nargs = 0;
   size_t sizes[MAXSIZES], given_devs[2];
   int nsizes = 0, ngiven_devs = 0;
@@ -286,13 +286,12 @@ int mgpu_bench_allreduce(int argc, char **argv) {
       else ngiven_devs = k;
     } else if (nargs < 16) {
       args[nargs++] = argv[i];
+    } else {
+      fprintf(stderr, "unexpected argument %s\nusage: %s\n", argv[i], usage);
+      return 2;
     }
   }
-  if (bench_parse(nargs, args, usage, &o, rest, BENCH_CAP(rest), &nrest) != 0) return 2;
-  if (nrest != 0) {
-    fprintf(stderr, "unexpected argument %s\nusage: %s\n", rest[0], usage);
-    return 2;
-  }
+  if (bench_parse(nargs, args, usage, &o, NULL, 0, &nrest) != 0) return 2;
   int ndev = mgpu_device_count();
   if (ndev < 1) return fail("devices", ndev < 0 ? ndev : MGPU_ENODEV);
   if (nsizes > 0) {

@@ -137,14 +137,9 @@ int mgpu_bench_barrier(int argc, char **argv) {
   static const char usage[] = "mgpu bench barrier [--json] [--quick] "
                               "[--reps N]";
   bench_opts o;
-  char *rest[8];
   int nrest = 0;
-  int rc = bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest);
+  int rc = bench_parse(argc, argv, usage, &o, NULL, 0, &nrest);
   if (rc != 0) return rc;
-  if (nrest > 0) {
-    fprintf(stderr, "usage: %s\n", usage);
-    return 2;
-  }
   int iters = o.quick ? 2000 : 20000;
   int ndev = mgpu_device_count();
   bench_report *r = bench_report_new("barrier");

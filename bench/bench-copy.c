@@ -183,7 +183,7 @@ int mgpu_bench_copy(int argc, char **argv) {
   if (bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest) != 0)
     return 2;
   copy_ctx c = {.size = (size_t)(o.quick ? 8 : 64) << 20};
-  if (nrest > 1 || (nrest == 1 && (c.size = bench_parse_size(rest[0])) == 0)) {
+  if (nrest == 1 && (c.size = bench_parse_size(rest[0])) == 0) {
     fprintf(stderr, "usage: %s\n", usage);
     return 2;
   }

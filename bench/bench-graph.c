@@ -73,12 +73,12 @@ int mgpu_bench_graph(int argc, char **argv) {
   static const char usage[] = "mgpu bench graph [--json] [--quick] "
                               "[--reps N] [DEVICES]";
   bench_opts o;
-  char *rest[8];
+  char *rest[1];
   int nrest = 0;
   int rc = bench_parse(argc, argv, usage, &o, rest, BENCH_CAP(rest), &nrest);
   if (rc != 0) return rc;
   int ndev = nrest > 0 ? atoi(rest[0]) : 2;
-  if (nrest > 1 || ndev < 1) {
+  if (ndev < 1) {
     fprintf(stderr, "usage: %s\n", usage);
     return 2;
   }

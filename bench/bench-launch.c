@@ -537,15 +537,10 @@ static int report_channels(bench_report *r, int iters, int reps) {
 
 int mgpu_bench_launch(int argc, char **argv) {
   bench_opts o;
-  char *rest[8];
   int nrest = 0;
   int rc = bench_parse(argc, argv, "mgpu bench launch [--json] [--quick] "
-                       "[--reps N]", &o, rest, BENCH_CAP(rest), &nrest);
+                       "[--reps N]", &o, NULL, 0, &nrest);
   if (rc != 0) return rc;
-  if (nrest > 0) {
-    fprintf(stderr, "usage: mgpu bench launch [--json] [--quick] [--reps N]\n");
-    return 2;
-  }
   int iters = o.quick ? 200 : 2000;
   mgpu_device_props p = {.size = sizeof p};
   rc = mgpu_device_get_props(0, &p);

@@ -83,10 +83,9 @@ static void size_name(size_t bytes, char *out, size_t cap) {
 
 int mgpu_bench_mpi(int argc, char **argv) {
   bench_opts o;
-  char *rest[8];
   int nrest = 0;
   int prc = bench_parse(argc, argv, "mgpu bench mpi [--json] [--quick] [--reps N]",
-                        &o, rest, BENCH_CAP(rest), &nrest);
+                        &o, NULL, 0, &nrest);
   if (prc != 0) return prc;
   /* The module opens this rank's share of the devices itself. */
   int inited = 0;

@@ -115,10 +115,9 @@ static void starpu_eager(int quick, int reps, double out[3]) {
 
 int mgpu_bench_sched(int argc, char **argv) {
   bench_opts opts;
-  char *rest[8];
   int nrest;
   if (bench_parse(argc, argv, "mgpu bench sched [--json] [--quick] [--reps N]",
-                  &opts, rest, BENCH_CAP(rest), &nrest) != 0)
+                  &opts, NULL, 0, &nrest) != 0)
     return 2;
   int ndev = mgpu_device_count();
   if (ndev < 1) return 1;

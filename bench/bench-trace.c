@@ -122,10 +122,9 @@ static void reduce_close(reduce_setup *st) {
 
 int mgpu_bench_trace(int argc, char **argv) {
   bench_opts o;
-  char *rest[8];
   int nrest;
   if (bench_parse(argc, argv, "mgpu bench trace [--json] [--quick] [--reps N]",
-                  &o, rest, BENCH_CAP(rest), &nrest) != 0)
+                  &o, NULL, 0, &nrest) != 0)
     return 2;
   if (mgpu_trace_active()) {
     fprintf(stderr, "mgpu bench trace: a trace is already being recorded "

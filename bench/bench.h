@@ -21,7 +21,8 @@ typedef struct bench_opts {
 } bench_opts;
 
 /* Parses --json, --quick and --reps N; other arguments are left for the
- * benchmark in rest[0..*nrest), which holds at most maxrest of them.
+ * benchmark in rest[0..*nrest), which holds at most maxrest of them
+ * (rest may be NULL with maxrest 0: a benchmark that takes none).
  * Returns 0 or 2 (bad argument or too many, usage printed). */
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *opts,
                 char **rest, int maxrest, int *nrest);

@@ -50,4 +50,15 @@ MGPU_DEVICES=host:2 "$mgpu" demo vecadd 4611686018427387904 >/dev/null 2>&1; rc=
 MGPU_DEVICES=host:2,warp:9 "$mgpu" devices >/dev/null 2>"$err"; rc=$?
 [ $rc -eq 1 ] && grep -q "MGPU_EINVAL" "$err" && grep -q "warp:9" "$err" ||
   fail "bad MGPU_DEVICES should exit 1 naming the token (got $rc: $(cat "$err"))"
+# A benchmark refuses an argument it does not take (or one too many),
+# naming it, before it runs anything.
+for args in "sched extra" "trace extra" "launch extra" "barrier extra" \
+            "store extra" "allreduce extra" "graph 2 3" "copy 1M 2M" \
+            "p2p 1M 2M" "jacobi 64 128 256 512"; do
+  set -- $args
+  last=${*: -1}
+  MGPU_DEVICES=host:2 timeout 60 "$mgpu" bench $args >/dev/null 2>"$err"; rc=$?
+  [ $rc -eq 2 ] && grep -q "unexpected argument $last" "$err" ||
+    fail "bench $args should exit 2 naming '$last' (got $rc: $(cat "$err"))"
+done
 echo "cli: ok"

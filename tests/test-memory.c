@@ -55,7 +55,10 @@ TEST_IMPL(alloc_errors) {
  * its stores). */
 TEST_IMPL(host_blocks_aligned_and_staggered) {
   test_init();
-  if (!test_device_is_host(0)) return 0;
+  if (!test_device_is_host(0)) {
+    ASSERT_OK(mgpu_shutdown());
+    return TEST_SKIP;
+  }
   enum { LARGE = 4, SMALL = 3 };
   const size_t big = (size_t)3 << 20; /* also offered huge pages */
   mgpu_buffer *b[LARGE + SMALL];

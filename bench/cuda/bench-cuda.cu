@@ -71,10 +71,9 @@ static int empty_fn(int, void *) { return 0; }
 
 int main(int argc, char **argv) {
   bench_opts o;
-  char *rest[4];
   int nrest = 0;
   if (bench_parse(argc, argv, "mgpu-bench-cuda [--json] [--quick] [--reps N]",
-                  &o, rest, BENCH_CAP(rest), &nrest) != 0 || nrest > 0)
+                  &o, NULL, 0, &nrest) != 0)
     return 2;
   CHECK(mgpu_init(NULL));
   mgpu_device_props p;

@@ -18,13 +18,13 @@
  * A block of 64 KiB or more starts at one of 15 offsets from 256 to 3840
  * bytes into a page, a different one for each of 15 such allocations in
  * turn (the next colour). Blocks that all began at the same place in a
- * page (the C library puts every block of this size at 16 bytes past a
- * page boundary) would put element i of every buffer at the same address
- * modulo 4 KiB: a kernel reading one buffer and writing another (out[i] =
+ * page (as they did: the large ones on a 2 MiB boundary, and the C library
+ * starts each block it maps on its own 16 bytes past a page boundary)
+ * would put element i of every buffer at the same address modulo 4 KiB: a kernel reading one buffer and writing another (out[i] =
  * f(in[i - n .. i + n])) then has its loads match the low 12 bits of
  * stores still in flight, which a CPU must treat as a possible dependency
  * (4 KiB aliasing), and both fall into the same cache sets. The 5-point
- * Jacobi sweep of two 1024-row slabs on two host devices ran 2-3 % faster
+ * Jacobi sweep of two 1024-row slabs on two host devices ran 1-4 % faster
  * with staggered buffers than with aligned ones (docs/PERF.md). The
  * colours go in an order that keeps the first few far apart: 2048, 1024,
  * 3072, 512, ...
