@@ -561,23 +561,25 @@ static int side_enter_fast(mgpu__channel *ch, int send, uint64_t *k) {
 
 /* The way out of a side, for message k: when published, a sender stores
  * k + 1 into the message's cell and then into sent, a receiver into
- * received (with its CPU, a hint for the other side's watch); then the
+ * received (then its CPU, a hint for the other side's watch); then the
  * turn is given back. The lock is taken only to wake a sleeper: the other
  * side parked (told, under the lock, when this side published:
  * mgpu__spin_pair_answered), or a call waiting for the turn. */
 static void side_leave(mgpu__channel *ch, int send, int published,
                        uint64_t k) {
   if (published) {
-    _Atomic int *cpu = send ? &ch->send_cpu : &ch->recv_cpu;
-    int now = mgpu__cpu_now();
-    if (atomic_load_explicit(cpu, memory_order_relaxed) != now)
-      atomic_store_explicit(cpu, now, memory_order_relaxed);
     if (send) {
       atomic_store_explicit(&cell_of(ch, k)->seq, k + 1, memory_order_release);
       atomic_store_explicit(&ch->sent, k + 1, memory_order_relaxed);
     } else {
       atomic_store_explicit(&ch->received, k + 1, memory_order_release);
     }
+    /* The hint after the message: the other side waits for the message,
+     * not for the hint. */
+    _Atomic int *cpu = send ? &ch->send_cpu : &ch->recv_cpu;
+    int now = mgpu__cpu_now();
+    if (atomic_load_explicit(cpu, memory_order_relaxed) != now)
+      atomic_store_explicit(cpu, now, memory_order_relaxed);
   }
   atomic_store_explicit(send ? &ch->send_turn : &ch->recv_turn, 0,
                         memory_order_release);
@@ -629,11 +631,24 @@ static int slot_done(const _Atomic int *queued, mgpu_event *event) {
  * collectives do. */
 #define LOCKED_COPY_MAX 4096
 
-/* One small-path copy on the stream s of device dev when s is idle: size
- * bytes from src to dst, counted under bytes_m and n_m of dev. Returns 1
- * when it ran, 0 when the stream was busy (nothing done). */
+/* What a send or receive counts, once it has published: the copy of the
+ * small path (as the copy layer counts its path: bytes and copies), then
+ * the message. Counted after the publish, off the other side's wait. */
+typedef struct chan_counts {
+  mgpu__metric_inc inc[3];
+  int n;
+} chan_counts;
+
+static void count(chan_counts *c, enum mgpu__metric m, uint64_t value) {
+  c->inc[c->n].m = m;
+  c->inc[c->n++].value = value;
+}
+
+/* One small-path copy on the stream s when s is idle: size bytes from src
+ * to dst, counted into c under bytes_m and n_m. Returns 1 when it ran, 0
+ * when the stream was busy (nothing done). */
 static int copy_by_hand(mgpu__stream *s, void *dst, const void *src,
-                        size_t size, int dev, enum mgpu__metric bytes_m,
+                        size_t size, chan_counts *c, enum mgpu__metric bytes_m,
                         enum mgpu__metric n_m) {
   if (size <= LOCKED_COPY_MAX && mgpu__stream_lock_idle(s)) {
     memcpy(dst, src, size);
@@ -644,8 +659,8 @@ static int copy_by_hand(mgpu__stream *s, void *dst, const void *src,
   } else {
     return 0;
   }
-  mgpu__metric_add(dev, bytes_m, size);
-  mgpu__metric_add(dev, n_m, 1);
+  count(c, bytes_m, size);
+  count(c, n_m, 1);
   return 1;
 }
 
@@ -654,11 +669,11 @@ static int copy_by_hand(mgpu__stream *s, void *dst, const void *src,
  * larger one into its slot. */
 static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
                        size_t slot_off, const mgpu__buf *b, size_t offset,
-                       size_t size, mgpu__stream *s) {
+                       size_t size, mgpu__stream *s, chan_counts *counts) {
   char *dst = inline_slot(ch, b, slot_off);
   mgpu_copy_path path;
   if (dst == NULL) return 0;
-  if (mgpu_copy_path_get(ch->src_dev, ch->dst_dev, &path) != 0) {
+  if (mgpu__peer_path(ch->src_dev, ch->dst_dev, &path) != 0) {
     mgpu_error_clear();
     return 0;
   }
@@ -671,7 +686,7 @@ static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
   /* Counted as the copy layer counts the path. */
   int direct = path == MGPU_PATH_DIRECT;
   return copy_by_hand(s, c->in_cell ? (char *)c->payload : dst,
-                      (const char *)b->ptr + offset, size, ch->src_dev,
+                      (const char *)b->ptr + offset, size, counts,
                       direct ? MGPU__M_bytes_peer_direct : MGPU__M_bytes_d2d,
                       direct ? MGPU__M_copies_peer_direct
                              : MGPU__M_copies_d2d);
@@ -681,13 +696,13 @@ static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
  * queued path must. */
 static int recv_inline(mgpu__channel *ch, slot *sl, const cell *c,
                        size_t slot_off, const mgpu__buf *b, size_t offset,
-                       mgpu__stream *s) {
+                       mgpu__stream *s, chan_counts *counts) {
   char *src = inline_slot(ch, b, slot_off);
   if (src == NULL || (c->queued && mgpu_event_query(sl->filled) != 0))
     return 0;
   return copy_by_hand(s, (char *)b->ptr + offset,
                       c->in_cell ? (const char *)c->payload : src, c->size,
-                      ch->dst_dev, MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
+                      counts, MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
 }
 
 /* While tracing, the copies of message k are spans named name, and the
@@ -813,12 +828,28 @@ static int side_wait(mgpu__channel *ch, int send, const mgpu__buf *b,
   return 0;
 }
 
+/* The flight record of a call, made once it is known whether the call
+ * waits: before the wait where it does (what another end's timeout names),
+ * else after the publish (off the other side's wait). */
+typedef struct flight_note {
+  int dev;
+  const char *op; /* NULL once recorded */
+  uint64_t bytes;
+  uintptr_t stream;
+} flight_note;
+
+static void flight_note_record(flight_note *n) {
+  if (n->op != NULL) mgpu__flight_record(n->dev, n->op, n->bytes, n->stream);
+  n->op = NULL;
+}
+
 /* Watches for room (a sender) or a message (a receiver) a while, then
  * takes the side's turn: without the lock where the watch saw it ready
- * (side_enter_fast), else by turn_take and the wait of side_wait. On
- * failure gives back the turn. */
+ * (side_enter_fast), else, the call recorded (note), by turn_take and the
+ * wait of side_wait. On failure gives back the turn. */
 static int side_enter(mgpu__channel *ch, int send, const mgpu__buf *b,
-                      const mgpu_buffer *buf, int timeout_ms, uint64_t *k) {
+                      const mgpu_buffer *buf, int timeout_ms,
+                      flight_note *note, uint64_t *k) {
   uint64_t since;
   if (mgpu__spin_pair_until(send ? &ch->send_spin : &ch->recv_spin,
                             send ? has_room : has_message, ch,
@@ -826,6 +857,7 @@ static int side_enter(mgpu__channel *ch, int send, const mgpu__buf *b,
                             &since) &&
       side_enter_fast(ch, send, k))
     return 0;
+  flight_note_record(note);
   /* The deadline counts from here, a watch (at most 64 us) after the
    * call: waiting behind another sender is part of the wait. */
   uint64_t deadline = mgpu__deadline(timeout_ms);
@@ -855,7 +887,7 @@ static int recorded(const chan_refs *r, int send, mgpu_buffer *buf,
  * slot and the record of the slot's "filled" event. */
 static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
                      size_t offset, size_t size, mgpu__stream *s,
-                     mgpu_stream *stream) {
+                     mgpu_stream *stream, chan_counts *counts) {
   int rc = 0;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   cell *c = cell_of(ch, k);
@@ -864,7 +896,7 @@ static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
   int pushed = trace_tag("chan.send", ch, k, size);
   c->queued = 0;
   if (pushed || mgpu__trace_enabled() ||
-      !send_inline(ch, sl, c, k, slot_off, b, offset, size, s)) {
+      !send_inline(ch, sl, c, k, slot_off, b, offset, size, s, counts)) {
     c->in_cell = 0;
     /* From the second round on, the slot's previous message must be
      * copied out first. */
@@ -901,13 +933,17 @@ static int channel_send(const chan_refs *r, const mgpu_buffer *src,
   if (mgpu__stream_capture(r->s) != NULL)
     return recorded(r, 1, (mgpu_buffer *)src, offset, size, timeout_ms);
   timeout_ms = mgpu__timeout_ms(timeout_ms);
-  mgpu__flight_record(ch->src_dev, "channel_send", size, (uintptr_t)stream);
+  flight_note note = {ch->src_dev, "channel_send", size, (uintptr_t)stream};
   uint64_t k;
-  if ((rc = side_enter(ch, 1, r->b, src, timeout_ms, &k)) != 0) return rc;
+  if ((rc = side_enter(ch, 1, r->b, src, timeout_ms, &note, &k)) != 0)
+    return rc;
   mgpu__fault_stall("chan_send_inside"); /* test chan.close_while_sending */
-  rc = send_copy(ch, k, r->b, offset, size, r->s, stream);
+  chan_counts counts = {.n = 0};
+  rc = send_copy(ch, k, r->b, offset, size, r->s, stream, &counts);
   side_leave(ch, 1, rc == 0, k);
-  if (rc == 0) mgpu__metric_add(ch->src_dev, MGPU__M_chan_msgs_sent, 1);
+  flight_note_record(&note);
+  if (rc == 0) count(&counts, MGPU__M_chan_msgs_sent, 1);
+  mgpu__metrics_add(ch->src_dev, counts.inc, counts.n);
   return rc;
 }
 
@@ -915,7 +951,7 @@ static int channel_send(const chan_refs *r, const mgpu_buffer *src,
  * slot and the record of the slot's "consumed" event; *n is its size. */
 static int recv_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
                      size_t offset, size_t *n, mgpu__stream *s,
-                     mgpu_stream *stream) {
+                     mgpu_stream *stream, chan_counts *counts) {
   int rc = 0;
   slot *sl = &ch->slots[k % (uint64_t)ch->capacity];
   const cell *c = cell_of(ch, k);
@@ -923,7 +959,7 @@ static int recv_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
   *n = c->size;
   int pushed = trace_tag("chan.recv", ch, k, *n);
   if (pushed || mgpu__trace_enabled() ||
-      !recv_inline(ch, sl, c, slot_off, b, offset, s)) {
+      !recv_inline(ch, sl, c, slot_off, b, offset, s, counts)) {
     /* The queued copy reads the slot: a message in its cell goes there
      * first (the sender wrote it there only once the slot's previous
      * message was out of it). */
@@ -958,18 +994,23 @@ static int channel_recv(const chan_refs *r, mgpu_buffer *dst, size_t offset,
   if (mgpu__stream_capture(r->s) != NULL)
     return recorded(r, 0, dst, offset, ch->msg_size, timeout_ms);
   timeout_ms = mgpu__timeout_ms(timeout_ms);
-  mgpu__flight_record(ch->dst_dev, "channel_recv", ch->msg_size,
-                      (uintptr_t)stream);
+  /* Recorded before the watch: a receiver mostly waits. */
+  flight_note note = {ch->dst_dev, "channel_recv", ch->msg_size,
+                      (uintptr_t)stream};
+  flight_note_record(&note);
   uint64_t k;
-  if ((rc = side_enter(ch, 0, r->b, dst, timeout_ms, &k)) != 0) return rc;
+  if ((rc = side_enter(ch, 0, r->b, dst, timeout_ms, &note, &k)) != 0)
+    return rc;
   size_t n = 0;
+  chan_counts counts = {.n = 0};
   /* A bad range leaves the message in place for the next call. */
   rc = mgpu__buf_check_range(r->b, "dst", offset, ch->msg_size);
-  if (rc == 0) rc = recv_copy(ch, k, r->b, offset, &n, r->s, stream);
+  if (rc == 0) rc = recv_copy(ch, k, r->b, offset, &n, r->s, stream, &counts);
   side_leave(ch, 0, rc == 0, k);
   if (rc == 0) {
-    mgpu__metric_add(ch->dst_dev, MGPU__M_chan_msgs_received, 1);
+    count(&counts, MGPU__M_chan_msgs_received, 1);
     if (size != NULL) *size = n;
   }
+  mgpu__metrics_add(ch->dst_dev, counts.inc, counts.n);
   return rc;
 }

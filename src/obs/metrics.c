@@ -166,18 +166,26 @@ void mgpu__obs_close(void) {
   atomic_store_explicit(&obs_ndevices, 0, memory_order_release);
 }
 
-void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value) {
+void mgpu__metrics_add(int dev, const mgpu__metric_inc *inc, int n) {
   obs_device *d = device_at(dev);
   if (d == NULL) return;
-  thread_counts *t = NULL;
-  if (!atomic_load_explicit(&polled[m], memory_order_relaxed)) t = tc_get();
-  if (t == NULL) {
-    atomic_fetch_add_explicit(&d->counters[m], value, memory_order_relaxed);
-    return;
+  thread_counts *t = tc_get();
+  for (int i = 0; i < n; i++) {
+    enum mgpu__metric m = inc[i].m;
+    if (t == NULL || atomic_load_explicit(&polled[m], memory_order_relaxed)) {
+      atomic_fetch_add_explicit(&d->counters[m], inc[i].value,
+                                memory_order_relaxed);
+      continue;
+    }
+    _Atomic uint64_t *c = &t->c[dev][m];
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) +
+                                 inc[i].value, memory_order_relaxed);
   }
-  _Atomic uint64_t *c = &t->c[dev][m];
-  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) +
-                               value, memory_order_relaxed);
+}
+
+void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value) {
+  mgpu__metric_inc inc = {m, value};
+  mgpu__metrics_add(dev, &inc, 1);
 }
 
 int mgpu_module_metric_add(int dev, const char *name, uint64_t value) {

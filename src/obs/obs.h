@@ -35,6 +35,15 @@ void mgpu__obs_close(void);
 
 /* Adds value to counter m of device dev. */
 void mgpu__metric_add(int dev, enum mgpu__metric m, uint64_t value);
+/* One addition of mgpu__metrics_add. */
+typedef struct mgpu__metric_inc {
+  enum mgpu__metric m;
+  uint64_t value;
+} mgpu__metric_inc;
+/* Adds each of the n additions of inc to device dev's counters: one
+ * lookup of the thread's block for all (a call that counts a copy's bytes,
+ * the copy and the message). */
+void mgpu__metrics_add(int dev, const mgpu__metric_inc *inc, int n);
 /* The counter itself, for a reader that polls it (the task pool watches
  * busy_ns); NULL when dev is out of range. From the first call on, every
  * add to counter m (of any device) goes to that shared counter, which is
