@@ -562,6 +562,93 @@ TEST_IMPL(close_while_sending) {
   return 0;
 }
 
+/* A receive that waits offers its buffer, and the send writes the message
+ * there: once, counted as the sender's copy only, into the offered range
+ * alone, and in the order of the receiver's stream (a copy queued there
+ * by another thread while the receive waits sees the message). The stall
+ * point chan_offered holds the receiver with its offer standing. */
+typedef struct offered_recv {
+  mgpu_channel *ch;
+  mgpu_buffer *dst;
+  mgpu_stream *s;
+  size_t len;
+  int rc;
+} offered_recv;
+
+static void *recv_offered(void *p) {
+  offered_recv *o = p;
+  o->rc = mgpu_channel_recv(o->ch, o->dst, 8, &o->len, o->s);
+  return NULL;
+}
+
+TEST_IMPL(offered_buffer) {
+  test_init();
+  int a = 0, b = peer_of(0);
+  if (!test_device_is_host(a) || !test_device_is_host(b)) {
+    fprintf(stderr, "skipped: the offer is the host devices' small path\n");
+    return 0;
+  }
+  enum { MSG = 4096, LEN = 1000 };
+  offered_recv o = {NULL, NULL, NULL, 0, -1};
+  mgpu_stream *sa;
+  mgpu_buffer *src;
+  ASSERT_OK(mgpu_channel_create(a, b, MSG, 1, &o.ch));
+  ASSERT_OK(mgpu_stream_create(&sa, a));
+  ASSERT_OK(mgpu_stream_create(&o.s, b));
+  ASSERT_OK(mgpu_malloc(&src, a, MSG));
+  ASSERT_OK(mgpu_malloc(&o.dst, b, MSG + 16));
+  unsigned char *msg = malloc(MSG), *got = malloc(MSG + 16);
+  unsigned char *seen = malloc(LEN);
+  for (int i = 0; i < MSG; i++) msg[i] = (unsigned char)(i * 7 + 3);
+  ASSERT_OK(mgpu_memcpy_htod(src, 0, msg, MSG));
+  ASSERT_OK(mgpu_memset_async(o.dst, 0, 0xee, MSG + 16, o.s));
+  ASSERT_OK(mgpu_stream_synchronize(o.s));
+  ASSERT_OK(mgpu_metrics_reset());
+  ASSERT_OK(mgpu__fault_set("stall:chan_offered@us:200000", NULL, 0));
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, recv_offered, &o) == 0);
+  for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
+  ASSERT(mgpu__fault_stalls() == 1);
+  /* Queued after the receive began: runs after the message landed. */
+  memset(seen, 0, LEN);
+  ASSERT_OK(mgpu_memcpy_dtoh_async(seen, o.dst, 8, LEN, o.s));
+  usleep(20000); /* time for the copy to run, were the stream free */
+  ASSERT_OK(mgpu_channel_send(o.ch, src, 0, LEN, sa));
+  pthread_join(t, NULL);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(o.rc);
+  ASSERT_EQ(o.len, (size_t)LEN);
+  ASSERT_OK(mgpu_stream_synchronize(o.s));
+  ASSERT(memcmp(seen, msg, LEN) == 0);
+  ASSERT_OK(mgpu_memcpy_dtoh(got, o.dst, 0, MSG + 16));
+  ASSERT(memcmp(got + 8, msg, LEN) == 0);
+  for (int i = 0; i < MSG + 16; i++)
+    if (i < 8 || i >= 8 + LEN) ASSERT_EQ(got[i], 0xee);
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  /* One copy, the sender's; the receive copied nothing. */
+  ASSERT_EQ(m.dev[a].copies_peer_direct + m.dev[a].copies_d2d, 1);
+  if (a != b) ASSERT_EQ(m.dev[b].copies_d2d, 0);
+  ASSERT_EQ(m.dev[a].chan_msgs_sent, 1);
+  ASSERT_EQ(m.dev[b].chan_msgs_received, 1);
+  /* The next message, with no offer standing (the receive comes after
+   * the send), goes through the slot as before. */
+  ASSERT_OK(mgpu_channel_send(o.ch, src, 100, LEN, sa));
+  ASSERT_OK(mgpu_stream_synchronize(sa));
+  ASSERT_OK(mgpu_channel_recv(o.ch, o.dst, 8, &o.len, o.s));
+  ASSERT_OK(mgpu_memcpy_dtoh(got, o.dst, 0, MSG + 16));
+  ASSERT(memcmp(got + 8, msg + 100, LEN) == 0);
+  free(msg);
+  free(got);
+  free(seen);
+  ASSERT_OK(mgpu_channel_destroy(o.ch));
+  ASSERT_OK(mgpu_free(src));
+  ASSERT_OK(mgpu_free(o.dst));
+  ASSERT_OK(mgpu_stream_destroy(sa));
+  ASSERT_OK(mgpu_stream_destroy(o.s));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(basic)
 TEST_ENTRY(peer_disabled)
@@ -573,4 +660,5 @@ TEST_ENTRY(errors)
 TEST_ENTRY(stress)
 TEST_ENTRY(recv_loop_ends_closed)
 TEST_ENTRY(close_while_sending)
+TEST_ENTRY(offered_buffer)
 TEST_LIST_END

@@ -61,6 +61,7 @@
  * read-modify-write) between the store and the load on both sides, so one
  * of the two sees the other, and a wake-up, sent under the lock, cannot
  * fall between a sleeper's check and its sleep. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,17 +93,26 @@ typedef struct slot {
  * count on one line and the bytes on another took two (and the count's
  * line a third move, to be written again). */
 #define CELL_BYTES 46
+/* Where a message's bytes are. */
+enum { IN_SLOT, IN_CELL, IN_DST };
 typedef struct cell {
   _Atomic uint64_t seq; /* k + 1 once message k is published (release) */
   uint64_t size;        /* bytes of message k */
   /* 1: copied into the slot by queued operations (the receiver waits for
    * the slot's "filled" event); 0: done when published. */
   uint8_t queued;
-  /* 1: the bytes are in payload (a small-path send of at most CELL_BYTES),
-   * not in the slot. */
-  uint8_t in_cell;
+  /* IN_SLOT; IN_CELL: the bytes are in payload (a small-path send of at
+   * most CELL_BYTES); IN_DST: the sender wrote them into the buffer the
+   * receiver offered (see offer). */
+  uint8_t where;
   unsigned char payload[CELL_BYTES];
 } cell;
+
+/* The receivers' offer word: OFFERED(k) while the receiver of message k
+ * offers its buffer, TAKEN(k) once a sender writes message k into it, 0
+ * otherwise. */
+#define OFFERED(k) (((k) + 1) * 2)
+#define TAKEN(k) (((k) + 1) * 2 + 1)
 _Static_assert(sizeof(cell) == 64, "a cell is one line");
 
 typedef struct mgpu__channel {
@@ -160,6 +170,12 @@ typedef struct mgpu__channel {
   _Atomic uint64_t received;
   _Atomic int recv_parked;
   _Atomic int recv_cpu; /* -1: none yet */
+  /* The receiver's offer (OFFERED, TAKEN; see recv_offer): the receiver
+   * holding its turn stores where message k may go (offer_at), then
+   * OFFERED(k); a sender that takes it swaps in TAKEN(k), the receiver
+   * withdraws it by swapping in 0 or, once taken, stores 0. */
+  _Atomic uint64_t offer;
+  _Atomic(char *) offer_at;
   char pad4[128];
 } mgpu__channel;
 
@@ -644,29 +660,50 @@ static void count(chan_counts *c, enum mgpu__metric m, uint64_t value) {
   c->inc[c->n++].value = value;
 }
 
+/* Takes the idle stream s for a copy by hand of size bytes: 1 with its
+ * device's lock held, 2 with the stream claimed, 0 when s is busy (nothing
+ * taken). */
+static int hand_take(mgpu__stream *s, size_t size) {
+  if (size <= LOCKED_COPY_MAX && mgpu__stream_lock_idle(s)) return 1;
+  return mgpu__stream_claim(s) ? 2 : 0;
+}
+
+static void hand_give(mgpu__stream *s, int how) {
+  if (how == 1)
+    mgpu__stream_unlock_idle(s);
+  else
+    mgpu__stream_release(s);
+}
+
 /* One small-path copy on the stream s when s is idle: size bytes from src
  * to dst, counted into c under bytes_m and n_m. Returns 1 when it ran, 0
  * when the stream was busy (nothing done). */
 static int copy_by_hand(mgpu__stream *s, void *dst, const void *src,
                         size_t size, chan_counts *c, enum mgpu__metric bytes_m,
                         enum mgpu__metric n_m) {
-  if (size <= LOCKED_COPY_MAX && mgpu__stream_lock_idle(s)) {
-    memcpy(dst, src, size);
-    mgpu__stream_unlock_idle(s);
-  } else if (mgpu__stream_claim(s)) {
-    memcpy(dst, src, size);
-    mgpu__stream_release(s);
-  } else {
-    return 0;
-  }
+  int how = hand_take(s, size);
+  if (how == 0) return 0;
+  memcpy(dst, src, size);
+  hand_give(s, how);
   count(c, bytes_m, size);
   count(c, n_m, 1);
   return 1;
 }
 
+/* Takes the receiver's offer for message k of size bytes, if one stands
+ * and the message does not fit its cell: where to write it, else NULL. */
+static char *offer_take(mgpu__channel *ch, uint64_t k, size_t size) {
+  uint64_t offered = OFFERED(k);
+  if (size <= CELL_BYTES ||
+      atomic_load_explicit(&ch->offer, memory_order_relaxed) != offered ||
+      !atomic_compare_exchange_strong(&ch->offer, &offered, TAKEN(k)))
+    return NULL;
+  return atomic_load_explicit(&ch->offer_at, memory_order_relaxed);
+}
+
 /* The small path of a send; 1 when it ran, 0 when the queued path must.
- * A message of at most CELL_BYTES goes into its cell (c->in_cell), a
- * larger one into its slot. */
+ * A message of at most CELL_BYTES goes into its cell, a larger one into
+ * the buffer its receiver offers (offer_take), else into its slot. */
 static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
                        size_t slot_off, const mgpu__buf *b, size_t offset,
                        size_t size, mgpu__stream *s, chan_counts *counts) {
@@ -677,19 +714,32 @@ static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
     mgpu_error_clear();
     return 0;
   }
-  /* From the second round on, the slot's previous message must be out. */
-  if ((path != MGPU_PATH_DIRECT && path != MGPU_PATH_DEVICE) ||
-      (k >= (uint64_t)ch->capacity &&
-       !slot_done(&sl->consumed_queued, sl->consumed)))
+  if (path != MGPU_PATH_DIRECT && path != MGPU_PATH_DEVICE) return 0;
+  /* From the second round on, the slot's previous message must be out
+   * before the slot is written (an offered buffer needs no slot). */
+  int slot_free = k < (uint64_t)ch->capacity ||
+                  slot_done(&sl->consumed_queued, sl->consumed);
+  int offered = size > CELL_BYTES &&
+                atomic_load_explicit(&ch->offer, memory_order_relaxed) ==
+                    OFFERED(k);
+  if (!slot_free && !offered) return 0;
+  int how = hand_take(s, size); /* the stream first: a taken offer is kept */
+  if (how == 0) return 0;
+  char *to = offered ? offer_take(ch, k, size) : NULL;
+  c->where = to != NULL ? IN_DST : size <= CELL_BYTES ? IN_CELL : IN_SLOT;
+  if (to == NULL && !slot_free) {
+    hand_give(s, how);
     return 0;
-  c->in_cell = size <= CELL_BYTES;
+  }
+  if (c->where == IN_CELL) to = (char *)c->payload;
+  if (c->where == IN_SLOT) to = dst;
+  memcpy(to, (const char *)b->ptr + offset, size);
+  hand_give(s, how);
   /* Counted as the copy layer counts the path. */
   int direct = path == MGPU_PATH_DIRECT;
-  return copy_by_hand(s, c->in_cell ? (char *)c->payload : dst,
-                      (const char *)b->ptr + offset, size, counts,
-                      direct ? MGPU__M_bytes_peer_direct : MGPU__M_bytes_d2d,
-                      direct ? MGPU__M_copies_peer_direct
-                             : MGPU__M_copies_d2d);
+  count(counts, direct ? MGPU__M_bytes_peer_direct : MGPU__M_bytes_d2d, size);
+  count(counts, direct ? MGPU__M_copies_peer_direct : MGPU__M_copies_d2d, 1);
+  return 1;
 }
 
 /* The small path of a receive of c's message; 1 when it ran, 0 when the
@@ -701,7 +751,8 @@ static int recv_inline(mgpu__channel *ch, slot *sl, const cell *c,
   if (src == NULL || (c->queued && mgpu_event_query(sl->filled) != 0))
     return 0;
   return copy_by_hand(s, (char *)b->ptr + offset,
-                      c->in_cell ? (const char *)c->payload : src, c->size,
+                      c->where == IN_CELL ? (const char *)c->payload : src,
+                      c->size,
                       counts, MGPU__M_bytes_d2d, MGPU__M_copies_d2d);
 }
 
@@ -873,6 +924,70 @@ static int side_enter(mgpu__channel *ch, int send, const mgpu__buf *b,
   return rc;
 }
 
+/* A receive's offer (see the top): what recv_offer did. */
+enum {
+  OFFER_NONE,      /* made none: nothing held */
+  OFFER_DELIVERED, /* the turn held, message k is in the offered buffer */
+  OFFER_MESSAGE,   /* the turn held, message k is published as usual */
+  OFFER_WAIT       /* the turn held, no message yet: wait (side_wait) */
+};
+
+/* Whether a receive into b at offset may offer its buffer: messages that
+ * may not fit a cell, memory of a host device at both ends (the claim of
+ * the stream says whose), the range whole, no trace (whose spans are of
+ * the queued copies). */
+static int offer_fits(const mgpu__channel *ch, const mgpu__buf *b,
+                      size_t offset) {
+  return ch->msg_size > CELL_BYTES && b->kind == MGPU_MEM_DEVICE &&
+         ch->slots_b->kind == MGPU_MEM_DEVICE && offset <= b->size &&
+         ch->msg_size <= b->size - offset && !mgpu__trace_enabled();
+}
+
+/* A receive that finds no message offers its buffer to the sender, which
+ * then writes the message there: one copy, not one into the slot and one
+ * out. It takes its turn and claims its stream (so that the write is in
+ * the stream's order, as the copy out would be) and stores the offer, then
+ * watches for the message; it withdraws the offer before it could sleep,
+ * so a sender writes only into the buffer of a call that is watching, and
+ * a free of the buffer or a destroy waits at most for the watch. The
+ * claim is given back before the return. */
+static int recv_offer(mgpu__channel *ch, const chan_refs *r, size_t offset,
+                      uint64_t *since, uint64_t *k) {
+  if (has_message(ch) || !turn_try(&ch->recv_turn)) return OFFER_NONE;
+  if (ch->closed || ch->destroyed || !side_blocked(ch, 0) ||
+      mgpu__device_is_lost(ch->src_dev) || !mgpu__stream_claim(r->s)) {
+    turn_give(ch, &ch->recv_turn);
+    return OFFER_NONE;
+  }
+  *k = ch->received;
+  atomic_store_explicit(&ch->offer_at, (char *)r->b->ptr + offset,
+                        memory_order_relaxed);
+  atomic_store_explicit(&ch->offer, OFFERED(*k), memory_order_release);
+  mgpu__fault_stall("chan_offered"); /* test chan.offered_buffer */
+  int seen = mgpu__spin_pair_until(&ch->recv_spin, has_message, ch,
+                                   &ch->send_cpu, 0, since);
+  int there = seen && message_there(ch);
+  int taken;
+  if (there && cell_of(ch, *k)->where == IN_DST) {
+    taken = 1; /* the sender took the offer before it wrote */
+  } else {
+    uint64_t offered = OFFERED(*k);
+    taken = !atomic_compare_exchange_strong(&ch->offer, &offered, 0);
+    /* Taken meanwhile: the sender is writing, its message follows. */
+    while (taken && !message_there(ch)) sched_yield();
+  }
+  if (taken) atomic_store_explicit(&ch->offer, 0, memory_order_relaxed);
+  mgpu__stream_release(r->s);
+  /* A message written into the buffer is handed over whatever happened
+   * since (the sender took the offer before any close, and the bytes are
+   * there): the call leaves no output changed and failed. */
+  if (taken) return OFFER_DELIVERED;
+  return there && !ch->closed && !ch->destroyed &&
+                 !mgpu__device_is_lost(ch->src_dev)
+             ? OFFER_MESSAGE
+             : OFFER_WAIT;
+}
+
 /* A checked call on a capturing stream, recorded into its graph. */
 static int recorded(const chan_refs *r, int send, mgpu_buffer *buf,
                     size_t offset, size_t size, int timeout_ms) {
@@ -897,7 +1012,7 @@ static int send_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
   c->queued = 0;
   if (pushed || mgpu__trace_enabled() ||
       !send_inline(ch, sl, c, k, slot_off, b, offset, size, s, counts)) {
-    c->in_cell = 0;
+    c->where = IN_SLOT;
     /* From the second round on, the slot's previous message must be
      * copied out first. */
     if (k >= (uint64_t)ch->capacity)
@@ -963,7 +1078,7 @@ static int recv_copy(mgpu__channel *ch, uint64_t k, mgpu__buf *b,
     /* The queued copy reads the slot: a message in its cell goes there
      * first (the sender wrote it there only once the slot's previous
      * message was out of it). */
-    if (c->in_cell)
+    if (c->where == IN_CELL)
       memcpy((char *)ch->slots_b->ptr + slot_off, c->payload, *n);
     rc = mgpu_stream_wait_event(stream, sl->filled);
     if (rc == 0)
@@ -998,14 +1113,25 @@ static int channel_recv(const chan_refs *r, mgpu_buffer *dst, size_t offset,
   flight_note note = {ch->dst_dev, "channel_recv", ch->msg_size,
                       (uintptr_t)stream};
   flight_note_record(&note);
-  uint64_t k;
-  if ((rc = side_enter(ch, 0, r->b, dst, timeout_ms, &note, &k)) != 0)
-    return rc;
-  size_t n = 0;
+  uint64_t k, since = 0;
+  int how = offer_fits(ch, r->b, offset) ? recv_offer(ch, r, offset, &since, &k)
+                                         : OFFER_NONE;
+  if (how == OFFER_NONE) {
+    rc = side_enter(ch, 0, r->b, dst, timeout_ms, &note, &k);
+  } else if (how == OFFER_WAIT) {
+    rc = side_wait(ch, 0, r->b, dst, mgpu__deadline(timeout_ms), timeout_ms,
+                   since, &k);
+    if (rc != 0) turn_give(ch, &ch->recv_turn);
+  }
+  if (rc != 0) return rc;
+  size_t n = cell_of(ch, k)->size;
   chan_counts counts = {.n = 0};
-  /* A bad range leaves the message in place for the next call. */
-  rc = mgpu__buf_check_range(r->b, "dst", offset, ch->msg_size);
-  if (rc == 0) rc = recv_copy(ch, k, r->b, offset, &n, r->s, stream, &counts);
+  if (how != OFFER_DELIVERED) {
+    /* A bad range leaves the message in place for the next call. */
+    rc = mgpu__buf_check_range(r->b, "dst", offset, ch->msg_size);
+    if (rc == 0)
+      rc = recv_copy(ch, k, r->b, offset, &n, r->s, stream, &counts);
+  }
   side_leave(ch, 0, rc == 0, k);
   if (rc == 0) {
     count(&counts, MGPU__M_chan_msgs_received, 1);
