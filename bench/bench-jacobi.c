@@ -24,19 +24,16 @@
  * after, single runs of the ratio swung by 10-20 %. Each figure is the
  * median of reps batches after a warm-up round; a batch is about 2^26
  * cell updates (10 to 1000 iterations). */
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../examples/jacobi.h"
 #include "bench.h"
+#include "gate.h"
 #include "peers/jacobi-batch.h"
 #include "cmd.h"
 
@@ -72,89 +69,27 @@ static int checksum(int ndev, int n, int iters, int graph, double *sum) {
   return rc;
 }
 
-/* A peer started with --gate (bench/peers/mpi_jacobi.c): its output, the
- * write ends of its ranks' FIFOs, their folder, and the grid's checksum it
- * printed when ready. */
+/* A peer started with --gate (bench/peers/mpi_jacobi.c) and the grid's
+ * checksum it printed when ready. */
 typedef struct gate {
-  FILE *out;
-  int fd[MGPU_MAX_DEVICES], nfd, ranks;
-  char dir[64];
+  bench_gate g;
   double sum;
 } gate;
-
-/* Sends c to every rank of g: 0, or -1 when one is gone. */
-static int gate_send(gate *g, char c) {
-  int rc = 0;
-  for (int r = 0; r < g->nfd; r++)
-    if (write(g->fd[r], &c, 1) != 1) rc = -1;
-  return rc;
-}
-
-/* Removes g's FIFOs and their folder. */
-static void gate_unlink(gate *g) {
-  char path[96];
-  for (int r = 0; r < g->ranks; r++) {
-    snprintf(path, sizeof path, "%s/go.%d", g->dir, r);
-    unlink(path);
-  }
-  rmdir(g->dir);
-}
-
-/* Ends g's peer ('q' to its ranks): 0 when it exited well after printing
- * what the caller wanted (figures), else -1 with why filled in
- * (mgpu_cmd_mpi_close). */
-static int gate_end(gate *g, int figures, char *why, size_t wlen) {
-  gate_send(g, 'q');
-  for (int r = 0; r < g->nfd; r++) close(g->fd[r]);
-  int rc = mgpu_cmd_mpi_close(g->out, figures, why, wlen);
-  gate_unlink(g);
-  return rc;
-}
 
 /* Starts MPI m's peer on ndev ranks for size n, gated, and waits until it
  * is ready: 0, or -1 with why filled in. */
 static int gate_start(mgpu_cmd_mpi m, int ndev, int n, const bench_opts *o,
                       gate *g, char *why, size_t wlen) {
-  char peer[PATH_MAX], path[96], args[160], line[128];
-  memset(g, 0, sizeof *g);
-  if (!mgpu_cmd_mpi_peer(m, "mpi_jacobi", ndev, peer, sizeof peer, why, wlen))
+  char args[128], ready[64];
+  snprintf(args, sizeof args, "--check %d --sizes %d%s", CHECK_ITERS, n,
+           o->quick ? " --quick" : "");
+  /* The peer lives for one size, seconds. */
+  if (bench_gate_start(m, "mpi_jacobi", ndev, o->quick ? 120 : 300, args,
+                       &g->g, ready, sizeof ready, why, wlen) != 0)
     return -1;
-  snprintf(g->dir, sizeof g->dir, "/tmp/mgpu-jacobi-XXXXXX");
-  if (mkdtemp(g->dir) == NULL) {
-    snprintf(why, wlen, "cannot make a folder for its FIFOs");
-    return -1;
-  }
-  for (; g->ranks < ndev; g->ranks++) {
-    snprintf(path, sizeof path, "%s/go.%d", g->dir, g->ranks);
-    if (mkfifo(path, 0600) != 0) {
-      snprintf(why, wlen, "cannot make the FIFO %s for rank %d: %s", path,
-               g->ranks, strerror(errno));
-      gate_unlink(g);
-      return -1;
-    }
-  }
-  snprintf(args, sizeof args, "--gate %s --check %d --sizes %d%s", g->dir,
-           CHECK_ITERS, n, o->quick ? " --quick" : "");
-  /* The peer lives for one size, seconds; a rank that hangs (its batch
-   * line never comes) holds the bench until this timeout ends it. */
-  g->out = mgpu_cmd_mpirun(m, ndev, o->quick ? 120 : 300, peer, args);
-  if (g->out == NULL) {
-    snprintf(why, wlen, "cannot start its launcher");
-    gate_unlink(g);
-    return -1;
-  }
-  /* "ready" comes once every rank has its FIFO open: each open below
-   * finds a reader, unless the peer is not the one expected or died. */
-  int ok = fgets(line, sizeof line, g->out) != NULL &&
-           sscanf(line, "ready %lf", &g->sum) == 1;
-  while (ok && g->nfd < ndev) {
-    snprintf(path, sizeof path, "%s/go.%d", g->dir, g->nfd);
-    int fd = open(path, O_WRONLY | O_NONBLOCK);
-    ok = fd >= 0;
-    if (ok) g->fd[g->nfd++] = fd;
-  }
-  if (ok) return 0;
-  gate_end(g, 0, why, wlen);
+  if (sscanf(ready, "%lf", &g->sum) == 1) return 0;
+  bench_gate_end(&g->g, 0, why, wlen);
+  snprintf(why, wlen, "its ready line carried no checksum");
   return -1;
 }
 
@@ -163,7 +98,7 @@ static int gate_start(mgpu_cmd_mpi m, int ndev, int n, const bench_opts *o,
 static int gate_batch(gate *g, double *us) {
   char line[128];
   double t;
-  if (gate_send(g, 'r') != 0 || fgets(line, sizeof line, g->out) == NULL ||
+  if (bench_gate_batch(&g->g, line, sizeof line) != 0 ||
       sscanf(line, "%lf", &t) != 1 || t <= 0)
     return -1;
   *us = t * 1e6;
@@ -249,7 +184,8 @@ static int time_size(int ndev, int n, const bench_opts *o, double *mine,
   int rc = rounds(ndev, n, reps, o->quick, g, live, v);
   for (int m = 0; m < NMPI; m++) {
     /* A peer that failed gives no figure, not some. */
-    if (!started[m] || gate_end(&g[m], live[m], why[m], sizeof why[m]) != 0)
+    if (!started[m] ||
+        bench_gate_end(&g[m].g, live[m], why[m], sizeof why[m]) != 0)
       continue;
     if (fabs(g[m].sum - by_graph) > 1e-9 * fabs(by_graph)) {
       fprintf(stderr, "mgpu bench jacobi: %dx%d: %s's grid after %d sweeps "

@@ -41,23 +41,29 @@
  *    landed), next to the two-thread ping-pongs moving the same bytes
  *    (bench_pingpong_bytes_us: a copy into a shared buffer and out of it,
  *    each way), and next to MPI's ping-pong of the same sizes between two
- *    local ranks (bench/peers/mpi_pingpong --raw, MPI_Send and MPI_Recv,
- *    run by this command under a timeout after the channel rows): Open
+ *    local ranks (bench/peers/mpi_pingpong, MPI_Send and MPI_Recv): Open
  *    MPI's under mpirun and, where mpicc.mpich was found at configure
- *    time, MPICH's (mpi_pingpong_mpich) under mpiexec.mpich; the issue's
- *    goal is set against the faster of the two. Without one, its rows are
- *    missing and a line on stderr says why.
+ *    time, MPICH's (mpi_pingpong_mpich) under mpiexec.mpich, each under a
+ *    timeout; the issue's goal is set against the faster of the two.
+ *    Without one, its rows are missing and a line on stderr says why. The
+ *    MPI peers are started once, gated (bench/gate.h), and the sides take
+ *    turns batch by batch: in each round a batch of each size of mgpu's,
+ *    then one of each MPI's (the two in turn first), so that each median
+ *    is of batches spread over the same seconds.
  *
  * Figures are medians of --reps runs after a warm-up, in microseconds.
  */
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench-opencl.h"
 #include "bench.h"
 #include "cmd.h"
+#include "gate.h"
 
 
 /* ---- the baseline: a bare pthread hand-off ---- */
@@ -328,49 +334,67 @@ static void *echo_thread(void *p) {
   return NULL;
 }
 
-/* Median microseconds per round trip of bytes between devices a and b. */
-static int channel_rtt_us(int a, int b, size_t bytes, int iters, int reps,
-                          double *out) {
-  echo e = {NULL, NULL, NULL, NULL, (long)iters * (reps + 1), 0};
-  mgpu_stream *s = NULL;
-  mgpu_buffer *buf = NULL;
-  int rc = mgpu_channel_create(a, b, bytes, 1, &e.in);
-  if (rc == 0) rc = mgpu_channel_create(b, a, bytes, 1, &e.out);
-  if (rc == 0) rc = mgpu_stream_create(&s, a);
-  if (rc == 0) rc = mgpu_stream_create(&e.s, b);
-  if (rc == 0) rc = mgpu_malloc(&buf, a, bytes);
-  if (rc == 0) rc = mgpu_malloc(&e.buf, b, bytes);
-  if (rc == 0) rc = mgpu_memset_async(buf, 0, 1, bytes, s);
-  if (rc == 0) rc = mgpu_memset_async(e.buf, 0, 1, bytes, e.s);
-  if (rc == 0) rc = mgpu_stream_synchronize(s);
-  if (rc == 0) rc = mgpu_stream_synchronize(e.s);
+/* The round trips of one size between devices a and b: the channels,
+ * streams and buffers, and the echo thread, there for the batches. */
+typedef struct rtt {
+  echo e;
+  mgpu_stream *s;
+  mgpu_buffer *buf; /* on device a */
+  size_t bytes;
   pthread_t t;
-  int started = rc == 0 && pthread_create(&t, NULL, echo_thread, &e) == 0;
-  double *v = malloc((size_t)reps * sizeof *v);
-  for (int r = -1; started && rc == 0 && r < reps; r++) { /* -1: warm-up */
-    double t0 = bench_now();
-    for (int i = 0; i < iters && rc == 0; i++) {
-      size_t len = 0;
-      rc = mgpu_channel_send(e.in, buf, 0, bytes, s);
-      if (rc == 0) rc = mgpu_channel_recv(e.out, buf, 0, &len, s);
-      if (rc == 0) rc = mgpu_stream_synchronize(s);
-    }
-    if (r >= 0) v[r] = (bench_now() - t0) / iters * 1e6;
+  int started;
+} rtt;
+
+/* Sets x up for rounds round trips of bytes between a and b. On failure
+ * too the caller ends x with rtt_close. */
+static int rtt_open(rtt *x, int a, int b, size_t bytes, long rounds) {
+  memset(x, 0, sizeof *x);
+  x->bytes = bytes;
+  x->e.rounds = rounds;
+  int rc = mgpu_channel_create(a, b, bytes, 1, &x->e.in);
+  if (rc == 0) rc = mgpu_channel_create(b, a, bytes, 1, &x->e.out);
+  if (rc == 0) rc = mgpu_stream_create(&x->s, a);
+  if (rc == 0) rc = mgpu_stream_create(&x->e.s, b);
+  if (rc == 0) rc = mgpu_malloc(&x->buf, a, bytes);
+  if (rc == 0) rc = mgpu_malloc(&x->e.buf, b, bytes);
+  if (rc == 0) rc = mgpu_memset_async(x->buf, 0, 1, bytes, x->s);
+  if (rc == 0) rc = mgpu_memset_async(x->e.buf, 0, 1, bytes, x->e.s);
+  if (rc == 0) rc = mgpu_stream_synchronize(x->s);
+  if (rc == 0) rc = mgpu_stream_synchronize(x->e.s);
+  if (rc == 0)
+    x->started = pthread_create(&x->t, NULL, echo_thread, &x->e) == 0;
+  return rc == 0 && !x->started ? MGPU_ENOMEM : rc;
+}
+
+/* One batch of iters round trips of x: microseconds each into *us. */
+static int rtt_batch(rtt *x, int iters, double *us) {
+  int rc = 0;
+  double t0 = bench_now();
+  for (int i = 0; i < iters && rc == 0; i++) {
+    size_t len = 0;
+    rc = mgpu_channel_send(x->e.in, x->buf, 0, x->bytes, x->s);
+    if (rc == 0) rc = mgpu_channel_recv(x->e.out, x->buf, 0, &len, x->s);
+    if (rc == 0) rc = mgpu_stream_synchronize(x->s);
   }
-  if (started) {
-    /* An error on this side leaves the echo waiting: closing ends it. */
-    if (rc != 0) mgpu_channel_close(e.in);
-    pthread_join(t, NULL);
-    if (rc == 0 && e.rc != 0 && e.rc != MGPU_ECLOSED) rc = e.rc;
+  *us = (bench_now() - t0) / iters * 1e6;
+  return rc;
+}
+
+/* Ends x after its batches (rc: theirs) and frees what it holds; returns
+ * rc, or the echo's failure. */
+static int rtt_close(rtt *x, int rc) {
+  if (x->started) {
+    /* The echo waits for rounds that will not come: closing ends it. */
+    mgpu_channel_close(x->e.in);
+    pthread_join(x->t, NULL);
+    if (rc == 0 && x->e.rc != 0 && x->e.rc != MGPU_ECLOSED) rc = x->e.rc;
   }
-  if (rc == 0) *out = bench_median(v, reps);
-  free(v);
-  if (buf) mgpu_free(buf);
-  if (e.buf) mgpu_free(e.buf);
-  if (s) mgpu_stream_destroy(s);
-  if (e.s) mgpu_stream_destroy(e.s);
-  if (e.in) mgpu_channel_destroy(e.in);
-  if (e.out) mgpu_channel_destroy(e.out);
+  if (x->buf) mgpu_free(x->buf);
+  if (x->e.buf) mgpu_free(x->e.buf);
+  if (x->s) mgpu_stream_destroy(x->s);
+  if (x->e.s) mgpu_stream_destroy(x->e.s);
+  if (x->e.in) mgpu_channel_destroy(x->e.in);
+  if (x->e.out) mgpu_channel_destroy(x->e.out);
   return rc;
 }
 
@@ -469,46 +493,92 @@ static int report_launches(bench_report *r, const mgpu_device_props *p,
   return 0;
 }
 
-/* An MPI's ping-pong of 8 B and 4 KiB between two local ranks (the peer
- * under its launcher): seconds per round trip in secs[0..2). 0, or -1 with
- * why filled in. */
-static int run_mpi_pingpong(mgpu_cmd_mpi mpi, int iters, int reps,
-                            double secs[2], char *why, size_t wlen) {
-  char peer[PATH_MAX];
-  secs[0] = secs[1] = 0;
-  if (!mgpu_cmd_mpi_peer(mpi, "mpi_pingpong", 2, peer, sizeof peer, why,
-                         wlen))
-    return -1;
-  char args[128];
-  snprintf(args, sizeof args, "--raw --reps %d --iters %d --bytes 8 "
-           "--bytes 4096", reps, iters);
-  FILE *f = mgpu_cmd_mpirun(mpi, 2, 120, peer, args);
-  if (f == NULL) {
-    snprintf(why, wlen, "cannot start its launcher");
-    return -1;
+enum { NMPI = 2 };
+
+/* The timed rounds of the channel rows, a warm-up first: in each, a batch
+ * of each size of x, then one of each live MPI peer g (the two in turn
+ * first). v holds reps figures of each size a side (mgpu's, then each
+ * MPI's), in microseconds; live[m] drops to 0 for a peer that stopped
+ * answering. */
+static int rtt_rounds(rtt x[2], bench_gate g[NMPI], int live[NMPI],
+                      int iters, int reps, double *v) {
+  int rc = 0;
+  for (int r = -1; r < reps && rc == 0; r++) {
+    double us[2];
+    for (int k = 0; k < 2 && rc == 0; k++) {
+      rc = rtt_batch(&x[k], iters, &us[k]);
+      if (r >= 0) v[k * reps + r] = us[k];
+    }
+    for (int j = 0; j < NMPI && rc == 0; j++) {
+      int m = r & 1 ? NMPI - 1 - j : j;
+      char line[128];
+      if (live[m] && (bench_gate_batch(&g[m], line, sizeof line) != 0 ||
+                      sscanf(line, "%lf %lf", &us[0], &us[1]) != 2 ||
+                      us[0] <= 0 || us[1] <= 0))
+        live[m] = 0;
+      for (int k = 0; live[m] && r >= 0 && k < 2; k++)
+        v[((1 + m) * 2 + k) * reps + r] = us[k] * 1e6;
+    }
   }
-  int bytes;
-  double t;
-  while (fscanf(f, "%d %lf", &bytes, &t) == 2)
-    if (bytes == 8 || bytes == 4096) secs[bytes == 4096] = t;
-  if (mgpu_cmd_mpi_close(f, secs[0] > 0 && secs[1] > 0, why, wlen) == 0)
-    return 0;
-  secs[0] = secs[1] = 0;
-  return -1;
+  return rc;
 }
 
-/* The channel round trips between devices 0 and 1 (or 0 and 0), then each
- * MPI's ping-pong of the same sizes. */
+/* The channel round trips of 8 B and 4 KiB between devices a and b, and
+ * each MPI's ping-pong of the same sizes, in turns: medians into ch[k]
+ * and mpi[m][k] (0 where a peer did not run: why[m] says why). */
+static int rtt_time(int a, int b, int iters, int reps, double ch[2],
+                    double mpi[NMPI][2], char why[NMPI][PATH_MAX + 128]) {
+  static const size_t sizes[2] = {8, 4096};
+  rtt x[2];
+  bench_gate g[NMPI];
+  int live[NMPI], rc = 0;
+  double *v = calloc((size_t)(1 + NMPI) * 2 * (size_t)reps, sizeof *v);
+  long rounds = (long)iters * (reps + 1);
+  for (int k = 0; k < 2; k++) {
+    int e = rtt_open(&x[k], a, b, sizes[k], rounds);
+    if (rc == 0) rc = e;
+  }
+  if (v == NULL && rc == 0) rc = MGPU_ENOMEM;
+  void (*pipe_was)(int) = signal(SIGPIPE, SIG_IGN); /* a rank that died */
+  char args[96], ready[64];
+  snprintf(args, sizeof args, "--iters %d --bytes 8 --bytes 4096", iters);
+  for (int m = 0; m < NMPI; m++)
+    live[m] = rc == 0 &&
+              bench_gate_start((mgpu_cmd_mpi)m, "mpi_pingpong", 2, 120, args,
+                               &g[m], ready, sizeof ready, why[m],
+                               sizeof why[m]) == 0;
+  int started[NMPI] = {live[0], live[1]};
+  if (rc == 0) rc = rtt_rounds(x, g, live, iters, reps, v);
+  for (int m = 0; m < NMPI; m++) {
+    mpi[m][0] = mpi[m][1] = 0;
+    /* A peer that failed gives no figure, not some. */
+    if (!started[m] ||
+        bench_gate_end(&g[m], live[m], why[m], sizeof why[m]) != 0)
+      continue;
+    for (int k = 0; k < 2; k++)
+      mpi[m][k] = bench_median(v + ((1 + m) * 2 + k) * reps, reps);
+  }
+  signal(SIGPIPE, pipe_was);
+  for (int k = 0; k < 2; k++) {
+    rc = rtt_close(&x[k], rc);
+    if (rc == 0) ch[k] = bench_median(v + k * reps, reps);
+  }
+  free(v);
+  return rc;
+}
+
+/* The channel round trips between devices 0 and 1 (or 0 and 0), next to
+ * the two-thread ping-pongs and each MPI's ping-pong. */
 static int report_channels(bench_report *r, int iters, int reps) {
   int peer = mgpu_device_count() > 1 ? 1 : 0;
   static const size_t sizes[] = {8, 4096};
-  char name[2][96];
-  double ch[2] = {0, 0}, mpi[2];
+  char name[2][96], why[NMPI][PATH_MAX + 128] = {"", ""};
+  double ch[2] = {0, 0}, mpi[NMPI][2];
+  int rc = rtt_time(0, peer, iters, reps, ch, mpi, why);
+  if (rc != 0) return rc;
   for (int k = 0; k < 2; k++) {
     double spin = bench_pingpong_bytes_us(1, sizes[k], iters, reps);
     double cv = bench_pingpong_bytes_us(0, sizes[k], iters, reps);
-    int rc = channel_rtt_us(0, peer, sizes[k], iters, reps, &ch[k]);
-    if (rc != 0) return rc;
     snprintf(name[k], sizeof name[k],
              "channel round trip %zu B, devices 0 and %d", sizes[k], peer);
     bench_report_add(r, name[k], "latency", ch[k], "us",
@@ -516,12 +586,10 @@ static int report_channels(bench_report *r, int iters, int reps) {
     bench_report_add(r, name[k], "latency", ch[k], "us",
                      "mutex+cond ping-pong, same bytes", cv);
   }
-  for (int m = MGPU_CMD_OPEN_MPI; m <= MGPU_CMD_MPICH; m++) {
-    char why[PATH_MAX + 128] = "";
-    if (run_mpi_pingpong((mgpu_cmd_mpi)m, iters, reps, mpi, why,
-                         sizeof why) != 0) {
+  for (int m = 0; m < NMPI; m++) {
+    if (mpi[m][0] <= 0) {
       fprintf(stderr, "mgpu bench launch: no %s ping-pong baseline: %s\n",
-              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), why);
+              mgpu_cmd_mpi_name((mgpu_cmd_mpi)m), why[m]);
       continue;
     }
     for (int k = 0; k < 2; k++) {
@@ -529,7 +597,7 @@ static int report_channels(bench_report *r, int iters, int reps) {
       snprintf(base, sizeof base, "%s ping-pong, same bytes, 2 ranks",
                mgpu_cmd_mpi_name((mgpu_cmd_mpi)m));
       bench_report_add(r, name[k], "latency", ch[k], "us", base,
-                       mpi[k] * 1e6);
+                       mpi[m][k]);
     }
   }
   return 0;

@@ -26,7 +26,6 @@
  * never sees an end of file), 'r' running one batch and 'q' ending; rank 0
  * prints "ready checksum" once every rank has its FIFO open, then the
  * slowest rank's seconds per sweep of each batch, a line each. */
-#include <fcntl.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +33,7 @@
 #include <unistd.h>
 
 #include "../../examples/jacobi-sweep.h"
+#include "gate.h"
 #include "jacobi-batch.h"
 #include "median.h"
 
@@ -106,20 +106,13 @@ static double batch(slab *s, int iters) {
  * top of the file). */
 static void serve(slab *s, int iters, const char *dir, int rank,
                   double sum) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/go.%d", dir, rank);
-  int fd = open(path, O_RDWR);
-  if (fd < 0) {
-    fprintf(stderr, "mpi_jacobi: rank %d: cannot open %s\n", rank, path);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  int fd = peer_gate_open("mpi_jacobi", dir, rank);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     printf("ready %.17g\n", sum);
     fflush(stdout);
   }
-  char c;
-  while (read(fd, &c, 1) == 1 && c == 'r') {
+  while (peer_gate_next(fd)) {
     double t = batch(s, iters);
     if (rank == 0) {
       printf("%.9g\n", t);

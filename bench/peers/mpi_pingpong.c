@@ -12,12 +12,19 @@
  * round trips (--iters, 2000 by default) on rank 0; the figure is the
  * median over --reps repetitions (7 by default) after a warm-up, as in
  * mgpu's benchmark. Ranks beyond the first two only take part in the
- * barriers. */
+ * barriers.
+ *
+ * With --gate DIR (bench/peers/gate.h), the ranks run one batch of each
+ * size at a time when told, so that `mgpu bench launch` can time its own
+ * round trips and these in turn: rank 0 prints "ready" once both ranks
+ * have their FIFOs open, then for each batch one line of seconds per
+ * round trip, a figure per size in the order given. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gate.h"
 #include "median.h"
 
 #define MAXSIZES 8
@@ -38,16 +45,41 @@ static double batch(int rank, char *buf, int bytes, int iters) {
   return (MPI_Wtime() - t0) / iters;
 }
 
+/* --gate: a batch of each size at a time, as DIR/go.<rank> says. */
+static void serve(const char *dir, int rank, char *buf, const int *sizes,
+                  int nsizes, int iters) {
+  int fd = peer_gate_open("mpi_pingpong", dir, rank);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    printf("ready\n");
+    fflush(stdout);
+  }
+  while (peer_gate_next(fd)) {
+    for (int k = 0; k < nsizes; k++) {
+      double s = batch(rank, buf, sizes[k] > 0 ? sizes[k] : 1, iters);
+      if (rank == 0) printf("%s%.9g", k ? " " : "", s);
+    }
+    if (rank == 0) {
+      printf("\n");
+      fflush(stdout);
+    }
+  }
+  close(fd);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   int raw = 0, reps = 7, iters = 2000, nsizes = 0, sizes[MAXSIZES];
+  const char *gate = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--raw") == 0) raw = 1;
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
       reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--gate") == 0 && i + 1 < argc)
+      gate = argv[++i];
     else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
       iters = atoi(argv[++i]);
     else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc &&
@@ -71,6 +103,10 @@ int main(int argc, char **argv) {
   double *t = malloc((size_t)reps * sizeof *t);
   char *buf = calloc(1, (size_t)most);
   if (t == NULL || buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (gate != NULL) {
+    serve(gate, rank, buf, sizes, nsizes, iters);
+    nsizes = 0;
+  }
   for (int k = 0; k < nsizes; k++) {
     int bytes = sizes[k] > 0 ? sizes[k] : 1;
     for (int rep = -1; rep < reps; rep++) { /* -1: warm-up */
