@@ -649,6 +649,54 @@ TEST_IMPL(offered_buffer) {
   return 0;
 }
 
+/* A channel from a device to itself may send bytes of a buffer into an
+ * offered range of the same buffer: the message arrives as it was sent,
+ * though the two ranges overlap. */
+TEST_IMPL(offered_overlap) {
+  test_init();
+  if (!test_device_is_host(0)) {
+    fprintf(stderr, "skipped: the offer is the host devices' small path\n");
+    return 0;
+  }
+  enum { MSG = 1024, LEN = 1000, SIZE = 2048 };
+  offered_recv o = {NULL, NULL, NULL, 0, -1};
+  mgpu_stream *sa;
+  ASSERT_OK(mgpu_channel_create(0, 0, MSG, 1, &o.ch));
+  ASSERT_OK(mgpu_stream_create(&sa, 0));
+  ASSERT_OK(mgpu_stream_create(&o.s, 0));
+  ASSERT_OK(mgpu_malloc(&o.dst, 0, SIZE));
+  unsigned char *was = malloc(SIZE), *got = malloc(SIZE);
+  for (int i = 0; i < SIZE; i++) was[i] = (unsigned char)(i * 13 + 5);
+  ASSERT_OK(mgpu_memcpy_htod(o.dst, 0, was, SIZE));
+  /* The receive lands at offset 8 (recv_offered), above the bytes that
+   * the send reads, [0, LEN): a forward copy would read bytes it wrote. */
+  ASSERT_OK(mgpu_metrics_reset());
+  ASSERT_OK(mgpu__fault_set("stall:chan_offered@us:100000", NULL, 0));
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, recv_offered, &o) == 0);
+  for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
+  ASSERT(mgpu__fault_stalls() == 1);
+  ASSERT_OK(mgpu_channel_send(o.ch, o.dst, 0, LEN, sa));
+  pthread_join(t, NULL);
+  ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
+  ASSERT_OK(o.rc);
+  ASSERT_EQ(o.len, (size_t)LEN);
+  ASSERT_OK(mgpu_memcpy_dtoh(got, o.dst, 0, SIZE));
+  ASSERT(memcmp(got + 8, was, LEN) == 0);
+  mgpu_metrics m = {.size = sizeof m};
+  ASSERT_OK(mgpu_metrics_snapshot(&m));
+  ASSERT_EQ(m.dev[0].copies_d2d, 1); /* the send's, into the offer */
+  ASSERT(memcmp(got, was, 8) == 0);
+  ASSERT(memcmp(got + 8 + LEN, was + 8 + LEN, SIZE - 8 - LEN) == 0);
+  free(was);
+  free(got);
+  ASSERT_OK(mgpu_channel_destroy(o.ch));
+  ASSERT_OK(mgpu_free(o.dst));
+  ASSERT_OK(mgpu_stream_destroy(sa));
+  ASSERT_OK(mgpu_stream_destroy(o.s));
+  return 0;
+}
+
 TEST_LIST_BEGIN
 TEST_ENTRY(basic)
 TEST_ENTRY(peer_disabled)
@@ -661,4 +709,5 @@ TEST_ENTRY(stress)
 TEST_ENTRY(recv_loop_ends_closed)
 TEST_ENTRY(close_while_sending)
 TEST_ENTRY(offered_buffer)
+TEST_ENTRY(offered_overlap)
 TEST_LIST_END

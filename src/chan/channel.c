@@ -733,7 +733,9 @@ static int send_inline(mgpu__channel *ch, slot *sl, cell *c, uint64_t k,
   }
   if (c->where == IN_CELL) to = (char *)c->payload;
   if (c->where == IN_SLOT) to = dst;
-  memcpy(to, (const char *)b->ptr + offset, size);
+  /* memmove: a channel from a device to itself may send a buffer's bytes
+   * into the same buffer's offered range. */
+  memmove(to, (const char *)b->ptr + offset, size);
   hand_give(s, how);
   /* Counted as the copy layer counts the path. */
   int direct = path == MGPU_PATH_DIRECT;
