@@ -46,6 +46,13 @@
  * pair with peer access turned off keeps its host-staged copy); the
  * metrics count the copy as the copy layer would.
  *
+ * Offer: a receive that finds no message, on host devices, offers its own
+ * buffer while it watches (recv_offer: its turn taken, its stream claimed
+ * so that the write keeps the stream's order), and a send of a message
+ * that does not fit a cell takes the offer by compare and swap and copies
+ * straight into that buffer (send_inline): one copy instead of two. The
+ * offer is withdrawn before the watch could become a sleep.
+ *
  * Locking: a turn serializes senders (messages keep the order of the send
  * calls), another receivers (send_turn, recv_turn: flags taken by compare
  * and swap, waited for on cond, so that a call waiting behind another ends
