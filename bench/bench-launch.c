@@ -59,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench-opencl.h"
 #include "bench.h"
@@ -331,6 +332,9 @@ static void *echo_thread(void *p) {
     if (e->rc == 0) e->rc = mgpu_channel_send(e->out, e->buf, 0, len, e->s);
     if (e->rc == 0) e->rc = mgpu_stream_synchronize(e->s);
   }
+  /* A failed echo answers no more: closing its way back ends the
+   * receive that waits for the answer, rather than its timeout. */
+  if (e->rc != 0) mgpu_channel_close(e->out);
   return NULL;
 }
 
@@ -361,9 +365,13 @@ static int rtt_open(rtt *x, int a, int b, size_t bytes, long rounds) {
   if (rc == 0) rc = mgpu_memset_async(x->e.buf, 0, 1, bytes, x->e.s);
   if (rc == 0) rc = mgpu_stream_synchronize(x->s);
   if (rc == 0) rc = mgpu_stream_synchronize(x->e.s);
-  if (rc == 0)
-    x->started = pthread_create(&x->t, NULL, echo_thread, &x->e) == 0;
-  return rc == 0 && !x->started ? MGPU_ENOMEM : rc;
+  if (rc != 0) return rc;
+  int err = pthread_create(&x->t, NULL, echo_thread, &x->e);
+  x->started = err == 0;
+  if (err != 0)
+    fprintf(stderr, "mgpu bench launch: cannot start the echo thread of "
+            "the %zu B round trips: %s\n", bytes, strerror(err));
+  return err == 0 ? 0 : MGPU_ENOMEM;
 }
 
 /* One batch of iters round trips of x: microseconds each into *us. */
@@ -508,6 +516,9 @@ static int rtt_rounds(rtt x[2], bench_gate g[NMPI], int live[NMPI],
     for (int k = 0; k < 2 && rc == 0; k++) {
       rc = rtt_batch(&x[k], iters, &us[k]);
       if (r >= 0) v[k * reps + r] = us[k];
+      /* The echo watches for its next message up to 64 us before it
+       * sleeps: not into the next batch's time, mgpu's or MPI's. */
+      usleep(200);
     }
     for (int j = 0; j < NMPI && rc == 0; j++) {
       int m = r & 1 ? NMPI - 1 - j : j;

@@ -256,17 +256,21 @@ TEST_IMPL(mixed_paths) {
   return 0;
 }
 
-typedef struct blocked_send {
+/* A send or receive made on a thread of its own: the call's channel,
+ * buffer (its source or destination) and stream; a receive's offset and
+ * the size it got; done once it returned, with rc. */
+typedef struct blocked_call {
   mgpu_channel *ch;
-  mgpu_buffer *src;
+  mgpu_buffer *buf;
   mgpu_stream *s;
   atomic_int done;
   int rc;
-} blocked_send;
+  size_t offset, len;
+} blocked_call;
 
 static void *send_one(void *p) {
-  blocked_send *b = p;
-  b->rc = mgpu_channel_send(b->ch, b->src, 0, 8, b->s);
+  blocked_call *b = p;
+  b->rc = mgpu_channel_send(b->ch, b->buf, 0, 8, b->s);
   atomic_store(&b->done, 1);
   return NULL;
 }
@@ -286,7 +290,7 @@ TEST_IMPL(full_and_close) {
   ASSERT_OK(mgpu_channel_send(ch, src, 0, 8, sa));
   ASSERT_OK(mgpu_channel_send(ch, src, 0, 8, sa));
   /* Full: the third send blocks until a receive makes room. */
-  blocked_send bs = {ch, src, sa, 0, -1};
+  blocked_call bs = {ch, src, sa, 0, -1, 0, 0};
   pthread_t t;
   ASSERT(pthread_create(&t, NULL, send_one, &bs) == 0);
   usleep(20000);
@@ -318,9 +322,8 @@ TEST_IMPL(full_and_close) {
 
 /* A receiver blocked on an empty channel is woken by close. */
 static void *recv_one(void *p) {
-  blocked_send *b = p;
-  size_t len;
-  b->rc = mgpu_channel_recv(b->ch, b->src, 0, &len, b->s);
+  blocked_call *b = p;
+  b->rc = mgpu_channel_recv(b->ch, b->buf, b->offset, &b->len, b->s);
   atomic_store(&b->done, 1);
   return NULL;
 }
@@ -334,7 +337,7 @@ TEST_IMPL(close_wakes_receiver) {
   mgpu_buffer *dst;
   ASSERT_OK(mgpu_stream_create(&sb, b));
   ASSERT_OK(mgpu_malloc(&dst, b, 16));
-  blocked_send br = {ch, dst, sb, 0, -1};
+  blocked_call br = {ch, dst, sb, 0, -1, 0, 0};
   pthread_t t;
   ASSERT(pthread_create(&t, NULL, recv_one, &br) == 0);
   usleep(10000);
@@ -521,16 +524,16 @@ TEST_IMPL(peer_disabled) {
 TEST_IMPL(close_while_sending) {
   test_init();
   int a = 0, b = peer_of(0);
-  blocked_send arg = {NULL, NULL, NULL, 0, -1};
+  blocked_call arg = {NULL, NULL, NULL, 0, -1, 0, 0};
   mgpu_stream *sb;
   mgpu_buffer *dst;
   ASSERT_OK(mgpu_channel_create(a, b, sizeof(int64_t), 1, &arg.ch));
   ASSERT_OK(mgpu_stream_create(&arg.s, a));
   ASSERT_OK(mgpu_stream_create(&sb, b));
-  ASSERT_OK(mgpu_malloc(&arg.src, a, sizeof(int64_t)));
+  ASSERT_OK(mgpu_malloc(&arg.buf, a, sizeof(int64_t)));
   ASSERT_OK(mgpu_malloc(&dst, b, sizeof(int64_t)));
   int64_t v = 42, got = 0;
-  ASSERT_OK(mgpu_memcpy_htod(arg.src, 0, &v, sizeof v));
+  ASSERT_OK(mgpu_memcpy_htod(arg.buf, 0, &v, sizeof v));
   ASSERT_OK(mgpu__fault_set("stall:chan_send_inside@us:200000", NULL, 0));
   pthread_t t;
   ASSERT(pthread_create(&t, NULL, send_one, &arg) == 0);
@@ -555,7 +558,7 @@ TEST_IMPL(close_while_sending) {
   ASSERT_EQ(got, 42);
   ASSERT_ERR(MGPU_ECLOSED, mgpu_channel_recv(arg.ch, dst, 0, &len, sb));
   ASSERT_OK(mgpu_channel_destroy(arg.ch));
-  ASSERT_OK(mgpu_free(arg.src));
+  ASSERT_OK(mgpu_free(arg.buf));
   ASSERT_OK(mgpu_free(dst));
   ASSERT_OK(mgpu_stream_destroy(arg.s));
   ASSERT_OK(mgpu_stream_destroy(sb));
@@ -567,20 +570,6 @@ TEST_IMPL(close_while_sending) {
  * alone, and in the order of the receiver's stream (a copy queued there
  * by another thread while the receive waits sees the message). The stall
  * point chan_offered holds the receiver with its offer standing. */
-typedef struct offered_recv {
-  mgpu_channel *ch;
-  mgpu_buffer *dst;
-  mgpu_stream *s;
-  size_t len;
-  int rc;
-} offered_recv;
-
-static void *recv_offered(void *p) {
-  offered_recv *o = p;
-  o->rc = mgpu_channel_recv(o->ch, o->dst, 8, &o->len, o->s);
-  return NULL;
-}
-
 TEST_IMPL(offered_buffer) {
   test_init();
   int a = 0, b = peer_of(0);
@@ -589,29 +578,29 @@ TEST_IMPL(offered_buffer) {
     return 0;
   }
   enum { MSG = 4096, LEN = 1000 };
-  offered_recv o = {NULL, NULL, NULL, 0, -1};
+  blocked_call o = {NULL, NULL, NULL, 0, -1, 8, 0};
   mgpu_stream *sa;
   mgpu_buffer *src;
   ASSERT_OK(mgpu_channel_create(a, b, MSG, 1, &o.ch));
   ASSERT_OK(mgpu_stream_create(&sa, a));
   ASSERT_OK(mgpu_stream_create(&o.s, b));
   ASSERT_OK(mgpu_malloc(&src, a, MSG));
-  ASSERT_OK(mgpu_malloc(&o.dst, b, MSG + 16));
+  ASSERT_OK(mgpu_malloc(&o.buf, b, MSG + 16));
   unsigned char *msg = malloc(MSG), *got = malloc(MSG + 16);
   unsigned char *seen = malloc(LEN);
   for (int i = 0; i < MSG; i++) msg[i] = (unsigned char)(i * 7 + 3);
   ASSERT_OK(mgpu_memcpy_htod(src, 0, msg, MSG));
-  ASSERT_OK(mgpu_memset_async(o.dst, 0, 0xee, MSG + 16, o.s));
+  ASSERT_OK(mgpu_memset_async(o.buf, 0, 0xee, MSG + 16, o.s));
   ASSERT_OK(mgpu_stream_synchronize(o.s));
   ASSERT_OK(mgpu_metrics_reset());
   ASSERT_OK(mgpu__fault_set("stall:chan_offered@us:200000", NULL, 0));
   pthread_t t;
-  ASSERT(pthread_create(&t, NULL, recv_offered, &o) == 0);
+  ASSERT(pthread_create(&t, NULL, recv_one, &o) == 0);
   for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
   ASSERT(mgpu__fault_stalls() == 1);
   /* Queued after the receive began: runs after the message landed. */
   memset(seen, 0, LEN);
-  ASSERT_OK(mgpu_memcpy_dtoh_async(seen, o.dst, 8, LEN, o.s));
+  ASSERT_OK(mgpu_memcpy_dtoh_async(seen, o.buf, 8, LEN, o.s));
   usleep(20000); /* time for the copy to run, were the stream free */
   ASSERT_OK(mgpu_channel_send(o.ch, src, 0, LEN, sa));
   pthread_join(t, NULL);
@@ -620,7 +609,7 @@ TEST_IMPL(offered_buffer) {
   ASSERT_EQ(o.len, (size_t)LEN);
   ASSERT_OK(mgpu_stream_synchronize(o.s));
   ASSERT(memcmp(seen, msg, LEN) == 0);
-  ASSERT_OK(mgpu_memcpy_dtoh(got, o.dst, 0, MSG + 16));
+  ASSERT_OK(mgpu_memcpy_dtoh(got, o.buf, 0, MSG + 16));
   ASSERT(memcmp(got + 8, msg, LEN) == 0);
   for (int i = 0; i < MSG + 16; i++)
     if (i < 8 || i >= 8 + LEN) ASSERT_EQ(got[i], 0xee);
@@ -635,15 +624,15 @@ TEST_IMPL(offered_buffer) {
    * the send), goes through the slot as before. */
   ASSERT_OK(mgpu_channel_send(o.ch, src, 100, LEN, sa));
   ASSERT_OK(mgpu_stream_synchronize(sa));
-  ASSERT_OK(mgpu_channel_recv(o.ch, o.dst, 8, &o.len, o.s));
-  ASSERT_OK(mgpu_memcpy_dtoh(got, o.dst, 0, MSG + 16));
+  ASSERT_OK(mgpu_channel_recv(o.ch, o.buf, 8, &o.len, o.s));
+  ASSERT_OK(mgpu_memcpy_dtoh(got, o.buf, 0, MSG + 16));
   ASSERT(memcmp(got + 8, msg + 100, LEN) == 0);
   free(msg);
   free(got);
   free(seen);
   ASSERT_OK(mgpu_channel_destroy(o.ch));
   ASSERT_OK(mgpu_free(src));
-  ASSERT_OK(mgpu_free(o.dst));
+  ASSERT_OK(mgpu_free(o.buf));
   ASSERT_OK(mgpu_stream_destroy(sa));
   ASSERT_OK(mgpu_stream_destroy(o.s));
   return 0;
@@ -659,29 +648,29 @@ TEST_IMPL(offered_overlap) {
     return 0;
   }
   enum { MSG = 1024, LEN = 1000, SIZE = 2048 };
-  offered_recv o = {NULL, NULL, NULL, 0, -1};
+  blocked_call o = {NULL, NULL, NULL, 0, -1, 8, 0};
   mgpu_stream *sa;
   ASSERT_OK(mgpu_channel_create(0, 0, MSG, 1, &o.ch));
   ASSERT_OK(mgpu_stream_create(&sa, 0));
   ASSERT_OK(mgpu_stream_create(&o.s, 0));
-  ASSERT_OK(mgpu_malloc(&o.dst, 0, SIZE));
+  ASSERT_OK(mgpu_malloc(&o.buf, 0, SIZE));
   unsigned char *was = malloc(SIZE), *got = malloc(SIZE);
   for (int i = 0; i < SIZE; i++) was[i] = (unsigned char)(i * 13 + 5);
-  ASSERT_OK(mgpu_memcpy_htod(o.dst, 0, was, SIZE));
-  /* The receive lands at offset 8 (recv_offered), above the bytes that
+  ASSERT_OK(mgpu_memcpy_htod(o.buf, 0, was, SIZE));
+  /* The receive lands at offset 8 (o.offset), above the bytes that
    * the send reads, [0, LEN): a forward copy would read bytes it wrote. */
   ASSERT_OK(mgpu_metrics_reset());
   ASSERT_OK(mgpu__fault_set("stall:chan_offered@us:100000", NULL, 0));
   pthread_t t;
-  ASSERT(pthread_create(&t, NULL, recv_offered, &o) == 0);
+  ASSERT(pthread_create(&t, NULL, recv_one, &o) == 0);
   for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
   ASSERT(mgpu__fault_stalls() == 1);
-  ASSERT_OK(mgpu_channel_send(o.ch, o.dst, 0, LEN, sa));
+  ASSERT_OK(mgpu_channel_send(o.ch, o.buf, 0, LEN, sa));
   pthread_join(t, NULL);
   ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
   ASSERT_OK(o.rc);
   ASSERT_EQ(o.len, (size_t)LEN);
-  ASSERT_OK(mgpu_memcpy_dtoh(got, o.dst, 0, SIZE));
+  ASSERT_OK(mgpu_memcpy_dtoh(got, o.buf, 0, SIZE));
   ASSERT(memcmp(got + 8, was, LEN) == 0);
   mgpu_metrics m = {.size = sizeof m};
   ASSERT_OK(mgpu_metrics_snapshot(&m));
@@ -691,7 +680,7 @@ TEST_IMPL(offered_overlap) {
   free(was);
   free(got);
   ASSERT_OK(mgpu_channel_destroy(o.ch));
-  ASSERT_OK(mgpu_free(o.dst));
+  ASSERT_OK(mgpu_free(o.buf));
   ASSERT_OK(mgpu_stream_destroy(sa));
   ASSERT_OK(mgpu_stream_destroy(o.s));
   return 0;

@@ -114,13 +114,13 @@ typedef struct cell {
   uint8_t where;
   unsigned char payload[CELL_BYTES];
 } cell;
+_Static_assert(sizeof(cell) == 64, "a cell is one line");
 
 /* The receivers' offer word: OFFERED(k) while the receiver of message k
  * offers its buffer, TAKEN(k) once a sender writes message k into it, 0
  * otherwise. */
 #define OFFERED(k) (((k) + 1) * 2)
 #define TAKEN(k) (((k) + 1) * 2 + 1)
-_Static_assert(sizeof(cell) == 64, "a cell is one line");
 
 typedef struct mgpu__channel {
   uintptr_t handle;
@@ -140,7 +140,9 @@ typedef struct mgpu__channel {
                                leave */
   uint64_t sent_ns, received_ns; /* under lock: see side_leave */
   /* Each side's state on two lines of its own (128 bytes apart: a core
-   * fetches lines in pairs), written by that side only. The first holds
+   * fetches lines in pairs), written by that side only (but for the
+   * offer word, which a sender takes by compare and swap on the line it
+   * reads for room anyway, only when a receiver offered). The first holds
    * what the other side never reads (the turn, the wait, the senders'
    * count); the second what it reads (the receivers' count, parked, the
    * CPU), the count written once a message, the rest only when it
@@ -162,7 +164,8 @@ typedef struct mgpu__channel {
    *  - the side's wait, a pair wait (mgpu__spin_pair_until: one sender
    *    waits for room and one receiver for a message, the turns let no
    *    second one in), and the CPU of its last call, a relaxed hint for
-   *    the other side's wait. */
+   *    the other side's wait;
+   *  - on the receivers' second line, the offer (recv_offer). */
   char pad0[128];
   _Atomic int send_turn;
   mgpu__spin send_spin;

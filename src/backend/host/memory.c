@@ -20,7 +20,8 @@
  * turn (the next colour). Blocks that all began at the same place in a
  * page (as they did: the large ones on a 2 MiB boundary, and the C library
  * starts each block it maps on its own 16 bytes past a page boundary)
- * would put element i of every buffer at the same address modulo 4 KiB: a kernel reading one buffer and writing another (out[i] =
+ * would put element i of every buffer at the same address modulo 4 KiB:
+ * a kernel reading one buffer and writing another (out[i] =
  * f(in[i - n .. i + n])) then has its loads match the low 12 bits of
  * stores still in flight, which a CPU must treat as a possible dependency
  * (4 KiB aliasing), and both fall into the same cache sets. The 5-point
