@@ -565,6 +565,17 @@ TEST_IMPL(close_while_sending) {
   return 0;
 }
 
+/* Starts the receive o on thread *t and waits until it stands at its
+ * offer, held there stall_us by the stall point chan_offered. */
+static void recv_at_offer(blocked_call *o, int stall_us, pthread_t *t) {
+  char spec[64];
+  snprintf(spec, sizeof spec, "stall:chan_offered@us:%d", stall_us);
+  ASSERT_OK(mgpu__fault_set(spec, NULL, 0));
+  ASSERT(pthread_create(t, NULL, recv_one, o) == 0);
+  for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
+  ASSERT(mgpu__fault_stalls() == 1);
+}
+
 /* A receive that waits offers its buffer, and the send writes the message
  * there: once, counted as the sender's copy only, into the offered range
  * alone, and in the order of the receiver's stream (a copy queued there
@@ -593,11 +604,8 @@ TEST_IMPL(offered_buffer) {
   ASSERT_OK(mgpu_memset_async(o.buf, 0, 0xee, MSG + 16, o.s));
   ASSERT_OK(mgpu_stream_synchronize(o.s));
   ASSERT_OK(mgpu_metrics_reset());
-  ASSERT_OK(mgpu__fault_set("stall:chan_offered@us:200000", NULL, 0));
   pthread_t t;
-  ASSERT(pthread_create(&t, NULL, recv_one, &o) == 0);
-  for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
-  ASSERT(mgpu__fault_stalls() == 1);
+  recv_at_offer(&o, 200000, &t);
   /* Queued after the receive began: runs after the message landed. */
   memset(seen, 0, LEN);
   ASSERT_OK(mgpu_memcpy_dtoh_async(seen, o.buf, 8, LEN, o.s));
@@ -660,11 +668,8 @@ TEST_IMPL(offered_overlap) {
   /* The receive lands at offset 8 (o.offset), above the bytes that
    * the send reads, [0, LEN): a forward copy would read bytes it wrote. */
   ASSERT_OK(mgpu_metrics_reset());
-  ASSERT_OK(mgpu__fault_set("stall:chan_offered@us:100000", NULL, 0));
   pthread_t t;
-  ASSERT(pthread_create(&t, NULL, recv_one, &o) == 0);
-  for (int i = 0; i < 10000 && mgpu__fault_stalls() == 0; i++) usleep(1000);
-  ASSERT(mgpu__fault_stalls() == 1);
+  recv_at_offer(&o, 100000, &t);
   ASSERT_OK(mgpu_channel_send(o.ch, o.buf, 0, LEN, sa));
   pthread_join(t, NULL);
   ASSERT_OK(mgpu__fault_set(NULL, NULL, 0));
