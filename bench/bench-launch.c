@@ -49,7 +49,9 @@
  *    MPI peers are started once, gated (bench/gate.h), and the sides take
  *    turns batch by batch: in each round a batch of each size of mgpu's,
  *    then one of each MPI's (the two in turn first), so that each median
- *    is of batches spread over the same seconds.
+ *    is of batches spread over the same seconds. A pause after each of
+ *    mgpu's batches lets its echo thread's watch end (it would take one
+ *    of the CPUs from the next batch, mgpu's or MPI's).
  *
  * Figures are medians of --reps runs after a warm-up, in microseconds.
  */
